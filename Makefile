@@ -1,0 +1,35 @@
+# Nexus: one entry point for setting up, testing, linting and benchmarking.
+SHELL := /bin/bash
+UV ?= $(shell command -v uv 2>/dev/null || echo python3 -m uv)
+export XDG_RUNTIME_DIR ?= /tmp/nexus-xdg-$(shell id -u)
+
+.PHONY: setup test lint bench demo smoke contract-snapshot clean
+
+setup: .venv/.synced
+
+.venv/.synced: pyproject.toml uv.lock $(wildcard libs/*/pyproject.toml services/*/pyproject.toml cli/pyproject.toml)
+	@$(UV) --version >/dev/null 2>&1 || python3 -m pip install --quiet uv
+	@mkdir -p -m 700 $(XDG_RUNTIME_DIR)
+	$(UV) sync --all-packages --frozen
+	@touch $@
+
+test: setup
+	$(UV) run --frozen pytest
+
+lint: setup
+	$(UV) run --frozen ruff check libs services tests bench scripts
+	$(UV) run --frozen ruff format --check libs services tests bench scripts
+	$(UV) run --frozen mypy libs/nexus_events/src $(wildcard services/*/src)
+
+bench: setup
+	$(UV) run --frozen python -m bench
+
+# The main job until the CLI lands: a smoke of the bus on a real embedded NATS + PostgreSQL.
+demo smoke: setup
+	$(UV) run --frozen python -m scripts.smoke
+
+contract-snapshot: setup
+	$(UV) run --frozen python -m tests.contract.snapshot --write
+
+clean:
+	rm -rf .venv .pytest_cache .mypy_cache .ruff_cache

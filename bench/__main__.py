@@ -1,0 +1,53 @@
+"""`make bench`: start real servers once, run every benchmark, print figures and ratios."""
+
+from __future__ import annotations
+
+import asyncio
+import importlib
+import inspect
+import logging
+import pkgutil
+import sys
+from typing import Any
+
+from bench import bus_bench, projection_bench
+from bench.servers import servers
+
+Row = tuple[str, float, str, float]
+
+
+def _print(title: str, rows: list[Row]) -> None:
+    print(f"\n== {title}")
+    for name, value, baseline, ratio in rows:
+        vs = f"  ({ratio:6.1%} of {baseline})" if baseline else ""
+        print(f"  {name:<48} {value:>12,.0f}{vs}")
+
+
+async def _extra(nats_url: str, dsn: str) -> None:
+    # Service benchmarks (bench/bench_<service>.py) expose `run(...)` returning rows.
+    import bench
+
+    for info in pkgutil.iter_modules(bench.__path__):
+        if not info.name.startswith("bench_"):
+            continue
+        module = importlib.import_module(f"bench.{info.name}")
+        params = inspect.signature(module.run).parameters
+        kwargs: dict[str, Any] = {}
+        if "nats_url" in params:
+            kwargs["nats_url"] = nats_url
+        if "dsn" in params:
+            kwargs["dsn"] = dsn
+        _print(info.name.removeprefix("bench_"), await module.run(**kwargs))
+
+
+async def main() -> None:
+    logging.basicConfig(level=logging.WARNING)
+    with servers() as (nats, pg):
+        _print("bus (nats-server, same run)", await bus_bench.run(nats.url))
+        dsn = await pg.create_database("bench")
+        _print("projection (PostgreSQL, same run)", await projection_bench.run(nats.url, dsn))
+        await _extra(nats.url, await pg.create_database("bench"))
+
+
+if __name__ == "__main__":
+    sys.exit(asyncio.run(main()))

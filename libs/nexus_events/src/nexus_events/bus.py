@@ -1,0 +1,672 @@
+"""Publishing, durable consumption, dead-lettering and bounded replay on JetStream.
+
+`Bus` wraps one nats-py connection for a service (its `source`). It guarantees:
+
+- `publish` returns only once JetStream has stored the event (or raises `PublishFailed`);
+  retries across reconnects reuse the same ``Nats-Msg-Id`` so a retry is never stored twice.
+- `Consumer` hands decoded batches to a handler, acks what the handler accepted, naks with
+  backoff what failed, and copies poison messages (undecodable, invalid, unknown, or failed
+  ``max_deliver`` times) to NEXUS_DLQ with the reason before terminating them.
+- `replay` reads a stream (or one run) in order from a sequence to the current end.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import contextlib
+import logging
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import nats
+import nats.errors
+import nats.js.errors
+from nats.aio.client import Client
+from nats.aio.msg import Msg
+from nats.js import JetStreamContext
+from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy, PubAck
+from pydantic import Field
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+from nexus_events import codec, subjects, telemetry
+from nexus_events.codec import Decoded, Encoded, JsMeta
+from nexus_events.errors import BusError, BusUnavailable, DecodeError, PublishFailed
+from nexus_events.events.base import Event
+from nexus_events.events.dlq import DeadLetter
+from nexus_events.streams import DLQ, STREAM_OF_FAMILY
+
+log = logging.getLogger(__name__)
+
+# Errors after which a publish is retried with the same Nats-Msg-Id (dedupe makes it safe).
+_RETRYABLE = (
+    nats.errors.TimeoutError,
+    nats.errors.ConnectionClosedError,
+    nats.errors.ConnectionReconnectingError,
+    nats.errors.NoRespondersError,
+    nats.js.errors.NoStreamResponseError,
+    nats.errors.StaleConnectionError,
+    asyncio.TimeoutError,
+)
+# Errors of a fetch that mean "the connection is away": wait and fetch again.
+_TRANSIENT_FETCH = (
+    nats.errors.ConnectionClosedError,
+    nats.errors.ConnectionReconnectingError,
+    nats.errors.StaleConnectionError,
+    nats.errors.NoRespondersError,
+    nats.js.errors.ServiceUnavailableError,
+    nats.js.errors.NotFoundError,
+)
+
+
+class BusSettings(BaseSettings):
+    """How to reach NATS. Env: NEXUS_NATS_<FIELD>."""
+
+    model_config = SettingsConfigDict(env_prefix="NEXUS_NATS_", extra="ignore")
+
+    url: str = Field("nats://127.0.0.1:4222", description="Comma-separated server URLs.")
+    name: str = Field("nexus", description="Connection name shown by the server.")
+    user: str | None = None
+    password: str | None = None
+    token: str | None = None
+    creds_file: str | None = Field(None, description="Path of a .creds file (NGS, operator).")
+    connect_timeout: float = Field(2.0, gt=0)
+    # The first connect also runs this reconnect loop: attempts x wait bounds start-up.
+    reconnect_time_wait: float = Field(0.5, gt=0)
+    max_reconnect_attempts: int = Field(-1, description="-1 = keep trying forever.")
+    connect_attempts: int = Field(10, ge=1, description="Attempts of the very first connect.")
+    # A dead TCP connection is noticed after ping_interval x max_outstanding_pings seconds.
+    ping_interval: float = Field(10.0, gt=0)
+    max_outstanding_pings: int = Field(3, ge=1)
+    publish_timeout: float = Field(5.0, gt=0, description="Wait for one ack.")
+    publish_deadline: float = Field(
+        30.0, gt=0, description="Keep retrying a publish (reconnects) for this long."
+    )
+    publish_window: int = Field(500, gt=0, description="In-flight acks in publish_many.")
+
+
+@dataclass(frozen=True)
+class Outgoing:
+    """One event to publish with `Bus.publish_many`."""
+
+    subject: str
+    event: Event
+    msg_id: str | None = None
+    correlation_id: str | None = None
+    causation_id: str | None = None
+
+
+class Bus:
+    """A service's connection to the Nexus event bus."""
+
+    def __init__(self, nc: Client, settings: BusSettings, source: str) -> None:
+        self.nc = nc
+        self.js: JetStreamContext = nc.jetstream(timeout=settings.publish_timeout)
+        self.settings = settings
+        self.source = subjects.validate_token(source, "service name")
+        self._pipelines: dict[int, JetStreamContext] = {}
+
+    @classmethod
+    async def connect(cls, settings: BusSettings | None = None, *, source: str) -> Bus:
+        """Connect with reconnects enabled; raise `BusUnavailable` if NATS cannot be reached."""
+        settings = settings or BusSettings()
+
+        async def on_error(exc: Exception) -> None:
+            log.warning("nats error: %s", exc)
+
+        async def on_disconnect() -> None:
+            log.warning("nats disconnected")
+
+        async def on_reconnect() -> None:
+            log.info("nats reconnected")
+
+        options: dict[str, Any] = {
+            "servers": settings.url.split(","),
+            "name": settings.name,
+            "connect_timeout": settings.connect_timeout,
+            "reconnect_time_wait": settings.reconnect_time_wait,
+            "max_reconnect_attempts": settings.connect_attempts,
+            "ping_interval": settings.ping_interval,
+            "max_outstanding_pings": settings.max_outstanding_pings,
+            "error_cb": on_error,
+            "disconnected_cb": on_disconnect,
+            "reconnected_cb": on_reconnect,
+        }
+        if settings.user:
+            options.update(user=settings.user, password=settings.password)
+        if settings.token:
+            options["token"] = settings.token
+        if settings.creds_file:
+            options["user_credentials"] = settings.creds_file
+        try:
+            nc = await nats.connect(**options)
+        except (OSError, nats.errors.Error) as exc:
+            raise BusUnavailable(f"cannot connect to NATS at {settings.url}: {exc}") from exc
+        # Once connected, reconnect for as long as the settings say (forever by default).
+        nc.options["max_reconnect_attempts"] = settings.max_reconnect_attempts
+        return cls(nc, settings, source)
+
+    async def close(self) -> None:
+        """Flush and close the connection (stop consumers first: `Consumer.stop`)."""
+        if self.nc.is_closed:
+            return
+        with contextlib.suppress(nats.errors.Error, asyncio.TimeoutError):
+            await asyncio.wait_for(self.nc.flush(), timeout=2)
+        await self.nc.close()
+
+    # -- publishing ----------------------------------------------------------------------
+
+    def encode(
+        self,
+        subject: str,
+        event: Event,
+        *,
+        msg_id: str | None = None,
+        correlation_id: str | None = None,
+        causation_id: str | None = None,
+    ) -> Encoded:
+        headers = telemetry.inject({})
+        return codec.encode(
+            subject,
+            event,
+            source=self.source,
+            msg_id=msg_id,
+            correlation_id=correlation_id,
+            causation_id=causation_id,
+            headers=headers,
+        )
+
+    async def publish(
+        self,
+        subject: str,
+        event: Event,
+        *,
+        msg_id: str | None = None,
+        correlation_id: str | None = None,
+        causation_id: str | None = None,
+    ) -> PubAck:
+        """Publish `event` on `subject` and wait until JetStream stored it.
+
+        Without `msg_id` the id is derived from subject and body, so publishing the same
+        event twice stores it once. Raises `InvalidSubject` (nothing sent) or `PublishFailed`.
+        """
+        enc = self.encode(
+            subject, event, msg_id=msg_id, correlation_id=correlation_id, causation_id=causation_id
+        )
+        return await self.publish_encoded(enc)
+
+    async def publish_encoded(self, enc: Encoded) -> PubAck:
+        """Publish an already encoded message, retrying across reconnects until the deadline."""
+        deadline = time.monotonic() + self.settings.publish_deadline
+        delay = 0.05
+        while True:
+            try:
+                return await self.js.publish(
+                    enc.subject,
+                    enc.body,
+                    timeout=self.settings.publish_timeout,
+                    headers=enc.headers,
+                )
+            except _RETRYABLE as exc:
+                if time.monotonic() + delay >= deadline:
+                    raise PublishFailed(
+                        f"no ack for {enc.subject} within {self.settings.publish_deadline}s: "
+                        f"{type(exc).__name__} (is NATS up and are the streams ensured?)"
+                    ) from exc
+            except nats.js.errors.APIError as exc:
+                raise PublishFailed(f"JetStream refused {enc.subject}: {exc}") from exc
+            except nats.errors.ConnectionClosedError as exc:
+                raise BusUnavailable("the NATS connection is closed") from exc
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, 1.0)
+
+    async def publish_many(
+        self, items: Iterable[Outgoing], *, window: int | None = None
+    ) -> list[PubAck]:
+        """Publish many events pipelined (up to `window` acks in flight), in order.
+
+        Returns the acks in input order. Any message whose pipelined publish fails is retried
+        alone with the same id, so the call succeeds or raises `PublishFailed` as a whole.
+        """
+        encoded = [
+            self.encode(
+                o.subject,
+                o.event,
+                msg_id=o.msg_id,
+                correlation_id=o.correlation_id,
+                causation_id=o.causation_id,
+            )
+            for o in items
+        ]
+        return await self.publish_many_encoded(encoded, window=window)
+
+    async def publish_many_encoded(
+        self, encoded: Sequence[Encoded], *, window: int | None = None
+    ) -> list[PubAck]:
+        """Pipelined publish of encoded messages; see `publish_many`."""
+        js = self._pipelined_js(window or self.settings.publish_window)
+        futures: list[asyncio.Future[PubAck]] = []
+        try:
+            for enc in encoded:
+                futures.append(await js.publish_async(enc.subject, enc.body, headers=enc.headers))
+        except nats.errors.Error:
+            pass  # whatever was not sent is published one by one below
+        if futures:
+            # publish_async futures have no timeout of their own.
+            await asyncio.wait(futures, timeout=self.settings.publish_timeout)
+        acks: list[PubAck] = []
+        for i, enc in enumerate(encoded):
+            fut = futures[i] if i < len(futures) else None
+            if fut is not None and fut.done() and not fut.cancelled() and fut.exception() is None:
+                acks.append(fut.result())
+                continue
+            if fut is not None and not fut.done():
+                fut.cancel()
+            error = (
+                fut.exception() if fut is not None and fut.done() and not fut.cancelled() else None
+            )
+            if isinstance(error, nats.js.errors.APIError) and not isinstance(
+                error, nats.js.errors.ServiceUnavailableError
+            ):
+                raise PublishFailed(f"JetStream refused {enc.subject}: {error}") from error
+            # Lost in a reconnect or timed out: publish again with the same id (deduped).
+            acks.append(await self.publish_encoded(enc))
+        return acks
+
+    def _pipelined_js(self, window: int) -> JetStreamContext:
+        # One context per window size: each owns a reply subscription and an in-flight limit.
+        js = self._pipelines.get(window)
+        if js is None:
+            js = self.nc.jetstream(
+                timeout=self.settings.publish_timeout, publish_async_max_pending=window
+            )
+            self._pipelines[window] = js
+        return js
+
+    # -- dead letters --------------------------------------------------------------------
+
+    async def dead_letter(
+        self,
+        msg: Msg,
+        *,
+        reason: str,
+        error: str,
+        consumer: str | None = None,
+        num_delivered: int | None = None,
+    ) -> None:
+        """Copy `msg` to ``nexus.dlq.v1.<source>`` with the reason; idempotent per original."""
+        stream = seq = None
+        with contextlib.suppress(nats.errors.NotJSMessageError, ValueError, AttributeError):
+            stream, seq = msg.metadata.stream, msg.metadata.sequence.stream
+            if num_delivered is None:
+                num_delivered = msg.metadata.num_delivered
+        await self.dead_letter_raw(
+            subject=msg.subject,
+            data=msg.data,
+            headers=dict(msg.headers or {}),
+            reason=reason,
+            error=error,
+            consumer=consumer,
+            stream=stream,
+            stream_seq=seq,
+            num_delivered=num_delivered or 0,
+        )
+
+    async def dead_letter_raw(
+        self,
+        *,
+        subject: str,
+        data: bytes,
+        headers: dict[str, str],
+        reason: str,
+        error: str,
+        consumer: str | None,
+        stream: str | None,
+        stream_seq: int | None,
+        num_delivered: int,
+    ) -> None:
+        try:
+            body, encoding = data.decode(), "utf-8"
+        except UnicodeDecodeError:
+            body, encoding = base64.b64encode(data).decode(), "base64"
+        letter = DeadLetter(
+            service=self.source,
+            consumer=consumer,
+            stream=stream,
+            stream_seq=stream_seq,
+            subject=subject,
+            headers=headers,
+            body=body,
+            body_encoding=encoding,
+            reason=reason,
+            error=error.splitlines()[0][:2000] if error else reason,
+            num_delivered=num_delivered,
+        )
+        # One dead letter per original message, service and reason, however many of the
+        # service's consumers (or retries) get here.
+        msg_id = f"dlq:{self.source}:{stream}:{stream_seq}:{reason}" if stream_seq else None
+        await self.publish(subjects.dead_letter(self.source), letter, msg_id=msg_id)
+        log.warning(
+            "dead-lettered %s (%s): %s", subject, reason, error, extra={"stream_seq": stream_seq}
+        )
+
+    # -- consuming -----------------------------------------------------------------------
+
+    def consumer(self, spec: ConsumerSpec, handler: BatchHandler) -> Consumer:
+        return Consumer(self, spec, handler)
+
+    async def replay(
+        self,
+        stream: str,
+        *,
+        start_seq: int = 1,
+        filter_subject: str | None = None,
+        run_id: str | None = None,
+        batch: int = 500,
+    ) -> AsyncIterator[Decoded]:
+        """Yield the events of `stream` in order, from `start_seq` to the end as of the call.
+
+        `run_id` filters NEXUS_RUNS to one run. Messages that do not decode are skipped (the
+        live consumers dead-letter them). An ephemeral, ack-less consumer does the reading.
+        """
+        if run_id is not None:
+            filter_subject = subjects.run_events_filter(run_id)
+        async for msg in self.replay_raw(
+            stream, start_seq=start_seq, filter_subject=filter_subject, batch=batch
+        ):
+            try:
+                yield decode_msg(msg)
+            except DecodeError:
+                continue
+
+    async def replay_raw(
+        self,
+        stream: str,
+        *,
+        start_seq: int = 1,
+        filter_subject: str | None = None,
+        filter_subjects: Sequence[str] = (),
+        batch: int = 500,
+    ) -> AsyncIterator[Msg]:
+        """Like `replay` but yields the raw messages (undecodable ones included).
+
+        `filter_subjects` (several) and `filter_subject` (one) narrow the replay; the
+        messages still come in stream order.
+        """
+        filters = [*filter_subjects, *([filter_subject] if filter_subject else [])]
+        config = ConsumerConfig(
+            deliver_policy=DeliverPolicy.BY_START_SEQUENCE if start_seq > 1 else DeliverPolicy.ALL,
+            opt_start_seq=start_seq if start_seq > 1 else None,
+            ack_policy=AckPolicy.NONE,
+            filter_subject=filters[0] if len(filters) == 1 else None,
+            filter_subjects=filters if len(filters) > 1 else None,
+            inactive_threshold=60.0,
+            mem_storage=True,
+        )
+        sub = await self.js.pull_subscribe(
+            filters[0] if filters else ">", stream=stream, config=config
+        )
+        try:
+            info = await sub.consumer_info()
+            remaining = info.num_pending or 0
+            while remaining > 0:
+                try:
+                    msgs = await sub.fetch(min(batch, remaining), timeout=5)
+                except (TimeoutError, nats.errors.TimeoutError) as exc:
+                    raise BusError(f"replay of {stream} stalled with {remaining} left") from exc
+                for msg in msgs:
+                    yield msg
+                    remaining = msg.metadata.num_pending
+        finally:
+            with contextlib.suppress(nats.errors.Error, nats.js.errors.Error):
+                await sub.unsubscribe()
+            with contextlib.suppress(nats.errors.Error, nats.js.errors.Error, AttributeError):
+                await self.js.delete_consumer(stream, sub._consumer)
+
+
+def decode_msg(msg: Msg) -> Decoded:
+    """Decode a JetStream message (headers and delivery metadata included)."""
+    return codec.decode(msg.subject, msg.data, msg.headers, JsMeta.from_reply(msg.reply))
+
+
+@dataclass(slots=True)
+class Delivery:
+    """One decoded message handed to a handler. The handler may settle it itself with
+    `retry` or `reject`; otherwise the consumer acks it when the handler returns."""
+
+    decoded: Decoded
+    msg: Msg
+    outcome: tuple[str, Any] | None = field(default=None, repr=False)
+
+    @property
+    def event(self) -> Event:
+        return self.decoded.event
+
+    @property
+    def envelope(self) -> codec.Envelope:
+        return self.decoded.envelope
+
+    @property
+    def address(self) -> subjects.ParsedSubject:
+        return self.decoded.address
+
+    @property
+    def num_delivered(self) -> int:
+        return self.decoded.envelope.num_delivered
+
+    def retry(self, delay: float | None = None) -> None:
+        """Redeliver this message later (after `delay`, else the consumer's backoff)."""
+        self.outcome = ("retry", delay)
+
+    def reject(self, reason: str, error: str) -> None:
+        """Give up on this message: dead-letter it with `reason` and terminate it."""
+        self.outcome = ("reject", (reason, error))
+
+
+BatchHandler = Callable[[list[Delivery]], Awaitable[None]]
+
+
+@dataclass(frozen=True)
+class ConsumerSpec:
+    """A durable pull consumer and how its messages are retried."""
+
+    stream: str
+    durable: str
+    filter_subjects: tuple[str, ...] = ()
+    batch: int = 100
+    max_deliver: int = 5
+    # Delay before the n-th redelivery after a failure (the last value repeats).
+    backoff: tuple[float, ...] = (1.0, 5.0, 30.0)
+    ack_wait: float = 30.0
+    max_ack_pending: int = 1000
+    fetch_timeout: float = 1.0
+
+    def config(self) -> ConsumerConfig:
+        filters = list(self.filter_subjects)
+        return ConsumerConfig(
+            name=self.durable,
+            durable_name=self.durable,
+            ack_policy=AckPolicy.EXPLICIT,
+            ack_wait=self.ack_wait,
+            max_deliver=self.max_deliver,
+            max_ack_pending=self.max_ack_pending,
+            filter_subject=filters[0] if len(filters) == 1 else None,
+            filter_subjects=filters if len(filters) > 1 else None,
+        )
+
+    def delay_for(self, num_delivered: int) -> float:
+        return self.backoff[min(max(num_delivered, 1), len(self.backoff)) - 1]
+
+
+class Consumer:
+    """A durable pull consumer loop: fetch a batch, decode, hand over, settle each message."""
+
+    def __init__(self, bus: Bus, spec: ConsumerSpec, handler: BatchHandler) -> None:
+        self.bus = bus
+        self.spec = spec
+        self.handler = handler
+        self._stopping = asyncio.Event()
+        self._task: asyncio.Task[None] | None = None
+        self._advisories: Any = None
+        self.processed = 0
+        self.dead_lettered = 0
+
+    async def start(self) -> None:
+        """Create or update the durable consumer and start the fetch loop in a task."""
+        try:
+            await self.bus.js.add_consumer(self.spec.stream, self.spec.config())
+        except nats.js.errors.APIError as exc:
+            raise BusError(f"cannot create consumer {self.spec.durable}: {exc}") from exc
+        # A message whose last delivery timed out (handler hung, process died) is never
+        # redelivered; the server's advisory lets us dead-letter it anyway.
+        self._advisories = await self.bus.nc.subscribe(
+            f"$JS.EVENT.ADVISORY.CONSUMER.MAX_DELIVERIES.{self.spec.stream}.{self.spec.durable}",
+            cb=self._on_max_deliveries,
+        )
+        self._task = asyncio.create_task(self._run(), name=f"consumer:{self.spec.durable}")
+
+    async def stop(self) -> None:
+        """Drain: finish the batch in hand, settle it, then stop fetching."""
+        self._stopping.set()
+        if self._task is not None:
+            await self._task
+            self._task = None
+        if self._advisories is not None:
+            with contextlib.suppress(nats.errors.Error):
+                await self._advisories.unsubscribe()
+            self._advisories = None
+
+    async def __aenter__(self) -> Consumer:
+        await self.start()
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.stop()
+
+    async def _run(self) -> None:
+        sub = await self.bus.js.pull_subscribe_bind(self.spec.durable, stream=self.spec.stream)
+        try:
+            while not self._stopping.is_set():
+                try:
+                    msgs = await sub.fetch(self.spec.batch, timeout=self.spec.fetch_timeout)
+                except (TimeoutError, nats.errors.TimeoutError):
+                    continue
+                except _TRANSIENT_FETCH as exc:
+                    log.warning("fetch on %s failed, retrying: %s", self.spec.durable, exc)
+                    await self._pause(0.5)
+                    continue
+                try:
+                    await self._process(msgs)
+                except (nats.errors.Error, nats.js.errors.Error, BusError) as exc:
+                    # Acks/naks/DLQ publishes failed (connection away): unsettled messages
+                    # come back after ack_wait, so carry on.
+                    log.warning("settling on %s failed: %s", self.spec.durable, exc)
+                    await self._pause(0.5)
+        finally:
+            with contextlib.suppress(nats.errors.Error):
+                await sub.unsubscribe()
+
+    async def _pause(self, seconds: float) -> None:
+        with contextlib.suppress(asyncio.TimeoutError):
+            await asyncio.wait_for(self._stopping.wait(), timeout=seconds)
+
+    async def _process(self, msgs: list[Msg]) -> None:
+        deliveries: list[Delivery] = []
+        for msg in msgs:
+            try:
+                deliveries.append(Delivery(decode_msg(msg), msg))
+            except DecodeError as exc:
+                await self._give_up(msg, exc.reason, str(exc))
+        if not deliveries:
+            return
+        keepalive = asyncio.create_task(self._keep_alive(deliveries))
+        try:
+            with telemetry.consumer_span(
+                f"consume {self.spec.durable}",
+                deliveries[0].msg.headers,
+                {"messaging.batch.message_count": len(deliveries)},
+            ):
+                await self.handler(deliveries)
+        except Exception as exc:  # the handler is user code: any failure is a retry
+            log.exception("handler of %s failed on %d message(s)", self.spec.durable, len(msgs))
+            for d in deliveries:
+                await self._retry(d, None, f"{type(exc).__name__}: {exc}")
+            return
+        finally:
+            keepalive.cancel()
+        for d in deliveries:
+            if d.outcome is None:
+                await d.msg.ack()
+            else:
+                await self._settle(d)
+        self.processed += len(deliveries)
+
+    async def _keep_alive(self, deliveries: list[Delivery]) -> None:
+        # FastStream-style handlers can outlive ack_wait; tell the server we are on it.
+        while True:
+            await asyncio.sleep(self.spec.ack_wait / 3)
+            for d in deliveries:
+                with contextlib.suppress(nats.errors.Error):
+                    await d.msg.in_progress()
+
+    async def _settle(self, d: Delivery) -> None:
+        assert d.outcome is not None
+        if d.outcome[0] == "retry":
+            await self._retry(d, d.outcome[1], "handler asked for a retry")
+        else:
+            reason, error = d.outcome[1]
+            await self._give_up(d.msg, reason, error)
+
+    async def _retry(self, d: Delivery, delay: float | None, error: str) -> None:
+        if d.num_delivered >= self.spec.max_deliver:
+            await self._give_up(
+                d.msg, "max_deliver", f"failed {d.num_delivered} deliveries; last: {error}"
+            )
+            return
+        await d.msg.nak(delay=delay if delay is not None else self.spec.delay_for(d.num_delivered))
+
+    async def _give_up(self, msg: Msg, reason: str, error: str) -> None:
+        await self.bus.dead_letter(msg, reason=reason, error=error, consumer=self.spec.durable)
+        await msg.term()
+        self.dead_lettered += 1
+
+    async def _on_max_deliveries(self, advisory: Msg) -> None:
+        try:
+            info = codec.parse_body(advisory.subject, advisory.data)
+            seq = int(info["stream_seq"])
+            raw = await self.bus.js.get_msg(self.spec.stream, seq)
+            await self.bus.dead_letter_raw(
+                subject=raw.subject or "",
+                data=raw.data or b"",
+                headers=dict(raw.headers or {}),
+                reason="max_deliver",
+                error=f"not acknowledged after {info.get('deliveries')} deliveries",
+                consumer=self.spec.durable,
+                stream=self.spec.stream,
+                stream_seq=seq,
+                num_delivered=int(info.get("deliveries", 0)),
+            )
+            self.dead_lettered += 1
+        except Exception:  # an advisory callback must never kill the subscription
+            log.exception("could not dead-letter after a max-deliveries advisory")
+
+
+def stream_for_subject(subject: str) -> str:
+    """The stream a concrete subject is stored in."""
+    return STREAM_OF_FAMILY[subjects.parse_subject(subject).family]
+
+
+__all__ = [
+    "DLQ",
+    "BatchHandler",
+    "Bus",
+    "BusSettings",
+    "Consumer",
+    "ConsumerSpec",
+    "Delivery",
+    "Outgoing",
+    "decode_msg",
+    "stream_for_subject",
+]

@@ -1,0 +1,85 @@
+"""The error tree of the Nexus contract library.
+
+    NexusError
+    ├── ContractError            a value breaks the contract before anything is sent
+    │   ├── InvalidSubject       a subject or subject token is malformed (wildcards, dots, ...)
+    │   └── UnregisteredEvent    an event class or name has no registry entry
+    ├── DecodeError              an inbound message cannot become an event (goes to the DLQ)
+    │   ├── UndecodableMessage   the body is not UTF-8 JSON
+    │   ├── UnknownEvent         the subject names no known event
+    │   └── InvalidEvent         the JSON does not match the event's model
+    ├── BusError                 talking to NATS JetStream failed
+    │   ├── BusUnavailable       not connected / connection lost (also a ConnectionError)
+    │   ├── PublishFailed        the server did not acknowledge a publish
+    │   └── StreamDrift          a stream's live config differs and cannot be updated
+    └── ProjectionError          a projection cannot apply or rebuild
+
+Every `DecodeError` carries a short machine `reason` (``undecodable``, ``unknown_event``,
+``invalid_event``, ``invalid_subject``) used as the dead-letter reason code.
+"""
+
+from __future__ import annotations
+
+
+class NexusError(Exception):
+    """Root of every error raised by nexus_events."""
+
+
+class ContractError(NexusError, ValueError):
+    """A value does not satisfy the contract; nothing was sent."""
+
+
+class InvalidSubject(ContractError):  # noqa: N818 - reads as a fact, like httpx errors
+    """A subject or one of its tokens is malformed."""
+
+
+class UnregisteredEvent(ContractError):  # noqa: N818
+    """An event class or (family, name) pair has no registry entry."""
+
+
+class DecodeError(NexusError):
+    """An inbound message cannot be turned into an event."""
+
+    reason = "undecodable"
+
+    def __init__(self, message: str, *, subject: str | None = None) -> None:
+        super().__init__(message)
+        self.subject = subject
+
+
+class UndecodableMessage(DecodeError):  # noqa: N818
+    """The body is not UTF-8 JSON (or not a JSON object)."""
+
+    reason = "undecodable"
+
+
+class UnknownEvent(DecodeError):  # noqa: N818
+    """The subject does not name an event the contract knows."""
+
+    reason = "unknown_event"
+
+
+class InvalidEvent(DecodeError):  # noqa: N818
+    """The body is JSON but does not validate against the event's model."""
+
+    reason = "invalid_event"
+
+
+class BusError(NexusError):
+    """An operation against NATS JetStream failed."""
+
+
+class BusUnavailable(BusError, ConnectionError):  # noqa: N818
+    """Not connected to NATS, or the connection was lost."""
+
+
+class PublishFailed(BusError):  # noqa: N818
+    """JetStream did not acknowledge a publish (no stream, timeout, or server error)."""
+
+
+class StreamDrift(BusError):  # noqa: N818
+    """A stream's live configuration differs from the contract and could not be updated."""
+
+
+class ProjectionError(NexusError):
+    """A projection could not apply events or rebuild."""

@@ -1,0 +1,101 @@
+"""Catalog events (``nexus.catalog.v1.<agent|skill>.<id>.<event>``) and the definitions they carry.
+
+Agent definitions and skills are written by operators and kept in git; core validates them
+field by field before anything is published, and stores every applied revision.
+"""
+
+from __future__ import annotations
+
+from enum import StrEnum
+from typing import Any, ClassVar
+
+from pydantic import Field, field_validator
+
+from nexus_events.events.base import Command, register
+from nexus_events.events.specs import (
+    Budgets,
+    ModelSpec,
+    Permissions,
+    RuntimeSpec,
+    SkillRef,
+    Spec,
+    ToolGrant,
+)
+from nexus_events.subjects import Family, validate_token
+
+
+class Role(StrEnum):
+    PLANNER = "planner"
+    IMPLEMENTER = "implementer"
+    REVIEWER = "reviewer"
+    TESTER = "tester"
+    DEVOPS = "devops"
+    CUSTOM = "custom"
+
+
+class AgentDefinition(Spec):
+    id: str = Field(..., description="Agent id, a subject token.")
+    role: Role = Field(..., description="What kind of agent this is.")
+    description: str = Field("", description="What the agent is for.")
+    model: ModelSpec = Field(..., description="The LLM it uses.")
+    system_prompt: str = Field(..., min_length=1, description="Its system prompt.")
+    skills: list[SkillRef] = Field(default_factory=list, description="Skills it loads.")
+    tools: list[ToolGrant] = Field(default_factory=list, description="Tools granted.")
+    permissions: Permissions = Field(default_factory=Permissions, description="What it may do.")
+    budgets: Budgets = Field(default_factory=Budgets, description="Run limits.")
+    runtime: RuntimeSpec = Field(default_factory=RuntimeSpec, description="Isolation resources.")
+    max_concurrent_runs: int | None = Field(
+        None, gt=0, description="Admission limit for this agent; None = scheduler default."
+    )
+
+    @field_validator("id")
+    @classmethod
+    def _token(cls, value: str) -> str:
+        return validate_token(value, "agent id")
+
+
+class SkillDefinition(Spec):
+    name: str = Field(..., description="Skill name, a subject token.")
+    version: str = Field(..., min_length=1, description="Version label, e.g. 1.2.0.")
+    description: str = Field("", description="One line on what the skill teaches.")
+    content: str = Field(..., description="The markdown body given to the model.")
+    metadata: dict[str, Any] = Field(default_factory=dict, description="Other front matter.")
+
+    @field_validator("name")
+    @classmethod
+    def _token(cls, value: str) -> str:
+        return validate_token(value, "skill name")
+
+
+class _CatalogCommand(Command):
+    event_family: ClassVar[Family] = Family.CATALOG
+
+
+@register
+class AgentApplied(_CatalogCommand):
+    event_name: ClassVar[str] = "agent.applied"
+
+    definition: AgentDefinition = Field(..., description="The whole definition.")
+    applied_by: str | None = Field(None, description="Who applied it.")
+
+
+@register
+class AgentDeleted(_CatalogCommand):
+    event_name: ClassVar[str] = "agent.deleted"
+
+    deleted_by: str | None = Field(None, description="Who deleted it.")
+
+
+@register
+class SkillApplied(_CatalogCommand):
+    event_name: ClassVar[str] = "skill.applied"
+
+    skill: SkillDefinition = Field(..., description="The whole skill.")
+    applied_by: str | None = Field(None, description="Who applied it.")
+
+
+@register
+class SkillDeleted(_CatalogCommand):
+    event_name: ClassVar[str] = "skill.deleted"
+
+    deleted_by: str | None = Field(None, description="Who deleted it.")

@@ -1,0 +1,311 @@
+"""Run lifecycle events (``nexus.agent.run.v1.<run_id>.<event>``) and the RunConfig payload.
+
+The run id is the subject token, not a body field: a body stays what a person would type.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from enum import StrEnum
+from typing import Any, ClassVar, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+from nexus_events.events.base import Command, Event, register
+from nexus_events.events.specs import (
+    Budgets,
+    ModelSpec,
+    Permissions,
+    RepoSpec,
+    RuntimeSpec,
+    ToolGrant,
+)
+from nexus_events.subjects import Family, validate_token
+
+
+class Origin(StrEnum):
+    CLI = "cli"
+    PLANE = "plane"
+    CHANNEL = "channel"
+    SCHEDULE = "schedule"
+    AGENT = "agent"
+    API = "api"
+    NATS = "nats"
+
+
+class Reason:
+    """Reason codes carried by terminal events (and `failed` in particular)."""
+
+    SUCCEEDED = "succeeded"
+    UNKNOWN_AGENT = "unknown_agent"
+    UNKNOWN_SKILL = "unknown_skill"
+    RUN_ID_CONFLICT = "run_id_conflict"
+    INVALID_REQUEST = "invalid_request"
+    LLM_UNAVAILABLE = "llm_unavailable"
+    BUDGET_EXCEEDED = "budget_exceeded"
+    STUCK = "stuck"
+    RUNNER_ERROR = "runner_error"
+    RUNTIME_ERROR = "runtime_error"
+    USER_REQUESTED = "user_requested"
+    TERMINATED = "terminated"
+    DEADLINE_EXCEEDED = "deadline_exceeded"
+    HEARTBEAT_MISSING = "heartbeat_missing"
+    RUNTIME_GONE = "runtime_gone"
+
+
+class _RunEvent(Event):
+    event_family: ClassVar[Family] = Family.RUN
+
+
+class _RunCommand(Command):
+    event_family: ClassVar[Family] = Family.RUN
+
+
+class SkillDoc(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="ignore")
+
+    name: str = Field(..., description="Skill name.")
+    version: str = Field(..., description="Skill version used.")
+    content: str = Field(..., description="The skill's markdown body, as given to the model.")
+
+
+class MemoryItem(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="ignore")
+
+    memory_id: str = Field(..., description="Id of the memory record.")
+    text: str = Field(..., description="The remembered text.")
+    score: float | None = Field(None, description="Relevance score from the search.")
+    source_run_id: str | None = Field(None, description="Run that recorded it, if any.")
+
+
+class MemoryContext(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="ignore")
+
+    status: Literal["ok", "empty", "unavailable", "timeout", "disabled"] = Field(
+        "disabled", description="How the memory lookup went; the run starts either way."
+    )
+    items: list[MemoryItem] = Field(default_factory=list, description="Relevant memories.")
+
+
+class RunConfig(BaseModel):
+    """Exactly what a runner is given: the audit record of a run's inputs."""
+
+    model_config = ConfigDict(frozen=True, extra="ignore")
+
+    run_id: str = Field(..., description="The run id (also the subject token).")
+    agent_id: str = Field(..., description="Agent definition id.")
+    task_id: str | None = Field(None, description="Task the run works on.")
+    input: str = Field("", description="The request's free-text input for the agent.")
+    origin: Origin = Field(Origin.NATS, description="Where the request came from.")
+    system_prompt: str = Field(..., description="The agent's system prompt.")
+    skills: list[SkillDoc] = Field(default_factory=list, description="Skills loaded in full.")
+    memory: MemoryContext = Field(
+        default_factory=MemoryContext, description="Memory context and how it was obtained."
+    )
+    tools: list[ToolGrant] = Field(default_factory=list, description="Granted tools.")
+    permissions: Permissions = Field(default_factory=Permissions, description="What it may do.")
+    model: ModelSpec = Field(..., description="The LLM to use.")
+    budgets: Budgets = Field(default_factory=Budgets, description="Limits of the run.")
+    repo: RepoSpec | None = Field(None, description="Repository to clone into the workspace.")
+    runtime: RuntimeSpec = Field(default_factory=RuntimeSpec, description="Isolation resources.")
+    catalog_revisions: dict[str, int] = Field(
+        default_factory=dict, description="Catalog revision used per item, e.g. 'agent/x': 3."
+    )
+    attempt: int = Field(1, ge=1, description="Attempt number of this run.")
+
+
+@register
+class RunRequested(_RunCommand):
+    event_name: ClassVar[str] = "requested"
+
+    agent_id: str = Field(..., description="Id of the agent definition to run.")
+    task_id: str | None = Field(None, description="Task the run works on.")
+    input: str = Field("", description="Free-text instructions for this run.")
+    repo: RepoSpec | None = Field(None, description="Repository (URL or path) to work in.")
+    origin: Origin = Field(Origin.NATS, description="Where the request came from.")
+    requested_by: str | None = Field(None, description="Person or service asking.")
+    parent_run_id: str | None = Field(None, description="Run that delegated this one.")
+    labels: dict[str, str] = Field(default_factory=dict, description="Free labels.")
+
+    @field_validator("agent_id", "task_id", "parent_run_id")
+    @classmethod
+    def _tokens(cls, value: str | None) -> str | None:
+        return None if value is None else validate_token(value, "id")
+
+
+@register
+class RunPrepared(_RunEvent):
+    event_name: ClassVar[str] = "prepared"
+
+    config: RunConfig = Field(..., description="The fully assembled run configuration.")
+
+
+@register
+class RunQueued(_RunEvent):
+    event_name: ClassVar[str] = "queued"
+
+    position: int = Field(..., ge=1, description="1-based position in the admission queue.")
+    limit: Literal["global", "agent", "task"] = Field(..., description="The limit that is full.")
+
+
+@register
+class RunDispatched(_RunEvent):
+    event_name: ClassVar[str] = "dispatched"
+
+    runtime: str = Field(..., description="Runtime kind: kubernetes or local.")
+    handle: str = Field(..., description="Runtime handle (Job name, process id).")
+    attempt: int = Field(1, ge=1, description="Attempt number.")
+
+
+@register
+class RunStarted(_RunEvent):
+    event_name: ClassVar[str] = "started"
+
+    runner: str | None = Field(None, description="Runner host/pod name.")
+    runner_version: str | None = Field(None, description="Runner version.")
+
+
+@register
+class RunHeartbeat(_RunEvent):
+    event_name: ClassVar[str] = "heartbeat"
+
+    seq: int = Field(..., ge=0, description="Heartbeat counter within the run.")
+    turn: int = Field(0, ge=0, description="Current turn.")
+    phase: str | None = Field(None, description="What the runner is doing.")
+
+
+@register
+class RunTurn(_RunEvent):
+    event_name: ClassVar[str] = "turn"
+
+    turn: int = Field(..., ge=1, description="Turn number, from 1.")
+    model: str | None = Field(None, description="Model that answered.")
+    tokens_in: int = Field(0, ge=0, description="Prompt tokens of this turn.")
+    tokens_out: int = Field(0, ge=0, description="Completion tokens of this turn.")
+    cost_usd: float = Field(0.0, ge=0, description="Cost of this turn in USD.")
+    finish_reason: str | None = Field(None, description="The model's finish reason.")
+    duration_ms: int | None = Field(None, ge=0, description="Latency of the model call.")
+
+
+@register
+class ToolCalled(_RunEvent):
+    event_name: ClassVar[str] = "tool_called"
+
+    turn: int = Field(..., ge=1, description="Turn of the call.")
+    call_id: str = Field(..., description="The model's tool call id.")
+    tool: str = Field(..., description="Tool name.")
+    arguments: dict[str, Any] = Field(
+        default_factory=dict, description="Arguments, truncated and with secrets redacted."
+    )
+    refused: bool = Field(False, description="True if the call was refused.")
+    refusal_reason: str | None = Field(None, description="Why it was refused.")
+
+
+@register
+class ToolResult(_RunEvent):
+    event_name: ClassVar[str] = "tool_result"
+
+    turn: int = Field(..., ge=1, description="Turn of the call.")
+    call_id: str = Field(..., description="The model's tool call id.")
+    tool: str = Field(..., description="Tool name.")
+    ok: bool = Field(..., description="False if the tool failed.")
+    output: str = Field("", description="Output, truncated and with secrets redacted.")
+    truncated: bool = Field(False, description="True if output was cut.")
+    duration_ms: int | None = Field(None, ge=0, description="Tool run time.")
+
+
+@register
+class ApprovalRequested(_RunEvent):
+    event_name: ClassVar[str] = "approval_requested"
+
+    approval_id: str = Field(..., description="Id to answer with.")
+    tool: str = Field(..., description="The gated tool.")
+    summary: str = Field(..., description="What would be done (arguments summary).")
+    why: str = Field("", description="Why approval is needed.")
+    expires_at: datetime = Field(..., description="After this the request counts as denied.")
+
+
+@register
+class ApprovalDecided(_RunEvent):
+    event_name: ClassVar[str] = "approval_decided"
+
+    approval_id: str = Field(..., description="The approval answered.")
+    decision: Literal["approved", "denied", "expired"] = Field(..., description="Outcome.")
+    decided_by: str | None = Field(None, description="Who decided.")
+    comment: str | None = Field(None, description="Optional note for the agent.")
+
+
+@register
+class CancelRequested(_RunCommand):
+    event_name: ClassVar[str] = "cancel_requested"
+
+    reason: str = Field(Reason.USER_REQUESTED, description="Why the run should stop.")
+    requested_by: str | None = Field(None, description="Person or service asking.")
+
+
+class RunResult(BaseModel):
+    """The runner's structured result."""
+
+    model_config = ConfigDict(frozen=True, extra="ignore")
+
+    summary: str = Field("", description="What was done, in a few sentences.")
+    branch: str | None = Field(None, description="Work branch.")
+    commit_sha: str | None = Field(None, description="Last commit made.")
+    pr_url: str | None = Field(None, description="Pull request opened.")
+    diff_stat: str | None = Field(None, description="git diff --stat of the work.")
+    files_changed: list[str] = Field(default_factory=list, description="Paths changed.")
+    tests_passed: bool | None = Field(None, description="Outcome of the last test run.")
+    details: dict[str, Any] = Field(default_factory=dict, description="Agent-specific output.")
+
+
+class TerminalEvent(_RunEvent):
+    """Base of the events that end a run; each carries a reason code."""
+
+    status: ClassVar[str]
+
+    reason: str = Field(..., description="Reason code (see Reason).")
+    message: str = Field("", description="Human-readable detail.")
+    tokens_in: int = Field(0, ge=0, description="Prompt tokens used by the run.")
+    tokens_out: int = Field(0, ge=0, description="Completion tokens used by the run.")
+    cost_usd: float = Field(0.0, ge=0, description="Total cost in USD.")
+
+
+@register
+class RunCompleted(TerminalEvent):
+    event_name: ClassVar[str] = "completed"
+    status: ClassVar[str] = "completed"
+
+    reason: str = Field(Reason.SUCCEEDED, description="Reason code.")
+    result: RunResult = Field(default_factory=RunResult, description="Structured result.")
+
+
+@register
+class RunFailed(TerminalEvent):
+    event_name: ClassVar[str] = "failed"
+    status: ClassVar[str] = "failed"
+
+    detail: dict[str, Any] = Field(default_factory=dict, description="E.g. which budget.")
+
+
+@register
+class RunCancelled(TerminalEvent):
+    event_name: ClassVar[str] = "cancelled"
+    status: ClassVar[str] = "cancelled"
+
+    reason: str = Field(Reason.USER_REQUESTED, description="Reason code.")
+    cancelled_by: str | None = Field(None, description="Who asked.")
+
+
+@register
+class RunTimedOut(TerminalEvent):
+    event_name: ClassVar[str] = "timed_out"
+    status: ClassVar[str] = "timed_out"
+
+    reason: str = Field(Reason.DEADLINE_EXCEEDED, description="Reason code.")
+    limit_seconds: int | None = Field(None, description="The deadline that passed.")
+
+
+@register
+class RunLost(TerminalEvent):
+    event_name: ClassVar[str] = "lost"
+    status: ClassVar[str] = "lost"

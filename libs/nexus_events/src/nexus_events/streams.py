@@ -1,0 +1,199 @@
+"""The JetStream streams of the contract (DESIGN.md section 3) and `ensure_streams()`.
+
+Streams are provisioned here and only here (services declare them `declare=False` in
+FastStream). `ensure_streams` is idempotent: it creates what is missing, updates what has
+drifted, and reports what it did; a drift the server cannot apply (a storage change) raises.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+from typing import Any
+
+from nats.js import JetStreamContext
+from nats.js.api import DiscardPolicy, RetentionPolicy, StorageType, StreamConfig
+from nats.js.errors import APIError, NotFoundError
+from pydantic import Field
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+from nexus_events import subjects
+from nexus_events.errors import BusError, StreamDrift
+from nexus_events.subjects import Family
+
+log = logging.getLogger(__name__)
+
+DAY = 86_400.0
+# JetStream drops a repeated Nats-Msg-Id within this window; 2 min covers client retries.
+DUPLICATE_WINDOW_SECONDS = 120.0
+
+RUNS = "NEXUS_RUNS"
+LOGS = "NEXUS_LOGS"
+TASKS = "NEXUS_TASKS"
+CATALOG = "NEXUS_CATALOG"
+INBOX = "NEXUS_INBOX"
+SCHEDULES = "NEXUS_SCHEDULES"
+MEMORY = "NEXUS_MEMORY"
+CHANNELS = "NEXUS_CHANNELS"
+DLQ = "NEXUS_DLQ"
+
+STREAM_OF_FAMILY: dict[Family, str] = {
+    Family.RUN: RUNS,
+    Family.LOG: LOGS,
+    Family.TASK: TASKS,
+    Family.CATALOG: CATALOG,
+    Family.INBOX: INBOX,
+    Family.ROUTE: INBOX,
+    Family.SCHEDULE: SCHEDULES,
+    Family.MEMORY: MEMORY,
+    Family.CHANNEL: CHANNELS,
+    Family.DLQ: DLQ,
+}
+
+
+class StreamSettings(BaseSettings):
+    """Retention of each stream; 0 means keep forever. Env: NEXUS_STREAMS_<FIELD>."""
+
+    model_config = SettingsConfigDict(env_prefix="NEXUS_STREAMS_", extra="ignore")
+
+    replicas: int = Field(1, ge=1, le=5, description="JetStream replicas per stream.")
+    runs_max_age_days: float = Field(90, ge=0)
+    runs_max_bytes: int = Field(-1, description="-1 = unlimited.")
+    logs_max_age_days: float = Field(3, ge=0)
+    logs_max_bytes: int = Field(1 << 30, description="Logs are size-capped: 1 GiB default.")
+    tasks_max_age_days: float = Field(365, ge=0)
+    inbox_max_age_days: float = Field(7, ge=0)
+    memory_max_age_days: float = Field(365, ge=0)
+    channels_max_age_days: float = Field(7, ge=0)
+    dlq_max_age_days: float = Field(30, ge=0)
+    dlq_max_bytes: int = Field(-1)
+
+
+def stream_configs(settings: StreamSettings | None = None) -> list[StreamConfig]:
+    """The configs of every Nexus stream, from `settings` (defaults if None)."""
+    s = settings or StreamSettings()
+
+    def cfg(
+        name: str, families: list[Family], max_age_days: float, max_bytes: int = -1
+    ) -> StreamConfig:
+        return StreamConfig(
+            name=name,
+            subjects=[_stored_subjects(f) for f in families],
+            retention=RetentionPolicy.LIMITS,
+            storage=StorageType.FILE,
+            discard=DiscardPolicy.OLD,
+            max_age=max_age_days * DAY,
+            max_bytes=max_bytes,
+            duplicate_window=DUPLICATE_WINDOW_SECONDS,
+            num_replicas=s.replicas,
+        )
+
+    return [
+        cfg(RUNS, [Family.RUN], s.runs_max_age_days, s.runs_max_bytes),
+        cfg(LOGS, [Family.LOG], s.logs_max_age_days, s.logs_max_bytes),
+        cfg(TASKS, [Family.TASK], s.tasks_max_age_days),
+        cfg(CATALOG, [Family.CATALOG], 0),
+        cfg(INBOX, [Family.INBOX, Family.ROUTE], s.inbox_max_age_days),
+        cfg(SCHEDULES, [Family.SCHEDULE], 0),
+        cfg(MEMORY, [Family.MEMORY], s.memory_max_age_days),
+        cfg(CHANNELS, [Family.CHANNEL], s.channels_max_age_days),
+        cfg(DLQ, [Family.DLQ], s.dlq_max_age_days, s.dlq_max_bytes),
+    ]
+
+
+def _stored_subjects(family: Family) -> str:
+    # `nexus.memory.v1.search` is a request/reply subject: a `>` filter would store requests
+    # and answer them with a PubAck, so memory events are matched token by token.
+    if family is Family.MEMORY:
+        return "nexus.memory.v1.*.*"
+    return subjects.family_filter(family)
+
+
+# The fields this module owns; anything else on a live stream (sealed, mirrors, ...) is left.
+_MANAGED = (
+    "subjects",
+    "retention",
+    "storage",
+    "discard",
+    "max_age",
+    "max_bytes",
+    "duplicate_window",
+    "num_replicas",
+)
+
+
+@dataclass
+class EnsureReport:
+    """What `ensure_streams` did, stream by stream."""
+
+    created: list[str] = field(default_factory=list)
+    updated: dict[str, dict[str, tuple[Any, Any]]] = field(default_factory=dict)
+    unchanged: list[str] = field(default_factory=list)
+
+    @property
+    def drifted(self) -> bool:
+        return bool(self.updated)
+
+
+def _normalize(name: str, value: Any) -> Any:
+    if name == "subjects":
+        return sorted(value or [])
+    if name in ("max_age", "duplicate_window"):
+        return round(float(value or 0), 3)
+    if hasattr(value, "value"):
+        return value.value
+    return value
+
+
+def drift(live: StreamConfig, wanted: StreamConfig) -> dict[str, tuple[Any, Any]]:
+    """Managed fields whose live value differs: {field: (live, wanted)}."""
+    out = {}
+    for name in _MANAGED:
+        have, want = _normalize(name, getattr(live, name)), _normalize(name, getattr(wanted, name))
+        if have != want:
+            out[name] = (have, want)
+    return out
+
+
+async def ensure_streams(
+    js: JetStreamContext, settings: StreamSettings | None = None
+) -> EnsureReport:
+    """Create or update every Nexus stream; idempotent.
+
+    Raises `StreamDrift` when a live stream differs in a way JetStream cannot update (e.g.
+    storage), and `BusError` for other server errors.
+    """
+    report = EnsureReport()
+    for wanted in stream_configs(settings):
+        name = wanted.name
+        assert name is not None
+        try:
+            info = await js.stream_info(name)
+        except NotFoundError:
+            await _call(js.add_stream(wanted), name, "create")
+            report.created.append(name)
+            log.info("stream created", extra={"stream": name})
+            continue
+        diff = drift(info.config, wanted)
+        if not diff:
+            report.unchanged.append(name)
+            continue
+        if "storage" in diff:
+            raise StreamDrift(
+                f"stream {name}: storage is {diff['storage'][0]}, contract says "
+                f"{diff['storage'][1]}; JetStream cannot change it in place"
+            )
+        try:
+            await js.update_stream(wanted)
+        except APIError as exc:
+            raise StreamDrift(f"stream {name} drifted {diff} and cannot be updated: {exc}") from exc
+        report.updated[name] = diff
+        log.warning("stream updated to the contract", extra={"stream": name, "drift": diff})
+    return report
+
+
+async def _call(coro: Any, name: str, what: str) -> Any:
+    try:
+        return await coro
+    except APIError as exc:
+        raise BusError(f"cannot {what} stream {name}: {exc}") from exc

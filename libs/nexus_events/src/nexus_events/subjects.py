@@ -1,0 +1,264 @@
+"""Every subject and stream name of the contract: builders, filters and one parser.
+
+Nothing else in Nexus builds a subject by hand. Identifiers that become subject tokens
+(run ids, task ids, agent ids, ...) match ``[A-Za-z0-9_-]{1,128}``: a dot would add a token,
+``*``/``>`` would turn a publish into a wildcard, so both are rejected before anything is sent.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from enum import StrEnum
+from functools import lru_cache
+
+from nexus_events.errors import InvalidSubject
+
+TOKEN_PATTERN = re.compile(r"[A-Za-z0-9_-]{1,128}")
+
+# A `requested` event published on this run-id token asks core to generate the run id.
+NEW_RUN_TOKEN = "new"  # noqa: S105 - a subject token, not a secret
+
+
+class Family(StrEnum):
+    """A subject family: one shape of subject, stored in one stream."""
+
+    RUN = "run"
+    LOG = "log"
+    TASK = "task"
+    CATALOG = "catalog"
+    INBOX = "inbox"
+    ROUTE = "route"
+    SCHEDULE = "schedule"
+    MEMORY = "memory"
+    CHANNEL = "channel"
+    DLQ = "dlq"
+
+
+class CatalogKind(StrEnum):
+    AGENT = "agent"
+    SKILL = "skill"
+
+
+class Direction(StrEnum):
+    IN = "in"
+    OUT = "out"
+
+
+@dataclass(frozen=True)
+class _Shape:
+    prefix: tuple[str, ...]
+    ids: tuple[str, ...]  # names of the id tokens after the prefix, in order
+    has_event: bool  # whether the last token is the event name
+
+
+_SHAPES: dict[Family, _Shape] = {
+    Family.RUN: _Shape(("nexus", "agent", "run", "v1"), ("run_id",), True),
+    Family.LOG: _Shape(("nexus", "agent", "log", "v1"), ("run_id",), False),
+    Family.TASK: _Shape(("nexus", "task", "v1"), ("task_id",), True),
+    Family.CATALOG: _Shape(("nexus", "catalog", "v1"), ("kind", "id"), True),
+    Family.INBOX: _Shape(("agent", "inbox", "v1"), ("run_id",), False),
+    Family.ROUTE: _Shape(("agent", "route", "v1"), ("agent_id",), False),
+    Family.SCHEDULE: _Shape(("nexus", "schedule", "v1"), ("schedule_id",), True),
+    Family.MEMORY: _Shape(("nexus", "memory", "v1"), ("scope",), True),
+    Family.CHANNEL: _Shape(("nexus", "channel", "v1"), ("channel",), True),
+    Family.DLQ: _Shape(("nexus", "dlq", "v1"), ("service",), False),
+}
+
+# Request/reply query subjects (not stored in any stream).
+CORE_RUNS_GET = "nexus.core.v1.runs.get"
+CORE_RUNS_LIST = "nexus.core.v1.runs.list"
+CORE_BOARD_GET = "nexus.core.v1.board.get"
+CORE_RUNS_EVENTS = "nexus.core.v1.runs.events"
+CORE_CATALOG_AGENTS_LIST = "nexus.core.v1.catalog.agents.list"
+CORE_CATALOG_AGENTS_GET = "nexus.core.v1.catalog.agents.get"
+CORE_CATALOG_SKILLS_LIST = "nexus.core.v1.catalog.skills.list"
+CORE_CATALOG_SKILLS_GET = "nexus.core.v1.catalog.skills.get"
+MEMORY_SEARCH = "nexus.memory.v1.search"
+QUERY_SUBJECTS = (
+    CORE_RUNS_GET,
+    CORE_RUNS_LIST,
+    CORE_RUNS_EVENTS,
+    CORE_BOARD_GET,
+    CORE_CATALOG_AGENTS_LIST,
+    CORE_CATALOG_AGENTS_GET,
+    CORE_CATALOG_SKILLS_LIST,
+    CORE_CATALOG_SKILLS_GET,
+    MEMORY_SEARCH,
+)
+
+
+def validate_token(value: str, what: str = "token") -> str:
+    """Return `value` if it is a valid subject token, else raise `InvalidSubject`."""
+    if not isinstance(value, str) or TOKEN_PATTERN.fullmatch(value) is None:
+        raise InvalidSubject(
+            f"invalid {what} {value!r}: must match [A-Za-z0-9_-]{{1,128}} "
+            "(no dots, spaces or wildcards)"
+        )
+    return value
+
+
+def _build(family: Family, ids: tuple[str, ...], event: str | None) -> str:
+    shape = _SHAPES[family]
+    tokens = [validate_token(v, n) for n, v in zip(shape.ids, ids, strict=True)]
+    if shape.has_event:
+        if event is None:
+            raise InvalidSubject(f"{family} subjects need an event name")
+        tokens.append(validate_token(event, "event name"))
+    return ".".join((*shape.prefix, *tokens))
+
+
+def _filter(family: Family, ids: tuple[str | None, ...], event: str | None) -> str:
+    shape = _SHAPES[family]
+    tokens = [
+        "*" if v is None else validate_token(v, n) for n, v in zip(shape.ids, ids, strict=True)
+    ]
+    if shape.has_event:
+        tokens.append("*" if event is None else validate_token(event, "event name"))
+    return ".".join((*shape.prefix, *tokens))
+
+
+# -- builders (concrete subjects to publish on) -------------------------------------------
+
+
+def run_event(run_id: str, event: str) -> str:
+    """``nexus.agent.run.v1.<run_id>.<event>``."""
+    return _build(Family.RUN, (run_id,), event)
+
+
+def run_log(run_id: str) -> str:
+    """``nexus.agent.log.v1.<run_id>``."""
+    return _build(Family.LOG, (run_id,), None)
+
+
+def task_event(task_id: str, event: str) -> str:
+    """``nexus.task.v1.<task_id>.<event>``."""
+    return _build(Family.TASK, (task_id,), event)
+
+
+def catalog_event(kind: CatalogKind | str, item_id: str, event: str) -> str:
+    """``nexus.catalog.v1.<kind>.<id>.<event>``; kind is ``agent`` or ``skill``."""
+    try:
+        kind = CatalogKind(kind)
+    except ValueError:
+        raise InvalidSubject(f"invalid catalog kind {kind!r}: must be agent or skill") from None
+    return _build(Family.CATALOG, (kind.value, item_id), event)
+
+
+def inbox(run_id: str) -> str:
+    """``agent.inbox.v1.<run_id>``: messages and approval decisions for a running run."""
+    return _build(Family.INBOX, (run_id,), None)
+
+
+def route(agent_id: str) -> str:
+    """``agent.route.v1.<agent_id>``: delegation of work to an agent."""
+    return _build(Family.ROUTE, (agent_id,), None)
+
+
+def schedule_event(schedule_id: str, event: str) -> str:
+    """``nexus.schedule.v1.<id>.<event>``."""
+    return _build(Family.SCHEDULE, (schedule_id,), event)
+
+
+def memory_event(scope: str, event: str) -> str:
+    """``nexus.memory.v1.<scope>.<event>``."""
+    return _build(Family.MEMORY, (scope,), event)
+
+
+def channel_message(channel: str, direction: Direction | str) -> str:
+    """``nexus.channel.v1.<channel>.<in|out>``."""
+    try:
+        direction = Direction(direction)
+    except ValueError:
+        raise InvalidSubject(
+            f"invalid channel direction {direction!r}: must be in or out"
+        ) from None
+    return _build(Family.CHANNEL, (channel,), direction.value)
+
+
+def dead_letter(service: str) -> str:
+    """``nexus.dlq.v1.<service>``."""
+    return _build(Family.DLQ, (service,), None)
+
+
+# -- filters (wildcard subjects to subscribe or consume with) -----------------------------
+
+
+def run_events_filter(run_id: str | None = None, event: str | None = None) -> str:
+    """All run events, or those of one run and/or one event name."""
+    return _filter(Family.RUN, (run_id,), event)
+
+
+def run_logs_filter(run_id: str | None = None) -> str:
+    return _filter(Family.LOG, (run_id,), None)
+
+
+def task_events_filter(task_id: str | None = None, event: str | None = None) -> str:
+    return _filter(Family.TASK, (task_id,), event)
+
+
+def catalog_events_filter(kind: CatalogKind | str | None = None) -> str:
+    if kind is not None:
+        kind = CatalogKind(kind).value
+    return _filter(Family.CATALOG, (kind, None), None)
+
+
+def family_filter(family: Family) -> str:
+    """Every subject of one family, e.g. ``nexus.agent.run.v1.>``."""
+    return ".".join((*_SHAPES[family].prefix, ">"))
+
+
+def schema_prefix(family: Family) -> str:
+    """Prefix of a family's ``Nexus-Schema`` names, e.g. ``nexus.agent.run``."""
+    return ".".join(_SHAPES[family].prefix[:-1])
+
+
+def has_event_token(family: Family) -> bool:
+    """Whether the family's last subject token names the event."""
+    return _SHAPES[family].has_event
+
+
+# -- parsing ---------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ParsedSubject:
+    """A subject split into its family, id tokens and (if the family has one) event name."""
+
+    family: Family
+    ids: dict[str, str] = field(default_factory=dict)
+    event: str | None = None
+
+    @property
+    def run_id(self) -> str | None:
+        return self.ids.get("run_id")
+
+
+_BY_PREFIX = {shape.prefix: fam for fam, shape in _SHAPES.items()}
+
+
+@lru_cache(maxsize=8192)
+def parse_subject(subject: str) -> ParsedSubject:
+    """Split a concrete subject of any family; raise `InvalidSubject` if it fits none.
+
+    Cached: a run's subjects repeat for every event, and parsing is on the hot path.
+    Treat the result as read-only.
+    """
+    tokens = subject.split(".")
+    for size in (4, 3):
+        family = _BY_PREFIX.get(tuple(tokens[:size]))
+        if family is not None:
+            break
+    else:
+        raise InvalidSubject(f"subject {subject!r} belongs to no Nexus subject family")
+    shape = _SHAPES[family]
+    rest = tokens[len(shape.prefix) :]
+    expected = len(shape.ids) + (1 if shape.has_event else 0)
+    if len(rest) != expected:
+        raise InvalidSubject(
+            f"subject {subject!r}: a {family} subject has {expected} token(s) after "
+            f"{'.'.join(shape.prefix)}, got {len(rest)}"
+        )
+    ids = {name: validate_token(value, name) for name, value in zip(shape.ids, rest, strict=False)}
+    event = validate_token(rest[-1], "event name") if shape.has_event else None
+    return ParsedSubject(family=family, ids=ids, event=event)

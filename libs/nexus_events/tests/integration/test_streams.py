@@ -1,0 +1,100 @@
+"""Stream provisioning against a real nats-server."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import nats.errors
+import nats.js.errors
+import pytest
+from nexus_events import subjects
+from nexus_events.bus import Bus, BusSettings
+from nexus_events.events import MemoryRecorded
+from nexus_events.streams import (
+    DAY,
+    MEMORY,
+    RUNS,
+    StreamSettings,
+    ensure_streams,
+    stream_configs,
+)
+
+ALL = {
+    "NEXUS_RUNS", "NEXUS_LOGS", "NEXUS_TASKS", "NEXUS_CATALOG", "NEXUS_INBOX",
+    "NEXUS_SCHEDULES", "NEXUS_MEMORY", "NEXUS_CHANNELS", "NEXUS_DLQ",
+}  # fmt: skip
+
+
+@pytest.fixture
+async def raw_bus(nats_url: str):
+    """A bus whose streams are NOT ensured yet."""
+    b = await Bus.connect(BusSettings(url=nats_url, connect_attempts=1), source="streams-test")
+    try:
+        yield b
+    finally:
+        await b.close()
+
+
+async def test_creates_all_nine_then_reports_unchanged(raw_bus: Bus):
+    first = await ensure_streams(raw_bus.js)
+    assert set(first.created) == ALL
+    assert len(first.created) == 9
+    assert first.unchanged == []
+    assert not first.drifted
+
+    names = {info.config.name for info in await raw_bus.js.streams_info()}
+    assert names == ALL
+    for wanted in stream_configs():
+        live = (await raw_bus.js.stream_info(wanted.name)).config
+        assert sorted(live.subjects) == sorted(wanted.subjects)
+        assert live.duplicate_window == pytest.approx(120.0)
+
+    second = await ensure_streams(raw_bus.js)
+    assert second.created == []
+    assert second.updated == {}
+    assert set(second.unchanged) == ALL
+
+
+async def test_stream_changed_by_hand_is_reported_and_fixed(raw_bus: Bus):
+    await ensure_streams(raw_bus.js)
+    live = (await raw_bus.js.stream_info(RUNS)).config
+    assert live.max_age == pytest.approx(90 * DAY)
+    await raw_bus.js.update_stream(dataclasses.replace(live, max_age=3600.0))
+    assert (await raw_bus.js.stream_info(RUNS)).config.max_age == pytest.approx(3600.0)
+
+    report = await ensure_streams(raw_bus.js)
+    assert list(report.updated) == [RUNS]
+    have, want = report.updated[RUNS]["max_age"]
+    assert (have, want) == (pytest.approx(3600.0), pytest.approx(90 * DAY))
+    assert set(report.unchanged) == ALL - {RUNS}
+    assert (await raw_bus.js.stream_info(RUNS)).config.max_age == pytest.approx(90 * DAY)
+
+    again = await ensure_streams(raw_bus.js)
+    assert set(again.unchanged) == ALL
+
+
+async def test_settings_change_updates_the_stream(raw_bus: Bus):
+    await ensure_streams(raw_bus.js)
+    report = await ensure_streams(raw_bus.js, StreamSettings(runs_max_age_days=1))
+    assert list(report.updated) == [RUNS]
+    assert (await raw_bus.js.stream_info(RUNS)).config.max_age == pytest.approx(DAY)
+
+
+async def test_memory_stream_does_not_capture_search_requests(bus: Bus):
+    # A memory event is stored...
+    ack = await bus.publish(
+        subjects.memory_event("agent-x", "recorded"), MemoryRecorded(memory_id="m1", text="t")
+    )
+    assert ack.stream == MEMORY
+    # ...but a search request is not: no stream answers it with a PubAck.
+    with pytest.raises(nats.errors.NoRespondersError):
+        await bus.nc.request(subjects.MEMORY_SEARCH, b'{"query": "x"}', timeout=2)
+    with pytest.raises(nats.js.errors.NoStreamResponseError):
+        await bus.js.publish(subjects.MEMORY_SEARCH, b'{"query": "x"}', timeout=2)
+    info = await bus.js.stream_info(MEMORY)
+    assert info.state.messages == 1
+    with pytest.raises(nats.js.errors.NotFoundError):
+        await bus.js.find_stream_name_by_subject(subjects.MEMORY_SEARCH)
+    for query in subjects.QUERY_SUBJECTS:
+        with pytest.raises(nats.js.errors.NotFoundError):
+            await bus.js.find_stream_name_by_subject(query)

@@ -1,0 +1,138 @@
+"""The run state machine: forward only, terminal states final, approvals toggle."""
+
+from __future__ import annotations
+
+import itertools
+
+import pytest
+from nexus_events.events import registered
+from nexus_events.runstate import TERMINAL, RunStatus, is_terminal, next_status
+from nexus_events.subjects import Family
+
+# Every run event name of the contract (DESIGN.md section 3), plus one nobody knows.
+RUN_EVENTS = sorted(name for family, name in registered() if family is Family.RUN)
+EVENTS = [*RUN_EVENTS, "something_new"]
+TERMINAL_EVENTS = ["completed", "failed", "cancelled", "timed_out", "lost"]
+LIFECYCLE = ["requested", "prepared", "queued", "dispatched", "started"]
+ORDER = [
+    RunStatus.REQUESTED,
+    RunStatus.PREPARED,
+    RunStatus.QUEUED,
+    RunStatus.DISPATCHED,
+    RunStatus.RUNNING,
+]
+
+
+def fold(events, start=None):
+    """Apply events in order, as a projection does."""
+    status = start
+    for name in events:
+        new = next_status(status, name)
+        if new is not None:
+            status = new
+    return status
+
+
+def test_run_events_are_the_documented_ones():
+    assert set(RUN_EVENTS) == {
+        "requested", "prepared", "queued", "dispatched", "started", "heartbeat", "turn",
+        "tool_called", "tool_result", "approval_requested", "approval_decided",
+        "cancel_requested", "cancelled", "completed", "failed", "timed_out", "lost",
+    }  # fmt: skip
+
+
+def test_happy_path():
+    assert fold([*LIFECYCLE, "heartbeat", "turn", "tool_called", "tool_result", "completed"]) == (
+        RunStatus.COMPLETED
+    )
+    assert fold(LIFECYCLE) is RunStatus.RUNNING
+
+
+def test_first_event_sets_status():
+    assert next_status(None, "requested") is RunStatus.REQUESTED
+    assert next_status(None, "turn") is RunStatus.RUNNING
+    assert next_status(None, "cancel_requested") is None
+
+
+@pytest.mark.parametrize(("i", "j"), [(i, j) for i in range(5) for j in range(5) if j < i])
+def test_never_moves_backwards(i, j):
+    assert next_status(ORDER[i], LIFECYCLE[j]) is None
+
+
+@pytest.mark.parametrize(("i", "j"), [(i, j) for i in range(5) for j in range(5) if j > i])
+def test_skipping_forward_is_allowed(i, j):
+    assert next_status(ORDER[i], LIFECYCLE[j]) is ORDER[j]
+
+
+def test_late_events_are_ignored():
+    # `queued` delivered after `started` (redelivery, out-of-order publisher) changes nothing.
+    assert fold(["requested", "started", "queued", "prepared", "dispatched"]) is RunStatus.RUNNING
+    assert fold(["requested", "completed", "started", "heartbeat"]) is RunStatus.COMPLETED
+
+
+def test_approval_toggles_between_running_and_awaiting():
+    status = fold(LIFECYCLE)
+    status = next_status(status, "approval_requested")
+    assert status is RunStatus.AWAITING_APPROVAL
+    # a heartbeat or turn while waiting does not end the wait
+    assert next_status(status, "heartbeat") is None
+    assert next_status(status, "turn") is None
+    status = next_status(status, "approval_decided")
+    assert status is RunStatus.RUNNING
+    assert next_status(status, "approval_decided") is None
+    assert next_status(status, "approval_requested") is RunStatus.AWAITING_APPROVAL
+    assert next_status(RunStatus.AWAITING_APPROVAL, "approval_requested") is None
+
+
+@pytest.mark.parametrize("terminal", TERMINAL_EVENTS)
+def test_terminal_event_wins_over_any_live_status(terminal):
+    for status in RunStatus:
+        if status in TERMINAL:
+            continue
+        assert next_status(status, terminal) is RunStatus(terminal)
+    assert next_status(RunStatus.AWAITING_APPROVAL, terminal) is RunStatus(terminal)
+
+
+def test_cancel_requested_does_not_change_status():
+    for status in RunStatus:
+        assert next_status(status, "cancel_requested") is None
+
+
+def test_terminal_status_never_changes_exhaustive():
+    """Every terminal status, followed by every ordered pair of events, stays put."""
+    for status in TERMINAL:
+        for first, second in itertools.product(EVENTS, repeat=2):
+            assert next_status(status, first) is None, (status, first)
+            assert fold([first, second], start=status) is status, (status, first, second)
+
+
+def test_terminal_event_then_any_pair_of_events_is_final():
+    """From any start, once a terminal event is applied, no pair of later events moves it."""
+    for start in [None, *RunStatus]:
+        for terminal in TERMINAL_EVENTS:
+            reached = fold([terminal], start=start)
+            assert is_terminal(reached)
+            for pair in itertools.product(EVENTS, repeat=2):
+                assert fold([terminal, *pair], start=start) is reached, (start, terminal, pair)
+
+
+def test_every_transition_is_forward_or_an_approval_toggle():
+    rank = {status: i for i, status in enumerate(ORDER)}
+    rank[RunStatus.AWAITING_APPROVAL] = rank[RunStatus.RUNNING]
+    for status in RunStatus:
+        for name in EVENTS:
+            new = next_status(status, name)
+            if new is None or new in TERMINAL:
+                continue
+            assert status not in TERMINAL
+            assert rank[new] > rank[status] or (
+                rank[new] == rank[status] and name.startswith("approval_") and new is not status
+            ), (status, name, new)
+
+
+def test_is_terminal():
+    assert not is_terminal(None)
+    assert is_terminal("completed")
+    assert not is_terminal(RunStatus.AWAITING_APPROVAL)
+    with pytest.raises(ValueError, match="bogus"):
+        is_terminal("bogus")

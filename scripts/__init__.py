@@ -1,0 +1,1 @@
+"""Operator scripts run from the repository root (`python -m scripts.<name>`)."""
