@@ -1,0 +1,1 @@
+"""Nexus core: agent catalog, run assembly, agent_runs and board projections, queries."""

@@ -1,0 +1,169 @@
+"""Wiring and lifecycle of the core service: start everything in order, stop it draining.
+
+Start: connect NATS and PostgreSQL, ensure streams, apply migrations, start the catalog,
+agent_runs and board projections, the run assembly consumer, the queries and the health
+endpoint. Stop (SIGTERM): stop taking work first (health not ready, queries, assembly
+consumer finishes its batch), then the projections commit their batch in hand, then close.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from typing import Any
+
+import asyncpg
+from nexus_events.bus import Bus, BusSettings, Consumer
+from nexus_events.projection import ProjectionRunner
+from nexus_events.streams import CATALOG, ensure_streams
+
+from nexus_core.board_projection import BoardProjection
+from nexus_core.catalog_store import CatalogProjection, PgCatalogStore
+from nexus_core.config import CoreSettings
+from nexus_core.errors import CatalogBackendError
+from nexus_core.handlers import AssemblyHandler, assembly_consumer_spec
+from nexus_core.health import HealthServer
+from nexus_core.memory import MemoryClient
+from nexus_core.queries import CoreQueries
+from nexus_core.requests_store import RunRequestStore
+from nexus_core.runs_projection import AgentRunsProjection
+
+log = logging.getLogger(__name__)
+
+SOURCE = "core"
+
+
+class CoreApp:
+    """The core service. `bus`/`pool` may be given (tests); otherwise they are created."""
+
+    def __init__(
+        self,
+        settings: CoreSettings | None = None,
+        *,
+        bus_settings: BusSettings | None = None,
+        bus: Bus | None = None,
+        pool: asyncpg.Pool[Any] | None = None,
+    ) -> None:
+        self.settings = settings or CoreSettings()
+        self.bus_settings = bus_settings
+        self._own_bus = bus is None
+        self._own_pool = pool is None
+        self._bus = bus
+        self._pool = pool
+        self.catalog_runner: ProjectionRunner | None = None
+        self.runs_runner: ProjectionRunner | None = None
+        self.board_runner: ProjectionRunner | None = None
+        self.assembly: Consumer | None = None
+        self.queries: CoreQueries | None = None
+        self.health: HealthServer | None = None
+        self._running = False
+
+    @property
+    def bus(self) -> Bus:
+        if self._bus is None:
+            raise RuntimeError("core is not started: no NATS connection")
+        return self._bus
+
+    @property
+    def pool(self) -> asyncpg.Pool[Any]:
+        if self._pool is None:
+            raise RuntimeError("core is not started: no PostgreSQL pool")
+        return self._pool
+
+    def ready(self) -> bool:
+        return self._running and self._bus is not None and self._bus.nc.is_connected
+
+    async def start(self) -> None:
+        s = self.settings
+        if s.catalog_url is not None and not s.catalog_url.startswith("postgres"):
+            raise CatalogBackendError(
+                f"catalog backend {s.catalog_url.split(':', 1)[0]!r} is not available in this "
+                "build; leave NEXUS_CATALOG_URL unset to use PostgreSQL"
+            )
+        if self._bus is None:
+            self._bus = await Bus.connect(self.bus_settings, source=SOURCE)
+        if self._pool is None:
+            self._pool = await asyncpg.create_pool(
+                s.database_url, min_size=1, max_size=s.db_pool_size
+            )
+        await ensure_streams(self.bus.js)
+        requests = RunRequestStore(self.pool)
+        await requests.migrate()
+        batch = s.projection_batch
+        bus, pool = self.bus, self.pool
+        self.catalog_runner = ProjectionRunner(
+            bus, pool, CatalogProjection(), batch=batch, fetch_timeout=s.fetch_timeout
+        )
+        self.runs_runner = ProjectionRunner(
+            bus, pool, AgentRunsProjection(), batch=batch, fetch_timeout=s.fetch_timeout
+        )
+        self.board_runner = ProjectionRunner(
+            bus, pool, BoardProjection(), batch=batch, fetch_timeout=s.fetch_timeout
+        )
+        for runner in (self.catalog_runner, self.runs_runner, self.board_runner):
+            await runner.start()
+        catalog = PgCatalogStore(self.pool)
+        handler = AssemblyHandler(
+            bus=self.bus,
+            catalog=catalog,
+            requests=requests,
+            memory=MemoryClient(self.bus.nc, timeout=s.memory_timeout, enabled=s.memory_enabled),
+            catalog_fresh=self.catalog_fresh,
+            concurrency=s.assembly_concurrency,
+        )
+        self.assembly = self.bus.consumer(
+            assembly_consumer_spec(f"{s.consumer_prefix}_assembly", s.fetch_timeout), handler
+        )
+        await self.assembly.start()
+        self.queries = CoreQueries(self.bus, self.pool, catalog)
+        await self.queries.start()
+        if s.health_port is not None:
+            self.health = HealthServer(self.ready, s.health_host, s.health_port)
+            await self.health.start()
+        self._running = True
+        log.info("core started")
+
+    async def catalog_fresh(self) -> bool:
+        """Whether the catalog projection has applied everything in NEXUS_CATALOG."""
+        if self.catalog_runner is None:
+            return False
+        info = await self.bus.js.stream_info(CATALOG)
+        return self.catalog_runner.last_seq.get(CATALOG, 0) >= info.state.last_seq
+
+    async def stop(self) -> None:
+        """Drain: stop taking requests, finish batches in hand, then close connections."""
+        self._running = False
+        if self.queries is not None:
+            await self.queries.stop()
+        if self.assembly is not None:
+            await self.assembly.stop()
+        runners = (self.board_runner, self.runs_runner, self.catalog_runner)
+        await asyncio.gather(*(r.stop() for r in runners if r is not None))
+        if self.health is not None:
+            await self.health.stop()
+        if self._own_pool and self._pool is not None:
+            with contextlib.suppress(asyncio.TimeoutError):
+                await asyncio.wait_for(self._pool.close(), timeout=10)
+            self._pool = None
+        if self._own_bus and self._bus is not None:
+            await self._bus.close()
+            self._bus = None
+        log.info("core stopped")
+
+    async def __aenter__(self) -> CoreApp:
+        await self.start()
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.stop()
+
+
+async def serve(settings: CoreSettings, stop: asyncio.Event) -> None:
+    """Run core until `stop` is set, then drain within `drain_timeout` seconds."""
+    app = CoreApp(settings)
+    await app.start()
+    try:
+        await stop.wait()
+    finally:
+        await asyncio.wait_for(app.stop(), timeout=settings.drain_timeout)

@@ -1,0 +1,110 @@
+"""Run assembly (DESIGN.md section 5, steps 1-4) as a pure decision.
+
+`assemble` turns a run request, the agent definition, its skills and the memory context into
+the `RunConfig` a runner is given, or into an `AssemblyFailure` with the reason code of the
+`failed` event. It does no I/O: the handler loads the inputs and publishes the outcome.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from nexus_events.events import MemoryContext, Reason, RunConfig, RunRequested, SkillDoc
+
+from nexus_core.catalog_store import StoredAgent, StoredSkill
+
+
+@dataclass(frozen=True)
+class AssemblyFailure:
+    """Why a run cannot be prepared: the `failed` event's reason, message and detail."""
+
+    reason: str
+    message: str
+    detail: dict[str, Any] = field(default_factory=dict)
+
+
+def skill_key(name: str, version: str | None) -> str:
+    """Key of a skill reference: ``name`` (latest) or ``name@version`` (pinned)."""
+    return name if version is None else f"{name}@{version}"
+
+
+def assemble(
+    run_id: str,
+    request: RunRequested,
+    agent: StoredAgent | None,
+    skills: Mapping[str, StoredSkill | None],
+    memory: MemoryContext,
+) -> RunConfig | AssemblyFailure:
+    """The run's config, or a failure (unknown agent, unknown skill).
+
+    `skills` maps each of the agent's skill references (`skill_key`) to what the catalog holds.
+    `catalog_revisions` records the revision of the agent and of every skill used.
+    """
+    if agent is None:
+        return AssemblyFailure(
+            Reason.UNKNOWN_AGENT,
+            f"no agent {request.agent_id!r} in the catalog",
+            {"agent_id": request.agent_id},
+        )
+    definition = agent.definition
+    docs: list[SkillDoc] = []
+    revisions = {f"agent/{definition.id}": agent.revision}
+    missing: list[str] = []
+    for ref in definition.skills:
+        key = skill_key(ref.name, ref.version)
+        stored = skills.get(key)
+        if stored is None:
+            missing.append(key)
+            continue
+        docs.append(
+            SkillDoc(
+                name=stored.skill.name, version=stored.skill.version, content=stored.skill.content
+            )
+        )
+        revisions[f"skill/{stored.skill.name}"] = stored.revision
+    if missing:
+        return AssemblyFailure(
+            Reason.UNKNOWN_SKILL,
+            f"agent {definition.id!r} needs skill(s) missing from the catalog: "
+            + ", ".join(missing),
+            {"agent_id": definition.id, "skills": missing},
+        )
+    return RunConfig(
+        run_id=run_id,
+        agent_id=definition.id,
+        task_id=request.task_id,
+        input=request.input,
+        origin=request.origin,
+        system_prompt=definition.system_prompt,
+        skills=docs,
+        memory=memory,
+        tools=definition.tools,
+        permissions=definition.permissions,
+        model=definition.model,
+        budgets=definition.budgets,
+        repo=request.repo,
+        runtime=definition.runtime,
+        catalog_revisions=revisions,
+    )
+
+
+def request_fingerprint(request: RunRequested) -> str:
+    """Hash of a request's content: equal for a redelivery or a repeat of the same body."""
+    body = request.model_dump_json(exclude_none=True).encode()
+    return hashlib.blake2b(body, digest_size=16).hexdigest()
+
+
+def generated_run_id(stream: str | None, seq: int | None, event_id: str) -> str:
+    """Run id for a request published on the `new` token: derived from where the request sits
+    in the stream, so a redelivery of that request gets the same id."""
+    digest = hashlib.blake2b(f"{stream}:{seq}:{event_id}".encode(), digest_size=10).hexdigest()
+    return f"run-{digest}"
+
+
+def conflict_run_id(run_id: str, event_id: str) -> str:
+    """Run id under which a conflicting request is failed, leaving the existing run untouched."""
+    digest = hashlib.blake2b(event_id.encode(), digest_size=4).hexdigest()
+    return f"{run_id[:100]}-conflict-{digest}"

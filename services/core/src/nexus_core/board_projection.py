@@ -1,0 +1,270 @@
+"""The `board` projection: one row per task, from NEXUS_TASKS + NEXUS_RUNS (schema core_board).
+
+The two streams are followed by separate loops, so their events interleave differently on every
+replay. To give the same rows whatever the interleaving, each stream writes only its own
+columns: task events set the task's fields and the `manual_column` an operator chose (with its
+JetStream time), run events set the current run and the `run_column` its status implies (with
+the time of that status). The board column is a generated column: whichever of the two is
+more recent (the run's on a tie). A cancelled run implies no column, so the task falls back to
+where the operator put it.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+
+from nexus_events import subjects
+from nexus_events.codec import Decoded
+from nexus_events.events import (
+    Column,
+    RunPrepared,
+    RunRequested,
+    TaskCreated,
+    TaskDeleted,
+    TaskMoved,
+    TaskUpdated,
+)
+from nexus_events.projection import Source, quote_ident
+from nexus_events.runstate import RunStatus, next_status
+from nexus_events.streams import RUNS, TASKS
+from nexus_events.subjects import Family
+
+from nexus_core.migrations import Conn, migrate
+
+BOARD_SCHEMA = "core_board"
+
+MIGRATIONS = (
+    """
+    CREATE TABLE {schema}.tasks (
+        task_id text PRIMARY KEY,
+        title text,
+        description text NOT NULL DEFAULT '',
+        labels jsonb NOT NULL DEFAULT '[]',
+        repo jsonb,
+        external_id text,
+        external_source text,
+        created_at timestamptz,
+        updated_at timestamptz,
+        deleted boolean NOT NULL DEFAULT false,
+        manual_column text,
+        manual_at timestamptz,
+        current_run_id text,
+        current_run_at timestamptz,
+        run_column text,
+        run_at timestamptz,
+        runs jsonb NOT NULL DEFAULT '[]',
+        board_column text GENERATED ALWAYS AS (
+            CASE WHEN run_column IS NOT NULL AND (manual_at IS NULL OR run_at >= manual_at)
+                 THEN run_column ELSE COALESCE(manual_column, 'backlog') END) STORED);
+    CREATE INDEX ON {schema}.tasks (board_column);
+    CREATE TABLE {schema}.run_index (
+        run_id text PRIMARY KEY,
+        task_id text NOT NULL,
+        status text NOT NULL,
+        requested_at timestamptz);
+    """,
+)
+
+# The board column a run's status puts its task in; None: the status says nothing (cancelled).
+STATUS_COLUMN: dict[RunStatus, Column | None] = {
+    RunStatus.REQUESTED: Column.IN_PROGRESS,
+    RunStatus.PREPARED: Column.IN_PROGRESS,
+    RunStatus.QUEUED: Column.IN_PROGRESS,
+    RunStatus.DISPATCHED: Column.IN_PROGRESS,
+    RunStatus.RUNNING: Column.IN_PROGRESS,
+    RunStatus.AWAITING_APPROVAL: Column.AWAITING_APPROVAL,
+    RunStatus.COMPLETED: Column.REVIEW,
+    RunStatus.FAILED: Column.FAILED,
+    RunStatus.TIMED_OUT: Column.FAILED,
+    RunStatus.LOST: Column.FAILED,
+    RunStatus.CANCELLED: None,
+}
+
+
+@dataclass
+class _RunRef:
+    task_id: str
+    status: str
+    requested_at: datetime | None
+    dirty: bool = False
+
+
+@dataclass
+class _TaskRuns:
+    current_run_id: str | None = None
+    current_run_at: datetime | None = None
+    run_column: str | None = None
+    run_at: datetime | None = None
+    runs: list[str] = field(default_factory=list)
+
+
+def _later_or_equal(a: datetime | None, b: datetime | None) -> bool:
+    return b is None or (a is not None and a >= b)
+
+
+def evolve_task_runs(
+    task: _TaskRuns, run_id: str, status: RunStatus, at: datetime | None, *, new_run: bool
+) -> None:
+    """Fold a run's new status into its task's run fields (in place)."""
+    if new_run and run_id not in task.runs:
+        task.runs.append(run_id)
+    if new_run and (task.current_run_id is None or _later_or_equal(at, task.current_run_at)):
+        task.current_run_id, task.current_run_at = run_id, at
+    if task.current_run_id == run_id:
+        column = STATUS_COLUMN[status]
+        task.run_column = None if column is None else column.value
+        task.run_at = at
+
+
+class BoardProjection:
+    name = "board"
+    sources: tuple[Source, ...] = (Source(TASKS), Source(RUNS))
+
+    def __init__(self, schema: str = BOARD_SCHEMA) -> None:
+        self.schema = schema
+
+    async def create(self, conn: Conn, schema: str) -> None:
+        await migrate(conn, schema, MIGRATIONS)
+
+    async def apply(self, conn: Conn, schema: str, batch: Sequence[Decoded]) -> None:
+        q = quote_ident(schema)
+        if batch and batch[0].address.family is Family.TASK:
+            for d in batch:
+                await self._apply_task(conn, q, d)
+        else:
+            await self._apply_runs(conn, q, batch)
+
+    async def _apply_task(self, conn: Conn, q: str, d: Decoded) -> None:
+        task_id = d.address.ids.get("task_id", "")
+        at, ev = d.envelope.timestamp, d.event
+        if isinstance(ev, TaskCreated):
+            await conn.execute(
+                f"INSERT INTO {q}.tasks (task_id, title, description, labels, repo, external_id,"
+                " external_source, created_at, updated_at, manual_column, manual_at, deleted)"
+                " VALUES ($1, $2, $3, $4::jsonb, $5::jsonb, $6, $7, $8, $8, $9, $8, false)"
+                " ON CONFLICT (task_id) DO UPDATE SET title = EXCLUDED.title,"
+                " description = EXCLUDED.description, labels = EXCLUDED.labels,"
+                " repo = EXCLUDED.repo, external_id = EXCLUDED.external_id,"
+                " external_source = EXCLUDED.external_source, created_at = EXCLUDED.created_at,"
+                " updated_at = EXCLUDED.updated_at, manual_column = EXCLUDED.manual_column,"
+                " manual_at = EXCLUDED.manual_at, deleted = false",
+                task_id, ev.title, ev.description, json.dumps(ev.labels),
+                None if ev.repo is None else ev.repo.model_dump_json(exclude_none=True),
+                ev.external_id, ev.external_source, at, ev.column.value,
+            )  # fmt: skip
+        elif isinstance(ev, TaskUpdated):
+            await conn.execute(
+                f"INSERT INTO {q}.tasks (task_id, title, description, labels, repo, updated_at)"
+                " VALUES ($1, $2, COALESCE($3, ''), COALESCE($4::jsonb, '[]'), $5::jsonb, $6)"
+                " ON CONFLICT (task_id) DO UPDATE SET"
+                " title = COALESCE(EXCLUDED.title, tasks.title),"
+                " description = COALESCE($3, tasks.description),"
+                " labels = COALESCE($4::jsonb, tasks.labels),"
+                " repo = COALESCE($5::jsonb, tasks.repo), updated_at = EXCLUDED.updated_at",
+                task_id, ev.title, ev.description,
+                None if ev.labels is None else json.dumps(ev.labels),
+                None if ev.repo is None else ev.repo.model_dump_json(exclude_none=True), at,
+            )  # fmt: skip
+        elif isinstance(ev, TaskMoved):
+            await conn.execute(
+                f"INSERT INTO {q}.tasks (task_id, manual_column, manual_at, updated_at)"
+                " VALUES ($1, $2, $3, $3) ON CONFLICT (task_id) DO UPDATE SET"
+                " manual_column = EXCLUDED.manual_column, manual_at = EXCLUDED.manual_at,"
+                " updated_at = EXCLUDED.updated_at",
+                task_id,
+                ev.column.value,
+                at,
+            )
+        elif isinstance(ev, TaskDeleted):
+            await conn.execute(
+                f"INSERT INTO {q}.tasks (task_id, deleted, updated_at) VALUES ($1, true, $2)"
+                " ON CONFLICT (task_id) DO UPDATE SET deleted = true, updated_at = $2",
+                task_id,
+                at,
+            )
+
+    async def _apply_runs(self, conn: Conn, q: str, batch: Sequence[Decoded]) -> None:
+        run_ids = sorted(
+            {
+                d.address.run_id
+                for d in batch
+                if d.address.run_id not in (None, subjects.NEW_RUN_TOKEN)
+            }
+        )
+        refs: dict[str, _RunRef] = {
+            r["run_id"]: _RunRef(r["task_id"], r["status"], r["requested_at"])
+            for r in await conn.fetch(
+                f"SELECT run_id, task_id, status, requested_at FROM {q}.run_index"
+                " WHERE run_id = ANY($1::text[])",
+                run_ids,
+            )
+        }
+        task_ids = {ref.task_id for ref in refs.values()}
+        for d in batch:
+            ev = d.event
+            if isinstance(ev, RunRequested) and ev.task_id:
+                task_ids.add(ev.task_id)
+            elif isinstance(ev, RunPrepared) and ev.config.task_id:
+                task_ids.add(ev.config.task_id)
+        tasks: dict[str, _TaskRuns] = {
+            r["task_id"]: _TaskRuns(r["current_run_id"], r["current_run_at"], r["run_column"],
+                                    r["run_at"], json.loads(r["runs"]))
+            for r in await conn.fetch(
+                f"SELECT task_id, current_run_id, current_run_at, run_column, run_at, runs"
+                f" FROM {q}.tasks WHERE task_id = ANY($1::text[])",
+                sorted(task_ids),
+            )
+        }  # fmt: skip
+        touched: set[str] = set()
+        for d in batch:
+            run_id, name = d.address.run_id, d.address.event
+            if run_id is None or name is None or run_id == subjects.NEW_RUN_TOKEN:
+                continue
+            at, ev = d.envelope.timestamp, d.event
+            ref = refs.get(run_id)
+            new_run = False
+            if ref is None:
+                task_id = (
+                    ev.task_id if isinstance(ev, RunRequested)
+                    else ev.config.task_id if isinstance(ev, RunPrepared) else None
+                )  # fmt: skip
+                if task_id is None:
+                    continue  # a run without a task (or whose request we never saw)
+                status = next_status(None, name)
+                if status is None:
+                    continue
+                ref = refs[run_id] = _RunRef(task_id, status.value, at, dirty=True)
+                new_run = True
+            else:
+                moved = next_status(ref.status, name)
+                if moved is None:
+                    continue
+                ref.status, ref.dirty = moved.value, True
+            task = tasks.setdefault(ref.task_id, _TaskRuns())
+            evolve_task_runs(task, run_id, RunStatus(ref.status), at, new_run=new_run)
+            touched.add(ref.task_id)
+        dirty = sorted((rid, ref) for rid, ref in refs.items() if ref.dirty)
+        if dirty:
+            await conn.executemany(
+                f"INSERT INTO {q}.run_index (run_id, task_id, status, requested_at)"
+                " VALUES ($1, $2, $3, $4) ON CONFLICT (run_id) DO UPDATE SET"
+                " status = EXCLUDED.status",
+                [(rid, ref.task_id, ref.status, ref.requested_at) for rid, ref in dirty],
+            )
+        if touched:
+            await conn.executemany(
+                f"INSERT INTO {q}.tasks (task_id, current_run_id, current_run_at, run_column,"
+                " run_at, runs) VALUES ($1, $2, $3, $4, $5, $6::jsonb)"
+                " ON CONFLICT (task_id) DO UPDATE SET current_run_id = EXCLUDED.current_run_id,"
+                " current_run_at = EXCLUDED.current_run_at, run_column = EXCLUDED.run_column,"
+                " run_at = EXCLUDED.run_at, runs = EXCLUDED.runs",
+                [
+                    (tid, t.current_run_id, t.current_run_at, t.run_column, t.run_at,
+                     json.dumps(t.runs))
+                    for tid in sorted(touched)
+                    for t in (tasks[tid],)
+                ],
+            )  # fmt: skip

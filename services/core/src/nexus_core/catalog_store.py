@@ -1,0 +1,336 @@
+"""The revisioned catalog store: agent and skill definitions in PostgreSQL JSONB (schema `core`).
+
+`CatalogProjection` follows NEXUS_CATALOG through the foundation's `ProjectionRunner`, so every
+applied event is stored exactly once together with its checkpoint, and `rebuild` gives the
+same revisions. Each item has a revision counter: every apply that changes the definition and
+every delete adds a revision; re-applying an identical definition adds nothing. History is
+never deleted. `PgCatalogStore` is the read side used by run assembly and queries.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any, Protocol
+
+import asyncpg
+from nexus_events.codec import Decoded
+from nexus_events.events import (
+    AgentApplied,
+    AgentDefinition,
+    AgentDeleted,
+    SkillApplied,
+    SkillDefinition,
+    SkillDeleted,
+)
+from nexus_events.projection import Source, quote_ident
+from nexus_events.streams import CATALOG
+
+from nexus_core.migrations import Conn, migrate
+
+log = logging.getLogger(__name__)
+
+CATALOG_SCHEMA = "core"
+
+MIGRATIONS = (
+    """
+    CREATE TABLE {schema}.agents (
+        id text PRIMARY KEY,
+        revision int NOT NULL,
+        deleted boolean NOT NULL,
+        definition jsonb,
+        updated_seq bigint NOT NULL,
+        updated_at timestamptz);
+    CREATE TABLE {schema}.agent_revisions (
+        id text NOT NULL,
+        revision int NOT NULL,
+        deleted boolean NOT NULL,
+        definition jsonb,
+        changed_by text,
+        stream_seq bigint NOT NULL,
+        changed_at timestamptz,
+        PRIMARY KEY (id, revision));
+    CREATE TABLE {schema}.skills (
+        name text PRIMARY KEY,
+        revision int NOT NULL,
+        deleted boolean NOT NULL,
+        version text,
+        definition jsonb,
+        reset_revision int NOT NULL DEFAULT 0,
+        updated_seq bigint NOT NULL,
+        updated_at timestamptz);
+    CREATE TABLE {schema}.skill_revisions (
+        name text NOT NULL,
+        revision int NOT NULL,
+        deleted boolean NOT NULL,
+        version text,
+        definition jsonb,
+        changed_by text,
+        stream_seq bigint NOT NULL,
+        changed_at timestamptz,
+        PRIMARY KEY (name, revision));
+    CREATE INDEX ON {schema}.skill_revisions (name, version, revision);
+    """,
+)
+
+
+@dataclass(frozen=True)
+class StoredAgent:
+    definition: AgentDefinition
+    revision: int
+    updated_at: datetime | None
+
+
+@dataclass(frozen=True)
+class StoredSkill:
+    skill: SkillDefinition
+    revision: int
+    updated_at: datetime | None
+
+
+class CatalogStore(Protocol):
+    """Read side of the catalog, whatever the backend."""
+
+    async def get_agent(self, agent_id: str) -> StoredAgent | None:
+        """The current definition, or None if never applied or deleted."""
+
+    async def get_skill(self, name: str, version: str | None = None) -> StoredSkill | None:
+        """The latest revision of `name` (with `version`, the latest of that version)."""
+
+    async def list_agents(self) -> list[StoredAgent]: ...
+
+    async def list_skills(self) -> list[StoredSkill]: ...
+
+
+class CatalogProjection:
+    """Writes catalog events into the revisioned tables of `schema`."""
+
+    name = "catalog"
+    sources: tuple[Source, ...] = (Source(CATALOG),)
+
+    def __init__(self, schema: str = CATALOG_SCHEMA) -> None:
+        self.schema = schema
+
+    async def create(self, conn: Conn, schema: str) -> None:
+        await migrate(conn, schema, MIGRATIONS)
+
+    async def apply(self, conn: Conn, schema: str, batch: Sequence[Decoded]) -> None:
+        q = quote_ident(schema)
+        for d in batch:
+            item_id = d.address.ids.get("id", "")
+            event = d.event
+            seq = d.envelope.stream_seq or 0
+            at = d.envelope.timestamp
+            if isinstance(event, AgentApplied):
+                if event.definition.id != item_id:
+                    log.warning(
+                        "agent %r applied on subject of %r: skipped", event.definition.id, item_id
+                    )
+                    continue
+                body = event.definition.model_dump_json()
+                await _change(
+                    conn,
+                    q,
+                    "agents",
+                    "agent_revisions",
+                    "id",
+                    item_id,
+                    body,
+                    None,
+                    event.applied_by,
+                    seq,
+                    at,
+                )
+            elif isinstance(event, AgentDeleted):
+                await _change(
+                    conn,
+                    q,
+                    "agents",
+                    "agent_revisions",
+                    "id",
+                    item_id,
+                    None,
+                    None,
+                    event.deleted_by,
+                    seq,
+                    at,
+                )
+            elif isinstance(event, SkillApplied):
+                if event.skill.name != item_id:
+                    log.warning(
+                        "skill %r applied on subject of %r: skipped", event.skill.name, item_id
+                    )
+                    continue
+                body = event.skill.model_dump_json()
+                await _change(
+                    conn,
+                    q,
+                    "skills",
+                    "skill_revisions",
+                    "name",
+                    item_id,
+                    body,
+                    event.skill.version,
+                    event.applied_by,
+                    seq,
+                    at,
+                )
+            elif isinstance(event, SkillDeleted):
+                await _change(
+                    conn,
+                    q,
+                    "skills",
+                    "skill_revisions",
+                    "name",
+                    item_id,
+                    None,
+                    None,
+                    event.deleted_by,
+                    seq,
+                    at,
+                )
+
+
+async def _change(  # noqa: PLR0917 - one private call site per event kind
+    conn: Conn,
+    q: str,
+    table: str,
+    history: str,
+    key: str,
+    item_id: str,
+    body: str | None,
+    version: str | None,
+    by: str | None,
+    seq: int,
+    at: datetime | None,
+) -> None:
+    """Add a revision (body None = delete) unless it changes nothing."""
+    skill = table == "skills"
+    row = await conn.fetchrow(
+        f"SELECT revision, deleted, definition FROM {q}.{table} WHERE {key} = $1 FOR UPDATE",
+        item_id,
+    )
+    deleted = body is None
+    if row is not None:
+        same_body = (
+            body is not None
+            and row["definition"] is not None
+            and (json.loads(row["definition"]) == json.loads(body))
+        )
+        if (deleted and row["deleted"]) or (not deleted and not row["deleted"] and same_body):
+            return  # nothing changes: no new revision
+    elif deleted:
+        return  # deleting something never applied: nothing to record
+    revision = (row["revision"] if row else 0) + 1
+    await conn.execute(
+        f"INSERT INTO {q}.{history} ({key}, revision, deleted, definition, changed_by,"
+        f" stream_seq, changed_at{', version' if skill else ''})"
+        f" VALUES ($1, $2, $3, $4::jsonb, $5, $6, $7{', $8' if skill else ''})",
+        *(item_id, revision, deleted, body, by, seq, at, *((version,) if skill else ())),
+    )
+    extra_cols = ", version, reset_revision" if skill else ""
+    extra_vals = ", $7, $8" if skill else ""
+    extra_set = (
+        ", version = EXCLUDED.version, reset_revision = CASE WHEN EXCLUDED.deleted"
+        f" THEN EXCLUDED.revision ELSE {table}.reset_revision END"
+        if skill
+        else ""
+    )
+    await conn.execute(
+        f"INSERT INTO {q}.{table} ({key}, revision, deleted, definition, updated_seq,"
+        f" updated_at{extra_cols}) VALUES ($1, $2, $3, $4::jsonb, $5, $6{extra_vals})"
+        f" ON CONFLICT ({key}) DO UPDATE SET revision = EXCLUDED.revision,"
+        " deleted = EXCLUDED.deleted, definition = EXCLUDED.definition,"
+        f" updated_seq = EXCLUDED.updated_seq, updated_at = EXCLUDED.updated_at{extra_set}",
+        *(
+            item_id,
+            revision,
+            deleted,
+            body,
+            seq,
+            at,
+            *((version, revision if deleted else 0) if skill else ()),
+        ),
+    )
+
+
+class PgCatalogStore:
+    """`CatalogStore` over the PostgreSQL tables written by `CatalogProjection`."""
+
+    def __init__(self, pool: asyncpg.Pool[Any], schema: str = CATALOG_SCHEMA) -> None:
+        self.pool = pool
+        self.q = quote_ident(schema)
+
+    async def get_agent(self, agent_id: str) -> StoredAgent | None:
+        row = await self.pool.fetchrow(
+            f"SELECT definition, revision, updated_at FROM {self.q}.agents"
+            " WHERE id = $1 AND NOT deleted",
+            agent_id,
+        )
+        return None if row is None else _agent(row)
+
+    async def list_agents(self) -> list[StoredAgent]:
+        rows = await self.pool.fetch(
+            f"SELECT definition, revision, updated_at FROM {self.q}.agents"
+            " WHERE NOT deleted ORDER BY id"
+        )
+        return [_agent(r) for r in rows]
+
+    async def get_skill(self, name: str, version: str | None = None) -> StoredSkill | None:
+        if version is None:
+            row = await self.pool.fetchrow(
+                f"SELECT definition, revision, updated_at FROM {self.q}.skills"
+                " WHERE name = $1 AND NOT deleted",
+                name,
+            )
+        else:
+            # The latest revision of that version since the skill was last deleted.
+            row = await self.pool.fetchrow(
+                f"SELECT h.definition, h.revision, h.changed_at AS updated_at"
+                f" FROM {self.q}.skill_revisions h JOIN {self.q}.skills s ON s.name = h.name"
+                " WHERE h.name = $1 AND h.version = $2 AND NOT h.deleted AND NOT s.deleted"
+                " AND h.revision > s.reset_revision ORDER BY h.revision DESC LIMIT 1",
+                name,
+                version,
+            )
+        return None if row is None else _skill(row)
+
+    async def list_skills(self) -> list[StoredSkill]:
+        rows = await self.pool.fetch(
+            f"SELECT definition, revision, updated_at FROM {self.q}.skills"
+            " WHERE NOT deleted ORDER BY name"
+        )
+        return [_skill(r) for r in rows]
+
+    async def agent_history(self, agent_id: str) -> list[tuple[int, bool, AgentDefinition | None]]:
+        """Every revision of an agent, oldest first: (revision, deleted, definition)."""
+        rows = await self.pool.fetch(
+            f"SELECT revision, deleted, definition FROM {self.q}.agent_revisions"
+            " WHERE id = $1 ORDER BY revision",
+            agent_id,
+        )
+        return [
+            (
+                r["revision"],
+                r["deleted"],
+                None
+                if r["definition"] is None
+                else AgentDefinition.model_validate_json(r["definition"]),
+            )
+            for r in rows
+        ]
+
+
+def _agent(row: asyncpg.Record) -> StoredAgent:
+    return StoredAgent(
+        AgentDefinition.model_validate_json(row["definition"]), row["revision"], row["updated_at"]
+    )
+
+
+def _skill(row: asyncpg.Record) -> StoredSkill:
+    return StoredSkill(
+        SkillDefinition.model_validate_json(row["definition"]), row["revision"], row["updated_at"]
+    )

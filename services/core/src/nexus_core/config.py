@@ -1,0 +1,33 @@
+"""Core's settings, from the environment (prefix ``NEXUS_``; NATS itself: ``NEXUS_NATS_*``)."""
+
+from __future__ import annotations
+
+from pydantic import Field
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+
+class CoreSettings(BaseSettings):
+    model_config = SettingsConfigDict(env_prefix="NEXUS_", extra="ignore")
+
+    database_url: str = Field(
+        "postgresql://postgres@127.0.0.1:5432/nexus", description="PostgreSQL DSN (asyncpg)."
+    )
+    catalog_url: str | None = Field(
+        None, description="Catalog backend; None = the PostgreSQL database (schema core)."
+    )
+    db_pool_size: int = Field(8, gt=1, description="Most PostgreSQL connections.")
+    memory_enabled: bool = Field(True, description="Ask memory for context during assembly.")
+    # The design's bound on how long a run waits for memory (DESIGN.md section 5).
+    memory_timeout: float = Field(0.3, gt=0, le=10, description="Seconds to wait for memory.")
+    assembly_concurrency: int = Field(8, gt=0, description="Run ids assembled in parallel.")
+    projection_batch: int = Field(500, gt=0, description="Events per projection transaction.")
+    # Each consumer loop notices a stop within this many seconds.
+    fetch_timeout: float = Field(1.0, gt=0, le=30, description="Seconds one fetch waits.")
+    health_host: str = Field("127.0.0.1", description="Bind address of the health endpoint.")
+    health_port: int | None = Field(
+        8080, ge=0, le=65535, description="HTTP port of /healthz and /readyz; None = off."
+    )
+    drain_timeout: float = Field(30.0, gt=0, description="Most seconds to drain on SIGTERM.")
+    consumer_prefix: str = Field(
+        "core", pattern=r"^[A-Za-z0-9_-]+$", description="Prefix of durable consumer names."
+    )

@@ -1,0 +1,98 @@
+"""Pure validation of catalog documents: agent YAML/JSON and skill markdown with front matter.
+
+Operators keep these files in git. Every problem is reported field by field
+(`DocumentInvalid.errors`) so one run of ``nexus agents apply`` shows all of them at once.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+import yaml
+from nexus_events.events import AgentDefinition, SkillDefinition
+from pydantic import ValidationError
+
+from nexus_core.errors import DocumentInvalid, FieldError
+
+WHOLE = "(document)"
+# Front matter keys that are SkillDefinition fields; any other key goes to `metadata`.
+_SKILL_FIELDS = ("name", "version", "description")
+_FRONT_MATTER = re.compile(r"\A---[ \t]*\r?\n(.*?)\r?\n---[ \t]*(?:\r?\n|\Z)(.*)\Z", re.DOTALL)
+
+
+def _errors(exc: ValidationError) -> list[FieldError]:
+    out = []
+    for err in exc.errors(include_url=False):
+        loc = ".".join(str(p) for p in err["loc"]) or WHOLE
+        out.append(FieldError(loc, err["msg"]))
+    return out
+
+
+def _load_mapping(kind: str, text: str) -> dict[str, Any]:
+    """YAML is a superset of JSON, so one loader reads both."""
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
+        problem = getattr(exc, "problem", None) or str(exc)
+        raise DocumentInvalid(
+            kind, [FieldError(WHOLE, f"not valid YAML{where}: {problem}")]
+        ) from None
+    if not isinstance(data, dict):
+        got = "nothing" if data is None else type(data).__name__
+        raise DocumentInvalid(kind, [FieldError(WHOLE, f"must be a mapping, got {got}")])
+    return {str(k): v for k, v in data.items()}
+
+
+def parse_agent(text: str) -> AgentDefinition:
+    """Validate an agent definition (YAML or JSON); raise `DocumentInvalid` listing every error."""
+    return agent_from_mapping(_load_mapping("agent", text))
+
+
+def agent_from_mapping(data: dict[str, Any]) -> AgentDefinition:
+    try:
+        return AgentDefinition.model_validate(data)
+    except ValidationError as exc:
+        raise DocumentInvalid("agent", _errors(exc)) from None
+
+
+def parse_skill(text: str, *, name: str | None = None) -> SkillDefinition:
+    """Validate a skill: markdown opening with a ``---`` YAML front matter block.
+
+    Front matter holds ``name`` (or pass `name`, e.g. from the file name), ``version`` and an
+    optional ``description``; other keys are kept as ``metadata``. The rest is the content.
+    """
+    match = _FRONT_MATTER.match(text)
+    if match is None:
+        raise DocumentInvalid(
+            "skill", [FieldError(WHOLE, "must open with a '---' front matter block")]
+        )
+    front = _load_mapping("skill", match.group(1))
+    content = match.group(2).strip("\n")
+    fields: dict[str, Any] = {k: front.pop(k) for k in _SKILL_FIELDS if k in front}
+    if name is not None:
+        fields.setdefault("name", name)
+    if isinstance(fields.get("version"), int | float):
+        fields["version"] = str(fields["version"])  # `version: 2` is the common spelling
+    errors: list[FieldError] = []
+    if not content.strip():
+        errors.append(FieldError("content", "the markdown body is empty"))
+    try:
+        skill = SkillDefinition.model_validate({**fields, "content": content, "metadata": front})
+    except ValidationError as exc:
+        errors = _errors(exc) + errors
+        raise DocumentInvalid("skill", errors) from None
+    if errors:
+        raise DocumentInvalid("skill", errors)
+    return skill
+
+
+def render_skill(skill: SkillDefinition) -> str:
+    """The markdown document of `skill` (front matter + content); `parse_skill` reads it back."""
+    front = {"name": skill.name, "version": skill.version}
+    if skill.description:
+        front["description"] = skill.description
+    head = yaml.safe_dump({**front, **skill.metadata}, sort_keys=False).strip()
+    return f"---\n{head}\n---\n{skill.content}\n"

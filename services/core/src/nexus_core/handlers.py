@@ -1,0 +1,181 @@
+"""The run assembly handler: `requested` in -> catalog + memory -> `prepared` or `failed` out.
+
+Choices (documented in the service README section of the report):
+
+- A request on the ``new`` run-id token is re-published as a `requested` under a generated run
+  id (derived from the original's stream position, event id ``core:requested:<run id>``) and
+  then assembled like any other; the original stays in the stream as the audit record, and
+  the projections ignore the ``new`` token. Every run then has a `requested` of its own.
+- Outcomes are published with deterministic ids (``core:prepared:<run id>``,
+  ``core:failed:<run id>``): a redelivered request never prepares twice.
+- A second request for an existing run id with a different body must not touch the existing
+  run: it is failed with ``run_id_conflict`` under a derived run id
+  (``<run id>-conflict-<hash>``, detail.conflicts_with names the existing run). The same body
+  again is a duplicate and is dropped.
+- Unknown agent or skill while the catalog projection is behind the stream: retried shortly
+  (the definition may be on its way), then failed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+
+from nexus_events import subjects, telemetry
+from nexus_events.bus import Bus, ConsumerSpec, Delivery
+from nexus_events.events import MemoryContext, Reason, RunFailed, RunPrepared, RunRequested
+from nexus_events.streams import RUNS
+
+from nexus_core.assembly import (
+    AssemblyFailure,
+    assemble,
+    conflict_run_id,
+    generated_run_id,
+    request_fingerprint,
+    skill_key,
+)
+from nexus_core.catalog_store import CatalogStore, StoredSkill
+from nexus_core.memory import MemoryClient
+from nexus_core.requests_store import RunRequestStore
+
+log = logging.getLogger(__name__)
+
+ASSEMBLY_DURABLE = "core_assembly"
+# How long to wait before retrying a request whose agent may still be on its way.
+CATALOG_LAG_RETRY_SECONDS = 0.2
+
+
+def assembly_consumer_spec(
+    durable: str = ASSEMBLY_DURABLE, fetch_timeout: float = 1.0
+) -> ConsumerSpec:
+    return ConsumerSpec(
+        stream=RUNS,
+        durable=durable,
+        filter_subjects=(subjects.run_events_filter(None, "requested"),),
+        batch=100,
+        fetch_timeout=fetch_timeout,
+    )
+
+
+def prepared_id(run_id: str) -> str:
+    return f"core:prepared:{run_id}"
+
+
+def failed_id(run_id: str) -> str:
+    return f"core:failed:{run_id}"
+
+
+@dataclass
+class AssemblyHandler:
+    """Batch handler for `Bus.consumer`: handles each run id's requests in order, different
+    run ids concurrently."""
+
+    bus: Bus
+    catalog: CatalogStore
+    requests: RunRequestStore
+    memory: MemoryClient
+    catalog_fresh: Callable[[], Awaitable[bool]]
+    max_lag_retries: int = 3
+    concurrency: int = 8
+
+    async def __call__(self, deliveries: list[Delivery]) -> None:
+        groups: dict[str, list[Delivery]] = {}
+        for d in deliveries:
+            groups.setdefault(d.decoded.address.run_id or "", []).append(d)
+        limit = asyncio.Semaphore(self.concurrency)
+
+        async def run(group: list[Delivery]) -> None:
+            async with limit:
+                for d in group:
+                    with telemetry.consumer_span(
+                        "core assemble", d.msg.headers, {"nexus.run_id": d.decoded.address.run_id}
+                    ):
+                        await self.handle(d)
+
+        await asyncio.gather(*(run(g) for g in groups.values()))
+
+    async def handle(self, d: Delivery) -> None:
+        event = d.event
+        if not isinstance(event, RunRequested):  # the filter only delivers `requested`
+            return
+        env = d.envelope
+        run_id = d.decoded.address.run_id or ""
+        if run_id == subjects.NEW_RUN_TOKEN:
+            await self._republish_new(d, event)
+            return
+        claim = await self.requests.claim(
+            run_id, request_fingerprint(event), env.event_id, env.stream_seq
+        )
+        if claim.kind == "conflict":
+            await self._conflict(d, run_id)
+            return
+        if claim.kind == "duplicate" and claim.outcome != "pending":
+            return  # already prepared or failed; its outcome is in the stream
+        agent = await self.catalog.get_agent(event.agent_id)
+        skills: dict[str, StoredSkill | None] = {}
+        if agent is not None:
+            for ref in agent.definition.skills:
+                skills[skill_key(ref.name, ref.version)] = await self.catalog.get_skill(
+                    ref.name, ref.version
+                )
+        incomplete = agent is None or any(s is None for s in skills.values())
+        if (
+            incomplete
+            and d.num_delivered <= self.max_lag_retries
+            and not await self.catalog_fresh()
+        ):
+            d.retry(CATALOG_LAG_RETRY_SECONDS)
+            return
+        # Memory is asked only when the run can be prepared at all.
+        memory = MemoryContext(status="disabled") if incomplete else await self.memory.search(event)
+        result = assemble(run_id, event, agent, skills, memory)
+        correlation = env.correlation_id or env.event_id
+        if isinstance(result, AssemblyFailure):
+            await self.bus.publish(
+                subjects.run_event(run_id, "failed"),
+                RunFailed(reason=result.reason, message=result.message, detail=result.detail),
+                msg_id=failed_id(run_id),
+                correlation_id=correlation,
+                causation_id=env.event_id,
+            )
+            await self.requests.finish(run_id, "failed", result.reason)
+            log.info("run %s failed: %s", run_id, result.message)
+            return
+        await self.bus.publish(
+            subjects.run_event(run_id, "prepared"),
+            RunPrepared(config=result),
+            msg_id=prepared_id(run_id),
+            correlation_id=correlation,
+            causation_id=env.event_id,
+        )
+        await self.requests.finish(run_id, "prepared")
+
+    async def _republish_new(self, d: Delivery, event: RunRequested) -> None:
+        env = d.envelope
+        run_id = generated_run_id(env.stream, env.stream_seq, env.event_id)
+        await self.bus.publish(
+            subjects.run_event(run_id, "requested"),
+            event,
+            msg_id=f"core:requested:{run_id}",
+            correlation_id=env.correlation_id or env.event_id,
+            causation_id=env.event_id,
+        )
+        log.info("request %s got run id %s", env.event_id, run_id)
+
+    async def _conflict(self, d: Delivery, run_id: str) -> None:
+        env = d.envelope
+        target = conflict_run_id(run_id, env.event_id)
+        await self.bus.publish(
+            subjects.run_event(target, "failed"),
+            RunFailed(
+                reason=Reason.RUN_ID_CONFLICT,
+                message=f"run {run_id!r} already exists with a different request",
+                detail={"conflicts_with": run_id, "request_event_id": env.event_id},
+            ),
+            msg_id=failed_id(target),
+            correlation_id=env.correlation_id or env.event_id,
+            causation_id=env.event_id,
+        )
+        log.warning("request %s conflicts with run %s; failed as %s", env.event_id, run_id, target)

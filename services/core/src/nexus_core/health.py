@@ -1,0 +1,58 @@
+"""A minimal HTTP health endpoint for probes: ``/healthz`` (alive) and ``/readyz`` (ready).
+
+Readiness is whatever the app's `ready()` says: NATS connected and every component running.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import Callable
+
+_REASONS = {200: "OK", 404: "Not Found", 503: "Service Unavailable"}
+
+
+class HealthServer:
+    def __init__(self, ready: Callable[[], bool], host: str, port: int) -> None:
+        self.ready = ready
+        self.host = host
+        self.port = port
+        self._server: asyncio.Server | None = None
+
+    async def start(self) -> None:
+        self._server = await asyncio.start_server(self._handle, self.host, self.port)
+        self.port = self._server.sockets[0].getsockname()[1]
+
+    async def stop(self) -> None:
+        if self._server is not None:
+            self._server.close()
+            await self._server.wait_closed()
+            self._server = None
+
+    async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        try:
+            async with asyncio.timeout(5):
+                line = await reader.readline()
+                while (await reader.readline()) not in (b"\r\n", b"\n", b""):
+                    pass
+            parts = line.decode("latin-1").split()
+            path = parts[1] if len(parts) > 1 else ""
+            if path == "/healthz":
+                status = 200
+            elif path == "/readyz":
+                status = 200 if self.ready() else 503
+            else:
+                status = 404
+            body = _REASONS[status].lower().encode()
+            writer.write(
+                f"HTTP/1.1 {status} {_REASONS[status]}\r\nContent-Type: text/plain\r\n"
+                f"Content-Length: {len(body)}\r\nConnection: close\r\n\r\n".encode()
+                + body
+            )
+            await writer.drain()
+        except (TimeoutError, OSError, UnicodeDecodeError):
+            pass
+        finally:
+            writer.close()
+            with contextlib.suppress(OSError):
+                await writer.wait_closed()

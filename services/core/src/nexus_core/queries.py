@@ -1,0 +1,328 @@
+"""Core's read side over NATS request/reply, as the `nexus-core` nats.micro service.
+
+Every endpoint takes a JSON object (an empty body means ``{}``) and answers JSON. A bad request
+gets a nats.micro error reply (``Nats-Service-Error-Code`` 400/404) whose body is
+``{"error": {"code", "message", "fields": [{"loc", "msg"}]}}`` rather than a timeout.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+from collections.abc import AsyncGenerator, Awaitable, Callable
+from datetime import datetime
+from typing import Any, TypeVar, cast
+
+import asyncpg
+from nats.micro import add_service
+from nats.micro.request import Request
+from nats.micro.service import EndpointConfig, Service, ServiceConfig
+from nexus_events import subjects
+from nexus_events.bus import Bus
+from nexus_events.codec import Decoded
+from nexus_events.errors import InvalidSubject
+from nexus_events.projection import quote_ident
+from nexus_events.streams import RUNS
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from nexus_core.board_projection import BOARD_SCHEMA
+from nexus_core.catalog_store import CatalogStore, StoredAgent, StoredSkill
+from nexus_core.errors import QueryError
+from nexus_core.run_state import RunRow
+from nexus_core.runs_projection import RUNS_SCHEMA
+
+log = logging.getLogger(__name__)
+
+SERVICE_NAME = "nexus-core"
+SERVICE_VERSION = "0.1.0"
+# Most rows one runs.list / runs.events reply carries.
+MAX_PAGE = 500
+
+
+class _Query(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+class RunsGet(_Query):
+    run_id: str = Field(..., min_length=1)
+
+
+class RunsList(_Query):
+    status: str | None = None
+    agent_id: str | None = None
+    task_id: str | None = None
+    origin: str | None = None
+    since: datetime | None = Field(None, description="Runs requested at or after this time.")
+    limit: int = Field(50, gt=0, le=MAX_PAGE)
+    cursor: str | None = Field(None, description="next_cursor of the previous page.")
+
+
+class RunsEvents(_Query):
+    run_id: str = Field(..., min_length=1)
+    from_seq: int = Field(1, ge=1, description="Stream sequence to start at.")
+    limit: int = Field(MAX_PAGE, gt=0, le=MAX_PAGE)
+
+
+class BoardGet(_Query):
+    column: str | None = None
+    include_deleted: bool = False
+
+
+class AgentGet(_Query):
+    id: str = Field(..., min_length=1)
+
+
+class SkillGet(_Query):
+    name: str = Field(..., min_length=1)
+    version: str | None = None
+
+
+class _Empty(_Query):
+    pass
+
+
+Q = TypeVar("Q", bound=_Query)
+
+
+def run_view(row: RunRow) -> dict[str, Any]:
+    """A run as queries show it."""
+    return {
+        "run_id": row.run_id,
+        "status": row.status,
+        "reason": row.reason,
+        "message": row.message,
+        "agent_id": row.agent_id,
+        "task_id": row.task_id,
+        "origin": row.origin,
+        "input": row.input,
+        "requested_by": row.requested_by,
+        "parent_run_id": row.parent_run_id,
+        "attempt": row.attempt,
+        "runtime": row.runtime,
+        "runtime_handle": row.runtime_handle,
+        "queue_position": row.queue_position,
+        "catalog_revisions": row.catalog_revisions,
+        "phases": {k: v.isoformat() for k, v in row.phases.items()},
+        "ended_at": row.ended_at.isoformat() if row.ended_at else None,
+        "last_event_at": row.last_event_at.isoformat() if row.last_event_at else None,
+        "turns": row.turn_count,
+        "tokens_in": row.tokens_in,
+        "tokens_out": row.tokens_out,
+        "cost_usd": row.cost_usd,
+        "result": row.result,
+        "last_seq": row.last_seq,
+    }
+
+
+def _agent_view(a: StoredAgent) -> dict[str, Any]:
+    return {"revision": a.revision, "definition": a.definition.model_dump(mode="json")}
+
+
+def _skill_view(s: StoredSkill) -> dict[str, Any]:
+    return {"revision": s.revision, "skill": s.skill.model_dump(mode="json")}
+
+
+class CoreQueries:
+    """The query endpoints; `start` registers them as the `nexus-core` micro service."""
+
+    def __init__(
+        self,
+        bus: Bus,
+        pool: asyncpg.Pool[Any],
+        catalog: CatalogStore,
+        *,
+        runs_schema: str = RUNS_SCHEMA,
+        board_schema: str = BOARD_SCHEMA,
+    ) -> None:
+        self.bus = bus
+        self.pool = pool
+        self.catalog = catalog
+        self.runs = quote_ident(runs_schema)
+        self.board = quote_ident(board_schema)
+        self.service: Service | None = None
+
+    async def start(self) -> None:
+        self.service = await add_service(
+            self.bus.nc,
+            ServiceConfig(
+                name=SERVICE_NAME,
+                version=SERVICE_VERSION,
+                description="Nexus core: runs, board and catalog queries",
+            ),
+        )
+        endpoints: list[tuple[str, str, Callable[[Request], Awaitable[None]]]] = [
+            ("runs-get", subjects.CORE_RUNS_GET, self._wrap(RunsGet, self.runs_get)),
+            ("runs-list", subjects.CORE_RUNS_LIST, self._wrap(RunsList, self.runs_list)),
+            ("runs-events", subjects.CORE_RUNS_EVENTS, self._wrap(RunsEvents, self.runs_events)),
+            ("board-get", subjects.CORE_BOARD_GET, self._wrap(BoardGet, self.board_get)),
+            ("agents-list", subjects.CORE_CATALOG_AGENTS_LIST, self._wrap(_Empty, self.agents)),
+            ("agents-get", subjects.CORE_CATALOG_AGENTS_GET, self._wrap(AgentGet, self.agent)),
+            ("skills-list", subjects.CORE_CATALOG_SKILLS_LIST, self._wrap(_Empty, self.skills)),
+            ("skills-get", subjects.CORE_CATALOG_SKILLS_GET, self._wrap(SkillGet, self.skill)),
+        ]
+        for name, subject, handler in endpoints:
+            await self.service.add_endpoint(
+                EndpointConfig(name=name, subject=subject, handler=handler)
+            )
+
+    async def stop(self) -> None:
+        if self.service is not None:
+            await self.service.stop()
+            self.service = None
+
+    def _wrap(
+        self, model: type[Q], fn: Callable[[Q], Awaitable[Any]]
+    ) -> Callable[[Request], Awaitable[None]]:
+        async def handler(request: Request) -> None:
+            try:
+                data = request.data.strip() or b"{}"
+                try:
+                    query = model.model_validate_json(data)
+                except ValidationError as exc:
+                    fields = [
+                        {"loc": ".".join(str(p) for p in e["loc"]) or "(body)", "msg": e["msg"]}
+                        for e in exc.errors(include_url=False)
+                    ]
+                    raise _BadRequest(fields) from None
+                result = await fn(query)
+                await request.respond(json.dumps(result, default=str).encode())
+            except _BadRequest as exc:
+                await _error(request, 400, "invalid request", exc.fields)
+            except QueryError as exc:
+                await _error(request, exc.code, str(exc), [])
+
+        return handler
+
+    # -- runs ------------------------------------------------------------------------
+
+    async def runs_get(self, query: RunsGet) -> dict[str, Any]:
+        doc = await self.pool.fetchval(
+            f"SELECT doc FROM {self.runs}.agent_runs WHERE run_id = $1", query.run_id
+        )
+        if doc is None:
+            raise QueryError(404, f"no run {query.run_id!r}")
+        return run_view(RunRow.from_doc(json.loads(doc)))
+
+    async def runs_list(self, query: RunsList) -> dict[str, Any]:
+        where, args = [], []
+        for column in ("status", "agent_id", "task_id", "origin"):
+            value = getattr(query, column)
+            if value is not None:
+                args.append(value)
+                where.append(f"{column} = ${len(args)}")
+        if query.since is not None:
+            args.append(query.since)
+            where.append(f"COALESCE(requested_at, last_event_at) >= ${len(args)}")
+        if query.cursor is not None:
+            try:
+                before = int(query.cursor)
+            except ValueError:
+                raise QueryError(400, f"invalid cursor {query.cursor!r}") from None
+            args.append(before)
+            where.append(f"first_seq < ${len(args)}")
+        args.append(query.limit + 1)
+        sql = (
+            f"SELECT doc FROM {self.runs}.agent_runs"
+            + (" WHERE " + " AND ".join(where) if where else "")
+            + f" ORDER BY first_seq DESC LIMIT ${len(args)}"
+        )
+        rows = [RunRow.from_doc(json.loads(r["doc"])) for r in await self.pool.fetch(sql, *args)]
+        more = len(rows) > query.limit
+        rows = rows[: query.limit]
+        return {
+            "runs": [run_view(r) for r in rows],
+            "next_cursor": str(rows[-1].first_seq) if more and rows else None,
+        }
+
+    async def runs_events(self, query: RunsEvents) -> dict[str, Any]:
+        try:
+            subjects.validate_token(query.run_id, "run id")
+        except InvalidSubject as exc:
+            raise QueryError(400, str(exc)) from None
+        events = []
+        replay = cast(
+            AsyncGenerator[Decoded, None],
+            self.bus.replay(RUNS, run_id=query.run_id, start_seq=query.from_seq),
+        )
+        async with contextlib.aclosing(replay) as stream:
+            async for d in stream:
+                events.append({
+                    "seq": d.envelope.stream_seq,
+                    "event": d.address.event,
+                    "time": d.envelope.timestamp.isoformat() if d.envelope.timestamp else None,
+                    "event_id": d.envelope.event_id,
+                    "source": d.envelope.source,
+                    "body": d.event.model_dump(mode="json", exclude_none=True),
+                })  # fmt: skip
+                if len(events) >= query.limit:
+                    break
+        return {"run_id": query.run_id, "events": events}
+
+    # -- board -----------------------------------------------------------------------
+
+    async def board_get(self, query: BoardGet) -> dict[str, Any]:
+        where, args = [], []
+        if not query.include_deleted:
+            where.append("NOT t.deleted")
+        if query.column is not None:
+            args.append(query.column)
+            where.append(f"t.board_column = ${len(args)}")
+        rows = await self.pool.fetch(
+            "SELECT t.*, (SELECT jsonb_object_agg(i.run_id, i.status)"
+            f" FROM {self.board}.run_index i WHERE i.task_id = t.task_id) AS statuses"
+            f" FROM {self.board}.tasks t"
+            + (" WHERE " + " AND ".join(where) if where else "")
+            + " ORDER BY t.task_id",
+            *args,
+        )
+        tasks = []
+        for r in rows:
+            statuses = json.loads(r["statuses"]) if r["statuses"] else {}
+            runs = json.loads(r["runs"])
+            current = r["current_run_id"]
+            tasks.append({
+                "task_id": r["task_id"],
+                "title": r["title"],
+                "column": r["board_column"],
+                "labels": json.loads(r["labels"]),
+                "deleted": r["deleted"],
+                "current_run": None if current is None
+                else {"run_id": current, "status": statuses.get(current)},
+                "past_runs": [{"run_id": x, "status": statuses.get(x)} for x in runs
+                              if x != current],
+                "updated_at": r["updated_at"].isoformat() if r["updated_at"] else None,
+            })  # fmt: skip
+        return {"tasks": tasks}
+
+    # -- catalog ---------------------------------------------------------------------
+
+    async def agents(self, _: _Empty) -> dict[str, Any]:
+        return {"agents": [_agent_view(a) for a in await self.catalog.list_agents()]}
+
+    async def agent(self, query: AgentGet) -> dict[str, Any]:
+        found = await self.catalog.get_agent(query.id)
+        if found is None:
+            raise QueryError(404, f"no agent {query.id!r}")
+        return _agent_view(found)
+
+    async def skills(self, _: _Empty) -> dict[str, Any]:
+        return {"skills": [_skill_view(s) for s in await self.catalog.list_skills()]}
+
+    async def skill(self, query: SkillGet) -> dict[str, Any]:
+        found = await self.catalog.get_skill(query.name, query.version)
+        if found is None:
+            what = query.name if query.version is None else f"{query.name}@{query.version}"
+            raise QueryError(404, f"no skill {what!r}")
+        return _skill_view(found)
+
+
+class _BadRequest(Exception):  # noqa: N818 - control flow inside this module
+    def __init__(self, fields: list[dict[str, str]]) -> None:
+        super().__init__("invalid request")
+        self.fields = fields
+
+
+async def _error(request: Request, code: int, message: str, fields: list[dict[str, str]]) -> None:
+    body = json.dumps({"error": {"code": code, "message": message, "fields": fields}}).encode()
+    await request.respond_error(str(code), message, data=body)

@@ -1,0 +1,124 @@
+"""The `agent_runs` projection: one row per run, following NEXUS_RUNS (schema core_agent_runs).
+
+Each batch loads the rows of the runs it touches, folds the events through the pure
+`run_state.evolve`, and upserts the rows (typed columns for queries plus the whole row as
+JSONB for the next fold), in the runner's transaction with the checkpoint.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from typing import Any
+
+from nexus_events import subjects
+from nexus_events.codec import Decoded
+from nexus_events.projection import Source, quote_ident
+from nexus_events.streams import RUNS
+
+from nexus_core.migrations import Conn, migrate
+from nexus_core.run_state import RunFact, RunRow, evolve
+
+RUNS_SCHEMA = "core_agent_runs"
+
+MIGRATIONS = (
+    """
+    CREATE TABLE {schema}.agent_runs (
+        run_id text PRIMARY KEY,
+        status text,
+        reason text,
+        agent_id text,
+        task_id text,
+        origin text,
+        attempt int NOT NULL,
+        runtime text,
+        runtime_handle text,
+        catalog_revisions jsonb NOT NULL,
+        requested_at timestamptz,
+        prepared_at timestamptz,
+        queued_at timestamptz,
+        dispatched_at timestamptz,
+        started_at timestamptz,
+        ended_at timestamptz,
+        last_event_at timestamptz,
+        tokens_in bigint NOT NULL,
+        tokens_out bigint NOT NULL,
+        cost_usd double precision NOT NULL,
+        result_summary text,
+        first_seq bigint NOT NULL,
+        last_seq bigint NOT NULL,
+        doc jsonb NOT NULL);
+    CREATE INDEX ON {schema}.agent_runs (first_seq);
+    CREATE INDEX ON {schema}.agent_runs (status, first_seq);
+    CREATE INDEX ON {schema}.agent_runs (agent_id, first_seq);
+    CREATE INDEX ON {schema}.agent_runs (task_id, first_seq);
+    """,
+)
+
+COLUMNS = (
+    "run_id", "status", "reason", "agent_id", "task_id", "origin", "attempt", "runtime",
+    "runtime_handle", "catalog_revisions", "requested_at", "prepared_at", "queued_at",
+    "dispatched_at", "started_at", "ended_at", "last_event_at", "tokens_in", "tokens_out",
+    "cost_usd", "result_summary", "first_seq", "last_seq", "doc",
+)  # fmt: skip
+
+
+def to_fact(d: Decoded) -> RunFact | None:
+    """The fact of a decoded run event; None for the `new` token (core re-publishes those)."""
+    run_id = d.address.run_id
+    if run_id is None or run_id == subjects.NEW_RUN_TOKEN or d.address.event is None:
+        return None
+    return RunFact(
+        run_id, d.address.event, d.envelope.stream_seq or 0, d.envelope.timestamp, d.event
+    )
+
+
+def row_values(row: RunRow) -> tuple[Any, ...]:
+    summary = (row.result or {}).get("summary")
+    return (
+        row.run_id, row.status, row.reason, row.agent_id, row.task_id, row.origin, row.attempt,
+        row.runtime, row.runtime_handle, json.dumps(row.catalog_revisions),
+        row.phases.get("requested"), row.phases.get("prepared"), row.phases.get("queued"),
+        row.phases.get("dispatched"), row.phases.get("started"), row.ended_at, row.last_event_at,
+        row.tokens_in, row.tokens_out, row.cost_usd, summary, row.first_seq or 0, row.last_seq,
+        json.dumps(row.to_doc()),
+    )  # fmt: skip
+
+
+class AgentRunsProjection:
+    name = "agent_runs"
+    sources: tuple[Source, ...] = (Source(RUNS),)
+
+    def __init__(self, schema: str = RUNS_SCHEMA) -> None:
+        self.schema = schema
+
+    async def create(self, conn: Conn, schema: str) -> None:
+        await migrate(conn, schema, MIGRATIONS)
+
+    async def apply(self, conn: Conn, schema: str, batch: Sequence[Decoded]) -> None:
+        facts = [f for f in map(to_fact, batch) if f is not None]
+        if not facts:
+            return
+        q = quote_ident(schema)
+        ids = sorted({f.run_id for f in facts})  # sorted: concurrent writers lock in one order
+        rows: dict[str, RunRow] = {
+            r["run_id"]: RunRow.from_doc(json.loads(r["doc"]))
+            for r in await conn.fetch(
+                f"SELECT run_id, doc FROM {q}.agent_runs WHERE run_id = ANY($1::text[])"
+                " ORDER BY run_id FOR UPDATE",
+                ids,
+            )
+        }
+        for fact in facts:
+            rows[fact.run_id] = evolve(rows.get(fact.run_id), fact)
+        cols = ", ".join(COLUMNS)
+        params = ", ".join(
+            f"${i}::jsonb" if c in ("catalog_revisions", "doc") else f"${i}"
+            for i, c in enumerate(COLUMNS, start=1)
+        )
+        updates = ", ".join(f"{c} = EXCLUDED.{c}" for c in COLUMNS[1:])
+        await conn.executemany(
+            f"INSERT INTO {q}.agent_runs ({cols}) VALUES ({params})"
+            f" ON CONFLICT (run_id) DO UPDATE SET {updates}",
+            [row_values(rows[i]) for i in ids],
+        )

@@ -1,0 +1,156 @@
+"""Run assembly end to end on real NATS + PostgreSQL: requested -> prepared | failed."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from nexus_events import subjects
+from nexus_events.bus import Bus
+from nexus_events.events import DeadLetter, MemoryItem, MemorySearchReply, RunFailed, RunPrepared
+from nexus_events.streams import DLQ
+
+from nexus_core.app import CoreApp
+from nexus_core.catalog import apply_agent, apply_skill
+
+from .support import AGENT_YAML, SKILL_MD, catalog_ready, event_names, eventually, run_events
+
+RAW = {"agent_id": "implementer", "task_id": "T-1", "input": "fix the bug"}
+
+
+async def _raw(bus: Bus, run_id: str, body: dict[str, Any] | bytes) -> None:
+    """Publish like `nats pub` does: no headers at all."""
+    data = body if isinstance(body, bytes) else json.dumps(body).encode()
+    await bus.js.publish(subjects.run_event(run_id, "requested"), data)
+
+
+async def _setup(bus: Bus, core: CoreApp) -> None:
+    await apply_agent(bus, AGENT_YAML)
+    await apply_skill(bus, SKILL_MD)
+    await catalog_ready(core)
+
+
+async def _outcome(bus: Bus, run_id: str) -> Any:
+    events = await eventually(
+        lambda: run_events(bus, run_id),
+        lambda evs: any(d.address.event in ("prepared", "failed") for d in evs),
+    )
+    return next(d for d in events if d.address.event in ("prepared", "failed"))
+
+
+async def test_raw_request_is_prepared_with_the_full_config(bus: Bus, core: CoreApp):
+    await _setup(bus, core)
+    await _raw(bus, "r1", RAW)
+    outcome = await _outcome(bus, "r1")
+    assert isinstance(outcome.event, RunPrepared)
+    config = outcome.event.config
+    assert (config.run_id, config.agent_id, config.task_id, config.input) == (
+        "r1",
+        "implementer",
+        "T-1",
+        "fix the bug",
+    )
+    assert [s.name for s in config.skills] == ["python"]
+    assert config.memory.status == "unavailable"  # no memory service running
+    assert config.catalog_revisions == {"agent/implementer": 1, "skill/python": 1}
+    assert outcome.envelope.event_id == "core:prepared:r1"
+    assert outcome.envelope.causation_id == "NEXUS_RUNS:" + str(outcome.envelope.stream_seq - 1)
+
+
+async def test_memory_context_and_timeout(bus: Bus, core: CoreApp):
+    await _setup(bus, core)
+    seen = []
+
+    async def answer(msg: Any) -> None:
+        seen.append(json.loads(msg.data))
+        reply = MemorySearchReply(items=[MemoryItem(memory_id="m1", text="uses uv")])
+        await msg.respond(reply.model_dump_json().encode())
+
+    sub = await bus.nc.subscribe(subjects.MEMORY_SEARCH, cb=answer)
+    await _raw(bus, "r-mem", RAW)
+    outcome = await _outcome(bus, "r-mem")
+    await sub.unsubscribe()
+    assert outcome.event.config.memory.status == "ok"
+    assert [m.text for m in outcome.event.config.memory.items] == ["uses uv"]
+    assert seen[0]["scopes"] == ["agent-implementer", "task-T-1"]
+
+    silent = await bus.nc.subscribe(subjects.MEMORY_SEARCH, cb=_ignore)
+    await _raw(bus, "r-slow", RAW)
+    outcome = await _outcome(bus, "r-slow")
+    await silent.unsubscribe()
+    assert outcome.event.config.memory.status == "timeout"
+
+
+async def _ignore(msg: Any) -> None:
+    """A memory service that never answers."""
+
+
+async def test_unknown_agent_unknown_skill_then_consumer_goes_on(bus: Bus, core: CoreApp):
+    await _setup(bus, core)
+    await _raw(bus, "r-ghost", {"agent_id": "ghost"})
+    await apply_agent(
+        bus,
+        AGENT_YAML.replace("id: implementer", "id: needy").replace(
+            "skills: [python]", "skills: [python@9, missing]"
+        ),
+    )
+    await catalog_ready(core)
+    await _raw(bus, "r-needy", {"agent_id": "needy"})
+    await bus.js.publish(subjects.run_event("r-bad", "requested"), b"{not json")
+    await bus.js.publish(subjects.run_event("r-bad2", "requested"), b'{"agent": "x"}')
+    await _raw(bus, "r-ok", RAW)
+
+    ghost = await _outcome(bus, "r-ghost")
+    assert isinstance(ghost.event, RunFailed)
+    assert ghost.event.reason == "unknown_agent"
+    needy = await _outcome(bus, "r-needy")
+    assert isinstance(needy.event, RunFailed)
+    assert needy.event.reason == "unknown_skill"
+    assert needy.event.detail["skills"] == ["python@9", "missing"]
+    assert isinstance((await _outcome(bus, "r-ok")).event, RunPrepared)
+
+    async def letters() -> list[DeadLetter]:
+        return [DeadLetter.model_validate_json(m.data) async for m in bus.replay_raw(DLQ)]
+
+    dead = await eventually(letters, lambda ls: len(ls) >= 2)
+    assert sorted(letter.reason for letter in dead) == ["invalid_event", "undecodable"]
+
+
+async def test_redelivery_duplicate_and_conflict(bus: Bus, core: CoreApp):
+    await _setup(bus, core)
+    await _raw(bus, "r-dup", RAW)
+    await _outcome(bus, "r-dup")
+    await _raw(bus, "r-dup", RAW)  # same body again: a duplicate, nothing new
+    await _raw(bus, "r-dup", {**RAW, "input": "something else"})  # a conflict
+    conflict_events = await eventually(lambda: _conflict_runs(bus), lambda runs: len(runs) == 1)
+    run_id, failed = conflict_events[0]
+    assert run_id.startswith("r-dup-conflict-")
+    assert failed.reason == "run_id_conflict"
+    assert failed.detail["conflicts_with"] == "r-dup"
+    assert await event_names(bus, "r-dup") == ["requested", "prepared", "requested", "requested"]
+
+
+async def _conflict_runs(bus: Bus) -> list[tuple[str, Any]]:
+    from nexus_events.streams import RUNS
+
+    out = []
+    async for d in bus.replay(RUNS, filter_subject=subjects.run_events_filter(None, "failed")):
+        if d.address.run_id and "-conflict-" in d.address.run_id:
+            out.append((d.address.run_id, d.event))
+    return out
+
+
+async def test_new_token_gets_a_generated_run_id(bus: Bus, core: CoreApp):
+    await _setup(bus, core)
+    await _raw(bus, subjects.NEW_RUN_TOKEN, RAW)
+    from nexus_events.streams import RUNS
+
+    async def prepared() -> list[Any]:
+        f = subjects.run_events_filter(None, "prepared")
+        return [d async for d in bus.replay(RUNS, filter_subject=f)]
+
+    found = await eventually(prepared, lambda ps: len(ps) == 1)
+    run_id = found[0].address.run_id
+    assert run_id.startswith("run-")
+    assert found[0].event.config.run_id == run_id
+    assert await event_names(bus, run_id) == ["requested", "prepared"]

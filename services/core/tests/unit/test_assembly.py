@@ -1,0 +1,73 @@
+"""The pure assembly decision: config from agent + skills + memory, or a reason code."""
+
+from __future__ import annotations
+
+from nexus_events.events import MemoryContext, MemoryItem, Reason, RunConfig, RunRequested
+
+from nexus_core.assembly import (
+    AssemblyFailure,
+    assemble,
+    conflict_run_id,
+    generated_run_id,
+    request_fingerprint,
+)
+from nexus_core.catalog_store import StoredAgent, StoredSkill
+from nexus_core.documents import parse_agent, parse_skill
+
+AGENT = StoredAgent(
+    parse_agent(
+        "id: impl\nrole: implementer\nmodel: {name: m}\nsystem_prompt: Do it.\n"
+        "skills: [python, git@2]\ntools: [read_file]\npermissions: {can_push: true}\n"
+    ),
+    revision=3,
+    updated_at=None,
+)
+PY = StoredSkill(parse_skill("---\nname: python\nversion: '5'\n---\nUse uv."), 7, None)
+GIT = StoredSkill(parse_skill("---\nname: git\nversion: '2'\n---\nRebase."), 2, None)
+REQUEST = RunRequested(agent_id="impl", task_id="T-1", input="fix it", repo="/src/x")
+MEMORY = MemoryContext(status="ok", items=[MemoryItem(memory_id="m1", text="uses uv")])
+
+
+def test_assembles_the_full_config():
+    config = assemble("r1", REQUEST, AGENT, {"python": PY, "git@2": GIT}, MEMORY)
+    assert isinstance(config, RunConfig)
+    assert (config.run_id, config.agent_id, config.task_id, config.input) == (
+        "r1",
+        "impl",
+        "T-1",
+        "fix it",
+    )
+    assert config.system_prompt == "Do it."
+    assert [(s.name, s.version, s.content) for s in config.skills] == [
+        ("python", "5", "Use uv."),
+        ("git", "2", "Rebase."),
+    ]
+    assert config.memory == MEMORY
+    assert [t.name for t in config.tools] == ["read_file"]
+    assert config.permissions.can_push is True
+    assert config.repo is not None
+    assert config.repo.url == "/src/x"
+    assert config.catalog_revisions == {"agent/impl": 3, "skill/python": 7, "skill/git": 2}
+
+
+def test_unknown_agent():
+    result = assemble("r1", REQUEST, None, {}, MEMORY)
+    assert isinstance(result, AssemblyFailure)
+    assert result.reason == Reason.UNKNOWN_AGENT
+
+
+def test_unknown_skill_names_every_missing_one():
+    result = assemble("r1", REQUEST, AGENT, {"python": None, "git@2": None}, MEMORY)
+    assert isinstance(result, AssemblyFailure)
+    assert result.reason == Reason.UNKNOWN_SKILL
+    assert result.detail["skills"] == ["python", "git@2"]
+
+
+def test_ids_are_deterministic_tokens():
+    assert generated_run_id("S", 4, "e") == generated_run_id("S", 4, "e")
+    assert generated_run_id("S", 4, "e") != generated_run_id("S", 5, "e")
+    long_id = "x" * 128
+    assert len(conflict_run_id(long_id, "e")) <= 128
+    same = RunRequested(agent_id="impl", task_id="T-1", input="fix it", repo="/src/x")
+    assert request_fingerprint(same) == request_fingerprint(REQUEST)
+    assert request_fingerprint(same) != request_fingerprint(RunRequested(agent_id="impl"))

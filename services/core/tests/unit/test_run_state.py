@@ -1,0 +1,166 @@
+"""The agent_runs row: evolve is order-independent, idempotent, and agrees with runstate."""
+
+from __future__ import annotations
+
+import functools
+from datetime import UTC, datetime, timedelta
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from nexus_events.events import (
+    ApprovalDecided,
+    ApprovalRequested,
+    Event,
+    ModelSpec,
+    RunCancelled,
+    RunCompleted,
+    RunConfig,
+    RunDispatched,
+    RunFailed,
+    RunHeartbeat,
+    RunPrepared,
+    RunQueued,
+    RunRequested,
+    RunResult,
+    RunStarted,
+    RunTurn,
+)
+from nexus_events.runstate import next_status
+
+from nexus_core.run_state import RunFact, RunRow, evolve
+
+T0 = datetime(2026, 1, 1, tzinfo=UTC)
+CONFIG = RunConfig(
+    run_id="r",
+    agent_id="a",
+    task_id="T",
+    system_prompt="p",
+    model=ModelSpec(name="m"),
+    catalog_revisions={"agent/a": 2},
+)
+EXPIRES = T0 + timedelta(hours=1)
+
+
+def make(name: str, i: int) -> Event:
+    """An event of each kind; `i` varies the payload."""
+    makers = {
+        "requested": lambda: RunRequested(agent_id="a", task_id="T", input=f"in{i}"),
+        "prepared": lambda: RunPrepared(config=CONFIG),
+        "queued": lambda: RunQueued(position=i + 1, limit="global"),
+        "dispatched": lambda: RunDispatched(runtime="local", handle=f"h{i}", attempt=1 + i % 2),
+        "started": RunStarted,
+        "heartbeat": lambda: RunHeartbeat(seq=i),
+        "turn": lambda: RunTurn(turn=1 + i % 4, tokens_in=10 * i, tokens_out=i, cost_usd=0.01 * i),
+        "approval_requested": lambda: ApprovalRequested(
+            approval_id=f"a{i}", tool="git_push", summary="push", expires_at=EXPIRES
+        ),
+        "approval_decided": lambda: ApprovalDecided(approval_id=f"a{i}", decision="approved"),
+        "completed": lambda: RunCompleted(result=RunResult(summary=f"done {i}"), tokens_in=i),
+        "failed": lambda: RunFailed(reason="runner_error", message=f"boom {i}"),
+        "cancelled": RunCancelled,
+    }
+    return makers[name]()
+
+
+NAMES = [
+    "requested",
+    "prepared",
+    "queued",
+    "dispatched",
+    "started",
+    "heartbeat",
+    "turn",
+    "approval_requested",
+    "approval_decided",
+    "completed",
+    "failed",
+    "cancelled",
+]
+
+
+def facts_of(names: list[str]) -> list[RunFact]:
+    # Stream order: seq 1..n, timestamps increasing (JetStream timestamps follow seq).
+    return [
+        RunFact("r", n, i + 1, T0 + timedelta(seconds=i), make(n, i)) for i, n in enumerate(names)
+    ]
+
+
+def fold(facts: list[RunFact]) -> RunRow | None:
+    return functools.reduce(evolve, facts, None)  # type: ignore[arg-type]
+
+
+stream = st.lists(st.sampled_from(NAMES), min_size=1, max_size=25)
+
+
+@settings(max_examples=300, deadline=None)
+@given(stream, st.data())
+def test_any_interleaving_with_duplicates_gives_the_in_order_row(names, data):
+    facts = facts_of(names)
+    expected = fold(facts)
+    # Redeliveries and duplicates: every event at least once, some several times, any order.
+    extra = data.draw(st.lists(st.sampled_from(facts), max_size=10))
+    shuffled = data.draw(st.permutations(facts + extra))
+    assert fold(list(shuffled)) == expected
+
+
+@settings(max_examples=300, deadline=None)
+@given(stream)
+def test_in_order_status_equals_runstate_fold(names):
+    status = None
+    for n in names:
+        status = next_status(status, n) or status
+    row = fold(facts_of(names))
+    assert row is not None
+    assert row.status == (None if status is None else status.value)
+
+
+@settings(max_examples=100, deadline=None)
+@given(stream)
+def test_doc_round_trip(names):
+    row = fold(facts_of(names))
+    assert row is not None
+    assert RunRow.from_doc(row.to_doc()) == row
+
+
+def test_a_full_run():
+    row = fold(
+        facts_of(
+            [
+                "requested",
+                "prepared",
+                "queued",
+                "dispatched",
+                "started",
+                "turn",
+                "turn",
+                "approval_requested",
+                "heartbeat",
+                "approval_decided",
+                "completed",
+                "failed",
+                "heartbeat",
+            ]
+        )
+    )
+    assert row is not None
+    assert (row.status, row.reason) == ("completed", "succeeded")
+    assert (row.agent_id, row.task_id, row.input) == ("a", "T", "in0")
+    assert row.catalog_revisions == {"agent/a": 2}
+    assert row.runtime_handle == "h3"
+    assert row.attempt == 2
+    assert row.phases["started"] == T0 + timedelta(seconds=4)
+    assert row.ended_at == T0 + timedelta(seconds=10)
+    assert row.result == {"summary": "done 10", "files_changed": [], "details": {}}
+    assert row.tokens_in == 10  # the terminal event's total replaces the per-turn sums
+    assert row.last_seq == 13
+    assert row.turn_count == 3
+
+
+def test_late_events_never_move_a_run_backwards():
+    facts = facts_of(["requested", "started", "approval_requested", "heartbeat", "queued"])
+    row = fold(facts)
+    assert row is not None
+    assert row.status == "awaiting_approval"
+    row = fold(facts_of(["requested", "cancelled", "started", "completed"]))
+    assert row is not None
+    assert (row.status, row.reason) == ("cancelled", "user_requested")
