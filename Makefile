@@ -19,7 +19,7 @@ test: setup
 lint: setup
 	$(UV) run --frozen ruff check libs services tests bench scripts
 	$(UV) run --frozen ruff format --check libs services tests bench scripts
-	$(UV) run --frozen mypy libs/nexus_events/src $(wildcard services/*/src)
+	$(UV) run --frozen mypy -p nexus_events $(foreach p,$(wildcard services/*/src/nexus_*),-p $(notdir $(p)))
 
 bench: setup
 	$(UV) run --frozen python -m bench

@@ -1,0 +1,30 @@
+"""``python -m nexus_scheduler``: run the scheduler until SIGTERM/SIGINT, then drain."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import signal
+
+from nexus_scheduler.app import SchedulerApp
+from nexus_scheduler.config import SchedulerSettings
+
+
+async def _serve() -> None:
+    app = SchedulerApp(SchedulerSettings())
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    await app.start()
+    await stop.wait()
+    await app.stop()
+
+
+def main() -> None:
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s")
+    asyncio.run(_serve())
+
+
+if __name__ == "__main__":
+    main()

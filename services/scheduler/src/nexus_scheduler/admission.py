@@ -1,0 +1,371 @@
+"""Admission state of the scheduler, rebuilt by folding run events, and the pure decisions on it.
+
+`AdmissionState.evolve` applies one run event (idempotently: duplicates, redeliveries and a
+replay over already-applied events change nothing); `decide` says which waiting runs start
+now and which are reported queued; `due` says which active runs must be cancelled, timed out
+or declared lost at a given instant. Nothing here does I/O or reads a clock.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from enum import StrEnum
+from typing import Literal
+
+from nexus_events.events import (
+    CancelRequested,
+    Event,
+    Reason,
+    RunConfig,
+    RunDispatched,
+    RunHeartbeat,
+    RunPrepared,
+    RunQueued,
+    RunStarted,
+    TerminalEvent,
+)
+
+LimitName = Literal["global", "agent", "task"]
+
+
+class Phase(StrEnum):
+    WAITING = "waiting"  # prepared, not yet admitted or reported queued
+    QUEUED = "queued"  # reported queued, waiting for a slot
+    STARTING = "starting"  # admitted; the runtime is being asked to start it
+    DISPATCHED = "dispatched"  # the runtime has it; the runner has not said hello yet
+    RUNNING = "running"  # the runner started / heartbeats
+
+
+ACTIVE_PHASES = frozenset({Phase.STARTING, Phase.DISPATCHED, Phase.RUNNING})
+WAITING_PHASES = frozenset({Phase.WAITING, Phase.QUEUED})
+
+
+@dataclass(frozen=True)
+class Limits:
+    """Concurrency limits; None means unlimited at that level."""
+
+    global_max: int | None = 50
+    agent_default: int | None = None
+    task_max: int | None = None
+    per_agent: dict[str, int] = field(default_factory=dict)
+
+    def agent_limit(self, agent_id: str) -> int | None:
+        return self.per_agent.get(agent_id, self.agent_default)
+
+
+@dataclass(frozen=True)
+class CancelInfo:
+    at: datetime
+    reason: str = Reason.USER_REQUESTED
+    requested_by: str | None = None
+
+
+@dataclass
+class RunEntry:
+    """A run the scheduler is responsible for (not yet terminal)."""
+
+    run_id: str
+    config: RunConfig
+    phase: Phase = Phase.WAITING
+    prepared_at: datetime | None = None
+    queued_position: int | None = None
+    dispatched_at: datetime | None = None
+    last_seen: datetime | None = None
+    handle: str | None = None
+    cancel: CancelInfo | None = None
+    # Set once the scheduler has decided to end the run, so a tick does not decide it twice.
+    ending: bool = False
+
+    @property
+    def agent_id(self) -> str:
+        return self.config.agent_id
+
+    @property
+    def task_id(self) -> str | None:
+        return self.config.task_id
+
+    @property
+    def wall_limit_seconds(self) -> int:
+        return self.config.runtime.timeout_seconds or self.config.budgets.max_wall_seconds
+
+
+@dataclass
+class AdmissionState:
+    """Everything admission needs, folded from the NEXUS_RUNS events."""
+
+    runs: dict[str, RunEntry] = field(default_factory=dict)
+    # Waiting run ids in FIFO (prepared) order; a dict keeps insertion order and O(1) removal.
+    waiting: dict[str, None] = field(default_factory=dict)
+    active_total: int = 0
+    active_by_agent: Counter[str] = field(default_factory=Counter)
+    active_by_task: Counter[str] = field(default_factory=Counter)
+    finished: set[str] = field(default_factory=set)
+    # Cancels of runs whose `prepared` has not arrived yet.
+    early_cancels: dict[str, CancelInfo] = field(default_factory=dict)
+
+    # -- folding events ---------------------------------------------------------------------
+
+    def evolve(  # noqa: PLR0911, PLR0912 - one fold over the run events reads best whole
+        self, run_id: str, event: Event, at: datetime
+    ) -> bool:
+        """Apply one run event seen at `at`; return whether it changed anything."""
+        if run_id in self.finished:
+            return False
+        if isinstance(event, TerminalEvent):
+            return self._finish(run_id)
+        if isinstance(event, CancelRequested):
+            return self._cancel(run_id, CancelInfo(at, event.reason, event.requested_by))
+        if isinstance(event, RunPrepared):
+            return self._prepared(run_id, event.config, at)
+        entry = self.runs.get(run_id)
+        if entry is None:
+            return False
+        if isinstance(event, RunQueued):
+            if entry.phase is Phase.WAITING:
+                entry.phase, entry.queued_position = Phase.QUEUED, event.position
+                return True
+            return False
+        if isinstance(event, RunDispatched):
+            changed = entry.phase in WAITING_PHASES or entry.phase is Phase.STARTING
+            if entry.phase in WAITING_PHASES:
+                self._activate(entry)
+            if changed:
+                entry.phase = Phase.DISPATCHED
+                entry.handle, entry.dispatched_at = event.handle, at
+                entry.last_seen = at
+            return changed
+        if isinstance(event, RunStarted | RunHeartbeat):
+            if entry.phase in WAITING_PHASES:
+                # The runner says it runs although we never saw it dispatched: count it.
+                self._activate(entry)
+                entry.dispatched_at = entry.dispatched_at or at
+            if entry.phase is not Phase.RUNNING:
+                entry.phase = Phase.RUNNING
+            entry.last_seen = max(entry.last_seen or at, at)
+            return True
+        return False
+
+    def _prepared(self, run_id: str, config: RunConfig, at: datetime) -> bool:
+        if run_id in self.runs:
+            return False
+        entry = RunEntry(run_id=run_id, config=config, prepared_at=at)
+        entry.cancel = self.early_cancels.pop(run_id, None)
+        self.runs[run_id] = entry
+        self.waiting[run_id] = None
+        return True
+
+    def _cancel(self, run_id: str, info: CancelInfo) -> bool:
+        entry = self.runs.get(run_id)
+        if entry is None:
+            if run_id in self.early_cancels:
+                return False
+            self.early_cancels[run_id] = info
+            return True
+        if entry.cancel is not None:
+            return False
+        entry.cancel = info
+        return True
+
+    def _activate(self, entry: RunEntry) -> None:
+        self.waiting.pop(entry.run_id, None)
+        self.active_total += 1
+        self.active_by_agent[entry.agent_id] += 1
+        if entry.task_id is not None:
+            self.active_by_task[entry.task_id] += 1
+
+    def _finish(self, run_id: str) -> bool:
+        self.finished.add(run_id)
+        self.early_cancels.pop(run_id, None)
+        entry = self.runs.pop(run_id, None)
+        if entry is None:
+            return True
+        self.waiting.pop(run_id, None)
+        if entry.phase in ACTIVE_PHASES:
+            self.active_total -= 1
+            _decrement(self.active_by_agent, entry.agent_id)
+            if entry.task_id is not None:
+                _decrement(self.active_by_task, entry.task_id)
+        return True
+
+    # -- transitions the scheduler makes itself ---------------------------------------------
+
+    def begin_start(self, run_id: str) -> None:
+        """Take a slot for `run_id` (admitted, being started by the runtime)."""
+        entry = self.runs[run_id]
+        if entry.phase in WAITING_PHASES:
+            self._activate(entry)
+            entry.phase = Phase.STARTING
+
+    # -- queries ----------------------------------------------------------------------------
+
+    def active(self) -> Iterable[RunEntry]:
+        return (e for e in self.runs.values() if e.phase in ACTIVE_PHASES)
+
+    def queue(self) -> list[str]:
+        """Waiting run ids, first in line first."""
+        return list(self.waiting)
+
+
+def _decrement(counter: Counter[str], key: str) -> None:
+    counter[key] -= 1
+    if counter[key] <= 0:
+        del counter[key]
+
+
+# -- decisions --------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Start:
+    run_id: str
+    config: RunConfig
+
+
+@dataclass(frozen=True)
+class Queue:
+    run_id: str
+    event: RunQueued
+
+
+@dataclass(frozen=True)
+class CancelWaiting:
+    """A run cancelled before it got a slot: it leaves the queue and ends `cancelled`."""
+
+    run_id: str
+    cancel: CancelInfo
+
+
+Decision = Start | Queue | CancelWaiting
+
+
+def decide(state: AdmissionState, limits: Limits) -> list[Decision]:
+    """What to do with the waiting runs now, in FIFO order.
+
+    A run starts when the global, its agent's and its task's limits all have room, counting
+    the runs started earlier in the same call. A run blocked by its agent or task limit does
+    not block runs of other agents behind it. Runs not started and not yet reported queued
+    get a `queued` event with their 1-based position among the runs still waiting.
+    """
+    out: list[Decision] = []
+    total = state.active_total
+    by_agent = Counter(state.active_by_agent)
+    by_task = Counter(state.active_by_task)
+    position = 0
+    for run_id in state.waiting:
+        entry = state.runs[run_id]
+        if entry.cancel is not None:
+            out.append(CancelWaiting(run_id, entry.cancel))
+            continue
+        blocked = _blocking_limit(entry, limits, total, by_agent, by_task)
+        if blocked is None:
+            out.append(Start(run_id, entry.config))
+            total += 1
+            by_agent[entry.agent_id] += 1
+            if entry.task_id is not None:
+                by_task[entry.task_id] += 1
+            continue
+        position += 1
+        if entry.phase is Phase.WAITING:
+            out.append(Queue(run_id, RunQueued(position=position, limit=blocked)))
+    return out
+
+
+def _blocking_limit(
+    entry: RunEntry,
+    limits: Limits,
+    total: int,
+    by_agent: Counter[str],
+    by_task: Counter[str],
+) -> LimitName | None:
+    if limits.global_max is not None and total >= limits.global_max:
+        return "global"
+    agent_max = limits.agent_limit(entry.agent_id)
+    if agent_max is not None and by_agent[entry.agent_id] >= agent_max:
+        return "agent"
+    if (
+        limits.task_max is not None
+        and entry.task_id is not None
+        and by_task[entry.task_id] >= limits.task_max
+    ):
+        return "task"
+    return None
+
+
+# -- timers -----------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Timeouts:
+    """Seconds after which the scheduler acts on an active run."""
+
+    cancel_grace: float = 30.0
+    heartbeat_timeout: float = 90.0
+    start_timeout: float = 300.0
+
+
+@dataclass(frozen=True)
+class Escalate:
+    """The runner did not stop within the grace period: stop the runtime, end `cancelled`."""
+
+    run_id: str
+    cancel: CancelInfo
+
+
+@dataclass(frozen=True)
+class Expire:
+    """The wall-clock budget is spent: stop the runtime, end `timed_out`."""
+
+    run_id: str
+    limit_seconds: int
+
+
+@dataclass(frozen=True)
+class Lose:
+    """No sign of life within the window: end `lost`."""
+
+    run_id: str
+    reason: str
+    message: str
+
+
+Due = Escalate | Expire | Lose
+
+
+def due(state: AdmissionState, now: datetime, timeouts: Timeouts) -> list[Due]:
+    """The active runs whose cancel grace, deadline or heartbeat window has passed at `now`."""
+    out: list[Due] = []
+    for entry in state.active():
+        if entry.ending or entry.phase is Phase.STARTING or entry.dispatched_at is None:
+            continue
+        if entry.cancel is not None and now >= max(
+            entry.cancel.at, entry.dispatched_at
+        ) + timedelta(seconds=timeouts.cancel_grace):
+            out.append(Escalate(entry.run_id, entry.cancel))
+        elif now >= entry.dispatched_at + timedelta(seconds=entry.wall_limit_seconds):
+            out.append(Expire(entry.run_id, entry.wall_limit_seconds))
+        elif entry.phase is Phase.DISPATCHED and now > entry.dispatched_at + timedelta(
+            seconds=timeouts.start_timeout
+        ):
+            out.append(
+                Lose(
+                    entry.run_id,
+                    Reason.HEARTBEAT_MISSING,
+                    f"runner never started within {timeouts.start_timeout:g}s of dispatch",
+                )
+            )
+        elif (
+            entry.phase is Phase.RUNNING
+            and entry.last_seen is not None
+            and now > entry.last_seen + timedelta(seconds=timeouts.heartbeat_timeout)
+        ):
+            out.append(
+                Lose(
+                    entry.run_id,
+                    Reason.HEARTBEAT_MISSING,
+                    f"no heartbeat for {timeouts.heartbeat_timeout:g}s",
+                )
+            )
+    return out

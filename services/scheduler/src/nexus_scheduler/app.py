@@ -1,0 +1,190 @@
+"""Wiring and lifecycle: bus, runtime, leadership, replay, consumer, ticker; drain on stop.
+
+Replicas campaign for a KV lease; only the holder consumes and acts. On taking the lease a
+replica rebuilds admission from NEXUS_RUNS (so it neither loses queued runs nor exceeds the
+limits), marks runs without a live runtime `lost`, then follows the stream.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from pathlib import Path
+
+from nexus_events.bus import Bus, BusSettings, Consumer, ConsumerSpec, decode_msg
+from nexus_events.errors import DecodeError
+from nexus_events.streams import RUNS, SCHEDULES, ensure_streams
+
+from nexus_scheduler.clock import Clock, SystemClock
+from nexus_scheduler.config import SchedulerSettings
+from nexus_scheduler.handlers import create_run_handler, create_schedule_handler
+from nexus_scheduler.lease import Lease
+from nexus_scheduler.runtime.base import AgentRuntime
+from nexus_scheduler.schedules_service import ScheduleService
+from nexus_scheduler.service import SchedulerService, watched_subjects
+
+log = logging.getLogger(__name__)
+
+SOURCE = "scheduler"
+
+
+def build_runtime(settings: SchedulerSettings) -> AgentRuntime:
+    if settings.runtime == "noop":
+        from nexus_scheduler.runtime.noop import NoopRuntime
+
+        return NoopRuntime()
+    if settings.runtime == "kubernetes":
+        from nexus_scheduler.runtime.kubernetes import KubernetesRuntime, KubernetesSettings
+
+        return KubernetesRuntime(KubernetesSettings.from_scheduler(settings))
+    from nexus_scheduler.runtime.local import LocalProcessRuntime
+
+    return LocalProcessRuntime(
+        Path(settings.local_workdir),
+        command=settings.local_command,
+        kill_grace=settings.local_kill_grace_seconds,
+    )
+
+
+class SchedulerApp:
+    def __init__(
+        self,
+        settings: SchedulerSettings,
+        *,
+        bus_settings: BusSettings | None = None,
+        runtime: AgentRuntime | None = None,
+        clock: Clock | None = None,
+    ) -> None:
+        self.settings = settings
+        self.bus_settings = bus_settings or BusSettings()
+        self.runtime = runtime or build_runtime(settings)
+        self.clock = clock or SystemClock()
+        self.leading = asyncio.Event()
+        self.service: SchedulerService | None = None
+        self.schedules: ScheduleService | None = None
+        self._schedule_consumer: Consumer | None = None
+        self._bus: Bus | None = None
+        self._lease: Lease | None = None
+        self._consumer: Consumer | None = None
+        self._stopping = asyncio.Event()
+        self._campaign: asyncio.Task[None] | None = None
+        self._ticker: asyncio.Task[None] | None = None
+
+    @property
+    def bus(self) -> Bus:
+        if self._bus is None:
+            raise RuntimeError("SchedulerApp is not started")
+        return self._bus
+
+    async def start(self) -> None:
+        self._bus = await Bus.connect(self.bus_settings, source=SOURCE)
+        await ensure_streams(self._bus.js)
+        await self.runtime.start()
+        self._lease = Lease(
+            self._bus.js,
+            self.settings.lease_bucket,
+            self.settings.replica_id,
+            self.settings.lease_ttl_seconds,
+        )
+        self._campaign = asyncio.create_task(self._campaign_loop(), name="scheduler:lease")
+
+    async def stop(self) -> None:
+        """Drain: stop consuming after the batch in hand, finish starts, hand the lease over."""
+        self._stopping.set()
+        if self._campaign is not None:
+            await self._campaign
+            self._campaign = None
+        await self._step_down()
+        if self._lease is not None:
+            await self._lease.release()
+        await self.runtime.close()
+        if self._bus is not None:
+            await self._bus.close()
+
+    async def _campaign_loop(self) -> None:
+        assert self._lease is not None
+        period = self.settings.lease_ttl_seconds / 3
+        while not self._stopping.is_set():
+            try:
+                if self.leading.is_set():
+                    if not await self._lease.renew():
+                        log.error("lost the scheduler lease; standing by")
+                        await self._step_down()
+                elif await self._lease.acquire():
+                    await self._lead()
+            except Exception:  # keep campaigning through NATS hiccups
+                log.exception("lease campaign step failed")
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._stopping.wait(), timeout=period)
+
+    async def _lead(self) -> None:
+        service = SchedulerService(
+            self.bus,
+            self.runtime,
+            limits=self.settings.limits(),
+            timeouts=self.settings.timeouts(),
+            exit_grace=self.settings.exit_grace_seconds,
+            clock=self.clock,
+        )
+        replayed = 0
+        async for msg in self.bus.replay_raw(RUNS, filter_subjects=watched_subjects()):
+            try:
+                service.observe(decode_msg(msg), replay=True)
+            except DecodeError:
+                continue  # the live consumer dead-letters it
+            replayed += 1
+        lost = await service.recover()
+        log.info(
+            "leading: state rebuilt",
+            extra={"replayed": replayed, "lost": len(lost), "waiting": len(service.state.waiting)},
+        )
+        self.service = service
+        spec = ConsumerSpec(
+            stream=RUNS,
+            durable=self.settings.consumer_name,
+            filter_subjects=watched_subjects(),
+            batch=200,
+        )
+        self._consumer = self.bus.consumer(spec, create_run_handler(service))
+        await self._consumer.start()
+        self.schedules = ScheduleService(
+            self.bus,
+            jitter_cap=self.settings.schedule_jitter_cap_seconds,
+            misfire_grace=self.settings.schedule_misfire_grace_seconds,
+            policy=self.settings.schedule_missed_policy,
+            clock=self.clock,
+        )
+        await self.schedules.load()
+        self._schedule_consumer = self.bus.consumer(
+            ConsumerSpec(stream=SCHEDULES, durable=f"{self.settings.consumer_name}-schedules"),
+            create_schedule_handler(self.schedules),
+        )
+        await self._schedule_consumer.start()
+        self._ticker = asyncio.create_task(self._tick_loop(service), name="scheduler:tick")
+        await service.act()
+        self.leading.set()
+
+    async def _step_down(self) -> None:
+        self.leading.clear()
+        if self._ticker is not None:
+            self._ticker.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._ticker
+            self._ticker = None
+        consumers = [c for c in (self._consumer, self._schedule_consumer) if c is not None]
+        await asyncio.gather(*(c.stop() for c in consumers))  # each ends its fetch in flight
+        self._consumer = self._schedule_consumer = None
+        if self.service is not None:
+            await self.service.drain()
+
+    async def _tick_loop(self, service: SchedulerService) -> None:
+        while not self._stopping.is_set():
+            try:
+                await service.tick()
+                if self.schedules is not None:
+                    await self.schedules.tick()
+            except Exception:  # a failed tick is retried at the next one
+                log.exception("scheduler tick failed")
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._stopping.wait(), timeout=self.settings.tick_seconds)

@@ -1,0 +1,92 @@
+"""Scheduler settings (env prefix NEXUS_SCHEDULER_; NATS settings come from NEXUS_NATS_)."""
+
+from __future__ import annotations
+
+import socket
+import tempfile
+from pathlib import Path
+from typing import Literal
+
+from pydantic import Field
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+from nexus_scheduler.admission import Limits, Timeouts
+
+
+class SchedulerSettings(BaseSettings):
+    model_config = SettingsConfigDict(env_prefix="NEXUS_SCHEDULER_", extra="ignore")
+
+    replica_id: str = Field(
+        default_factory=socket.gethostname, description="This replica's name in the lease."
+    )
+    runtime: Literal["local", "kubernetes", "noop"] = Field("local", description="Where runs go.")
+
+    # Admission limits; None = unlimited.
+    max_concurrent_runs: int | None = Field(20, gt=0, description="Global limit.")
+    max_runs_per_agent: int | None = Field(None, gt=0, description="Default per-agent limit.")
+    max_runs_per_task: int | None = Field(None, gt=0, description="Per-task limit.")
+    agent_limits: dict[str, int] = Field(
+        default_factory=dict, description="Per-agent overrides, e.g. {'reviewer': 2}."
+    )
+
+    # Timers (seconds).
+    cancel_grace_seconds: float = Field(30.0, ge=0, description="Cooperative stop window.")
+    heartbeat_timeout_seconds: float = Field(
+        90.0, gt=0, description="No heartbeat this long -> lost (runner beats every ~15 s)."
+    )
+    start_timeout_seconds: float = Field(
+        300.0, gt=0, description="Dispatched but never started this long -> lost (image pulls)."
+    )
+    exit_grace_seconds: float = Field(
+        10.0, ge=0, description="Wait for the runner's own terminal event after its exit."
+    )
+    tick_seconds: float = Field(1.0, gt=0, description="How often timers and runtimes are checked.")
+
+    # Leadership: one active scheduler; the others wait for the lease.
+    lease_bucket: str = Field("nexus_scheduler", description="JetStream KV bucket of the lease.")
+    lease_ttl_seconds: float = Field(15.0, gt=0, description="A dead leader is replaced after it.")
+    consumer_name: str = Field("scheduler", description="Durable consumer on NEXUS_RUNS.")
+
+    # Schedules.
+    schedule_jitter_cap_seconds: float = Field(
+        60.0, ge=0, description="Most a fire is delayed by its schedule's fixed jitter."
+    )
+    schedule_misfire_grace_seconds: float = Field(
+        300.0, ge=0, description="A fire later than this is missed (after downtime)."
+    )
+    schedule_missed_policy: Literal["skip", "catch_up_one"] = Field(
+        "skip", description="What to do with missed fires."
+    )
+
+    # Local runtime.
+    local_workdir: Path = Field(
+        default_factory=lambda: Path(tempfile.gettempdir()) / "nexus-runs",
+        description="Run dirs of local runs.",
+    )
+    local_command: list[str] = Field(
+        default_factory=lambda: ["python", "-m", "nexus_runner"],
+        description="Runner command; `--config FILE` is appended.",
+    )
+    local_kill_grace_seconds: float = Field(10.0, ge=0, description="SIGTERM -> SIGKILL.")
+
+    # Kubernetes runtime.
+    k8s_namespace: str = Field("nexus-runs", description="Namespace of run Jobs.")
+    k8s_image: str = Field("ghcr.io/nexus/runner:latest", description="Default runner image.")
+    k8s_in_cluster: bool = Field(True, description="Use the pod's service account config.")
+    k8s_ttl_after_finished_seconds: int = Field(3600, ge=0, description="Job GC delay.")
+    k8s_service_account: str | None = Field(None, description="Runner pods' service account.")
+
+    def limits(self) -> Limits:
+        return Limits(
+            global_max=self.max_concurrent_runs,
+            agent_default=self.max_runs_per_agent,
+            task_max=self.max_runs_per_task,
+            per_agent=dict(self.agent_limits),
+        )
+
+    def timeouts(self) -> Timeouts:
+        return Timeouts(
+            cancel_grace=self.cancel_grace_seconds,
+            heartbeat_timeout=self.heartbeat_timeout_seconds,
+            start_timeout=self.start_timeout_seconds,
+        )

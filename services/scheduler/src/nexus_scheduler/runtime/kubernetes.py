@@ -1,0 +1,370 @@
+"""Runs as Kubernetes Jobs (kubernetes-asyncio): one Job per run, named from the run id.
+
+The Job is the idempotency key: starting a run whose Job exists adopts it. The RunConfig
+travels in a Secret owned by the Job (deleted with it). Pods run non-root with a read-only
+root filesystem, a writable workspace volume, no privilege escalation, no capabilities and
+no service-account token. A watch on the run Jobs keeps a status cache; pod failures (image
+pull errors, OOMKilled, evictions) and deadlines become failed/timed_out statuses.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import contextlib
+import hashlib
+import logging
+import re
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from kubernetes_asyncio import client, config, watch
+from kubernetes_asyncio.client.exceptions import ApiException
+from nexus_events.events import RunConfig
+
+from nexus_scheduler.runtime.base import AgentRuntimeError, RunHandle, RuntimeState, RuntimeStatus
+
+if TYPE_CHECKING:
+    from nexus_scheduler.config import SchedulerSettings
+
+log = logging.getLogger(__name__)
+
+JOB_NAME_LABEL = "batch.kubernetes.io/job-name"
+MANAGED_BY = "app.kubernetes.io/managed-by"
+MANAGER = "nexus-scheduler"
+RUN_LABEL = "nexus.dev/run-id"
+AGENT_LABEL = "nexus.dev/agent-id"
+TASK_LABEL = "nexus.dev/task-id"
+CONFIG_KEY = "config.json"
+CONFIG_MOUNT = "/etc/nexus"
+WORKSPACE_MOUNT = "/workspace"
+# uid/gid of the runner image's unprivileged user.
+RUNNER_UID = 10001
+# Container waiting reasons that will not heal by waiting: the run has failed.
+FATAL_WAITING = frozenset(
+    {"ErrImagePull", "ImagePullBackOff", "InvalidImageName", "CreateContainerConfigError"}
+)
+# Server-side watch timeout; the loop re-opens the watch after it.
+WATCH_TIMEOUT_SECONDS = 300
+
+
+@dataclass(frozen=True)
+class KubernetesSettings:
+    namespace: str = "default"
+    image: str = "ghcr.io/nexus/runner:latest"
+    in_cluster: bool = True
+    ttl_after_finished_seconds: int = 3600
+    service_account: str | None = None
+    workspace_size: str = "10Gi"
+
+    @classmethod
+    def from_scheduler(cls, s: SchedulerSettings) -> KubernetesSettings:
+        return cls(
+            namespace=s.k8s_namespace,
+            image=s.k8s_image,
+            in_cluster=s.k8s_in_cluster,
+            ttl_after_finished_seconds=s.k8s_ttl_after_finished_seconds,
+            service_account=s.k8s_service_account,
+        )
+
+
+def job_name(run_id: str) -> str:
+    """A DNS-1123 label from the run id; a hash keeps distinct run ids distinct."""
+    base = re.sub(r"[^a-z0-9-]", "-", run_id.lower()).strip("-")
+    name = f"nexus-run-{base}"
+    if base != run_id or len(name) > 63:
+        digest = hashlib.sha256(run_id.encode()).hexdigest()[:8]
+        name = f"{name[:54].rstrip('-')}-{digest}"
+    return name
+
+
+def _label_value(value: str) -> str:
+    return re.sub(r"[^A-Za-z0-9_.-]", "-", value)[:63].strip("-_.") or "none"
+
+
+def build_job(config_: RunConfig, settings: KubernetesSettings) -> client.V1Job:
+    """The Job manifest of a run (pure: tests and `kubectl apply --dry-run` can use it)."""
+    name = job_name(config_.run_id)
+    labels = {
+        MANAGED_BY: MANAGER,
+        RUN_LABEL: _label_value(config_.run_id),
+        AGENT_LABEL: _label_value(config_.agent_id),
+    }
+    if config_.task_id:
+        labels[TASK_LABEL] = _label_value(config_.task_id)
+    runtime = config_.runtime
+    resources = {"cpu": runtime.cpu, "memory": runtime.memory}
+    container = client.V1Container(
+        name="runner",
+        image=runtime.image or settings.image,
+        args=["--config", f"{CONFIG_MOUNT}/{CONFIG_KEY}"],
+        env=[
+            client.V1EnvVar(name="NEXUS_RUN_ID", value=config_.run_id),
+            client.V1EnvVar(name="HOME", value=WORKSPACE_MOUNT),
+        ],
+        resources=client.V1ResourceRequirements(requests=resources, limits=resources),
+        security_context=client.V1SecurityContext(
+            run_as_non_root=True,
+            run_as_user=RUNNER_UID,
+            read_only_root_filesystem=True,
+            allow_privilege_escalation=False,
+            privileged=False,
+            capabilities=client.V1Capabilities(drop=["ALL"]),
+        ),
+        volume_mounts=[
+            client.V1VolumeMount(name="config", mount_path=CONFIG_MOUNT, read_only=True),
+            client.V1VolumeMount(name="workspace", mount_path=WORKSPACE_MOUNT),
+            client.V1VolumeMount(name="tmp", mount_path="/tmp"),  # noqa: S108 - pod-private
+        ],
+    )
+    pod = client.V1PodSpec(
+        restart_policy="Never",
+        automount_service_account_token=False,
+        service_account_name=settings.service_account,
+        security_context=client.V1PodSecurityContext(
+            run_as_non_root=True,
+            run_as_user=RUNNER_UID,
+            run_as_group=RUNNER_UID,
+            fs_group=RUNNER_UID,
+            seccomp_profile=client.V1SeccompProfile(type="RuntimeDefault"),
+        ),
+        containers=[container],
+        volumes=[
+            client.V1Volume(
+                name="config",
+                secret=client.V1SecretVolumeSource(
+                    secret_name=name, default_mode=0o400, optional=False
+                ),
+            ),
+            client.V1Volume(
+                name="workspace",
+                empty_dir=client.V1EmptyDirVolumeSource(size_limit=settings.workspace_size),
+            ),
+            client.V1Volume(name="tmp", empty_dir=client.V1EmptyDirVolumeSource()),
+        ],
+    )
+    return client.V1Job(
+        api_version="batch/v1",
+        kind="Job",
+        metadata=client.V1ObjectMeta(name=name, labels=labels),
+        spec=client.V1JobSpec(
+            backoff_limit=0,
+            active_deadline_seconds=runtime.timeout_seconds or config_.budgets.max_wall_seconds,
+            ttl_seconds_after_finished=settings.ttl_after_finished_seconds,
+            template=client.V1PodTemplateSpec(
+                metadata=client.V1ObjectMeta(labels=labels), spec=pod
+            ),
+        ),
+    )
+
+
+def build_secret(config_: RunConfig, job: client.V1Job) -> client.V1Secret:
+    """The Secret holding the RunConfig, owned by (and garbage-collected with) the Job."""
+    return client.V1Secret(
+        api_version="v1",
+        kind="Secret",
+        type="Opaque",
+        metadata=client.V1ObjectMeta(
+            name=job.metadata.name,
+            labels=dict(job.metadata.labels),
+            owner_references=[
+                client.V1OwnerReference(
+                    api_version="batch/v1",
+                    kind="Job",
+                    name=job.metadata.name,
+                    uid=job.metadata.uid,
+                    controller=True,
+                    block_owner_deletion=True,
+                )
+            ],
+        ),
+        data={CONFIG_KEY: base64.b64encode(config_.model_dump_json().encode()).decode()},
+    )
+
+
+def job_status(  # noqa: PLR0911 - one exit per Kubernetes outcome
+    job: client.V1Job, pods: list[client.V1Pod]
+) -> RuntimeStatus:
+    """Map a Job and its pods to a runtime status, naming the Kubernetes reason."""
+    conditions = {c.type: c for c in (job.status.conditions or []) if c.status == "True"}
+    failed = conditions.get("Failed")
+    if failed is not None:
+        if failed.reason == "DeadlineExceeded":
+            return RuntimeStatus(RuntimeState.TIMED_OUT, "DeadlineExceeded", failed.message or "")
+        pod_reason = _pod_failure(pods)
+        if pod_reason is not None:
+            return RuntimeStatus(RuntimeState.FAILED, pod_reason[0], pod_reason[1])
+        return RuntimeStatus(RuntimeState.FAILED, failed.reason, failed.message or "")
+    if "Complete" in conditions:
+        return RuntimeStatus(RuntimeState.EXITED, "Complete", "job completed", exit_code=0)
+    pod_reason = _pod_failure(pods)
+    if pod_reason is not None:
+        return RuntimeStatus(RuntimeState.FAILED, pod_reason[0], pod_reason[1])
+    if any(p.status and p.status.phase == "Running" for p in pods):
+        return RuntimeStatus(RuntimeState.RUNNING)
+    return RuntimeStatus(RuntimeState.PENDING)
+
+
+def _pod_failure(pods: list[client.V1Pod]) -> tuple[str, str] | None:
+    for pod in pods:
+        status = pod.status
+        if status is None:
+            continue
+        if status.reason == "Evicted":
+            return "Evicted", status.message or "pod evicted"
+        for cs in status.container_statuses or []:
+            state = cs.state
+            if state is None:
+                continue
+            if state.waiting is not None and state.waiting.reason in FATAL_WAITING:
+                return state.waiting.reason, state.waiting.message or ""
+            term = state.terminated
+            if term is not None and term.exit_code != 0:
+                return term.reason or "Error", term.message or f"exit code {term.exit_code}"
+    return None
+
+
+class KubernetesRuntime:
+    kind = "kubernetes"
+
+    def __init__(
+        self, settings: KubernetesSettings, *, configuration: client.Configuration | None = None
+    ) -> None:
+        self.settings = settings
+        self._configuration = configuration
+        self._api: client.ApiClient | None = None
+        self._statuses: dict[str, client.V1Job] = {}
+        self._watch_task: asyncio.Task[None] | None = None
+        self.watch_ready = asyncio.Event()
+
+    @property
+    def namespace(self) -> str:
+        return self.settings.namespace
+
+    def _client(self) -> client.ApiClient:
+        if self._api is None:
+            raise AgentRuntimeError("KubernetesRuntime is not started")
+        return self._api
+
+    async def start(self) -> None:
+        if self._api is not None:
+            return
+        configuration = self._configuration
+        if configuration is None:
+            configuration = client.Configuration()
+            if self.settings.in_cluster:
+                config.load_incluster_config(  # type: ignore[no-untyped-call]
+                    client_configuration=configuration
+                )
+            else:
+                await config.load_kube_config(client_configuration=configuration)
+        # Watch() deserializes with a client built from the default configuration.
+        client.Configuration.set_default(configuration)
+        self._api = client.ApiClient(configuration)
+        self._watch_task = asyncio.create_task(self._watch_jobs(), name="k8s:watch-jobs")
+
+    async def close(self) -> None:
+        if self._watch_task is not None:
+            self._watch_task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._watch_task
+            self._watch_task = None
+        if self._api is not None:
+            await self._api.close()
+            self._api = None
+
+    async def start_run(self, config_: RunConfig) -> RunHandle:
+        batch = client.BatchV1Api(self._client())
+        core = client.CoreV1Api(self._client())
+        manifest = build_job(config_, self.settings)
+        name = manifest.metadata.name
+        try:
+            job = await batch.create_namespaced_job(self.namespace, manifest)
+        except ApiException as exc:
+            if exc.status != 409:
+                raise AgentRuntimeError(
+                    f"cannot create Job {name}: {exc.status} {exc.reason}"
+                ) from exc
+            job = await batch.read_namespaced_job(name, self.namespace)  # adopt
+        try:
+            await core.create_namespaced_secret(self.namespace, build_secret(config_, job))
+        except ApiException as exc:
+            if exc.status != 409:
+                raise AgentRuntimeError(f"cannot create Secret {name}: {exc.status}") from exc
+        return RunHandle(self.kind, name)
+
+    async def cancel_run(self, run_id: str) -> None:
+        batch = client.BatchV1Api(self._client())
+        name = job_name(run_id)
+        try:
+            # Background propagation: without it a batch/v1 Job's pods are orphaned.
+            await batch.delete_namespaced_job(name, self.namespace, propagation_policy="Background")
+        except ApiException as exc:
+            if exc.status != 404:
+                raise AgentRuntimeError(f"cannot delete Job of {run_id}: {exc.status}") from exc
+        self._statuses.pop(name, None)  # do not wait for the watch to say so
+
+    async def status(self, run_id: str) -> RuntimeStatus:
+        name = job_name(run_id)
+        batch = client.BatchV1Api(self._client())
+        job = self._statuses.get(name)
+        if job is None:
+            try:
+                job = await batch.read_namespaced_job(name, self.namespace)
+            except ApiException as exc:
+                if exc.status == 404:
+                    return RuntimeStatus(RuntimeState.GONE, message=f"no Job {name}")
+                raise AgentRuntimeError(f"cannot read Job {name}: {exc.status}") from exc
+        return job_status(job, await self._pods(name))
+
+    async def _pods(self, name: str) -> list[client.V1Pod]:
+        core = client.CoreV1Api(self._client())
+        pods = await core.list_namespaced_pod(
+            self.namespace, label_selector=f"{JOB_NAME_LABEL}={name}"
+        )
+        return list(pods.items)
+
+    async def stream_logs(self, run_id: str) -> AsyncIterator[str]:
+        name = job_name(run_id)
+        pods = await self._pods(name)
+        if not pods:
+            return
+        core = client.CoreV1Api(self._client())
+        # With _preload_content=False the client hands back the aiohttp response.
+        resp: Any = await core.read_namespaced_pod_log(
+            pods[0].metadata.name, self.namespace, follow=True, _preload_content=False
+        )
+        try:
+            async for raw in resp.content:
+                yield raw.decode(errors="replace").rstrip("\n")
+        finally:
+            resp.release()
+
+    async def _watch_jobs(self) -> None:
+        """Keep the Job cache fresh; deleted Jobs leave it (status then reads GONE)."""
+        batch = client.BatchV1Api(self._client())
+        while True:
+            try:
+                async with watch.Watch() as w:
+                    stream = w.stream(
+                        batch.list_namespaced_job,
+                        self.namespace,
+                        label_selector=f"{MANAGED_BY}={MANAGER}",
+                        timeout_seconds=WATCH_TIMEOUT_SECONDS,
+                    )
+                    self.watch_ready.set()
+                    async for event in stream:
+                        self._apply_watch_event(event["type"], event["object"])
+            except asyncio.CancelledError:
+                raise
+            except Exception:  # the watch is an optimisation; status() reads through
+                log.exception("Job watch failed; re-opening")
+                await asyncio.sleep(1.0)
+
+    def _apply_watch_event(self, kind: str, job: Any) -> None:
+        name = job.metadata.name
+        if kind == "DELETED":
+            self._statuses.pop(name, None)
+        else:
+            self._statuses[name] = job

@@ -1,0 +1,154 @@
+"""Runs as local subprocesses (``nexus dev``, tests): one process group per run.
+
+The RunConfig is written to ``<workdir>/<run_id>/config.json`` (mode 0600) and the runner is
+started as ``<command...> --config <file>``; stdout and stderr go to ``runner.log`` beside
+it. Cancel sends SIGTERM to the whole process group and SIGKILL after the kill grace.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import signal
+import sys
+from collections.abc import AsyncIterator, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from nexus_events.events import RunConfig
+
+from nexus_scheduler.runtime.base import AgentRuntimeError, RunHandle, RuntimeState, RuntimeStatus
+
+DEFAULT_COMMAND = (sys.executable, "-m", "nexus_runner")
+# How often a log follower looks for new output while the process lives.
+_LOG_POLL_SECONDS = 0.1
+
+
+@dataclass
+class _Proc:
+    run_id: str
+    proc: asyncio.subprocess.Process
+    dir: Path
+    killed: bool = False
+
+    @property
+    def log_path(self) -> Path:
+        return self.dir / "runner.log"
+
+
+class LocalProcessRuntime:
+    kind = "local"
+
+    def __init__(
+        self,
+        workdir: Path,
+        *,
+        command: Sequence[str] = DEFAULT_COMMAND,
+        kill_grace: float = 10.0,
+        env: Mapping[str, str] | None = None,
+    ) -> None:
+        self.workdir = Path(workdir)
+        self.command = tuple(command)
+        self.kill_grace = kill_grace
+        self.env = dict(env or {})
+        self._procs: dict[str, _Proc] = {}
+        self._lock = asyncio.Lock()
+
+    async def start(self) -> None:
+        self.workdir.mkdir(parents=True, exist_ok=True)
+
+    async def close(self) -> None:
+        """Forget the processes (they keep running; a new scheduler marks them lost)."""
+        self._procs.clear()
+
+    def run_dir(self, run_id: str) -> Path:
+        return self.workdir / run_id
+
+    async def start_run(self, config: RunConfig) -> RunHandle:
+        async with self._lock:
+            existing = self._procs.get(config.run_id)
+            if existing is not None:
+                return RunHandle(self.kind, str(existing.proc.pid))
+            run_dir = self.run_dir(config.run_id)
+            run_dir.mkdir(parents=True, exist_ok=True)
+            config_path = run_dir / "config.json"
+            fd = os.open(config_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+            with os.fdopen(fd, "w") as fh:
+                fh.write(config.model_dump_json())
+            env = {**os.environ, **self.env, "NEXUS_RUN_ID": config.run_id}
+            log = (run_dir / "runner.log").open("ab")
+            try:
+                proc = await asyncio.create_subprocess_exec(
+                    *self.command,
+                    "--config",
+                    str(config_path),
+                    stdin=asyncio.subprocess.DEVNULL,
+                    stdout=log,
+                    stderr=asyncio.subprocess.STDOUT,
+                    cwd=run_dir,
+                    env=env,
+                    start_new_session=True,  # own session => own process group
+                )
+            except OSError as exc:
+                raise AgentRuntimeError(f"cannot start {self.command[0]}: {exc}") from exc
+            finally:
+                log.close()
+            self._procs[config.run_id] = _Proc(config.run_id, proc, run_dir)
+            return RunHandle(self.kind, str(proc.pid))
+
+    async def cancel_run(self, run_id: str) -> None:
+        entry = self._procs.get(run_id)
+        if entry is None or entry.proc.returncode is not None:
+            return
+        entry.killed = True
+        _signal_group(entry.proc.pid, signal.SIGTERM)
+        try:
+            await asyncio.wait_for(entry.proc.wait(), timeout=self.kill_grace)
+        except TimeoutError:
+            _signal_group(entry.proc.pid, signal.SIGKILL)
+            await entry.proc.wait()
+        # Children that ignored SIGTERM outlive the leader: clear the group either way.
+        _signal_group(entry.proc.pid, signal.SIGKILL)
+
+    async def status(self, run_id: str) -> RuntimeStatus:
+        entry = self._procs.get(run_id)
+        if entry is None:
+            return RuntimeStatus(RuntimeState.GONE, message="no such process in this scheduler")
+        code = entry.proc.returncode
+        if code is None:
+            return RuntimeStatus(RuntimeState.RUNNING)
+        if code < 0:
+            name = signal.Signals(-code).name
+            return RuntimeStatus(
+                RuntimeState.EXITED, reason=name, message=f"killed by {name}", exit_code=code
+            )
+        return RuntimeStatus(RuntimeState.EXITED, message=f"exit code {code}", exit_code=code)
+
+    async def stream_logs(self, run_id: str) -> AsyncIterator[str]:
+        entry = self._procs.get(run_id)
+        path = entry.log_path if entry else self.run_dir(run_id) / "runner.log"
+        if not path.exists():
+            return
+        with path.open("rb") as fh:
+            pending = b""
+            while True:
+                # Checked before reading: output written before the exit is still read.
+                ended = entry is None or entry.proc.returncode is not None
+                chunk = fh.readline()
+                if chunk:
+                    pending += chunk
+                    if pending.endswith(b"\n"):
+                        yield pending.decode(errors="replace").rstrip("\n")
+                        pending = b""
+                    continue
+                if ended:
+                    break
+                await asyncio.sleep(_LOG_POLL_SECONDS)
+            if pending:
+                yield pending.decode(errors="replace")
+
+
+def _signal_group(pid: int, sig: signal.Signals) -> None:
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(pid, sig)

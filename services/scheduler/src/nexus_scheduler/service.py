@@ -1,0 +1,312 @@
+"""The scheduler's active part: admission state in, runtime calls and run events out.
+
+`SchedulerService` owns the `AdmissionState`. It is fed run events (`observe`), then asked
+to act on them (`act`): publish `queued`, start runs and publish `dispatched`, cancel runs
+that were never started. `tick` runs the timers (cancel grace, deadline, heartbeats) and asks
+the runtime about active runs. Every event it publishes carries a deterministic
+``Nats-Msg-Id`` (run id + event), so a retry or a second replica never stores it twice.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+
+from nexus_events import subjects
+from nexus_events.bus import Bus, Outgoing
+from nexus_events.codec import Decoded
+from nexus_events.events import (
+    Event,
+    Reason,
+    RunCancelled,
+    RunDispatched,
+    RunFailed,
+    RunLost,
+    RunTimedOut,
+    TerminalEvent,
+)
+
+from nexus_scheduler.admission import (
+    AdmissionState,
+    CancelInfo,
+    CancelWaiting,
+    Escalate,
+    Expire,
+    Limits,
+    Lose,
+    Phase,
+    Queue,
+    Start,
+    Timeouts,
+    decide,
+    due,
+)
+from nexus_scheduler.clock import Clock, SystemClock
+from nexus_scheduler.runtime.base import AgentRuntime, RuntimeState, RuntimeStatus
+
+log = logging.getLogger(__name__)
+
+# The run events admission needs; everything else on NEXUS_RUNS (turns, tools) is skipped.
+WATCHED_EVENTS = (
+    "prepared",
+    "queued",
+    "dispatched",
+    "started",
+    "heartbeat",
+    "cancel_requested",
+    "completed",
+    "failed",
+    "cancelled",
+    "timed_out",
+    "lost",
+)
+
+
+def watched_subjects() -> tuple[str, ...]:
+    return tuple(subjects.run_events_filter(event=name) for name in WATCHED_EVENTS)
+
+
+def msg_id(run_id: str, event: str, attempt: int | None = None) -> str:
+    """Deterministic id of an event the scheduler publishes for a run. All terminal events
+    share one id, so at most one scheduler-made ending is stored per run."""
+    suffix = "terminal" if event in _TERMINAL_NAMES else event
+    return f"scheduler:{run_id}:{suffix}" + (f":{attempt}" if attempt is not None else "")
+
+
+_TERMINAL_NAMES = frozenset({"completed", "failed", "cancelled", "timed_out", "lost"})
+
+
+@dataclass
+class Stats:
+    started: int = 0
+    queued: int = 0
+    ended: dict[str, int] = field(default_factory=dict)
+
+
+class SchedulerService:
+    def __init__(
+        self,
+        bus: Bus,
+        runtime: AgentRuntime,
+        *,
+        limits: Limits,
+        timeouts: Timeouts,
+        exit_grace: float = 10.0,
+        clock: Clock | None = None,
+    ) -> None:
+        self.bus = bus
+        self.runtime = runtime
+        self.limits = limits
+        self.timeouts = timeouts
+        self.exit_grace = exit_grace
+        self.clock: Clock = clock or SystemClock()
+        self.state = AdmissionState()
+        self.stats = Stats()
+        self._lock = asyncio.Lock()
+        self._gone_since: dict[str, datetime] = {}
+        self._background: set[asyncio.Task[None]] = set()
+
+    # -- input --------------------------------------------------------------------------------
+
+    def observe(self, decoded: Decoded, *, replay: bool = False) -> bool:
+        """Fold one run event into the state. Replayed events keep their stream time."""
+        run_id = decoded.address.run_id
+        if run_id is None:
+            return False
+        at = self.clock.now()
+        if replay and decoded.envelope.timestamp is not None:
+            at = decoded.envelope.timestamp
+        return self.state.evolve(run_id, decoded.event, at)
+
+    async def observe_many(self, items: Iterable[Decoded]) -> None:
+        async with self._lock:
+            for decoded in items:
+                self.observe(decoded)
+
+    # -- admission ----------------------------------------------------------------------------
+
+    async def act(self) -> None:
+        """Decide on the waiting runs and carry the decisions out.
+
+        Slots are taken under the lock, so concurrent calls never start a run twice; the
+        runtime starts run in the background so slow starts do not hold up consumption.
+        """
+        now = self.clock.now()
+        queued: list[Outgoing] = []
+        cancels: list[CancelWaiting] = []
+        starts: list[Start] = []
+        async with self._lock:
+            for decision in decide(self.state, self.limits):
+                if isinstance(decision, Start):
+                    self.state.begin_start(decision.run_id)
+                    starts.append(decision)
+                elif isinstance(decision, Queue):
+                    self.state.evolve(decision.run_id, decision.event, now)
+                    queued.append(
+                        Outgoing(
+                            subjects.run_event(decision.run_id, "queued"),
+                            decision.event,
+                            msg_id=msg_id(decision.run_id, "queued"),
+                        )
+                    )
+                else:
+                    self.state.runs[decision.run_id].ending = True
+                    cancels.append(decision)
+        if queued:
+            await self.bus.publish_many(queued)
+            self.stats.queued += len(queued)
+        for cancel in cancels:
+            await self._end(cancel.run_id, _cancelled(cancel.cancel))
+        for start in starts:
+            task = asyncio.create_task(self._start(start), name=f"start:{start.run_id}")
+            self._background.add(task)
+            task.add_done_callback(self._background.discard)
+
+    async def _start(self, start: Start) -> None:
+        config = start.config
+        try:
+            handle = await self.runtime.start_run(config)
+        except Exception as exc:  # any runtime failure ends the run, it must not hang
+            log.exception("runtime could not start %s", start.run_id)
+            await self._end(
+                start.run_id,
+                RunFailed(reason=Reason.RUNTIME_ERROR, message=f"{type(exc).__name__}: {exc}"),
+            )
+            return
+        event = RunDispatched(runtime=handle.runtime, handle=handle.handle, attempt=config.attempt)
+        await self.bus.publish(
+            subjects.run_event(start.run_id, "dispatched"),
+            event,
+            msg_id=msg_id(start.run_id, "dispatched", config.attempt),
+        )
+        async with self._lock:
+            self.state.evolve(start.run_id, event, self.clock.now())
+        self.stats.started += 1
+
+    async def drain(self) -> None:
+        """Wait for the runtime starts in flight."""
+        while self._background:
+            await asyncio.gather(*list(self._background), return_exceptions=True)
+
+    # -- timers and runtime checks ------------------------------------------------------------
+
+    async def tick(self) -> None:
+        """Act on passed timers and on runs their runtime no longer has, then admit."""
+        now = self.clock.now()
+        async with self._lock:
+            actions = due(self.state, now, self.timeouts)
+            for action in actions:
+                self.state.runs[action.run_id].ending = True
+            watched = [
+                e.run_id
+                for e in self.state.active()
+                if e.phase in (Phase.DISPATCHED, Phase.RUNNING) and not e.ending
+            ]
+        for run_id in [r for r in self._gone_since if r not in self.state.runs]:
+            del self._gone_since[run_id]  # ended by the runner meanwhile
+        await asyncio.gather(*(self._carry_out(a) for a in actions))
+        statuses = await asyncio.gather(*(self.runtime.status(r) for r in watched))
+        for run_id, status in zip(watched, statuses, strict=True):
+            await self._check_runtime(run_id, status, now)
+        await self.act()
+
+    async def _carry_out(self, action: Escalate | Expire | Lose) -> None:
+        await self._stop_runtime(action.run_id)
+        if isinstance(action, Escalate):
+            await self._end(action.run_id, _cancelled(action.cancel))
+        elif isinstance(action, Expire):
+            await self._end(
+                action.run_id,
+                RunTimedOut(
+                    limit_seconds=action.limit_seconds,
+                    message=f"wall-clock budget of {action.limit_seconds}s exceeded",
+                ),
+            )
+        else:
+            await self._end(action.run_id, RunLost(reason=action.reason, message=action.message))
+
+    async def _check_runtime(self, run_id: str, status: RuntimeStatus, now: datetime) -> None:
+        if status.live:
+            self._gone_since.pop(run_id, None)
+            return
+        since = self._gone_since.setdefault(run_id, now)
+        if now - since < timedelta(seconds=self.exit_grace):
+            return  # the runner's own terminal event may still be on its way
+        async with self._lock:
+            entry = self.state.runs.get(run_id)
+            if entry is None or entry.ending:
+                return
+            entry.ending = True
+        await self._end(run_id, ending_for(status))
+
+    async def _stop_runtime(self, run_id: str) -> None:
+        try:
+            await self.runtime.cancel_run(run_id)
+        except Exception:  # the run ends either way; the runtime's GC is the backstop
+            log.exception("runtime could not stop %s", run_id)
+
+    async def _end(self, run_id: str, event: TerminalEvent) -> None:
+        """Publish a scheduler-made terminal event (once per run) and free the slot."""
+        async with self._lock:
+            if run_id in self.state.finished:
+                return
+        await self.bus.publish(
+            subjects.run_event(run_id, event.event_name), event, msg_id=msg_id(run_id, "terminal")
+        )
+        async with self._lock:
+            self.state.evolve(run_id, event, self.clock.now())
+        self._gone_since.pop(run_id, None)
+        self.stats.ended[event.event_name] = self.stats.ended.get(event.event_name, 0) + 1
+
+    # -- start-up -----------------------------------------------------------------------------
+
+    async def recover(self) -> list[str]:
+        """After a rebuild: runs dispatched/running with no live runtime end `lost` now.
+
+        Returns the run ids declared lost.
+        """
+        async with self._lock:
+            candidates = [e.run_id for e in self.state.active() if not e.ending]
+        lost = []
+        for run_id in candidates:
+            status = await self.runtime.status(run_id)
+            if status.live:
+                continue
+            async with self._lock:
+                self.state.runs[run_id].ending = True
+            await self._end(
+                run_id,
+                RunLost(
+                    reason=Reason.RUNTIME_GONE,
+                    message=f"no live runtime at scheduler start ({status.state}: "
+                    f"{status.message or status.reason or '-'})",
+                ),
+            )
+            lost.append(run_id)
+        return lost
+
+
+def _cancelled(cancel: CancelInfo) -> RunCancelled:
+    return RunCancelled(reason=cancel.reason, cancelled_by=cancel.requested_by)
+
+
+def ending_for(status: RuntimeStatus) -> TerminalEvent:
+    """The terminal event for a run whose runtime stopped without the runner saying how."""
+    parts = [p for p in (status.reason, status.message) if p]
+    detail = ": ".join(parts) or status.state.value
+    if status.state is RuntimeState.TIMED_OUT:
+        return RunTimedOut(message=f"runtime deadline: {detail}")
+    if status.state is RuntimeState.FAILED:
+        return RunFailed(
+            reason=Reason.RUNTIME_ERROR,
+            message=detail,
+            detail={"runtime_reason": status.reason} if status.reason else {},
+        )
+    return RunLost(reason=Reason.RUNTIME_GONE, message=f"runtime reports {detail}")
+
+
+def is_watched(event: Event) -> bool:
+    return event.event_name in WATCHED_EVENTS

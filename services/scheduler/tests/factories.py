@@ -1,0 +1,30 @@
+"""Builders of run configs and events for the scheduler tests."""
+
+from __future__ import annotations
+
+from nexus_events.events import Budgets, ModelSpec, RunConfig, RunPrepared, RuntimeSpec
+
+
+def config(
+    run_id: str,
+    agent_id: str = "implementer",
+    task_id: str | None = None,
+    *,
+    wall_seconds: int = 3600,
+    image: str | None = None,
+) -> RunConfig:
+    return RunConfig(
+        run_id=run_id,
+        agent_id=agent_id,
+        task_id=task_id,
+        system_prompt="You implement things.",
+        model=ModelSpec(name="fake-model"),
+        budgets=Budgets(max_wall_seconds=wall_seconds),
+        runtime=RuntimeSpec(image=image, cpu="500m", memory="1Gi"),
+    )
+
+
+def prepared(
+    run_id: str, agent_id: str = "implementer", task_id: str | None = None, **kw: object
+) -> RunPrepared:
+    return RunPrepared(config=config(run_id, agent_id, task_id, **kw))  # type: ignore[arg-type]

@@ -1,0 +1,39 @@
+"""A stand-in for ``python -m nexus_runner --config FILE`` driven by FAKE_RUNNER_MODE.
+
+Modes: ``exit0`` (print and exit), ``sleep`` (run until SIGTERM), ``ignore-term`` (survive
+SIGTERM until SIGKILL), ``spawn-child`` (start a grandchild in the group, then sleep).
+Prints ``ready`` once signal handlers are in place.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+
+def main() -> None:
+    path = sys.argv[sys.argv.index("--config") + 1]
+    with open(path) as fh:
+        config = json.load(fh)
+    mode = os.environ.get("FAKE_RUNNER_MODE", "sleep")
+    print(f"run {config['run_id']} agent {config['agent_id']}", flush=True)
+    if mode == "exit0":
+        print("done", flush=True)
+        return
+    if mode == "ignore-term":
+        signal.signal(signal.SIGTERM, lambda *_: print("ignoring SIGTERM", flush=True))
+    if mode == "spawn-child":
+        child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"])
+        print(f"child {child.pid}", flush=True)
+    print("ready", flush=True)
+    deadline = time.monotonic() + 600
+    while time.monotonic() < deadline:
+        time.sleep(0.05)
+
+
+if __name__ == "__main__":
+    main()

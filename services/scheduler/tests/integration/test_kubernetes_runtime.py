@@ -1,0 +1,257 @@
+"""KubernetesRuntime against a fake API server that the real kubernetes-asyncio client talks to."""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import json
+from collections.abc import AsyncIterator
+from typing import Any
+
+import pytest
+from kubernetes_asyncio import client
+from nexus_scheduler.runtime.base import RuntimeState
+from nexus_scheduler.runtime.kubernetes import KubernetesRuntime, KubernetesSettings, job_name
+
+from ..factories import config
+from ..kube_fake import FakeKubeApi
+from ..waiting import eventually
+
+NS = "nexus-runs"
+
+
+@pytest.fixture
+async def fake() -> AsyncIterator[Any]:
+    async with FakeKubeApi() as api:
+        yield api
+
+
+@pytest.fixture
+async def runtime(fake: Any) -> AsyncIterator[KubernetesRuntime]:
+    cfg = client.Configuration(host=fake.host)
+    rt = KubernetesRuntime(
+        KubernetesSettings(namespace=NS, image="runner:1", ttl_after_finished_seconds=600),
+        configuration=cfg,
+    )
+    await rt.start()
+    try:
+        yield rt
+    finally:
+        await rt.close()
+
+
+async def _true(value: bool) -> bool:
+    return value
+
+
+def test_job_names_are_dns_labels_and_distinct() -> None:
+    assert job_name("run-123") == "nexus-run-run-123"
+    assert job_name("Run_1") != job_name("run-1")
+    long = job_name("x" * 128)
+    assert len(long) <= 63
+    assert long != job_name("x" * 127)
+
+
+async def test_start_run_creates_a_hardened_job_and_an_owned_secret(
+    fake: Any, runtime: KubernetesRuntime
+) -> None:
+    cfg = config("run-1", agent_id="planner", task_id="task-9", wall_seconds=900)
+    handle = await runtime.start_run(cfg)
+    assert (handle.runtime, handle.handle) == ("kubernetes", "nexus-run-run-1")
+
+    job = fake.job("nexus-run-run-1", NS)
+    labels = job["metadata"]["labels"]
+    assert labels["nexus.dev/run-id"] == "run-1"
+    assert labels["nexus.dev/agent-id"] == "planner"
+    assert labels["nexus.dev/task-id"] == "task-9"
+    spec = job["spec"]
+    assert spec["backoffLimit"] == 0
+    assert spec["activeDeadlineSeconds"] == 900
+    assert spec["ttlSecondsAfterFinished"] == 600
+    pod = spec["template"]["spec"]
+    assert pod["restartPolicy"] == "Never"
+    assert pod["automountServiceAccountToken"] is False
+    assert pod["securityContext"]["runAsNonRoot"] is True
+    [container] = pod["containers"]
+    assert container["image"] == "runner:1"
+    assert container["args"] == ["--config", "/etc/nexus/config.json"]
+    assert container["resources"] == {
+        "requests": {"cpu": "500m", "memory": "1Gi"},
+        "limits": {"cpu": "500m", "memory": "1Gi"},
+    }
+    sc = container["securityContext"]
+    assert sc["readOnlyRootFilesystem"] is True
+    assert sc["allowPrivilegeEscalation"] is False
+    assert sc["runAsNonRoot"] is True
+    assert sc["capabilities"] == {"drop": ["ALL"]}
+    mounts = {m["name"]: m for m in container["volumeMounts"]}
+    assert mounts["config"]["readOnly"] is True
+    assert mounts["workspace"]["mountPath"] == "/workspace"
+    volumes = {v["name"]: v for v in pod["volumes"]}
+    assert volumes["config"]["secret"]["secretName"] == "nexus-run-run-1"
+    assert "emptyDir" in volumes["workspace"]
+
+    secret = fake.secrets[(NS, "nexus-run-run-1")]
+    [owner] = secret["metadata"]["ownerReferences"]
+    assert owner["kind"] == "Job"
+    assert owner["uid"] == job["metadata"]["uid"]
+    stored = json.loads(base64.b64decode(secret["data"]["config.json"]))
+    assert stored["run_id"] == "run-1"
+    assert stored["agent_id"] == "planner"
+
+
+async def test_start_run_twice_adopts_the_existing_job(
+    fake: Any, runtime: KubernetesRuntime
+) -> None:
+    cfg = config("run-2")
+    first = await runtime.start_run(cfg)
+    second = await runtime.start_run(cfg)
+    assert first == second
+    assert len(fake.requests_to("POST", "/jobs")) == 2
+    assert len(fake.jobs) == 1  # the second create got 409 and adopted
+    assert len(fake.secrets) == 1
+
+
+async def test_cancel_deletes_the_job_in_the_background(
+    fake: Any, runtime: KubernetesRuntime
+) -> None:
+    await runtime.start_run(config("run-3"))
+    await runtime.cancel_run("run-3")
+    [delete] = fake.requests_to("DELETE", "/jobs/nexus-run-run-3")
+    assert delete.query.get("propagationPolicy") == "Background" or (
+        (delete.body or {}).get("propagationPolicy") == "Background"
+    )
+    assert fake.jobs == {}
+    assert fake.secrets == {}  # owned secret collected with its Job
+    assert (await runtime.status("run-3")).state is RuntimeState.GONE
+    await runtime.cancel_run("run-3")  # already gone: no error
+
+
+async def test_status_from_watch_maps_pod_failures_and_deadlines(
+    fake: Any, runtime: KubernetesRuntime
+) -> None:
+    await eventually(lambda: _true(runtime.watch_ready.is_set()))
+    for rid in ("oom", "pull", "deadline", "evicted", "ok"):
+        await runtime.start_run(config(rid))
+    assert (await runtime.status("ok")).state is RuntimeState.PENDING
+    fake.add_pod(job_name("ok"), namespace=NS)
+    assert (await runtime.status("ok")).state is RuntimeState.RUNNING
+
+    fake.add_pod(
+        job_name("pull"),
+        phase="Pending",
+        namespace=NS,
+        container_statuses=[
+            _cs({"waiting": {"reason": "ImagePullBackOff", "message": "no such image"}})
+        ],
+    )
+    fake.add_pod(
+        job_name("oom"),
+        phase="Failed",
+        namespace=NS,
+        container_statuses=[_cs({"terminated": {"reason": "OOMKilled", "exitCode": 137}})],
+    )
+    fake.set_job_status(job_name("oom"), _failed("BackoffLimitExceeded"), NS)
+    fake.set_job_status(job_name("deadline"), _failed("DeadlineExceeded"), NS)
+    fake.add_pod(job_name("evicted"), phase="Failed", reason="Evicted", namespace=NS)
+    fake.set_job_status(job_name("evicted"), _failed("BackoffLimitExceeded"), NS)
+
+    async def watched() -> bool:
+        return all(
+            runtime._statuses.get(job_name(r)) is not None
+            and runtime._statuses[job_name(r)].status.conditions
+            for r in ("oom", "deadline", "evicted")
+        )
+
+    await eventually(watched, what="watch delivered the failures")
+    reads_before = len(fake.requests_to("GET", "/jobs/"))
+    oom = await runtime.status("oom")
+    assert (oom.state, oom.reason) == (RuntimeState.FAILED, "OOMKilled")
+    pull = await runtime.status("pull")
+    assert (pull.state, pull.reason) == (RuntimeState.FAILED, "ImagePullBackOff")
+    deadline = await runtime.status("deadline")
+    assert (deadline.state, deadline.reason) == (RuntimeState.TIMED_OUT, "DeadlineExceeded")
+    evicted = await runtime.status("evicted")
+    assert (evicted.state, evicted.reason) == (RuntimeState.FAILED, "Evicted")
+    # failures came from the watch cache, not from reading each Job
+    assert len(fake.requests_to("GET", "/jobs/")) - reads_before <= 1
+
+
+async def test_stream_logs_follows_the_pod(fake: Any, runtime: KubernetesRuntime) -> None:
+    await runtime.start_run(config("run-4"))
+    pod = fake.add_pod(job_name("run-4"), namespace=NS)
+    await fake.append_log(pod, "hello", namespace=NS)
+    lines: list[str] = []
+
+    async def follow() -> None:
+        async for line in runtime.stream_logs("run-4"):
+            lines.append(line)
+
+    task = asyncio.create_task(follow())
+    await eventually(lambda: _true(lines == ["hello"]), what="first line")
+    await fake.append_log(pod, "world", namespace=NS)
+    await eventually(lambda: _true(lines == ["hello", "world"]), what="followed line")
+    assert not task.done()
+    await fake.end_log(pod, namespace=NS)
+    await asyncio.wait_for(task, timeout=5)
+    [req] = fake.requests_to("GET", f"/pods/{pod}/log")
+    assert req.query["follow"] in ("true", "True")
+
+
+def _cs(state: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "name": "runner",
+        "image": "runner:1",
+        "imageID": "",
+        "ready": False,
+        "restartCount": 0,
+        "state": state,
+    }
+
+
+def _failed(reason: str) -> dict[str, Any]:
+    return {
+        "failed": 1,
+        "conditions": [
+            {"type": "Failed", "status": "True", "reason": reason, "message": reason.lower()}
+        ],
+    }
+
+
+async def test_scheduler_on_kubernetes_turns_pod_failures_into_run_events(
+    fake: Any, runtime: KubernetesRuntime, make_app: Any, bus: Any, clock: Any
+) -> None:
+    from nexus_events.events import RunFailed, RunTimedOut
+
+    from .conftest import publish_prepared, run_events
+
+    app = await make_app(runtime, exit_grace_seconds=0)
+    await publish_prepared(bus, [config("oom"), config("late", wall_seconds=60)])
+
+    async def dispatched() -> list[Any] | None:
+        got = await run_events(bus, "dispatched")
+        return got if len(got) == 2 else None
+
+    handles = {rid: ev.handle for rid, ev in await eventually(dispatched)}
+    assert handles == {"oom": job_name("oom"), "late": job_name("late")}
+    fake.add_pod(
+        job_name("oom"),
+        phase="Failed",
+        namespace=NS,
+        container_statuses=[_cs({"terminated": {"reason": "OOMKilled", "exitCode": 137}})],
+    )
+    fake.set_job_status(job_name("oom"), _failed("BackoffLimitExceeded"), NS)
+    fake.set_job_status(job_name("late"), _failed("DeadlineExceeded"), NS)
+
+    async def watched() -> bool:
+        return (await runtime.status("late")).state is RuntimeState.TIMED_OUT
+
+    await eventually(watched, what="the watch saw the deadline")
+    await app.service.tick()
+    [(_, failed)] = await run_events(bus, "failed")
+    assert isinstance(failed, RunFailed)
+    assert failed.reason == "runtime_error"
+    assert failed.detail == {"runtime_reason": "OOMKilled"}
+    [(_, timed_out)] = await run_events(bus, "timed_out")
+    assert isinstance(timed_out, RunTimedOut)
+    assert "DeadlineExceeded" in timed_out.message

@@ -1,0 +1,141 @@
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import stat
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from nexus_scheduler.runtime.base import RuntimeState
+from nexus_scheduler.runtime.local import LocalProcessRuntime
+
+from ..factories import config
+from ..waiting import eventually
+
+FAKE_RUNNER = Path(__file__).parent.parent / "fake_runner.py"
+
+
+def runtime(tmp_path: Path, mode: str, kill_grace: float = 5.0) -> LocalProcessRuntime:
+    return LocalProcessRuntime(
+        tmp_path / "runs",
+        command=(sys.executable, str(FAKE_RUNNER)),
+        kill_grace=kill_grace,
+        env={"FAKE_RUNNER_MODE": mode},
+    )
+
+
+async def log_has(rt: LocalProcessRuntime, run_id: str, text: str) -> bool:
+    path = rt.run_dir(run_id) / "runner.log"
+    return path.exists() and text in path.read_text()
+
+
+async def test_start_writes_private_config_and_captures_logs(tmp_path: Path) -> None:
+    rt = runtime(tmp_path, "exit0")
+    await rt.start()
+    cfg = config("run-1", agent_id="planner")
+    handle = await rt.start_run(cfg)
+    assert handle.runtime == "local"
+    assert int(handle.handle) > 0
+    # idempotent: a second start adopts the first process
+    assert await rt.start_run(cfg) == handle
+    lines = [line async for line in rt.stream_logs("run-1")]
+    assert lines == ["run run-1 agent planner", "done"]
+    status = await rt.status("run-1")
+    assert status.state is RuntimeState.EXITED
+    assert status.exit_code == 0
+    cfg_file = rt.run_dir("run-1") / "config.json"
+    assert json.loads(cfg_file.read_text())["run_id"] == "run-1"
+    assert stat.S_IMODE(cfg_file.stat().st_mode) == 0o600
+
+
+async def test_unknown_run_is_gone_and_cancel_is_noop(tmp_path: Path) -> None:
+    rt = runtime(tmp_path, "sleep")
+    await rt.start()
+    assert (await rt.status("nope")).state is RuntimeState.GONE
+    await rt.cancel_run("nope")
+
+
+async def test_cancel_sends_sigterm_to_the_group(tmp_path: Path) -> None:
+    rt = runtime(tmp_path, "spawn-child")
+    await rt.start()
+    await rt.start_run(config("run-2"))
+    await eventually(lambda: log_has(rt, "run-2", "ready"))
+    assert (await rt.status("run-2")).state is RuntimeState.RUNNING
+    child_pid = int(
+        next(
+            line.split()[1]
+            for line in (rt.run_dir("run-2") / "runner.log").read_text().splitlines()
+            if line.startswith("child ")
+        )
+    )
+    started = time.monotonic()
+    await rt.cancel_run("run-2")
+    assert time.monotonic() - started < 4  # SIGTERM sufficed, no kill grace spent
+    status = await rt.status("run-2")
+    assert status.state is RuntimeState.EXITED
+    assert status.reason == "SIGTERM"
+
+    async def child_gone() -> bool:
+        try:
+            os.kill(child_pid, 0)
+        except ProcessLookupError:
+            return True
+        # a zombie reparented to init is gone for our purposes
+        return _process_state(child_pid) == "Z"
+
+    await eventually(child_gone)
+
+
+async def test_cancel_escalates_to_sigkill_after_grace(tmp_path: Path) -> None:
+    rt = runtime(tmp_path, "ignore-term", kill_grace=0.5)
+    await rt.start()
+    await rt.start_run(config("run-3"))
+    await eventually(lambda: log_has(rt, "run-3", "ready"))
+    await rt.cancel_run("run-3")
+    status = await rt.status("run-3")
+    assert status.state is RuntimeState.EXITED
+    assert status.reason == "SIGKILL"
+    assert await log_has(rt, "run-3", "ignoring SIGTERM")
+
+
+async def test_stream_logs_follows_a_live_process(tmp_path: Path) -> None:
+    rt = runtime(tmp_path, "sleep")
+    await rt.start()
+    await rt.start_run(config("run-4"))
+    seen: list[str] = []
+
+    async def follow() -> None:
+        async for line in rt.stream_logs("run-4"):
+            seen.append(line)
+
+    await eventually(lambda: log_has(rt, "run-4", "ready"))
+    task = asyncio.create_task(follow())
+    await eventually(lambda: _true(seen == ["run run-4 agent implementer", "ready"]))
+    assert not task.done()  # still following
+    await rt.cancel_run("run-4")
+    await asyncio.wait_for(task, timeout=5)
+
+
+async def _true(value: bool) -> bool:
+    return value
+
+
+@pytest.mark.parametrize("mode", ["sleep"])
+async def test_killed_process_reports_exited(tmp_path: Path, mode: str) -> None:
+    rt = runtime(tmp_path, mode)
+    await rt.start()
+    handle = await rt.start_run(config("run-5"))
+    os.kill(int(handle.handle), 9)
+
+    async def exited() -> bool:
+        return (await rt.status("run-5")).state is RuntimeState.EXITED
+
+    await eventually(exited)
+    assert (await rt.status("run-5")).reason == "SIGKILL"
+
+
+def _process_state(pid: int) -> str:
+    return Path(f"/proc/{pid}/stat").read_text().split()[2]

@@ -1,0 +1,342 @@
+"""A fake Kubernetes API server: just enough of batch/v1 Jobs, v1 Secrets, Pods, pod logs
+(with follow) and watches for the real kubernetes-asyncio client.
+
+It stores what it receives (tests assert on the manifests) and lets a test drive the cluster
+side: give a Job a status, add its pod, append log lines, end the log. Every change to a Job
+is sent to open watches as newline-delimited ``{"type", "object"}`` frames.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import copy
+import itertools
+import json
+import uuid
+from collections import defaultdict
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any
+
+from aiohttp import web
+
+JOB_NAME_LABEL = "batch.kubernetes.io/job-name"
+
+
+def _now() -> str:
+    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def _status(code: int, reason: str, message: str) -> web.Response:
+    body = {
+        "kind": "Status",
+        "apiVersion": "v1",
+        "metadata": {},
+        "status": "Failure",
+        "message": message,
+        "reason": reason,
+        "code": code,
+    }
+    return web.json_response(body, status=code)
+
+
+def _matches(obj: dict[str, Any], selector: str | None) -> bool:
+    if not selector:
+        return True
+    labels = obj.get("metadata", {}).get("labels") or {}
+    for term in selector.split(","):
+        key, _, value = term.partition("=")
+        if labels.get(key) != value:
+            return False
+    return True
+
+
+@dataclass
+class _Log:
+    lines: list[str] = field(default_factory=list)
+    done: bool = False
+    changed: asyncio.Condition = field(default_factory=asyncio.Condition)
+
+
+@dataclass
+class Request:
+    method: str
+    path: str
+    query: dict[str, str]
+    body: Any
+
+
+class FakeKubeApi:
+    """Run with `async with FakeKubeApi() as api:`; point the client at `api.host`."""
+
+    def __init__(self) -> None:
+        self.jobs: dict[tuple[str, str], dict[str, Any]] = {}
+        self.secrets: dict[tuple[str, str], dict[str, Any]] = {}
+        self.pods: dict[tuple[str, str], dict[str, Any]] = {}
+        self.requests: list[Request] = []
+        self._logs: dict[tuple[str, str], _Log] = defaultdict(_Log)
+        self._watchers: list[tuple[str, str | None, asyncio.Queue[dict[str, Any] | None]]] = []
+        self._rv = itertools.count(1)
+        self._runner: web.AppRunner | None = None
+        self.port = 0
+
+    @property
+    def host(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    # -- lifecycle ---------------------------------------------------------------------------
+
+    async def __aenter__(self) -> FakeKubeApi:
+        app = web.Application(middlewares=[self._record])
+        jobs = "/apis/batch/v1/namespaces/{ns}/jobs"
+        app.router.add_post(jobs, self._create_job)
+        app.router.add_get(jobs, self._list_jobs)
+        app.router.add_get(jobs + "/{name}", self._get_job)
+        app.router.add_delete(jobs + "/{name}", self._delete_job)
+        secrets = "/api/v1/namespaces/{ns}/secrets"
+        app.router.add_post(secrets, self._create_secret)
+        app.router.add_get(secrets + "/{name}", self._get_secret)
+        pods = "/api/v1/namespaces/{ns}/pods"
+        app.router.add_get(pods, self._list_pods)
+        app.router.add_get(pods + "/{name}/log", self._pod_log)
+        self._runner = web.AppRunner(app)
+        await self._runner.setup()
+        site = web.TCPSite(self._runner, "127.0.0.1", 0)
+        await site.start()
+        server = site._server
+        assert server is not None
+        self.port = server.sockets[0].getsockname()[1]  # type: ignore[attr-defined]
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        for _, _, queue in self._watchers:
+            queue.put_nowait(None)
+        for log in self._logs.values():
+            log.done = True
+            async with log.changed:
+                log.changed.notify_all()
+        if self._runner is not None:
+            await self._runner.cleanup()
+
+    @web.middleware
+    async def _record(self, request: web.Request, handler: Any) -> web.StreamResponse:
+        body = None
+        if request.can_read_body:
+            raw = await request.read()
+            body = json.loads(raw) if raw else None
+        self.requests.append(Request(request.method, request.path, dict(request.query), body))
+        request["json"] = body
+        response: web.StreamResponse = await handler(request)
+        return response
+
+    # -- what a test drives ------------------------------------------------------------------
+
+    def job(self, name: str, namespace: str = "default") -> dict[str, Any]:
+        return self.jobs[(namespace, name)]
+
+    def set_job_status(self, name: str, status: dict[str, Any], namespace: str = "default") -> None:
+        job = self.jobs[(namespace, name)]
+        job["status"] = status
+        self._touch(job)
+        self._notify(namespace, "MODIFIED", job)
+
+    def add_pod(
+        self,
+        job_name: str,
+        *,
+        phase: str = "Running",
+        namespace: str = "default",
+        reason: str | None = None,
+        container_statuses: list[dict[str, Any]] | None = None,
+    ) -> str:
+        name = f"{job_name}-{uuid.uuid4().hex[:5]}"
+        pod = {
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "metadata": {
+                "name": name,
+                "namespace": namespace,
+                "uid": str(uuid.uuid4()),
+                "labels": {JOB_NAME_LABEL: job_name, "job-name": job_name},
+                "creationTimestamp": _now(),
+            },
+            "spec": {"containers": [{"name": "runner", "image": "x"}]},
+            "status": {"phase": phase, "containerStatuses": container_statuses or []},
+        }
+        if reason:
+            pod["status"]["reason"] = reason
+        self.pods[(namespace, name)] = pod
+        return name
+
+    async def append_log(self, pod: str, *lines: str, namespace: str = "default") -> None:
+        log = self._logs[(namespace, pod)]
+        async with log.changed:
+            log.lines.extend(lines)
+            log.changed.notify_all()
+
+    async def end_log(self, pod: str, namespace: str = "default") -> None:
+        log = self._logs[(namespace, pod)]
+        async with log.changed:
+            log.done = True
+            log.changed.notify_all()
+
+    def requests_to(self, method: str, fragment: str) -> list[Request]:
+        return [r for r in self.requests if r.method == method and fragment in r.path]
+
+    # -- objects -----------------------------------------------------------------------------
+
+    def _touch(self, obj: dict[str, Any]) -> None:
+        obj["metadata"]["resourceVersion"] = str(next(self._rv))
+
+    def _new(self, request: web.Request, kind: str) -> dict[str, Any]:
+        obj = copy.deepcopy(request["json"])
+        meta = obj.setdefault("metadata", {})
+        meta["namespace"] = request.match_info["ns"]
+        meta["uid"] = str(uuid.uuid4())
+        meta["creationTimestamp"] = _now()
+        obj.setdefault("kind", kind)
+        self._touch(obj)
+        return obj
+
+    def _notify(self, namespace: str, kind: str, obj: dict[str, Any]) -> None:
+        for ns, selector, queue in self._watchers:
+            if ns == namespace and _matches(obj, selector):
+                queue.put_nowait({"type": kind, "object": copy.deepcopy(obj)})
+
+    # -- jobs --------------------------------------------------------------------------------
+
+    async def _create_job(self, request: web.Request) -> web.Response:
+        ns = request.match_info["ns"]
+        name = request["json"]["metadata"]["name"]
+        if (ns, name) in self.jobs:
+            return _status(409, "AlreadyExists", f'jobs.batch "{name}" already exists')
+        job = self._new(request, "Job")
+        job.setdefault("status", {})
+        self.jobs[(ns, name)] = job
+        self._notify(ns, "ADDED", job)
+        return web.json_response(job, status=201)
+
+    async def _get_job(self, request: web.Request) -> web.Response:
+        key = (request.match_info["ns"], request.match_info["name"])
+        if key not in self.jobs:
+            return _status(404, "NotFound", f'jobs.batch "{key[1]}" not found')
+        return web.json_response(self.jobs[key])
+
+    async def _delete_job(self, request: web.Request) -> web.Response:
+        key = (request.match_info["ns"], request.match_info["name"])
+        job = self.jobs.pop(key, None)
+        if job is None:
+            return _status(404, "NotFound", f'jobs.batch "{key[1]}" not found')
+        # Owned secrets go with their Job (garbage collection by ownerReference).
+        uid = job["metadata"]["uid"]
+        for skey, secret in list(self.secrets.items()):
+            owners = secret["metadata"].get("ownerReferences") or []
+            if any(o.get("uid") == uid for o in owners):
+                del self.secrets[skey]
+        self._notify(key[0], "DELETED", job)
+        return web.json_response(job)
+
+    async def _list_jobs(self, request: web.Request) -> web.StreamResponse:
+        ns = request.match_info["ns"]
+        selector = request.query.get("labelSelector")
+        items = [j for (n, _), j in self.jobs.items() if n == ns and _matches(j, selector)]
+        if request.query.get("watch") not in ("true", "1", "True"):
+            return web.json_response(
+                {"kind": "JobList", "apiVersion": "batch/v1", "metadata": {}, "items": items}
+            )
+        return await self._watch(request, ns, selector, items)
+
+    async def _watch(
+        self, request: web.Request, ns: str, selector: str | None, items: list[dict[str, Any]]
+    ) -> web.StreamResponse:
+        queue: asyncio.Queue[dict[str, Any] | None] = asyncio.Queue()
+        for item in items:
+            queue.put_nowait({"type": "ADDED", "object": copy.deepcopy(item)})
+        watcher = (ns, selector, queue)
+        self._watchers.append(watcher)
+        response = web.StreamResponse()
+        response.content_type = "application/json"
+        await response.prepare(request)
+        timeout = float(request.query.get("timeoutSeconds", "3600"))
+        try:
+            async for frame in _drain(queue, timeout):
+                await response.write(json.dumps(frame).encode() + b"\n")
+        except (ConnectionResetError, asyncio.CancelledError):
+            pass
+        finally:
+            self._watchers.remove(watcher)
+        with contextlib.suppress(ConnectionResetError):
+            await response.write_eof()
+        return response
+
+    # -- secrets -----------------------------------------------------------------------------
+
+    async def _create_secret(self, request: web.Request) -> web.Response:
+        ns = request.match_info["ns"]
+        name = request["json"]["metadata"]["name"]
+        if (ns, name) in self.secrets:
+            return _status(409, "AlreadyExists", f'secrets "{name}" already exists')
+        secret = self._new(request, "Secret")
+        self.secrets[(ns, name)] = secret
+        return web.json_response(secret, status=201)
+
+    async def _get_secret(self, request: web.Request) -> web.Response:
+        key = (request.match_info["ns"], request.match_info["name"])
+        if key not in self.secrets:
+            return _status(404, "NotFound", f'secrets "{key[1]}" not found')
+        return web.json_response(self.secrets[key])
+
+    # -- pods and logs -----------------------------------------------------------------------
+
+    async def _list_pods(self, request: web.Request) -> web.Response:
+        ns = request.match_info["ns"]
+        selector = request.query.get("labelSelector")
+        items = [p for (n, _), p in self.pods.items() if n == ns and _matches(p, selector)]
+        body = {"kind": "PodList", "apiVersion": "v1", "metadata": {}, "items": items}
+        return web.json_response(body)
+
+    async def _pod_log(self, request: web.Request) -> web.StreamResponse:
+        key = (request.match_info["ns"], request.match_info["name"])
+        if key not in self.pods:
+            return _status(404, "NotFound", f'pods "{key[1]}" not found')
+        follow = request.query.get("follow") in ("true", "1", "True")
+        log = self._logs[key]
+        response = web.StreamResponse()
+        response.content_type = "text/plain"
+        await response.prepare(request)
+        sent = 0
+        while True:
+            async with log.changed:
+                if sent == len(log.lines) and not log.done and follow:
+                    await log.changed.wait()
+                lines, done = log.lines[sent:], log.done
+            for line in lines:
+                await response.write(line.encode() + b"\n")
+            sent += len(lines)
+            if done or not follow:
+                break
+        await response.write_eof()
+        return response
+
+
+async def _drain(
+    queue: asyncio.Queue[dict[str, Any] | None], seconds: float
+) -> AsyncIterator[dict[str, Any]]:
+    loop = asyncio.get_running_loop()
+    end = loop.time() + seconds
+    while True:
+        remaining = end - loop.time()
+        if remaining <= 0:
+            return
+        try:
+            frame = await asyncio.wait_for(queue.get(), timeout=remaining)
+        except TimeoutError:
+            return
+        if frame is None:
+            return
+        yield frame
+
+
+__all__ = ["JOB_NAME_LABEL", "FakeKubeApi", "Request"]
