@@ -1,1 +1,1 @@
-"""Marks the directory as a package so pytest names test modules uniquely (every package has a tests/)."""
+"""A package marker: pytest then names test modules uniquely (each package has tests/)."""

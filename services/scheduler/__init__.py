@@ -1,4 +1,1 @@
-"""Marks the directory as a package so pytest names test modules uniquely.
-
-Every package has a tests/ directory; this makes ours services.scheduler.tests.
-"""
+"""A package marker: pytest then names test modules uniquely (each package has tests/)."""

@@ -482,12 +482,18 @@ class ConsumerSpec:
     ack_wait: float = 30.0
     max_ack_pending: int = 1000
     fetch_timeout: float = 1.0
+    # Where a NEW durable starts: None = the first message; n = stream sequence n (e.g. the
+    # end of a replay the service already did). An existing durable keeps its position.
+    start_seq: int | None = None
 
     def config(self) -> ConsumerConfig:
         filters = list(self.filter_subjects)
+        start = self.start_seq if self.start_seq is not None and self.start_seq > 1 else None
         return ConsumerConfig(
             name=self.durable,
             durable_name=self.durable,
+            deliver_policy=DeliverPolicy.BY_START_SEQUENCE if start else DeliverPolicy.ALL,
+            opt_start_seq=start,
             ack_policy=AckPolicy.EXPLICIT,
             ack_wait=self.ack_wait,
             max_deliver=self.max_deliver,
@@ -515,8 +521,17 @@ class Consumer:
 
     async def start(self) -> None:
         """Create or update the durable consumer and start the fetch loop in a task."""
+        config = self.spec.config()
         try:
-            await self.bus.js.add_consumer(self.spec.stream, self.spec.config())
+            existing = await self.bus.js.consumer_info(self.spec.stream, self.spec.durable)
+        except nats.js.errors.NotFoundError:
+            existing = None
+        if existing is not None:
+            # The start position of a durable cannot change; keep the one it was made with.
+            config.deliver_policy = existing.config.deliver_policy
+            config.opt_start_seq = existing.config.opt_start_seq
+        try:
+            await self.bus.js.add_consumer(self.spec.stream, config)
         except nats.js.errors.APIError as exc:
             raise BusError(f"cannot create consumer {self.spec.durable}: {exc}") from exc
         # A message whose last delivery timed out (handler hung, process died) is never

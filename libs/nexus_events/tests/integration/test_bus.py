@@ -361,3 +361,23 @@ async def test_stop_drains_the_batch_in_hand(bus: Bus):
     assert info.delivered.consumer_seq == 10
     assert info.num_pending == 20
     assert not info.num_redelivered
+
+
+async def test_new_durable_starts_at_start_seq_and_existing_keeps_its_position(bus: Bus):
+    acks = [
+        await bus.publish(subjects.run_event("r-start", "heartbeat"), RunHeartbeat(seq=i))
+        for i in range(5)
+    ]
+    seen: list[int] = []
+
+    async def handler(batch: list[Delivery]) -> None:
+        seen.extend(d.event.seq for d in batch)  # type: ignore[attr-defined]
+
+    spec = ConsumerSpec(stream=RUNS, durable="from_three", start_seq=acks[3].seq)
+    async with bus.consumer(spec, handler):
+        await eventually(lambda: seen == [3, 4], what="delivery from seq 3")
+    # Restarted with another start_seq: the durable keeps its position, nothing is re-read.
+    await bus.publish(subjects.run_event("r-start", "heartbeat"), RunHeartbeat(seq=5))
+    moved = ConsumerSpec(stream=RUNS, durable="from_three", start_seq=1)
+    async with bus.consumer(moved, handler):
+        await eventually(lambda: seen == [3, 4, 5], what="only the new message")

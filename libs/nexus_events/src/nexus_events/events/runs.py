@@ -51,6 +51,7 @@ class Reason:
     DEADLINE_EXCEEDED = "deadline_exceeded"
     HEARTBEAT_MISSING = "heartbeat_missing"
     RUNTIME_GONE = "runtime_gone"
+    ACCEPTANCE_FAILED = "acceptance_failed"
 
 
 class _RunEvent(Event):
@@ -256,6 +257,12 @@ class RunResult(BaseModel):
     files_changed: list[str] = Field(default_factory=list, description="Paths changed.")
     tests_passed: bool | None = Field(None, description="Outcome of the last test run.")
     details: dict[str, Any] = Field(default_factory=dict, description="Agent-specific output.")
+    commits: list[str] = Field(default_factory=list, description="Commits made by the run.")
+    pushed: bool | None = Field(None, description="Whether the branch was pushed.")
+    acceptance: dict[str, Any] | None = Field(
+        None, description="Acceptance test outcome: command, passed, output tail."
+    )
+    turns: int | None = Field(None, ge=0, description="Model turns the run took.")
 
 
 class TerminalEvent(_RunEvent):
