@@ -1,0 +1,1 @@
+"""Nexus runner: the in-pod agent loop."""

@@ -1,0 +1,46 @@
+"""``python -m nexus_runner --config run.json`` or ``--run-id <id>``: run one agent run."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import signal
+import sys
+from pathlib import Path
+
+from nexus_events.bus import Bus, BusSettings
+from nexus_events.events.runs import RunCompleted, RunConfig
+
+from nexus_runner.app import RunHandle, execute_run, load_config_from_bus
+from nexus_runner.config import RunnerSettings
+
+
+async def _main(args: argparse.Namespace) -> int:
+    settings = RunnerSettings()
+    bus = await Bus.connect(BusSettings(), source="runner")
+    try:
+        if args.config is not None:
+            text = await asyncio.to_thread(Path(args.config).read_text)
+            config = RunConfig.model_validate_json(text)
+        else:
+            config = await load_config_from_bus(bus, args.run_id)
+        handle = RunHandle()
+        asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, handle.terminate)
+        terminal = await execute_run(config, settings, bus, handle=handle)
+    finally:
+        await bus.close()
+    return 0 if isinstance(terminal, RunCompleted) else 1
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(prog="nexus-runner", description=__doc__)
+    source = parser.add_mutually_exclusive_group(required=True)
+    source.add_argument("--config", help="Path of a RunConfig JSON file.")
+    source.add_argument("--run-id", help="Read the config from the run's prepared event.")
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
+    sys.exit(asyncio.run(_main(parser.parse_args(argv))))
+
+
+if __name__ == "__main__":
+    main()

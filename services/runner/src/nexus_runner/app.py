@@ -1,0 +1,252 @@
+"""Wiring and lifecycle of one run: workspace, control channel, heartbeats, the loop, the end.
+
+`execute_run` guarantees exactly one terminal event (completed, failed or cancelled) unless
+the bus itself is gone. Stops from outside (cancel_requested, SIGTERM, the wall-clock budget)
+cancel the loop task, which aborts an in-flight model stream and kills a running shell
+command's process group.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import socket
+from dataclasses import dataclass
+from pathlib import Path
+
+from nexus_events.bus import Bus
+from nexus_events.events.runs import (
+    Reason,
+    RunCancelled,
+    RunCompleted,
+    RunConfig,
+    RunFailed,
+    RunHeartbeat,
+    RunResult,
+    RunStarted,
+    TerminalEvent,
+)
+from nexus_events.streams import RUNS
+from openai import AsyncOpenAI
+
+from nexus_runner.config import RunnerSettings
+from nexus_runner.control import RunControl
+from nexus_runner.errors import RunnerError, RunStopped, ToolError
+from nexus_runner.finishing import finish_run
+from nexus_runner.git import Author, Git
+from nexus_runner.llm import LlmClient, RetryPolicy
+from nexus_runner.loop import AgentLoop
+from nexus_runner.prompt import initial_messages
+from nexus_runner.provider import GitHubProvider, GitProvider
+from nexus_runner.publisher import RunPublisher
+from nexus_runner.tools import ToolContext, ToolRegistry, detect_test_command
+from nexus_runner.workspace import Workspace
+
+log = logging.getLogger(__name__)
+
+RUNNER_VERSION = "0.1.0"
+
+
+@dataclass
+class RunHandle:
+    """Ways to stop a running run from outside (signal handlers, tests)."""
+
+    stop_reason: RunStopped | None = None
+    task: asyncio.Task[RunResult] | None = None
+    control: RunControl | None = None
+
+    def stop(self, reason: RunStopped) -> None:
+        if self.stop_reason is None:
+            self.stop_reason = reason
+        if self.task is not None:
+            self.task.cancel()
+
+    def terminate(self) -> None:
+        self.stop(RunStopped("cancelled", Reason.TERMINATED, "the runner received SIGTERM"))
+
+
+async def load_config_from_bus(bus: Bus, run_id: str) -> RunConfig:
+    """The config of the run's latest ``prepared`` event."""
+    from nexus_events.events.runs import RunPrepared
+
+    found: RunConfig | None = None
+    async for decoded in bus.replay(RUNS, run_id=run_id):
+        if isinstance(decoded.event, RunPrepared):
+            found = decoded.event.config
+    if found is None:
+        raise RunnerError(f"no prepared event for run {run_id}")
+    return found
+
+
+async def prepare_workspace(
+    config: RunConfig, settings: RunnerSettings, git: Git, branch: str
+) -> tuple[str | None, str | None]:
+    """Clone the repo (or init an empty one); return (base sha, base branch)."""
+    root = git.root
+    if config.repo is None:
+        root.mkdir(parents=True, exist_ok=True)
+        await git.run("init", "--quiet", "-b", branch)
+        return None, None
+    if root.exists() and any(root.iterdir()):
+        raise RunnerError(f"workspace {root} is not empty")
+    await git.clone(config.repo.url, config.repo.ref, branch)
+    base_branch = config.repo.ref
+    if base_branch is None:
+        head = await git.run("symbolic-ref", "--short", "refs/remotes/origin/HEAD", check=False)
+        base_branch = head.output.strip().removeprefix("origin/") if head.ok else "main"
+    return await git.head(), base_branch
+
+
+async def _heartbeats(pub: RunPublisher, interval: float, loop_ref: list[AgentLoop | None]) -> None:
+    seq = 0
+    while True:
+        await asyncio.sleep(interval)
+        seq += 1
+        current = loop_ref[0]
+        turn = current.usage.turns if current else 0
+        phase = current.phase if current else "preparing"
+        with contextlib.suppress(RunnerError, OSError):
+            await pub.event(RunHeartbeat(seq=seq, turn=turn, phase=phase))
+
+
+async def _watch_cancel(control: RunControl, handle: RunHandle) -> None:
+    await control.cancelled.wait()
+    cancel = control.cancel
+    assert cancel is not None
+    handle.stop(
+        RunStopped("cancelled", cancel.reason, "cancel requested", {"by": cancel.requested_by})
+    )
+
+
+async def _wall_clock(seconds: float, handle: RunHandle) -> None:
+    await asyncio.sleep(seconds)
+    handle.stop(
+        RunStopped(
+            "failed",
+            Reason.BUDGET_EXCEEDED,
+            f"budget max_wall_seconds exceeded (limit {seconds:g})",
+            {"budget": "max_wall_seconds", "limit": seconds},
+        )
+    )
+
+
+async def execute_run(
+    config: RunConfig,
+    settings: RunnerSettings,
+    bus: Bus,
+    *,
+    handle: RunHandle | None = None,
+    provider: GitProvider | None = None,
+    workspace_dir: Path | None = None,
+) -> TerminalEvent:
+    """Run `config` to its end and publish the terminal event; return it."""
+    handle = handle or RunHandle()
+    pub = RunPublisher(bus, config.run_id, config.attempt)
+    control = RunControl(bus, config.run_id)
+    await control.start()
+    handle.control = control
+    root = workspace_dir or settings.workspace_root / config.run_id
+    branch = (config.repo.branch if config.repo else None) or f"nexus/{config.run_id}"
+    git = Git(root, Author(settings.git_author_name, settings.git_author_email))
+    if provider is None and settings.github_token:
+        provider = GitHubProvider(settings.github_token, settings.github_api_url)
+    loop_ref: list[AgentLoop | None] = [None]
+    await pub.event(RunStarted(runner=socket.gethostname(), runner_version=RUNNER_VERSION))
+    background = [
+        asyncio.create_task(_heartbeats(pub, settings.heartbeat_interval, loop_ref)),
+        asyncio.create_task(_watch_cancel(control, handle)),
+        asyncio.create_task(_wall_clock(config.budgets.max_wall_seconds, handle)),
+    ]
+    client = AsyncOpenAI(
+        api_key=settings.llm_api_key,
+        base_url=config.model.base_url or settings.llm_base_url,
+        timeout=settings.llm_timeout,
+        max_retries=0,  # retries are ours: they honour Retry-After and end as llm_unavailable
+    )
+
+    async def work() -> RunResult:
+        base_sha, base_branch = await prepare_workspace(config, settings, git, branch)
+        ws = Workspace(root)
+        ctx = ToolContext(
+            workspace=ws,
+            git=Git(ws.root, git.author),
+            shell_timeout=settings.shell_timeout,
+            output_cap=settings.output_cap,
+            test_command=settings.acceptance_command or detect_test_command(ws.root),
+        )
+        tools = ToolRegistry(list(config.tools), config.permissions, ctx)
+        llm = LlmClient(
+            client,
+            config.model.name,
+            temperature=config.model.temperature,
+            max_output_tokens=config.model.max_output_tokens,
+            retry=RetryPolicy(
+                settings.llm_max_attempts, settings.retry_base_delay, settings.retry_max_delay
+            ),
+            stream=settings.stream,
+        )
+        note = f"You work in a git checkout on branch {branch}."
+        loop = AgentLoop(config, settings, llm, tools, control, pub, initial_messages(config, note))
+        loop_ref[0] = loop
+        finished = await loop.run()
+        loop.phase = "finishing"
+        result = await finish_run(
+            config,
+            settings,
+            ctx,
+            finished,
+            branch=branch,
+            base_sha=base_sha,
+            base_branch=base_branch,
+            provider=provider,
+        )
+        return result.model_copy(update={"turns": loop.usage.turns})
+
+    task: asyncio.Task[RunResult] = asyncio.create_task(work(), name=f"run:{config.run_id}")
+    handle.task = task
+    if handle.stop_reason is not None:
+        task.cancel()
+    try:
+        await asyncio.wait({task})
+        terminal = _terminal(task, handle, loop_ref[0])
+    finally:
+        for t in background:
+            t.cancel()
+        await asyncio.gather(*background, return_exceptions=True)
+        await control.stop()
+        await client.close()
+    await pub.event(terminal)
+    return terminal
+
+
+def _terminal(
+    task: asyncio.Task[RunResult], handle: RunHandle, loop: AgentLoop | None
+) -> TerminalEvent:
+    usage = {}
+    if loop is not None:
+        usage = {
+            "tokens_in": loop.usage.tokens_in,
+            "tokens_out": loop.usage.tokens_out,
+            "cost_usd": round(loop.usage.cost_usd, 6),
+        }
+    stopped: RunStopped | None = None
+    if task.cancelled():
+        stopped = handle.stop_reason or RunStopped("cancelled", Reason.TERMINATED, "stopped")
+    else:
+        exc = task.exception()
+        if exc is None:
+            return RunCompleted(result=task.result(), **usage)
+        if isinstance(exc, RunStopped):
+            stopped = exc
+        elif isinstance(exc, (RunnerError, ToolError, OSError)):
+            stopped = RunStopped("failed", Reason.RUNNER_ERROR, str(exc))
+        else:
+            log.error("run crashed", exc_info=exc)
+            stopped = RunStopped("failed", Reason.RUNNER_ERROR, f"{type(exc).__name__}: {exc}")
+    if stopped.status == "cancelled":
+        by = stopped.detail.get("by")
+        return RunCancelled(
+            reason=stopped.reason, message=stopped.message, cancelled_by=by, **usage
+        )
+    return RunFailed(reason=stopped.reason, message=stopped.message, detail=stopped.detail, **usage)

@@ -1,0 +1,69 @@
+"""The runner's settings: one pydantic-settings class, env prefix ``NEXUS_RUNNER_``."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from pydantic import BaseModel, ConfigDict, Field
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+
+class Price(BaseModel):
+    """USD per million tokens of one model."""
+
+    model_config = ConfigDict(frozen=True)
+
+    input_per_mtok: float = Field(0.0, ge=0, description="USD per 1M prompt tokens.")
+    output_per_mtok: float = Field(0.0, ge=0, description="USD per 1M completion tokens.")
+
+
+# Public list prices (USD per 1M tokens) of common models; unknown models cost 0 unless the
+# operator adds them (NEXUS_RUNNER_PRICES='{"my-model": {...}}').
+DEFAULT_PRICES: dict[str, Price] = {
+    "gpt-4o": Price(input_per_mtok=2.5, output_per_mtok=10.0),
+    "gpt-4o-mini": Price(input_per_mtok=0.15, output_per_mtok=0.6),
+    "gpt-4.1": Price(input_per_mtok=2.0, output_per_mtok=8.0),
+    "gpt-4.1-mini": Price(input_per_mtok=0.4, output_per_mtok=1.6),
+}
+
+
+class RunnerSettings(BaseSettings):
+    """Everything tunable about the runner. Env: NEXUS_RUNNER_<FIELD>."""
+
+    model_config = SettingsConfigDict(env_prefix="NEXUS_RUNNER_", extra="ignore")
+
+    # In a pod the workspace is an emptyDir mounted at /tmp; locally override it.
+    workspace_root: Path = Field(
+        Path("/tmp/nexus-runs"),  # noqa: S108
+        description="Parent of workspaces.",
+    )
+    # LLM access
+    llm_api_key: str = Field("not-needed", description="API key for the model server.")
+    llm_base_url: str | None = Field(None, description="Default base URL when the model has none.")
+    llm_timeout: float = Field(120.0, gt=0, description="Seconds for one model call.")
+    llm_max_attempts: int = Field(5, ge=1, description="Attempts of one model call.")
+    retry_base_delay: float = Field(1.0, ge=0, description="First retry delay, doubled each time.")
+    retry_max_delay: float = Field(60.0, ge=0, description="Cap of one retry delay.")
+    stream: bool = Field(True, description="Stream completions (text deltas go to NEXUS_LOGS).")
+    prices: dict[str, Price] = Field(default_factory=lambda: dict(DEFAULT_PRICES))
+    # Liveness and control
+    heartbeat_interval: float = Field(15.0, gt=0, description="Seconds between heartbeats.")
+    approval_timeout: float = Field(900.0, gt=0, description="Seconds before approval expires.")
+    # Stuck detection: the same call with the same result N times, or N turns without progress.
+    stuck_repeat_threshold: int = Field(3, ge=2)
+    stuck_idle_turns: int = Field(8, ge=1)
+    # Tools
+    shell_timeout: float = Field(300.0, gt=0, description="Default run_shell timeout (s).")
+    output_cap: int = Field(20_000, gt=0, description="Characters of tool output for the model.")
+    event_output_cap: int = Field(4_000, gt=0, description="Characters of output in events.")
+    log_chunk_chars: int = Field(512, gt=0, description="Buffer LLM deltas up to this size.")
+    # Git
+    git_author_name: str = Field("Nexus Agent", description="Author of the runner's commits.")
+    git_author_email: str = Field("agent@nexus.local", description="Author email.")
+    git_remote: str = Field("origin", description="Remote to push to.")
+    github_token: str | None = Field(None, description="Token for opening pull requests.")
+    github_api_url: str = Field("https://api.github.com", description="GitHub REST API base.")
+    # Acceptance
+    acceptance_command: str | None = Field(None, description="Overrides test detection.")
+    acceptance_report_only: bool = Field(False, description="Record failure, still complete.")
+    acceptance_timeout: float = Field(900.0, gt=0)

@@ -1,0 +1,106 @@
+"""After `finish`: acceptance tests, commit, push and pull request, and the RunResult."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from nexus_events.events.runs import Reason, RunConfig, RunResult
+
+from nexus_runner.config import RunnerSettings
+from nexus_runner.errors import RunnerError, RunStopped
+from nexus_runner.process import run_process
+from nexus_runner.provider import GitProvider
+from nexus_runner.safety import redact, truncate
+from nexus_runner.tools import ToolContext, detect_test_command
+from nexus_runner.tools.args import FinishArgs
+
+
+@dataclass(frozen=True)
+class Acceptance:
+    command: str | None
+    passed: bool | None
+    output: str
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"command": self.command, "passed": self.passed, "output": self.output}
+
+
+async def run_acceptance(ctx: ToolContext, settings: RunnerSettings) -> Acceptance:
+    command = settings.acceptance_command or detect_test_command(ctx.workspace.root)
+    if command is None:
+        return Acceptance(None, None, "no test command detected")
+    result = await run_process(
+        ["bash", "-c", command],
+        cwd=ctx.workspace.root,
+        timeout=settings.acceptance_timeout,
+        output_cap=settings.output_cap,
+    )
+    tail = truncate(redact(result.output[-2000:]), 2000)[0]
+    return Acceptance(command, result.ok, tail)
+
+
+async def finish_run(
+    config: RunConfig,
+    settings: RunnerSettings,
+    ctx: ToolContext,
+    finished: FinishArgs,
+    *,
+    branch: str,
+    base_sha: str | None,
+    base_branch: str | None,
+    provider: GitProvider | None,
+) -> RunResult:
+    """Run acceptance, then commit/push/open a PR as permitted; raise `RunStopped` with
+    ``acceptance_failed`` when the tests fail and the agent is not report-only."""
+    perms = config.permissions
+    acceptance = await run_acceptance(ctx, settings)
+    if acceptance.passed is False and not settings.acceptance_report_only:
+        raise RunStopped(
+            "failed",
+            Reason.ACCEPTANCE_FAILED,
+            f"acceptance tests failed: {acceptance.command}",
+            {"acceptance": acceptance.as_dict()},
+        )
+    if perms.can_commit:
+        title = finished.summary.strip().splitlines()[0][:72]
+        sha = await ctx.git.commit(f"{title}\n\nNexus run {config.run_id}")
+        if sha is not None:
+            ctx.commits.append(sha)
+    files, stat = await ctx.git.changes_since(base_sha)
+    pushed = False
+    pr_url: str | None = None
+    if perms.can_push and ctx.commits and config.repo is not None:
+        await ctx.git.push(settings.git_remote, branch)
+        pushed = True
+        if perms.can_open_pr and provider is not None:
+            remote = await ctx.git.remote_url(settings.git_remote) or config.repo.url
+            try:
+                pr_url = await provider.open_pull_request(
+                    remote, branch, base_branch or "main", title_of(finished), finished.summary
+                )
+            except RunnerError as exc:
+                finished = finished.model_copy(
+                    update={"details": {**finished.details, "pr_error": str(exc)}}
+                )
+    diff = None if pushed else truncate(redact(await ctx.git.diff()), 20_000)[0]
+    details = dict(finished.details)
+    if diff and not perms.can_push:
+        details["diff"] = diff
+    return RunResult(
+        summary=finished.summary,
+        branch=branch if config.repo is not None else None,
+        commit_sha=ctx.commits[-1] if ctx.commits else None,
+        pr_url=pr_url,
+        diff_stat=stat or None,
+        files_changed=files,
+        tests_passed=acceptance.passed if acceptance.passed is not None else ctx.tests_passed,
+        details=details,
+        commits=list(ctx.commits),
+        pushed=pushed,
+        acceptance=acceptance.as_dict(),
+    )
+
+
+def title_of(finished: FinishArgs) -> str:
+    return finished.summary.strip().splitlines()[0][:72]

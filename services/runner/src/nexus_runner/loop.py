@@ -1,0 +1,243 @@
+"""The agent loop: model turn -> tool calls (judged, approved, run) -> next turn, until
+`finish`, a budget, a stuck loop or a stop from outside."""
+
+from __future__ import annotations
+
+import json
+import time
+import uuid
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from nexus_events.events.runs import (
+    ApprovalDecided,
+    ApprovalRequested,
+    Reason,
+    RunConfig,
+    RunTurn,
+    ToolCalled,
+    ToolResult,
+)
+
+from nexus_runner.budget import StuckDetector, Usage, exceeded, turn_cost
+from nexus_runner.config import RunnerSettings
+from nexus_runner.control import RunControl
+from nexus_runner.errors import LlmUnavailable, RunStopped
+from nexus_runner.llm import Completion, LlmClient, ToolCallRequest
+from nexus_runner.prompt import inbox_message
+from nexus_runner.publisher import RunPublisher
+from nexus_runner.safety import redact, truncate
+from nexus_runner.tools import Decision, ToolOutcome, ToolRegistry
+from nexus_runner.tools.args import FinishArgs
+
+NUDGE = "Continue with the task using the tools, or call `finish` with a summary when done."
+
+
+class AgentLoop:
+    """Drives one run's conversation. `run` returns the finish arguments or raises
+    `RunStopped` (failed/cancelled with a reason)."""
+
+    def __init__(  # noqa: PLR0917
+        self,
+        config: RunConfig,
+        settings: RunnerSettings,
+        llm: LlmClient,
+        tools: ToolRegistry,
+        control: RunControl,
+        publisher: RunPublisher,
+        messages: list[dict[str, Any]],
+    ) -> None:
+        self.config = config
+        self.settings = settings
+        self.llm = llm
+        self.tools = tools
+        self.control = control
+        self.pub = publisher
+        self.messages = messages
+        self.usage = Usage()
+        self.phase = "starting"
+        self.stuck = StuckDetector(settings.stuck_repeat_threshold, settings.stuck_idle_turns)
+        self._tool_specs = tools.specs()
+        self._log_buffer: dict[str, str] = {}
+
+    async def run(self) -> FinishArgs:
+        while True:
+            self._check_budgets(next_turn=True)
+            self._check_cancel()
+            for message in self.control.take_messages():
+                self.messages.append(inbox_message(message))
+            self.usage.turns += 1
+            turn = self.usage.turns
+            completion = await self._model_turn(turn)
+            self.messages.append(completion.assistant_message())
+            self._check_budgets(next_turn=False)
+            if not completion.tool_calls:
+                self._stuck(self.stuck.record_turn([]))
+                self.messages.append({"role": "user", "content": NUDGE})
+                continue
+            signatures = []
+            for call in completion.tool_calls:
+                self._check_cancel()
+                outcome = await self._tool_call(turn, call)
+                signatures.append((call.name, call.arguments, outcome.output))
+                self.messages.append(
+                    {"role": "tool", "tool_call_id": call.id, "content": outcome.output}
+                )
+                self._stuck(self.stuck.record_call(call.name, call.arguments, outcome.output))
+            if self.tools.ctx.finished is not None:
+                return self.tools.ctx.finished
+            self._stuck(self.stuck.record_turn(signatures))
+
+    # -- checks ------------------------------------------------------------------------------
+
+    def _check_budgets(self, *, next_turn: bool) -> None:
+        budget = exceeded(self.config.budgets, self.usage, next_turn=next_turn)
+        if budget is not None:
+            limit = getattr(self.config.budgets, budget)
+            raise RunStopped(
+                "failed",
+                Reason.BUDGET_EXCEEDED,
+                f"budget {budget} exceeded (limit {limit})",
+                {"budget": budget, "limit": limit},
+            )
+
+    def _check_cancel(self) -> None:
+        cancel = self.control.cancel
+        if cancel is not None:
+            raise RunStopped(
+                "cancelled", cancel.reason, "cancel requested", {"by": cancel.requested_by}
+            )
+
+    def _stuck(self, why: str | None) -> None:
+        if why is not None:
+            raise RunStopped("failed", Reason.STUCK, why, {"why": why})
+
+    # -- model -------------------------------------------------------------------------------
+
+    async def _model_turn(self, turn: int) -> Completion:
+        self.phase = "thinking"
+
+        async def on_delta(kind: str, text: str) -> None:
+            buffered = self._log_buffer.get(kind, "") + text
+            if len(buffered) >= self.settings.log_chunk_chars:
+                await self.pub.log(kind, buffered, turn)
+                buffered = ""
+            self._log_buffer[kind] = buffered
+
+        async def on_retry(attempt: int, delay: float, error: str) -> None:
+            await self.pub.log("runner", f"model call failed ({error}); retry in {delay:.1f}s")
+
+        try:
+            completion = await self.llm.complete(
+                self.messages, self._tool_specs, on_delta, on_retry
+            )
+        except LlmUnavailable as exc:
+            raise RunStopped("failed", Reason.LLM_UNAVAILABLE, str(exc)) from exc
+        for kind, rest in self._log_buffer.items():
+            if rest:
+                await self.pub.log(kind, rest, turn)
+        self._log_buffer.clear()
+        model = completion.model or self.llm.model
+        cost = turn_cost(self.settings.prices, self.llm.model, *self._tokens(completion))
+        self.usage.tokens_in += completion.tokens_in
+        self.usage.tokens_out += completion.tokens_out
+        self.usage.cost_usd += cost
+        await self.pub.event(
+            RunTurn(
+                turn=turn,
+                model=model,
+                tokens_in=completion.tokens_in,
+                tokens_out=completion.tokens_out,
+                cost_usd=cost,
+                finish_reason=completion.finish_reason,
+                duration_ms=completion.duration_ms,
+            )
+        )
+        return completion
+
+    @staticmethod
+    def _tokens(completion: Completion) -> tuple[int, int]:
+        return completion.tokens_in, completion.tokens_out
+
+    # -- tools -------------------------------------------------------------------------------
+
+    def _event_args(self, decision: Decision) -> dict[str, Any]:
+        """Arguments as recorded in events: strings redacted and cut, big values summarised."""
+        cap = self.settings.event_output_cap
+        out: dict[str, Any] = {}
+        for key, value in decision.raw.items():
+            if isinstance(value, str):
+                out[key] = truncate(redact(value), cap)[0]
+            elif len(text := json.dumps(value)) > cap:
+                out[key] = truncate(redact(text), cap)[0]
+            else:
+                out[key] = value
+        return out
+
+    async def _tool_call(self, turn: int, call: ToolCallRequest) -> ToolOutcome:
+        self.phase = f"tool:{call.name}"
+        decision = self.tools.decide(call.name, call.arguments)
+        refused = decision.action == "refuse"
+        await self.pub.event(
+            ToolCalled(
+                turn=turn,
+                call_id=call.id,
+                tool=call.name,
+                arguments=self._event_args(decision),
+                refused=refused,
+                refusal_reason=decision.reason if refused else None,
+            )
+        )
+        started = time.monotonic()
+        if decision.action in ("refuse", "invalid"):
+            prefix = "refused" if refused else "error"
+            outcome = ToolOutcome(False, f"{prefix}: {decision.reason}")
+        elif decision.action == "approve":
+            outcome = await self._with_approval(decision)
+        else:
+            outcome = await self.tools.execute(decision)
+        output, cut = truncate(redact(outcome.output), self.settings.event_output_cap)
+        await self.pub.event(
+            ToolResult(
+                turn=turn,
+                call_id=call.id,
+                tool=call.name,
+                ok=outcome.ok,
+                output=output,
+                truncated=cut,
+                duration_ms=int((time.monotonic() - started) * 1000),
+            )
+        )
+        model_output, _ = truncate(outcome.output, self.settings.output_cap)
+        return ToolOutcome(outcome.ok, model_output)
+
+    async def _with_approval(self, decision: Decision) -> ToolOutcome:
+        self.phase = "awaiting_approval"
+        approval_id = f"apr-{uuid.uuid4().hex[:12]}"
+        summary = truncate(redact(json.dumps(decision.raw)), 500)[0]
+        expires = datetime.now(UTC) + timedelta(seconds=self.settings.approval_timeout)
+        await self.pub.event(
+            ApprovalRequested(
+                approval_id=approval_id,
+                tool=decision.tool,
+                summary=f"{decision.tool} {summary}",
+                why=decision.reason,
+                expires_at=expires,
+            )
+        )
+        answer = await self.control.wait_decision(approval_id, self.settings.approval_timeout)
+        if answer is None:
+            verdict, by, comment = "expired", None, None
+        else:
+            verdict = "approved" if answer.decision == "approve" else "denied"
+            by, comment = answer.decided_by, answer.comment
+        await self.pub.event(
+            ApprovalDecided(
+                approval_id=approval_id, decision=verdict, decided_by=by, comment=comment
+            )
+        )
+        if verdict != "approved":
+            note = f" ({comment})" if comment else ""
+            who = f" by {by}" if by else ""
+            return ToolOutcome(False, f"approval {verdict}{who}{note}: the call was not run")
+        return await self.tools.execute(decision)

@@ -1,0 +1,96 @@
+"""Argument models of the built-in tools; their JSON Schemas are what the model is offered."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field
+
+
+class ToolArgs(BaseModel):
+    """Base of tool arguments: a misspelt argument is an error the model can read."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+class ReadFileArgs(ToolArgs):
+    """Read a text file of the workspace."""
+
+    path: str = Field(..., description="Path relative to the workspace root.")
+    offset: int = Field(0, ge=0, description="First line to return (0-based).")
+    limit: int = Field(2000, gt=0, description="Most lines to return.")
+
+
+class WriteFileArgs(ToolArgs):
+    """Create or overwrite a file with the given content."""
+
+    path: str = Field(..., description="Path relative to the workspace root.")
+    content: str = Field(..., description="The whole new content of the file.")
+
+
+class EditFileArgs(ToolArgs):
+    """Replace an exact piece of text in a file (must occur exactly once unless replace_all)."""
+
+    path: str = Field(..., description="Path relative to the workspace root.")
+    old: str = Field(..., min_length=1, description="Exact text to replace.")
+    new: str = Field(..., description="Replacement text.")
+    replace_all: bool = Field(False, description="Replace every occurrence.")
+
+
+class ListFilesArgs(ToolArgs):
+    """List files under a directory (recursively, .git excluded)."""
+
+    path: str = Field(".", description="Directory relative to the workspace root.")
+    pattern: str = Field("*", description="Glob on file names, e.g. '*.py'.")
+    limit: int = Field(500, gt=0, description="Most entries to return.")
+
+
+class SearchFilesArgs(ToolArgs):
+    """Search file contents with a regular expression."""
+
+    pattern: str = Field(..., min_length=1, description="Python regular expression.")
+    path: str = Field(".", description="Directory relative to the workspace root.")
+    glob: str = Field("*", description="Only files whose name matches this glob.")
+    limit: int = Field(200, gt=0, description="Most matching lines to return.")
+
+
+class RunShellArgs(ToolArgs):
+    """Run a shell command (bash -c) in the workspace."""
+
+    command: str = Field(..., min_length=1, description="The command line.")
+    cwd: str = Field(".", description="Working directory relative to the workspace root.")
+    timeout: float | None = Field(None, gt=0, description="Seconds before it is killed.")
+
+
+class GitStatusArgs(ToolArgs):
+    """Show the work tree status (git status --short --branch)."""
+
+
+class GitDiffArgs(ToolArgs):
+    """Show the diff of the work tree (or of staged changes)."""
+
+    staged: bool = Field(False, description="Diff of the index instead of the work tree.")
+    path: str | None = Field(None, description="Limit to one path.")
+
+
+class GitCommitArgs(ToolArgs):
+    """Stage changes and commit them."""
+
+    message: str = Field(..., min_length=1, description="Commit message.")
+    paths: list[str] | None = Field(None, description="Paths to stage; all changes if omitted.")
+
+
+class RunTestsArgs(ToolArgs):
+    """Run the project's tests (detected command, or the one given)."""
+
+    command: str | None = Field(None, description="Test command; detected if omitted.")
+    timeout: float | None = Field(None, gt=0, description="Seconds before it is killed.")
+
+
+class FinishArgs(ToolArgs):
+    """End the run with a structured result. Call it once the work is done."""
+
+    summary: str = Field(..., min_length=1, description="What was done, in a few sentences.")
+    details: dict[str, Any] = Field(
+        default_factory=dict, description="Role-specific output (e.g. review verdict)."
+    )

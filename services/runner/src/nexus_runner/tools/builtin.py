@@ -1,0 +1,176 @@
+"""Implementations of the built-in tools. Each takes the context and its validated arguments
+and returns the text the model reads, or raises `ToolError` with a message it can act on."""
+
+from __future__ import annotations
+
+import fnmatch
+import os
+import re
+from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING, Any
+
+from nexus_runner.errors import ToolError
+from nexus_runner.process import run_process
+from nexus_runner.tools import args as a
+
+if TYPE_CHECKING:
+    from nexus_runner.tools.registry import ToolContext
+
+# Files larger than this are not read whole (the model gets a clear error instead).
+MAX_READ_BYTES = 2_000_000
+
+
+async def read_file(ctx: ToolContext, args: a.ReadFileArgs) -> str:
+    path = ctx.workspace.resolve(args.path)
+    if not path.is_file():
+        raise ToolError(f"{args.path}: no such file")
+    if path.stat().st_size > MAX_READ_BYTES:
+        raise ToolError(f"{args.path} is larger than {MAX_READ_BYTES} bytes; use search_files")
+    lines = path.read_text(errors="replace").splitlines(keepends=True)
+    part = lines[args.offset : args.offset + args.limit]
+    more = len(lines) - (args.offset + len(part))
+    text = "".join(part)
+    if more > 0:
+        text += f"\n... [{more} more lines; use offset={args.offset + len(part)}]"
+    return text
+
+
+async def write_file(ctx: ToolContext, args: a.WriteFileArgs) -> str:
+    path = ctx.workspace.resolve(args.path)
+    if path.is_dir():
+        raise ToolError(f"{args.path} is a directory")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(args.content)
+    return f"wrote {len(args.content)} characters to {args.path}"
+
+
+async def edit_file(ctx: ToolContext, args: a.EditFileArgs) -> str:
+    path = ctx.workspace.resolve(args.path)
+    if not path.is_file():
+        raise ToolError(f"{args.path}: no such file")
+    text = path.read_text()
+    count = text.count(args.old)
+    if count == 0:
+        raise ToolError(f"the text to replace was not found in {args.path}; read it again")
+    if count > 1 and not args.replace_all:
+        raise ToolError(
+            f"the text to replace occurs {count} times in {args.path}; "
+            "give more context or set replace_all"
+        )
+    path.write_text(text.replace(args.old, args.new))
+    return f"replaced {count if args.replace_all else 1} occurrence(s) in {args.path}"
+
+
+async def list_files(ctx: ToolContext, args: a.ListFilesArgs) -> str:
+    base = ctx.workspace.resolve(args.path)
+    if not base.is_dir():
+        raise ToolError(f"{args.path}: not a directory")
+    found: list[str] = []
+    for dirpath, dirnames, filenames in os.walk(base):
+        dirnames[:] = sorted(d for d in dirnames if d != ".git")
+        for name in sorted(filenames):
+            if fnmatch.fnmatch(name, args.pattern):
+                found.append(ctx.workspace.relative(base / dirpath / name))
+                if len(found) >= args.limit:
+                    return "\n".join(found) + f"\n... [stopped at {args.limit} entries]"
+    return "\n".join(found) if found else "(no files)"
+
+
+async def search_files(ctx: ToolContext, args: a.SearchFilesArgs) -> str:
+    try:
+        regex = re.compile(args.pattern)
+    except re.error as exc:
+        raise ToolError(f"invalid regular expression: {exc}") from exc
+    base = ctx.workspace.resolve(args.path)
+    hits: list[str] = []
+    for dirpath, dirnames, filenames in os.walk(base):
+        dirnames[:] = sorted(d for d in dirnames if d != ".git")
+        for name in sorted(filenames):
+            if not fnmatch.fnmatch(name, args.glob):
+                continue
+            file = base / dirpath / name
+            try:
+                lines = file.read_text().splitlines()
+            except (UnicodeDecodeError, OSError):
+                continue
+            for number, line in enumerate(lines, 1):
+                if regex.search(line):
+                    hits.append(f"{ctx.workspace.relative(file)}:{number}: {line[:300]}")
+                    if len(hits) >= args.limit:
+                        return "\n".join(hits) + f"\n... [stopped at {args.limit} matches]"
+    return "\n".join(hits) if hits else "(no matches)"
+
+
+async def _shell(ctx: ToolContext, command: str, cwd: str, timeout: float | None) -> str:
+    result = await run_process(
+        ["bash", "-c", command],
+        cwd=ctx.workspace.resolve(cwd),
+        timeout=timeout or ctx.shell_timeout,
+        output_cap=ctx.output_cap,
+    )
+    ctx.last_exit_code = result.exit_code
+    status = "timed out" if result.timed_out else f"exit code {result.exit_code}"
+    tail = "\n[output truncated]" if result.truncated else ""
+    text = f"{result.output}{tail}\n[{status}]"
+    if not result.ok:
+        raise ToolError(text)
+    return text
+
+
+async def run_shell(ctx: ToolContext, args: a.RunShellArgs) -> str:
+    return await _shell(ctx, args.command, args.cwd, args.timeout)
+
+
+async def git_status(ctx: ToolContext, args: a.GitStatusArgs) -> str:
+    return await ctx.git.status() or "(clean)"
+
+
+async def git_diff(ctx: ToolContext, args: a.GitDiffArgs) -> str:
+    if args.path is not None:
+        ctx.workspace.resolve(args.path)
+    return await ctx.git.diff(args.staged, args.path) or "(no changes)"
+
+
+async def git_commit(ctx: ToolContext, args: a.GitCommitArgs) -> str:
+    for p in args.paths or []:
+        ctx.workspace.resolve(p)
+    sha = await ctx.git.commit(args.message, args.paths)
+    if sha is None:
+        return "nothing to commit"
+    ctx.commits.append(sha)
+    return f"committed {sha}"
+
+
+async def run_tests(ctx: ToolContext, args: a.RunTestsArgs) -> str:
+    command = args.command or ctx.test_command
+    if command is None:
+        raise ToolError("no test command found; pass one with `command`")
+    try:
+        out = await _shell(ctx, command, ".", args.timeout)
+    except ToolError:
+        ctx.tests_passed = False
+        raise
+    ctx.tests_passed = True
+    return out
+
+
+async def finish(ctx: ToolContext, args: a.FinishArgs) -> str:
+    ctx.finished = args
+    return "run finished"
+
+
+Handler = Callable[["ToolContext", Any], Awaitable[str]]
+
+BUILTINS: dict[str, tuple[type[a.ToolArgs], Handler]] = {
+    "read_file": (a.ReadFileArgs, read_file),
+    "write_file": (a.WriteFileArgs, write_file),
+    "edit_file": (a.EditFileArgs, edit_file),
+    "list_files": (a.ListFilesArgs, list_files),
+    "search_files": (a.SearchFilesArgs, search_files),
+    "run_shell": (a.RunShellArgs, run_shell),
+    "git_status": (a.GitStatusArgs, git_status),
+    "git_diff": (a.GitDiffArgs, git_diff),
+    "git_commit": (a.GitCommitArgs, git_commit),
+    "run_tests": (a.RunTestsArgs, run_tests),
+    "finish": (a.FinishArgs, finish),
+}

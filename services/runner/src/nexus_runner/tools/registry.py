@@ -1,0 +1,169 @@
+"""Which tools a run may use, how a call is judged (run, refuse, ask a human) and run."""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+from nexus_events.events.specs import Permissions, ToolGrant
+from pydantic import ValidationError
+
+from nexus_runner.errors import PathEscape, ToolError
+from nexus_runner.git import Git
+from nexus_runner.safety import destructive_reason
+from nexus_runner.tools.args import FinishArgs, ToolArgs
+from nexus_runner.tools.builtin import BUILTINS
+from nexus_runner.workspace import Workspace
+
+# Argument fields holding workspace paths, checked before a call is even announced.
+_PATH_FIELDS = ("path", "cwd")
+_GIT_PUSH = re.compile(r"\bgit\b[^;&|]*\bpush\b")
+_GIT_COMMIT = re.compile(r"\bgit\b[^;&|]*\bcommit\b")
+
+
+@dataclass
+class ToolContext:
+    """What tools act on, and what they record for the result."""
+
+    workspace: Workspace
+    git: Git
+    shell_timeout: float
+    output_cap: int
+    test_command: str | None = None
+    commits: list[str] = field(default_factory=list)
+    tests_passed: bool | None = None
+    last_exit_code: int | None = None
+    finished: FinishArgs | None = None
+
+
+@dataclass(frozen=True)
+class Decision:
+    """How a call will be handled: run it, refuse it, or ask for approval first."""
+
+    tool: str
+    action: Literal["run", "refuse", "approve", "invalid"]
+    args: ToolArgs | None = None
+    raw: dict[str, Any] = field(default_factory=dict)
+    reason: str = ""
+
+
+@dataclass(frozen=True)
+class ToolOutcome:
+    ok: bool
+    output: str
+
+
+def detect_test_command(root: Path) -> str | None:
+    """The project's test command, from its files (pytest, npm, cargo, go, make)."""
+    if (root / "Makefile").is_file() and re.search(
+        r"^test\s*:", (root / "Makefile").read_text(errors="replace"), re.MULTILINE
+    ):
+        return "make test"
+    python_markers = ("pyproject.toml", "setup.py", "setup.cfg", "pytest.ini", "tox.ini")
+    if any((root / m).is_file() for m in python_markers) or (root / "tests").is_dir():
+        return "python -m pytest -q"
+    if (root / "package.json").is_file():
+        return "npm test --silent"
+    if (root / "Cargo.toml").is_file():
+        return "cargo test"
+    if (root / "go.mod").is_file():
+        return "go test ./..."
+    return None
+
+
+class ToolRegistry:
+    """The tools granted to a run, judged against its permissions."""
+
+    def __init__(
+        self, grants: list[ToolGrant], permissions: Permissions, context: ToolContext
+    ) -> None:
+        self.granted = {g.name: g for g in grants if g.name in BUILTINS}
+        self.unknown = sorted(g.name for g in grants if g.name not in BUILTINS)
+        if "finish" not in self.granted:  # every run must be able to end itself
+            self.granted["finish"] = ToolGrant(name="finish")
+        self.permissions = permissions
+        self.ctx = context
+
+    def specs(self) -> list[dict[str, Any]]:
+        """The granted tools in the chat-completions ``tools`` format."""
+        specs = []
+        for name in self.granted:
+            model, _ = BUILTINS[name]
+            schema = model.model_json_schema()
+            schema.pop("title", None)
+            specs.append(
+                {
+                    "type": "function",
+                    "function": {
+                        "name": name,
+                        "description": (model.__doc__ or name).strip(),
+                        "parameters": schema,
+                    },
+                }
+            )
+        return specs
+
+    def decide(self, name: str, arguments: str) -> Decision:  # noqa: PLR0911
+        """Parse and judge one call: refusals carry a message the model can read."""
+        try:
+            raw = json.loads(arguments) if arguments.strip() else {}
+        except json.JSONDecodeError as exc:
+            return Decision(name, "invalid", reason=f"arguments are not valid JSON: {exc}")
+        if not isinstance(raw, dict):
+            return Decision(name, "invalid", reason="arguments must be a JSON object")
+        if name not in self.granted:
+            offered = ", ".join(sorted(self.granted))
+            return Decision(
+                name, "refuse", raw=raw, reason=f"tool {name!r} is not granted; use: {offered}"
+            )
+        model, _ = BUILTINS[name]
+        try:
+            args = model.model_validate(raw)
+        except ValidationError as exc:
+            errors = "; ".join(
+                f"{'.'.join(map(str, e['loc'])) or 'arguments'}: {e['msg']}" for e in exc.errors()
+            )
+            return Decision(name, "invalid", raw=raw, reason=f"invalid arguments: {errors}")
+        refusal = self._refusal(name, args)
+        if refusal is not None:
+            return Decision(name, "refuse", args, raw, refusal)
+        if name in self.permissions.approval_required_tools:
+            return Decision(name, "approve", args, raw, f"{name} requires approval")
+        command = getattr(args, "command", None)
+        if name == "run_shell" and isinstance(command, str):
+            why = destructive_reason(command)
+            if why is not None:
+                return Decision(name, "approve", args, raw, f"destructive command: {why}")
+        return Decision(name, "run", args, raw)
+
+    def _refusal(self, name: str, args: ToolArgs) -> str | None:
+        for attr in _PATH_FIELDS:
+            value = getattr(args, attr, None)
+            if isinstance(value, str):
+                try:
+                    self.ctx.workspace.resolve(value)
+                except PathEscape as exc:
+                    return str(exc)
+        if name == "git_commit" and not self.permissions.can_commit:
+            return "this run is not permitted to commit"
+        command = getattr(args, "command", None)
+        if name == "run_shell" and isinstance(command, str):
+            if _GIT_PUSH.search(command):
+                return "pushing is done by the runner when the run finishes, not from the shell"
+            if _GIT_COMMIT.search(command) and not self.permissions.can_commit:
+                return "this run is not permitted to commit"
+        return None
+
+    async def execute(self, decision: Decision) -> ToolOutcome:
+        """Run an accepted call; tool errors become a failed outcome, never an exception."""
+        assert decision.args is not None
+        _, handler = BUILTINS[decision.tool]
+        try:
+            return ToolOutcome(True, await handler(self.ctx, decision.args))
+        except ToolError as exc:
+            return ToolOutcome(False, str(exc))
+        except OSError as exc:
+            return ToolOutcome(False, f"{type(exc).__name__}: {exc}")

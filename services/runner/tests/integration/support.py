@@ -1,0 +1,54 @@
+"""Helpers for runner scenarios: configs, reading a run's events, waiting with deadlines."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+import uuid
+from typing import Any
+
+from nexus_events import subjects
+from nexus_events.bus import Bus
+from nexus_events.events.base import Event
+from nexus_events.events.runs import RunConfig
+from nexus_events.streams import LOGS, RUNS
+
+
+def make_config(base_url: str, **overrides: Any) -> RunConfig:
+    body: dict[str, Any] = {
+        "run_id": f"run-{uuid.uuid4().hex[:10]}",
+        "agent_id": "implementer",
+        "system_prompt": "You are an implementer.",
+        "input": "Make the tests pass.",
+        "model": {"name": "gpt-4o-mini", "base_url": base_url},
+        "tools": [
+            "read_file", "write_file", "edit_file", "list_files", "search_files",
+            "run_shell", "git_status", "git_diff", "git_commit", "run_tests", "finish",
+        ],
+    }  # fmt: skip
+    body.update(overrides)
+    return RunConfig.model_validate(body)
+
+
+async def run_events(bus: Bus, run_id: str) -> list[Event]:
+    return [d.event async for d in bus.replay(RUNS, run_id=run_id)]
+
+
+async def log_text(bus: Bus, run_id: str, stream: str = "llm_text") -> str:
+    lines = [d.event async for d in bus.replay(LOGS, filter_subject=subjects.run_log(run_id))]
+    return "".join(getattr(e, "text", "") for e in lines if getattr(e, "stream", "") == stream)
+
+
+async def wait_for(bus: Bus, run_id: str, name: str, timeout: float = 15) -> Event:
+    """Poll the run's events until one named `name` is stored (or fail at the deadline)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        for event in await run_events(bus, run_id):
+            if type(event).event_name == name:
+                return event
+        assert time.monotonic() < deadline, f"no {name} event for {run_id} within {timeout}s"
+        await asyncio.sleep(0.05)
+
+
+def names(events: list[Event]) -> list[str]:
+    return [type(e).event_name for e in events]

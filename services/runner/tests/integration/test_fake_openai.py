@@ -1,0 +1,83 @@
+"""The fake OpenAI server speaks the real client's protocol: JSON, SSE, tool calls, errors."""
+
+from __future__ import annotations
+
+import json
+
+import openai
+import pytest
+from openai import AsyncOpenAI
+
+from ..llm_fake import Failure, FakeOpenAI, Reply, ToolCall
+
+
+async def test_json_completion_with_usage() -> None:
+    async with FakeOpenAI([Reply(text="hello", prompt_tokens=7, completion_tokens=3)]) as llm:
+        client = AsyncOpenAI(api_key="k", base_url=llm.base_url, max_retries=0)
+        resp = await client.chat.completions.create(
+            model="m", messages=[{"role": "user", "content": "hi"}]
+        )
+        await client.close()
+    assert resp.choices[0].message.content == "hello"
+    assert resp.usage is not None
+    assert (resp.usage.prompt_tokens, resp.usage.completion_tokens) == (7, 3)
+    assert llm.requests[0]["messages"][0]["content"] == "hi"
+
+
+async def test_streaming_text_and_tool_call_deltas() -> None:
+    call = ToolCall("read_file", {"path": "a.txt"}, id="call_x")
+    async with FakeOpenAI([Reply(text="let me look", tool_calls=(call,), chunk_size=3)]) as llm:
+        client = AsyncOpenAI(api_key="k", base_url=llm.base_url, max_retries=0)
+        stream = await client.chat.completions.create(
+            model="m",
+            messages=[{"role": "user", "content": "hi"}],
+            stream=True,
+            stream_options={"include_usage": True},
+        )
+        text, args, names, finish, usage = "", "", [], None, None
+        async for chunk in stream:
+            if chunk.usage is not None:
+                usage = chunk.usage
+            for choice in chunk.choices:
+                text += choice.delta.content or ""
+                for tc in choice.delta.tool_calls or []:
+                    if tc.function and tc.function.name:
+                        names.append((tc.id, tc.function.name))
+                    if tc.function and tc.function.arguments:
+                        args += tc.function.arguments
+                finish = choice.finish_reason or finish
+        await client.close()
+    assert text == "let me look"
+    assert names == [("call_x", "read_file")]
+    assert json.loads(args) == {"path": "a.txt"}
+    assert finish == "tool_calls"
+    assert usage is not None
+    assert usage.total_tokens == 15
+
+
+async def test_rate_limit_carries_retry_after_and_server_errors() -> None:
+    script = [Failure(429, retry_after=2), Failure(503, message="down"), Reply(text="ok")]
+    async with FakeOpenAI(script) as llm:
+        client = AsyncOpenAI(api_key="k", base_url=llm.base_url, max_retries=0)
+        with pytest.raises(openai.RateLimitError) as rate:
+            await client.chat.completions.create(model="m", messages=[])
+        assert rate.value.response.headers["retry-after"] == "2"
+        with pytest.raises(openai.InternalServerError):
+            await client.chat.completions.create(model="m", messages=[])
+        resp = await client.chat.completions.create(model="m", messages=[])
+        await client.close()
+    assert resp.choices[0].message.content == "ok"
+    assert llm.failures_sent == 2
+
+
+async def test_script_steps_can_depend_on_the_request() -> None:
+    def echo(body: dict[str, object]) -> Reply:
+        return Reply(text=f"{len(body['messages'])} messages")  # type: ignore[arg-type]
+
+    async with FakeOpenAI(default=echo) as llm:
+        client = AsyncOpenAI(api_key="k", base_url=llm.base_url, max_retries=0)
+        resp = await client.chat.completions.create(
+            model="m", messages=[{"role": "user", "content": "a"}] * 3
+        )
+        await client.close()
+    assert resp.choices[0].message.content == "3 messages"

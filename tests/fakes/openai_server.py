@@ -1,0 +1,237 @@
+"""A fake OpenAI-compatible server: ``POST /v1/chat/completions`` (JSON and SSE streaming).
+
+A test scripts the conversation: each request takes the next `Step` from the script (a
+`Reply` with text and/or tool calls and usage, or an `Failure` such as a 429 with
+Retry-After or a 503). A step may also be a function of the request body, so a reply can
+depend on what the client sent. Every request body is recorded for assertions. The real
+``openai`` client talks to it over HTTP.
+
+    async with FakeOpenAI([Reply(text="hi")]) as llm:
+        client = AsyncOpenAI(api_key="x", base_url=llm.base_url)
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import json
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+from aiohttp import web
+
+
+@dataclass(frozen=True)
+class ToolCall:
+    """One tool call the fake model makes; `arguments` is sent as JSON text."""
+
+    name: str
+    arguments: dict[str, Any] | str = field(default_factory=dict)
+    id: str | None = None
+
+    def arguments_json(self) -> str:
+        if isinstance(self.arguments, str):
+            return self.arguments
+        return json.dumps(self.arguments)
+
+
+@dataclass(frozen=True)
+class Reply:
+    """One assistant message. Streamed in `chunk_size` character pieces."""
+
+    text: str = ""
+    tool_calls: tuple[ToolCall, ...] = ()
+    reasoning: str = ""
+    prompt_tokens: int = 10
+    completion_tokens: int = 5
+    finish_reason: str | None = None  # default: "tool_calls" if any, else "stop"
+    chunk_size: int = 8
+    # Seconds between streamed chunks; with `hang` the stream stops mid-way and waits.
+    chunk_delay: float = 0.0
+    hang: bool = False
+
+
+@dataclass(frozen=True)
+class Failure:
+    """An HTTP error instead of a reply (429 rate limit, 500/503 server errors...)."""
+
+    status: int = 429
+    retry_after: float | None = None
+    message: str = "rate limited"
+
+
+Step = Reply | Failure
+Script = Iterable[Step | Callable[[dict[str, Any]], Step]]
+
+
+class FakeOpenAI:
+    """The fake server. Start with ``async with`` (or `start`/`stop`); read `requests`."""
+
+    def __init__(
+        self,
+        script: Script = (),
+        *,
+        default: Step | Callable[[dict[str, Any]], Step] | None = None,
+        model: str = "fake-model",
+    ) -> None:
+        self._script = list(script)
+        self.default = default
+        self.model = model
+        self.requests: list[dict[str, Any]] = []
+        self.failures_sent = 0
+        self.hanging = asyncio.Event()  # set when a `hang` reply is waiting
+        self.release = asyncio.Event()  # set to let hanging streams finish
+        self._ids = itertools.count(1)
+        self._runner: web.AppRunner | None = None
+        self.port = 0
+
+    # -- lifecycle -------------------------------------------------------------------------
+
+    async def start(self) -> None:
+        app = web.Application()
+        app.router.add_post("/v1/chat/completions", self._completions)
+        self._runner = web.AppRunner(app, handle_signals=False)
+        await self._runner.setup()
+        site = web.TCPSite(self._runner, "127.0.0.1", 0)
+        await site.start()
+        server = site._server
+        assert server is not None
+        self.port = server.sockets[0].getsockname()[1]  # type: ignore[attr-defined]
+
+    async def stop(self) -> None:
+        self.release.set()
+        if self._runner is not None:
+            await self._runner.cleanup()
+            self._runner = None
+
+    async def __aenter__(self) -> FakeOpenAI:
+        await self.start()
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.stop()
+
+    @property
+    def base_url(self) -> str:
+        return f"http://127.0.0.1:{self.port}/v1"
+
+    def add(self, *steps: Step | Callable[[dict[str, Any]], Step]) -> None:
+        """Append steps to the script (tests may extend it while the client runs)."""
+        self._script.extend(steps)
+
+    # -- handler ---------------------------------------------------------------------------
+
+    def _next_step(self, body: dict[str, Any]) -> Step:
+        if self._script:
+            step = self._script.pop(0)
+        elif self.default is not None:
+            step = self.default
+        else:
+            return Failure(status=500, message="fake script exhausted")
+        return step(body) if callable(step) else step
+
+    async def _completions(self, request: web.Request) -> web.StreamResponse:
+        body: dict[str, Any] = await request.json()
+        self.requests.append(body)
+        step = self._next_step(body)
+        if isinstance(step, Failure):
+            self.failures_sent += 1
+            headers = {}
+            if step.retry_after is not None:
+                headers["Retry-After"] = f"{step.retry_after:g}"
+            error = {"message": step.message, "type": "fake_error", "code": str(step.status)}
+            return web.json_response({"error": error}, status=step.status, headers=headers)
+        if body.get("stream"):
+            return await self._stream(request, body, step)
+        return web.json_response(self._completion(body, step))
+
+    def _usage(self, step: Reply) -> dict[str, int]:
+        return {
+            "prompt_tokens": step.prompt_tokens,
+            "completion_tokens": step.completion_tokens,
+            "total_tokens": step.prompt_tokens + step.completion_tokens,
+        }
+
+    def _finish(self, step: Reply) -> str:
+        return step.finish_reason or ("tool_calls" if step.tool_calls else "stop")
+
+    def _call_ids(self, step: Reply) -> list[str]:
+        return [c.id or f"call_{next(self._ids)}" for c in step.tool_calls]
+
+    def _completion(self, body: dict[str, Any], step: Reply) -> dict[str, Any]:
+        message: dict[str, Any] = {"role": "assistant", "content": step.text or None}
+        if step.tool_calls:
+            message["tool_calls"] = [
+                {
+                    "id": call_id,
+                    "type": "function",
+                    "function": {"name": c.name, "arguments": c.arguments_json()},
+                }
+                for c, call_id in zip(step.tool_calls, self._call_ids(step), strict=True)
+            ]
+        return {
+            "id": f"chatcmpl-{next(self._ids)}",
+            "object": "chat.completion",
+            "created": int(time.time()),
+            "model": body.get("model", self.model),
+            "choices": [{"index": 0, "message": message, "finish_reason": self._finish(step)}],
+            "usage": self._usage(step),
+        }
+
+    async def _stream(
+        self, request: web.Request, body: dict[str, Any], step: Reply
+    ) -> web.StreamResponse:
+        resp = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+        await resp.prepare(request)
+        chunk_id = f"chatcmpl-{next(self._ids)}"
+        model = body.get("model", self.model)
+
+        def frame(delta: dict[str, Any], finish: str | None = None) -> dict[str, Any]:
+            return {
+                "id": chunk_id,
+                "object": "chat.completion.chunk",
+                "created": int(time.time()),
+                "model": model,
+                "choices": [{"index": 0, "delta": delta, "finish_reason": finish}],
+            }
+
+        async def send(payload: dict[str, Any]) -> None:
+            await resp.write(f"data: {json.dumps(payload)}\n\n".encode())
+            if step.chunk_delay:
+                await asyncio.sleep(step.chunk_delay)
+
+        await send(frame({"role": "assistant", "content": ""}))
+        size = max(step.chunk_size, 1)
+        for i in range(0, len(step.reasoning), size):
+            await send(frame({"reasoning_content": step.reasoning[i : i + size]}))
+        for i in range(0, len(step.text), size):
+            await send(frame({"content": step.text[i : i + size]}))
+            if step.hang and i == 0:
+                self.hanging.set()
+                await self.release.wait()
+        if step.hang and not step.text:
+            self.hanging.set()
+            await self.release.wait()
+        for index, (call, call_id) in enumerate(
+            zip(step.tool_calls, self._call_ids(step), strict=True)
+        ):
+            head = {"index": index, "id": call_id, "type": "function"}
+            await send(frame({"tool_calls": [{**head, "function": {"name": call.name}}]}))
+            args = call.arguments_json()
+            for i in range(0, len(args), size):
+                piece = {"index": index, "function": {"arguments": args[i : i + size]}}
+                await send(frame({"tool_calls": [piece]}))
+        await send(frame({}, self._finish(step)))
+        if (body.get("stream_options") or {}).get("include_usage"):
+            usage_frame = frame({})
+            usage_frame["choices"] = []
+            usage_frame["usage"] = self._usage(step)
+            await send(usage_frame)
+        await resp.write(b"data: [DONE]\n\n")
+        await resp.write_eof()
+        return resp
+
+
+__all__ = ["Failure", "FakeOpenAI", "Reply", "Script", "Step", "ToolCall"]
