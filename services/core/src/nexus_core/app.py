@@ -14,17 +14,28 @@ import logging
 from typing import Any
 
 import asyncpg
+from motor.motor_asyncio import AsyncIOMotorClient, AsyncIOMotorDatabase
 from nexus_events.bus import Bus, BusSettings, Consumer
 from nexus_events.projection import ProjectionRunner
 from nexus_events.streams import CATALOG, ensure_streams
 
 from nexus_core.board_projection import BoardProjection
-from nexus_core.catalog_store import CatalogProjection, PgCatalogStore
+from nexus_core.catalog_store import CatalogProjection, CatalogStore, PgCatalogStore
 from nexus_core.config import CoreSettings
 from nexus_core.errors import CatalogBackendError
 from nexus_core.handlers import AssemblyHandler, assembly_consumer_spec
 from nexus_core.health import HealthServer
 from nexus_core.memory import MemoryClient
+from nexus_core.mongo_catalog import (
+    Document,
+    MongoCatalogRunner,
+    MongoCatalogStore,
+    default_database,
+    is_mongodb_url,
+)
+from nexus_core.mongo_catalog import (
+    connect as connect_mongo,
+)
 from nexus_core.queries import CoreQueries
 from nexus_core.requests_store import RunRequestStore
 from nexus_core.runs_projection import AgentRunsProjection
@@ -35,7 +46,11 @@ SOURCE = "core"
 
 
 class CoreApp:
-    """The core service. `bus`/`pool` may be given (tests); otherwise they are created."""
+    """The core service. `bus`/`pool` may be given (tests); otherwise they are created.
+
+    The catalog lives in PostgreSQL (schema core) unless `settings.catalog_url` is a
+    ``mongodb://`` URL; then in that MongoDB (motor), or in `catalog_db` when given (tests).
+    """
 
     def __init__(
         self,
@@ -44,6 +59,7 @@ class CoreApp:
         bus_settings: BusSettings | None = None,
         bus: Bus | None = None,
         pool: asyncpg.Pool[Any] | None = None,
+        catalog_db: AsyncIOMotorDatabase[Document] | None = None,
     ) -> None:
         self.settings = settings or CoreSettings()
         self.bus_settings = bus_settings
@@ -51,7 +67,10 @@ class CoreApp:
         self._own_pool = pool is None
         self._bus = bus
         self._pool = pool
-        self.catalog_runner: ProjectionRunner | None = None
+        self._catalog_db = catalog_db
+        self._mongo: AsyncIOMotorClient[Document] | None = None
+        self.catalog: CatalogStore | None = None
+        self.catalog_runner: ProjectionRunner | MongoCatalogRunner | None = None
         self.runs_runner: ProjectionRunner | None = None
         self.board_runner: ProjectionRunner | None = None
         self.assembly: Consumer | None = None
@@ -76,10 +95,11 @@ class CoreApp:
 
     async def start(self) -> None:
         s = self.settings
-        if s.catalog_url is not None and not s.catalog_url.startswith("postgres"):
+        mongo = is_mongodb_url(s.catalog_url) or self._catalog_db is not None
+        if s.catalog_url is not None and not mongo and not s.catalog_url.startswith("postgres"):
             raise CatalogBackendError(
-                f"catalog backend {s.catalog_url.split(':', 1)[0]!r} is not available in this "
-                "build; leave NEXUS_CATALOG_URL unset to use PostgreSQL"
+                f"catalog backend {s.catalog_url.split(':', 1)[0]!r} is not supported; use a "
+                "mongodb:// URL, or leave NEXUS_CATALOG_URL unset to use PostgreSQL"
             )
         if self._bus is None:
             self._bus = await Bus.connect(self.bus_settings, source=SOURCE)
@@ -92,9 +112,28 @@ class CoreApp:
         await requests.migrate()
         batch = s.projection_batch
         bus, pool = self.bus, self.pool
-        self.catalog_runner = ProjectionRunner(
-            bus, pool, CatalogProjection(), batch=batch, fetch_timeout=s.fetch_timeout
-        )
+        catalog: CatalogStore
+        if mongo:
+            db = self._catalog_db
+            if db is None:
+                assert s.catalog_url is not None
+                self._mongo = connect_mongo(s.catalog_url)
+                db = default_database(self._mongo)
+            store = MongoCatalogStore(db)
+            catalog = store
+            self.catalog_runner = MongoCatalogRunner(
+                bus,
+                store,
+                batch=batch,
+                fetch_timeout=s.fetch_timeout,
+                consumer=f"{s.consumer_prefix}_catalog_mongo",
+            )
+        else:
+            catalog = PgCatalogStore(pool)
+            self.catalog_runner = ProjectionRunner(
+                bus, pool, CatalogProjection(), batch=batch, fetch_timeout=s.fetch_timeout
+            )
+        self.catalog = catalog
         self.runs_runner = ProjectionRunner(
             bus, pool, AgentRunsProjection(), batch=batch, fetch_timeout=s.fetch_timeout
         )
@@ -103,7 +142,6 @@ class CoreApp:
         )
         for runner in (self.catalog_runner, self.runs_runner, self.board_runner):
             await runner.start()
-        catalog = PgCatalogStore(self.pool)
         handler = AssemblyHandler(
             bus=self.bus,
             catalog=catalog,
@@ -146,6 +184,9 @@ class CoreApp:
             with contextlib.suppress(asyncio.TimeoutError):
                 await asyncio.wait_for(self._pool.close(), timeout=10)
             self._pool = None
+        if self._mongo is not None:
+            self._mongo.close()
+            self._mongo = None
         if self._own_bus and self._bus is not None:
             await self._bus.close()
             self._bus = None

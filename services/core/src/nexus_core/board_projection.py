@@ -33,6 +33,7 @@ from nexus_events.streams import RUNS, TASKS
 from nexus_events.subjects import Family
 
 from nexus_core.migrations import Conn, migrate
+from nexus_core.tracing import TASK_ID, spans_for
 
 BOARD_SCHEMA = "core_board"
 
@@ -132,8 +133,10 @@ class BoardProjection:
     async def apply(self, conn: Conn, schema: str, batch: Sequence[Decoded]) -> None:
         q = quote_ident(schema)
         if batch and batch[0].address.family is Family.TASK:
+            spans = spans_for("core project board")
             for d in batch:
-                await self._apply_task(conn, q, d)
+                with spans(d, {TASK_ID: d.address.ids.get("task_id", "")}):
+                    await self._apply_task(conn, q, d)
         else:
             await self._apply_runs(conn, q, batch)
 
@@ -219,33 +222,14 @@ class BoardProjection:
             )
         }  # fmt: skip
         touched: set[str] = set()
+        spans = spans_for("core project board")
         for d in batch:
-            run_id, name = d.address.run_id, d.address.event
-            if run_id is None or name is None or run_id == subjects.NEW_RUN_TOKEN:
-                continue
-            at, ev = d.envelope.timestamp, d.event
-            ref = refs.get(run_id)
-            new_run = False
-            if ref is None:
-                task_id = (
-                    ev.task_id if isinstance(ev, RunRequested)
-                    else ev.config.task_id if isinstance(ev, RunPrepared) else None
-                )  # fmt: skip
-                if task_id is None:
-                    continue  # a run without a task (or whose request we never saw)
-                status = next_status(None, name)
-                if status is None:
-                    continue
-                ref = refs[run_id] = _RunRef(task_id, status.value, at, dirty=True)
-                new_run = True
-            else:
-                moved = next_status(ref.status, name)
-                if moved is None:
-                    continue
-                ref.status, ref.dirty = moved.value, True
-            task = tasks.setdefault(ref.task_id, _TaskRuns())
-            evolve_task_runs(task, run_id, RunStatus(ref.status), at, new_run=new_run)
-            touched.add(ref.task_id)
+            with spans(d) as span:
+                task_id = self._fold_run(d, refs, tasks)
+                if task_id is not None:
+                    touched.add(task_id)
+                if span is not None:
+                    span.set_attribute(TASK_ID, task_id or "")
         dirty = sorted((rid, ref) for rid, ref in refs.items() if ref.dirty)
         if dirty:
             await conn.executemany(
@@ -268,3 +252,33 @@ class BoardProjection:
                     for t in (tasks[tid],)
                 ],
             )  # fmt: skip
+
+    @staticmethod
+    def _fold_run(d: Decoded, refs: dict[str, _RunRef], tasks: dict[str, _TaskRuns]) -> str | None:
+        """Fold one run event into the run index and its task; the task touched, if any."""
+        run_id, name = d.address.run_id, d.address.event
+        if run_id is None or name is None or run_id == subjects.NEW_RUN_TOKEN:
+            return None
+        at, ev = d.envelope.timestamp, d.event
+        ref = refs.get(run_id)
+        new_run = False
+        if ref is None:
+            task_id = (
+                ev.task_id if isinstance(ev, RunRequested)
+                else ev.config.task_id if isinstance(ev, RunPrepared) else None
+            )  # fmt: skip
+            if task_id is None:
+                return None  # a run without a task (or whose request we never saw)
+            status = next_status(None, name)
+            if status is None:
+                return None
+            ref = refs[run_id] = _RunRef(task_id, status.value, at, dirty=True)
+            new_run = True
+        else:
+            moved = next_status(ref.status, name)
+            if moved is None:
+                return None
+            ref.status, ref.dirty = moved.value, True
+        task = tasks.setdefault(ref.task_id, _TaskRuns())
+        evolve_task_runs(task, run_id, RunStatus(ref.status), at, new_run=new_run)
+        return ref.task_id

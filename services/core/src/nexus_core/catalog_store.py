@@ -14,7 +14,7 @@ import logging
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any, Protocol
+from typing import Any, Literal, Protocol
 
 import asyncpg
 from nexus_events.codec import Decoded
@@ -30,6 +30,7 @@ from nexus_events.projection import Source, quote_ident
 from nexus_events.streams import CATALOG
 
 from nexus_core.migrations import Conn, migrate
+from nexus_core.tracing import CATALOG_ITEM, spans_for
 
 log = logging.getLogger(__name__)
 
@@ -104,6 +105,12 @@ class CatalogStore(Protocol):
 
     async def list_skills(self) -> list[StoredSkill]: ...
 
+    async def agent_history(self, agent_id: str) -> list[tuple[int, bool, AgentDefinition | None]]:
+        """Every revision of an agent, oldest first: (revision, deleted, definition)."""
+
+    async def skill_history(self, name: str) -> list[tuple[int, bool, SkillDefinition | None]]:
+        """Every revision of a skill, oldest first: (revision, deleted, definition)."""
+
 
 class CatalogProjection:
     """Writes catalog events into the revisioned tables of `schema`."""
@@ -119,79 +126,66 @@ class CatalogProjection:
 
     async def apply(self, conn: Conn, schema: str, batch: Sequence[Decoded]) -> None:
         q = quote_ident(schema)
+        spans = spans_for("core project catalog")
         for d in batch:
-            item_id = d.address.ids.get("id", "")
-            event = d.event
-            seq = d.envelope.stream_seq or 0
-            at = d.envelope.timestamp
-            if isinstance(event, AgentApplied):
-                if event.definition.id != item_id:
-                    log.warning(
-                        "agent %r applied on subject of %r: skipped", event.definition.id, item_id
-                    )
-                    continue
-                body = event.definition.model_dump_json()
-                await _change(
-                    conn,
-                    q,
-                    "agents",
-                    "agent_revisions",
-                    "id",
-                    item_id,
-                    body,
-                    None,
-                    event.applied_by,
-                    seq,
-                    at,
-                )
-            elif isinstance(event, AgentDeleted):
-                await _change(
-                    conn,
-                    q,
-                    "agents",
-                    "agent_revisions",
-                    "id",
-                    item_id,
-                    None,
-                    None,
-                    event.deleted_by,
-                    seq,
-                    at,
-                )
-            elif isinstance(event, SkillApplied):
-                if event.skill.name != item_id:
-                    log.warning(
-                        "skill %r applied on subject of %r: skipped", event.skill.name, item_id
-                    )
-                    continue
-                body = event.skill.model_dump_json()
-                await _change(
-                    conn,
-                    q,
-                    "skills",
-                    "skill_revisions",
-                    "name",
-                    item_id,
-                    body,
-                    event.skill.version,
-                    event.applied_by,
-                    seq,
-                    at,
-                )
-            elif isinstance(event, SkillDeleted):
-                await _change(
-                    conn,
-                    q,
-                    "skills",
-                    "skill_revisions",
-                    "name",
-                    item_id,
-                    None,
-                    None,
-                    event.deleted_by,
-                    seq,
-                    at,
-                )
+            with spans(d, {CATALOG_ITEM: d.address.ids.get("id", "")}):
+                await self._apply_one(conn, q, d)
+
+    async def _apply_one(self, conn: Conn, q: str, d: Decoded) -> None:
+        change = catalog_change(d)
+        if change is not None:
+            agent = change.kind == "agent"
+            await _change(
+                conn,
+                q,
+                "agents" if agent else "skills",
+                "agent_revisions" if agent else "skill_revisions",
+                "id" if agent else "name",
+                change.item_id,
+                change.body,
+                change.version,
+                change.by,
+                change.seq,
+                change.at,
+            )
+
+
+@dataclass(frozen=True)
+class CatalogChange:
+    """What one catalog event asks of any backend: `body` None means delete."""
+
+    kind: Literal["agent", "skill"]
+    item_id: str
+    body: str | None
+    version: str | None
+    by: str | None
+    seq: int
+    at: datetime | None
+
+
+def catalog_change(d: Decoded) -> CatalogChange | None:  # noqa: PLR0911 - one per event kind
+    """The change a decoded catalog event asks for, or None if it asks for nothing valid."""
+    item_id = d.address.ids.get("id", "")
+    event = d.event
+    seq = d.envelope.stream_seq or 0
+    at = d.envelope.timestamp
+    if isinstance(event, AgentApplied):
+        if event.definition.id != item_id:
+            log.warning("agent %r applied on subject of %r: skipped", event.definition.id, item_id)
+            return None
+        body = event.definition.model_dump_json()
+        return CatalogChange("agent", item_id, body, None, event.applied_by, seq, at)
+    if isinstance(event, AgentDeleted):
+        return CatalogChange("agent", item_id, None, None, event.deleted_by, seq, at)
+    if isinstance(event, SkillApplied):
+        if event.skill.name != item_id:
+            log.warning("skill %r applied on subject of %r: skipped", event.skill.name, item_id)
+            return None
+        body = event.skill.model_dump_json()
+        return CatalogChange("skill", item_id, body, event.skill.version, event.applied_by, seq, at)
+    if isinstance(event, SkillDeleted):
+        return CatalogChange("skill", item_id, None, None, event.deleted_by, seq, at)
+    return None
 
 
 async def _change(  # noqa: PLR0917 - one private call site per event kind
@@ -319,6 +313,24 @@ class PgCatalogStore:
                 None
                 if r["definition"] is None
                 else AgentDefinition.model_validate_json(r["definition"]),
+            )
+            for r in rows
+        ]
+
+    async def skill_history(self, name: str) -> list[tuple[int, bool, SkillDefinition | None]]:
+        """Every revision of a skill, oldest first: (revision, deleted, definition)."""
+        rows = await self.pool.fetch(
+            f"SELECT revision, deleted, definition FROM {self.q}.skill_revisions"
+            " WHERE name = $1 ORDER BY revision",
+            name,
+        )
+        return [
+            (
+                r["revision"],
+                r["deleted"],
+                None
+                if r["definition"] is None
+                else SkillDefinition.model_validate_json(r["definition"]),
             )
             for r in rows
         ]

@@ -13,7 +13,9 @@ class CoreSettings(BaseSettings):
         "postgresql://postgres@127.0.0.1:5432/nexus", description="PostgreSQL DSN (asyncpg)."
     )
     catalog_url: str | None = Field(
-        None, description="Catalog backend; None = the PostgreSQL database (schema core)."
+        None,
+        description="Catalog backend: a mongodb:// URL (motor; the database named in the URL,"
+        " else 'nexus'), or None = the PostgreSQL database (schema core).",
     )
     db_pool_size: int = Field(8, gt=1, description="Most PostgreSQL connections.")
     memory_enabled: bool = Field(True, description="Ask memory for context during assembly.")

@@ -22,8 +22,9 @@ import asyncio
 import logging
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
+from typing import Any
 
-from nexus_events import subjects, telemetry
+from nexus_events import subjects
 from nexus_events.bus import Bus, ConsumerSpec, Delivery
 from nexus_events.events import MemoryContext, Reason, RunFailed, RunPrepared, RunRequested
 from nexus_events.streams import RUNS
@@ -39,6 +40,7 @@ from nexus_core.assembly import (
 from nexus_core.catalog_store import CatalogStore, StoredSkill
 from nexus_core.memory import MemoryClient
 from nexus_core.requests_store import RunRequestStore
+from nexus_core.tracing import AGENT_ID, OUTCOME, TASK_ID, event_span
 
 log = logging.getLogger(__name__)
 
@@ -57,6 +59,13 @@ def assembly_consumer_spec(
         batch=100,
         fetch_timeout=fetch_timeout,
     )
+
+
+def _request_attributes(d: Delivery) -> dict[str, Any]:
+    event = d.event
+    if isinstance(event, RunRequested):
+        return {AGENT_ID: event.agent_id, TASK_ID: event.task_id or ""}
+    return {}
 
 
 def prepared_id(run_id: str) -> str:
@@ -89,30 +98,31 @@ class AssemblyHandler:
         async def run(group: list[Delivery]) -> None:
             async with limit:
                 for d in group:
-                    with telemetry.consumer_span(
-                        "core assemble", d.msg.headers, {"nexus.run_id": d.decoded.address.run_id}
-                    ):
-                        await self.handle(d)
+                    with event_span("core assemble", d.decoded, _request_attributes(d)) as span:
+                        outcome = await self.handle(d)
+                        if span is not None:
+                            span.set_attribute(OUTCOME, outcome)
 
         await asyncio.gather(*(run(g) for g in groups.values()))
 
-    async def handle(self, d: Delivery) -> None:
+    async def handle(self, d: Delivery) -> str:  # noqa: PLR0911 - one return per outcome
+        """Handle one request; return its outcome (span attribute `nexus.outcome`)."""
         event = d.event
         if not isinstance(event, RunRequested):  # the filter only delivers `requested`
-            return
+            return "ignored"
         env = d.envelope
         run_id = d.decoded.address.run_id or ""
         if run_id == subjects.NEW_RUN_TOKEN:
             await self._republish_new(d, event)
-            return
+            return "republished"
         claim = await self.requests.claim(
             run_id, request_fingerprint(event), env.event_id, env.stream_seq
         )
         if claim.kind == "conflict":
             await self._conflict(d, run_id)
-            return
+            return "conflict"
         if claim.kind == "duplicate" and claim.outcome != "pending":
-            return  # already prepared or failed; its outcome is in the stream
+            return "duplicate"  # already prepared or failed; its outcome is in the stream
         agent = await self.catalog.get_agent(event.agent_id)
         skills: dict[str, StoredSkill | None] = {}
         if agent is not None:
@@ -127,7 +137,7 @@ class AssemblyHandler:
             and not await self.catalog_fresh()
         ):
             d.retry(CATALOG_LAG_RETRY_SECONDS)
-            return
+            return "retry"
         # Memory is asked only when the run can be prepared at all.
         memory = MemoryContext(status="disabled") if incomplete else await self.memory.search(event)
         result = assemble(run_id, event, agent, skills, memory)
@@ -142,7 +152,7 @@ class AssemblyHandler:
             )
             await self.requests.finish(run_id, "failed", result.reason)
             log.info("run %s failed: %s", run_id, result.message)
-            return
+            return "failed"
         await self.bus.publish(
             subjects.run_event(run_id, "prepared"),
             RunPrepared(config=result),
@@ -151,6 +161,7 @@ class AssemblyHandler:
             causation_id=env.event_id,
         )
         await self.requests.finish(run_id, "prepared")
+        return "prepared"
 
     async def _republish_new(self, d: Delivery, event: RunRequested) -> None:
         env = d.envelope

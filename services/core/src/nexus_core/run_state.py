@@ -129,7 +129,14 @@ class RunRow:
     # -- storage ---------------------------------------------------------------------
 
     def to_doc(self) -> dict[str, Any]:
-        doc = dataclasses.asdict(self)
+        # Shallow on purpose: the doc is serialized at once, and `dataclasses.asdict` deep-copies
+        # every datetime and dict, which was most of the replay's CPU time.
+        doc = {name: getattr(self, name) for name in _ROW_FIELDS}
+        doc["catalog_revisions"] = dict(self.catalog_revisions)
+        doc["result"] = None if self.result is None else dict(self.result)
+        for key in ("status_key", "info_key", "final_totals"):
+            value = doc[key]
+            doc[key] = None if value is None else list(value)
         doc["ended_at"] = _iso(self.ended_at)
         doc["last_event_at"] = _iso(self.last_event_at)
         doc["phases"] = {k: _iso(v) for k, v in self.phases.items()}
@@ -147,6 +154,9 @@ class RunRow:
         data["phases"] = {k: _dt(v) for k, v in (data.get("phases") or {}).items()}
         data["turns"] = {int(k): tuple(v) for k, v in (data.get("turns") or {}).items()}
         return cls(**data)
+
+
+_ROW_FIELDS = tuple(f.name for f in dataclasses.fields(RunRow))
 
 
 def _iso(value: datetime | None) -> str | None:

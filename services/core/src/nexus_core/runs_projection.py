@@ -18,6 +18,7 @@ from nexus_events.streams import RUNS
 
 from nexus_core.migrations import Conn, migrate
 from nexus_core.run_state import RunFact, RunRow, evolve
+from nexus_core.tracing import AGENT_ID, TASK_ID, spans_for
 
 RUNS_SCHEMA = "core_agent_runs"
 
@@ -96,9 +97,10 @@ class AgentRunsProjection:
         await migrate(conn, schema, MIGRATIONS)
 
     async def apply(self, conn: Conn, schema: str, batch: Sequence[Decoded]) -> None:
-        facts = [f for f in map(to_fact, batch) if f is not None]
-        if not facts:
+        pairs = [(d, f) for d in batch if (f := to_fact(d)) is not None]
+        if not pairs:
             return
+        facts = [f for _, f in pairs]
         q = quote_ident(schema)
         ids = sorted({f.run_id for f in facts})  # sorted: concurrent writers lock in one order
         rows: dict[str, RunRow] = {
@@ -109,8 +111,14 @@ class AgentRunsProjection:
                 ids,
             )
         }
-        for fact in facts:
-            rows[fact.run_id] = evolve(rows.get(fact.run_id), fact)
+        spans = spans_for("core project agent_runs")
+        for d, fact in pairs:
+            with spans(d) as span:
+                row = rows[fact.run_id] = evolve(rows.get(fact.run_id), fact)
+                if span is not None:
+                    span.set_attribute(AGENT_ID, row.agent_id or "")
+                    span.set_attribute(TASK_ID, row.task_id or "")
+                    span.set_attribute("nexus.run.status", row.status or "")
         cols = ", ".join(COLUMNS)
         params = ", ".join(
             f"${i}::jsonb" if c in ("catalog_revisions", "doc") else f"${i}"

@@ -2,15 +2,24 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+import os
+import uuid
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass
 from typing import Any
 
 import asyncpg
 import pytest
 from nexus_events.bus import Bus
+from nexus_events.projection import ProjectionRunner
 
 from nexus_core.app import CoreApp
+from nexus_core.catalog_store import CatalogProjection, PgCatalogStore
 from nexus_core.config import CoreSettings
+from nexus_core.mongo_catalog import MongoCatalogRunner, MongoCatalogStore
+from nexus_core.mongo_catalog import connect as connect_mongo
+
+from .support import MONGODB_URL_ENV, mongodb_mode
 
 
 def core_settings(**overrides: Any) -> CoreSettings:
@@ -42,3 +51,47 @@ async def core(bus: Bus, core_pool: asyncpg.Pool[Any]) -> AsyncIterator[CoreApp]
         yield app
     finally:
         await app.stop()
+
+
+@pytest.fixture
+async def mongo_db() -> AsyncIterator[Any]:
+    """A fresh MongoDB database through motor's API: a real server if NEXUS_TEST_MONGODB_URL
+    is set, else mongomock-motor (the test ids say which: mongodb-real / mongodb-mongomock)."""
+    url = os.environ.get(MONGODB_URL_ENV)
+    name = f"nexus_test_{uuid.uuid4().hex[:12]}"
+    if url:
+        client = connect_mongo(url)
+        try:
+            yield client[name]
+        finally:
+            await client.drop_database(name)
+            client.close()
+    else:
+        from mongomock_motor import AsyncMongoMockClient
+
+        yield AsyncMongoMockClient(tz_aware=True)[name]
+
+
+@dataclass
+class CatalogBackend:
+    """One catalog backend under the shared suite: its read store and fresh runners."""
+
+    id: str
+    store: Any
+    make_runner: Callable[[], Any]
+
+
+@pytest.fixture(params=["postgresql", mongodb_mode()])
+async def catalog_backend(
+    request: pytest.FixtureRequest, bus: Bus, pg_pool: asyncpg.Pool[Any], mongo_db: Any
+) -> CatalogBackend:
+    if request.param == "postgresql":
+        return CatalogBackend(
+            request.param,
+            PgCatalogStore(pg_pool),
+            lambda: ProjectionRunner(bus, pg_pool, CatalogProjection(), fetch_timeout=0.2),
+        )
+    store = MongoCatalogStore(mongo_db)
+    return CatalogBackend(
+        request.param, store, lambda: MongoCatalogRunner(bus, store, fetch_timeout=0.2)
+    )

@@ -57,3 +57,14 @@ async def query(bus: Any, subject: str, body: dict[str, Any] | None = None) -> A
 
 async def catalog_ready(core: Any) -> None:
     await eventually(core.catalog_fresh)
+
+
+# The MongoDB catalog backend runs against a real server when this is set, else mongomock-motor.
+MONGODB_URL_ENV = "NEXUS_TEST_MONGODB_URL"
+
+
+def mongodb_mode() -> str:
+    """The id of the MongoDB backend under test: ``mongodb-real`` or ``mongodb-mongomock``."""
+    import os
+
+    return "mongodb-real" if os.environ.get(MONGODB_URL_ENV) else "mongodb-mongomock"

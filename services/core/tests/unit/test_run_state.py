@@ -150,7 +150,12 @@ def test_a_full_run():
     assert row.attempt == 2
     assert row.phases["started"] == T0 + timedelta(seconds=4)
     assert row.ended_at == T0 + timedelta(seconds=10)
-    assert row.result == {"summary": "done 10", "files_changed": [], "details": {}}
+    assert row.result == {
+        "summary": "done 10",
+        "files_changed": [],
+        "details": {},
+        "commits": [],
+    }
     assert row.tokens_in == 10  # the terminal event's total replaces the per-turn sums
     assert row.last_seq == 13
     assert row.turn_count == 3

@@ -1,0 +1,402 @@
+"""The catalog in MongoDB (motor): the same revisions, history and pins as the PostgreSQL store.
+
+Selected when the catalog URL starts with ``mongodb://``. MongoDB has no transaction shared
+with the NATS checkpoint, so each event is applied idempotently, keyed by its stream sequence:
+
+- a revision document is upserted on (item, revision), computed from the item's current state,
+  so writing it twice writes the same thing;
+- the item document then moves to that revision and records ``applied_seq`` (the event's
+  stream sequence) in the same single-document write, which is the commit point of the event:
+  an event whose sequence is not above the item's ``applied_seq`` is skipped;
+- the per-stream checkpoint (``$max`` of the last sequence) is only where a restart resumes;
+  events between it and the true position are skipped by ``applied_seq``, so a crash at any
+  point neither loses an event nor adds a revision twice.
+
+Definitions are kept as their canonical JSON text (as PostgreSQL keeps JSONB): skill front
+matter may carry keys with ``.`` or ``$`` that MongoDB field names handle badly.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+from typing import Any
+
+import nats.errors
+import nats.js.errors
+from motor.motor_asyncio import AsyncIOMotorClient, AsyncIOMotorCollection, AsyncIOMotorDatabase
+from nats.aio.msg import Msg
+from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy
+from nexus_events.bus import Bus, decode_msg
+from nexus_events.errors import DecodeError
+from nexus_events.events import AgentDefinition, SkillDefinition
+from nexus_events.streams import CATALOG
+from pymongo import ASCENDING, DESCENDING
+from pymongo.errors import ConnectionFailure, DuplicateKeyError
+
+from nexus_core.catalog_store import CatalogChange, StoredAgent, StoredSkill, catalog_change
+from nexus_core.tracing import CATALOG_ITEM, event_span
+
+log = logging.getLogger(__name__)
+
+Document = dict[str, Any]
+# Used when the URL names no database (mongodb://host:27017/).
+DEFAULT_DATABASE = "nexus"
+# Attempts at one event that fails for a reason other than MongoDB being away, before it is
+# dead-lettered and the projection goes on (as the PostgreSQL runner does).
+MAX_ATTEMPTS = 3
+
+
+def is_mongodb_url(url: str | None) -> bool:
+    return url is not None and url.startswith(("mongodb://", "mongodb+srv://"))
+
+
+def connect(url: str) -> AsyncIOMotorClient[Document]:
+    """A motor client for `url`; datetimes come back timezone-aware, like PostgreSQL's."""
+    return AsyncIOMotorClient(url, tz_aware=True)
+
+
+def default_database(client: AsyncIOMotorClient[Document]) -> AsyncIOMotorDatabase[Document]:
+    return client.get_default_database(DEFAULT_DATABASE)
+
+
+class MongoCatalogStore:
+    """`CatalogStore` over MongoDB, and the writes of the catalog projection.
+
+    Collections (prefixed by `prefix`): ``agents`` and ``skills`` (current state, one document
+    per item), ``agent_revisions`` and ``skill_revisions`` (every revision, kept on delete) and
+    ``checkpoint`` (per stream).
+    """
+
+    def __init__(self, db: AsyncIOMotorDatabase[Document], prefix: str = "catalog_") -> None:
+        self.db = db
+        self.agents: AsyncIOMotorCollection[Document] = db[f"{prefix}agents"]
+        self.agent_revisions: AsyncIOMotorCollection[Document] = db[f"{prefix}agent_revisions"]
+        self.skills: AsyncIOMotorCollection[Document] = db[f"{prefix}skills"]
+        self.skill_revisions: AsyncIOMotorCollection[Document] = db[f"{prefix}skill_revisions"]
+        self.checkpoints: AsyncIOMotorCollection[Document] = db[f"{prefix}checkpoint"]
+
+    async def create(self) -> None:
+        """Create the indexes (idempotent)."""
+        await self.agent_revisions.create_index(
+            [("id", ASCENDING), ("revision", ASCENDING)], unique=True
+        )
+        await self.skill_revisions.create_index(
+            [("name", ASCENDING), ("revision", ASCENDING)], unique=True
+        )
+        await self.skill_revisions.create_index(
+            [("name", ASCENDING), ("version", ASCENDING), ("revision", DESCENDING)]
+        )
+
+    # -- write side ------------------------------------------------------------------------
+
+    async def checkpoint(self, stream: str) -> int:
+        doc = await self.checkpoints.find_one({"_id": stream})
+        return int(doc["last_seq"]) if doc else 0
+
+    async def save_checkpoint(self, stream: str, seq: int) -> None:
+        await self.checkpoints.update_one({"_id": stream}, {"$max": {"last_seq": seq}}, upsert=True)
+
+    async def apply(self, change: CatalogChange) -> bool:
+        """Apply one change; True if it added a revision. Safe to call again for the same seq."""
+        agent = change.kind == "agent"
+        current = self.agents if agent else self.skills
+        history = self.agent_revisions if agent else self.skill_revisions
+        key = "id" if agent else "name"
+        doc = await current.find_one({"_id": change.item_id})
+        if doc is not None and doc["applied_seq"] >= change.seq:
+            return False  # applied before a restart
+        deleted = change.body is None
+        if doc is not None:
+            same_body = (
+                change.body is not None
+                and doc["definition"] is not None
+                and json.loads(doc["definition"]) == json.loads(change.body)
+            )
+            if (deleted and doc["deleted"]) or (not deleted and not doc["deleted"] and same_body):
+                return False  # nothing changes: no new revision
+        elif deleted:
+            return False  # deleting something never applied: nothing to record
+        revision = (doc["revision"] if doc else 0) + 1
+        entry: Document = {
+            key: change.item_id,
+            "revision": revision,
+            "deleted": deleted,
+            "definition": change.body,
+            "changed_by": change.by,
+            "stream_seq": change.seq,
+            "changed_at": change.at,
+        }
+        state: Document = {
+            "revision": revision,
+            "deleted": deleted,
+            "definition": change.body,
+            "applied_seq": change.seq,
+            "updated_at": change.at,
+        }
+        if not agent:
+            entry["version"] = change.version
+            state["version"] = change.version
+            reset = doc.get("reset_revision", 0) if doc else 0
+            state["reset_revision"] = revision if deleted else reset
+        await history.update_one(
+            {key: change.item_id, "revision": revision}, {"$set": entry}, upsert=True
+        )
+        if doc is None:
+            with contextlib.suppress(DuplicateKeyError):  # another writer got there first
+                await current.insert_one({"_id": change.item_id, **state})
+        else:
+            # Only from the state this revision was computed from (another writer: no-op).
+            await current.update_one(
+                {"_id": change.item_id, "applied_seq": doc["applied_seq"]}, {"$set": state}
+            )
+        return True
+
+    # -- read side -------------------------------------------------------------------------
+
+    async def get_agent(self, agent_id: str) -> StoredAgent | None:
+        doc = await self.agents.find_one({"_id": agent_id, "deleted": False})
+        return None if doc is None else _agent(doc)
+
+    async def list_agents(self) -> list[StoredAgent]:
+        cursor = self.agents.find({"deleted": False}).sort("_id", ASCENDING)
+        return [_agent(d) async for d in cursor]
+
+    async def get_skill(self, name: str, version: str | None = None) -> StoredSkill | None:
+        current = await self.skills.find_one({"_id": name, "deleted": False})
+        if current is None:
+            return None
+        if version is None:
+            return _skill(current)
+        # The latest revision of that version since the skill was last deleted.
+        cursor = (
+            self.skill_revisions.find(
+                {
+                    "name": name,
+                    "version": version,
+                    "deleted": False,
+                    "revision": {"$gt": current.get("reset_revision", 0)},
+                }
+            )
+            .sort("revision", DESCENDING)
+            .limit(1)
+        )
+        async for doc in cursor:
+            return StoredSkill(
+                SkillDefinition.model_validate_json(doc["definition"]),
+                doc["revision"],
+                doc["changed_at"],
+            )
+        return None
+
+    async def list_skills(self) -> list[StoredSkill]:
+        cursor = self.skills.find({"deleted": False}).sort("_id", ASCENDING)
+        return [_skill(d) async for d in cursor]
+
+    async def agent_history(self, agent_id: str) -> list[tuple[int, bool, AgentDefinition | None]]:
+        """Every revision of an agent, oldest first: (revision, deleted, definition)."""
+        cursor = self.agent_revisions.find({"id": agent_id}).sort("revision", ASCENDING)
+        return [
+            (
+                d["revision"],
+                d["deleted"],
+                None
+                if d["definition"] is None
+                else AgentDefinition.model_validate_json(d["definition"]),
+            )
+            async for d in cursor
+        ]
+
+    async def skill_history(self, name: str) -> list[tuple[int, bool, SkillDefinition | None]]:
+        """Every revision of a skill, oldest first: (revision, deleted, definition)."""
+        cursor = self.skill_revisions.find({"name": name}).sort("revision", ASCENDING)
+        return [
+            (
+                d["revision"],
+                d["deleted"],
+                None
+                if d["definition"] is None
+                else SkillDefinition.model_validate_json(d["definition"]),
+            )
+            async for d in cursor
+        ]
+
+
+def _agent(doc: Document) -> StoredAgent:
+    return StoredAgent(
+        AgentDefinition.model_validate_json(doc["definition"]),
+        doc["revision"],
+        doc.get("updated_at"),
+    )
+
+
+def _skill(doc: Document) -> StoredSkill:
+    return StoredSkill(
+        SkillDefinition.model_validate_json(doc["definition"]),
+        doc["revision"],
+        doc.get("updated_at"),
+    )
+
+
+class MongoCatalogRunner:
+    """Feeds NEXUS_CATALOG into a `MongoCatalogStore` until stopped (the `ProjectionRunner`
+    counterpart: same `start`/`stop`/`wait_until`/`last_seq`)."""
+
+    def __init__(
+        self,
+        bus: Bus,
+        store: MongoCatalogStore,
+        *,
+        batch: int = 500,
+        fetch_timeout: float = 1.0,
+        consumer: str = "proj_catalog_mongo",
+    ) -> None:
+        self.bus = bus
+        self.store = store
+        self.batch = batch
+        self.fetch_timeout = fetch_timeout
+        self.consumer = consumer
+        self.applied = 0
+        self.last_seq: dict[str, int] = {}
+        self._stopping = asyncio.Event()
+        self._progress = asyncio.Event()
+        self._task: asyncio.Task[None] | None = None
+
+    async def start(self) -> None:
+        await self.store.create()
+        self._task = asyncio.create_task(self._follow(), name=self.consumer)
+
+    async def stop(self) -> None:
+        """Finish the batch in hand (checkpointed), then stop."""
+        self._stopping.set()
+        if self._task is not None:
+            await self._task
+            self._task = None
+
+    async def __aenter__(self) -> MongoCatalogRunner:
+        await self.start()
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.stop()
+
+    async def wait_until(self, stream: str, seq: int, within: float = 10.0) -> None:
+        """Wait until `stream` is applied up to `seq` (tests, read-your-writes)."""
+        async with asyncio.timeout(within):
+            while self.last_seq.get(stream, 0) < seq:
+                self._progress.clear()
+                await self._progress.wait()
+
+    async def _position(self) -> Any:
+        """(Re)create the ack-less consumer to deliver from the checkpoint + 1."""
+        checkpoint = await self.store.checkpoint(CATALOG)
+        with contextlib.suppress(nats.js.errors.NotFoundError):
+            await self.bus.js.delete_consumer(CATALOG, self.consumer)
+        await self.bus.js.add_consumer(
+            CATALOG,
+            ConsumerConfig(
+                name=self.consumer,
+                durable_name=self.consumer,
+                ack_policy=AckPolicy.NONE,
+                deliver_policy=DeliverPolicy.BY_START_SEQUENCE,
+                opt_start_seq=checkpoint + 1,
+                max_waiting=4,
+            ),
+        )
+        sub = await self.bus.js.pull_subscribe_bind(self.consumer, stream=CATALOG)
+        self.last_seq[CATALOG] = checkpoint
+        self._progress.set()
+        return sub
+
+    async def _follow(self) -> None:
+        sub: Any = None
+        consumer_seq = 0
+        while not self._stopping.is_set():
+            try:
+                if sub is None:
+                    sub = await self._position()
+                    consumer_seq = 0
+                try:
+                    msgs: list[Msg] = await sub.fetch(self.batch, timeout=self.fetch_timeout)
+                except (TimeoutError, nats.errors.TimeoutError):
+                    continue
+                # An ack-less consumer never redelivers: a jump in its numbering means a lost
+                # fetch reply, so start again from the checkpoint.
+                first = msgs[0].metadata.sequence.consumer
+                if first != consumer_seq + 1:
+                    log.warning("gap in %s deliveries, repositioning", self.consumer)
+                    await self._drop(sub)
+                    sub = None
+                    continue
+                consumer_seq = msgs[-1].metadata.sequence.consumer
+                for msg in msgs:
+                    await self._apply_msg(msg)
+                last = msgs[-1].metadata.sequence.stream
+                await self.store.save_checkpoint(CATALOG, last)
+                self.last_seq[CATALOG] = last
+                self._progress.set()
+            except (
+                ConnectionFailure,
+                nats.errors.ConnectionClosedError,
+                nats.errors.ConnectionReconnectingError,
+                nats.errors.StaleConnectionError,
+                nats.errors.NoRespondersError,
+                nats.errors.TimeoutError,
+                nats.js.errors.NotFoundError,
+                nats.js.errors.ServiceUnavailableError,
+            ) as exc:
+                log.warning("mongodb catalog projection: %s; retrying", exc)
+                await self._drop(sub)
+                sub = None
+                await self._pause(0.5)
+            except Exception:  # the loop must outlive any bug; it logs loudly
+                log.exception("mongodb catalog projection failed; restarting from the checkpoint")
+                await self._drop(sub)
+                sub = None
+                await self._pause(2.0)
+        await self._drop(sub)
+
+    async def _apply_msg(self, msg: Msg) -> None:
+        try:
+            decoded = decode_msg(msg)
+        except DecodeError as exc:
+            await self.bus.dead_letter(
+                msg, reason=exc.reason, error=str(exc), consumer=self.consumer
+            )
+            return
+        with event_span(
+            "core project catalog", decoded, {CATALOG_ITEM: decoded.address.ids.get("id", "")}
+        ):
+            await self._apply_change(msg, catalog_change(decoded))
+
+    async def _apply_change(self, msg: Msg, change: CatalogChange | None) -> None:
+        if change is None:
+            return
+        for attempt in range(1, MAX_ATTEMPTS + 1):
+            try:
+                added = await self.store.apply(change)
+            except ConnectionFailure:
+                raise  # MongoDB is away: reposition and retry from the checkpoint
+            except Exception as exc:
+                if attempt == MAX_ATTEMPTS:
+                    log.exception("catalog event %d failed, dead-lettered", change.seq)
+                    await self.bus.dead_letter(
+                        msg,
+                        reason="projection_failed",
+                        error=f"catalog(mongodb): {type(exc).__name__}: {exc}",
+                        consumer=self.consumer,
+                    )
+            else:
+                self.applied += int(added)
+                return
+
+    async def _drop(self, sub: Any) -> None:
+        if sub is not None:
+            with contextlib.suppress(nats.errors.Error):
+                await sub.unsubscribe()
+
+    async def _pause(self, seconds: float) -> None:
+        with contextlib.suppress(asyncio.TimeoutError):
+            await asyncio.wait_for(self._stopping.wait(), timeout=seconds)
