@@ -20,7 +20,8 @@ def _print(title: str, rows: list[Row]) -> None:
     print(f"\n== {title}")
     for name, value, baseline, ratio in rows:
         vs = f"  ({ratio:6.1%} of {baseline})" if baseline else ""
-        print(f"  {name:<48} {value:>12,.0f}{vs}")
+        figure = f"{value:>12,.0f}" if value >= 100 else f"{value:>12.2f}"
+        print(f"  {name:<48} {figure}{vs}")
 
 
 async def _extra(nats_url: str, dsn: str) -> None:

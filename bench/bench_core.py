@@ -132,17 +132,18 @@ async def _replay(bus: Bus, dsn: str, last: int) -> float:
     pool = await asyncpg.create_pool(dsn, min_size=2, max_size=6)
     assert pool is not None
     settings = CoreSettings()
-    runners = [
-        ProjectionRunner(bus, pool, p, batch=settings.projection_batch, fetch_timeout=0.5)
-        for p in (AgentRunsProjection(), BoardProjection())
-    ]
+    # As core runs them: one reader of NEXUS_RUNS feeding both projections.
+    runner = ProjectionRunner(
+        bus,
+        pool,
+        [AgentRunsProjection(), BoardProjection()],
+        batch=settings.projection_batch,
+        fetch_timeout=0.5,
+    )
     t0 = time.perf_counter()
-    for r in runners:
-        await r.start()
-    await asyncio.gather(*(r.wait_until(RUNS, last, within=600) for r in runners))
-    elapsed = time.perf_counter() - t0
-    for r in runners:
-        await r.stop()
+    async with runner:
+        await runner.wait_until(RUNS, last, within=600)
+        elapsed = time.perf_counter() - t0
     done = await pool.fetchval(
         "SELECT count(*) FROM core_agent_runs.agent_runs WHERE status = 'completed'"
     )

@@ -28,6 +28,7 @@ from asyncpg.pool import PoolConnectionProxy
 from nats.aio.msg import Msg
 from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy
 
+from nexus_events import subjects
 from nexus_events.bus import Bus, decode_msg
 from nexus_events.codec import Decoded
 from nexus_events.errors import DecodeError
@@ -147,14 +148,44 @@ class _Repositioned(Exception):  # noqa: N818 - control flow inside this module 
     """The database checkpoint is behind what was delivered (a rebuild swapped in)."""
 
 
+@dataclass(frozen=True)
+class _Member:
+    projection: Projection
+    source: Source
+
+    def wants(self, event: Decoded) -> bool:
+        filters = self.source.filter_subjects
+        return not filters or any(subjects.matches(f, event.envelope.subject) for f in filters)
+
+
+@dataclass(frozen=True)
+class _Feed:
+    """One stream read once for every projection that follows it."""
+
+    stream: str
+    consumer: str
+    members: tuple[_Member, ...]
+
+    @property
+    def filter_subjects(self) -> list[str]:
+        if any(not m.source.filter_subjects for m in self.members):
+            return []  # someone wants the whole stream
+        return sorted({f for m in self.members for f in m.source.filter_subjects})
+
+
 class ProjectionRunner:
-    """Keeps one projection up to date with its streams until stopped."""
+    """Keeps projections up to date with their streams until stopped.
+
+    Given several projections, each stream is fetched and decoded once and every batch is
+    applied to all of them in one transaction (each with its own schema and checkpoint), so
+    projections that follow the same stream share the reading cost and move together.
+    """
 
     def __init__(
         self,
         bus: Bus,
         pool: asyncpg.Pool[Any],
-        projection: Projection,
+        projection: Projection | Sequence[Projection],
         *,
         batch: int = 500,
         fetch_timeout: float = 1.0,
@@ -163,7 +194,12 @@ class ProjectionRunner:
     ) -> None:
         self.bus = bus
         self.pool = pool
-        self.projection = projection
+        self.projections: tuple[Projection, ...] = (
+            tuple(projection) if isinstance(projection, Sequence) else (projection,)
+        )
+        if not self.projections:
+            raise ValueError("ProjectionRunner needs at least one projection")
+        self.name = "_".join(p.name for p in self.projections)
         self.batch = batch
         self.fetch_timeout = fetch_timeout
         self.retry_delays = retry_delays
@@ -174,18 +210,33 @@ class ProjectionRunner:
         self.applied = 0
         self.last_seq: dict[str, int] = {}
         self.pending: dict[str, int] = {}
+        self.feeds = self._feeds()
+
+    @property
+    def projection(self) -> Projection:
+        """The first (or only) projection."""
+        return self.projections[0]
+
+    def _feeds(self) -> list[_Feed]:
+        streams: dict[str, list[_Member]] = {}
+        for p in self.projections:
+            for source in p.sources:
+                streams.setdefault(source.stream, []).append(_Member(p, source))
+        return [
+            _Feed(stream, f"proj_{self.name}_{stream}", tuple(members))
+            for stream, members in streams.items()
+        ]
 
     def consumer_name(self, source: Source) -> str:
-        return f"proj_{self.projection.name}_{source.stream}"
+        return f"proj_{self.name}_{source.stream}"
 
     async def start(self) -> None:
-        """Create the schema and tables if missing, then follow every source from its checkpoint."""
+        """Create schemas and tables if missing, then follow every stream from its checkpoint."""
         async with self.pool.acquire() as conn, conn.transaction():
-            await _setup_schema(conn, self.projection, self.projection.schema)
-        for source in self.projection.sources:
-            self._tasks.append(
-                asyncio.create_task(self._follow(source), name=self.consumer_name(source))
-            )
+            for p in self.projections:
+                await _setup_schema(conn, p, p.schema)
+        for feed in self.feeds:
+            self._tasks.append(asyncio.create_task(self._follow(feed), name=feed.consumer))
 
     async def stop(self) -> None:
         """Finish the batch in hand (committed with its checkpoint), then stop."""
@@ -210,19 +261,23 @@ class ProjectionRunner:
 
     # -- the follow loop ------------------------------------------------------------------
 
-    async def _position(self, source: Source) -> tuple[Any, int]:
-        """(Re)create the ack-less consumer to deliver from the DB checkpoint + 1."""
+    async def _position(self, feed: _Feed) -> tuple[Any, int]:
+        """(Re)create the ack-less consumer to deliver from the lowest checkpoint + 1."""
         async with self.pool.acquire() as conn:
-            checkpoint = await read_checkpoint(conn, self.projection.schema, source.stream)
-        name = self.consumer_name(source)
+            checkpoint = min(
+                [
+                    await read_checkpoint(conn, m.projection.schema, feed.stream)
+                    for m in feed.members
+                ]
+            )
         with contextlib.suppress(nats.js.errors.NotFoundError):
-            await self.bus.js.delete_consumer(source.stream, name)
-        filters = list(source.filter_subjects)
+            await self.bus.js.delete_consumer(feed.stream, feed.consumer)
+        filters = feed.filter_subjects
         await self.bus.js.add_consumer(
-            source.stream,
+            feed.stream,
             ConsumerConfig(
-                name=name,
-                durable_name=name,
+                name=feed.consumer,
+                durable_name=feed.consumer,
                 ack_policy=AckPolicy.NONE,
                 deliver_policy=DeliverPolicy.BY_START_SEQUENCE,
                 opt_start_seq=checkpoint + 1,
@@ -231,8 +286,8 @@ class ProjectionRunner:
                 max_waiting=4,
             ),
         )
-        sub = await self.bus.js.pull_subscribe_bind(name, stream=source.stream)
-        self.last_seq[source.stream] = checkpoint
+        sub = await self.bus.js.pull_subscribe_bind(feed.consumer, stream=feed.stream)
+        self.last_seq[feed.stream] = checkpoint
         self._progress.set()
         return sub, checkpoint
 
@@ -243,7 +298,7 @@ class ProjectionRunner:
             return []
         return msgs
 
-    async def _follow(self, source: Source) -> None:
+    async def _follow(self, feed: _Feed) -> None:
         sub = None
         # The next batch is fetched while the current one is applied, so NATS and PostgreSQL
         # round trips overlap. Only one fetch is ever in flight.
@@ -251,7 +306,7 @@ class ProjectionRunner:
         while not self._stopping.is_set():
             try:
                 if sub is None:
-                    sub, delivered = await self._position(source)
+                    sub, delivered = await self._position(feed)
                     consumer_seq = 0
                 msgs = await (prefetch or self._fetch(sub))
                 prefetch = None
@@ -262,16 +317,16 @@ class ProjectionRunner:
                 first = msgs[0].metadata.sequence.consumer
                 last = msgs[-1].metadata.sequence.consumer
                 if first != consumer_seq + 1 or last - first + 1 != len(msgs):
-                    log.warning("gap in %s deliveries, repositioning", self.consumer_name(source))
+                    log.warning("gap in %s deliveries, repositioning", feed.consumer)
                     raise _Repositioned  # noqa: TRY301 - same recovery as a moved checkpoint
                 consumer_seq = last
                 if msgs[-1].metadata.num_pending > 0:
                     prefetch = asyncio.create_task(self._fetch(sub))
                 batch = _split(msgs)
-                await self._apply_with_retries(source, batch, delivered)
+                await self._apply_with_retries(feed, batch, delivered)
                 delivered = batch.last_seq
-                self.last_seq[source.stream] = delivered
-                self.pending[source.stream] = msgs[-1].metadata.num_pending
+                self.last_seq[feed.stream] = delivered
+                self.pending[feed.stream] = msgs[-1].metadata.num_pending
                 self._progress.set()
             except _Repositioned:
                 await self._cancel(prefetch)
@@ -288,16 +343,14 @@ class ProjectionRunner:
                 nats.errors.TimeoutError,
                 *_DB_UNAVAILABLE,
             ) as exc:
-                log.warning("projection %s: %s; retrying", self.projection.name, exc)
+                log.warning("projection %s: %s; retrying", self.name, exc)
                 await self._cancel(prefetch)
                 prefetch = None
                 await self._drop(sub)
                 sub = None
                 await self._pause(0.5)
             except Exception:  # the loop must outlive any bug; it logs loudly
-                log.exception(
-                    "projection %s failed; restarting from the checkpoint", self.projection.name
-                )
+                log.exception("projection %s failed; restarting from the checkpoint", self.name)
                 await self._cancel(prefetch)
                 prefetch = None
                 await self._drop(sub)
@@ -323,15 +376,15 @@ class ProjectionRunner:
         with contextlib.suppress(asyncio.TimeoutError):
             await asyncio.wait_for(self._stopping.wait(), timeout=seconds)
 
-    async def _apply_with_retries(self, source: Source, batch: _Batch, delivered: int) -> None:
+    async def _apply_with_retries(self, feed: _Feed, batch: _Batch, delivered: int) -> None:
         for msg, exc in batch.poison:
             await self.bus.dead_letter(
-                msg, reason=exc.reason, error=str(exc), consumer=self.consumer_name(source)
+                msg, reason=exc.reason, error=str(exc), consumer=feed.consumer
             )
         attempt = 0
         while True:
             try:
-                await self._commit(source, batch.events, batch.last_seq, delivered)
+                await self._commit(feed, batch.events, batch.last_seq, delivered)
             except _DB_UNAVAILABLE:
                 raise
             except (_Repositioned, asyncio.CancelledError):
@@ -340,24 +393,21 @@ class ProjectionRunner:
                 attempt += 1
                 if attempt < self.max_attempts:
                     log.warning(
-                        "projection %s batch failed (%s), retry %d",
-                        self.projection.name,
-                        exc,
-                        attempt,
+                        "projection %s batch failed (%s), retry %d", self.name, exc, attempt
                     )
                     await asyncio.sleep(self.retry_delays[min(attempt, len(self.retry_delays)) - 1])
                     continue
-                await self._apply_one_by_one(source, batch, delivered)
+                await self._apply_one_by_one(feed, batch, delivered)
                 return
             else:
                 return
 
-    async def _apply_one_by_one(self, source: Source, batch: _Batch, delivered: int) -> None:
+    async def _apply_one_by_one(self, feed: _Feed, batch: _Batch, delivered: int) -> None:
         for event in batch.events:
             seq = event.envelope.stream_seq or delivered
             for attempt in range(1, self.max_attempts + 1):
                 try:
-                    await self._commit(source, [event], seq, delivered)
+                    await self._commit(feed, [event], seq, delivered)
                     break
                 except _DB_UNAVAILABLE:
                     raise
@@ -365,40 +415,46 @@ class ProjectionRunner:
                     raise
                 except Exception as exc:  # noqa: BLE001 - this one event is poison here
                     if attempt == self.max_attempts:
-                        await self._dead_letter_event(source, event, exc)
-                        await self._commit(source, [], seq, delivered)
+                        await self._dead_letter_event(feed, event, exc)
+                        await self._commit(feed, [], seq, delivered)
             delivered = seq
-        await self._commit(source, [], batch.last_seq, delivered)
+        await self._commit(feed, [], batch.last_seq, delivered)
 
-    async def _dead_letter_event(self, source: Source, event: Decoded, exc: Exception) -> None:
+    async def _dead_letter_event(self, feed: _Feed, event: Decoded, exc: Exception) -> None:
         env = event.envelope
         await self.bus.dead_letter_raw(
             subject=env.subject,
             data=event.event.model_dump_json(exclude_none=True).encode(),
             headers={},
             reason="projection_failed",
-            error=f"{self.projection.name}: {type(exc).__name__}: {exc}",
-            consumer=self.consumer_name(source),
+            error=f"{self.name}: {type(exc).__name__}: {exc}",
+            consumer=feed.consumer,
             stream=env.stream,
             stream_seq=env.stream_seq,
             num_delivered=self.max_attempts,
         )
 
     async def _commit(
-        self, source: Source, events: list[Decoded], last_seq: int, delivered: int
+        self, feed: _Feed, events: list[Decoded], last_seq: int, delivered: int
     ) -> None:
-        schema = self.projection.schema
-        consumer = self.consumer_name(source)
+        applied = 0
         async with self.pool.acquire() as conn, conn.transaction():
-            checkpoint = await _lock_checkpoint(conn, schema, source.stream, consumer)
-            if checkpoint < delivered:
-                raise _Repositioned
-            fresh = [e for e in events if (e.envelope.stream_seq or 0) > checkpoint]
-            if fresh:
-                await self.projection.apply(conn, schema, fresh)
-            if last_seq > checkpoint:
-                await _store_checkpoint(conn, schema, source.stream, consumer, last_seq)
-        self.applied += len(fresh)
+            for member in feed.members:
+                schema = member.projection.schema
+                checkpoint = await _lock_checkpoint(conn, schema, feed.stream, feed.consumer)
+                if checkpoint < delivered:
+                    raise _Repositioned
+                fresh = [
+                    e
+                    for e in events
+                    if (e.envelope.stream_seq or 0) > checkpoint and member.wants(e)
+                ]
+                if fresh:
+                    await member.projection.apply(conn, schema, fresh)
+                    applied += len(fresh)
+                if last_seq > checkpoint:
+                    await _store_checkpoint(conn, schema, feed.stream, feed.consumer, last_seq)
+        self.applied += applied
 
 
 # -- rebuild ------------------------------------------------------------------------------

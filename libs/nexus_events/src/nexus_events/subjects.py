@@ -218,6 +218,17 @@ def has_event_token(family: Family) -> bool:
     return _SHAPES[family].has_event
 
 
+def matches(pattern: str, subject: str) -> bool:
+    """NATS subject matching: ``*`` matches one token, a final ``>`` one or more."""
+    want, have = pattern.split("."), subject.split(".")
+    for i, part in enumerate(want):
+        if part == ">":
+            return len(have) > i
+        if i >= len(have) or (part not in ("*", have[i])):
+            return False
+    return len(want) == len(have)
+
+
 # -- parsing ---------------------------------------------------------------------------
 
 

@@ -13,7 +13,7 @@ import pytest
 from nexus_events import subjects
 from nexus_events.bus import Bus, Outgoing
 from nexus_events.events import DeadLetter, RunHeartbeat, RunTurn
-from nexus_events.projection import ProjectionRunner, projection_status, rebuild
+from nexus_events.projection import ProjectionRunner, Source, projection_status, rebuild
 from nexus_events.streams import DLQ, RUNS
 
 from .counting_projection import CountingProjection
@@ -165,3 +165,38 @@ async def test_survives_nats_restart(bus: Bus, pg_pool: asyncpg.Pool[Any], nats_
         last = await publish_events(bus, 500, start=500)
         await runner.wait_until(RUNS, last, within=30)
     assert sum(n for _, _, n in await rows(pg_pool, "counting")) == 1000
+
+
+class TurnsOnly(CountingProjection):
+    """Follows only `turn` events: shares a feed with an unfiltered projection."""
+
+    name = "turns_only"
+    sources = (Source(RUNS, (subjects.run_events_filter(None, "turn"),)),)
+
+
+async def test_projections_sharing_a_stream_read_it_once_and_keep_own_checkpoints(
+    bus: Bus, pg_pool: asyncpg.Pool[Any]
+):
+    last = await publish_events(bus, 900)
+    async with ProjectionRunner(bus, pg_pool, CountingProjection(), batch=100) as runner:
+        await runner.wait_until(RUNS, last)
+    # Now together: `counting` is up to date, `turns` starts from nothing.
+    last = await publish_events(bus, 300, start=900)
+    both = ProjectionRunner(bus, pg_pool, [CountingProjection(), TurnsOnly("turns")], batch=100)
+    assert len(both.feeds) == 1
+    before = {c.name async for c in _consumers(bus)}
+    async with both:
+        await both.wait_until(RUNS, last)
+        after = {c.name async for c in _consumers(bus)}
+    assert after - before == {both.feeds[0].consumer}  # one reader for both projections
+    assert sum(n for _, _, n in await rows(pg_pool, "counting")) == 1200
+    turns = await rows(pg_pool, "turns")
+    assert {event for _, event, _ in turns} == {"turn"}
+    assert sum(n for _, _, n in turns) == len([i for i in range(1200) if i % 3 == 0])
+    assert await checkpoint(pg_pool, "turns") == last
+    assert await checkpoint(pg_pool, "counting") == last
+
+
+async def _consumers(bus: Bus) -> Any:
+    for info in await bus.js.consumers_info(RUNS):
+        yield info

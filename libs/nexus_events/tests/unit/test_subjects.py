@@ -188,3 +188,19 @@ def test_parse_rejects_wrong_token_counts(subject):
 def test_parse_rejects_wildcards_and_bad_tokens(subject):
     with pytest.raises(InvalidSubject):
         parse_subject(subject)
+
+
+@pytest.mark.parametrize(
+    ("pattern", "subject", "expected"),
+    [
+        ("nexus.agent.run.v1.*.requested", "nexus.agent.run.v1.r1.requested", True),
+        ("nexus.agent.run.v1.*.requested", "nexus.agent.run.v1.r1.prepared", False),
+        ("nexus.agent.run.v1.>", "nexus.agent.run.v1.r1.prepared", True),
+        ("nexus.agent.run.v1.>", "nexus.agent.run.v1", False),
+        ("nexus.task.v1.*.*", "nexus.task.v1.T-1.created", True),
+        ("nexus.task.v1.*", "nexus.task.v1.T-1.created", False),
+        ("a.b", "a.b.c", False),
+    ],
+)
+def test_matches_follows_nats_wildcards(pattern: str, subject: str, expected: bool) -> None:
+    assert subjects.matches(pattern, subject) is expected

@@ -71,8 +71,8 @@ class CoreApp:
         self._mongo: AsyncIOMotorClient[Document] | None = None
         self.catalog: CatalogStore | None = None
         self.catalog_runner: ProjectionRunner | MongoCatalogRunner | None = None
-        self.runs_runner: ProjectionRunner | None = None
-        self.board_runner: ProjectionRunner | None = None
+        # agent_runs and board follow NEXUS_RUNS together: one reader, one transaction.
+        self.views_runner: ProjectionRunner | None = None
         self.assembly: Consumer | None = None
         self.queries: CoreQueries | None = None
         self.health: HealthServer | None = None
@@ -134,13 +134,14 @@ class CoreApp:
                 bus, pool, CatalogProjection(), batch=batch, fetch_timeout=s.fetch_timeout
             )
         self.catalog = catalog
-        self.runs_runner = ProjectionRunner(
-            bus, pool, AgentRunsProjection(), batch=batch, fetch_timeout=s.fetch_timeout
+        self.views_runner = ProjectionRunner(
+            bus,
+            pool,
+            [AgentRunsProjection(), BoardProjection()],
+            batch=batch,
+            fetch_timeout=s.fetch_timeout,
         )
-        self.board_runner = ProjectionRunner(
-            bus, pool, BoardProjection(), batch=batch, fetch_timeout=s.fetch_timeout
-        )
-        for runner in (self.catalog_runner, self.runs_runner, self.board_runner):
+        for runner in (self.catalog_runner, self.views_runner):
             await runner.start()
         handler = AssemblyHandler(
             bus=self.bus,
@@ -176,7 +177,7 @@ class CoreApp:
             await self.queries.stop()
         if self.assembly is not None:
             await self.assembly.stop()
-        runners = (self.board_runner, self.runs_runner, self.catalog_runner)
+        runners = (self.views_runner, self.catalog_runner)
         await asyncio.gather(*(r.stop() for r in runners if r is not None))
         if self.health is not None:
             await self.health.stop()

@@ -52,11 +52,9 @@ async def _stream_end(bus: Bus, stream: str) -> int:
 
 async def _caught_up(core: CoreApp, bus: Bus) -> None:
     runs, tasks = await _stream_end(bus, RUNS), await _stream_end(bus, TASKS)
-    assert core.runs_runner is not None
-    assert core.board_runner is not None
-    await core.runs_runner.wait_until(RUNS, runs)
-    await core.board_runner.wait_until(RUNS, runs)
-    await core.board_runner.wait_until(TASKS, tasks)
+    assert core.views_runner is not None
+    await core.views_runner.wait_until(RUNS, runs)
+    await core.views_runner.wait_until(TASKS, tasks)
 
 
 async def test_end_to_end_apply_request_drive_query(bus: Bus, core: CoreApp):
