@@ -12,6 +12,7 @@ def config(
     *,
     wall_seconds: int = 3600,
     image: str | None = None,
+    max_concurrent_runs: int | None = None,
 ) -> RunConfig:
     return RunConfig(
         run_id=run_id,
@@ -21,6 +22,7 @@ def config(
         model=ModelSpec(name="fake-model"),
         budgets=Budgets(max_wall_seconds=wall_seconds),
         runtime=RuntimeSpec(image=image, cpu="500m", memory="1Gi"),
+        max_concurrent_runs=max_concurrent_runs,
     )
 
 

@@ -88,6 +88,7 @@ def assemble(
         repo=request.repo,
         runtime=definition.runtime,
         catalog_revisions=revisions,
+        max_concurrent_runs=definition.max_concurrent_runs,
     )
 
 

@@ -50,6 +50,23 @@ def test_assembles_the_full_config():
     assert config.catalog_revisions == {"agent/impl": 3, "skill/python": 7, "skill/git": 2}
 
 
+def test_copies_the_agent_admission_limit():
+    limited = StoredAgent(
+        parse_agent(
+            "id: impl\nrole: implementer\nmodel: {name: m}\nsystem_prompt: Do it.\n"
+            "max_concurrent_runs: 2\n"
+        ),
+        revision=1,
+        updated_at=None,
+    )
+    config = assemble("r1", REQUEST, limited, {}, MEMORY)
+    assert isinstance(config, RunConfig)
+    assert config.max_concurrent_runs == 2
+    unlimited = assemble("r1", REQUEST, AGENT, {"python": PY, "git@2": GIT}, MEMORY)
+    assert isinstance(unlimited, RunConfig)
+    assert unlimited.max_concurrent_runs is None
+
+
 def test_unknown_agent():
     result = assemble("r1", REQUEST, None, {}, MEMORY)
     assert isinstance(result, AssemblyFailure)

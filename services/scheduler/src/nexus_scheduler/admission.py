@@ -45,15 +45,27 @@ WAITING_PHASES = frozenset({Phase.WAITING, Phase.QUEUED})
 
 @dataclass(frozen=True)
 class Limits:
-    """Concurrency limits; None means unlimited at that level."""
+    """Concurrency limits; None means unlimited at that level.
+
+    The per-agent limit of a run, first found wins:
+    1. `per_agent[agent_id]`: the operator's override in the scheduler settings;
+    2. the agent definition's `max_concurrent_runs`, carried in the run's `RunConfig`
+       (the config of the run being admitted counts, so a changed definition applies to
+       the runs prepared after the change);
+    3. `agent_default`: the scheduler's default per-agent limit (None = unlimited).
+    """
 
     global_max: int | None = 50
     agent_default: int | None = None
     task_max: int | None = None
     per_agent: dict[str, int] = field(default_factory=dict)
 
-    def agent_limit(self, agent_id: str) -> int | None:
-        return self.per_agent.get(agent_id, self.agent_default)
+    def agent_limit(self, agent_id: str, definition: int | None = None) -> int | None:
+        if agent_id in self.per_agent:
+            return self.per_agent[agent_id]
+        if definition is not None:
+            return definition
+        return self.agent_default
 
 
 @dataclass(frozen=True)
@@ -282,7 +294,7 @@ def _blocking_limit(
 ) -> LimitName | None:
     if limits.global_max is not None and total >= limits.global_max:
         return "global"
-    agent_max = limits.agent_limit(entry.agent_id)
+    agent_max = limits.agent_limit(entry.agent_id, entry.config.max_concurrent_runs)
     if agent_max is not None and by_agent[entry.agent_id] >= agent_max:
         return "agent"
     if (

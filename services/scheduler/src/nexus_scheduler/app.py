@@ -128,7 +128,9 @@ class SchedulerApp:
             clock=self.clock,
         )
         replayed = 0
+        last_seq = 0
         async for msg in self.bus.replay_raw(RUNS, filter_subjects=watched_subjects()):
+            last_seq = max(last_seq, msg.metadata.sequence.stream)
             try:
                 service.observe(decode_msg(msg), replay=True)
             except DecodeError:
@@ -140,11 +142,16 @@ class SchedulerApp:
             extra={"replayed": replayed, "lost": len(lost), "waiting": len(service.state.waiting)},
         )
         self.service = service
+        # A new durable starts right after the replay instead of re-reading the stream; an
+        # existing one (a previous leader's) keeps its position, and re-delivered events fold
+        # idempotently. Undecodable replayed messages are only dead-lettered by a durable
+        # that reads them, i.e. an existing one.
         spec = ConsumerSpec(
             stream=RUNS,
             durable=self.settings.consumer_name,
             filter_subjects=watched_subjects(),
             batch=200,
+            start_seq=last_seq + 1 if last_seq else None,
         )
         self._consumer = self.bus.consumer(spec, create_run_handler(service))
         await self._consumer.start()
@@ -153,11 +160,16 @@ class SchedulerApp:
             jitter_cap=self.settings.schedule_jitter_cap_seconds,
             misfire_grace=self.settings.schedule_misfire_grace_seconds,
             policy=self.settings.schedule_missed_policy,
+            overlap=self.settings.schedule_overlap_policy,
             clock=self.clock,
         )
         await self.schedules.load()
         self._schedule_consumer = self.bus.consumer(
-            ConsumerSpec(stream=SCHEDULES, durable=f"{self.settings.consumer_name}-schedules"),
+            ConsumerSpec(
+                stream=SCHEDULES,
+                durable=f"{self.settings.consumer_name}-schedules",
+                start_seq=self.schedules.last_seq + 1 if self.schedules.last_seq else None,
+            ),
             create_schedule_handler(self.schedules),
         )
         await self._schedule_consumer.start()

@@ -21,12 +21,19 @@ class SchedulerSettings(BaseSettings):
     )
     runtime: Literal["local", "kubernetes", "noop"] = Field("local", description="Where runs go.")
 
-    # Admission limits; None = unlimited.
+    # Admission limits; None = unlimited. Per-agent precedence: `agent_limits[agent]`, then
+    # the agent definition's `max_concurrent_runs` (in the RunConfig), then
+    # `max_runs_per_agent`.
     max_concurrent_runs: int | None = Field(20, gt=0, description="Global limit.")
-    max_runs_per_agent: int | None = Field(None, gt=0, description="Default per-agent limit.")
+    max_runs_per_agent: int | None = Field(
+        None,
+        gt=0,
+        description="Default per-agent limit, for agents whose definition sets none.",
+    )
     max_runs_per_task: int | None = Field(None, gt=0, description="Per-task limit.")
     agent_limits: dict[str, int] = Field(
-        default_factory=dict, description="Per-agent overrides, e.g. {'reviewer': 2}."
+        default_factory=dict,
+        description="Per-agent overrides, e.g. {'reviewer': 2}; win over the definition's.",
     )
 
     # Timers (seconds).
@@ -55,7 +62,12 @@ class SchedulerSettings(BaseSettings):
         300.0, ge=0, description="A fire later than this is missed (after downtime)."
     )
     schedule_missed_policy: Literal["skip", "catch_up_one"] = Field(
-        "skip", description="What to do with missed fires."
+        "skip", description="Missed fires of schedules that set no `missed_policy`."
+    )
+    schedule_overlap_policy: Literal["skip", "queue", "cancel_previous"] = Field(
+        "queue",
+        description="A fire while the previous run is active, for schedules that set no"
+        " `overlap_policy`.",
     )
 
     # Local runtime.

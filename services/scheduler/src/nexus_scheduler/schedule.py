@@ -3,7 +3,8 @@
 A schedule (cron, fixed interval or one-shot) has *nominal* fire times; each fire happens at
 nominal + jitter, where the jitter is derived from the schedule id (so retries and restarts
 never move it). Fires whose time passed more than `misfire_grace` ago are *missed*: the
-`skip` policy drops them, `catch_up_one` fires the latest of them once.
+`skip` policy drops them, `catch_up_one` fires the latest of them once. The schedule's own
+`missed_policy` / `overlap_policy` win over the scheduler's defaults.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from croniter import croniter
 from nexus_events.events import ScheduleDefined
 
 MissedPolicy = Literal["skip", "catch_up_one"]
+OverlapPolicy = Literal["skip", "queue", "cancel_previous"]
 # Upper bound of nominal times walked in one evaluation (a minutely cron down for a week
 # is 10k): past it the older ones are dropped as missed without being listed.
 MAX_WALK = 20_000
@@ -58,7 +60,7 @@ class ScheduleState:
     definition: ScheduleDefined
     defined_at: datetime
     last_nominal: datetime | None = None  # latest nominal time fired (from `fired` events)
-    skipped_until: datetime | None = None  # in memory: missed fires already given up on
+    skipped_until: datetime | None = None  # latest nominal time given up on (`missed` events)
     fired_runs: list[str] = field(default_factory=list)
 
 
@@ -76,9 +78,11 @@ def plan(
     misfire_grace: float,
     policy: MissedPolicy = "skip",
 ) -> Plan:
-    """Which nominal times are due at `now`: on time ones fire, missed ones follow `policy`."""
+    """Which nominal times are due at `now`: on time ones fire, missed ones follow the
+    schedule's own `missed_policy`, or `policy` (the scheduler's default) when it has none."""
     if not state.definition.enabled:
         return Plan([], [])
+    policy = state.definition.missed_policy or policy
     offset = jitter(state.schedule_id, jitter_cap)
     grace = timedelta(seconds=misfire_grace)
     cursor = max(t for t in (state.last_nominal, state.skipped_until, state.defined_at) if t)

@@ -4,29 +4,42 @@ A fire is a `requested` run event for the schedule's agent and task, then a `fir
 schedule event recording the nominal time. Both carry ids derived from schedule id +
 nominal time, and a restarted scheduler resumes from the last `fired`, so no fire is
 requested twice.
+
+A fire given up on publishes a `missed` schedule event (also with a deterministic id), which
+a restarted scheduler folds so it does not reconsider the fire: reason `missed` for a fire
+later than the misfire grace (downtime) under the `skip` policy, reason `overlap` for a fire
+that came while the schedule's previous run was still active under the `skip` overlap policy.
+Overlap policies (the schedule's own, else the scheduler's default): `queue` requests the run
+anyway (admission queues it under the limits like any run), `skip` records the fire missed,
+`cancel_previous` publishes `cancel_requested` for the previous run, then fires.
 """
 
 from __future__ import annotations
 
 import logging
+from collections.abc import Awaitable, Callable
 from datetime import datetime
 
 from nexus_events import subjects
-from nexus_events.bus import Bus, decode_msg
+from nexus_events.bus import Bus, Outgoing, decode_msg
 from nexus_events.codec import Decoded
 from nexus_events.errors import DecodeError
 from nexus_events.events import (
+    CancelRequested,
     Origin,
+    Reason,
     RunRequested,
     ScheduleDefined,
     ScheduleFired,
+    ScheduleMissed,
     ScheduleRemoved,
 )
-from nexus_events.streams import SCHEDULES
+from nexus_events.streams import RUNS, SCHEDULES
 
 from nexus_scheduler.clock import Clock, SystemClock
 from nexus_scheduler.schedule import (
     MissedPolicy,
+    OverlapPolicy,
     ScheduleState,
     fire_msg_id,
     plan,
@@ -34,6 +47,15 @@ from nexus_scheduler.schedule import (
 )
 
 log = logging.getLogger(__name__)
+
+# Reason of the `cancel_requested` a `cancel_previous` fire publishes for the previous run.
+SUPERSEDED = Reason.SUPERSEDED
+# At most this many `missed` events per schedule and tick (the latest ones); a minutely cron
+# down for a week would otherwise publish 10k. The first one published says how many more.
+MAX_MISSED_EVENTS = 100
+TERMINAL_EVENTS = ("completed", "failed", "cancelled", "timed_out", "lost")
+
+RunActive = Callable[[str], Awaitable[bool]]
 
 
 class ScheduleService:
@@ -44,15 +66,21 @@ class ScheduleService:
         jitter_cap: float,
         misfire_grace: float,
         policy: MissedPolicy = "skip",
+        overlap: OverlapPolicy = "queue",
         clock: Clock | None = None,
+        run_active: RunActive | None = None,
     ) -> None:
         self.bus = bus
         self.jitter_cap = jitter_cap
         self.misfire_grace = misfire_grace
         self.policy: MissedPolicy = policy
+        self.overlap: OverlapPolicy = overlap
         self.clock: Clock = clock or SystemClock()
+        # Whether a run (requested by a fire) has not ended yet; reads NEXUS_RUNS by default.
+        self.run_active: RunActive = run_active or self._run_active_in_stream
         self.schedules: dict[str, ScheduleState] = {}
         self.missed: dict[str, list[datetime]] = {}
+        self.last_seq = 0
 
     def observe(self, decoded: Decoded, *, replay: bool = False) -> None:
         schedule_id = decoded.address.ids.get("schedule_id")
@@ -72,6 +100,13 @@ class ScheduleService:
             self.schedules[schedule_id] = state
         elif isinstance(event, ScheduleRemoved):
             self.schedules.pop(schedule_id, None)
+        elif isinstance(event, ScheduleMissed):
+            missed_state = self.schedules.get(schedule_id)
+            if missed_state is not None and (
+                missed_state.skipped_until is None
+                or event.scheduled_for > missed_state.skipped_until
+            ):
+                missed_state.skipped_until = event.scheduled_for
         elif isinstance(event, ScheduleFired):
             state_ = self.schedules.get(schedule_id)
             if state_ is not None:
@@ -81,9 +116,13 @@ class ScheduleService:
                     state_.fired_runs.append(event.run_id)
 
     async def load(self) -> int:
-        """Rebuild from the whole NEXUS_SCHEDULES stream; return how many events were read."""
+        """Rebuild from the whole NEXUS_SCHEDULES stream; return how many events were read.
+
+        `last_seq` is then the stream sequence of the last message read (0: none).
+        """
         count = 0
         async for msg in self.bus.replay_raw(SCHEDULES):
+            self.last_seq = max(self.last_seq, msg.metadata.sequence.stream)
             try:
                 self.observe(decode_msg(msg), replay=True)
             except DecodeError:
@@ -92,7 +131,7 @@ class ScheduleService:
         return count
 
     async def tick(self) -> list[str]:
-        """Publish every due fire; return the run ids requested."""
+        """Publish every due fire (and the `missed` ones); return the run ids requested."""
         now = self.clock.now()
         requested: list[str] = []
         for state in list(self.schedules.values()):
@@ -108,11 +147,71 @@ class ScheduleService:
                     "schedule fires missed",
                     extra={"schedule_id": state.schedule_id, "missed": len(p.missed)},
                 )
-                self.missed.setdefault(state.schedule_id, []).extend(p.missed)
-                state.skipped_until = max(p.missed)
+                await self._record_missed(state, p.missed, now)
             for nominal in p.fire:
-                requested.append(await self._fire(state, nominal))
+                run_id = await self._fire_unless_overlapping(state, nominal)
+                if run_id is not None:
+                    requested.append(run_id)
         return requested
+
+    async def _record_missed(
+        self, state: ScheduleState, missed: list[datetime], now: datetime
+    ) -> None:
+        recorded = missed[-MAX_MISSED_EVENTS:]
+        untold = len(missed) - len(recorded)
+        items = []
+        for i, nominal in enumerate(recorded):
+            reason = f"missed: due {nominal.isoformat()}, scheduler back at {now.isoformat()}"
+            if i == 0 and untold:
+                reason += f" ({untold} earlier fires also missed)"
+            items.append(
+                Outgoing(
+                    subjects.schedule_event(state.schedule_id, "missed"),
+                    ScheduleMissed(scheduled_for=nominal, reason=reason),
+                    msg_id=f"{fire_msg_id(state.schedule_id, nominal)}:missed",
+                )
+            )
+        await self.bus.publish_many(items)
+        self.missed.setdefault(state.schedule_id, []).extend(missed)
+        state.skipped_until = max(missed)
+
+    async def _fire_unless_overlapping(self, state: ScheduleState, nominal: datetime) -> str | None:
+        """Fire `nominal` under the overlap policy; None when the fire is skipped."""
+        overlap: OverlapPolicy = state.definition.overlap_policy or self.overlap
+        previous = state.fired_runs[-1] if state.fired_runs else None
+        if overlap == "queue" or previous is None or not await self.run_active(previous):
+            return await self._fire(state, nominal)
+        msg_id = fire_msg_id(state.schedule_id, nominal)
+        if overlap == "skip":
+            log.info(
+                "schedule fire skipped: previous run active",
+                extra={"schedule_id": state.schedule_id, "run_id": previous},
+            )
+            await self.bus.publish(
+                subjects.schedule_event(state.schedule_id, "missed"),
+                ScheduleMissed(
+                    scheduled_for=nominal, reason=f"overlap: previous run {previous} still active"
+                ),
+                msg_id=f"{msg_id}:missed",
+            )
+            self.missed.setdefault(state.schedule_id, []).append(nominal)
+            state.skipped_until = nominal
+            return None
+        # cancel_previous: the scheduler's cancellation path ends it `cancelled`.
+        await self.bus.publish(
+            subjects.run_event(previous, "cancel_requested"),
+            CancelRequested(reason=SUPERSEDED, requested_by=f"schedule:{state.schedule_id}"),
+            msg_id=f"{msg_id}:cancel_previous",
+        )
+        return await self._fire(state, nominal)
+
+    async def _run_active_in_stream(self, run_id: str) -> bool:
+        """A fired run is active until NEXUS_RUNS holds a terminal event of it."""
+        filters = [subjects.run_events_filter(run_id, name) for name in TERMINAL_EVENTS]
+        ended = False
+        async for _ in self.bus.replay_raw(RUNS, filter_subjects=filters):
+            ended = True
+        return not ended
 
     async def _fire(self, state: ScheduleState, nominal: datetime) -> str:
         defn = state.definition

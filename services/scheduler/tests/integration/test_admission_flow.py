@@ -98,6 +98,30 @@ async def test_per_agent_and_per_task_limits(make_app: AppFactory, bus: Bus) -> 
     assert limits == {"i3": "agent", "r2": "agent", "t2": "task"}
 
 
+async def test_agent_definition_limit_from_run_config(make_app: AppFactory, bus: Bus) -> None:
+    """`max_concurrent_runs` of the agent definition (copied into RunConfig by core) limits
+    the agent; a settings override for the agent wins over it."""
+    await make_app(max_concurrent_runs=None, agent_limits={"tester": 2})
+    await publish_prepared(
+        bus,
+        [config(f"d{i}", "designer", max_concurrent_runs=1) for i in range(3)]
+        + [config(f"t{i}", "tester", max_concurrent_runs=1) for i in range(3)],
+    )
+
+    async def settled() -> bool:
+        return len(await run_events(bus, "dispatched")) == 3 and (
+            len(await run_events(bus, "queued")) == 3
+        )
+
+    await eventually(settled, what="3 dispatched, 3 queued")
+    assert sorted(await dispatched_ids(bus)) == ["d0", "t0", "t1"]
+    queued = {rid: ev.limit for rid, ev in await run_events(bus, "queued")}  # type: ignore[attr-defined]
+    assert queued == {"d1": "agent", "d2": "agent", "t2": "agent"}
+    await publish(bus, "d0", RunCompleted())
+    await eventually(lambda: _has(bus, "d1", "dispatched"), what="d1 dispatched")
+    assert "d2" not in await dispatched_ids(bus)
+
+
 async def test_restart_keeps_queued_runs_and_limits_and_loses_dead_runs(
     make_app: AppFactory, bus: Bus
 ) -> None:

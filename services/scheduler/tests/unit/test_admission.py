@@ -87,6 +87,37 @@ def test_agent_limit_does_not_block_other_agents() -> None:
     assert q.event == RunQueued(position=1, limit="agent")
 
 
+def test_agent_definition_limit_and_its_precedence() -> None:
+    """Per agent: settings override > the definition's max_concurrent_runs > settings default."""
+    state = AdmissionState()
+    for rid, agent, limit in [
+        ("x1", "x", 2),
+        ("x2", "x", 2),
+        ("x3", "x", 2),  # the definition allows 2 although the default is 1
+        ("y1", "y", None),
+        ("y2", "y", None),  # no definition limit: the default (1) applies
+        ("z1", "z", 1),
+        ("z2", "z", 1),  # the definition says 1, the settings override says 3
+    ]:
+        state.evolve(rid, prepared(rid, agent_id=agent, max_concurrent_runs=limit), T0)
+    limits = Limits(global_max=None, agent_default=1, per_agent={"z": 3})
+    decisions = decide(state, limits)
+    assert [(type(d).__name__, d.run_id) for d in decisions] == [
+        ("Start", "x1"),
+        ("Start", "x2"),
+        ("Queue", "x3"),
+        ("Start", "y1"),
+        ("Queue", "y2"),
+        ("Start", "z1"),
+        ("Start", "z2"),
+    ]
+    assert {d.event.limit for d in decisions if isinstance(d, Queue)} == {"agent"}
+    assert limits.agent_limit("x", 2) == 2
+    assert limits.agent_limit("y", None) == 1
+    assert limits.agent_limit("z", 1) == 3
+    assert Limits(global_max=None).agent_limit("w", None) is None
+
+
 def test_task_limit() -> None:
     state = AdmissionState()
     state.evolve("r1", prepared("r1", task_id="t1"), T0)

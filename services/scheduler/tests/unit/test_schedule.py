@@ -85,3 +85,17 @@ def test_fire_ids_are_schedule_id_plus_nominal_time() -> None:
     nominal = T0 + timedelta(hours=1)
     assert run_id_for("nightly", nominal) == "sched-nightly-20260302T100000"
     assert fire_msg_id("nightly", nominal) == "schedule:nightly:2026-03-02T10:00:00+00:00"
+
+
+def test_schedule_missed_policy_wins_over_the_default() -> None:
+    own = ScheduleDefined(agent_id="a", interval_seconds=600, missed_policy="catch_up_one")
+    state = ScheduleState("s", own, defined_at=T0)
+    now = T0 + timedelta(hours=1, minutes=5)  # 6 nominal times passed, all beyond the grace
+    p = plan(state, now, jitter_cap=0, misfire_grace=60, policy="skip")
+    assert p.fire == [T0 + timedelta(hours=1)]
+    assert len(p.missed) == 5
+    skipper = ScheduleState("s", own.model_copy(update={"missed_policy": "skip"}), T0)
+    p = plan(skipper, now, jitter_cap=0, misfire_grace=60, policy="catch_up_one")
+    assert (p.fire, len(p.missed)) == ([], 6)
+    default = ScheduleState("s", own.model_copy(update={"missed_policy": None}), T0)
+    assert plan(default, now, jitter_cap=0, misfire_grace=60, policy="skip").fire == []

@@ -47,7 +47,12 @@ from nexus_events.events.runs import (
     ToolCalled,
     ToolResult,
 )
-from nexus_events.events.schedules import ScheduleDefined, ScheduleFired, ScheduleRemoved
+from nexus_events.events.schedules import (
+    ScheduleDefined,
+    ScheduleFired,
+    ScheduleMissed,
+    ScheduleRemoved,
+)
 from nexus_events.events.specs import (
     Budgets,
     ModelSpec,
@@ -106,6 +111,7 @@ __all__ = [
     "RuntimeSpec",
     "ScheduleDefined",
     "ScheduleFired",
+    "ScheduleMissed",
     "ScheduleRemoved",
     "SkillApplied",
     "SkillDefinition",

@@ -52,6 +52,7 @@ class Reason:
     HEARTBEAT_MISSING = "heartbeat_missing"
     RUNTIME_GONE = "runtime_gone"
     ACCEPTANCE_FAILED = "acceptance_failed"
+    SUPERSEDED = "superseded"  # cancelled by the next fire of its schedule
 
 
 class _RunEvent(Event):
@@ -113,6 +114,12 @@ class RunConfig(BaseModel):
         default_factory=dict, description="Catalog revision used per item, e.g. 'agent/x': 3."
     )
     attempt: int = Field(1, ge=1, description="Attempt number of this run.")
+    max_concurrent_runs: int | None = Field(
+        None,
+        gt=0,
+        description="The agent definition's admission limit (runs of this agent at once);"
+        " None = the scheduler's default. A scheduler per-agent setting overrides it.",
+    )
 
 
 @register

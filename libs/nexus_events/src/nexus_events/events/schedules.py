@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from datetime import datetime
-from typing import ClassVar
+from typing import ClassVar, Literal
 
 from pydantic import Field, model_validator
 
@@ -24,6 +24,18 @@ class ScheduleDefined(Command):
     at: datetime | None = Field(None, description="One-shot time.")
     timezone: str = Field("UTC", description="Time zone of the cron expression.")
     enabled: bool = Field(True, description="Paused when false.")
+    missed_policy: Literal["skip", "catch_up_one"] | None = Field(
+        None,
+        description="Fires missed while no scheduler ran: 'skip' records each as `missed`,"
+        " 'catch_up_one' fires the latest of them once; None = the scheduler's default.",
+    )
+    overlap_policy: Literal["skip", "queue", "cancel_previous"] | None = Field(
+        None,
+        description="When a fire comes while the schedule's previous run is still active:"
+        " 'skip' records the fire as `missed`, 'queue' requests the run anyway (admission"
+        " queues it under the limits), 'cancel_previous' requests cancellation of the previous"
+        " run and fires; None = the scheduler's default.",
+    )
 
     @model_validator(mode="after")
     def _one_trigger(self) -> ScheduleDefined:
@@ -48,3 +60,14 @@ class ScheduleFired(Event):
 
     run_id: str = Field(..., description="Run requested by this fire.")
     scheduled_for: datetime = Field(..., description="The fire time it stands for.")
+
+
+@register
+class ScheduleMissed(Event):
+    event_family: ClassVar[Family] = Family.SCHEDULE
+    event_name: ClassVar[str] = "missed"
+
+    scheduled_for: datetime = Field(..., description="The fire time that did not fire.")
+    reason: str = Field(
+        ..., description="Why: e.g. 'missed' (after downtime) or 'overlap' (previous run active)."
+    )

@@ -1,0 +1,196 @@
+"""Scheduler: `prepared` -> `dispatched` through a running SchedulerApp on the NoopRuntime.
+
+(a) latency: 2,000 runs one at a time (publish `prepared`, wait for its `dispatched`), p50 and
+p99, against raw nats-py JetStream publish -> durable pull consumer of the same number of
+messages, one at a time, in the same run.
+(b) throughput: 2,000 `prepared` published in one burst, runs/s until the last `dispatched`,
+against raw nats-py: the same number of messages published pipelined and pulled+acked by a
+durable consumer, msg/s from the first publish to the last message consumed.
+
+The limits are high enough that nothing queues: this measures the dispatch path itself
+(consumer fetch, admission fold + decide, runtime start, `dispatched` publish).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import statistics
+import time
+import uuid
+
+import nats
+import nats.errors
+from nats.aio.msg import Msg
+from nats.js import JetStreamContext
+from nats.js.api import AckPolicy, ConsumerConfig, StreamConfig
+from nexus_events import subjects
+from nexus_events.bus import Bus, BusSettings, Outgoing
+from nexus_events.events import ModelSpec, RunConfig, RunPrepared
+from nexus_events.streams import RUNS, ensure_streams
+from nexus_scheduler.app import SchedulerApp
+from nexus_scheduler.config import SchedulerSettings
+from nexus_scheduler.runtime.noop import NoopRuntime
+
+N = 2_000
+WAIT = 30.0  # seconds one arrival (or the whole burst) may take before the bench fails
+
+
+class _Arrivals:
+    """Futures resolved with the arrival time (perf_counter) of the awaited key."""
+
+    def __init__(self) -> None:
+        self._waiting: dict[str, asyncio.Future[float]] = {}
+        self.times: dict[str, float] = {}
+
+    def expect(self, key: str) -> asyncio.Future[float]:
+        fut: asyncio.Future[float] = asyncio.get_running_loop().create_future()
+        self._waiting[key] = fut
+        return fut
+
+    def arrived(self, key: str) -> None:
+        now = time.perf_counter()
+        self.times.setdefault(key, now)
+        fut = self._waiting.pop(key, None)
+        if fut is not None and not fut.done():
+            fut.set_result(now)
+
+
+def _percentiles(samples: list[float]) -> tuple[float, float]:
+    q = statistics.quantiles(samples, n=100, method="inclusive")
+    return q[49], q[98]
+
+
+def _config(run_id: str) -> RunConfig:
+    return RunConfig(
+        run_id=run_id, agent_id="bench", system_prompt="bench", model=ModelSpec(name="none")
+    )
+
+
+async def _raw(nats_url: str) -> tuple[float, float, float]:
+    """Raw nats-py: publish -> durable pull consumer. Returns (p50 ms, p99 ms, msg/s)."""
+    nc = await nats.connect(nats_url, name="bench-scheduler-raw")
+    js = nc.jetstream()
+    stream = f"BENCH_SCHED_{uuid.uuid4().hex[:6]}"
+    prefix = f"bench.sched.{stream}"
+    await js.add_stream(StreamConfig(name=stream, subjects=[f"{prefix}.>"]))
+    sub = await js.pull_subscribe(
+        f"{prefix}.>",
+        durable="raw",
+        stream=stream,
+        config=ConsumerConfig(ack_policy=AckPolicy.EXPLICIT, max_ack_pending=10_000),
+    )
+    arrivals = _Arrivals()
+    stop = asyncio.Event()
+
+    async def consume() -> None:
+        while not stop.is_set():
+            try:
+                msgs: list[Msg] = await sub.fetch(200, timeout=0.5)
+            except (TimeoutError, nats.errors.TimeoutError):
+                continue
+            for m in msgs:
+                arrivals.arrived(m.subject)
+                await m.ack()
+
+    task = asyncio.create_task(consume())
+    try:
+        samples = []
+        for i in range(N):
+            subject = f"{prefix}.lat.{i}"
+            waiter = arrivals.expect(subject)
+            t0 = time.perf_counter()
+            await js.publish(subject, b'{"n": 1}')
+            samples.append((await asyncio.wait_for(waiter, WAIT) - t0) * 1000)
+        p50, p99 = _percentiles(samples)
+
+        burst = [f"{prefix}.burst.{i}" for i in range(N)]
+        last = arrivals.expect(burst[-1])
+        pipelined: JetStreamContext = nc.jetstream(publish_async_max_pending=500)
+        t0 = time.perf_counter()
+        futures = [await pipelined.publish_async(s, b'{"n": 1}') for s in burst]
+        await asyncio.wait_for(asyncio.gather(*futures), WAIT)
+        await asyncio.wait_for(last, WAIT)
+        missing = [s for s in burst if s not in arrivals.times]
+        assert not missing, f"raw consumer missed {len(missing)} of {N}"
+        rate = N / (max(arrivals.times[s] for s in burst) - t0)
+    finally:
+        stop.set()
+        await task
+        await sub.unsubscribe()
+        await js.delete_stream(stream)
+        await nc.close()
+    return p50, p99, rate
+
+
+async def _scheduler(nats_url: str) -> tuple[float, float, float]:
+    """Through a SchedulerApp (NoopRuntime). Returns (p50 ms, p99 ms, runs/s)."""
+    tag = uuid.uuid4().hex[:6]
+    bus = await Bus.connect(BusSettings(url=nats_url, name="bench-scheduler"), source="bench")
+    await ensure_streams(bus.js)
+    # Other benchmarks leave runs on NEXUS_RUNS; they are not this scheduler's to dispatch.
+    await bus.js.purge_stream(RUNS)
+    settings = SchedulerSettings(
+        replica_id=f"bench-{tag}",
+        runtime="noop",
+        max_concurrent_runs=100 * N,
+        tick_seconds=3600,  # no timers during the measurement
+        lease_bucket=f"bench_scheduler_{tag}",
+        consumer_name=f"bench-scheduler-{tag}",
+    )
+    runtime = NoopRuntime()
+    app = SchedulerApp(settings, bus_settings=BusSettings(url=nats_url), runtime=runtime)
+    arrivals = _Arrivals()
+
+    async def on_dispatched(msg: Msg) -> None:
+        arrivals.arrived(subjects.parse_subject(msg.subject).run_id or "")
+
+    sub = await bus.nc.subscribe(subjects.run_events_filter(None, "dispatched"), cb=on_dispatched)
+    await app.start()
+    try:
+        await asyncio.wait_for(app.leading.wait(), WAIT)
+        samples = []
+        for i in range(N):
+            run_id = f"lat-{tag}-{i}"
+            waiter = arrivals.expect(run_id)
+            event = RunPrepared(config=_config(run_id))
+            t0 = time.perf_counter()
+            await bus.publish(subjects.run_event(run_id, "prepared"), event)
+            samples.append((await asyncio.wait_for(waiter, WAIT) - t0) * 1000)
+        p50, p99 = _percentiles(samples)
+
+        burst = [f"burst-{tag}-{i}" for i in range(N)]
+        items = [
+            Outgoing(subjects.run_event(r, "prepared"), RunPrepared(config=_config(r)))
+            for r in burst
+        ]
+        last = arrivals.expect(burst[-1])
+        t0 = time.perf_counter()
+        await bus.publish_many(items)
+        await asyncio.wait_for(last, WAIT)
+        missing = [r for r in burst if r not in arrivals.times]
+        assert not missing, f"scheduler did not dispatch {len(missing)} of {N}"
+        rate = N / (max(arrivals.times[r] for r in burst) - t0)
+        assert len(runtime.started) == 2 * N, f"runtime started {len(runtime.started)}"
+        assert app.service is not None
+        assert app.service.stats.queued == 0, "runs were queued"
+    finally:
+        await sub.unsubscribe()
+        await app.stop()
+        with contextlib.suppress(Exception):
+            await bus.js.delete_key_value(settings.lease_bucket)
+        await bus.close()
+    return p50, p99, rate
+
+
+async def run(nats_url: str) -> list[tuple[str, float, str, float]]:
+    raw_p50, raw_p99, raw_rate = await _raw(nats_url)
+    p50, p99, rate = await _scheduler(nats_url)
+    return [
+        ("raw publish->pull consume p50 (ms)", raw_p50, "", 1.0),
+        ("raw publish->pull consume p99 (ms)", raw_p99, "", 1.0),
+        ("raw publish+pull consume burst (msg/s)", raw_rate, "", 1.0),
+        ("prepared->dispatched p50 (ms)", p50, "raw publish->consume p50", p50 / raw_p50),
+        ("prepared->dispatched p99 (ms)", p99, "raw publish->consume p99", p99 / raw_p99),
+        ("dispatch throughput, 2,000 burst (runs/s)", rate, "raw burst", rate / raw_rate),
+    ]
