@@ -1,0 +1,188 @@
+"""Render the NATS server config: one user per service, permissions derived from nexus_events.
+
+Run ``uv run python deploy/nats/render.py`` after a contract change; tests/deploy fails while
+the committed files differ from what this renders. Passwords are never written here: each is
+an environment variable of the nats-server process (``$NEXUS_<SERVICE>_NATS_PASSWORD``),
+which nats-server resolves when it loads the file.
+"""
+
+from __future__ import annotations
+
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+from nexus_events import subjects
+from nexus_events.streams import CATALOG, INBOX, RUNS, SCHEDULES, STREAM_OF_FAMILY, TASKS
+from nexus_events.subjects import Family
+
+ROOT = Path(__file__).resolve().parents[2]
+# The same file serves compose (mounted) and Kubernetes (a kustomize configMapGenerator, which
+# only reads files inside its own directory).
+OUTPUTS = (ROOT / "deploy/nats/nats.conf", ROOT / "deploy/k8s/base/nats/nats.conf")
+ALL_STREAMS = tuple(sorted(set(STREAM_OF_FAMILY.values())))
+SCHEDULER_LEASE_BUCKET = "nexus_scheduler"  # SchedulerSettings.lease_bucket
+
+
+@dataclass(frozen=True)
+class Access:
+    """What one service does on NATS."""
+
+    publishes: tuple[str, ...]  # subjects it publishes events on (stored in streams)
+    reads: tuple[str, ...]  # streams it consumes or replays
+    ensures_streams: bool = False  # calls nexus_events.streams.ensure_streams at start-up
+    serves: tuple[str, ...] = ()  # request/reply subjects it answers (nats.micro)
+    requests: tuple[str, ...] = ()  # request/reply subjects it asks
+    kv_buckets: tuple[str, ...] = ()
+    watches_all: bool = False  # lists consumers / stream state of every stream (metrics)
+    push_consumers: bool = False  # ordered push consumers (flow control replies)
+
+
+def _run(*events: str) -> tuple[str, ...]:
+    return tuple(subjects.run_events_filter(event=e) for e in events)
+
+
+SERVICES: dict[str, Access] = {
+    # Assembly (prepared/failed, re-published requested), catalog apply, projections, queries,
+    # and the system metrics (RunMetrics) that core hosts.
+    "core": Access(
+        publishes=(
+            *_run("requested", "prepared", "failed"),
+            subjects.family_filter(Family.CATALOG),
+            subjects.dead_letter("core"),
+        ),
+        reads=(RUNS, TASKS, CATALOG),
+        ensures_streams=True,
+        serves=(*subjects.QUERY_SUBJECTS[:-1],),
+        requests=(subjects.MEMORY_SEARCH,),
+        watches_all=True,
+    ),
+    # Admission and dispatch, terminal events it decides, schedule fires.
+    "scheduler": Access(
+        publishes=(
+            *_run("requested", "queued", "dispatched", "cancelled", "failed", "timed_out", "lost"),
+            subjects.family_filter(Family.SCHEDULE),
+            subjects.dead_letter("scheduler"),
+        ),
+        reads=(RUNS, SCHEDULES),
+        ensures_streams=True,
+        kv_buckets=(SCHEDULER_LEASE_BUCKET,),
+    ),
+    # The agent loop: its run's events and logs; it reads its prepared event, its inbox and
+    # cancel requests. NATS cannot scope a static user to one run id; Kubernetes runs get the
+    # run's own credentials only if an auth callout is added (docs/deploy.md).
+    "runner": Access(
+        publishes=(
+            subjects.family_filter(Family.RUN),
+            subjects.family_filter(Family.LOG),
+            subjects.dead_letter("runner"),
+        ),
+        reads=(RUNS, INBOX),
+        push_consumers=True,
+    ),
+}
+
+
+def _stream_api(stream: str) -> list[str]:
+    return [
+        f"$JS.API.CONSUMER.CREATE.{stream}",
+        f"$JS.API.CONSUMER.CREATE.{stream}.>",
+        f"$JS.API.CONSUMER.DURABLE.CREATE.{stream}.>",
+        f"$JS.API.CONSUMER.INFO.{stream}.>",
+        f"$JS.API.CONSUMER.DELETE.{stream}.>",
+        f"$JS.API.CONSUMER.MSG.NEXT.{stream}.>",
+        f"$JS.API.STREAM.INFO.{stream}",
+        f"$JS.API.STREAM.MSG.GET.{stream}",
+        f"$JS.API.DIRECT.GET.{stream}.>",
+        f"$JS.ACK.{stream}.>",
+    ]
+
+
+def permissions(access: Access) -> tuple[list[str], list[str]]:
+    """(publish allow, subscribe allow) of one service."""
+    pub: list[str] = [*access.publishes, *access.requests, "$JS.API.STREAM.NAMES"]
+    sub: list[str] = ["_INBOX.>"]
+    for stream in access.reads:
+        pub += _stream_api(stream)
+        sub.append(f"$JS.EVENT.ADVISORY.CONSUMER.MAX_DELIVERIES.{stream}.>")
+    if access.ensures_streams:
+        for stream in ALL_STREAMS:
+            pub += [f"$JS.API.STREAM.INFO.{stream}", f"$JS.API.STREAM.CREATE.{stream}"]
+            pub.append(f"$JS.API.STREAM.UPDATE.{stream}")
+    if access.watches_all:
+        for stream in ALL_STREAMS:
+            pub += [f"$JS.API.STREAM.INFO.{stream}", f"$JS.API.CONSUMER.LIST.{stream}"]
+    for bucket in access.kv_buckets:
+        kv = f"KV_{bucket}"
+        pub += [
+            f"$KV.{bucket}.>",
+            f"$JS.API.STREAM.INFO.{kv}",
+            f"$JS.API.STREAM.CREATE.{kv}",
+            f"$JS.API.STREAM.MSG.GET.{kv}",
+            f"$JS.API.DIRECT.GET.{kv}.>",
+        ]
+    if access.serves:
+        sub += list(access.serves)
+        sub += ["$SRV.>"]  # nats.micro discovery: PING/INFO/STATS, `nats micro ls`
+    if access.push_consumers:
+        pub.append("$JS.FC.>")
+    # Dead letters are published by every Bus consumer: its own DLQ subject only.
+    return sorted(dict.fromkeys(pub)), sorted(dict.fromkeys(sub))
+
+
+def _list(items: list[str], indent: str) -> str:
+    return "[\n" + "".join(f'{indent}  "{i}"\n' for i in items) + f"{indent}]"
+
+
+def render() -> str:
+    users = []
+    for name, access in SERVICES.items():
+        pub, sub = permissions(access)
+        responses = "\n        allow_responses: true" if access.serves else ""
+        users.append(
+            f"""    {{
+      user: "{name}"
+      password: ${f"NEXUS_{name.upper()}_NATS_PASSWORD"}
+      permissions: {{
+        publish: {{ allow: {_list(pub, "        ")} }}
+        subscribe: {{ allow: {_list(sub, "        ")} }}{responses}
+      }}
+    }}"""
+        )
+    users.append(
+        """    {
+      # Operators: the nats CLI and `nexus` CLI (nats pub/sub, dlq replay, stream admin).
+      user: "admin"
+      password: $NEXUS_ADMIN_NATS_PASSWORD
+    }"""
+    )
+    body = "\n".join(users)
+    return f"""# GENERATED by deploy/nats/render.py from nexus_events; do not edit.
+# One user per service, each allowed only its own subjects (DESIGN.md section 8).
+# Passwords come from the server's environment: NEXUS_<USER>_NATS_PASSWORD.
+port: 4222
+http_port: 8222
+
+# The store directory is a command-line flag (-sd), so tests can point it elsewhere.
+jetstream {{
+  max_file_store: 10G
+}}
+
+authorization {{
+  users: [
+{body}
+  ]
+}}
+"""
+
+
+def main() -> int:
+    text = render()
+    for path in OUTPUTS:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

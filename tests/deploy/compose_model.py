@@ -1,0 +1,92 @@
+"""deploy/compose.yaml as the tests see it: loaded, interpolated like `docker compose` does,
+and the environment variable names each Nexus service's Settings classes read."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import yaml
+from pydantic_settings import BaseSettings
+
+ROOT = Path(__file__).resolve().parents[2]
+COMPOSE = ROOT / "deploy/compose.yaml"
+# Services built from this repository: compose name -> python package run by its entrypoint.
+NEXUS_SERVICES = {
+    "core": "nexus_core",
+    "core-mongodb": "nexus_core",
+    "scheduler": "nexus_scheduler",
+}
+# Standard OpenTelemetry SDK variables (read by nexus_events.telemetry / metrics setup).
+OTEL_VARS = {"OTEL_EXPORTER_OTLP_ENDPOINT", "OTEL_SERVICE_NAME", "OTEL_RESOURCE_ATTRIBUTES"}
+
+_VAR = re.compile(
+    r"\$(?:\$|\{(?P<braced>[A-Za-z_][A-Za-z0-9_]*)(?:(?P<op>:?-)(?P<default>[^}]*))?\}|(?P<bare>[A-Za-z_][A-Za-z0-9_]*))"
+)
+
+
+def interpolate(value: Any, env: Mapping[str, str]) -> Any:
+    """Compose variable substitution: ``$$``, ``$VAR``, ``${VAR}``, ``${VAR:-d}``, ``${VAR-d}``."""
+    if isinstance(value, dict):
+        return {k: interpolate(v, env) for k, v in value.items()}
+    if isinstance(value, list):
+        return [interpolate(v, env) for v in value]
+    if not isinstance(value, str):
+        return value
+
+    def sub(m: re.Match[str]) -> str:
+        if m.group(0) == "$$":
+            return "$"
+        name = m.group("braced") or m.group("bare")
+        have = env.get(name)
+        if m.group("op") == ":-" and not have:
+            return m.group("default")
+        if m.group("op") == "-" and have is None:
+            return m.group("default")
+        return have or ""
+
+    return _VAR.sub(sub, value)
+
+
+def load_raw() -> dict[str, Any]:
+    data: dict[str, Any] = yaml.safe_load(COMPOSE.read_text())
+    return data
+
+
+def load(env: Mapping[str, str] | None = None) -> dict[str, Any]:
+    """The compose model after interpolation (`env` defaults to none set: the dev defaults)."""
+    return interpolate(load_raw(), env or {})
+
+
+def environment(service: dict[str, Any]) -> dict[str, str]:
+    env = service.get("environment", {})
+    if isinstance(env, list):
+        env = dict(item.split("=", 1) for item in env)
+    return {k: str(v) for k, v in env.items()}
+
+
+def settings_classes(package: str) -> list[type[BaseSettings]]:
+    """The Settings classes whose variables a service's process (and its children) read."""
+    from nexus_events.bus import BusSettings
+    from nexus_events.metrics import MetricsSettings
+    from nexus_events.streams import StreamSettings
+
+    common: list[type[BaseSettings]] = [BusSettings, StreamSettings, MetricsSettings]
+    if package == "nexus_core":
+        from nexus_core.config import CoreSettings
+
+        return [CoreSettings, *common]
+    if package == "nexus_scheduler":
+        from nexus_runner.config import RunnerSettings
+        from nexus_scheduler.config import SchedulerSettings
+
+        # Local runs are child processes: they inherit the scheduler's environment.
+        return [SchedulerSettings, RunnerSettings, *common]
+    raise KeyError(package)
+
+
+def env_names(cls: type[BaseSettings]) -> set[str]:
+    prefix = str(cls.model_config.get("env_prefix", ""))
+    return {(prefix + name).upper() for name in cls.model_fields}

@@ -1,0 +1,145 @@
+"""Every metric a Grafana dashboard queries is one nexus_events.metrics emits.
+
+The Prometheus names are taken from the real Prometheus exporter's output for a RunMetrics
+that saw a whole run and a pipeline poll, not from a hand-written mapping.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from nexus_events import codec, subjects
+from nexus_events.codec import JsMeta
+from nexus_events.events.runs import (
+    RunCompleted,
+    RunDispatched,
+    RunFailed,
+    RunRequested,
+    RunStarted,
+    RunTurn,
+    ToolResult,
+)
+from nexus_events.metrics import INSTRUMENTS, PipelineSnapshot, RunMetrics
+from opentelemetry.exporter.prometheus import PrometheusMetricReader
+from opentelemetry.sdk.metrics import MeterProvider
+from prometheus_client import CollectorRegistry, generate_latest
+
+ROOT = Path(__file__).resolve().parents[2]
+DASHBOARDS = sorted((ROOT / "deploy/grafana/dashboards").glob("*.json"))
+PROMQL_WORDS = {
+    # aggregations, functions and keywords that can appear as bare identifiers
+    "sum", "max", "min", "avg", "count", "by", "without", "rate", "increase", "delta",
+    "histogram_quantile", "label_values", "and", "or", "unless", "on", "ignoring",
+    "group_left", "group_right", "offset", "bool", "topk", "bottomk", "irate", "abs",
+    "clamp_min", "clamp_max", "vector", "time", "sum_over_time", "avg_over_time",
+    "max_over_time", "le",
+}  # fmt: skip
+
+
+def exported_names() -> set[str]:
+    """Metric family and sample names the Prometheus exporter really produces."""
+    registry = CollectorRegistry()
+    reader = PrometheusMetricReader(registry=registry)
+    metrics = RunMetrics(None, MeterProvider(metric_readers=[reader]))  # type: ignore[arg-type]
+    run_a = [
+        ("requested", RunRequested(agent_id="implementer")),
+        ("dispatched", RunDispatched(runtime="local", handle="1")),
+        ("started", RunStarted()),
+        ("turn", RunTurn(turn=1, model="m", tokens_in=3, tokens_out=2, cost_usd=0.1)),
+        ("tool_result", ToolResult(turn=1, call_id="c", tool="t", ok=True, duration_ms=5)),
+        ("completed", RunCompleted()),
+    ]
+    run_b = [("requested", RunRequested(agent_id="x")), ("failed", RunFailed(reason="stuck"))]
+    for run_id, events in (("run_a", run_a), ("run_b", run_b)):
+        for i, (name, event) in enumerate(events):
+            subject = subjects.run_event(run_id, name)
+            enc = codec.encode(subject, event, source="test")
+            meta = JsMeta("NEXUS_RUNS", i + 1, timestamp_ns=(i + 1) * 10**9)
+            metrics.observe(codec.decode(subject, enc.body, enc.headers, meta))
+    metrics.snapshot = PipelineSnapshot(
+        consumers={("NEXUS_RUNS", "core_assembly"): (1, 2)},
+        dlq={"core": 3},
+        projections={("core_agent_runs", "NEXUS_RUNS"): 4},
+    )
+    text = generate_latest(registry).decode()
+    names = set()
+    for line in text.splitlines():
+        if line and not line.startswith("#"):
+            names.add(re.split(r"[{ ]", line, maxsplit=1)[0])
+    return names
+
+
+def queried_metrics(expr: str) -> set[str]:
+    """Metric names in a PromQL expression (label matchers, strings, `by (...)` removed)."""
+    expr = re.sub(r"label_values\(\s*([^,)]+?)\s*,[^)]*\)", r"\1", expr)  # (metric, label)
+    expr = re.sub(r'"(?:[^"\\]|\\.)*"', "", expr)
+    expr = re.sub(r"\{[^}]*\}", "", expr)
+    expr = re.sub(r"\[[^\]]*\]", "", expr)
+    expr = re.sub(r"\b(by|without)\s*\([^)]*\)", "", expr)
+    expr = expr.replace("$agent", "")
+    tokens = set(re.findall(r"[A-Za-z_:][A-Za-z0-9_:]*", expr))
+    return {t for t in tokens if t not in PROMQL_WORDS and not re.fullmatch(r"e\d*", t)}
+
+
+def dashboard_queries(dashboard: dict[str, Any]) -> list[str]:
+    exprs = [t["expr"] for p in dashboard["panels"] for t in p.get("targets", [])]
+    for var in dashboard.get("templating", {}).get("list", []):
+        query = var.get("query")
+        exprs.append(query["query"] if isinstance(query, dict) else str(query or ""))
+    return [e for e in exprs if e]
+
+
+@pytest.fixture(scope="module")
+def emitted() -> set[str]:
+    return exported_names()
+
+
+def test_the_exporter_emits_every_instrument(emitted: set[str]) -> None:
+    # Each OTel instrument shows up under its Prometheus name (dots -> underscores, plus the
+    # unit suffix and _total the exporter adds).
+    for instrument in INSTRUMENTS:
+        base = instrument.replace(".", "_")
+        assert any(n.startswith(base) for n in emitted), f"{instrument} not exported"
+    assert "nexus_runs_total" in emitted
+    assert "nexus_run_duration_seconds_bucket" in emitted
+    assert "nexus_llm_cost_usd_total" in emitted
+    assert "nexus_consumer_pending" in emitted
+
+
+def test_the_query_parser_finds_metric_names() -> None:
+    expr = 'histogram_quantile(0.95, sum by (le, tool) (rate(x_bucket{a="b"}[5m]))) / y'
+    assert queried_metrics(expr) == {"x_bucket", "y"}
+    assert queried_metrics("label_values(nexus_runs_total, agent_id)") == {"nexus_runs_total"}
+
+
+@pytest.mark.parametrize("path", DASHBOARDS, ids=lambda p: p.stem)
+def test_every_queried_metric_is_emitted(path: Path, emitted: set[str]) -> None:
+    dashboard = json.loads(path.read_text())
+    queried = set().union(*(queried_metrics(e) for e in dashboard_queries(dashboard)))
+    assert queried, f"{path.name} queries nothing"
+    assert queried <= emitted, f"{path.name} queries metrics nobody emits: {queried - emitted}"
+
+
+def test_the_three_dashboards_exist_and_are_provisioned() -> None:
+    assert {p.stem for p in DASHBOARDS} == {"runs-overview", "agent-cost-tokens", "pipeline-health"}
+    uids = [json.loads(p.read_text())["uid"] for p in DASHBOARDS]
+    assert len(set(uids)) == len(uids)
+    provider = yaml.safe_load(
+        (ROOT / "deploy/grafana/provisioning/dashboards/dashboards.yaml").read_text()
+    )
+    assert provider["providers"][0]["options"]["path"] == "/var/lib/grafana/dashboards"
+    sources = yaml.safe_load(
+        (ROOT / "deploy/grafana/provisioning/datasources/datasources.yaml").read_text()
+    )
+    uids_used = {
+        t["datasource"]["uid"]
+        for p in DASHBOARDS
+        for panel in json.loads(p.read_text())["panels"]
+        for t in panel["targets"]
+    }
+    assert uids_used <= {d["uid"] for d in sources["datasources"]}

@@ -1,0 +1,74 @@
+"""deploy/nats/nats.conf: rendered from nexus_events, accepted by the real nats-server, and
+each service may publish exactly the subjects the contract gives it."""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import subprocess
+import sys
+from pathlib import Path
+from types import ModuleType
+
+import pytest
+from nexus_events import subjects
+from nexus_events.testing import nats_server_binary
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def load_renderer() -> ModuleType:
+    spec = importlib.util.spec_from_file_location(
+        "nexus_nats_render", ROOT / "deploy/nats/render.py"
+    )
+    assert spec is not None
+    assert spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.fixture(scope="module")
+def renderer() -> ModuleType:
+    return load_renderer()
+
+
+def test_committed_configs_are_the_rendered_ones(renderer: ModuleType) -> None:
+    text = renderer.render()
+    for path in renderer.OUTPUTS:
+        assert path.read_text() == text, f"{path} is stale: run deploy/nats/render.py"
+
+
+def test_nats_server_accepts_the_config() -> None:
+    env = {
+        **os.environ,
+        **{f"NEXUS_{u}_NATS_PASSWORD": "x" for u in ("CORE", "SCHEDULER", "RUNNER", "ADMIN")},
+    }
+    out = subprocess.run(
+        [nats_server_binary(), "-c", str(ROOT / "deploy/nats/nats.conf"), "-t"],
+        env=env, capture_output=True, text=True, timeout=20, check=False,
+    )  # fmt: skip
+    assert out.returncode == 0, out.stdout + out.stderr
+
+
+def test_each_service_publishes_only_its_own_subjects(renderer: ModuleType) -> None:
+    perms = {name: renderer.permissions(a) for name, a in renderer.SERVICES.items()}
+    core_pub, core_sub = perms["core"]
+    sched_pub, _ = perms["scheduler"]
+    runner_pub, runner_sub = perms["runner"]
+    # Only the runner writes logs; only core serves queries; each its own dead letters.
+    assert subjects.family_filter(subjects.Family.LOG) in runner_pub
+    assert not any(p.startswith("nexus.agent.log") for p in core_pub + sched_pub)
+    assert subjects.CORE_RUNS_GET in core_sub
+    assert subjects.CORE_RUNS_GET not in runner_sub
+    for name, (pub, _) in perms.items():
+        dlq = [p for p in pub if p.startswith("nexus.dlq.")]
+        assert dlq == [subjects.dead_letter(name)]
+        assert ">" not in pub
+        assert "$JS.API.>" not in pub
+        assert not any(p.startswith("$JS.API.STREAM.DELETE") for p in pub)
+    assert subjects.run_events_filter(event="prepared") in core_pub
+    assert subjects.run_events_filter(event="prepared") not in sched_pub
+    assert subjects.run_events_filter(event="dispatched") in sched_pub
+    assert subjects.run_events_filter(event="dispatched") not in core_pub
