@@ -16,8 +16,10 @@ from typing import Any
 import asyncpg
 from motor.motor_asyncio import AsyncIOMotorClient, AsyncIOMotorDatabase
 from nexus_events.bus import Bus, BusSettings, Consumer
+from nexus_events.metrics import MetricsSettings, RunMetrics, setup_metrics
 from nexus_events.projection import ProjectionRunner
 from nexus_events.streams import CATALOG, ensure_streams
+from opentelemetry.sdk.metrics import MeterProvider as SdkMeterProvider
 
 from nexus_core.board_projection import BoardProjection
 from nexus_core.catalog_store import CatalogProjection, CatalogStore, PgCatalogStore
@@ -60,8 +62,13 @@ class CoreApp:
         bus: Bus | None = None,
         pool: asyncpg.Pool[Any] | None = None,
         catalog_db: AsyncIOMotorDatabase[Document] | None = None,
+        metrics_settings: MetricsSettings | None = None,
     ) -> None:
         self.settings = settings or CoreSettings()
+        # Core hosts the system's metrics (one process must: they follow one durable consumer).
+        self.metrics_settings = metrics_settings or MetricsSettings()
+        self.metrics: RunMetrics | None = None
+        self.meter_provider: SdkMeterProvider | None = None
         self.bus_settings = bus_settings
         self._own_bus = bus is None
         self._own_pool = pool is None
@@ -157,6 +164,12 @@ class CoreApp:
         await self.assembly.start()
         self.queries = CoreQueries(self.bus, self.pool, catalog)
         await self.queries.start()
+        if self.metrics_settings.enabled:
+            self.meter_provider = setup_metrics("core", self.metrics_settings)
+            self.metrics = RunMetrics(
+                self.bus, self.meter_provider, pool=self.pool, settings=self.metrics_settings
+            )
+            await self.metrics.start()
         if s.health_port is not None:
             self.health = HealthServer(self.ready, s.health_host, s.health_port)
             await self.health.start()
@@ -177,6 +190,12 @@ class CoreApp:
             await self.queries.stop()
         if self.assembly is not None:
             await self.assembly.stop()
+        if self.metrics is not None:
+            await self.metrics.stop()
+            self.metrics = None
+        if self.meter_provider is not None:
+            self.meter_provider.shutdown()
+            self.meter_provider = None
         runners = (self.views_runner, self.catalog_runner)
         await asyncio.gather(*(r.stop() for r in runners if r is not None))
         if self.health is not None:
