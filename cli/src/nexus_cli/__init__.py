@@ -1,0 +1,1 @@
+"""The `nexus` operator CLI."""

@@ -1,0 +1,130 @@
+"""A command's connection to Nexus: the bus, core's queries, errors mapped to exit codes."""
+
+from __future__ import annotations
+
+import getpass
+import json
+from types import TracebackType
+from typing import Any
+
+import nats.errors
+from nexus_events import subjects
+from nexus_events.bus import Bus, BusSettings
+from nexus_events.errors import BusError, BusUnavailable
+
+from nexus_cli.errors import CliError, ExitCode
+from nexus_cli.target import Target
+
+SOURCE = "cli"
+
+
+def whoami() -> str:
+    try:
+        return getpass.getuser()
+    except (KeyError, OSError):
+        return "unknown"
+
+
+class Session:
+    """``async with Session(target, timeout) as s:`` connects; `s.bus`, `s.query(...)`."""
+
+    def __init__(self, target: Target, timeout: float) -> None:
+        self.target = target
+        self.timeout = timeout
+        self._bus: Bus | None = None
+
+    @property
+    def bus(self) -> Bus:
+        if self._bus is None:
+            raise RuntimeError("Session is not connected")
+        return self._bus
+
+    async def __aenter__(self) -> Session:
+        settings = BusSettings(
+            url=self.target.nats_url,
+            name="nexus-cli",
+            connect_timeout=min(self.timeout, 2.0),
+            connect_attempts=1,
+            max_reconnect_attempts=3,
+            publish_timeout=self.timeout,
+            publish_deadline=max(self.timeout * 2, 5.0),
+        )
+        try:
+            self._bus = await Bus.connect(settings, source=SOURCE)
+        except BusUnavailable as exc:
+            raise CliError(
+                f"cannot reach NATS at {self.target.nats_url}",
+                hint="is the stack up? `nexus dev status` or `nexus doctor`",
+                code=ExitCode.UNAVAILABLE,
+            ) from exc
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        if self._bus is not None:
+            await self._bus.close()
+            self._bus = None
+
+    async def query(self, subject: str, body: dict[str, Any] | None = None) -> dict[str, Any]:
+        """Ask core; 404 -> exit 3, 400 -> exit 2, nobody answering -> 4, no reply -> 5."""
+        payload = json.dumps(body or {}).encode()
+        try:
+            reply = await self.bus.nc.request(subject, payload, timeout=self.timeout)
+        except nats.errors.NoRespondersError:
+            raise CliError(
+                f"nothing answers {subject}: core is not running",
+                hint="`nexus dev status` (dev stack) or `nexus doctor`",
+                code=ExitCode.UNAVAILABLE,
+            ) from None
+        except nats.errors.TimeoutError:
+            raise CliError(
+                f"no reply on {subject} within {self.timeout:.1f}s",
+                hint="core may be overloaded or restarting; retry, or raise --timeout",
+                code=ExitCode.TIMEOUT,
+            ) from None
+        data: dict[str, Any] = json.loads(reply.data or b"{}")
+        error_code = (reply.headers or {}).get("Nats-Service-Error-Code")
+        if error_code is None:
+            return data
+        err = data.get("error", {}) if isinstance(data, dict) else {}
+        message = str(err.get("message") or (reply.headers or {}).get("Nats-Service-Error"))
+        fields = [f"{f.get('loc')}: {f.get('msg')}" for f in err.get("fields") or []]
+        if error_code == "404":
+            raise CliError(message, code=ExitCode.NOT_FOUND)
+        if error_code == "400":
+            raise CliError(message, code=ExitCode.INVALID, details=fields)
+        raise CliError(f"{subject} failed: {message}", code=ExitCode.UNAVAILABLE)
+
+    async def get_run(self, run_id: str) -> dict[str, Any]:
+        """The run as core projects it; exit 2 for a malformed id, 3 if there is no such run."""
+        check_token(run_id, "run id")
+        try:
+            return await self.query(subjects.CORE_RUNS_GET, {"run_id": run_id})
+        except CliError as exc:
+            if exc.code is ExitCode.NOT_FOUND:
+                exc.message = f"no run {run_id!r}"
+                exc.hint = "`nexus ps --all` lists runs"
+            raise
+
+    async def publish_guarded(self, coro: Any) -> Any:
+        try:
+            return await coro
+        except BusError as exc:
+            raise CliError(
+                f"could not publish: {exc}",
+                hint="check `nexus doctor`",
+                code=ExitCode.UNAVAILABLE,
+            ) from exc
+
+
+def check_token(value: str, what: str) -> str:
+    from nexus_events.errors import InvalidSubject
+
+    try:
+        return subjects.validate_token(value, what)
+    except InvalidSubject as exc:
+        raise CliError(str(exc), code=ExitCode.INVALID) from None

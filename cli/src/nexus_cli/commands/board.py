@@ -1,0 +1,161 @@
+"""`nexus board` (columns with tasks and their run state) and `nexus task create|ls`."""
+
+from __future__ import annotations
+
+import uuid
+from typing import Annotated, Any
+
+import typer
+from nexus_events import subjects
+from nexus_events.events import Column, TaskCreated
+from pydantic import ValidationError
+from rich.columns import Columns
+from rich.panel import Panel
+
+from nexus_cli.client import Session, check_token, whoami
+from nexus_cli.errors import CliError, ExitCode
+from nexus_cli.options import Output, OutputOpt, globals_of, run
+from nexus_cli.output import console, emit, message, print_json
+from nexus_cli.target import resolve_target
+
+task_app = typer.Typer(help="Tasks on the board: create, list.")
+
+
+def _run_label(run: dict[str, Any] | None) -> str:
+    if not run:
+        return ""
+    return f"{run['run_id']} {run.get('status') or '?'}"
+
+
+async def _board(ctx: typer.Context, column: str | None) -> dict[str, Any]:
+    g = globals_of(ctx)
+    query: dict[str, Any] = {} if column is None else {"column": column}
+    async with Session(resolve_target(g), g.timeout) as s:
+        return await s.query(subjects.CORE_BOARD_GET, query)
+
+
+def _check_column(column: str | None) -> None:
+    if column is not None and column not in {c.value for c in Column}:
+        raise CliError(
+            f"unknown column {column!r}",
+            hint="one of: " + ", ".join(c.value for c in Column),
+            code=ExitCode.INVALID,
+        )
+
+
+def register(app: typer.Typer) -> None:
+    @app.command("board")
+    def board_cmd(
+        ctx: typer.Context,
+        column: Annotated[str | None, typer.Option(help="Only this column.")] = None,
+        output: OutputOpt = Output.TABLE,
+    ) -> None:
+        """The board: one column per state, each task with its current run."""
+
+        async def body() -> None:
+            _check_column(column)
+            data = await _board(ctx, column)
+            if output is Output.JSON:
+                print_json(data)
+                return
+            tasks = data.get("tasks", [])
+            if not tasks:
+                console.print("[dim]the board is empty; `nexus task create TITLE`[/]")
+                return
+            panels = []
+            for col in Column:
+                items = [t for t in tasks if t["column"] == col.value]
+                if (
+                    not items
+                    and column is None
+                    and col in (Column.AWAITING_APPROVAL, Column.FAILED)
+                ):
+                    continue
+                lines = [
+                    f"[bold]{t['task_id']}[/] {t['title']}"
+                    + (f"\n  [dim]{_run_label(t['current_run'])}[/]" if t["current_run"] else "")
+                    for t in items
+                ]
+                panels.append(
+                    Panel(
+                        "\n".join(lines) or "[dim]-[/]",
+                        title=f"{col.value} ({len(items)})",
+                        title_align="left",
+                        width=34,
+                    )
+                )
+            console.print(Columns(panels))
+
+        run(output, body)
+
+
+@task_app.command("create")
+def create_cmd(
+    ctx: typer.Context,
+    title: Annotated[str, typer.Argument(help="Task title.")],
+    task_id: Annotated[
+        str | None, typer.Option("--id", help="Task id (default: generated).")
+    ] = None,
+    description: Annotated[str, typer.Option("--description", "-d", help="Markdown.")] = "",
+    column: Annotated[str, typer.Option(help="Initial column.")] = Column.BACKLOG.value,
+    label: Annotated[list[str] | None, typer.Option(help="A label (repeatable).")] = None,
+    output: OutputOpt = Output.TABLE,
+) -> None:
+    """Create a task on the board (a `created` event on NEXUS_TASKS); print its id."""
+    g = globals_of(ctx)
+
+    async def body() -> None:
+        _check_column(column)
+        tid = check_token(task_id, "task id") if task_id else f"T-{uuid.uuid4().hex[:8]}"
+        try:
+            event = TaskCreated(
+                title=title,
+                description=description,
+                column=Column(column),
+                labels=label or [],
+                created_by=whoami(),
+            )
+        except ValidationError as exc:
+            raise CliError(
+                "invalid task",
+                code=ExitCode.INVALID,
+                details=[f"{'.'.join(str(p) for p in e['loc'])}: {e['msg']}" for e in exc.errors()],
+            ) from None
+        async with Session(resolve_target(g), g.timeout) as s:
+            await s.publish_guarded(
+                s.bus.publish(subjects.task_event(tid, "created"), event, msg_id=f"cli:task:{tid}")
+            )
+        message(output, tid, {"task_id": tid, "title": title, "column": column})
+
+    run(output, body)
+
+
+@task_app.command("ls")
+def ls_cmd(
+    ctx: typer.Context,
+    column: Annotated[str | None, typer.Option(help="Only this column.")] = None,
+    output: OutputOpt = Output.TABLE,
+) -> None:
+    """Tasks with their column and current run."""
+
+    async def body() -> None:
+        _check_column(column)
+        data = await _board(ctx, column)
+        emit(
+            output,
+            data,
+            ("TASK", "TITLE", "COLUMN", "RUN", "RUNS"),
+            [
+                (
+                    t["task_id"],
+                    t["title"],
+                    t["column"],
+                    _run_label(t["current_run"]),
+                    1 + len(t["past_runs"]) if t["current_run"] else len(t["past_runs"]),
+                )
+                for t in data.get("tasks", [])
+            ],
+            empty="no tasks",
+        )
+
+    run(output, body)

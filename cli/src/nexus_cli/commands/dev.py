@@ -1,0 +1,278 @@
+"""`nexus dev up|down|status|logs`: the embedded stack in ./.nexus (or $NEXUS_DEV_HOME)."""
+
+from __future__ import annotations
+
+import contextlib
+import time
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+from nexus_events.bus import Bus, BusSettings
+from nexus_events.errors import BusUnavailable
+
+from nexus_cli.contexts import dev_home
+from nexus_cli.devstack import probes
+from nexus_cli.devstack.control import (
+    SUPERVISOR_LOG,
+    clean_stale,
+    spawn_supervisor,
+    stack_lock,
+    stop_stack,
+    wait_ready,
+)
+from nexus_cli.devstack.state import StackState, read_state
+from nexus_cli.errors import CliError, ExitCode
+from nexus_cli.options import Output, OutputOpt, guard, run
+from nexus_cli.output import console, duration, emit, message, print_json
+
+app = typer.Typer(help="The embedded dev stack: nats-server, PostgreSQL, core, scheduler.")
+
+HomeOpt = Annotated[
+    Path | None,
+    typer.Option("--home", help="Stack directory (default $NEXUS_DEV_HOME or ./.nexus)."),
+]
+SERVICES = ("nats", "postgres", "core", "scheduler")
+
+
+def _home(home: Path | None) -> Path:
+    return home.resolve() if home is not None else dev_home()
+
+
+def _summary(state: StackState) -> dict[str, Any]:
+    return {
+        "status": state.status,
+        "home": state.home,
+        "nats_url": state.nats_url,
+        "nats_monitor_url": state.nats_monitor_url,
+        "database_url": state.database_url,
+        "core_health_url": state.core_health_url,
+        "supervisor_pid": state.supervisor.pid,
+        "logs": str(Path(state.home) / "logs"),
+    }
+
+
+def _print_where(output: Output, state: StackState, headline: str) -> None:
+    data = _summary(state)
+    if output is Output.JSON:
+        print_json(data)
+        return
+    console.print(f"[bold green]{headline}[/]")
+    for key in ("nats_url", "nats_monitor_url", "database_url", "core_health_url", "logs"):
+        console.print(f"  {key:<17} {data[key]}", markup=False)
+    console.print("[dim]next: `nexus agents apply -f DIR`, `nexus run AGENT --task T`[/]")
+
+
+@app.command()
+def up(
+    home: HomeOpt = None,
+    timeout: Annotated[float, typer.Option(help="Seconds to wait for healthy.")] = 120.0,
+    output: OutputOpt = Output.TABLE,
+) -> None:
+    """Start the stack in the background and wait until every service is healthy."""
+
+    def body() -> None:
+        where = _home(home)
+        with stack_lock(where):
+            state = read_state(where)
+            if state is not None and state.supervisor_alive():
+                if state.status == "ready":
+                    _print_where(output, state, f"the dev stack is already up in {where}")
+                    return
+                ready = wait_ready(where, state.supervisor.pid or 0, timeout)
+                _print_where(output, ready, f"the dev stack is up in {where}")
+                return
+            if state is not None:
+                stopped = clean_stale(where, state)
+                if stopped and output is Output.TABLE:
+                    console.print(
+                        f"[yellow]cleaned up a stale stack (supervisor gone): "
+                        f"stopped {', '.join(stopped)}[/]"
+                    )
+            pid = spawn_supervisor(where)
+            ready = wait_ready(where, pid, timeout)
+            _print_where(output, ready, f"the dev stack is up in {where}")
+
+    guard(output, body)
+
+
+@app.command()
+def down(
+    home: HomeOpt = None,
+    timeout: Annotated[float, typer.Option(help="Seconds to wait for the drain.")] = 90.0,
+    output: OutputOpt = Output.TABLE,
+) -> None:
+    """Stop the stack: each service drains on SIGTERM, then PostgreSQL and NATS stop."""
+
+    def body() -> None:
+        where = _home(home)
+        with stack_lock(where):
+            state = read_state(where)
+            if state is None:
+                message(output, f"no dev stack in {where}", {"status": "absent"})
+                return
+            was_running = state.supervisor_alive()
+            if not stop_stack(where, state, timeout):
+                raise CliError(
+                    f"the supervisor did not stop within {timeout:.0f}s; it was killed",
+                    hint=f"see {where / 'logs' / SUPERVISOR_LOG}",
+                    code=ExitCode.TIMEOUT,
+                )
+            text = "the dev stack is stopped" if was_running else "cleaned up a stale dev stack"
+            message(output, text, {"status": "stopped"})
+
+    guard(output, body)
+
+
+async def _probe(state: StackState) -> dict[str, str]:
+    health: dict[str, str] = {}
+    nats_ok = bool(state.nats_url) and await probes.nats_answers(state.nats_url or "")
+    health["nats"] = "healthy" if nats_ok else "down"
+    health["postgres"] = (
+        "healthy"
+        if state.services.get("postgres", None) and (state.services["postgres"].alive())
+        else "down"
+    )
+    core_url = state.core_health_url
+    core = await probes.http_status(core_url + "/readyz") if core_url else 0
+    health["core"] = {200: "healthy", 503: "not ready"}.get(core, "down")
+    health["scheduler"] = "down"
+    if nats_ok:
+        try:
+            bus = await Bus.connect(
+                BusSettings(url=state.nats_url or "", connect_attempts=1), source="cli"
+            )
+        except BusUnavailable:
+            return health
+        try:
+            leader = await probes.scheduler_leader(bus.js)
+        finally:
+            await bus.close()
+        sched = state.services.get("scheduler")
+        if leader is not None and sched is not None and sched.alive():
+            health["scheduler"] = "healthy (leader)"
+        elif sched is not None and sched.alive():
+            health["scheduler"] = "standby"
+    return health
+
+
+@app.command()
+def status(home: HomeOpt = None, output: OutputOpt = Output.TABLE) -> None:
+    """Each service: pid, health, restarts, where it listens. Exit 4 if the stack is not up."""
+
+    async def body() -> None:
+        where = _home(home)
+        state = read_state(where)
+        if state is None:
+            raise CliError(
+                f"no dev stack in {where}", hint="`nexus dev up`", code=ExitCode.UNAVAILABLE
+            )
+        alive = state.supervisor_alive()
+        health = await _probe(state) if alive else dict.fromkeys(SERVICES, "down")
+        now = time.time()
+        services: list[dict[str, Any]] = []
+        for name in SERVICES:
+            entry = state.services.get(name)
+            services.append(
+                {
+                    "name": name,
+                    "state": entry.state if entry and alive else "stopped",
+                    "health": health.get(name, "down"),
+                    "pid": entry.pid if entry and alive else None,
+                    "restarts": entry.restarts if entry else 0,
+                    "last_exit_code": entry.last_exit_code if entry else None,
+                    "uptime_s": round(now - entry.started_at, 1)
+                    if entry and entry.started_at and alive
+                    else None,
+                    "url": entry.url if entry else None,
+                    "log": entry.log if entry else None,
+                }
+            )
+        stack = state.status if alive else "stale" if state.status != "stopped" else "stopped"
+        data = {**_summary(state), "status": stack, "services": services}
+        emit(
+            output,
+            data,
+            ("SERVICE", "STATE", "HEALTH", "PID", "RESTARTS", "LAST EXIT", "UPTIME", "URL"),
+            [
+                (
+                    s["name"],
+                    s["state"],
+                    s["health"],
+                    s["pid"],
+                    s["restarts"],
+                    s["last_exit_code"],
+                    duration(float(s["uptime_s"])) if s["uptime_s"] is not None else None,
+                    s["url"],
+                )
+                for s in services
+            ],
+            title=f"dev stack {stack} ({where})",
+        )
+        if stack != "ready":
+            raise typer.Exit(int(ExitCode.UNAVAILABLE))
+
+    run(output, body)
+
+
+@app.command()
+def logs(
+    service: Annotated[
+        str | None, typer.Argument(help="nats, postgres, core, scheduler or supervisor.")
+    ] = None,
+    follow: Annotated[bool, typer.Option("--follow", "-f", help="Keep printing.")] = False,
+    lines: Annotated[int, typer.Option("--lines", "-n", min=0, help="Lines of history.")] = 50,
+    home: HomeOpt = None,
+) -> None:
+    """Print (and follow) a service's log, or every log prefixed with its service."""
+
+    def body() -> None:
+        where = _home(home)
+        names = [service] if service else [*SERVICES, "supervisor"]
+        for name in names:
+            if name not in (*SERVICES, "supervisor"):
+                raise CliError(
+                    f"unknown service {name!r}",
+                    hint="one of: " + ", ".join((*SERVICES, "supervisor")),
+                    code=ExitCode.INVALID,
+                )
+        paths = {n: where / "logs" / f"{n}.log" for n in names}
+        if not any(p.exists() for p in paths.values()):
+            raise CliError(f"no logs in {where / 'logs'}", code=ExitCode.NOT_FOUND)
+        offsets: dict[str, int] = {}
+        for name, path in paths.items():
+            if not path.exists():
+                continue
+            text = path.read_bytes()
+            offsets[name] = len(text)
+            for line in text.decode(errors="replace").splitlines()[-lines:] if lines else []:
+                _print_line(name, line, len(names) > 1)
+        if follow:
+            _tail(paths, offsets, prefixed=len(names) > 1)
+
+    guard(Output.TABLE, body)
+
+
+def _tail(paths: dict[str, Path], offsets: dict[str, int], *, prefixed: bool) -> None:
+    """tail -f over several files until Ctrl-C."""
+    with contextlib.ExitStack() as stack:
+        handles = {}
+        for name, offset in offsets.items():
+            fh = stack.enter_context(paths[name].open("rb"))
+            fh.seek(offset)
+            handles[name] = fh
+        with contextlib.suppress(KeyboardInterrupt):
+            while True:
+                quiet = True
+                for name, fh in handles.items():
+                    for raw in fh.readlines():
+                        quiet = False
+                        _print_line(name, raw.decode(errors="replace").rstrip("\n"), prefixed)
+                if quiet:
+                    time.sleep(0.2)  # tail -f: poll the files
+
+
+def _print_line(name: str, line: str, prefixed: bool) -> None:
+    if prefixed:
+        console.print(f"[cyan]{name:>10}[/] | ", end="")
+    console.print(line, markup=False)

@@ -1,0 +1,1 @@
+"""`nexus dev`: the embedded stack (nats-server, PostgreSQL, core, scheduler) under a supervisor."""

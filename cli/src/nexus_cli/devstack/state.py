@@ -1,0 +1,125 @@
+"""The dev stack's state file (``.nexus/state.json``): who runs, on which pid and port.
+
+Only the supervisor writes it (atomically: write a temp file, rename). Readers check every
+pid against its recorded start time, so a stale file from a killed stack or a reused pid is
+recognised as such rather than trusted.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+from pathlib import Path
+from typing import Literal
+
+import psutil
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+STATE_FILE = "state.json"
+# Start times differ by float rounding between psutil calls; this is the tolerance.
+_CREATE_TIME_SLACK = 1.0
+
+StackStatus = Literal["starting", "ready", "stopping", "stopped", "failed"]
+ServiceState = Literal["starting", "running", "restarting", "stopped", "failed"]
+
+
+class ProcessRef(BaseModel):
+    model_config = ConfigDict(extra="ignore")
+
+    pid: int | None = None
+    create_time: float | None = Field(None, description="psutil start time of `pid`.")
+
+    def alive(self) -> bool:
+        return pid_alive(self.pid, self.create_time)
+
+
+class ServiceEntry(ProcessRef):
+    name: str
+    state: ServiceState = "starting"
+    restarts: int = 0
+    last_exit_code: int | None = None
+    started_at: float | None = None
+    url: str | None = None
+    log: str | None = None
+
+
+class StackState(BaseModel):
+    model_config = ConfigDict(extra="ignore")
+
+    version: int = 1
+    home: str
+    status: StackStatus = "starting"
+    error: str | None = None
+    supervisor: ProcessRef = Field(default_factory=ProcessRef)
+    nats_url: str | None = None
+    nats_monitor_url: str | None = None
+    database_url: str | None = None
+    core_health_url: str | None = None
+    services: dict[str, ServiceEntry] = Field(default_factory=dict)
+
+    def supervisor_alive(self) -> bool:
+        return self.supervisor.alive()
+
+
+def state_path(home: Path) -> Path:
+    return home / STATE_FILE
+
+
+def read_state(home: Path) -> StackState | None:
+    """The state file, or None if there is none (or it is unreadable: treated as stale)."""
+    path = state_path(home)
+    try:
+        return StackState.model_validate_json(path.read_text())
+    except (OSError, ValidationError):
+        return None
+
+
+def write_state(home: Path, state: StackState) -> None:
+    path = state_path(home)
+    tmp = path.with_suffix(f".tmp.{os.getpid()}")
+    tmp.write_text(json.dumps(state.model_dump(mode="json"), indent=2))
+    tmp.replace(path)
+
+
+def process_ref(pid: int) -> ProcessRef:
+    try:
+        return ProcessRef(pid=pid, create_time=psutil.Process(pid).create_time())
+    except psutil.Error:
+        return ProcessRef(pid=pid)
+
+
+def pid_alive(pid: int | None, create_time: float | None) -> bool:
+    """Whether `pid` runs and is the same process (same start time) as recorded."""
+    if pid is None:
+        return False
+    try:
+        proc = psutil.Process(pid)
+        if proc.status() == psutil.STATUS_ZOMBIE:
+            return False
+        started = proc.create_time()
+    except psutil.Error:
+        return False
+    return create_time is None or abs(started - create_time) < _CREATE_TIME_SLACK
+
+
+def terminate(ref: ProcessRef, *, timeout: float, kill_after: bool = True) -> bool:
+    """SIGTERM `ref` (if it is still the recorded process) and wait; SIGKILL after `timeout`.
+
+    Returns True if the process is gone afterwards.
+    """
+    if not ref.alive() or ref.pid is None:
+        return True
+    try:
+        proc = psutil.Process(ref.pid)
+        proc.terminate()
+        proc.wait(timeout=timeout)
+    except psutil.TimeoutExpired:
+        if not kill_after:
+            return False
+        with contextlib.suppress(psutil.Error):
+            proc.kill()
+            proc.wait(timeout=5)
+    except psutil.Error:
+        return True
+    return not ref.alive()

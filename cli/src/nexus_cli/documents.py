@@ -1,0 +1,85 @@
+"""Reading catalog documents from files and directories, every problem reported at once.
+
+Parsing and validation are core's (`nexus_core.documents`); this module only finds the files
+and attaches the file name to each field error.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Generic, TypeVar
+
+from nexus_core.documents import parse_agent, parse_skill
+from nexus_core.errors import DocumentInvalid
+from nexus_events.events import AgentDefinition, SkillDefinition
+
+from nexus_cli.errors import CliError, ExitCode
+
+AGENT_SUFFIXES = (".yaml", ".yml", ".json")
+SKILL_SUFFIXES = (".md",)
+D = TypeVar("D")
+
+
+@dataclass(frozen=True)
+class Loaded(Generic[D]):
+    path: Path
+    document: D
+
+
+def _files(paths: list[Path], suffixes: tuple[str, ...]) -> list[Path]:
+    found: list[Path] = []
+    for path in paths:
+        if path.is_dir():
+            found.extend(sorted(p for p in path.iterdir() if p.suffix in suffixes and p.is_file()))
+        elif path.is_file():
+            found.append(path)
+        else:
+            raise CliError(f"no such file or directory: {path}", code=ExitCode.NOT_FOUND)
+    if not found:
+        raise CliError(
+            f"no {'/'.join(suffixes)} files in {', '.join(str(p) for p in paths)}",
+            code=ExitCode.INVALID,
+        )
+    return found
+
+
+def _load(
+    paths: list[Path], suffixes: tuple[str, ...], kind: str, parse: Callable[[Path, str], D]
+) -> list[Loaded[D]]:
+    loaded: list[Loaded[D]] = []
+    problems: list[str] = []
+    for path in _files(paths, suffixes):
+        try:
+            text = path.read_text()
+        except (OSError, UnicodeDecodeError) as exc:
+            problems.append(f"{path}: cannot read: {exc}")
+            continue
+        try:
+            loaded.append(Loaded(path, parse(path, text)))
+        except DocumentInvalid as exc:
+            problems.extend(f"{path}: {err.loc}: {err.msg}" for err in exc.errors)
+    if problems:
+        raise CliError(
+            f"invalid {kind} document(s); nothing was applied",
+            details=problems,
+            hint="fix the fields above and apply again",
+            code=ExitCode.INVALID,
+        )
+    ids = [getattr(x.document, "id", None) or getattr(x.document, "name", None) for x in loaded]
+    dupes = sorted({i for i in ids if ids.count(i) > 1 and i is not None})
+    if dupes:
+        raise CliError(
+            f"the same {kind} is defined twice: {', '.join(dupes)}; nothing was applied",
+            code=ExitCode.INVALID,
+        )
+    return loaded
+
+
+def load_agents(paths: list[Path]) -> list[Loaded[AgentDefinition]]:
+    return _load(paths, AGENT_SUFFIXES, "agent", lambda _p, text: parse_agent(text))
+
+
+def load_skills(paths: list[Path]) -> list[Loaded[SkillDefinition]]:
+    return _load(paths, SKILL_SUFFIXES, "skill", lambda p, text: parse_skill(text, name=p.stem))

@@ -1,0 +1,85 @@
+"""The one way a command fails: a one-line message, a hint, and a documented exit code.
+
+Exit codes (docs/cli.md):
+
+==== =====================================================================
+0    success
+1    the run ended badly (failed, cancelled, timed_out, lost)
+2    usage error or invalid input (bad flag, malformed document, bad id)
+3    not found (run, agent, skill, dead letter, context)
+4    unavailable (NATS, PostgreSQL, a service, or the dev stack is down)
+5    timed out waiting
+130  interrupted (Ctrl-C)
+==== =====================================================================
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from enum import IntEnum
+from typing import NoReturn
+
+import typer
+from rich.console import Console
+
+
+class ExitCode(IntEnum):
+    OK = 0
+    RUN_FAILED = 1
+    INVALID = 2
+    NOT_FOUND = 3
+    UNAVAILABLE = 4
+    TIMEOUT = 5
+    INTERRUPTED = 130
+
+
+class CliError(Exception):
+    """Raised anywhere below a command; the command's runner turns it into `exit_with_error`."""
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        hint: str | None = None,
+        code: ExitCode = ExitCode.INVALID,
+        details: list[str] | None = None,
+    ) -> None:
+        super().__init__(message)
+        self.message = message
+        self.hint = hint
+        self.code = code
+        self.details = details or []
+
+
+def _stderr() -> Console:
+    return Console(stderr=True, highlight=False, soft_wrap=True)
+
+
+def exit_with_error(
+    message: str,
+    hint: str | None = None,
+    code: ExitCode = ExitCode.INVALID,
+    *,
+    details: list[str] | None = None,
+    as_json: bool = False,
+) -> NoReturn:
+    """Print ``error: <message>`` (plus indented details and a hint) on stderr and exit `code`.
+
+    With `as_json` the same facts go to stderr as one JSON object, for scripts.
+    """
+    if as_json:
+        body = {"error": {"code": int(code), "message": message, "hint": hint, "details": details}}
+        sys.stderr.write(json.dumps(body) + "\n")
+    else:
+        console = _stderr()
+        console.print(f"[bold red]error:[/] {message}", markup=True)
+        for line in details or []:
+            console.print(f"  {line}", markup=False)
+        if hint:
+            console.print(f"[dim]hint:[/] {hint}", markup=True)
+    raise typer.Exit(int(code))
+
+
+def fail(error: CliError, *, as_json: bool = False) -> NoReturn:
+    exit_with_error(error.message, error.hint, error.code, details=error.details, as_json=as_json)

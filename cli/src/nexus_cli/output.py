@@ -1,0 +1,80 @@
+"""Printing results: rich tables for people, one JSON document for machines."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Sequence
+from datetime import UTC, datetime
+from typing import Any
+
+from rich.console import Console
+from rich.table import Table
+
+from nexus_cli.options import Output
+
+console = Console(highlight=False, soft_wrap=True)
+
+
+def print_json(data: Any) -> None:
+    """One JSON document on stdout (no colour, no wrapping)."""
+    print(json.dumps(data, indent=2, default=str))
+
+
+def table(title: str | None, columns: Sequence[str], rows: Iterable[Sequence[Any]]) -> Table:
+    t = Table(title=title, title_justify="left", header_style="bold", box=None, pad_edge=False)
+    for i, col in enumerate(columns):
+        # The first column is the id people copy: never wrap it.
+        t.add_column(col, overflow="fold", no_wrap=i == 0)
+    for row in rows:
+        t.add_row(*("" if v is None else str(v) for v in row))
+    return t
+
+
+def emit(
+    output: Output,
+    data: Any,
+    columns: Sequence[str],
+    rows: Iterable[Sequence[Any]],
+    *,
+    title: str | None = None,
+    empty: str = "nothing to show",
+) -> None:
+    """`data` as JSON, or `rows` as a table (or the `empty` line when there are none)."""
+    if output is Output.JSON:
+        print_json(data)
+        return
+    rows = list(rows)
+    if not rows:
+        console.print(f"[dim]{empty}[/]")
+        return
+    console.print(table(title, columns, rows))
+
+
+def message(output: Output, text: str, data: Any) -> None:
+    """A one-line confirmation for people, or `data` as JSON."""
+    if output is Output.JSON:
+        print_json(data)
+    else:
+        console.print(text, markup=False)
+
+
+def ago(iso: str | None, now: datetime | None = None) -> str:
+    """``3s ago`` / ``5m ago`` / ``2h ago`` for an ISO time; empty for None."""
+    if not iso:
+        return ""
+    try:
+        then = datetime.fromisoformat(iso)
+    except ValueError:
+        return iso
+    if then.tzinfo is None:
+        then = then.replace(tzinfo=UTC)
+    seconds = max(((now or datetime.now(UTC)) - then).total_seconds(), 0)
+    return f"{duration(seconds)} ago"
+
+
+def duration(seconds: float) -> str:
+    if seconds < 60:
+        return f"{seconds:.0f}s" if seconds >= 10 else f"{seconds:.1f}s"
+    if seconds < 3600:
+        return f"{seconds // 60:.0f}m{seconds % 60:02.0f}s"
+    return f"{seconds // 3600:.0f}h{(seconds % 3600) // 60:02.0f}m"

@@ -1,0 +1,160 @@
+"""A run as the live view shows it, folded from its events (pure: no I/O, unit-tested)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+from nexus_events.runstate import RunStatus, is_terminal, next_status
+from rich.console import Group
+from rich.panel import Panel
+from rich.table import Table
+
+from nexus_cli.errors import ExitCode
+from nexus_cli.output import duration
+
+# Events shown under "recent" in the live view.
+RECENT = 6
+
+
+@dataclass
+class RunView:
+    run_id: str
+    agent_id: str | None = None
+    status: str = "unknown"
+    phase: str | None = None
+    turns: int = 0
+    tool_calls: int = 0
+    tokens_in: int = 0
+    tokens_out: int = 0
+    cost_usd: float = 0.0
+    first_at: datetime | None = None
+    last_at: datetime | None = None
+    reason: str | None = None
+    message: str | None = None
+    result: dict[str, Any] | None = None
+    pending_approvals: dict[str, str] = field(default_factory=dict)
+    recent: list[str] = field(default_factory=list)
+    queue_position: int | None = None
+
+    @property
+    def terminal(self) -> bool:
+        return self.status in {s.value for s in RunStatus} and is_terminal(self.status)
+
+    def elapsed(self, now: datetime | None = None) -> float:
+        if self.first_at is None:
+            return 0.0
+        end = self.last_at if self.terminal else now or self.last_at
+        return max(((end or self.first_at) - self.first_at).total_seconds(), 0.0)
+
+    def apply(self, event: str, body: dict[str, Any], at: datetime | None) -> None:
+        """Fold one run event (its name, JSON body and stream time) into the view."""
+        if at is not None:
+            self.first_at = self.first_at or at
+            self.last_at = at
+        current = None if self.status == "unknown" else self.status
+        new = next_status(current, event)
+        if new is not None:
+            self.status = new.value
+        self.phase = event
+        if event == "requested":
+            self.agent_id = body.get("agent_id", self.agent_id)
+        elif event == "prepared":
+            self.agent_id = (body.get("config") or {}).get("agent_id", self.agent_id)
+        elif event == "queued":
+            self.queue_position = body.get("position")
+        elif event == "heartbeat" and body.get("phase"):
+            self.phase = f"heartbeat: {body['phase']}"
+        elif event == "turn":
+            self.turns = max(self.turns, int(body.get("turn", 0)))
+            self.tokens_in += int(body.get("tokens_in", 0))
+            self.tokens_out += int(body.get("tokens_out", 0))
+            self.cost_usd += float(body.get("cost_usd", 0.0))
+        elif event == "tool_called":
+            self.tool_calls += 1
+            self.phase = f"tool: {body.get('tool')}"
+        elif event == "approval_requested":
+            self.pending_approvals[str(body.get("approval_id"))] = str(body.get("summary", ""))
+        elif event == "approval_decided":
+            self.pending_approvals.pop(str(body.get("approval_id")), None)
+        if event in ("completed", "failed", "cancelled", "timed_out", "lost"):
+            self.reason = body.get("reason")
+            self.message = body.get("message") or None
+            # The terminal event carries the run's totals; prefer them to our sums.
+            self.tokens_in = int(body.get("tokens_in") or self.tokens_in)
+            self.tokens_out = int(body.get("tokens_out") or self.tokens_out)
+            self.cost_usd = float(body.get("cost_usd") or self.cost_usd)
+            self.result = body.get("result")
+        self.recent = [*self.recent, describe(event, body)][-RECENT:]
+
+    def exit_code(self) -> ExitCode:
+        return ExitCode.OK if self.status == RunStatus.COMPLETED else ExitCode.RUN_FAILED
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "run_id": self.run_id,
+            "agent_id": self.agent_id,
+            "status": self.status,
+            "reason": self.reason,
+            "message": self.message,
+            "turns": self.turns,
+            "tool_calls": self.tool_calls,
+            "tokens_in": self.tokens_in,
+            "tokens_out": self.tokens_out,
+            "cost_usd": round(self.cost_usd, 6),
+            "elapsed_s": round(self.elapsed(), 3),
+            "pending_approvals": self.pending_approvals,
+            "result": self.result,
+        }
+
+    def render(self, now: datetime | None = None) -> Panel:
+        grid = Table.grid(padding=(0, 2))
+        grid.add_column(style="bold")
+        grid.add_column()
+        colour = {"completed": "green", "failed": "red", "cancelled": "yellow"}.get(
+            self.status, "cyan"
+        )
+        grid.add_row(
+            "status", f"[{colour}]{self.status}[/]" + (f" ({self.reason})" if self.reason else "")
+        )
+        grid.add_row("phase", self.phase or "")
+        grid.add_row("turns", str(self.turns))
+        grid.add_row("tool calls", str(self.tool_calls))
+        grid.add_row("tokens", f"{self.tokens_in} in / {self.tokens_out} out  ${self.cost_usd:.4f}")
+        grid.add_row("elapsed", duration(self.elapsed(now)))
+        for approval_id, summary in self.pending_approvals.items():
+            grid.add_row(
+                "[yellow]approval[/]",
+                f"{approval_id}: {summary}  (nexus approve {self.run_id} {approval_id})",
+            )
+        recent = Table.grid()
+        for line in self.recent:
+            recent.add_row(f"[dim]{line}[/]")
+        title = f"run {self.run_id}" + (f" · {self.agent_id}" if self.agent_id else "")
+        return Panel(Group(grid, recent), title=title, title_align="left")
+
+
+def describe(event: str, body: dict[str, Any]) -> str:  # noqa: PLR0911 - one case per event
+    """One line per event for logs and the live view."""
+    if event == "turn":
+        tokens = f"{body.get('tokens_in', 0)}+{body.get('tokens_out', 0)}"
+        return f"turn {body.get('turn')}: {tokens} tokens"
+    if event == "tool_called":
+        return f"tool_called {body.get('tool')}" + (" (refused)" if body.get("refused") else "")
+    if event == "tool_result":
+        return f"tool_result {body.get('tool')} ok={body.get('ok')}"
+    if event in ("failed", "cancelled", "timed_out", "lost"):
+        return f"{event}: {body.get('reason')} {body.get('message') or ''}".rstrip()
+    if event == "completed":
+        summary = (body.get("result") or {}).get("summary") or ""
+        return f"completed: {summary}".rstrip(": ")
+    if event == "queued":
+        return f"queued at position {body.get('position')} ({body.get('limit')} limit)"
+    if event == "dispatched":
+        return f"dispatched to {body.get('runtime')} ({body.get('handle')})"
+    if event == "approval_requested":
+        return f"approval_requested {body.get('approval_id')}: {body.get('summary')}"
+    if event == "approval_decided":
+        return f"approval_decided {body.get('approval_id')}: {body.get('decision')}"
+    return event

@@ -1,0 +1,94 @@
+"""The live view's fold of run events (pure)."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+
+from rich.console import Console
+
+from nexus_cli.errors import ExitCode
+from nexus_cli.runview import RunView, describe
+
+T0 = datetime(2026, 1, 1, tzinfo=UTC)
+
+
+def fold(*events: tuple[str, dict[str, object]]) -> RunView:
+    view = RunView("run_1")
+    for i, (name, body) in enumerate(events):
+        view.apply(name, body, T0 + timedelta(seconds=i))
+    return view
+
+
+def test_a_completed_run() -> None:
+    view = fold(
+        ("requested", {"agent_id": "impl"}),
+        ("prepared", {"config": {"agent_id": "impl"}}),
+        ("dispatched", {"runtime": "local", "handle": "1"}),
+        ("started", {}),
+        ("turn", {"turn": 1, "tokens_in": 10, "tokens_out": 2, "cost_usd": 0.5}),
+        ("tool_called", {"turn": 1, "tool": "read_file"}),
+        ("tool_result", {"turn": 1, "tool": "read_file", "ok": True}),
+        ("turn", {"turn": 2, "tokens_in": 5, "tokens_out": 1, "cost_usd": 0.25}),
+        (
+            "completed",
+            {
+                "reason": "succeeded",
+                "tokens_in": 15,
+                "tokens_out": 3,
+                "cost_usd": 0.75,
+                "result": {"summary": "done"},
+            },
+        ),
+    )
+    assert (view.agent_id, view.status, view.turns, view.tool_calls) == ("impl", "completed", 2, 1)
+    assert (view.tokens_in, view.tokens_out, view.cost_usd) == (15, 3, 0.75)
+    assert view.elapsed() == 8.0
+    assert view.exit_code() is ExitCode.OK
+    assert view.recent[-1] == "completed: done"
+
+
+def test_failed_and_cancelled_runs_exit_1() -> None:
+    failed = fold(("requested", {"agent_id": "x"}), ("failed", {"reason": "unknown_agent"}))
+    assert (failed.status, failed.reason, failed.exit_code()) == (
+        "failed",
+        "unknown_agent",
+        ExitCode.RUN_FAILED,
+    )
+    cancelled = fold(("started", {}), ("cancel_requested", {}), ("cancelled", {}))
+    assert cancelled.status == "cancelled"
+    assert cancelled.exit_code() is ExitCode.RUN_FAILED
+
+
+def test_terminal_is_final_and_approvals_toggle() -> None:
+    view = fold(
+        ("started", {}),
+        ("approval_requested", {"approval_id": "a1", "summary": "push"}),
+    )
+    assert view.status == "awaiting_approval"
+    assert view.pending_approvals == {"a1": "push"}
+    view.apply("approval_decided", {"approval_id": "a1", "decision": "approved"}, None)
+    assert (view.status, view.pending_approvals) == ("running", {})
+    view.apply("completed", {"reason": "succeeded"}, None)
+    view.apply("heartbeat", {"seq": 9}, None)  # late: changes nothing
+    assert view.status == "completed"
+
+
+def test_render_and_describe() -> None:
+    view = fold(("started", {}), ("approval_requested", {"approval_id": "a1", "summary": "rm"}))
+    console = Console(width=120, record=True)
+    console.print(view.render(T0 + timedelta(seconds=5)))
+    text = console.export_text()
+    assert "awaiting_approval" in text
+    assert "nexus approve run_1 a1" in text
+    assert (
+        describe("queued", {"position": 2, "limit": "agent"})
+        == "queued at position 2 (agent limit)"
+    )
+
+
+def test_every_exit_code_is_documented() -> None:
+    from pathlib import Path
+
+    doc = (Path(__file__).parents[3] / "docs" / "cli.md").read_text()
+    for code in ExitCode:
+        assert f"\n| {int(code)} |" in doc, code
