@@ -1,16 +1,20 @@
-"""Runner overhead per turn: the nexus runner vs a bare openai-client loop, same fake model.
+"""Runner overhead per turn: the nexus runner and the OpenAI Agents SDK runner vs a bare
+openai-client loop, all against the same fake model in one run.
 
-Both drive the same scripted conversation against the same fake OpenAI-compatible server
-(streamed replies, one cheap `list_files` tool call per turn). The bare loop streams, gathers
-the tool call and answers it inline; the runner also judges the call, publishes turn,
-tool_called and tool_result events (acked by JetStream), logs and heartbeats. The
-difference per turn is the runner's own overhead (aim: under 2 ms).
+All three drive the same scripted conversation against the same fake OpenAI-compatible
+server (streamed replies, one cheap `list_files` tool call per turn, then `finish`). The bare
+loop streams, gathers the tool call and answers it inline; the nexus runner also judges the
+call, publishes turn, tool_called and tool_result events (acked by JetStream), logs and
+heartbeats; the `openai-agents` runner (chat-completions model, tracing off, streamed)
+does its own item bookkeeping, tool dispatch and stream events. The difference per turn is
+each runner's own overhead (aim for the nexus runner: under 2 ms beyond the bare loop).
 """
 
 from __future__ import annotations
 
 import itertools
 import json
+import statistics
 import tempfile
 import time
 import uuid
@@ -28,6 +32,7 @@ from openai import AsyncOpenAI
 from tests.fakes.openai_server import FakeOpenAI, Reply, Step, ToolCall
 
 TURNS = 40
+ROUNDS = 3
 
 
 def _script(turns: int) -> Any:
@@ -114,15 +119,79 @@ async def _runner(base_url: str, nats_url: str, turns: int) -> float:
     return elapsed / turns
 
 
+async def _agents(base_url: str, turns: int) -> float:
+    """The same task through the `openai-agents` Runner (streamed, chat-completions API)."""
+    from agents import (
+        Agent,
+        ModelSettings,
+        Runner,
+        StopAtTools,
+        function_tool,
+        set_default_openai_api,
+        set_default_openai_client,
+        set_tracing_disabled,
+    )
+
+    client = AsyncOpenAI(api_key="x", base_url=base_url, max_retries=0)
+    set_default_openai_client(client, use_for_tracing=False)
+    set_default_openai_api("chat_completions")
+    set_tracing_disabled(True)
+
+    @function_tool
+    def list_files(pattern: str = "*") -> str:
+        """List files of the workspace matching a glob pattern."""
+        return "(no files)"
+
+    @function_tool
+    def finish(summary: str) -> str:
+        """Finish the run with a summary of what was done."""
+        return summary
+
+    agent: Agent[None] = Agent(
+        name="bench",
+        instructions="bench",
+        model="m",
+        tools=[list_files, finish],
+        model_settings=ModelSettings(temperature=0.2, max_tokens=4096, include_usage=True),
+        tool_use_behavior=StopAtTools(stop_at_tool_names=["finish"]),
+    )
+    started = time.perf_counter()
+    result = Runner.run_streamed(agent, "go", max_turns=turns + 10)
+    async for _ in result.stream_events():
+        pass
+    elapsed = time.perf_counter() - started
+    await client.close()
+    assert result.final_output == "done", result.final_output
+    return elapsed / turns
+
+
 async def run(nats_url: str) -> list[tuple[str, float, str, float]]:
-    async with FakeOpenAI(default=_script(TURNS)) as llm:
-        await _bare(llm.base_url, 20)  # warm up the client and the server
-        bare = await _bare(llm.base_url, TURNS)
-    async with FakeOpenAI(default=_script(TURNS)) as llm:
-        runner = await _runner(llm.base_url, nats_url, TURNS)
-    bare_us, runner_us = bare * 1e6, runner * 1e6
+    # Warm up the client, the server and the Agents SDK (imports, tool schemas) first; then
+    # interleave the three contenders for ROUNDS rounds and keep each one's median, so a
+    # noisy moment on the machine does not land on one of them only.
+    async with FakeOpenAI(default=_script(20)) as llm:
+        await _bare(llm.base_url, 20)
+    async with FakeOpenAI(default=_script(20)) as llm:
+        await _agents(llm.base_url, 20)
+    samples: dict[str, list[float]] = {"bare": [], "nexus": [], "agents": []}
+    for _ in range(ROUNDS):
+        async with FakeOpenAI(default=_script(TURNS)) as llm:
+            samples["bare"].append(await _bare(llm.base_url, TURNS))
+        async with FakeOpenAI(default=_script(TURNS)) as llm:
+            samples["nexus"].append(await _runner(llm.base_url, nats_url, TURNS))
+        async with FakeOpenAI(default=_script(TURNS)) as llm:
+            samples["agents"].append(await _agents(llm.base_url, TURNS))
+    bare_us, runner_us, agents_us = (statistics.median(samples[k]) * 1e6 for k in samples)
     return [
         ("bare openai-client loop, us/turn", bare_us, "", 0.0),
         ("nexus runner, us/turn", runner_us, "bare loop", runner_us / bare_us),
-        ("runner overhead beyond bare loop, us/turn", runner_us - bare_us, "", 0.0),
+        ("openai-agents runner, us/turn", agents_us, "bare loop", agents_us / bare_us),
+        ("nexus runner overhead beyond bare loop, us/turn", runner_us - bare_us, "", 0.0),
+        ("openai-agents overhead beyond bare loop, us/turn", agents_us - bare_us, "", 0.0),
+        (
+            "nexus runner vs openai-agents, us/turn",
+            runner_us,
+            "openai-agents",
+            runner_us / agents_us,
+        ),
     ]

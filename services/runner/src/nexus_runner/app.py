@@ -31,7 +31,7 @@ from nexus_events.streams import RUNS
 from openai import AsyncOpenAI
 
 from nexus_runner.config import RunnerSettings
-from nexus_runner.control import RunControl
+from nexus_runner.control import RunControl, start_points
 from nexus_runner.errors import RunnerError, RunStopped, ToolError
 from nexus_runner.finishing import finish_run
 from nexus_runner.git import Author, Git
@@ -90,18 +90,26 @@ async def prepare_workspace(
         return None, None
     if root.exists() and any(root.iterdir()):
         raise RunnerError(f"workspace {root} is not empty")
-    await git.clone(config.repo.url, config.repo.ref, branch)
+    base_sha = await git.clone(config.repo.url, config.repo.ref, branch, settings.git_remote)
     base_branch = config.repo.ref
     if base_branch is None:
-        head = await git.run("symbolic-ref", "--short", "refs/remotes/origin/HEAD", check=False)
-        base_branch = head.output.strip().removeprefix("origin/") if head.ok else "main"
-    return await git.head(), base_branch
+        remote_head = f"refs/remotes/{settings.git_remote}/HEAD"
+        head = await git.run("symbolic-ref", "--short", remote_head, check=False)
+        prefix = f"{settings.git_remote}/"
+        base_branch = head.output.strip().removeprefix(prefix) if head.ok else "main"
+    return base_sha, base_branch
 
 
-async def _heartbeats(pub: RunPublisher, interval: float, loop_ref: list[AgentLoop | None]) -> None:
+async def _heartbeats(
+    pub: RunPublisher, interval: float, loop_ref: list[AgentLoop | None], done: asyncio.Event
+) -> None:
+    # `done` as well as cancellation: on Python 3.11 a cancel that lands while nats-py's
+    # publish (asyncio.wait_for) is completing can be swallowed, and the loop would go on.
     seq = 0
-    while True:
+    while not done.is_set():
         await asyncio.sleep(interval)
+        if done.is_set():
+            return
         seq += 1
         current = loop_ref[0]
         turn = current.usage.turns if current else 0
@@ -144,17 +152,22 @@ async def execute_run(
     handle = handle or RunHandle()
     pub = RunPublisher(bus, config.run_id, config.attempt)
     control = RunControl(bus, config.run_id)
-    await control.start()
+    await control.start(await start_points(bus, config.run_id, config.attempt))
     handle.control = control
     root = workspace_dir or settings.workspace_root / config.run_id
     branch = (config.repo.branch if config.repo else None) or f"nexus/{config.run_id}"
     git = Git(root, Author(settings.git_author_name, settings.git_author_email))
-    if provider is None and settings.github_token:
-        provider = GitHubProvider(settings.github_token, settings.github_api_url)
+    if provider is None and settings.github_token is not None and config.permissions.can_open_pr:
+        provider = GitHubProvider(
+            settings.github_token.get_secret_value(),
+            settings.github_api_url,
+            repository=settings.github_repository,
+        )
     loop_ref: list[AgentLoop | None] = [None]
     await pub.event(RunStarted(runner=socket.gethostname(), runner_version=RUNNER_VERSION))
+    done = asyncio.Event()
     background = [
-        asyncio.create_task(_heartbeats(pub, settings.heartbeat_interval, loop_ref)),
+        asyncio.create_task(_heartbeats(pub, settings.heartbeat_interval, loop_ref, done)),
         asyncio.create_task(_watch_cancel(control, handle)),
         asyncio.create_task(_wall_clock(config.budgets.max_wall_seconds, handle)),
     ]
@@ -211,6 +224,7 @@ async def execute_run(
         await asyncio.wait({task})
         terminal = _terminal(task, handle, loop_ref[0])
     finally:
+        done.set()
         for t in background:
             t.cancel()
         await asyncio.gather(*background, return_exceptions=True)

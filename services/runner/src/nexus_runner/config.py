@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, SecretStr
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 
@@ -61,8 +61,13 @@ class RunnerSettings(BaseSettings):
     git_author_name: str = Field("Nexus Agent", description="Author of the runner's commits.")
     git_author_email: str = Field("agent@nexus.local", description="Author email.")
     git_remote: str = Field("origin", description="Remote to push to.")
-    github_token: str | None = Field(None, description="Token for opening pull requests.")
+    # Pull requests (GitHub REST). The token is a SecretStr: it prints as '**********' and
+    # is only ever sent in the provider's Authorization header, never in events or logs.
+    github_token: SecretStr | None = Field(None, description="Token for opening pull requests.")
     github_api_url: str = Field("https://api.github.com", description="GitHub REST API base.")
+    github_repository: str | None = Field(
+        None, description="owner/name for pull requests; default: parsed from the remote URL."
+    )
     # Acceptance
     acceptance_command: str | None = Field(None, description="Overrides test detection.")
     acceptance_report_only: bool = Field(False, description="Record failure, still complete.")

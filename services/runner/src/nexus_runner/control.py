@@ -5,28 +5,81 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+from dataclasses import dataclass
 from typing import Any
 
 import nats.errors
 from nats.aio.msg import Msg
-from nats.js.api import DeliverPolicy
+from nats.js.api import ConsumerConfig, DeliverPolicy
 from nexus_events import subjects
 from nexus_events.bus import Bus, decode_msg
+from nexus_events.codec import Envelope
 from nexus_events.errors import DecodeError
 from nexus_events.events.inbox import ApprovalDecision, InboxMessage
-from nexus_events.events.runs import CancelRequested
+from nexus_events.events.runs import CancelRequested, RunDispatched, TerminalEvent
+from nexus_events.streams import INBOX, RUNS
 
 log = logging.getLogger(__name__)
 
 
+@dataclass(frozen=True)
+class StartPoints:
+    """Stream sequences where this attempt's control messages begin (1 = from the start)."""
+
+    inbox_seq: int = 1
+    runs_seq: int = 1
+
+
+async def _last_seq(bus: Bus, stream: str) -> int:
+    return int((await bus.js.stream_info(stream)).state.last_seq or 0)
+
+
+async def start_points(bus: Bus, run_id: str, attempt: int) -> StartPoints:
+    """Where attempt `attempt` of `run_id` starts reading its inbox and cancel requests.
+
+    Attempt 1 reads from the start of the streams: a message or a cancel sent before the
+    runner came up counts. A later attempt reads what no earlier attempt could have seen:
+    what was stored after the run's last terminal event before this attempt's ``dispatched``
+    (so a message sent while the run waited for its retry is delivered), else after this
+    attempt's ``dispatched``, else (no scheduler events, e.g. a config file) after the
+    streams' current ends. Inbox messages are matched by the server's store time.
+    """
+    if attempt <= 1:
+        return StartPoints()
+    inbox_end = await _last_seq(bus, INBOX)
+    runs_end = await _last_seq(bus, RUNS)
+    terminal: Envelope | None = None
+    dispatched: Envelope | None = None
+    async for decoded in bus.replay(RUNS, run_id=run_id):
+        event = decoded.event
+        if isinstance(event, RunDispatched) and event.attempt == attempt:
+            dispatched = decoded.envelope
+        elif isinstance(event, TerminalEvent) and dispatched is None:
+            terminal = decoded.envelope
+    cutoff = terminal or dispatched
+    if cutoff is None or cutoff.stream_seq is None or cutoff.timestamp_ns is None:
+        return StartPoints(inbox_seq=inbox_end + 1, runs_seq=runs_end + 1)
+    inbox_seq = inbox_end + 1
+    # One run's inbox is short: read it to the end (the replay cleans up its consumer).
+    async for decoded in bus.replay(INBOX, filter_subject=subjects.inbox(run_id)):
+        stored = decoded.envelope
+        later = stored.timestamp_ns is not None and stored.timestamp_ns > cutoff.timestamp_ns
+        if later and stored.stream_seq is not None:
+            inbox_seq = min(inbox_seq, stored.stream_seq)
+    return StartPoints(inbox_seq=inbox_seq, runs_seq=cutoff.stream_seq + 1)
+
+
 class RunControl:
-    """Follows ``agent.inbox.v1.<run_id>`` and the run's ``cancel_requested`` from the start
-    of the stream (a cancel sent before the runner came up still counts)."""
+    """Follows ``agent.inbox.v1.<run_id>`` and the run's ``cancel_requested`` from the given
+    start points (by default the start of the streams: a cancel sent before the runner came
+    up still counts; see `start_points` for later attempts)."""
 
     def __init__(self, bus: Bus, run_id: str) -> None:
         self.bus = bus
         self.run_id = run_id
-        self.messages: list[InboxMessage] = []
+        self.messages: list[InboxMessage] = []  # not yet injected into a turn
+        self.received: list[InboxMessage] = []  # every message this attempt was given
+        self.message_arrived = asyncio.Event()
         self.cancel: CancelRequested | None = None
         self.cancelled = asyncio.Event()
         self._decisions: dict[str, ApprovalDecision] = {}
@@ -34,13 +87,18 @@ class RunControl:
         self._seen_messages: set[str] = set()
         self._subs: list[Any] = []
 
-    async def start(self) -> None:
-        for subject in (
-            subjects.inbox(self.run_id),
-            subjects.run_event(self.run_id, "cancel_requested"),
+    async def start(self, points: StartPoints | None = None) -> None:
+        points = points or StartPoints()
+        for subject, seq in (
+            (subjects.inbox(self.run_id), points.inbox_seq),
+            (subjects.run_event(self.run_id, "cancel_requested"), points.runs_seq),
         ):
+            config = ConsumerConfig(
+                deliver_policy=DeliverPolicy.BY_START_SEQUENCE if seq > 1 else DeliverPolicy.ALL,
+                opt_start_seq=seq if seq > 1 else None,
+            )
             sub = await self.bus.js.subscribe(
-                subject, cb=self._on_msg, ordered_consumer=True, deliver_policy=DeliverPolicy.ALL
+                subject, cb=self._on_msg, ordered_consumer=True, config=config
             )
             self._subs.append(sub)
 
@@ -72,6 +130,8 @@ class RunControl:
             if key not in self._seen_messages:
                 self._seen_messages.add(key)
                 self.messages.append(event)
+                self.received.append(event)
+                self.message_arrived.set()
 
     def take_messages(self) -> list[InboxMessage]:
         taken, self.messages = self.messages, []

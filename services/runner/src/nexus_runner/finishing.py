@@ -51,43 +51,42 @@ async def finish_run(
     base_branch: str | None,
     provider: GitProvider | None,
 ) -> RunResult:
-    """Run acceptance, then commit/push/open a PR as permitted; raise `RunStopped` with
-    ``acceptance_failed`` when the tests fail and the agent is not report-only."""
+    """Run acceptance, then commit/push/open a PR as permitted.
+
+    Failing acceptance (and the agent is not report-only) raises `RunStopped` with
+    ``acceptance_failed``; the work is still committed and pushed first when permitted, so a
+    person can look at the branch, and ``detail["result"]`` says what was pushed. No pull
+    request is opened for work that fails its tests.
+    """
     perms = config.permissions
     acceptance = await run_acceptance(ctx, settings)
-    if acceptance.passed is False and not settings.acceptance_report_only:
-        raise RunStopped(
-            "failed",
-            Reason.ACCEPTANCE_FAILED,
-            f"acceptance tests failed: {acceptance.command}",
-            {"acceptance": acceptance.as_dict()},
-        )
+    failed = acceptance.passed is False and not settings.acceptance_report_only
+    title = title_of(finished)
     if perms.can_commit:
-        title = finished.summary.strip().splitlines()[0][:72]
-        sha = await ctx.git.commit(f"{title}\n\nNexus run {config.run_id}")
+        note = " (acceptance tests failing)" if failed else ""
+        sha = await ctx.git.commit(f"{title}\n\nNexus run {config.run_id}{note}")
         if sha is not None:
             ctx.commits.append(sha)
     files, stat = await ctx.git.changes_since(base_sha)
     pushed = False
     pr_url: str | None = None
+    details = dict(finished.details)
     if perms.can_push and ctx.commits and config.repo is not None:
         await ctx.git.push(settings.git_remote, branch)
         pushed = True
-        if perms.can_open_pr and provider is not None:
+        if perms.can_open_pr and provider is not None and not failed:
             remote = await ctx.git.remote_url(settings.git_remote) or config.repo.url
             try:
                 pr_url = await provider.open_pull_request(
-                    remote, branch, base_branch or "main", title_of(finished), finished.summary
+                    remote, branch, base_branch or "main", title, finished.summary
                 )
             except RunnerError as exc:
-                finished = finished.model_copy(
-                    update={"details": {**finished.details, "pr_error": str(exc)}}
-                )
-    diff = None if pushed else truncate(redact(await ctx.git.diff()), 20_000)[0]
-    details = dict(finished.details)
-    if diff and not perms.can_push:
-        details["diff"] = diff
-    return RunResult(
+                details["pr_error"] = redact(str(exc))
+    if not pushed:
+        diff = truncate(redact(await ctx.git.diff()), 20_000)[0]
+        if diff:
+            details["diff"] = diff
+    result = RunResult(
         summary=finished.summary,
         branch=branch if config.repo is not None else None,
         commit_sha=ctx.commits[-1] if ctx.commits else None,
@@ -100,7 +99,21 @@ async def finish_run(
         pushed=pushed,
         acceptance=acceptance.as_dict(),
     )
+    if failed:
+        raise RunStopped(
+            "failed",
+            Reason.ACCEPTANCE_FAILED,
+            f"acceptance tests failed: {acceptance.command}"
+            + (f" (work pushed to {branch})" if pushed else ""),
+            {
+                "acceptance": acceptance.as_dict(),
+                "pushed": pushed,
+                "result": result.model_dump(mode="json"),
+            },
+        )
+    return result
 
 
 def title_of(finished: FinishArgs) -> str:
-    return finished.summary.strip().splitlines()[0][:72]
+    lines = finished.summary.strip().splitlines()
+    return (lines[0] if lines else "Nexus run")[:72]

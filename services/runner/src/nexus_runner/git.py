@@ -48,13 +48,28 @@ class Git:
             raise ToolError(f"git {args[0]} failed: {result.output.strip()[-2000:]}")
         return result
 
-    async def clone(self, url: str, ref: str | None, branch: str) -> None:
-        """Clone `url` into the root, check out `ref` (default branch if None), then `branch`."""
+    async def clone(
+        self, url: str, ref: str | None, branch: str, remote: str = "origin"
+    ) -> str | None:
+        """Clone `url` into the root, check out `ref` (default branch if None), then `branch`.
+
+        When the remote already has `branch` (an earlier attempt of the run pushed it), the
+        work continues from there so a later push fast-forwards. Returns the base commit
+        (`ref`'s), against which the run's changes are measured.
+        """
         self.root.parent.mkdir(parents=True, exist_ok=True)
-        await self.run("clone", "--quiet", url, str(self.root), cwd=self.root.parent)
+        await self.run(
+            "clone", "--quiet", "--origin", remote, url, str(self.root), cwd=self.root.parent
+        )
         if ref:
             await self.run("checkout", "--quiet", ref)
-        await self.run("checkout", "--quiet", "-B", branch)
+        base = await self.head()  # None for an empty repository
+        existing = f"refs/remotes/{remote}/{branch}"
+        if (await self.run("rev-parse", "--verify", "--quiet", existing, check=False)).ok:
+            await self.run("checkout", "--quiet", "-B", branch, existing)
+        else:
+            await self.run("checkout", "--quiet", "-B", branch)
+        return base
 
     async def head(self) -> str | None:
         result = await self.run("rev-parse", "HEAD", check=False)
