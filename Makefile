@@ -24,8 +24,13 @@ lint: setup
 bench: setup
 	$(UV) run --frozen python -m bench
 
-# The main job until the CLI lands: a smoke of the bus on a real embedded NATS + PostgreSQL.
-demo smoke: setup
+# The main job: the dev stack, the example agents, a run that fixes examples/demo-repo's
+# failing test on a branch, the board and the result; the stack is stopped even on failure.
+demo: setup
+	UV="$(UV)" bash examples/demo.sh
+
+# A smoke of the bus alone on a real embedded NATS + PostgreSQL.
+smoke: setup
 	$(UV) run --frozen python -m scripts.smoke
 
 contract-snapshot: setup

@@ -33,6 +33,7 @@ HomeOpt = Annotated[
     typer.Option("--home", help="Stack directory (default $NEXUS_DEV_HOME or ./.nexus)."),
 ]
 SERVICES = ("nats", "postgres", "core", "scheduler")
+OPTIONAL_SERVICES = ("model",)  # the offline model server, with `up --offline-model`
 
 
 def _home(home: Path | None) -> Path:
@@ -47,6 +48,8 @@ def _summary(state: StackState) -> dict[str, Any]:
         "nats_monitor_url": state.nats_monitor_url,
         "database_url": state.database_url,
         "core_health_url": state.core_health_url,
+        "model_url": state.model_url,
+        "offline_model": "model" in state.services,
         "supervisor_pid": state.supervisor.pid,
         "logs": str(Path(state.home) / "logs"),
     }
@@ -60,6 +63,13 @@ def _print_where(output: Output, state: StackState, headline: str) -> None:
     console.print(f"[bold green]{headline}[/]")
     for key in ("nats_url", "nats_monitor_url", "database_url", "core_health_url", "logs"):
         console.print(f"  {key:<17} {data[key]}", markup=False)
+    if data["offline_model"]:
+        console.print(
+            f"  {'model_url':<17} {data['model_url']} (offline scripted model, no LLM)",
+            markup=False,
+        )
+    elif data["model_url"]:
+        console.print(f"  {'model_url':<17} {data['model_url']}", markup=False)
     console.print("[dim]next: `nexus agents apply -f DIR`, `nexus run AGENT --task T`[/]")
 
 
@@ -67,6 +77,13 @@ def _print_where(output: Output, state: StackState, headline: str) -> None:
 def up(
     home: HomeOpt = None,
     timeout: Annotated[float, typer.Option(help="Seconds to wait for healthy.")] = 120.0,
+    offline_model: Annotated[
+        bool,
+        typer.Option(
+            "--offline-model",
+            help="Also start the offline scripted model server and point the runners at it.",
+        ),
+    ] = False,
     output: OutputOpt = Output.TABLE,
 ) -> None:
     """Start the stack in the background and wait until every service is healthy."""
@@ -89,7 +106,7 @@ def up(
                         f"[yellow]cleaned up a stale stack (supervisor gone): "
                         f"stopped {', '.join(stopped)}[/]"
                     )
-            pid = spawn_supervisor(where)
+            pid = spawn_supervisor(where, offline_model=offline_model)
             ready = wait_ready(where, pid, timeout)
             _print_where(output, ready, f"the dev stack is up in {where}")
 
@@ -137,6 +154,10 @@ async def _probe(state: StackState) -> dict[str, str]:
     core = await probes.http_status(core_url + "/readyz") if core_url else 0
     health["core"] = {200: "healthy", 503: "not ready"}.get(core, "down")
     health["scheduler"] = "down"
+    model = state.services.get("model")
+    if model is not None and model.url:
+        up = await probes.http_status(model.url.removesuffix("/v1") + "/healthz") == 200
+        health["model"] = "healthy" if up else "down"
     if nats_ok:
         try:
             bus = await Bus.connect(
@@ -171,7 +192,7 @@ def status(home: HomeOpt = None, output: OutputOpt = Output.TABLE) -> None:
         health = await _probe(state) if alive else dict.fromkeys(SERVICES, "down")
         now = time.time()
         services: list[dict[str, Any]] = []
-        for name in SERVICES:
+        for name in (*SERVICES, *(n for n in OPTIONAL_SERVICES if n in state.services)):
             entry = state.services.get(name)
             services.append(
                 {
@@ -218,7 +239,7 @@ def status(home: HomeOpt = None, output: OutputOpt = Output.TABLE) -> None:
 @app.command()
 def logs(
     service: Annotated[
-        str | None, typer.Argument(help="nats, postgres, core, scheduler or supervisor.")
+        str | None, typer.Argument(help="nats, postgres, core, scheduler, model or supervisor.")
     ] = None,
     follow: Annotated[bool, typer.Option("--follow", "-f", help="Keep printing.")] = False,
     lines: Annotated[int, typer.Option("--lines", "-n", min=0, help="Lines of history.")] = 50,
@@ -228,12 +249,13 @@ def logs(
 
     def body() -> None:
         where = _home(home)
-        names = [service] if service else [*SERVICES, "supervisor"]
+        known = (*SERVICES, *OPTIONAL_SERVICES, "supervisor")
+        names = [service] if service else list(known)
         for name in names:
-            if name not in (*SERVICES, "supervisor"):
+            if name not in known:
                 raise CliError(
                     f"unknown service {name!r}",
-                    hint="one of: " + ", ".join((*SERVICES, "supervisor")),
+                    hint="one of: " + ", ".join(known),
                     code=ExitCode.INVALID,
                 )
         paths = {n: where / "logs" / f"{n}.log" for n in names}

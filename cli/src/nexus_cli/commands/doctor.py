@@ -102,30 +102,33 @@ def _config_checks(target: Target) -> list[Check]:
         )
     else:
         checks.append(Check("runner", "ok", "nexus_runner importable"))
-    if not (os.environ.get("NEXUS_RUNNER_LLM_BASE_URL") or os.environ.get("OPENAI_API_KEY")):
+    state = read_state(target.dev_home) if target.dev_home is not None else None
+    model_vars = ("NEXUS_RUNNER_LLM_BASE_URL", "NEXUS_LLM_BASE_URL", "OPENAI_API_KEY")
+    if state is not None and "model" in state.services:
+        checks.append(Check("model", "ok", f"offline scripted model at {state.model_url}"))
+    elif not any(os.environ.get(v) for v in model_vars):
         checks.append(
             Check(
                 "model",
                 "warn",
-                "no NEXUS_RUNNER_LLM_BASE_URL/OPENAI_API_KEY: agents need a model base_url",
+                "no NEXUS_RUNNER_LLM_BASE_URL/NEXUS_LLM_BASE_URL/OPENAI_API_KEY:"
+                " agents need a model base_url (or `nexus dev up --offline-model`)",
             )
         )
-    if target.dev_home is not None:
-        state = read_state(target.dev_home)
-        if state is not None:
-            restarted = {n: e.restarts for n, e in state.services.items() if e.restarts}
-            checks.append(
-                Check(
-                    "dev stack",
-                    "warn" if restarted else "ok",
-                    f"{state.status} in {state.home}"
-                    + (
-                        f"; restarts: {', '.join(f'{n}={r}' for n, r in restarted.items())}"
-                        if restarted
-                        else ""
-                    ),
-                )
+    if state is not None:
+        restarted = {n: e.restarts for n, e in state.services.items() if e.restarts}
+        checks.append(
+            Check(
+                "dev stack",
+                "warn" if restarted else "ok",
+                f"{state.status} in {state.home}"
+                + (
+                    f"; restarts: {', '.join(f'{n}={r}' for n, r in restarted.items())}"
+                    if restarted
+                    else ""
+                ),
             )
+        )
     return checks
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
+import os
 import subprocess
 import sys
 import time
@@ -44,8 +45,13 @@ def clean_stale(home: Path, state: StackState) -> list[str]:
     return stopped
 
 
-def spawn_supervisor(home: Path) -> int:
+def spawn_supervisor(home: Path, *, offline_model: bool = False) -> int:
+    """Start the supervisor in its own session; with `offline_model` it also starts the
+    offline scripted model server and points the runners at it."""
     (home / "logs").mkdir(parents=True, exist_ok=True)
+    env = dict(os.environ)
+    if offline_model:
+        env["NEXUS_DEV_OFFLINE_MODEL"] = "1"
     with (home / "logs" / SUPERVISOR_LOG).open("ab") as out:
         proc = subprocess.Popen(
             [sys.executable, "-m", "nexus_cli.devstack.supervisor", str(home)],
@@ -54,6 +60,7 @@ def spawn_supervisor(home: Path) -> int:
             stderr=subprocess.STDOUT,
             start_new_session=True,
             close_fds=True,
+            env=env,
         )
     return proc.pid
 

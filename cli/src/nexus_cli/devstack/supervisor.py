@@ -36,6 +36,8 @@ log = logging.getLogger("nexus.dev")
 
 DATABASE = "nexus"
 SCHEDULER_REPLICA = "nexus-dev"
+# Runner workspaces, under runs/ (a name no run id can take: ids have no dots).
+WORKSPACES = ".work"
 # Seconds each service gets to drain on SIGTERM before SIGKILL (core/scheduler default 30).
 DRAIN_TIMEOUT = 35.0
 # Seconds the whole stack may take to become healthy.
@@ -172,7 +174,8 @@ class Supervisor:
             "core": self._entry("core"),
             "scheduler": self._entry("scheduler"),
         }
-        self.state.services = {k: v for k, v in self.state.services.items() if v is not None}
+        if "model" in self.children:
+            self.state.services["model"] = self._entry("model")
         write_state(self.home, self.state)
 
     def _entry(self, name: str) -> ServiceEntry:
@@ -260,7 +263,10 @@ class Supervisor:
         self.bus = await Bus.connect(BusSettings(url=nats_url, name="nexus-dev"), source="dev")
         await ensure_streams(self.bus.js)
 
-        service_env = {**base_env, "NEXUS_NATS_URL": nats_url}
+        service_env = {**base_env, "NEXUS_NATS_URL": nats_url, **await self._model_env(base_env)}
+        # Runners clone into the stack's directory (not a /tmp shared by every stack), where
+        # `down` finds whatever they left running.
+        service_env.setdefault("NEXUS_RUNNER_WORKSPACE_ROOT", str(self.home / "runs" / WORKSPACES))
         health_port = probes.free_port()
         self.state.core_health_url = f"http://127.0.0.1:{health_port}"
         core = self._child(
@@ -291,6 +297,33 @@ class Supervisor:
         await core.start()
         await scheduler.start()
         await _until(self._healthy, "core and the scheduler to become ready", READY_TIMEOUT)
+
+    async def _model_env(self, base_env: dict[str, str]) -> dict[str, str]:
+        """The runner's model settings: the offline model server (started here) with
+        NEXUS_DEV_OFFLINE_MODEL=1, else NEXUS_LLM_BASE_URL / OPENAI_API_KEY as the runner's
+        defaults unless NEXUS_RUNNER_LLM_* are set."""
+        if os.environ.get("NEXUS_DEV_OFFLINE_MODEL", "").lower() in {"1", "true", "yes"}:
+            port = probes.free_port()
+            url = f"http://127.0.0.1:{port}"
+            model = self._child(
+                "model",
+                [sys.executable, "-m", "nexus_cli.devstack.offline_model", "--port", str(port)],
+                base_env,
+            )
+            model.entry.url = f"{url}/v1"
+            self.state.model_url = f"{url}/v1"
+            await model.start()
+            await _until(lambda: _http_ok(f"{url}/healthz"), "the offline model server to answer")
+            return {"NEXUS_RUNNER_LLM_BASE_URL": f"{url}/v1", "NEXUS_RUNNER_LLM_API_KEY": "offline"}
+        env = {}
+        if os.environ.get("NEXUS_LLM_BASE_URL") and not os.environ.get("NEXUS_RUNNER_LLM_BASE_URL"):
+            env["NEXUS_RUNNER_LLM_BASE_URL"] = os.environ["NEXUS_LLM_BASE_URL"]
+        if os.environ.get("OPENAI_API_KEY") and not os.environ.get("NEXUS_RUNNER_LLM_API_KEY"):
+            env["NEXUS_RUNNER_LLM_API_KEY"] = os.environ["OPENAI_API_KEY"]
+        self.state.model_url = env.get("NEXUS_RUNNER_LLM_BASE_URL") or os.environ.get(
+            "NEXUS_RUNNER_LLM_BASE_URL"
+        )
+        return env
 
     async def _start_postgres(self) -> None:
         self.pg_entry.state = "starting"
@@ -342,6 +375,9 @@ class Supervisor:
             if child is not None:
                 await child.stop()
         await asyncio.to_thread(stop_runs, self.home / "runs")
+        model = self.children.get("model")
+        if model is not None:
+            await model.stop(within=5)
         if self.bus is not None:
             with contextlib.suppress(Exception):
                 await self.bus.close()
@@ -378,6 +414,10 @@ def stop_runs(runs_dir: Path) -> int:
         with contextlib.suppress(psutil.Error):
             proc.kill()
     return len(victims)
+
+
+async def _http_ok(url: str) -> bool:
+    return await probes.http_status(url) == 200
 
 
 async def _until(probe: Callable[[], Awaitable[bool]], what: str, within: float = 30.0) -> None:

@@ -1,0 +1,262 @@
+"""The CLI against a real dev stack with the real runner and the offline model.
+
+The order matters a little: the catalog is applied first, the core restart comes last but one,
+and the board is checked after all the runs.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import uuid
+from pathlib import Path
+
+import pytest
+
+from tests.e2e.conftest import EXAMPLES, RUN_WAIT, Stack, eventually
+
+pytestmark = pytest.mark.timeout(150)
+
+GATEKEEPER = """\
+id: gatekeeper
+role: custom
+description: Runs one shell command, only with a human's approval.
+model: {name: offline-approval}
+system_prompt: Run the command you are asked to run. [offline-model:approval]
+tools: [run_shell]
+permissions:
+  approval_required_tools: [run_shell]
+"""
+
+
+def _branch_file(repo: Path, branch: str, path: str) -> str:
+    return subprocess.run(
+        ["git", "-C", str(repo), "show", f"{branch}:{path}"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+
+
+def _bg(stack: Stack, *args: str) -> str:
+    result = stack.nexus("run", *args, "--bg", "-o", "json")
+    assert result.code == 0, result.stderr
+    run_id: str = result.json()["run_id"]
+    return run_id
+
+
+def _approval_id(stack: Stack, run_id: str) -> str:
+    events = eventually(
+        lambda: stack.events(run_id),
+        lambda evs: any(e["event"] == "approval_requested" for e in evs),
+    )
+    found: str = next(e for e in events if e["event"] == "approval_requested")["body"][
+        "approval_id"
+    ]
+    return found
+
+
+@pytest.fixture(scope="module")
+def catalog(stack: Stack, tmp_path_factory: pytest.TempPathFactory) -> None:
+    """examples/skills, examples/agents and the gatekeeper, applied once with the CLI."""
+    skills = stack.nexus("skills", "apply", "-f", str(EXAMPLES / "skills"))
+    assert skills.code == 0, skills.stderr
+    agents = stack.nexus("agents", "apply", "-f", str(EXAMPLES / "agents"))
+    assert agents.code == 0, agents.stderr
+    gatekeeper = tmp_path_factory.mktemp("agents") / "gatekeeper.yaml"
+    gatekeeper.write_text(GATEKEEPER)
+    gate = stack.nexus("agents", "apply", "-f", str(gatekeeper))
+    assert gate.code == 0, gate.stderr
+
+
+@pytest.mark.usefixtures("catalog")
+def test_apply_the_example_catalog(stack: Stack) -> None:
+    assert {"planner", "implementer", "reviewer", "gatekeeper"} <= set(_agent_ids(stack))
+    shown = stack.nexus("agents", "show", "implementer")
+    assert shown.code == 0
+    assert "can_commit: true" in shown.stdout
+
+
+@pytest.mark.usefixtures("catalog")
+def test_run_follow_fixes_the_failing_test_on_a_branch(stack: Stack, demo_repo: Path) -> None:
+    task = stack.nexus("task", "create", "Fix calc", "--id", "E2E-FIX")
+    assert task.code == 0, task.stderr
+    run_id = f"e2e-follow-{uuid.uuid4().hex[:6]}"
+    result = stack.nexus(
+        "run", "implementer", "--task", "E2E-FIX", "--repo", str(demo_repo),
+        "--run-id", run_id, "--input", "make the tests pass",
+        "--follow", "--wait", str(RUN_WAIT), "-o", "json",
+        timeout=RUN_WAIT + 30,
+    )  # fmt: skip
+    assert result.code == 0, result.stdout + result.stderr
+    view = result.json()
+    assert view["status"] == "completed"
+    assert view["turns"] == 6
+    assert view["result"]["tests_passed"] is True
+    fixed = _branch_file(demo_repo, f"nexus/{run_id}", "calc.py")
+    assert "return a + b" in fixed
+    assert "BUG" not in fixed
+    # main is untouched: the work is on the run's branch only
+    assert "return a - b" in _branch_file(demo_repo, "main", "calc.py")
+    stack.remember_processes()
+
+
+@pytest.mark.usefixtures("catalog")
+def test_bg_then_attach_and_logs(stack: Stack, demo_repo: Path) -> None:
+    run_id = _bg(stack, "implementer", "--repo", str(demo_repo), "--input", "fix it")
+    snap = eventually(
+        lambda: stack.nexus("attach", run_id, "-o", "json").json(),
+        lambda s: s["run"]["status"] in {"completed", "failed", "cancelled"},
+        limit=RUN_WAIT,
+    )
+    assert snap["run"]["status"] == "completed", snap
+    assert snap["run"]["result"]["branch"] == f"nexus/{run_id}"
+    human = stack.nexus("attach", run_id)
+    assert human.code == 0
+    assert "calc.py | 2 +-" in human.stdout
+    logs = stack.nexus("logs", run_id)
+    assert logs.code == 0, logs.stderr
+    assert "subtracts instead of adding" in logs.stdout  # the model's streamed text
+    ps = stack.nexus("ps", "--all", "-o", "json").json()["runs"]
+    assert run_id in [r["run_id"] for r in ps]
+
+
+@pytest.mark.usefixtures("catalog")
+def test_cancel_a_running_run(stack: Stack, demo_repo: Path) -> None:
+    run_id = _bg(
+        stack, "implementer", "--repo", str(demo_repo), "--input", "[offline-model:slow] wait"
+    )
+    eventually(
+        lambda: stack.events(run_id),
+        lambda evs: any(e["event"] == "tool_called" for e in evs),
+        limit=RUN_WAIT,
+    )
+    stack.remember_processes()
+    assert run_id in [r["run_id"] for r in stack.nexus("ps", "-o", "json").json()["runs"]]
+    cancelled = stack.nexus("cancel", run_id, "--wait", "-o", "json")
+    assert cancelled.code == 0, cancelled.stderr
+    assert cancelled.json()["status"] == "cancelled"
+    again = stack.nexus("cancel", run_id)
+    assert again.code == 0
+    assert "already ended" in again.stdout
+
+
+@pytest.mark.usefixtures("catalog")
+def test_approve_a_gated_call(stack: Stack) -> None:
+    run_id = _bg(stack, "gatekeeper", "--input", "run it")
+    approval = _approval_id(stack, run_id)
+    assert stack.status(run_id) == "awaiting_approval"
+    assert stack.nexus("approve", run_id, "apr-nope").code == 3
+    approved = stack.nexus("approve", run_id, approval, "-m", "go ahead")
+    assert approved.code == 0, approved.stderr
+    snap = eventually(
+        lambda: stack.nexus("attach", run_id, "-o", "json").json(),
+        lambda s: s["run"]["status"] == "completed",
+    )
+    assert snap["run"]["result"]["summary"] == "The approved command ran."
+    settled = stack.nexus("deny", run_id, approval)
+    assert settled.code == 2
+    assert "already settled" in settled.stderr
+
+
+@pytest.mark.usefixtures("catalog")
+def test_deny_a_gated_call(stack: Stack) -> None:
+    run_id = _bg(stack, "gatekeeper", "--input", "run it")
+    approval = _approval_id(stack, run_id)
+    denied = stack.nexus("deny", run_id, approval, "-m", "not today")
+    assert denied.code == 0, denied.stderr
+    snap = eventually(
+        lambda: stack.nexus("attach", run_id, "-o", "json").json(),
+        lambda s: s["run"]["status"] == "completed",
+    )
+    assert "not approved" in snap["run"]["result"]["summary"]
+    decided = [e for e in stack.events(run_id) if e["event"] == "approval_decided"]
+    assert decided[-1]["body"]["decision"] == "denied"
+
+
+@pytest.mark.usefixtures("catalog")
+def test_core_killed_mid_run_is_restarted_and_the_run_completes(
+    stack: Stack, demo_repo: Path
+) -> None:
+    task = stack.nexus("task", "create", "Fix calc despite a crash", "--id", "E2E-CRASH")
+    assert task.code == 0, task.stderr
+    run_id = _bg(
+        stack, "implementer", "--task", "E2E-CRASH", "--repo", str(demo_repo),
+        "--input", "[offline-model:steady] fix it",
+    )  # fmt: skip
+    eventually(
+        lambda: stack.events(run_id),
+        lambda evs: any(e["event"] == "tool_called" for e in evs),
+        limit=RUN_WAIT,
+    )
+    stack.remember_processes()
+    core = stack.state()["services"]["core"]
+    os.kill(core["pid"], signal.SIGKILL)
+    restarted = eventually(
+        lambda: stack.state()["services"]["core"],
+        lambda c: c["restarts"] >= core["restarts"] + 1 and c["state"] == "running",
+    )
+    assert restarted["pid"] != core["pid"]
+    assert restarted["last_exit_code"] == -signal.SIGKILL
+    eventually(lambda: stack.nexus("dev", "status").code, lambda code: code == 0, limit=60)
+    stack.remember_processes()
+    snap = eventually(
+        lambda: stack.nexus("attach", run_id, "-o", "json"),
+        lambda r: r.code == 0 and r.json()["run"]["status"] in {"completed", "failed"},
+        limit=RUN_WAIT,
+    ).json()
+    assert snap["run"]["status"] == "completed", snap
+    assert "return a + b" in _branch_file(demo_repo, f"nexus/{run_id}", "calc.py")
+    status = stack.nexus("dev", "status", "-o", "json").json()
+    core_row = next(s for s in status["services"] if s["name"] == "core")
+    assert core_row["restarts"] >= 1
+    assert core_row["health"] == "healthy"
+
+
+def test_board_after_runs(stack: Stack) -> None:
+    board = stack.nexus("board", "-o", "json")
+    assert board.code == 0, board.stderr
+    tasks = {t["task_id"]: t for t in board.json()["tasks"]}
+    # The board after the module's earlier runs (pytest runs a module's tests in order).
+    assert {"E2E-FIX", "E2E-CRASH"} <= tasks.keys(), "run the whole module: needs its runs"
+    for task_id in ("E2E-FIX", "E2E-CRASH"):
+        task = tasks[task_id]
+        assert task["current_run"]["status"] == "completed", task
+        assert task["column"] == "review", task
+    human = stack.nexus("board")
+    assert "E2E-FIX" in human.stdout
+    assert "E2E-CRASH" in human.stdout
+
+
+def _agent_ids(stack: Stack) -> list[str]:
+    listed = stack.nexus("agents", "ls", "-o", "json").json()["agents"]
+    return [a["definition"]["id"] for a in listed]
+
+
+def test_bad_input_gives_the_documented_errors(stack: Stack, tmp_path: Path) -> None:
+    unknown = stack.nexus("run", "ghost", "--follow", "--wait", "30", "-o", "json", timeout=60)
+    assert unknown.code == 1
+    view = unknown.json()
+    assert (view["status"], view["reason"]) == ("failed", "unknown_agent")
+
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("id: broken\nrole: [not, closed\n")
+    malformed = stack.nexus("agents", "apply", "-f", str(bad))
+    assert malformed.code == 2
+    assert malformed.stderr.startswith("error: ")
+    invalid = tmp_path / "invalid.yaml"
+    invalid.write_text("id: broken\nrole: wizard\nmodel: {name: m}\nsystem_prompt: hi\n")
+    rejected = stack.nexus("agents", "apply", "-f", str(invalid))
+    assert rejected.code == 2
+    assert "role" in rejected.stderr
+    assert "broken" not in _agent_ids(stack)
+
+    missing = stack.nexus("attach", "run_doesnotexist")
+    assert missing.code == 3
+    assert missing.stderr.startswith("error: ")
+    as_json = stack.nexus("attach", "run_doesnotexist", "-o", "json")
+    assert as_json.code == 3
+    assert '"code"' in as_json.stderr
+    assert stack.nexus("attach", "not a run id").code == 2
+    assert stack.nexus("cancel", "run_doesnotexist").code == 3
