@@ -17,9 +17,9 @@ test: setup
 	$(UV) run --frozen pytest
 
 lint: setup
-	$(UV) run --frozen ruff check libs services tests bench scripts
-	$(UV) run --frozen ruff format --check libs services tests bench scripts
-	$(UV) run --frozen mypy -p nexus_events $(foreach p,$(wildcard services/*/src/nexus_*),-p $(notdir $(p)))
+	$(UV) run --frozen ruff check libs services cli tests bench scripts examples
+	$(UV) run --frozen ruff format --check libs services cli tests bench scripts examples
+	$(UV) run --frozen mypy -p nexus_events $(foreach p,$(wildcard services/*/src/nexus_*),-p $(notdir $(p))) -p nexus_cli
 
 bench: setup
 	$(UV) run --frozen python -m bench
