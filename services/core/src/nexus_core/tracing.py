@@ -13,7 +13,6 @@ from typing import Any
 
 from nexus_events import telemetry
 from nexus_events.codec import Decoded
-from opentelemetry import trace
 from opentelemetry.trace import Span
 
 # Span attribute names (OTel messaging conventions where they exist, `nexus.*` otherwise).
@@ -33,17 +32,11 @@ _NO_SPAN: contextlib.nullcontext[None] = contextlib.nullcontext()
 
 def tracing_enabled() -> bool:
     """Whether spans are recorded: `setup_telemetry` installed an SDK provider."""
-    return not isinstance(trace.get_tracer_provider(), trace.ProxyTracerProvider)
+    return telemetry.enabled()
 
 
 def _headers(d: Decoded) -> dict[str, str]:
-    env = d.envelope
-    headers = {}
-    if env.traceparent:
-        headers["traceparent"] = env.traceparent
-    if env.tracestate:
-        headers["tracestate"] = env.tracestate
-    return headers
+    return telemetry.envelope_headers(d.envelope.traceparent, d.envelope.tracestate)
 
 
 def event_attributes(d: Decoded, **extra: Any) -> dict[str, Any]:

@@ -9,10 +9,11 @@ import signal
 import sys
 from pathlib import Path
 
+from nexus_events import telemetry
 from nexus_events.bus import Bus, BusSettings
 from nexus_events.events.runs import RunCompleted, RunConfig
 
-from nexus_runner.app import RunHandle, execute_run, load_config_from_bus
+from nexus_runner.app import RunHandle, execute_run, load_prepared_from_bus
 from nexus_runner.config import RunnerSettings
 
 
@@ -20,14 +21,18 @@ async def _main(args: argparse.Namespace) -> int:
     settings = RunnerSettings()
     bus = await Bus.connect(BusSettings(), source="runner")
     try:
+        # The run continues the trace of whoever started it: the scheduler's TRACEPARENT,
+        # else (--run-id) the prepared event's.
+        parent = telemetry.context_from_env()
         if args.config is not None:
             text = await asyncio.to_thread(Path(args.config).read_text)
             config = RunConfig.model_validate_json(text)
         else:
-            config = await load_config_from_bus(bus, args.run_id)
+            config, prepared_trace = await load_prepared_from_bus(bus, args.run_id)
+            parent = parent or prepared_trace
         handle = RunHandle()
         asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, handle.terminate)
-        terminal = await execute_run(config, settings, bus, handle=handle)
+        terminal = await execute_run(config, settings, bus, handle=handle, trace_context=parent)
     finally:
         await bus.close()
     return 0 if isinstance(terminal, RunCompleted) else 1
@@ -38,8 +43,14 @@ def main(argv: list[str] | None = None) -> None:
     source = parser.add_mutually_exclusive_group(required=True)
     source.add_argument("--config", help="Path of a RunConfig JSON file.")
     source.add_argument("--run-id", help="Read the config from the run's prepared event.")
+    args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
-    sys.exit(asyncio.run(_main(parser.parse_args(argv))))
+    telemetry.setup_telemetry("runner")
+    try:
+        code = asyncio.run(_main(args))
+    finally:
+        telemetry.shutdown_telemetry()  # export the buffered spans before the process ends
+    sys.exit(code)
 
 
 if __name__ == "__main__":

@@ -4,6 +4,10 @@
 the bus itself is gone. Stops from outside (cancel_requested, SIGTERM, the wall-clock budget)
 cancel the loop task, which aborts an in-flight model stream and kills a running shell
 command's process group.
+
+The run is one span tree (`nexus_runner.tracing`): its root ``nexus run <run_id>`` continues
+the trace the caller passes (the scheduler's, via ``TRACEPARENT``), and every event the run
+publishes, heartbeats included, is inside it.
 """
 
 from __future__ import annotations
@@ -15,6 +19,7 @@ import socket
 from dataclasses import dataclass
 from pathlib import Path
 
+from nexus_events import telemetry
 from nexus_events.bus import Bus
 from nexus_events.events.runs import (
     Reason,
@@ -29,6 +34,7 @@ from nexus_events.events.runs import (
 )
 from nexus_events.streams import RUNS
 from openai import AsyncOpenAI
+from opentelemetry import context as otel_context
 
 from nexus_runner.config import RunnerSettings
 from nexus_runner.control import RunControl, start_points
@@ -41,6 +47,7 @@ from nexus_runner.prompt import initial_messages
 from nexus_runner.provider import GitHubProvider, GitProvider
 from nexus_runner.publisher import RunPublisher
 from nexus_runner.tools import ToolContext, ToolRegistry, detect_test_command
+from nexus_runner.tracing import record_terminal, run_span
 from nexus_runner.workspace import Workspace
 
 log = logging.getLogger(__name__)
@@ -68,15 +75,26 @@ class RunHandle:
 
 async def load_config_from_bus(bus: Bus, run_id: str) -> RunConfig:
     """The config of the run's latest ``prepared`` event."""
+    config, _ = await load_prepared_from_bus(bus, run_id)
+    return config
+
+
+async def load_prepared_from_bus(
+    bus: Bus, run_id: str
+) -> tuple[RunConfig, otel_context.Context | None]:
+    """The config of the run's latest ``prepared`` event and the trace context it carries."""
     from nexus_events.events.runs import RunPrepared
 
     found: RunConfig | None = None
+    headers: dict[str, str] = {}
     async for decoded in bus.replay(RUNS, run_id=run_id):
         if isinstance(decoded.event, RunPrepared):
             found = decoded.event.config
+            env = decoded.envelope
+            headers = telemetry.envelope_headers(env.traceparent, env.tracestate)
     if found is None:
         raise RunnerError(f"no prepared event for run {run_id}")
-    return found
+    return found, telemetry.extract(headers) if headers else None
 
 
 async def prepare_workspace(
@@ -147,9 +165,35 @@ async def execute_run(
     handle: RunHandle | None = None,
     provider: GitProvider | None = None,
     workspace_dir: Path | None = None,
+    trace_context: otel_context.Context | None = None,
 ) -> TerminalEvent:
-    """Run `config` to its end and publish the terminal event; return it."""
-    handle = handle or RunHandle()
+    """Run `config` to its end and publish the terminal event; return it.
+
+    All of it happens in the run's span, a child of `trace_context` (default: the current
+    context).
+    """
+    with run_span(config, trace_context) as span:
+        terminal = await _execute_run(
+            config,
+            settings,
+            bus,
+            handle=handle or RunHandle(),
+            provider=provider,
+            workspace_dir=workspace_dir,
+        )
+        record_terminal(span, terminal)
+        return terminal
+
+
+async def _execute_run(
+    config: RunConfig,
+    settings: RunnerSettings,
+    bus: Bus,
+    *,
+    handle: RunHandle,
+    provider: GitProvider | None,
+    workspace_dir: Path | None,
+) -> TerminalEvent:
     pub = RunPublisher(bus, config.run_id, config.attempt)
     control = RunControl(bus, config.run_id)
     await control.start(await start_points(bus, config.run_id, config.attempt))

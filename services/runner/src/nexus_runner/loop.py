@@ -18,6 +18,7 @@ from nexus_events.events.runs import (
     ToolCalled,
     ToolResult,
 )
+from opentelemetry import trace
 
 from nexus_runner.budget import StuckDetector, Usage, exceeded, turn_cost
 from nexus_runner.config import RunnerSettings
@@ -29,6 +30,21 @@ from nexus_runner.publisher import RunPublisher
 from nexus_runner.safety import redact, truncate
 from nexus_runner.tools import Decision, ToolOutcome, ToolRegistry
 from nexus_runner.tools.args import FinishArgs
+from nexus_runner.tracing import (
+    APPROVAL,
+    COST_USD,
+    FINISH_REASONS,
+    INPUT_TOKENS,
+    LLM_ATTEMPTS,
+    OUTCOME,
+    OUTPUT_TOKENS,
+    RESPONSE_MODEL,
+    TOOL_ERROR,
+    TOOL_OK,
+    TOOL_REFUSED,
+    llm_span,
+    tool_span,
+)
 
 NUDGE = "Continue with the task using the tools, or call `finish` with a summary when done."
 
@@ -127,32 +143,43 @@ class AgentLoop:
         async def on_retry(attempt: int, delay: float, error: str) -> None:
             await self.pub.log("runner", f"model call failed ({error}); retry in {delay:.1f}s")
 
-        try:
-            completion = await self.llm.complete(
-                self.messages, self._tool_specs, on_delta, on_retry
+        with llm_span(self.config, self.llm.model, turn) as span:
+            try:
+                completion = await self.llm.complete(
+                    self.messages, self._tool_specs, on_delta, on_retry
+                )
+            except LlmUnavailable as exc:
+                raise RunStopped("failed", Reason.LLM_UNAVAILABLE, str(exc)) from exc
+            for kind, rest in self._log_buffer.items():
+                if rest:
+                    await self.pub.log(kind, rest, turn)
+            self._log_buffer.clear()
+            model = completion.model or self.llm.model
+            cost = turn_cost(self.settings.prices, self.llm.model, *self._tokens(completion))
+            span.set_attributes(
+                {
+                    RESPONSE_MODEL: model,
+                    INPUT_TOKENS: completion.tokens_in,
+                    OUTPUT_TOKENS: completion.tokens_out,
+                    FINISH_REASONS: [completion.finish_reason or "unknown"],
+                    COST_USD: cost,
+                    LLM_ATTEMPTS: completion.attempts,
+                }
             )
-        except LlmUnavailable as exc:
-            raise RunStopped("failed", Reason.LLM_UNAVAILABLE, str(exc)) from exc
-        for kind, rest in self._log_buffer.items():
-            if rest:
-                await self.pub.log(kind, rest, turn)
-        self._log_buffer.clear()
-        model = completion.model or self.llm.model
-        cost = turn_cost(self.settings.prices, self.llm.model, *self._tokens(completion))
-        self.usage.tokens_in += completion.tokens_in
-        self.usage.tokens_out += completion.tokens_out
-        self.usage.cost_usd += cost
-        await self.pub.event(
-            RunTurn(
-                turn=turn,
-                model=model,
-                tokens_in=completion.tokens_in,
-                tokens_out=completion.tokens_out,
-                cost_usd=cost,
-                finish_reason=completion.finish_reason,
-                duration_ms=completion.duration_ms,
+            self.usage.tokens_in += completion.tokens_in
+            self.usage.tokens_out += completion.tokens_out
+            self.usage.cost_usd += cost
+            await self.pub.event(
+                RunTurn(
+                    turn=turn,
+                    model=model,
+                    tokens_in=completion.tokens_in,
+                    tokens_out=completion.tokens_out,
+                    cost_usd=cost,
+                    finish_reason=completion.finish_reason,
+                    duration_ms=completion.duration_ms,
+                )
             )
-        )
         return completion
 
     @staticmethod
@@ -175,6 +202,13 @@ class AgentLoop:
         return out
 
     async def _tool_call(self, turn: int, call: ToolCallRequest) -> ToolOutcome:
+        with tool_span(self.config, call.name, call.id, turn) as span:
+            outcome, label = await self._tool_call_traced(turn, call)
+            span.set_attribute(OUTCOME, label)
+            return outcome
+
+    async def _tool_call_traced(self, turn: int, call: ToolCallRequest) -> tuple[ToolOutcome, str]:
+        """Run one call; return its outcome for the model and a label (ok/refused/error)."""
         self.phase = f"tool:{call.name}"
         decision = self.tools.decide(call.name, call.arguments)
         refused = decision.action == "refuse"
@@ -189,13 +223,19 @@ class AgentLoop:
             )
         )
         started = time.monotonic()
+        label: str | None = None
         if decision.action in ("refuse", "invalid"):
             prefix = "refused" if refused else "error"
+            label = TOOL_REFUSED if refused else TOOL_ERROR
             outcome = ToolOutcome(False, f"{prefix}: {decision.reason}")
         elif decision.action == "approve":
-            outcome = await self._with_approval(decision)
+            outcome, approved = await self._with_approval(decision)
+            if not approved:
+                label = TOOL_REFUSED
         else:
             outcome = await self.tools.execute(decision)
+        if label is None:
+            label = TOOL_OK if outcome.ok else TOOL_ERROR
         output, cut = truncate(redact(outcome.output), self.settings.event_output_cap)
         await self.pub.event(
             ToolResult(
@@ -209,9 +249,10 @@ class AgentLoop:
             )
         )
         model_output, _ = truncate(outcome.output, self.settings.output_cap)
-        return ToolOutcome(outcome.ok, model_output)
+        return ToolOutcome(outcome.ok, model_output), label
 
-    async def _with_approval(self, decision: Decision) -> ToolOutcome:
+    async def _with_approval(self, decision: Decision) -> tuple[ToolOutcome, bool]:
+        """Ask for approval, run the call if approved; (outcome, whether approved)."""
         self.phase = "awaiting_approval"
         approval_id = f"apr-{uuid.uuid4().hex[:12]}"
         summary = truncate(redact(json.dumps(decision.raw)), 500)[0]
@@ -231,6 +272,7 @@ class AgentLoop:
         else:
             verdict = "approved" if answer.decision == "approve" else "denied"
             by, comment = answer.decided_by, answer.comment
+        trace.get_current_span().set_attribute(APPROVAL, verdict)
         await self.pub.event(
             ApprovalDecided(
                 approval_id=approval_id, decision=verdict, decided_by=by, comment=comment
@@ -239,5 +281,5 @@ class AgentLoop:
         if verdict != "approved":
             note = f" ({comment})" if comment else ""
             who = f" by {by}" if by else ""
-            return ToolOutcome(False, f"approval {verdict}{who}{note}: the call was not run")
-        return await self.tools.execute(decision)
+            return ToolOutcome(False, f"approval {verdict}{who}{note}: the call was not run"), False
+        return await self.tools.execute(decision), True

@@ -6,6 +6,8 @@ import asyncio
 import logging
 import signal
 
+from nexus_events.telemetry import setup_telemetry, shutdown_telemetry
+
 from nexus_scheduler.app import SchedulerApp
 from nexus_scheduler.config import SchedulerSettings
 
@@ -23,7 +25,11 @@ async def _serve() -> None:
 
 def main() -> None:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s")
-    asyncio.run(_serve())
+    setup_telemetry("scheduler")
+    try:
+        asyncio.run(_serve())
+    finally:
+        shutdown_telemetry()
 
 
 if __name__ == "__main__":

@@ -5,6 +5,9 @@ to act on them (`act`): publish `queued`, start runs and publish `dispatched`, c
 that were never started. `tick` runs the timers (cancel grace, deadline, heartbeats) and asks
 the runtime about active runs. Every event it publishes carries a deterministic
 ``Nats-Msg-Id`` (run id + event), so a retry or a second replica never stores it twice.
+
+Each handled event has a span continuing its trace, and each action for a run happens in a
+span of the run's trace (`nexus_scheduler.tracing`): one trace from `requested` to the end.
 """
 
 from __future__ import annotations
@@ -15,8 +18,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
-from nexus_events import subjects
-from nexus_events.bus import Bus, Outgoing
+from nexus_events import subjects, telemetry
+from nexus_events.bus import Bus
 from nexus_events.codec import Decoded
 from nexus_events.events import (
     Event,
@@ -46,6 +49,7 @@ from nexus_scheduler.admission import (
 )
 from nexus_scheduler.clock import Clock, SystemClock
 from nexus_scheduler.runtime.base import AgentRuntime, RuntimeState, RuntimeStatus
+from nexus_scheduler.tracing import AGENT_ID, ATTEMPT, OUTCOME, RUNTIME, RunTraces
 
 log = logging.getLogger(__name__)
 
@@ -104,6 +108,7 @@ class SchedulerService:
         self.exit_grace = exit_grace
         self.clock: Clock = clock or SystemClock()
         self.state = AdmissionState()
+        self.traces = RunTraces()
         self.stats = Stats()
         self._lock = asyncio.Lock()
         self._gone_since: dict[str, datetime] = {}
@@ -119,12 +124,24 @@ class SchedulerService:
         at = self.clock.now()
         if replay and decoded.envelope.timestamp is not None:
             at = decoded.envelope.timestamp
-        return self.state.evolve(run_id, decoded.event, at)
+        if run_id not in self.state.finished:
+            self.traces.remember_headers(decoded)
+        changed = self.state.evolve(run_id, decoded.event, at)
+        if run_id in self.state.finished:
+            self.traces.forget(run_id)
+        return changed
 
     async def observe_many(self, items: Iterable[Decoded]) -> None:
+        """Fold live run events, each in its own span while tracing is enabled."""
         async with self._lock:
+            if not telemetry.enabled():
+                for decoded in items:
+                    self.observe(decoded)
+                return
             for decoded in items:
-                self.observe(decoded)
+                with self.traces.event_span(decoded) as span:
+                    changed = self.observe(decoded)
+                    span.set_attribute(OUTCOME, "folded" if changed else "ignored")
 
     # -- admission ----------------------------------------------------------------------------
 
@@ -135,7 +152,7 @@ class SchedulerService:
         runtime starts run in the background so slow starts do not hold up consumption.
         """
         now = self.clock.now()
-        queued: list[Outgoing] = []
+        queued: list[Queue] = []
         cancels: list[CancelWaiting] = []
         starts: list[Start] = []
         async with self._lock:
@@ -145,18 +162,22 @@ class SchedulerService:
                     starts.append(decision)
                 elif isinstance(decision, Queue):
                     self.state.evolve(decision.run_id, decision.event, now)
-                    queued.append(
-                        Outgoing(
-                            subjects.run_event(decision.run_id, "queued"),
-                            decision.event,
-                            msg_id=msg_id(decision.run_id, "queued"),
-                        )
-                    )
+                    queued.append(decision)
                 else:
                     self.state.runs[decision.run_id].ending = True
                     cancels.append(decision)
         if queued:
-            await self.bus.publish_many(queued)
+            encoded = []
+            for q in queued:  # each in its run's trace
+                with self.traces.action("scheduler queue", q.run_id, {OUTCOME: "queued"}):
+                    encoded.append(
+                        self.bus.encode(
+                            subjects.run_event(q.run_id, "queued"),
+                            q.event,
+                            msg_id=msg_id(q.run_id, "queued"),
+                        )
+                    )
+            await self.bus.publish_many_encoded(encoded)
             self.stats.queued += len(queued)
         for cancel in cancels:
             await self._end(cancel.run_id, _cancelled(cancel.cancel))
@@ -167,21 +188,34 @@ class SchedulerService:
 
     async def _start(self, start: Start) -> None:
         config = start.config
-        try:
-            handle = await self.runtime.start_run(config)
-        except Exception as exc:  # any runtime failure ends the run, it must not hang
-            log.exception("runtime could not start %s", start.run_id)
-            await self._end(
-                start.run_id,
-                RunFailed(reason=Reason.RUNTIME_ERROR, message=f"{type(exc).__name__}: {exc}"),
+        attrs = {
+            AGENT_ID: config.agent_id,
+            ATTEMPT: config.attempt,
+            RUNTIME: getattr(self.runtime, "kind", None),
+        }
+        # The runtime hands the current trace context to the runner (TRACEPARENT).
+        with self.traces.action("scheduler dispatch", start.run_id, attrs) as span:
+            try:
+                handle = await self.runtime.start_run(config)
+            except Exception as exc:  # any runtime failure ends the run, it must not hang
+                log.exception("runtime could not start %s", start.run_id)
+                if span is not None:
+                    span.set_attribute(OUTCOME, "runtime_error")
+                await self._end(
+                    start.run_id,
+                    RunFailed(reason=Reason.RUNTIME_ERROR, message=f"{type(exc).__name__}: {exc}"),
+                )
+                return
+            event = RunDispatched(
+                runtime=handle.runtime, handle=handle.handle, attempt=config.attempt
             )
-            return
-        event = RunDispatched(runtime=handle.runtime, handle=handle.handle, attempt=config.attempt)
-        await self.bus.publish(
-            subjects.run_event(start.run_id, "dispatched"),
-            event,
-            msg_id=msg_id(start.run_id, "dispatched", config.attempt),
-        )
+            if span is not None:
+                span.set_attribute(OUTCOME, "dispatched")
+            await self.bus.publish(
+                subjects.run_event(start.run_id, "dispatched"),
+                event,
+                msg_id=msg_id(start.run_id, "dispatched", config.attempt),
+            )
         async with self._lock:
             self.state.evolve(start.run_id, event, self.clock.now())
         self.stats.started += 1
@@ -253,11 +287,16 @@ class SchedulerService:
         async with self._lock:
             if run_id in self.state.finished:
                 return
-        await self.bus.publish(
-            subjects.run_event(run_id, event.event_name), event, msg_id=msg_id(run_id, "terminal")
-        )
+        with self.traces.action("scheduler end", run_id, {OUTCOME: event.event_name}):
+            await self.bus.publish(
+                subjects.run_event(run_id, event.event_name),
+                event,
+                msg_id=msg_id(run_id, "terminal"),
+            )
         async with self._lock:
             self.state.evolve(run_id, event, self.clock.now())
+            if run_id in self.state.finished:
+                self.traces.forget(run_id)
         self._gone_since.pop(run_id, None)
         self.stats.ended[event.event_name] = self.stats.ended.get(event.event_name, 0) + 1
 

@@ -15,12 +15,13 @@ import contextlib
 import hashlib
 import logging
 import re
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from kubernetes_asyncio import client, config, watch
 from kubernetes_asyncio.client.exceptions import ApiException
+from nexus_events import telemetry
 from nexus_events.events import RunConfig
 
 from nexus_scheduler.runtime.base import AgentRuntimeError, RunHandle, RuntimeState, RuntimeStatus
@@ -83,8 +84,16 @@ def _label_value(value: str) -> str:
     return re.sub(r"[^A-Za-z0-9_.-]", "-", value)[:63].strip("-_.") or "none"
 
 
-def build_job(config_: RunConfig, settings: KubernetesSettings) -> client.V1Job:
-    """The Job manifest of a run (pure: tests and `kubectl apply --dry-run` can use it)."""
+def build_job(
+    config_: RunConfig,
+    settings: KubernetesSettings,
+    trace_env: Mapping[str, str] | None = None,
+) -> client.V1Job:
+    """The Job manifest of a run (pure: tests and `kubectl apply --dry-run` can use it).
+
+    `trace_env` (``TRACEPARENT``/``TRACESTATE``) goes into the pod's environment: the runner
+    continues the scheduler's trace of the run.
+    """
     name = job_name(config_.run_id)
     labels = {
         MANAGED_BY: MANAGER,
@@ -102,6 +111,7 @@ def build_job(config_: RunConfig, settings: KubernetesSettings) -> client.V1Job:
         env=[
             client.V1EnvVar(name="NEXUS_RUN_ID", value=config_.run_id),
             client.V1EnvVar(name="HOME", value=WORKSPACE_MOUNT),
+            *(client.V1EnvVar(name=k, value=v) for k, v in sorted((trace_env or {}).items())),
         ],
         resources=client.V1ResourceRequirements(requests=resources, limits=resources),
         security_context=client.V1SecurityContext(
@@ -277,7 +287,7 @@ class KubernetesRuntime:
     async def start_run(self, config_: RunConfig) -> RunHandle:
         batch = client.BatchV1Api(self._client())
         core = client.CoreV1Api(self._client())
-        manifest = build_job(config_, self.settings)
+        manifest = build_job(config_, self.settings, telemetry.trace_env())
         name = manifest.metadata.name
         try:
             job = await batch.create_namespaced_job(self.namespace, manifest)

@@ -1,8 +1,9 @@
 """Runs as local subprocesses (``nexus dev``, tests): one process group per run.
 
 The RunConfig is written to ``<workdir>/<run_id>/config.json`` (mode 0600) and the runner is
-started as ``<command...> --config <file>``; stdout and stderr go to ``runner.log`` beside
-it. Cancel sends SIGTERM to the whole process group and SIGKILL after the kill grace.
+started as ``<command...> --config <file>`` with the caller's trace context in
+``TRACEPARENT``/``TRACESTATE``; stdout and stderr go to ``runner.log`` beside it. Cancel
+sends SIGTERM to the whole process group and SIGKILL after the kill grace.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from collections.abc import AsyncIterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from nexus_events import telemetry
 from nexus_events.events import RunConfig
 
 from nexus_scheduler.runtime.base import AgentRuntimeError, RunHandle, RuntimeState, RuntimeStatus
@@ -77,6 +79,10 @@ class LocalProcessRuntime:
             with os.fdopen(fd, "w") as fh:
                 fh.write(config.model_dump_json())
             env = {**os.environ, **self.env, "NEXUS_RUN_ID": config.run_id}
+            # The runner continues the dispatching span's trace, never an inherited one.
+            env.pop(telemetry.TRACEPARENT_ENV, None)
+            env.pop(telemetry.TRACESTATE_ENV, None)
+            env.update(telemetry.trace_env())
             log = (run_dir / "runner.log").open("ab")
             try:
                 proc = await asyncio.create_subprocess_exec(

@@ -1,0 +1,115 @@
+"""The scheduler's spans (DESIGN.md section 9): one per handled run event, one per action.
+
+A handled event gets a CONSUMER span continuing the trace in its own headers (per message,
+not per fetched batch). The scheduler remembers, per run, the context of the first traced
+event it saw for it (normally `prepared`, whose trace started at `requested`); what it then
+does for the run (publish `queued`, start the runtime and publish `dispatched`, publish a
+scheduler-made terminal event) happens in a span that is a child of that context, so those
+events and the runner (which gets ``TRACEPARENT`` from the runtime) stay in the run's trace.
+
+Without an SDK tracer provider no span is made, but the remembered context is still made
+current around the actions: the trace context passes through to the events and the runner.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator, Mapping
+from typing import Any
+
+from nexus_events import telemetry
+from nexus_events.codec import Decoded
+from opentelemetry import context as otel_context
+from opentelemetry import trace
+from opentelemetry.trace import Span, SpanKind
+
+# Span attribute names, as core uses them.
+RUN_ID = "nexus.run_id"
+AGENT_ID = "nexus.agent_id"
+EVENT = "nexus.event"
+OUTCOME = "nexus.outcome"
+ATTEMPT = "nexus.attempt"
+RUNTIME = "nexus.runtime"
+STREAM_SEQ = "messaging.nats.stream_sequence"
+SUBJECT = "messaging.destination.name"
+
+OBSERVE_SPAN = "scheduler observe"
+
+
+def _has_span(ctx: otel_context.Context) -> bool:
+    return trace.get_current_span(ctx).get_span_context().is_valid
+
+
+class RunTraces:
+    """Per run: the trace context the scheduler's actions for it continue."""
+
+    def __init__(self) -> None:
+        self._contexts: dict[str, otel_context.Context] = {}
+
+    def __len__(self) -> int:
+        return len(self._contexts)
+
+    def get(self, run_id: str) -> otel_context.Context | None:
+        return self._contexts.get(run_id)
+
+    def remember(self, run_id: str, ctx: otel_context.Context) -> None:
+        """Keep `ctx` for the run unless one is known already (the first traced event wins)."""
+        if run_id not in self._contexts and _has_span(ctx):
+            self._contexts[run_id] = ctx
+
+    def remember_headers(self, d: Decoded) -> None:
+        """`remember` the trace in an event's headers (replay, or no tracer provider)."""
+        run_id = d.address.run_id
+        if run_id is None or run_id in self._contexts or not d.envelope.traceparent:
+            return
+        headers = telemetry.envelope_headers(d.envelope.traceparent, d.envelope.tracestate)
+        self.remember(run_id, telemetry.extract(headers))
+
+    def forget(self, run_id: str) -> None:
+        self._contexts.pop(run_id, None)
+
+    @contextlib.contextmanager
+    def event_span(self, d: Decoded) -> Iterator[Span]:
+        """A CONSUMER span for one handled run event, child of the trace in its headers (or,
+        if it has none, of the run's trace); the run remembers it if it knew no trace yet."""
+        env = d.envelope
+        run_id = d.address.run_id
+        headers = telemetry.envelope_headers(env.traceparent, env.tracestate)
+        if headers:
+            parent = telemetry.extract(headers)
+        else:
+            parent = (self.get(run_id) if run_id else None) or otel_context.Context()
+        attributes: dict[str, Any] = {
+            EVENT: d.address.event or type(d.event).__name__,
+            SUBJECT: env.subject,
+            STREAM_SEQ: env.stream_seq or 0,
+        }
+        if run_id:
+            attributes[RUN_ID] = run_id
+        with telemetry.tracer().start_as_current_span(
+            OBSERVE_SPAN, context=parent, kind=SpanKind.CONSUMER, attributes=attributes
+        ) as span:
+            if run_id:
+                self.remember(run_id, trace.set_span_in_context(span))
+            yield span
+
+    @contextlib.contextmanager
+    def action(
+        self, name: str, run_id: str, attributes: Mapping[str, Any] | None = None
+    ) -> Iterator[Span | None]:
+        """A span for something done for the run, child of the run's trace; what is published
+        (and the runtime's ``TRACEPARENT``) inside it carries that trace."""
+        parent = self.get(run_id)
+        if not telemetry.enabled():
+            # No span; still never the trace of whatever happens to be current (a batch's).
+            token = otel_context.attach(parent or otel_context.Context())
+            try:
+                yield None
+            finally:
+                otel_context.detach(token)
+            return
+        attrs = {RUN_ID: run_id, **{k: v for k, v in (attributes or {}).items() if v is not None}}
+        with telemetry.tracer().start_as_current_span(
+            name, context=parent or otel_context.Context(), attributes=attrs
+        ) as span:
+            yield span
