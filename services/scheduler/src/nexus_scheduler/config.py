@@ -87,6 +87,9 @@ class SchedulerSettings(BaseSettings):
     k8s_in_cluster: bool = Field(True, description="Use the pod's service account config.")
     k8s_ttl_after_finished_seconds: int = Field(3600, ge=0, description="Job GC delay.")
     k8s_service_account: str | None = Field(None, description="Runner pods' service account.")
+    k8s_runner_env_secret: str | None = Field(
+        "runner-env", description="Secret whose keys become the runner pods' env (NATS, LLM)."
+    )
 
     def limits(self) -> Limits:
         return Limits(

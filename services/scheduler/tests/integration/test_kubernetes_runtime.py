@@ -84,6 +84,8 @@ async def test_start_run_creates_a_hardened_job_and_an_owned_secret(
     assert sc["allowPrivilegeEscalation"] is False
     assert sc["runAsNonRoot"] is True
     assert sc["capabilities"] == {"drop": ["ALL"]}
+    # NATS and LLM settings reach the pod from the runs namespace's Secret, not the Job spec.
+    assert container["envFrom"] == [{"secretRef": {"name": "runner-env", "optional": False}}]
     mounts = {m["name"]: m for m in container["volumeMounts"]}
     assert mounts["config"]["readOnly"] is True
     assert mounts["workspace"]["mountPath"] == "/workspace"

@@ -58,6 +58,8 @@ class KubernetesSettings:
     ttl_after_finished_seconds: int = 3600
     service_account: str | None = None
     workspace_size: str = "10Gi"
+    # Secret in the runs namespace with the runner's NATS and LLM settings (deploy/k8s).
+    env_secret: str | None = "runner-env"  # noqa: S105 - a Secret's name, not a secret
 
     @classmethod
     def from_scheduler(cls, s: SchedulerSettings) -> KubernetesSettings:
@@ -67,6 +69,7 @@ class KubernetesSettings:
             in_cluster=s.k8s_in_cluster,
             ttl_after_finished_seconds=s.k8s_ttl_after_finished_seconds,
             service_account=s.k8s_service_account,
+            env_secret=s.k8s_runner_env_secret,
         )
 
 
@@ -113,6 +116,15 @@ def build_job(
             client.V1EnvVar(name="HOME", value=WORKSPACE_MOUNT),
             *(client.V1EnvVar(name=k, value=v) for k, v in sorted((trace_env or {}).items())),
         ],
+        # NATS URL/credentials, the LLM endpoint and OTLP settings come from one Secret, so
+        # they never enter the RunConfig (which is an event) or the Job spec.
+        env_from=[
+            client.V1EnvFromSource(
+                secret_ref=client.V1SecretEnvSource(name=settings.env_secret, optional=False)
+            )
+        ]
+        if settings.env_secret
+        else None,
         resources=client.V1ResourceRequirements(requests=resources, limits=resources),
         security_context=client.V1SecurityContext(
             run_as_non_root=True,
