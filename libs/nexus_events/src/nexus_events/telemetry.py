@@ -7,6 +7,7 @@ trace then follows a run from `requested` to its terminal event across services.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import threading
@@ -132,10 +133,25 @@ def consumer_span(
         yield span
 
 
-def envelope_headers(traceparent: str | None, tracestate: str | None = None) -> dict[str, str]:
-    """The W3C headers of a decoded envelope's trace fields (empty without a traceparent)."""
+def run_traceparent(run_id: str) -> str:
+    """A W3C traceparent derived from the run id alone.
+
+    A run requested without trace headers (a bare ``nats pub``, a CLI without tracing) still
+    gets one trace: every service that sees such an event continues this same derived
+    context, so the trace id is a function of the run id and easy to find.
+    """
+    trace_id = hashlib.blake2b(run_id.encode(), digest_size=16, person=b"nexus-trace").hexdigest()
+    span_id = hashlib.blake2b(run_id.encode(), digest_size=8, person=b"nexus-root").hexdigest()
+    return f"00-{trace_id}-{span_id}-01"
+
+
+def envelope_headers(
+    traceparent: str | None, tracestate: str | None = None, *, run_id: str | None = None
+) -> dict[str, str]:
+    """The W3C headers of a decoded envelope's trace fields. Without a traceparent: the
+    run's derived context (`run_traceparent`) when `run_id` is given, else empty."""
     if not traceparent:
-        return {}
+        return {"traceparent": run_traceparent(run_id)} if run_id else {}
     headers = {"traceparent": traceparent}
     if tracestate:
         headers["tracestate"] = tracestate

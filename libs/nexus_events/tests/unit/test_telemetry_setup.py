@@ -61,3 +61,19 @@ def test_a_second_setup_gets_its_own_spans():
     assert first.get_finished_spans() == ()
     [span] = second.get_finished_spans()
     assert span.resource.attributes["service.name"] == "nexus-two"
+
+
+def test_a_run_without_trace_headers_gets_a_trace_derived_from_its_run_id() -> None:
+    from nexus_events.telemetry import envelope_headers, extract, run_traceparent
+    from opentelemetry import trace as otel_trace
+
+    first = envelope_headers(None, run_id="run-1")
+    assert first == envelope_headers(None, run_id="run-1")  # the same for every service
+    assert first != envelope_headers(None, run_id="run-2")
+    assert envelope_headers(None) == {}
+    given = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
+    assert envelope_headers(given, run_id="run-1") == {"traceparent": given}
+    ctx = otel_trace.get_current_span(extract(first)).get_span_context()
+    assert ctx.is_valid
+    assert ctx.is_remote
+    assert f"{ctx.trace_id:032x}" == run_traceparent("run-1").split("-")[1]

@@ -36,7 +36,9 @@ def tracing_enabled() -> bool:
 
 
 def _headers(d: Decoded) -> dict[str, str]:
-    return telemetry.envelope_headers(d.envelope.traceparent, d.envelope.tracestate)
+    return telemetry.envelope_headers(
+        d.envelope.traceparent, d.envelope.tracestate, run_id=d.address.run_id
+    )
 
 
 def event_attributes(d: Decoded, **extra: Any) -> dict[str, Any]:
