@@ -18,6 +18,8 @@ from typing import Any
 
 from aiohttp import web
 
+from tests.fakes.http import LocalHttpServer
+
 
 @dataclass
 class PullRequest:
@@ -65,26 +67,17 @@ class FakeGitHub:
     pulls: list[PullRequest] = field(default_factory=list)
     requests: list[Recorded] = field(default_factory=list)
     stale_lists: int = 0
-    port: int = 0
-    _runner: web.AppRunner | None = None
+    _http: LocalHttpServer = field(default_factory=LocalHttpServer)
     _numbers: itertools.count[int] = field(default_factory=lambda: itertools.count(1))
 
     async def start(self) -> None:
         app = web.Application(middlewares=[self._record_and_auth])
         app.router.add_post("/repos/{owner}/{repo}/pulls", self._create)
         app.router.add_get("/repos/{owner}/{repo}/pulls", self._list)
-        self._runner = web.AppRunner(app, handle_signals=False)
-        await self._runner.setup()
-        site = web.TCPSite(self._runner, "127.0.0.1", 0)
-        await site.start()
-        server = site._server
-        assert server is not None
-        self.port = server.sockets[0].getsockname()[1]  # type: ignore[attr-defined]
+        await self._http.serve(app)
 
     async def stop(self) -> None:
-        if self._runner is not None:
-            await self._runner.cleanup()
-            self._runner = None
+        await self._http.close()
 
     async def __aenter__(self) -> FakeGitHub:
         await self.start()
@@ -94,8 +87,12 @@ class FakeGitHub:
         await self.stop()
 
     @property
+    def port(self) -> int:
+        return self._http.port
+
+    @property
     def api_url(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
+        return self._http.url
 
     def created(self) -> list[Recorded]:
         """The POST (create) requests received."""

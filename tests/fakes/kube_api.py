@@ -22,6 +22,8 @@ from typing import Any
 
 from aiohttp import web
 
+from tests.fakes.http import LocalHttpServer
+
 JOB_NAME_LABEL = "batch.kubernetes.io/job-name"
 
 
@@ -79,12 +81,15 @@ class FakeKubeApi:
         self._logs: dict[tuple[str, str], _Log] = defaultdict(_Log)
         self._watchers: list[tuple[str, str | None, asyncio.Queue[dict[str, Any] | None]]] = []
         self._rv = itertools.count(1)
-        self._runner: web.AppRunner | None = None
-        self.port = 0
+        self._http = LocalHttpServer()
+
+    @property
+    def port(self) -> int:
+        return self._http.port
 
     @property
     def host(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
+        return self._http.url
 
     # -- lifecycle ---------------------------------------------------------------------------
 
@@ -101,13 +106,7 @@ class FakeKubeApi:
         pods = "/api/v1/namespaces/{ns}/pods"
         app.router.add_get(pods, self._list_pods)
         app.router.add_get(pods + "/{name}/log", self._pod_log)
-        self._runner = web.AppRunner(app)
-        await self._runner.setup()
-        site = web.TCPSite(self._runner, "127.0.0.1", 0)
-        await site.start()
-        server = site._server
-        assert server is not None
-        self.port = server.sockets[0].getsockname()[1]  # type: ignore[attr-defined]
+        await self._http.serve(app)
         return self
 
     async def __aexit__(self, *exc: object) -> None:
@@ -117,8 +116,7 @@ class FakeKubeApi:
             log.done = True
             async with log.changed:
                 log.changed.notify_all()
-        if self._runner is not None:
-            await self._runner.cleanup()
+        await self._http.close()
 
     @web.middleware
     async def _record(self, request: web.Request, handler: Any) -> web.StreamResponse:

@@ -22,6 +22,8 @@ from typing import Any
 
 from aiohttp import web
 
+from tests.fakes.http import LocalHttpServer
+
 
 @dataclass(frozen=True)
 class ToolCall:
@@ -84,27 +86,18 @@ class FakeOpenAI:
         self.hanging = asyncio.Event()  # set when a `hang` reply is waiting
         self.release = asyncio.Event()  # set to let hanging streams finish
         self._ids = itertools.count(1)
-        self._runner: web.AppRunner | None = None
-        self.port = 0
+        self._http = LocalHttpServer()
 
     # -- lifecycle -------------------------------------------------------------------------
 
     async def start(self) -> None:
         app = web.Application()
         app.router.add_post("/v1/chat/completions", self._completions)
-        self._runner = web.AppRunner(app, handle_signals=False)
-        await self._runner.setup()
-        site = web.TCPSite(self._runner, "127.0.0.1", 0)
-        await site.start()
-        server = site._server
-        assert server is not None
-        self.port = server.sockets[0].getsockname()[1]  # type: ignore[attr-defined]
+        await self._http.serve(app)
 
     async def stop(self) -> None:
         self.release.set()
-        if self._runner is not None:
-            await self._runner.cleanup()
-            self._runner = None
+        await self._http.close()
 
     async def __aenter__(self) -> FakeOpenAI:
         await self.start()
@@ -114,8 +107,12 @@ class FakeOpenAI:
         await self.stop()
 
     @property
+    def port(self) -> int:
+        return self._http.port
+
+    @property
     def base_url(self) -> str:
-        return f"http://127.0.0.1:{self.port}/v1"
+        return f"{self._http.url}/v1"
 
     def add(self, *steps: Step | Callable[[dict[str, Any]], Step]) -> None:
         """Append steps to the script (tests may extend it while the client runs)."""

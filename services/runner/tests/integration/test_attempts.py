@@ -15,11 +15,11 @@ from nexus_events.events.runs import (
     RunConfig,
     RunDispatched,
 )
+from tests.fakes.openai_server import FakeOpenAI, Reply, ToolCall
 
 from nexus_runner.app import RunHandle, execute_run
 from nexus_runner.config import RunnerSettings
 
-from ..llm_fake import FakeOpenAI, Reply, ToolCall
 from .support import make_config
 
 

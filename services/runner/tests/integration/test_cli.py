@@ -10,8 +10,8 @@ from pathlib import Path
 from nexus_events import subjects
 from nexus_events.bus import Bus
 from nexus_events.events.runs import RunCompleted, RunPrepared
+from tests.fakes.openai_server import FakeOpenAI, Reply, ToolCall
 
-from ..llm_fake import FakeOpenAI, Reply, ToolCall
 from .support import make_config, run_events
 
 

@@ -7,8 +7,7 @@ import json
 import openai
 import pytest
 from openai import AsyncOpenAI
-
-from ..llm_fake import Failure, FakeOpenAI, Reply, ToolCall
+from tests.fakes.openai_server import Failure, FakeOpenAI, Reply, ToolCall
 
 
 async def test_json_completion_with_usage() -> None:

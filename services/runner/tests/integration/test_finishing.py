@@ -14,14 +14,14 @@ from nexus_events import subjects
 from nexus_events.bus import Bus
 from nexus_events.events.runs import Reason, RunCompleted, RunFailed
 from nexus_events.streams import LOGS, RUNS
+from tests.fakes.github_api import FakeGitHub
+from tests.fakes.openai_server import FakeOpenAI, Reply, ToolCall
 
 from nexus_runner.app import execute_run
 from nexus_runner.config import RunnerSettings
 from nexus_runner.errors import RunnerError
 from nexus_runner.provider import GitHubProvider, parse_repository
 
-from ..github_fake import FakeGitHub
-from ..llm_fake import FakeOpenAI, Reply, ToolCall
 from .conftest import git
 from .support import make_config
 

@@ -22,11 +22,11 @@ from nexus_events.events.runs import (
     ToolCalled,
     ToolResult,
 )
+from tests.fakes.openai_server import Failure, FakeOpenAI, Reply, ToolCall
 
 from nexus_runner.app import RunHandle, execute_run
 from nexus_runner.config import RunnerSettings
 
-from ..llm_fake import Failure, FakeOpenAI, Reply, ToolCall
 from .conftest import git
 from .support import log_text, make_config, names, run_events, wait_for
 

@@ -19,11 +19,11 @@ from opentelemetry import trace
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.trace import SpanKind
+from tests.fakes.openai_server import FakeOpenAI, Reply, ToolCall
 
 from nexus_runner.app import execute_run
 from nexus_runner.config import RunnerSettings
 
-from ..llm_fake import FakeOpenAI, Reply, ToolCall
 from .support import make_config
 
 

@@ -13,8 +13,9 @@ from kubernetes_asyncio import client
 from nexus_scheduler.runtime.base import RuntimeState
 from nexus_scheduler.runtime.kubernetes import KubernetesRuntime, KubernetesSettings, job_name
 
+from tests.fakes.kube_api import FakeKubeApi
+
 from ..factories import config
-from ..kube_fake import FakeKubeApi
 from ..waiting import eventually
 
 NS = "nexus-runs"

@@ -1,0 +1,31 @@
+"""The HTTP side every fake shares: an aiohttp app on a free loopback port."""
+
+from __future__ import annotations
+
+from aiohttp import web
+
+
+class LocalHttpServer:
+    """Serves one aiohttp app on 127.0.0.1 and a port the OS picks."""
+
+    def __init__(self) -> None:
+        self._runner: web.AppRunner | None = None
+        self.port = 0
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    async def serve(self, app: web.Application) -> None:
+        self._runner = web.AppRunner(app, handle_signals=False)
+        await self._runner.setup()
+        site = web.TCPSite(self._runner, "127.0.0.1", 0)
+        await site.start()
+        server = site._server
+        assert server is not None
+        self.port = server.sockets[0].getsockname()[1]  # type: ignore[attr-defined]
+
+    async def close(self) -> None:
+        if self._runner is not None:
+            await self._runner.cleanup()
+            self._runner = None
