@@ -47,6 +47,8 @@ from nexus_events.events import (
 from nexus_events.projection import ProjectionRunner
 from nexus_events.streams import CATALOG, RUNS, ensure_streams
 
+from bench.baselines import raw_fetch_ack_at
+
 RUN_COUNT = 20_000
 EVENTS_PER_RUN = 10
 N = RUN_COUNT * EVENTS_PER_RUN  # 200,000
@@ -101,31 +103,6 @@ def _workload() -> list[Outgoing]:
                 event = events[phase]
                 items.append(Outgoing(subjects.run_event(f"run-{i}", event.event_name), event))
     return items
-
-
-async def _raw_fetch_ack(nats_url: str, count: int) -> float:
-    nc = await nats.connect(nats_url)
-    js = nc.jetstream()
-    sub = await js.pull_subscribe(
-        subjects.run_events_filter(None),
-        durable=f"raw_{uuid.uuid4().hex[:8]}",
-        stream=RUNS,
-        config=ConsumerConfig(ack_policy=AckPolicy.EXPLICIT, max_ack_pending=10_000),
-    )
-    got = 0
-    t0 = time.perf_counter()
-    while got < count:
-        try:
-            msgs = await sub.fetch(500, timeout=2)
-        except (TimeoutError, nats.errors.TimeoutError):
-            break
-        for m in msgs:
-            await m.ack()
-        got += len(msgs)
-    rate = got / (time.perf_counter() - t0)
-    await sub.unsubscribe()
-    await nc.close()
-    return rate
 
 
 async def _replay(bus: Bus, dsn: str, last: int) -> float:
@@ -256,7 +233,7 @@ async def run(nats_url: str, dsn: str) -> list[tuple[str, float, str, float]]:
         for start in range(0, len(items), PUBLISH_CHUNK):
             acks = await bus.publish_many(items[start : start + PUBLISH_CHUNK])
             last = acks[-1].seq
-        raw = await _raw_fetch_ack(nats_url, N)
+        raw = await raw_fetch_ack_at(nats_url, subjects.run_events_filter(None), N)
         replay = await _replay(bus, dsn, last)
         raw_p50, raw_p99 = await _raw_latency(bus)
         p50, p99 = await _assembly_latency(bus, dsn)

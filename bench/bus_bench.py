@@ -10,11 +10,12 @@ import uuid
 import nats
 import nats.errors
 from nats.js import JetStreamContext
-from nats.js.api import AckPolicy, ConsumerConfig
 from nexus_events import subjects
 from nexus_events.bus import Bus, BusSettings, ConsumerSpec, Delivery, Outgoing
 from nexus_events.events import RunHeartbeat
 from nexus_events.streams import RUNS, ensure_streams
+
+from bench.baselines import raw_fetch_ack
 
 N = 20_000
 WINDOW = 500
@@ -40,31 +41,6 @@ async def raw_publish(js: JetStreamContext, run_id: str) -> float:
         await js.publish_async(subject, json.dumps(body).encode(), headers=headers)
     await js.publish_async_completed()
     return N / (time.perf_counter() - t0)
-
-
-async def raw_fetch_ack(nc: nats.NATS, run_id: str) -> float:
-    js = nc.jetstream()
-    name = f"raw_{uuid.uuid4().hex[:8]}"
-    sub = await js.pull_subscribe(
-        subjects.run_events_filter(run_id),
-        durable=name,
-        stream=RUNS,
-        config=ConsumerConfig(ack_policy=AckPolicy.EXPLICIT, max_ack_pending=10_000),
-    )
-    got = 0
-    t0 = time.perf_counter()
-    while got < N:
-        try:
-            msgs = await sub.fetch(WINDOW, timeout=2)
-        except (TimeoutError, nats.errors.TimeoutError):
-            break
-        for m in msgs:
-            await m.ack()
-        got += len(msgs)
-    await nc.flush()
-    rate = got / (time.perf_counter() - t0)
-    await sub.unsubscribe()
-    return rate
 
 
 async def nexus_publish(bus: Bus, run_id: str) -> float:
@@ -115,7 +91,7 @@ async def run(nats_url: str) -> list[tuple[str, float, str, float]]:
         raw_pub = max(raw_pub, await raw_publish(js, f"raw{r}"))
         nx_pub = max(nx_pub, await nexus_publish(bus, f"nexus{r}"))
         # Both consumers read the same messages (those nexus published): same bytes, headers.
-        raw_con = max(raw_con, await raw_fetch_ack(nc, f"nexus{r}"))
+        raw_con = max(raw_con, await raw_fetch_ack(nc, subjects.run_events_filter(f"nexus{r}"), N))
         nx_con = max(nx_con, await nexus_consume(bus, f"nexus{r}"))
     await nc.close()
     await bus.close()

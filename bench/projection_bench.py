@@ -4,20 +4,18 @@ pull fetch+ack of the same stream and raw asyncpg executemany of the same rows."
 from __future__ import annotations
 
 import time
-import uuid
 from collections.abc import Sequence
 from typing import Any
 
 import asyncpg
-import nats
-import nats.errors
-from nats.js.api import AckPolicy, ConsumerConfig
 from nexus_events import subjects
 from nexus_events.bus import Bus, BusSettings, Outgoing
 from nexus_events.codec import Decoded
 from nexus_events.events import RunTurn
 from nexus_events.projection import ProjectionRunner, Source, quote_ident
 from nexus_events.streams import RUNS, ensure_streams
+
+from bench.baselines import raw_fetch_ack_at
 
 N = 50_000
 RUNS_COUNT = 500
@@ -51,31 +49,6 @@ class TurnTotals:
             " tokens = totals.tokens + EXCLUDED.tokens",
             [(r, t[0], t[1]) for r, t in totals.items()],
         )
-
-
-async def _raw_fetch_ack(nats_url: str) -> float:
-    nc = await nats.connect(nats_url)
-    js = nc.jetstream()
-    sub = await js.pull_subscribe(
-        subjects.run_events_filter(None, "turn"),
-        durable=f"raw_{uuid.uuid4().hex[:8]}",
-        stream=RUNS,
-        config=ConsumerConfig(ack_policy=AckPolicy.EXPLICIT, max_ack_pending=10_000),
-    )
-    got = 0
-    t0 = time.perf_counter()
-    while got < N:
-        try:
-            msgs = await sub.fetch(500, timeout=2)
-        except (TimeoutError, nats.errors.TimeoutError):
-            break
-        for m in msgs:
-            await m.ack()
-        got += len(msgs)
-    rate = got / (time.perf_counter() - t0)
-    await sub.unsubscribe()
-    await nc.close()
-    return rate
 
 
 async def _raw_executemany(pool: asyncpg.Pool[Any]) -> float:
@@ -112,7 +85,7 @@ async def run(nats_url: str, dsn: str) -> list[tuple[str, float, str, float]]:
     last = acks[-1].seq
     pool = await asyncpg.create_pool(dsn, min_size=1, max_size=4)
     assert pool is not None
-    raw_fetch = await _raw_fetch_ack(nats_url)
+    raw_fetch = await raw_fetch_ack_at(nats_url, subjects.run_events_filter(None, "turn"), N)
     raw_sql = await _raw_executemany(pool)
     t0 = time.perf_counter()
     async with ProjectionRunner(bus, pool, TurnTotals(), batch=1000) as runner:
