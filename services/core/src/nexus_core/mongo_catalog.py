@@ -322,6 +322,8 @@ class MongoCatalogRunner:
                     msgs: list[Msg] = await sub.fetch(self.batch, timeout=self.fetch_timeout)
                 except (TimeoutError, nats.errors.TimeoutError):
                     continue
+                if not msgs:  # nats-py can end a fetch with no messages and no timeout
+                    continue
                 # An ack-less consumer never redelivers: a jump in its numbering means a lost
                 # fetch reply, so start again from the checkpoint.
                 first = msgs[0].metadata.sequence.consumer
