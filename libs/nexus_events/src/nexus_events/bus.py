@@ -17,6 +17,7 @@ import base64
 import contextlib
 import logging
 import time
+import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -24,7 +25,6 @@ from typing import Any
 import nats
 import nats.errors
 import nats.js.errors
-from nats.aio.client import Client
 from nats.aio.msg import Msg
 from nats.js import JetStreamContext
 from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy, PubAck
@@ -36,6 +36,8 @@ from nexus_events.codec import Decoded, Encoded, JsMeta
 from nexus_events.errors import BusError, BusUnavailable, DecodeError, PublishFailed
 from nexus_events.events.base import Event
 from nexus_events.events.dlq import DeadLetter
+from nexus_events.natsclient import Client
+from nexus_events.pull import PullReader
 from nexus_events.streams import DLQ, STREAM_OF_FAMILY
 
 log = logging.getLogger(__name__)
@@ -140,8 +142,9 @@ class Bus:
             options["token"] = settings.token
         if settings.creds_file:
             options["user_credentials"] = settings.creds_file
+        nc = Client()
         try:
-            nc = await nats.connect(**options)
+            await nc.connect(**options)
         except (OSError, nats.errors.Error) as exc:
             raise BusUnavailable(f"cannot connect to NATS at {settings.url}: {exc}") from exc
         # Once connected, reconnect for as long as the settings say (forever by default).
@@ -396,7 +399,9 @@ class Bus:
         messages still come in stream order.
         """
         filters = [*filter_subjects, *([filter_subject] if filter_subject else [])]
+        name = f"replay_{uuid.uuid4().hex[:16]}"
         config = ConsumerConfig(
+            name=name,
             deliver_policy=DeliverPolicy.BY_START_SEQUENCE if start_seq > 1 else DeliverPolicy.ALL,
             opt_start_seq=start_seq if start_seq > 1 else None,
             ack_policy=AckPolicy.NONE,
@@ -405,25 +410,25 @@ class Bus:
             inactive_threshold=60.0,
             mem_storage=True,
         )
-        sub = await self.js.pull_subscribe(
-            filters[0] if filters else ">", stream=stream, config=config
-        )
+        info = await self.js.add_consumer(stream, config)
+        reader = await PullReader(self.nc, stream, name).start()
         try:
-            info = await sub.consumer_info()
             remaining = info.num_pending or 0
+            delivered = 0
             while remaining > 0:
-                try:
-                    msgs = await sub.fetch(min(batch, remaining), timeout=5)
-                except (TimeoutError, nats.errors.TimeoutError) as exc:
-                    raise BusError(f"replay of {stream} stalled with {remaining} left") from exc
+                msgs = await reader.fetch(min(batch, remaining), 5.0)
+                if not msgs:
+                    raise BusError(f"replay of {stream} stalled with {remaining} left")
                 for msg in msgs:
+                    meta = JsMeta.from_reply(msg.reply)
+                    if meta is None or meta.consumer_seq != delivered + 1:
+                        raise BusError(f"replay of {stream} lost a message after {delivered}")
+                    delivered, remaining = meta.consumer_seq, meta.num_pending
                     yield msg
-                    remaining = msg.metadata.num_pending
         finally:
+            await reader.close()
             with contextlib.suppress(nats.errors.Error, nats.js.errors.Error):
-                await sub.unsubscribe()
-            with contextlib.suppress(nats.errors.Error, nats.js.errors.Error, AttributeError):
-                await self.js.delete_consumer(stream, sub._consumer)
+                await self.js.delete_consumer(stream, name)
 
 
 def decode_msg(msg: Msg) -> Decoded:

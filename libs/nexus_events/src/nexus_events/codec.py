@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
@@ -63,13 +63,15 @@ class Envelope:
     stream_seq: int | None = None
     timestamp_ns: int | None = None
     num_delivered: int = 1
+    _timestamp: datetime | None = field(default=None, init=False, repr=False, compare=False)
 
     @property
     def timestamp(self) -> datetime | None:
         """When JetStream stored the message (UTC)."""
-        if self.timestamp_ns is None:
-            return None
-        return datetime.fromtimestamp(self.timestamp_ns / 1e9, tz=UTC)
+        if self._timestamp is None and self.timestamp_ns is not None:
+            # Kept: projections read it several times per event.
+            self._timestamp = datetime.fromtimestamp(self.timestamp_ns / 1e9, tz=UTC)
+        return self._timestamp
 
 
 @dataclass(slots=True)

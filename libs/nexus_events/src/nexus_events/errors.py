@@ -11,6 +11,7 @@
     ├── BusError                 talking to NATS JetStream failed
     │   ├── BusUnavailable       not connected / connection lost (also a ConnectionError)
     │   ├── PublishFailed        the server did not acknowledge a publish
+    │   ├── PullStalled          a pull consumer refused or lost a pull request
     │   └── StreamDrift          a stream's live config differs and cannot be updated
     └── ProjectionError          a projection cannot apply or rebuild
 
@@ -75,6 +76,10 @@ class BusUnavailable(BusError, ConnectionError):  # noqa: N818
 
 class PublishFailed(BusError):  # noqa: N818
     """JetStream did not acknowledge a publish (no stream, timeout, or server error)."""
+
+
+class PullStalled(BusError):  # noqa: N818
+    """A pull consumer stopped answering: deleted, refused the request, or the request was lost."""
 
 
 class StreamDrift(BusError):  # noqa: N818

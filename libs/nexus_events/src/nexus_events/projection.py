@@ -32,6 +32,7 @@ from nexus_events import subjects
 from nexus_events.bus import Bus, decode_msg
 from nexus_events.codec import Decoded
 from nexus_events.errors import DecodeError
+from nexus_events.pull import PullReader, PullStalled
 from nexus_events.subjects import validate_token
 
 log = logging.getLogger(__name__)
@@ -114,6 +115,17 @@ async def _lock_checkpoint(conn: Conn, schema: str, stream: str, consumer: str) 
     return int(value)
 
 
+async def _relax_durability(conn: Conn) -> None:
+    """Commit this transaction without waiting for its WAL flush.
+
+    Safe for projections: rows and checkpoint still commit atomically and in order, so a
+    crash can only lose the last few transactions whole, and the runner then re-applies their
+    events from the stream. It saves the flush wait on every batch (~14 ms per commit on the
+    benchmark machine's disk).
+    """
+    await conn.execute("SET LOCAL synchronous_commit = off")
+
+
 async def _store_checkpoint(conn: Conn, schema: str, stream: str, consumer: str, seq: int) -> None:
     await conn.execute(
         f"UPDATE {quote_ident(schema)}.{CHECKPOINT_TABLE} "
@@ -131,6 +143,24 @@ class _Batch:
     events: list[Decoded]
     poison: list[tuple[Msg, DecodeError]]
     last_seq: int
+    num_pending: int
+
+
+async def _split_yielding(msgs: list[Msg], chunk: int = 250) -> _Batch:
+    """`_split`, handing the event loop back every `chunk` messages so the commit of the
+    previous batch (PostgreSQL round trips) goes on while this one is decoded."""
+    if len(msgs) <= chunk:
+        return _split(msgs)
+    parts = []
+    for start in range(0, len(msgs), chunk):
+        parts.append(_split(msgs[start : start + chunk]))
+        await asyncio.sleep(0)
+    return _Batch(
+        [e for p in parts for e in p.events],
+        [x for p in parts for x in p.poison],
+        parts[-1].last_seq,
+        parts[-1].num_pending,
+    )
 
 
 def _split(msgs: list[Msg]) -> _Batch:
@@ -141,7 +171,8 @@ def _split(msgs: list[Msg]) -> _Batch:
             events.append(decode_msg(msg))
         except DecodeError as exc:
             poison.append((msg, exc))
-    return _Batch(events, poison, msgs[-1].metadata.sequence.stream)
+    last = msgs[-1].metadata
+    return _Batch(events, poison, last.sequence.stream, last.num_pending)
 
 
 class _Repositioned(Exception):  # noqa: N818 - control flow inside this module only
@@ -261,7 +292,7 @@ class ProjectionRunner:
 
     # -- the follow loop ------------------------------------------------------------------
 
-    async def _position(self, feed: _Feed) -> tuple[Any, int]:
+    async def _position(self, feed: _Feed) -> tuple[PullReader, int]:
         """(Re)create the ack-less consumer to deliver from the lowest checkpoint + 1."""
         async with self.pool.acquire() as conn:
             checkpoint = min(
@@ -286,30 +317,27 @@ class ProjectionRunner:
                 max_waiting=4,
             ),
         )
-        sub = await self.bus.js.pull_subscribe_bind(feed.consumer, stream=feed.stream)
+        reader = await PullReader(self.bus.nc, feed.stream, feed.consumer).start()
         self.last_seq[feed.stream] = checkpoint
         self._progress.set()
-        return sub, checkpoint
-
-    async def _fetch(self, sub: Any) -> list[Msg]:
-        try:
-            msgs: list[Msg] = await sub.fetch(self.batch, timeout=self.fetch_timeout)
-        except (TimeoutError, nats.errors.TimeoutError):
-            return []
-        return msgs
+        return reader, checkpoint
 
     async def _follow(self, feed: _Feed) -> None:
-        sub = None
-        # The next batch is fetched while the current one is applied, so NATS and PostgreSQL
-        # round trips overlap. Only one fetch is ever in flight.
-        prefetch: asyncio.Task[list[Msg]] | None = None
+        # Three things overlap: the reader asks for the next batch as soon as it hands one
+        # out (the server streams it in), the batch in hand is decoded, and the batch before
+        # it is committed. Commits stay one at a time and in order; a commit that fails is
+        # seen before the next one starts, and everything after it is read again from the
+        # database checkpoint.
+        reader: PullReader | None = None
+        committing: asyncio.Task[int] | None = None
         while not self._stopping.is_set():
             try:
-                if sub is None:
-                    sub, delivered = await self._position(feed)
+                if committing is not None and committing.done():
+                    delivered, committing = committing.result(), None
+                if reader is None:
+                    reader, delivered = await self._position(feed)
                     consumer_seq = 0
-                msgs = await (prefetch or self._fetch(sub))
-                prefetch = None
+                msgs = await reader.fetch(self.batch, self.fetch_timeout)
                 if not msgs:
                     continue
                 # The consumer numbers its deliveries 1, 2, 3...: a jump means a fetch reply
@@ -320,20 +348,17 @@ class ProjectionRunner:
                     log.warning("gap in %s deliveries, repositioning", feed.consumer)
                     raise _Repositioned  # noqa: TRY301 - same recovery as a moved checkpoint
                 consumer_seq = last
-                if msgs[-1].metadata.num_pending > 0:
-                    prefetch = asyncio.create_task(self._fetch(sub))
-                batch = _split(msgs)
-                await self._apply_with_retries(feed, batch, delivered)
-                delivered = batch.last_seq
-                self.last_seq[feed.stream] = delivered
-                self.pending[feed.stream] = msgs[-1].metadata.num_pending
-                self._progress.set()
+                batch = await _split_yielding(msgs)
+                if committing is not None:
+                    delivered, committing = await committing, None
+                committing = asyncio.create_task(self._commit_batch(feed, batch, delivered))
             except _Repositioned:
-                await self._cancel(prefetch)
-                prefetch = None
-                await self._drop(sub)
-                sub = None
+                await self._settle(committing)
+                committing = None
+                await self._drop(reader)
+                reader = None
             except (
+                PullStalled,
                 nats.errors.ConnectionClosedError,
                 nats.errors.ConnectionReconnectingError,
                 nats.errors.StaleConnectionError,
@@ -344,33 +369,40 @@ class ProjectionRunner:
                 *_DB_UNAVAILABLE,
             ) as exc:
                 log.warning("projection %s: %s; retrying", self.name, exc)
-                await self._cancel(prefetch)
-                prefetch = None
-                await self._drop(sub)
-                sub = None
+                await self._settle(committing)
+                committing = None
+                await self._drop(reader)
+                reader = None
                 await self._pause(0.5)
             except Exception:  # the loop must outlive any bug; it logs loudly
                 log.exception("projection %s failed; restarting from the checkpoint", self.name)
-                await self._cancel(prefetch)
-                prefetch = None
-                await self._drop(sub)
-                sub = None
+                await self._settle(committing)
+                committing = None
+                await self._drop(reader)
+                reader = None
                 await self._pause(2.0)
-        await self._cancel(prefetch)
-        await self._drop(sub)
+        await self._settle(committing)
+        await self._drop(reader)
 
-    async def _cancel(self, task: asyncio.Task[list[Msg]] | None) -> None:
-        # Messages of a cancelled ack-less fetch are lost to this consumer; the next
-        # positioning starts from the database checkpoint, so nothing is skipped.
-        if task is not None:
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await task
+    async def _commit_batch(self, feed: _Feed, batch: _Batch, delivered: int) -> int:
+        await self._apply_with_retries(feed, batch, delivered)
+        self.last_seq[feed.stream] = batch.last_seq
+        self.pending[feed.stream] = batch.num_pending
+        self._progress.set()
+        return batch.last_seq
 
-    async def _drop(self, sub: Any) -> None:
-        if sub is not None:
-            with contextlib.suppress(nats.errors.Error):
-                await sub.unsubscribe()
+    async def _settle(self, committing: asyncio.Task[int] | None) -> None:
+        # Let a commit in flight finish (or fail): the next positioning reads the checkpoint
+        # it left behind, so its outcome needs no handling here.
+        if committing is not None:
+            with contextlib.suppress(Exception):
+                await committing
+
+    async def _drop(self, reader: PullReader | None) -> None:
+        # Messages still in flight to a dropped ack-less reader are lost to this consumer;
+        # the next positioning starts from the database checkpoint, so nothing is skipped.
+        if reader is not None:
+            await reader.close()
 
     async def _pause(self, seconds: float) -> None:
         with contextlib.suppress(asyncio.TimeoutError):
@@ -439,6 +471,7 @@ class ProjectionRunner:
     ) -> None:
         applied = 0
         async with self.pool.acquire() as conn, conn.transaction():
+            await _relax_durability(conn)
             for member in feed.members:
                 schema = member.projection.schema
                 checkpoint = await _lock_checkpoint(conn, schema, feed.stream, feed.consumer)
@@ -511,6 +544,7 @@ async def _apply_replayed(
 ) -> int:
     events = _split(msgs).events  # poison was dead-lettered by the live runner already
     async with conn.transaction():
+        await _relax_durability(conn)
         checkpoint = await _lock_checkpoint(conn, schema, source.stream, consumer)
         fresh = [e for e in events if (e.envelope.stream_seq or 0) > checkpoint]
         if fresh:

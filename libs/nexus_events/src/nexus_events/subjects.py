@@ -232,7 +232,7 @@ def matches(pattern: str, subject: str) -> bool:
 # -- parsing ---------------------------------------------------------------------------
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class ParsedSubject:
     """A subject split into its family, id tokens and (if the family has one) event name."""
 
@@ -246,6 +246,9 @@ class ParsedSubject:
 
 
 _BY_PREFIX = {shape.prefix: fam for fam, shape in _SHAPES.items()}
+
+
+_VALID_TOKEN = TOKEN_PATTERN.fullmatch
 
 
 @lru_cache(maxsize=8192)
@@ -263,13 +266,18 @@ def parse_subject(subject: str) -> ParsedSubject:
     else:
         raise InvalidSubject(f"subject {subject!r} belongs to no Nexus subject family")
     shape = _SHAPES[family]
-    rest = tokens[len(shape.prefix) :]
+    rest = tokens[size:]
     expected = len(shape.ids) + (1 if shape.has_event else 0)
     if len(rest) != expected:
         raise InvalidSubject(
             f"subject {subject!r}: a {family} subject has {expected} token(s) after "
             f"{'.'.join(shape.prefix)}, got {len(rest)}"
         )
-    ids = {name: validate_token(value, name) for name, value in zip(shape.ids, rest, strict=False)}
-    event = validate_token(rest[-1], "event name") if shape.has_event else None
-    return ParsedSubject(family=family, ids=ids, event=event)
+    for token in rest:
+        if _VALID_TOKEN(token) is None:
+            # Name the offending part: validate_token raises with the token's role.
+            for name, value in zip(shape.ids, rest, strict=False):
+                validate_token(value, name)
+            validate_token(rest[-1], "event name")
+    ids = dict(zip(shape.ids, rest, strict=False))
+    return ParsedSubject(family, ids, rest[-1] if shape.has_event else None)
