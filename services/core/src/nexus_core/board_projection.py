@@ -20,6 +20,7 @@ from nexus_events import subjects
 from nexus_events.codec import Decoded
 from nexus_events.events import (
     Column,
+    Event,
     RunPrepared,
     RunRequested,
     TaskCreated,
@@ -120,6 +121,16 @@ def evolve_task_runs(
         task.run_at = at
 
 
+def _task_of(ev: Event) -> str | None:
+    """The task a run event names (only `requested` and `prepared` do)."""
+    # Exact types: isinstance on pydantic models goes through ABCMeta, and this runs per event.
+    if type(ev) is RunRequested:
+        return ev.task_id
+    if type(ev) is RunPrepared:
+        return ev.config.task_id
+    return None
+
+
 class BoardProjection:
     name = "board"
     sources: tuple[Source, ...] = (Source(TASKS), Source(RUNS))
@@ -207,11 +218,9 @@ class BoardProjection:
         }
         task_ids = {ref.task_id for ref in refs.values()}
         for d in batch:
-            ev = d.event
-            if isinstance(ev, RunRequested) and ev.task_id:
-                task_ids.add(ev.task_id)
-            elif isinstance(ev, RunPrepared) and ev.config.task_id:
-                task_ids.add(ev.config.task_id)
+            task_id = _task_of(d.event)
+            if task_id:
+                task_ids.add(task_id)
         tasks: dict[str, _TaskRuns] = {
             r["task_id"]: _TaskRuns(r["current_run_id"], r["current_run_at"], r["run_column"],
                                     r["run_at"], json.loads(r["runs"]))
@@ -263,10 +272,7 @@ class BoardProjection:
         ref = refs.get(run_id)
         new_run = False
         if ref is None:
-            task_id = (
-                ev.task_id if isinstance(ev, RunRequested)
-                else ev.config.task_id if isinstance(ev, RunPrepared) else None
-            )  # fmt: skip
+            task_id = _task_of(ev)
             if task_id is None:
                 return None  # a run without a task (or whose request we never saw)
             status = next_status(None, name)
@@ -275,10 +281,10 @@ class BoardProjection:
             ref = refs[run_id] = _RunRef(task_id, status.value, at, dirty=True)
             new_run = True
         else:
-            moved = next_status(ref.status, name)
-            if moved is None:
+            status = next_status(ref.status, name)
+            if status is None:
                 return None
-            ref.status, ref.dirty = moved.value, True
+            ref.status, ref.dirty = status.value, True
         task = tasks.setdefault(ref.task_id, _TaskRuns())
-        evolve_task_runs(task, run_id, RunStatus(ref.status), at, new_run=new_run)
+        evolve_task_runs(task, run_id, status, at, new_run=new_run)
         return ref.task_id

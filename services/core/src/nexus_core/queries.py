@@ -202,7 +202,7 @@ class CoreQueries:
         )
         if doc is None:
             raise QueryError(404, f"no run {query.run_id!r}")
-        return run_view(RunRow.from_doc(json.loads(doc)))
+        return run_view(RunRow.from_json(doc))
 
     async def runs_list(self, query: RunsList) -> dict[str, Any]:
         where, args = [], []
@@ -227,7 +227,7 @@ class CoreQueries:
             + (" WHERE " + " AND ".join(where) if where else "")
             + f" ORDER BY first_seq DESC LIMIT ${len(args)}"
         )
-        rows = [RunRow.from_doc(json.loads(r["doc"])) for r in await self.pool.fetch(sql, *args)]
+        rows = [RunRow.from_json(r["doc"]) for r in await self.pool.fetch(sql, *args)]
         more = len(rows) > query.limit
         rows = rows[: query.limit]
         return {

@@ -1,7 +1,7 @@
 """The `agent_runs` projection: one row per run, following NEXUS_RUNS (schema core_agent_runs).
 
-Each batch loads the rows of the runs it touches, folds the events through the pure
-`run_state.evolve`, and upserts the rows (typed columns for queries plus the whole row as
+Each batch loads the rows of the runs it touches, folds the events into them in place
+(`run_state.fold`), and upserts the rows (typed columns for queries plus the whole row as
 JSONB for the next fold), in the runner's transaction with the checkpoint.
 """
 
@@ -17,7 +17,7 @@ from nexus_events.projection import Source, quote_ident
 from nexus_events.streams import RUNS
 
 from nexus_core.migrations import Conn, migrate
-from nexus_core.run_state import RunFact, RunRow, evolve
+from nexus_core.run_state import RunFact, RunRow, fold
 from nexus_core.tracing import AGENT_ID, TASK_ID, spans_for
 
 RUNS_SCHEMA = "core_agent_runs"
@@ -56,12 +56,28 @@ MIGRATIONS = (
     """,
 )
 
+# (column, PostgreSQL type): rows are written with one `INSERT ... SELECT FROM unnest(...)`
+# per batch, one array parameter per column.
 COLUMNS = (
-    "run_id", "status", "reason", "agent_id", "task_id", "origin", "attempt", "runtime",
-    "runtime_handle", "catalog_revisions", "requested_at", "prepared_at", "queued_at",
-    "dispatched_at", "started_at", "ended_at", "last_event_at", "tokens_in", "tokens_out",
-    "cost_usd", "result_summary", "first_seq", "last_seq", "doc",
+    ("run_id", "text"), ("status", "text"), ("reason", "text"), ("agent_id", "text"),
+    ("task_id", "text"), ("origin", "text"), ("attempt", "int"), ("runtime", "text"),
+    ("runtime_handle", "text"), ("catalog_revisions", "jsonb"), ("requested_at", "timestamptz"),
+    ("prepared_at", "timestamptz"), ("queued_at", "timestamptz"),
+    ("dispatched_at", "timestamptz"), ("started_at", "timestamptz"),
+    ("ended_at", "timestamptz"), ("last_event_at", "timestamptz"), ("tokens_in", "bigint"),
+    ("tokens_out", "bigint"), ("cost_usd", "float8"), ("result_summary", "text"),
+    ("first_seq", "bigint"), ("last_seq", "bigint"), ("doc", "jsonb"),
 )  # fmt: skip
+
+
+def upsert_sql(schema: str) -> str:
+    names = ", ".join(name for name, _ in COLUMNS)
+    arrays = ", ".join(f"${i}::{kind}[]" for i, (_, kind) in enumerate(COLUMNS, start=1))
+    updates = ", ".join(f"{name} = EXCLUDED.{name}" for name, _ in COLUMNS[1:])
+    return (
+        f"INSERT INTO {quote_ident(schema)}.agent_runs ({names})"
+        f" SELECT * FROM unnest({arrays}) ON CONFLICT (run_id) DO UPDATE SET {updates}"
+    )
 
 
 def to_fact(d: Decoded) -> RunFact | None:
@@ -82,7 +98,7 @@ def row_values(row: RunRow) -> tuple[Any, ...]:
         row.phases.get("requested"), row.phases.get("prepared"), row.phases.get("queued"),
         row.phases.get("dispatched"), row.phases.get("started"), row.ended_at, row.last_event_at,
         row.tokens_in, row.tokens_out, row.cost_usd, summary, row.first_seq or 0, row.last_seq,
-        json.dumps(row.to_doc()),
+        row.to_json(),
     )  # fmt: skip
 
 
@@ -100,33 +116,26 @@ class AgentRunsProjection:
         pairs = [(d, f) for d in batch if (f := to_fact(d)) is not None]
         if not pairs:
             return
-        facts = [f for _, f in pairs]
-        q = quote_ident(schema)
-        ids = sorted({f.run_id for f in facts})  # sorted: concurrent writers lock in one order
+        ids = sorted({f.run_id for _, f in pairs})  # sorted: concurrent writers lock in one order
+        # Rows are loaded once per batch and folded in place: they belong to this batch.
         rows: dict[str, RunRow] = {
-            r["run_id"]: RunRow.from_doc(json.loads(r["doc"]))
+            r["run_id"]: RunRow.from_json(r["doc"])
             for r in await conn.fetch(
-                f"SELECT run_id, doc FROM {q}.agent_runs WHERE run_id = ANY($1::text[])"
-                " ORDER BY run_id FOR UPDATE",
+                f"SELECT run_id, doc FROM {quote_ident(schema)}.agent_runs"
+                " WHERE run_id = ANY($1::text[]) ORDER BY run_id FOR UPDATE",
                 ids,
             )
         }
         spans = spans_for("core project agent_runs")
         for d, fact in pairs:
             with spans(d) as span:
-                row = rows[fact.run_id] = evolve(rows.get(fact.run_id), fact)
+                row = rows.get(fact.run_id)
+                if row is None:
+                    row = rows[fact.run_id] = RunRow(run_id=fact.run_id)
+                fold(row, fact)
                 if span is not None:
                     span.set_attribute(AGENT_ID, row.agent_id or "")
                     span.set_attribute(TASK_ID, row.task_id or "")
                     span.set_attribute("nexus.run.status", row.status or "")
-        cols = ", ".join(COLUMNS)
-        params = ", ".join(
-            f"${i}::jsonb" if c in ("catalog_revisions", "doc") else f"${i}"
-            for i, c in enumerate(COLUMNS, start=1)
-        )
-        updates = ", ".join(f"{c} = EXCLUDED.{c}" for c in COLUMNS[1:])
-        await conn.executemany(
-            f"INSERT INTO {q}.agent_runs ({cols}) VALUES ({params})"
-            f" ON CONFLICT (run_id) DO UPDATE SET {updates}",
-            [row_values(rows[i]) for i in ids],
-        )
+        columns = zip(*(row_values(rows[i]) for i in ids), strict=True)
+        await conn.execute(upsert_sql(schema), *columns)

@@ -27,6 +27,7 @@ from nexus_events.events import (
 )
 from nexus_events.runstate import next_status
 
+from nexus_core import run_state
 from nexus_core.run_state import RunFact, RunRow, evolve
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
@@ -119,7 +120,7 @@ def test_in_order_status_equals_runstate_fold(names):
 def test_doc_round_trip(names):
     row = fold(facts_of(names))
     assert row is not None
-    assert RunRow.from_doc(row.to_doc()) == row
+    assert RunRow.from_json(row.to_json()) == row
 
 
 def test_a_full_run():
@@ -169,3 +170,44 @@ def test_late_events_never_move_a_run_backwards():
     row = fold(facts_of(["requested", "cancelled", "started", "completed"]))
     assert row is not None
     assert (row.status, row.reason) == ("cancelled", "user_requested")
+
+
+@settings(max_examples=200, deadline=None)
+@given(stream, st.integers(min_value=0, max_value=24))
+def test_in_place_fold_equals_evolve_and_evolve_leaves_its_input_alone(names, cut):
+    facts = facts_of(names)
+    in_place = RunRow(run_id="r")
+    for fact in facts:
+        run_state.fold(in_place, fact)
+    assert in_place == fold(facts)
+
+    before = fold(facts[: max(cut % len(facts), 1)])
+    assert before is not None
+    snapshot = RunRow.from_json(before.to_json())
+    for fact in facts:
+        evolve(before, fact)
+    assert before == snapshot
+
+
+def test_a_row_stored_by_the_previous_version_still_loads():
+    # `doc` as written before rows were serialized by pydantic: isoformat "+00:00" offsets,
+    # string keys for turns, lists for tuples.
+    old = (
+        '{"run_id": "r", "status": "completed", "status_key": [2, 0, 0, -9], "reason":'
+        ' "succeeded", "message": null, "ended_at": "2026-01-01T00:00:09+00:00", "agent_id":'
+        ' "a", "task_id": "T", "origin": "cli", "input": "in0", "requested_by": null,'
+        ' "parent_run_id": null, "info_key": [0, 1], "catalog_revisions": {"agent/a": 2},'
+        ' "config_seq": 2, "attempt": 1, "runtime": "local", "runtime_handle": "h3",'
+        ' "dispatch_seq": 4, "queue_position": null, "queue_seq": null, "phases": {"requested":'
+        ' "2026-01-01T00:00:00+00:00", "started": "2026-01-01T00:00:04+00:00"},'
+        ' "last_event_at": "2026-01-01T00:00:09+00:00", "turns": {"1": [10, 5, 0.01]},'
+        ' "final_totals": null, "result": {"summary": "done"}, "first_seq": 1, "last_seq": 9}'
+    )
+    row = RunRow.from_json(old)
+    assert row.status_key == (2, 0, 0, -9)
+    assert row.turns == {1: (10, 5, 0.01)}
+    assert row.phases["started"] == T0 + timedelta(seconds=4)
+    assert row.ended_at == T0 + timedelta(seconds=9)
+    assert row.catalog_revisions == {"agent/a": 2}
+    assert (row.tokens_in, row.tokens_out, row.cost_usd) == (10, 5, 0.01)
+    assert RunRow.from_json(row.to_json()) == row
