@@ -15,24 +15,19 @@ the live runner sees the newer checkpoint and skips what the rebuild already app
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol, TypeAlias
 
 import asyncpg
-import nats.errors
-import nats.js.errors
 from asyncpg.pool import PoolConnectionProxy
 from nats.aio.msg import Msg
-from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy
 
 from nexus_events import subjects
-from nexus_events.bus import Bus, decode_msg
+from nexus_events.bus import Bus
 from nexus_events.codec import Decoded
-from nexus_events.errors import DecodeError
-from nexus_events.pull import PullReader, PullStalled
+from nexus_events.follow import Batch, Feed, Reposition, StreamFollower, split
 from nexus_events.subjects import validate_token
 
 log = logging.getLogger(__name__)
@@ -136,49 +131,6 @@ async def _store_checkpoint(conn: Conn, schema: str, stream: str, consumer: str,
     )
 
 
-@dataclass
-class _Batch:
-    """Fetched messages split into decodable events and poison, with the highest seq."""
-
-    events: list[Decoded]
-    poison: list[tuple[Msg, DecodeError]]
-    last_seq: int
-    num_pending: int
-
-
-async def _split_yielding(msgs: list[Msg], chunk: int = 250) -> _Batch:
-    """`_split`, handing the event loop back every `chunk` messages so the commit of the
-    previous batch (PostgreSQL round trips) goes on while this one is decoded."""
-    if len(msgs) <= chunk:
-        return _split(msgs)
-    parts = []
-    for start in range(0, len(msgs), chunk):
-        parts.append(_split(msgs[start : start + chunk]))
-        await asyncio.sleep(0)
-    return _Batch(
-        [e for p in parts for e in p.events],
-        [x for p in parts for x in p.poison],
-        parts[-1].last_seq,
-        parts[-1].num_pending,
-    )
-
-
-def _split(msgs: list[Msg]) -> _Batch:
-    events: list[Decoded] = []
-    poison: list[tuple[Msg, DecodeError]] = []
-    for msg in msgs:
-        try:
-            events.append(decode_msg(msg))
-        except DecodeError as exc:
-            poison.append((msg, exc))
-    last = msgs[-1].metadata
-    return _Batch(events, poison, last.sequence.stream, last.num_pending)
-
-
-class _Repositioned(Exception):  # noqa: N818 - control flow inside this module only
-    """The database checkpoint is behind what was delivered (a rebuild swapped in)."""
-
-
 @dataclass(frozen=True)
 class _Member:
     projection: Projection
@@ -189,22 +141,7 @@ class _Member:
         return not filters or any(subjects.matches(f, event.envelope.subject) for f in filters)
 
 
-@dataclass(frozen=True)
-class _Feed:
-    """One stream read once for every projection that follows it."""
-
-    stream: str
-    consumer: str
-    members: tuple[_Member, ...]
-
-    @property
-    def filter_subjects(self) -> list[str]:
-        if any(not m.source.filter_subjects for m in self.members):
-            return []  # someone wants the whole stream
-        return sorted({f for m in self.members for f in m.source.filter_subjects})
-
-
-class ProjectionRunner:
+class ProjectionRunner(StreamFollower):
     """Keeps projections up to date with their streams until stopped.
 
     Given several projections, each stream is fetched and decoded once and every batch is
@@ -223,58 +160,40 @@ class ProjectionRunner:
         retry_delays: tuple[float, ...] = (0.1, 0.5, 2.0, 5.0),
         max_attempts: int = 5,
     ) -> None:
-        self.bus = bus
-        self.pool = pool
-        self.projections: tuple[Projection, ...] = (
-            tuple(projection) if isinstance(projection, Sequence) else (projection,)
-        )
-        if not self.projections:
+        projections = tuple(projection) if isinstance(projection, Sequence) else (projection,)
+        if not projections:
             raise ValueError("ProjectionRunner needs at least one projection")
-        self.name = "_".join(p.name for p in self.projections)
-        self.batch = batch
-        self.fetch_timeout = fetch_timeout
+        name = "_".join(p.name for p in projections)
+        members: dict[str, list[_Member]] = {}
+        for p in projections:
+            for source in p.sources:
+                members.setdefault(source.stream, []).append(_Member(p, source))
+        feeds = [
+            Feed(stream, f"proj_{name}_{stream}", _union_filters(ms))
+            for stream, ms in members.items()
+        ]
+        super().__init__(
+            bus,
+            feeds,
+            name=name,
+            batch=batch,
+            fetch_timeout=fetch_timeout,
+            unavailable=_DB_UNAVAILABLE,
+        )
+        self.pool = pool
+        self.projections: tuple[Projection, ...] = projections
         self.retry_delays = retry_delays
         self.max_attempts = max_attempts
-        self._stopping = asyncio.Event()
-        self._progress = asyncio.Event()
-        self._tasks: list[asyncio.Task[None]] = []
         self.applied = 0
-        self.last_seq: dict[str, int] = {}
-        self.pending: dict[str, int] = {}
-        self.feeds = self._feeds()
+        self._members = {stream: tuple(ms) for stream, ms in members.items()}
 
     @property
     def projection(self) -> Projection:
         """The first (or only) projection."""
         return self.projections[0]
 
-    def _feeds(self) -> list[_Feed]:
-        streams: dict[str, list[_Member]] = {}
-        for p in self.projections:
-            for source in p.sources:
-                streams.setdefault(source.stream, []).append(_Member(p, source))
-        return [
-            _Feed(stream, f"proj_{self.name}_{stream}", tuple(members))
-            for stream, members in streams.items()
-        ]
-
     def consumer_name(self, source: Source) -> str:
-        return f"proj_{self.name}_{source.stream}"
-
-    async def start(self) -> None:
-        """Create schemas and tables if missing, then follow every stream from its checkpoint."""
-        async with self.pool.acquire() as conn, conn.transaction():
-            for p in self.projections:
-                await _setup_schema(conn, p, p.schema)
-        for feed in self.feeds:
-            self._tasks.append(asyncio.create_task(self._follow(feed), name=feed.consumer))
-
-    async def stop(self) -> None:
-        """Finish the batch in hand (committed with its checkpoint), then stop."""
-        self._stopping.set()
-        for task in self._tasks:
-            await task
-        self._tasks.clear()
+        return next(f.consumer for f in self.feeds if f.stream == source.stream)
 
     async def __aenter__(self) -> ProjectionRunner:
         await self.start()
@@ -283,132 +202,25 @@ class ProjectionRunner:
     async def __aexit__(self, *exc: object) -> None:
         await self.stop()
 
-    async def wait_until(self, stream: str, seq: int, within: float = 10.0) -> None:
-        """Wait until the checkpoint of `stream` reaches `seq` (tests, read-your-writes)."""
-        async with asyncio.timeout(within):
-            while self.last_seq.get(stream, 0) < seq:
-                self._progress.clear()
-                await self._progress.wait()
+    # -- StreamFollower hooks ---------------------------------------------------------------
 
-    # -- the follow loop ------------------------------------------------------------------
+    async def setup(self) -> None:
+        """Create schemas and tables if missing."""
+        async with self.pool.acquire() as conn, conn.transaction():
+            for p in self.projections:
+                await _setup_schema(conn, p, p.schema)
 
-    async def _position(self, feed: _Feed) -> tuple[PullReader, int]:
-        """(Re)create the ack-less consumer to deliver from the lowest checkpoint + 1."""
+    async def checkpoint(self, feed: Feed) -> int:
+        # Several projections may share the feed: start from the one furthest behind.
         async with self.pool.acquire() as conn:
-            checkpoint = min(
+            return min(
                 [
                     await read_checkpoint(conn, m.projection.schema, feed.stream)
-                    for m in feed.members
+                    for m in self._members[feed.stream]
                 ]
             )
-        with contextlib.suppress(nats.js.errors.NotFoundError):
-            await self.bus.js.delete_consumer(feed.stream, feed.consumer)
-        filters = feed.filter_subjects
-        await self.bus.js.add_consumer(
-            feed.stream,
-            ConsumerConfig(
-                name=feed.consumer,
-                durable_name=feed.consumer,
-                ack_policy=AckPolicy.NONE,
-                deliver_policy=DeliverPolicy.BY_START_SEQUENCE,
-                opt_start_seq=checkpoint + 1,
-                filter_subject=filters[0] if len(filters) == 1 else None,
-                filter_subjects=filters if len(filters) > 1 else None,
-                max_waiting=4,
-            ),
-        )
-        reader = await PullReader(self.bus.nc, feed.stream, feed.consumer).start()
-        self.last_seq[feed.stream] = checkpoint
-        self._progress.set()
-        return reader, checkpoint
 
-    async def _follow(self, feed: _Feed) -> None:
-        # Three things overlap: the reader asks for the next batch as soon as it hands one
-        # out (the server streams it in), the batch in hand is decoded, and the batch before
-        # it is committed. Commits stay one at a time and in order; a commit that fails is
-        # seen before the next one starts, and everything after it is read again from the
-        # database checkpoint.
-        reader: PullReader | None = None
-        committing: asyncio.Task[int] | None = None
-        while not self._stopping.is_set():
-            try:
-                if committing is not None and committing.done():
-                    delivered, committing = committing.result(), None
-                if reader is None:
-                    reader, delivered = await self._position(feed)
-                    consumer_seq = 0
-                msgs = await reader.fetch(self.batch, self.fetch_timeout)
-                if not msgs:
-                    continue
-                # The consumer numbers its deliveries 1, 2, 3...: a jump means a fetch reply
-                # was lost (ack-less consumers do not redeliver), so start again from the DB.
-                first = msgs[0].metadata.sequence.consumer
-                last = msgs[-1].metadata.sequence.consumer
-                if first != consumer_seq + 1 or last - first + 1 != len(msgs):
-                    log.warning("gap in %s deliveries, repositioning", feed.consumer)
-                    raise _Repositioned  # noqa: TRY301 - same recovery as a moved checkpoint
-                consumer_seq = last
-                batch = await _split_yielding(msgs)
-                if committing is not None:
-                    delivered, committing = await committing, None
-                committing = asyncio.create_task(self._commit_batch(feed, batch, delivered))
-            except _Repositioned:
-                await self._settle(committing)
-                committing = None
-                await self._drop(reader)
-                reader = None
-            except (
-                PullStalled,
-                nats.errors.ConnectionClosedError,
-                nats.errors.ConnectionReconnectingError,
-                nats.errors.StaleConnectionError,
-                nats.errors.NoRespondersError,
-                nats.js.errors.NotFoundError,
-                nats.js.errors.ServiceUnavailableError,
-                nats.errors.TimeoutError,
-                *_DB_UNAVAILABLE,
-            ) as exc:
-                log.warning("projection %s: %s; retrying", self.name, exc)
-                await self._settle(committing)
-                committing = None
-                await self._drop(reader)
-                reader = None
-                await self._pause(0.5)
-            except Exception:  # the loop must outlive any bug; it logs loudly
-                log.exception("projection %s failed; restarting from the checkpoint", self.name)
-                await self._settle(committing)
-                committing = None
-                await self._drop(reader)
-                reader = None
-                await self._pause(2.0)
-        await self._settle(committing)
-        await self._drop(reader)
-
-    async def _commit_batch(self, feed: _Feed, batch: _Batch, delivered: int) -> int:
-        await self._apply_with_retries(feed, batch, delivered)
-        self.last_seq[feed.stream] = batch.last_seq
-        self.pending[feed.stream] = batch.num_pending
-        self._progress.set()
-        return batch.last_seq
-
-    async def _settle(self, committing: asyncio.Task[int] | None) -> None:
-        # Let a commit in flight finish (or fail): the next positioning reads the checkpoint
-        # it left behind, so its outcome needs no handling here.
-        if committing is not None:
-            with contextlib.suppress(Exception):
-                await committing
-
-    async def _drop(self, reader: PullReader | None) -> None:
-        # Messages still in flight to a dropped ack-less reader are lost to this consumer;
-        # the next positioning starts from the database checkpoint, so nothing is skipped.
-        if reader is not None:
-            await reader.close()
-
-    async def _pause(self, seconds: float) -> None:
-        with contextlib.suppress(asyncio.TimeoutError):
-            await asyncio.wait_for(self._stopping.wait(), timeout=seconds)
-
-    async def _apply_with_retries(self, feed: _Feed, batch: _Batch, delivered: int) -> None:
+    async def handle(self, feed: Feed, batch: Batch, delivered: int) -> None:
         for msg, exc in batch.poison:
             await self.bus.dead_letter(
                 msg, reason=exc.reason, error=str(exc), consumer=feed.consumer
@@ -419,7 +231,7 @@ class ProjectionRunner:
                 await self._commit(feed, batch.events, batch.last_seq, delivered)
             except _DB_UNAVAILABLE:
                 raise
-            except (_Repositioned, asyncio.CancelledError):
+            except (Reposition, asyncio.CancelledError):
                 raise
             except Exception as exc:  # noqa: BLE001 - apply is projection code: isolate poison
                 attempt += 1
@@ -434,7 +246,9 @@ class ProjectionRunner:
             else:
                 return
 
-    async def _apply_one_by_one(self, feed: _Feed, batch: _Batch, delivered: int) -> None:
+    # -- applying ---------------------------------------------------------------------------
+
+    async def _apply_one_by_one(self, feed: Feed, batch: Batch, delivered: int) -> None:
         for event in batch.events:
             seq = event.envelope.stream_seq or delivered
             for attempt in range(1, self.max_attempts + 1):
@@ -443,7 +257,7 @@ class ProjectionRunner:
                     break
                 except _DB_UNAVAILABLE:
                     raise
-                except _Repositioned:
+                except Reposition:
                     raise
                 except Exception as exc:  # noqa: BLE001 - this one event is poison here
                     if attempt == self.max_attempts:
@@ -452,7 +266,7 @@ class ProjectionRunner:
             delivered = seq
         await self._commit(feed, [], batch.last_seq, delivered)
 
-    async def _dead_letter_event(self, feed: _Feed, event: Decoded, exc: Exception) -> None:
+    async def _dead_letter_event(self, feed: Feed, event: Decoded, exc: Exception) -> None:
         env = event.envelope
         await self.bus.dead_letter_raw(
             subject=env.subject,
@@ -467,16 +281,16 @@ class ProjectionRunner:
         )
 
     async def _commit(
-        self, feed: _Feed, events: list[Decoded], last_seq: int, delivered: int
+        self, feed: Feed, events: list[Decoded], last_seq: int, delivered: int
     ) -> None:
         applied = 0
         async with self.pool.acquire() as conn, conn.transaction():
             await _relax_durability(conn)
-            for member in feed.members:
+            for member in self._members[feed.stream]:
                 schema = member.projection.schema
                 checkpoint = await _lock_checkpoint(conn, schema, feed.stream, feed.consumer)
                 if checkpoint < delivered:
-                    raise _Repositioned
+                    raise Reposition
                 fresh = [
                     e
                     for e in events
@@ -488,6 +302,12 @@ class ProjectionRunner:
                 if last_seq > checkpoint:
                     await _store_checkpoint(conn, schema, feed.stream, feed.consumer, last_seq)
         self.applied += applied
+
+
+def _union_filters(members: Sequence[_Member]) -> tuple[str, ...]:
+    if any(not m.source.filter_subjects for m in members):
+        return ()  # someone wants the whole stream
+    return tuple(sorted({f for m in members for f in m.source.filter_subjects}))
 
 
 # -- rebuild ------------------------------------------------------------------------------
@@ -542,7 +362,7 @@ async def _apply_replayed(
     msgs: list[Msg],
     consumer: str,
 ) -> int:
-    events = _split(msgs).events  # poison was dead-lettered by the live runner already
+    events = split(msgs).events  # poison was dead-lettered by the live runner already
     async with conn.transaction():
         await _relax_durability(conn)
         checkpoint = await _lock_checkpoint(conn, schema, source.stream, consumer)

@@ -18,20 +18,16 @@ matter may carry keys with ``.`` or ``$`` that MongoDB field names handle badly.
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import json
 import logging
 from typing import Any
 
-import nats.errors
-import nats.js.errors
 from motor.motor_asyncio import AsyncIOMotorClient, AsyncIOMotorCollection, AsyncIOMotorDatabase
-from nats.aio.msg import Msg
-from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy
-from nexus_events.bus import Bus, decode_msg
-from nexus_events.errors import DecodeError
+from nexus_events.bus import Bus
+from nexus_events.codec import Decoded
 from nexus_events.events import AgentDefinition, SkillDefinition
+from nexus_events.follow import Batch, Feed, StreamFollower
 from nexus_events.streams import CATALOG
 from pymongo import ASCENDING, DESCENDING
 from pymongo.errors import ConnectionFailure, DuplicateKeyError
@@ -240,9 +236,10 @@ def _skill(doc: Document) -> StoredSkill:
     )
 
 
-class MongoCatalogRunner:
-    """Feeds NEXUS_CATALOG into a `MongoCatalogStore` until stopped (the `ProjectionRunner`
-    counterpart: same `start`/`stop`/`wait_until`/`last_seq`)."""
+class MongoCatalogRunner(StreamFollower):
+    """Feeds NEXUS_CATALOG into a `MongoCatalogStore` until stopped: the follow loop of the
+    PostgreSQL projections, with MongoDB keeping the checkpoint and applying each event
+    idempotently (see the module docstring)."""
 
     def __init__(
         self,
@@ -253,27 +250,17 @@ class MongoCatalogRunner:
         fetch_timeout: float = 1.0,
         consumer: str = "proj_catalog_mongo",
     ) -> None:
-        self.bus = bus
+        super().__init__(
+            bus,
+            [Feed(CATALOG, consumer)],
+            name="catalog(mongodb)",
+            batch=batch,
+            fetch_timeout=fetch_timeout,
+            unavailable=(ConnectionFailure,),
+        )
         self.store = store
-        self.batch = batch
-        self.fetch_timeout = fetch_timeout
         self.consumer = consumer
         self.applied = 0
-        self.last_seq: dict[str, int] = {}
-        self._stopping = asyncio.Event()
-        self._progress = asyncio.Event()
-        self._task: asyncio.Task[None] | None = None
-
-    async def start(self) -> None:
-        await self.store.create()
-        self._task = asyncio.create_task(self._follow(), name=self.consumer)
-
-    async def stop(self) -> None:
-        """Finish the batch in hand (checkpointed), then stop."""
-        self._stopping.set()
-        if self._task is not None:
-            await self._task
-            self._task = None
 
     async def __aenter__(self) -> MongoCatalogRunner:
         await self.start()
@@ -282,98 +269,26 @@ class MongoCatalogRunner:
     async def __aexit__(self, *exc: object) -> None:
         await self.stop()
 
-    async def wait_until(self, stream: str, seq: int, within: float = 10.0) -> None:
-        """Wait until `stream` is applied up to `seq` (tests, read-your-writes)."""
-        async with asyncio.timeout(within):
-            while self.last_seq.get(stream, 0) < seq:
-                self._progress.clear()
-                await self._progress.wait()
+    async def setup(self) -> None:
+        await self.store.create()
 
-    async def _position(self) -> Any:
-        """(Re)create the ack-less consumer to deliver from the checkpoint + 1."""
-        checkpoint = await self.store.checkpoint(CATALOG)
-        with contextlib.suppress(nats.js.errors.NotFoundError):
-            await self.bus.js.delete_consumer(CATALOG, self.consumer)
-        await self.bus.js.add_consumer(
-            CATALOG,
-            ConsumerConfig(
-                name=self.consumer,
-                durable_name=self.consumer,
-                ack_policy=AckPolicy.NONE,
-                deliver_policy=DeliverPolicy.BY_START_SEQUENCE,
-                opt_start_seq=checkpoint + 1,
-                max_waiting=4,
-            ),
-        )
-        sub = await self.bus.js.pull_subscribe_bind(self.consumer, stream=CATALOG)
-        self.last_seq[CATALOG] = checkpoint
-        self._progress.set()
-        return sub
+    async def checkpoint(self, feed: Feed) -> int:
+        return await self.store.checkpoint(feed.stream)
 
-    async def _follow(self) -> None:
-        sub: Any = None
-        consumer_seq = 0
-        while not self._stopping.is_set():
-            try:
-                if sub is None:
-                    sub = await self._position()
-                    consumer_seq = 0
-                try:
-                    msgs: list[Msg] = await sub.fetch(self.batch, timeout=self.fetch_timeout)
-                except (TimeoutError, nats.errors.TimeoutError):
-                    continue
-                if not msgs:  # nats-py can end a fetch with no messages and no timeout
-                    continue
-                # An ack-less consumer never redelivers: a jump in its numbering means a lost
-                # fetch reply, so start again from the checkpoint.
-                first = msgs[0].metadata.sequence.consumer
-                if first != consumer_seq + 1:
-                    log.warning("gap in %s deliveries, repositioning", self.consumer)
-                    await self._drop(sub)
-                    sub = None
-                    continue
-                consumer_seq = msgs[-1].metadata.sequence.consumer
-                for msg in msgs:
-                    await self._apply_msg(msg)
-                last = msgs[-1].metadata.sequence.stream
-                await self.store.save_checkpoint(CATALOG, last)
-                self.last_seq[CATALOG] = last
-                self._progress.set()
-            except (
-                ConnectionFailure,
-                nats.errors.ConnectionClosedError,
-                nats.errors.ConnectionReconnectingError,
-                nats.errors.StaleConnectionError,
-                nats.errors.NoRespondersError,
-                nats.errors.TimeoutError,
-                nats.js.errors.NotFoundError,
-                nats.js.errors.ServiceUnavailableError,
-            ) as exc:
-                log.warning("mongodb catalog projection: %s; retrying", exc)
-                await self._drop(sub)
-                sub = None
-                await self._pause(0.5)
-            except Exception:  # the loop must outlive any bug; it logs loudly
-                log.exception("mongodb catalog projection failed; restarting from the checkpoint")
-                await self._drop(sub)
-                sub = None
-                await self._pause(2.0)
-        await self._drop(sub)
-
-    async def _apply_msg(self, msg: Msg) -> None:
-        try:
-            decoded = decode_msg(msg)
-        except DecodeError as exc:
+    async def handle(self, feed: Feed, batch: Batch, delivered: int) -> None:
+        for msg, exc in batch.poison:
             await self.bus.dead_letter(
                 msg, reason=exc.reason, error=str(exc), consumer=self.consumer
             )
-            return
-        with event_span(
-            "core project catalog", decoded, {CATALOG_ITEM: decoded.address.ids.get("id", "")}
-        ):
-            await self._apply_change(msg, catalog_change(decoded))
+        for decoded in batch.events:
+            with event_span(
+                "core project catalog", decoded, {CATALOG_ITEM: decoded.address.ids.get("id", "")}
+            ):
+                await self._apply(decoded)
+        await self.store.save_checkpoint(feed.stream, batch.last_seq)
 
-    async def _apply_change(self, msg: Msg, change: CatalogChange | None) -> None:
+    async def _apply(self, decoded: Decoded) -> None:
+        change = catalog_change(decoded)
         if change is None:
             return
         for attempt in range(1, MAX_ATTEMPTS + 1):
@@ -384,21 +299,18 @@ class MongoCatalogRunner:
             except Exception as exc:
                 if attempt == MAX_ATTEMPTS:
                     log.exception("catalog event %d failed, dead-lettered", change.seq)
-                    await self.bus.dead_letter(
-                        msg,
+                    env = decoded.envelope
+                    await self.bus.dead_letter_raw(
+                        subject=env.subject,
+                        data=decoded.event.model_dump_json(exclude_none=True).encode(),
+                        headers={},
                         reason="projection_failed",
                         error=f"catalog(mongodb): {type(exc).__name__}: {exc}",
                         consumer=self.consumer,
+                        stream=env.stream,
+                        stream_seq=env.stream_seq,
+                        num_delivered=MAX_ATTEMPTS,
                     )
             else:
                 self.applied += int(added)
                 return
-
-    async def _drop(self, sub: Any) -> None:
-        if sub is not None:
-            with contextlib.suppress(nats.errors.Error):
-                await sub.unsubscribe()
-
-    async def _pause(self, seconds: float) -> None:
-        with contextlib.suppress(asyncio.TimeoutError):
-            await asyncio.wait_for(self._stopping.wait(), timeout=seconds)
