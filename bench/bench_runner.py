@@ -4,14 +4,18 @@ openai-client loop, all against the same fake model in one run.
 All three drive the same scripted conversation against the same fake OpenAI-compatible
 server (streamed replies, one cheap `list_files` tool call per turn, then `finish`). The bare
 loop streams, gathers the tool call and answers it inline; the nexus runner also judges the
-call, publishes turn, tool_called and tool_result events (acked by JetStream), logs and
-heartbeats; the `openai-agents` runner (chat-completions model, tracing off, streamed)
-does its own item bookkeeping, tool dispatch and stream events. The difference per turn is
-each runner's own overhead (aim for the nexus runner: under 2 ms beyond the bare loop).
+call, publishes turn, tool_called and tool_result events (pipelined, every one acked by
+JetStream before the run's terminal event), logs and heartbeats; the `openai-agents` runner
+(chat-completions model, tracing off, streamed) does its own item bookkeeping, tool
+dispatch and stream events. Each timing starts before the contender creates its OpenAI
+client (the nexus runner makes its own per run) and ends when its run is done. The
+difference per turn is each runner's own overhead (aim for the nexus runner: under 2 ms
+beyond the bare loop).
 """
 
 from __future__ import annotations
 
+import gc
 import itertools
 import json
 import statistics
@@ -32,7 +36,7 @@ from openai import AsyncOpenAI
 from tests.fakes.openai_server import FakeOpenAI, Reply, Step, ToolCall
 
 TURNS = 40
-ROUNDS = 3
+ROUNDS = 5
 
 
 def _script(turns: int) -> Any:
@@ -48,6 +52,7 @@ def _script(turns: int) -> Any:
 
 
 async def _bare(base_url: str, turns: int) -> float:
+    started = time.perf_counter()
     client = AsyncOpenAI(api_key="bench", base_url=base_url, max_retries=0)
     # The same request the runner sends: its tool schemas, a system prompt, the task.
     tools = [
@@ -61,7 +66,6 @@ async def _bare(base_url: str, turns: int) -> float:
         {"role": "system", "content": "bench"},
         {"role": "user", "content": "go"},
     ]
-    started = time.perf_counter()
     for _ in range(turns):
         stream = await client.chat.completions.create(
             model="m",
@@ -132,6 +136,7 @@ async def _agents(base_url: str, turns: int) -> float:
         set_tracing_disabled,
     )
 
+    started = time.perf_counter()
     client = AsyncOpenAI(api_key="x", base_url=base_url, max_retries=0)
     set_default_openai_client(client, use_for_tracing=False)
     set_default_openai_api("chat_completions")
@@ -155,7 +160,6 @@ async def _agents(base_url: str, turns: int) -> float:
         model_settings=ModelSettings(temperature=0.2, max_tokens=4096, include_usage=True),
         tool_use_behavior=StopAtTools(stop_at_tool_names=["finish"]),
     )
-    started = time.perf_counter()
     result = Runner.run_streamed(agent, "go", max_turns=turns + 10)
     async for _ in result.stream_events():
         pass
@@ -166,20 +170,26 @@ async def _agents(base_url: str, turns: int) -> float:
 
 
 async def run(nats_url: str) -> list[tuple[str, float, str, float]]:
-    # Warm up the client, the server and the Agents SDK (imports, tool schemas) first; then
-    # interleave the three contenders for ROUNDS rounds and keep each one's median, so a
-    # noisy moment on the machine does not land on one of them only.
+    # Warm up the client, the server, the nexus runner and the Agents SDK (imports, tool
+    # schemas) first; then interleave the three contenders for ROUNDS rounds and keep each
+    # one's median, so a noisy moment on the machine does not land on one of them only.
+    # Each starts after a full garbage collection: none pays for the one before's garbage.
     async with FakeOpenAI(default=_script(20)) as llm:
         await _bare(llm.base_url, 20)
+    async with FakeOpenAI(default=_script(20)) as llm:
+        await _runner(llm.base_url, nats_url, 20)
     async with FakeOpenAI(default=_script(20)) as llm:
         await _agents(llm.base_url, 20)
     samples: dict[str, list[float]] = {"bare": [], "nexus": [], "agents": []}
     for _ in range(ROUNDS):
         async with FakeOpenAI(default=_script(TURNS)) as llm:
+            gc.collect()
             samples["bare"].append(await _bare(llm.base_url, TURNS))
         async with FakeOpenAI(default=_script(TURNS)) as llm:
+            gc.collect()
             samples["nexus"].append(await _runner(llm.base_url, nats_url, TURNS))
         async with FakeOpenAI(default=_script(TURNS)) as llm:
+            gc.collect()
             samples["agents"].append(await _agents(llm.base_url, TURNS))
     bare_us, runner_us, agents_us = (statistics.median(samples[k]) * 1e6 for k in samples)
     return [

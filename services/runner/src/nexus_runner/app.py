@@ -5,6 +5,10 @@ the bus itself is gone. Stops from outside (cancel_requested, SIGTERM, the wall-
 cancel the loop task, which aborts an in-flight model stream and kills a running shell
 command's process group.
 
+Events go out pipelined (`RunPublisher`); every one is stored before the finishing side
+effects (commit, push, pull request) and before the terminal event, which comes last. A run
+some of whose events cannot be stored ends ``failed`` (``runner_error``).
+
 The run is one span tree (`nexus_runner.tracing`): its root ``nexus run <run_id>`` continues
 the trace the caller passes (the scheduler's, via ``TRACEPARENT``), and every event the run
 publishes, heartbeats included, is inside it.
@@ -18,9 +22,11 @@ import logging
 import socket
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from nexus_events import telemetry
 from nexus_events.bus import Bus
+from nexus_events.errors import BusError
 from nexus_events.events.runs import (
     Reason,
     RunCancelled,
@@ -248,6 +254,8 @@ async def _execute_run(
         loop_ref[0] = loop
         finished = await loop.run()
         loop.phase = "finishing"
+        # No commit, push or pull request unless the run's record so far is stored.
+        await pub.flush()
         result = await finish_run(
             config,
             settings,
@@ -274,8 +282,33 @@ async def _execute_run(
         await asyncio.gather(*background, return_exceptions=True)
         await control.stop()
         await client.close()
-    await pub.event(terminal)
+    try:
+        await pub.flush()
+    except BusError as exc:
+        log.warning("run %s: events could not be stored: %s", config.run_id, exc)
+        terminal = _unrecorded(terminal, exc)
+    await pub.terminal(terminal)
     return terminal
+
+
+def _unrecorded(terminal: TerminalEvent, error: BusError) -> RunFailed:
+    """How a run ends when some of its events could not be stored: failed, whatever it did
+    (the outcome it would have had, and a completed run's result, are in the detail)."""
+    detail: dict[str, Any] = {
+        "outcome": terminal.event_name,
+        "reason": terminal.reason,
+        "message": terminal.message,
+    }
+    if isinstance(terminal, RunCompleted):
+        detail["result"] = terminal.result.model_dump(mode="json")
+    return RunFailed(
+        reason=Reason.RUNNER_ERROR,
+        message=f"run events could not be stored: {error}",
+        detail=detail,
+        tokens_in=terminal.tokens_in,
+        tokens_out=terminal.tokens_out,
+        cost_usd=terminal.cost_usd,
+    )
 
 
 def _terminal(

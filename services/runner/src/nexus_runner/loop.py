@@ -266,6 +266,7 @@ class AgentLoop:
                 expires_at=expires,
             )
         )
+        await self.pub.flush()  # stored before anyone is waited on
         answer = await self.control.wait_decision(approval_id, self.settings.approval_timeout)
         if answer is None:
             verdict, by, comment = "expired", None, None
