@@ -17,6 +17,7 @@ import json
 import statistics
 import time
 import uuid
+from collections.abc import Iterator
 from typing import Any
 
 import asyncpg
@@ -55,7 +56,6 @@ N = RUN_COUNT * EVENTS_PER_RUN  # 200,000
 # Runs are published in waves of this many, phase by phase, so a batch spans many runs.
 WAVE = 500
 REQUESTS = 1_000
-PUBLISH_CHUNK = 10_000
 
 AGENT = """
 id: bench
@@ -94,15 +94,16 @@ def _run_events(i: int) -> list[Event]:
     ]
 
 
-def _workload() -> list[Outgoing]:
-    items: list[Outgoing] = []
+def _waves() -> Iterator[list[Outgoing]]:
+    """The workload a wave of runs at a time (not all at once: a 200k-event list kept alive
+    would make every garbage collection of the measured code walk it)."""
     for start in range(0, RUN_COUNT, WAVE):
         runs = {i: _run_events(i) for i in range(start, min(start + WAVE, RUN_COUNT))}
-        for phase in range(EVENTS_PER_RUN):
-            for i, events in runs.items():
-                event = events[phase]
-                items.append(Outgoing(subjects.run_event(f"run-{i}", event.event_name), event))
-    return items
+        yield [
+            Outgoing(subjects.run_event(f"run-{i}", events[phase].event_name), events[phase])
+            for phase in range(EVENTS_PER_RUN)
+            for i, events in runs.items()
+        ]
 
 
 async def _replay(bus: Bus, dsn: str, last: int) -> float:
@@ -228,10 +229,9 @@ async def run(nats_url: str, dsn: str) -> list[tuple[str, float, str, float]]:
     bus = await Bus.connect(BusSettings(url=nats_url), source="bench")
     try:
         await ensure_streams(bus.js)
-        items = _workload()
         last = 0
-        for start in range(0, len(items), PUBLISH_CHUNK):
-            acks = await bus.publish_many(items[start : start + PUBLISH_CHUNK])
+        for wave in _waves():
+            acks = await bus.publish_many(wave)
             last = acks[-1].seq
         raw = await raw_fetch_ack_at(nats_url, subjects.run_events_filter(None), N)
         replay = await _replay(bus, dsn, last)

@@ -6,24 +6,27 @@ import asyncio
 import logging
 import signal
 
+from nexus_events.process import tune_gc
 from nexus_events.telemetry import setup_telemetry
 
 from nexus_core.app import serve
 from nexus_core.config import CoreSettings
 
 
-async def _main() -> None:
+async def _main(settings: CoreSettings) -> None:
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
-    await serve(CoreSettings(), stop)
+    await serve(settings, stop)
 
 
 def main() -> None:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s")
+    settings = CoreSettings()
     setup_telemetry("core")
-    asyncio.run(_main())
+    tune_gc(settings.gc_threshold)
+    asyncio.run(_main(settings))
 
 
 if __name__ == "__main__":

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from nexus_events.process import DEFAULT_GC_THRESHOLD
 from pydantic import Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
@@ -25,6 +26,12 @@ class CoreSettings(BaseSettings):
     # Big batches let a run's events fold in memory before one row write (2,000: 1.8x the
     # replay rate of 500 on the core benchmark; 5,000 was no faster).
     projection_batch: int = Field(2000, gt=0, description="Events per projection transaction.")
+    gc_threshold: int = Field(
+        DEFAULT_GC_THRESHOLD,
+        ge=0,
+        description="Allocations between young garbage collections (startup objects are"
+        " frozen); 0 keeps Python's defaults.",
+    )
     # Each consumer loop notices a stop within this many seconds.
     fetch_timeout: float = Field(1.0, gt=0, le=30, description="Seconds one fetch waits.")
     health_host: str = Field("127.0.0.1", description="Bind address of the health endpoint.")
