@@ -15,6 +15,7 @@ beyond the bare loop).
 
 from __future__ import annotations
 
+import functools
 import gc
 import itertools
 import json
@@ -22,6 +23,7 @@ import statistics
 import tempfile
 import time
 import uuid
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
@@ -36,6 +38,7 @@ from openai import AsyncOpenAI
 from tests.fakes.openai_server import FakeOpenAI, Reply, Step, ToolCall
 
 TURNS = 40
+SHORT = 10
 ROUNDS = 5
 
 
@@ -51,7 +54,10 @@ def _script(turns: int) -> Any:
     return step
 
 
-async def _bare(base_url: str, turns: int) -> float:
+async def _bare(base_url: str, turns: int, *, wire_body: bool = False) -> float:
+    """The loop with nothing but the openai client. `wire_body`: hand messages and tools to
+    the SDK in `extra_body`, as the nexus runner does (the same bytes on the wire, without the
+    SDK's per-request walk of the conversation)."""
     started = time.perf_counter()
     client = AsyncOpenAI(api_key="bench", base_url=base_url, max_retries=0)
     # The same request the runner sends: its tool schemas, a system prompt, the task.
@@ -67,10 +73,12 @@ async def _bare(base_url: str, turns: int) -> float:
         {"role": "user", "content": "go"},
     ]
     for _ in range(turns):
+        body: dict[str, Any] = {"messages": messages, "tools": tools}
+        if wire_body:
+            body = {"messages": [], "tools": [], "extra_body": body}
         stream = await client.chat.completions.create(
             model="m",
-            messages=messages,
-            tools=tools,  # type: ignore[arg-type]
+            **body,
             stream=True,
             stream_options={"include_usage": True},
             temperature=0.2,
@@ -121,6 +129,14 @@ async def _runner(base_url: str, nats_url: str, turns: int) -> float:
     await bus.close()
     assert isinstance(terminal, RunCompleted), terminal
     return elapsed / turns
+
+
+async def _bare_wire(base_url: str, turns: int) -> float:
+    return await _bare(base_url, turns, wire_body=True)
+
+
+async def _runner_at(nats_url: str, base_url: str, turns: int) -> float:
+    return await _runner(base_url, nats_url, turns)
 
 
 async def _agents(base_url: str, turns: int) -> float:
@@ -180,28 +196,43 @@ async def run(nats_url: str) -> list[tuple[str, float, str, float]]:
         await _runner(llm.base_url, nats_url, 20)
     async with FakeOpenAI(default=_script(20)) as llm:
         await _agents(llm.base_url, 20)
-    samples: dict[str, list[float]] = {"bare": [], "nexus": [], "agents": []}
+    samples: dict[str, list[float]] = {"bare": [], "wire": [], "nexus": [], "agents": []}
+    # The same runs at SHORT turns too: the difference per extra turn is each contender's
+    # marginal cost of a turn, free of what it pays once per run (client, workspace, git).
+    marginal: dict[str, list[float]] = {k: [] for k in samples}
+    contenders: dict[str, Callable[[str, int], Awaitable[float]]] = {
+        "bare": _bare,
+        "wire": _bare_wire,
+        "nexus": functools.partial(_runner_at, nats_url),
+        "agents": _agents,
+    }
     for _ in range(ROUNDS):
-        async with FakeOpenAI(default=_script(TURNS)) as llm:
-            gc.collect()
-            samples["bare"].append(await _bare(llm.base_url, TURNS))
-        async with FakeOpenAI(default=_script(TURNS)) as llm:
-            gc.collect()
-            samples["nexus"].append(await _runner(llm.base_url, nats_url, TURNS))
-        async with FakeOpenAI(default=_script(TURNS)) as llm:
-            gc.collect()
-            samples["agents"].append(await _agents(llm.base_url, TURNS))
-    bare_us, runner_us, agents_us = (statistics.median(samples[k]) * 1e6 for k in samples)
+        for name, contender in contenders.items():
+            per_turn = {}
+            for n in (TURNS, SHORT):
+                async with FakeOpenAI(default=_script(n)) as llm:
+                    gc.collect()
+                    per_turn[n] = await contender(llm.base_url, n)
+            samples[name].append(per_turn[TURNS])
+            marginal[name].append(
+                (per_turn[TURNS] * TURNS - per_turn[SHORT] * SHORT) / (TURNS - SHORT)
+            )
+    bare, wire, nexus, agents = (statistics.median(samples[k]) * 1e6 for k in samples)
+    m_bare, m_wire, m_nexus, m_agents = (statistics.median(marginal[k]) * 1e6 for k in marginal)
     return [
-        ("bare openai-client loop, us/turn", bare_us, "", 0.0),
-        ("nexus runner, us/turn", runner_us, "bare loop", runner_us / bare_us),
-        ("openai-agents runner, us/turn", agents_us, "bare loop", agents_us / bare_us),
-        ("nexus runner overhead beyond bare loop, us/turn", runner_us - bare_us, "", 0.0),
-        ("openai-agents overhead beyond bare loop, us/turn", agents_us - bare_us, "", 0.0),
-        (
-            "nexus runner vs openai-agents, us/turn",
-            runner_us,
-            "openai-agents",
-            runner_us / agents_us,
-        ),
-    ]
+        ("bare openai-client loop, us/turn", bare, "", 0.0),
+        ("bare loop, runner's request path (extra_body), us/turn", wire, "bare loop", wire / bare),
+        ("nexus runner, us/turn", nexus, "bare loop", nexus / bare),
+        ("openai-agents runner, us/turn", agents, "bare loop", agents / bare),
+        ("nexus runner vs openai-agents, us/turn", nexus, "openai-agents", nexus / agents),
+        ("nexus runner overhead beyond bare loop, us/turn", nexus - bare, "", 0.0),
+        ("openai-agents overhead beyond bare loop, us/turn", agents - bare, "", 0.0),
+        # The runner's own work: against a bare loop sending the same requests the same way.
+        ("nexus runner overhead beyond bare extra_body loop, us/turn", nexus - wire, "", 0.0),
+        (f"marginal turn ({SHORT}->{TURNS} turns): bare loop, us", m_bare, "", 0.0),
+        ("marginal turn: bare extra_body loop, us", m_wire, "bare loop", m_wire / m_bare),
+        ("marginal turn: nexus runner, us", m_nexus, "bare loop", m_nexus / m_bare),
+        ("marginal turn: openai-agents, us", m_agents, "bare loop", m_agents / m_bare),
+        ("marginal overhead per turn: nexus runner vs bare extra_body loop, us",
+         m_nexus - m_wire, "", 0.0),
+    ]  # fmt: skip

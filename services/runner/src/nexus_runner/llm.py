@@ -127,14 +127,22 @@ class LlmClient:
             attempt += 1
 
     def _params(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]]) -> Any:
+        # The SDK walks every request body against its TypedDict graph before sending it: with
+        # the whole conversation in it, that walk grew with every turn and was most of a turn's
+        # client-side time. Messages and tool schemas here are plain wire-format JSON already,
+        # so they travel in `extra_body`, which the SDK merges into the body after the walk;
+        # the empty placeholders keep the keys where they were. The body on the wire is the same.
+        wire: dict[str, Any] = {"messages": messages}
         params: dict[str, Any] = {
             "model": self.model,
-            "messages": messages,
+            "messages": [],
             "temperature": self.temperature,
             "max_tokens": self.max_output_tokens,
+            "extra_body": wire,
         }
         if tools:
-            params["tools"] = tools
+            params["tools"] = []
+            wire["tools"] = tools
         return params
 
     async def _once(

@@ -80,3 +80,49 @@ async def test_script_steps_can_depend_on_the_request() -> None:
         )
         await client.close()
     assert resp.choices[0].message.content == "3 messages"
+
+
+@pytest.mark.parametrize("stream", [False, True])
+async def test_runner_requests_are_the_bodies_the_sdk_would_send(stream: bool) -> None:
+    """The runner hands messages and tools to the SDK in `extra_body` (skipping the SDK's
+    per-request walk of the conversation); the server must get the very same body."""
+    from nexus_runner.llm import LlmClient, RetryPolicy
+
+    messages = [
+        {"role": "system", "content": "be brief"},
+        {"role": "user", "content": "hi"},
+        {"role": "assistant", "content": None, "tool_calls": [
+            {"id": "c1", "type": "function",
+             "function": {"name": "read_file", "arguments": '{"path": "a"}'}},
+        ]},
+        {"role": "tool", "tool_call_id": "c1", "content": "ünïcode ✓"},
+    ]  # fmt: skip
+    tools = [
+        {"type": "function", "function": {
+            "name": "read_file", "description": "Read.",
+            "parameters": {"type": "object", "properties": {"path": {"type": "string"}}},
+        }}
+    ]  # fmt: skip
+    async with FakeOpenAI([Reply(text="a"), Reply(text="b")]) as llm:
+        client = AsyncOpenAI(api_key="k", base_url=llm.base_url, max_retries=0)
+        typed: dict = {"model": "m", "messages": messages, "tools": tools, "temperature": 0.2}
+        typed["max_tokens"] = 99
+        if stream:
+            typed.update(stream=True, stream_options={"include_usage": True})
+            async for _ in await client.chat.completions.create(**typed):
+                pass
+        else:
+            await client.chat.completions.create(**typed)
+        runner = LlmClient(
+            client, "m", temperature=0.2, max_output_tokens=99,
+            retry=RetryPolicy(1, 0.0, 0.0), stream=stream,
+        )  # fmt: skip
+
+        async def sink(kind: str, text: str) -> None:
+            return None
+
+        await runner.complete(messages, tools, sink)
+        await client.close()
+    sdk_body, runner_body = llm.requests
+    assert runner_body == sdk_body
+    assert list(runner_body) == list(sdk_body)  # same keys in the same order
