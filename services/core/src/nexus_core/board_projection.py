@@ -103,6 +103,10 @@ class _TaskRuns:
     runs: list[str] = field(default_factory=list)
 
 
+def _iso(at: datetime | None) -> str | None:
+    return None if at is None else at.isoformat()
+
+
 def _later_or_equal(a: datetime | None, b: datetime | None) -> bool:
     return b is None or (a is not None and a >= b)
 
@@ -239,27 +243,41 @@ class BoardProjection:
                     touched.add(task_id)
                 if span is not None:
                     span.set_attribute(TASK_ID, task_id or "")
+        # Each write is one statement over a JSON array of rows (not executemany: one
+        # execution per row on the server).
         dirty = sorted((rid, ref) for rid, ref in refs.items() if ref.dirty)
         if dirty:
-            await conn.executemany(
+            await conn.execute(
                 f"INSERT INTO {q}.run_index (run_id, task_id, status, requested_at)"
-                " VALUES ($1, $2, $3, $4) ON CONFLICT (run_id) DO UPDATE SET"
-                " status = EXCLUDED.status",
-                [(rid, ref.task_id, ref.status, ref.requested_at) for rid, ref in dirty],
-            )
+                " SELECT * FROM jsonb_to_recordset($1::jsonb)"
+                " AS r(run_id text, task_id text, status text, requested_at timestamptz)"
+                " ON CONFLICT (run_id) DO UPDATE SET status = EXCLUDED.status",
+                json.dumps(
+                    [
+                        {"run_id": rid, "task_id": ref.task_id, "status": ref.status,
+                         "requested_at": _iso(ref.requested_at)}
+                        for rid, ref in dirty
+                    ]
+                ),
+            )  # fmt: skip
         if touched:
-            await conn.executemany(
+            await conn.execute(
                 f"INSERT INTO {q}.tasks (task_id, current_run_id, current_run_at, run_column,"
-                " run_at, runs) VALUES ($1, $2, $3, $4, $5, $6::jsonb)"
+                " run_at, runs) SELECT * FROM jsonb_to_recordset($1::jsonb) AS r(task_id text,"
+                " current_run_id text, current_run_at timestamptz, run_column text,"
+                " run_at timestamptz, runs jsonb)"
                 " ON CONFLICT (task_id) DO UPDATE SET current_run_id = EXCLUDED.current_run_id,"
                 " current_run_at = EXCLUDED.current_run_at, run_column = EXCLUDED.run_column,"
                 " run_at = EXCLUDED.run_at, runs = EXCLUDED.runs",
-                [
-                    (tid, t.current_run_id, t.current_run_at, t.run_column, t.run_at,
-                     json.dumps(t.runs))
-                    for tid in sorted(touched)
-                    for t in (tasks[tid],)
-                ],
+                json.dumps(
+                    [
+                        {"task_id": tid, "current_run_id": t.current_run_id,
+                         "current_run_at": _iso(t.current_run_at), "run_column": t.run_column,
+                         "run_at": _iso(t.run_at), "runs": t.runs}
+                        for tid in sorted(touched)
+                        for t in (tasks[tid],)
+                    ]
+                ),
             )  # fmt: skip
 
     @staticmethod
