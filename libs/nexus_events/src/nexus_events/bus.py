@@ -157,7 +157,9 @@ class Bus:
             return
         with contextlib.suppress(nats.errors.Error, asyncio.TimeoutError):
             await asyncio.wait_for(self.nc.flush(), timeout=2)
-        await self.nc.close()
+        # While nats-py is reconnecting (server gone), closing can raise the socket's error.
+        with contextlib.suppress(OSError):
+            await self.nc.close()
 
     # -- publishing ----------------------------------------------------------------------
 

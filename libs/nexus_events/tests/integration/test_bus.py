@@ -381,3 +381,17 @@ async def test_new_durable_starts_at_start_seq_and_existing_keeps_its_position(b
     moved = ConsumerSpec(stream=RUNS, durable="from_three", start_seq=1)
     async with bus.consumer(moved, handler):
         await eventually(lambda: seen == [3, 4, 5], what="only the new message")
+
+
+async def test_close_while_reconnecting_does_not_raise(nats_server: NatsServer):
+    bus = await Bus.connect(
+        BusSettings(url=nats_server.url, reconnect_time_wait=0.2), source="closer"
+    )
+    await bus.nc.publish("x.y", b"before")
+    nats_server.stop(kill=True)
+    for _ in range(20):
+        await bus.nc.publish("x.y", b"during")  # buffered while reconnecting
+        await asyncio.sleep(0.05)
+    assert not bus.nc.is_connected
+    await asyncio.wait_for(bus.close(), timeout=10)
+    assert bus.nc.is_closed
