@@ -182,6 +182,7 @@ def test_unknown_run_id_exits_3(stack: Stack) -> None:
         ("cancel", "run_nope"),
         ("logs", "run_nope"),
         ("events", "run_nope"),
+        ("events", "run_nope", "-f"),
         ("approve", "run_nope", "ap1"),
     ):
         result = stack.nexus(*args)

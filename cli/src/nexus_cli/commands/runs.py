@@ -302,15 +302,14 @@ def register(app: typer.Typer) -> None:  # noqa: PLR0915 - one place registers t
         async def body() -> None:
             check_token(run_id, "run id")
             async with Session(resolve_target(g), g.timeout) as s:
-                found = []
-                async for d in s.bus.replay(RUNS, run_id=run_id):
-                    found.append(d)
-                if not found and not follow_run:
-                    await s.get_run(run_id)  # exit 3 with the usual message if unknown
                 if not follow_run:
+                    found = [d async for d in s.bus.replay(RUNS, run_id=run_id)]
+                    if not found:
+                        await s.get_run(run_id)  # exit 3 with the usual message if unknown
                     _print_events(output, [_event_dict(d) for d in found])
                     return
-                if not found:
+                # Following reads the stored events too: only ask whether there are any.
+                if not await _has_events(s, run_id):
                     await s.get_run(run_id)
                 stream: AsyncGenerator[Decoded, None] = follow(
                     s.bus, RUNS, subjects.run_events_filter(run_id)
@@ -490,6 +489,11 @@ def _finish(view: RunView, output: Output) -> None:
     code = view.exit_code()
     if code is not ExitCode.OK:
         raise typer.Exit(int(code))
+
+
+async def _has_events(s: Session, run_id: str) -> bool:
+    info = await s.bus.js.stream_info(RUNS, subjects_filter=subjects.run_events_filter(run_id))
+    return bool(info.state.subjects)
 
 
 def _print_events(
