@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import gc
 import importlib
 import inspect
 import logging
@@ -40,6 +41,7 @@ async def _extra(nats_url: str, dsn: str) -> None:
             kwargs["nats_url"] = nats_url
         if "dsn" in params:
             kwargs["dsn"] = dsn
+        gc.collect()  # none starts with the garbage of the one before
         _print(info.name.removeprefix("bench_"), await module.run(**kwargs))
 
 

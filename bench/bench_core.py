@@ -229,6 +229,9 @@ async def run(nats_url: str, dsn: str) -> list[tuple[str, float, str, float]]:
     bus = await Bus.connect(BusSettings(url=nats_url), source="bench")
     try:
         await ensure_streams(bus.js)
+        # Earlier benchmarks of the same run publish into NEXUS_RUNS too; the replay (and its
+        # baseline) must read the 200k events of this one only.
+        await bus.js.purge_stream(RUNS)
         last = 0
         for wave in _waves():
             acks = await bus.publish_many(wave)
