@@ -15,6 +15,7 @@ starts, and everything after it is read again from the checkpoint.
 
 from __future__ import annotations
 
+import abc
 import asyncio
 import contextlib
 import logging
@@ -100,7 +101,7 @@ async def split_yielding(msgs: list[Msg], chunk: int = 250) -> Batch:
     )
 
 
-class StreamFollower:
+class StreamFollower(abc.ABC):
     """Keeps following its feeds until stopped. Subclasses keep the checkpoint and apply.
 
     `unavailable`: errors of the subclass's store that mean "away, not broken" (wait briefly
@@ -132,18 +133,36 @@ class StreamFollower:
 
     # -- what a subclass provides ----------------------------------------------------------
 
-    async def setup(self) -> None:
+    async def setup(self) -> None:  # noqa: B027 - optional: most stores need nothing
         """Prepare the store (tables, indexes) before following starts."""
 
+    @abc.abstractmethod
     async def checkpoint(self, feed: Feed) -> int:
         """The last stream sequence of `feed` already applied (0 for none)."""
-        raise NotImplementedError
 
+    @abc.abstractmethod
     async def handle(self, feed: Feed, batch: Batch, delivered: int) -> None:
         """Apply `batch` and store its `last_seq` as the checkpoint. `delivered` is where the
         previous batch left the checkpoint; raise `Reposition` if the stored one differs in a
         way that means re-reading."""
-        raise NotImplementedError
+
+    async def dead_letter_event(
+        self, feed: Feed, event: Decoded, error: Exception, attempts: int
+    ) -> None:
+        """Copy an event that `handle` could not apply after `attempts` tries to the DLQ
+        (reason ``projection_failed``), so the follower can go past it."""
+        env = event.envelope
+        await self.bus.dead_letter_raw(
+            subject=env.subject,
+            data=event.event.model_dump_json(exclude_none=True).encode(),
+            headers={},
+            reason="projection_failed",
+            error=f"{self.name}: {type(error).__name__}: {error}",
+            consumer=feed.consumer,
+            stream=env.stream,
+            stream_seq=env.stream_seq,
+            num_delivered=attempts,
+        )
 
     # -- lifecycle -------------------------------------------------------------------------
 

@@ -261,24 +261,10 @@ class ProjectionRunner(StreamFollower):
                     raise
                 except Exception as exc:  # noqa: BLE001 - this one event is poison here
                     if attempt == self.max_attempts:
-                        await self._dead_letter_event(feed, event, exc)
+                        await self.dead_letter_event(feed, event, exc, self.max_attempts)
                         await self._commit(feed, [], seq, delivered)
             delivered = seq
         await self._commit(feed, [], batch.last_seq, delivered)
-
-    async def _dead_letter_event(self, feed: Feed, event: Decoded, exc: Exception) -> None:
-        env = event.envelope
-        await self.bus.dead_letter_raw(
-            subject=env.subject,
-            data=event.event.model_dump_json(exclude_none=True).encode(),
-            headers={},
-            reason="projection_failed",
-            error=f"{self.name}: {type(exc).__name__}: {exc}",
-            consumer=feed.consumer,
-            stream=env.stream,
-            stream_seq=env.stream_seq,
-            num_delivered=self.max_attempts,
-        )
 
     async def _commit(
         self, feed: Feed, events: list[Decoded], last_seq: int, delivered: int

@@ -284,10 +284,10 @@ class MongoCatalogRunner(StreamFollower):
             with event_span(
                 "core project catalog", decoded, {CATALOG_ITEM: decoded.address.ids.get("id", "")}
             ):
-                await self._apply(decoded)
+                await self._apply(feed, decoded)
         await self.store.save_checkpoint(feed.stream, batch.last_seq)
 
-    async def _apply(self, decoded: Decoded) -> None:
+    async def _apply(self, feed: Feed, decoded: Decoded) -> None:
         change = catalog_change(decoded)
         if change is None:
             return
@@ -299,18 +299,7 @@ class MongoCatalogRunner(StreamFollower):
             except Exception as exc:
                 if attempt == MAX_ATTEMPTS:
                     log.exception("catalog event %d failed, dead-lettered", change.seq)
-                    env = decoded.envelope
-                    await self.bus.dead_letter_raw(
-                        subject=env.subject,
-                        data=decoded.event.model_dump_json(exclude_none=True).encode(),
-                        headers={},
-                        reason="projection_failed",
-                        error=f"catalog(mongodb): {type(exc).__name__}: {exc}",
-                        consumer=self.consumer,
-                        stream=env.stream,
-                        stream_seq=env.stream_seq,
-                        num_delivered=MAX_ATTEMPTS,
-                    )
+                    await self.dead_letter_event(feed, decoded, exc, MAX_ATTEMPTS)
             else:
                 self.applied += int(added)
                 return
