@@ -52,8 +52,8 @@ _RETRYABLE = (
     nats.errors.StaleConnectionError,
     asyncio.TimeoutError,
 )
-# Errors of a fetch that mean "the connection is away": wait and fetch again.
-_TRANSIENT_FETCH = (
+# Errors of a fetch that mean "the connection (or consumer) is away": wait and fetch again.
+FETCH_AWAY_ERRORS = (
     nats.errors.ConnectionClosedError,
     nats.errors.ConnectionReconnectingError,
     nats.errors.StaleConnectionError,
@@ -575,7 +575,7 @@ class Consumer:
                     msgs = await sub.fetch(self.spec.batch, timeout=self.spec.fetch_timeout)
                 except (TimeoutError, nats.errors.TimeoutError):
                     continue
-                except _TRANSIENT_FETCH as exc:
+                except FETCH_AWAY_ERRORS as exc:
                     log.warning("fetch on %s failed, retrying: %s", self.spec.durable, exc)
                     await self._pause(0.5)
                     continue

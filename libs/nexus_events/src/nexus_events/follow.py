@@ -27,24 +27,16 @@ import nats.js.errors
 from nats.aio.msg import Msg
 from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy
 
-from nexus_events.bus import Bus, decode_msg
+from nexus_events.bus import FETCH_AWAY_ERRORS, Bus, decode_msg
 from nexus_events.codec import Decoded
 from nexus_events.errors import DecodeError, PullStalled
 from nexus_events.pull import PullReader
 
 log = logging.getLogger(__name__)
 
-# NATS errors after which the follower waits a little and repositions.
-_NATS_AWAY = (
-    PullStalled,
-    nats.errors.ConnectionClosedError,
-    nats.errors.ConnectionReconnectingError,
-    nats.errors.StaleConnectionError,
-    nats.errors.NoRespondersError,
-    nats.js.errors.NotFoundError,
-    nats.js.errors.ServiceUnavailableError,
-    nats.errors.TimeoutError,
-)
+# NATS errors after which the follower waits a little and repositions: the bus's "away"
+# errors of a fetch, plus a stalled pull and a timed-out consumer request.
+_NATS_AWAY = (PullStalled, *FETCH_AWAY_ERRORS, nats.errors.TimeoutError)
 
 
 @dataclass(frozen=True)
