@@ -18,7 +18,7 @@ from typing import Any
 
 from aiohttp import web
 
-from tests.fakes.http import LocalHttpServer
+from tests.fakes.http import LocalHttpServer, ServedFake
 
 
 @dataclass
@@ -56,7 +56,7 @@ class Recorded:
 
 
 @dataclass
-class FakeGitHub:
+class FakeGitHub(ServedFake):
     """The fake server. ``async with`` starts it; `pulls` and `requests` are its state.
 
     `stale_lists` makes the next N list calls answer ``[]`` even when a pull request exists
@@ -70,25 +70,11 @@ class FakeGitHub:
     _http: LocalHttpServer = field(default_factory=LocalHttpServer)
     _numbers: itertools.count[int] = field(default_factory=lambda: itertools.count(1))
 
-    async def start(self) -> None:
+    def _app(self) -> web.Application:
         app = web.Application(middlewares=[self._record_and_auth])
         app.router.add_post("/repos/{owner}/{repo}/pulls", self._create)
         app.router.add_get("/repos/{owner}/{repo}/pulls", self._list)
-        await self._http.serve(app)
-
-    async def stop(self) -> None:
-        await self._http.close()
-
-    async def __aenter__(self) -> FakeGitHub:
-        await self.start()
-        return self
-
-    async def __aexit__(self, *exc: object) -> None:
-        await self.stop()
-
-    @property
-    def port(self) -> int:
-        return self._http.port
+        return app
 
     @property
     def api_url(self) -> str:

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import abc
+from typing import Self
+
 from aiohttp import web
 
 
@@ -29,3 +32,30 @@ class LocalHttpServer:
         if self._runner is not None:
             await self._runner.cleanup()
             self._runner = None
+
+
+class ServedFake(abc.ABC):
+    """`start`/`stop`, ``async with`` and `port` for a fake whose `_app` its `_http` serves."""
+
+    _http: LocalHttpServer
+
+    @abc.abstractmethod
+    def _app(self) -> web.Application:
+        """The fake's routes."""
+
+    async def start(self) -> None:
+        await self._http.serve(self._app())
+
+    async def stop(self) -> None:
+        await self._http.close()
+
+    async def __aenter__(self) -> Self:
+        await self.start()
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.stop()
+
+    @property
+    def port(self) -> int:
+        return self._http.port

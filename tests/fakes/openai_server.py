@@ -22,7 +22,7 @@ from typing import Any
 
 from aiohttp import web
 
-from tests.fakes.http import LocalHttpServer
+from tests.fakes.http import LocalHttpServer, ServedFake
 
 
 @dataclass(frozen=True)
@@ -68,7 +68,7 @@ Step = Reply | Failure
 Script = Iterable[Step | Callable[[dict[str, Any]], Step]]
 
 
-class FakeOpenAI:
+class FakeOpenAI(ServedFake):
     """The fake server. Start with ``async with`` (or `start`/`stop`); read `requests`."""
 
     def __init__(
@@ -90,25 +90,14 @@ class FakeOpenAI:
 
     # -- lifecycle -------------------------------------------------------------------------
 
-    async def start(self) -> None:
+    def _app(self) -> web.Application:
         app = web.Application()
         app.router.add_post("/v1/chat/completions", self._completions)
-        await self._http.serve(app)
+        return app
 
     async def stop(self) -> None:
-        self.release.set()
-        await self._http.close()
-
-    async def __aenter__(self) -> FakeOpenAI:
-        await self.start()
-        return self
-
-    async def __aexit__(self, *exc: object) -> None:
-        await self.stop()
-
-    @property
-    def port(self) -> int:
-        return self._http.port
+        self.release.set()  # hanging streams finish before the server closes
+        await super().stop()
 
     @property
     def base_url(self) -> str:
