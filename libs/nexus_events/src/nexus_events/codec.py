@@ -226,20 +226,23 @@ def decode(
             # Tell "not JSON at all" apart from "JSON of the wrong shape".
             parse_body(subject, data)  # raises UndecodableMessage for non-JSON / non-objects
             raise InvalidEvent(f"{model.__name__}: {_summarize(exc)}", subject=subject) from None
+    # Positional: this runs for every message of a replay, and keywords cost more.
+    get = headers.get
     envelope = Envelope(
-        subject=subject,
-        event_id=headers.get(MSG_ID) or _default_id(subject, data, meta),
-        schema=headers.get(SCHEMA) or model.schema_name(),
-        source=headers.get(SOURCE) or UNKNOWN_SOURCE,
-        correlation_id=headers.get(CORRELATION_ID),
-        causation_id=headers.get(CAUSATION_ID),
-        traceparent=headers.get(TRACEPARENT),
-        tracestate=headers.get(TRACESTATE),
-        stream=meta.stream if meta else None,
-        stream_seq=meta.stream_seq if meta else None,
-        timestamp_ns=meta.timestamp_ns if meta else None,
-        num_delivered=meta.num_delivered if meta else 1,
+        subject,
+        get(MSG_ID) or _default_id(subject, data, meta),
+        get(SCHEMA) or model.schema_name(),
+        get(SOURCE) or UNKNOWN_SOURCE,
+        get(CORRELATION_ID),
+        get(CAUSATION_ID),
+        get(TRACEPARENT),
+        get(TRACESTATE),
     )
+    if meta is not None:
+        envelope.stream = meta.stream
+        envelope.stream_seq = meta.stream_seq
+        envelope.timestamp_ns = meta.timestamp_ns
+        envelope.num_delivered = meta.num_delivered
     return Decoded(event=event, envelope=envelope, address=address)
 
 

@@ -140,6 +140,16 @@ class _Member:
         filters = self.source.filter_subjects
         return not filters or any(subjects.matches(f, event.envelope.subject) for f in filters)
 
+    def fresh(self, events: list[Decoded], checkpoint: int) -> list[Decoded]:
+        """The events past `checkpoint` that this member wants, in order."""
+        if (
+            not self.source.filter_subjects
+            and events
+            and (events[0].envelope.stream_seq or 0) > checkpoint
+        ):
+            return events  # the usual case: the whole batch is new, nothing filtered
+        return [e for e in events if (e.envelope.stream_seq or 0) > checkpoint and self.wants(e)]
+
 
 class ProjectionRunner(StreamFollower):
     """Keeps projections up to date with their streams until stopped.
@@ -277,11 +287,7 @@ class ProjectionRunner(StreamFollower):
                 checkpoint = await _lock_checkpoint(conn, schema, feed.stream, feed.consumer)
                 if checkpoint < delivered:
                     raise Reposition
-                fresh = [
-                    e
-                    for e in events
-                    if (e.envelope.stream_seq or 0) > checkpoint and member.wants(e)
-                ]
+                fresh = member.fresh(events, checkpoint)
                 if fresh:
                     await member.projection.apply(conn, schema, fresh)
                     applied += len(fresh)

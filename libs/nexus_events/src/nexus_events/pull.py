@@ -32,6 +32,7 @@ from nats.aio.subscription import Subscription
 
 from nexus_events.codec import JsMeta
 from nexus_events.errors import BusError, PullStalled
+from nexus_events.natsclient import Client as DirectClient
 
 # Server status codes on a pull request's reply subject.
 _HEARTBEAT = "100"
@@ -74,7 +75,11 @@ class PullReader:
         self._arrived = asyncio.Event()
 
     async def start(self) -> PullReader:
-        self._sub = await self._nc.subscribe(f"{self._inbox}.*", cb=self._on_msg)
+        subject = f"{self._inbox}.*"
+        if isinstance(self._nc, DirectClient):
+            self._sub = await self._nc.subscribe_direct(subject, self._on_msg)
+        else:  # a plain nats-py client: the same handler behind its callback task
+            self._sub = await self._nc.subscribe(subject, cb=self._on_msg_async)
         return self
 
     async def close(self) -> None:
@@ -144,7 +149,10 @@ class PullReader:
         self._request = _Request(reply, batch, "expires" in body, expires)
         await self._nc.publish(self._next_subject, json.dumps(body).encode(), reply=reply)
 
-    async def _on_msg(self, msg: Msg) -> None:
+    async def _on_msg_async(self, msg: Msg) -> None:
+        self._on_msg(msg)
+
+    def _on_msg(self, msg: Msg) -> None:
         request = self._request
         if msg.reply:  # a stream message: it belongs to the open request (one at a time)
             self._buffer.append(msg)

@@ -204,3 +204,14 @@ def test_parse_rejects_wildcards_and_bad_tokens(subject):
 )
 def test_matches_follows_nats_wildcards(pattern: str, subject: str, expected: bool) -> None:
     assert subjects.matches(pattern, subject) is expected
+
+
+@pytest.mark.parametrize(("length", "ok"), [(1, True), (128, True), (129, False)])
+def test_parse_takes_tokens_up_to_the_longest_allowed(length, ok):
+    run_id = "r" * length
+    subject = f"nexus.agent.run.v1.{run_id}.completed"
+    if ok:
+        assert parse_subject(subject).run_id == run_id
+    else:
+        with pytest.raises(InvalidSubject, match="run_id"):
+            parse_subject(subject)
