@@ -3,80 +3,16 @@
 from __future__ import annotations
 
 import functools
-from datetime import UTC, datetime, timedelta
+from datetime import timedelta
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from nexus_events.events import (
-    ApprovalDecided,
-    ApprovalRequested,
-    Event,
-    ModelSpec,
-    RunCancelled,
-    RunCompleted,
-    RunConfig,
-    RunDispatched,
-    RunFailed,
-    RunHeartbeat,
-    RunPrepared,
-    RunQueued,
-    RunRequested,
-    RunResult,
-    RunStarted,
-    RunTurn,
-)
 from nexus_events.runstate import next_status
 
 from nexus_core import run_state
 from nexus_core.run_state import RunFact, RunRow, evolve
 
-T0 = datetime(2026, 1, 1, tzinfo=UTC)
-CONFIG = RunConfig(
-    run_id="r",
-    agent_id="a",
-    task_id="T",
-    system_prompt="p",
-    model=ModelSpec(name="m"),
-    catalog_revisions={"agent/a": 2},
-)
-EXPIRES = T0 + timedelta(hours=1)
-
-
-def make(name: str, i: int) -> Event:
-    """An event of each kind; `i` varies the payload."""
-    makers = {
-        "requested": lambda: RunRequested(agent_id="a", task_id="T", input=f"in{i}"),
-        "prepared": lambda: RunPrepared(config=CONFIG),
-        "queued": lambda: RunQueued(position=i + 1, limit="global"),
-        "dispatched": lambda: RunDispatched(runtime="local", handle=f"h{i}", attempt=1 + i % 2),
-        "started": RunStarted,
-        "heartbeat": lambda: RunHeartbeat(seq=i),
-        "turn": lambda: RunTurn(turn=1 + i % 4, tokens_in=10 * i, tokens_out=i, cost_usd=0.01 * i),
-        "approval_requested": lambda: ApprovalRequested(
-            approval_id=f"a{i}", tool="git_push", summary="push", expires_at=EXPIRES
-        ),
-        "approval_decided": lambda: ApprovalDecided(approval_id=f"a{i}", decision="approved"),
-        "completed": lambda: RunCompleted(result=RunResult(summary=f"done {i}"), tokens_in=i),
-        "failed": lambda: RunFailed(reason="runner_error", message=f"boom {i}"),
-        "cancelled": RunCancelled,
-    }
-    return makers[name]()
-
-
-NAMES = [
-    "requested",
-    "prepared",
-    "queued",
-    "dispatched",
-    "started",
-    "heartbeat",
-    "turn",
-    "approval_requested",
-    "approval_decided",
-    "completed",
-    "failed",
-    "cancelled",
-]
+from ..run_events import T0, make, stream
 
 
 def facts_of(names: list[str]) -> list[RunFact]:
@@ -88,9 +24,6 @@ def facts_of(names: list[str]) -> list[RunFact]:
 
 def fold(facts: list[RunFact]) -> RunRow | None:
     return functools.reduce(evolve, facts, None)  # type: ignore[arg-type]
-
-
-stream = st.lists(st.sampled_from(NAMES), min_size=1, max_size=25)
 
 
 @settings(max_examples=300, deadline=None)
