@@ -11,6 +11,7 @@ import pkgutil
 import sys
 from typing import Any
 
+from nexus_core.config import CoreSettings
 from nexus_events.process import tune_gc
 
 from bench import bus_bench, projection_bench
@@ -48,7 +49,7 @@ async def _extra(nats_url: str, dsn: str) -> None:
 async def main() -> None:
     logging.basicConfig(level=logging.WARNING)
     # As the services run (core's __main__): startup objects frozen, fewer young collections.
-    tune_gc()
+    tune_gc(CoreSettings().effective_gc_threshold())
     with servers() as (nats, pg):
         _print("bus (nats-server, same run)", await bus_bench.run(nats.url))
         dsn = await pg.create_database("bench")

@@ -4,8 +4,25 @@ from __future__ import annotations
 
 import gc
 
-# Allocations (net) between young-generation collections; Python's default is 700.
+# Net allocations of tracked objects between young-generation collections, at the least;
+# Python's default is 700.
 DEFAULT_GC_THRESHOLD = 50_000
+# Tracked objects a projection keeps alive per event it has in flight, with room to spare:
+# the young generation held 58k objects while a 5,000-event batch was in hand during the core
+# replay (message, headers, decoded event and its model internals, envelope, subject, fold
+# fact: about 12 per event), and up to three batches are alive at once (streaming in, being
+# decoded, being applied).
+GC_OBJECTS_PER_BATCH_EVENT = 40
+
+
+def gc_threshold_for_batch(batch: int) -> int:
+    """A young-generation threshold above what `batch`-event projection batches keep alive.
+
+    Below that, every batch set off collections that walked the whole batch in flight, only to
+    find it all still alive: with threshold 50,000 and 5,000-event batches, 37 young
+    collections of ~40 ms each took 16 % of the core replay.
+    """
+    return max(DEFAULT_GC_THRESHOLD, GC_OBJECTS_PER_BATCH_EVENT * batch)
 
 
 def tune_gc(threshold: int = DEFAULT_GC_THRESHOLD) -> None:
@@ -26,4 +43,9 @@ def tune_gc(threshold: int = DEFAULT_GC_THRESHOLD) -> None:
     gc.set_threshold(threshold, older, oldest)
 
 
-__all__ = ["DEFAULT_GC_THRESHOLD", "tune_gc"]
+__all__ = [
+    "DEFAULT_GC_THRESHOLD",
+    "GC_OBJECTS_PER_BATCH_EVENT",
+    "gc_threshold_for_batch",
+    "tune_gc",
+]

@@ -25,7 +25,7 @@ def main() -> None:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s")
     settings = CoreSettings()
     setup_telemetry("core")
-    tune_gc(settings.gc_threshold)
+    tune_gc(settings.effective_gc_threshold())
     asyncio.run(_main(settings))
 
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from nexus_events.process import DEFAULT_GC_THRESHOLD
+from nexus_events.process import gc_threshold_for_batch
 from pydantic import Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
@@ -28,11 +28,12 @@ class CoreSettings(BaseSettings):
     # time: 2,000 -> 11.8k/7.7k/8.5k ev/s, 5,000 -> 12.1k/12.2k/12.3k, 10,000 no faster.
     # Live, batches are as small as what has arrived.
     projection_batch: int = Field(5000, gt=0, description="Events per projection transaction.")
-    gc_threshold: int = Field(
-        DEFAULT_GC_THRESHOLD,
+    gc_threshold: int | None = Field(
+        None,
         ge=0,
-        description="Allocations between young garbage collections (startup objects are"
-        " frozen); 0 keeps Python's defaults.",
+        description="Net allocations between young garbage collections (startup objects are"
+        " frozen); unset: 40 per projection batch event, at least 50,000; 0 keeps Python's"
+        " defaults.",
     )
     # Each consumer loop notices a stop within this many seconds.
     fetch_timeout: float = Field(1.0, gt=0, le=30, description="Seconds one fetch waits.")
@@ -44,3 +45,9 @@ class CoreSettings(BaseSettings):
     consumer_prefix: str = Field(
         "core", pattern=r"^[A-Za-z0-9_-]+$", description="Prefix of durable consumer names."
     )
+
+    def effective_gc_threshold(self) -> int:
+        """`gc_threshold`, or one sized to keep projection batches out of the collector."""
+        if self.gc_threshold is not None:
+            return self.gc_threshold
+        return gc_threshold_for_batch(self.projection_batch)

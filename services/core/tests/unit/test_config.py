@@ -1,0 +1,16 @@
+"""Core's settings: the garbage-collector threshold follows the projection batch unless set."""
+
+from __future__ import annotations
+
+from nexus_core.config import CoreSettings
+
+
+def test_gc_threshold_defaults_to_the_batch_sizing():
+    assert CoreSettings().effective_gc_threshold() == 200_000
+    assert CoreSettings(projection_batch=20_000).effective_gc_threshold() == 800_000
+
+
+def test_an_explicit_gc_threshold_wins_and_zero_means_python_defaults(monkeypatch):
+    monkeypatch.setenv("NEXUS_GC_THRESHOLD", "75000")
+    assert CoreSettings().effective_gc_threshold() == 75_000
+    assert CoreSettings(gc_threshold=0).effective_gc_threshold() == 0
