@@ -200,3 +200,39 @@ async def test_restart_mid_stream_and_rebuild_equal_live(bus: Bus, core_pool: as
     # Each prepared exactly once despite the restart.
     for i in range(12):
         assert (await event_names(bus, f"x{i}")).count("prepared") == 1
+
+
+async def test_runs_list_filters_and_runs_events_from_a_sequence(bus: Bus, core: CoreApp):
+    await apply_agent(bus, AGENT_YAML)
+    await apply_skill(bus, SKILL_MD)
+    await catalog_ready(core)
+    for run_id, task_id, origin in (("q1", "T-a", "cli"), ("q2", "T-b", "plane")):
+        body = {**RAW, "task_id": task_id, "origin": origin}
+        await bus.js.publish(subjects.run_event(run_id, "requested"), json.dumps(body).encode())
+        await eventually(lambda r=run_id: event_names(bus, r), lambda n: "prepared" in n)
+    _, first = await query(bus, subjects.CORE_RUNS_GET, {"run_id": "q2"})
+    await bus.js.publish(subjects.run_event("q3", "requested"), json.dumps(RAW).encode())
+    await eventually(lambda: event_names(bus, "q3"), lambda n: "prepared" in n)
+    await _drive(bus, "q1")
+    await _caught_up(core, bus)
+
+    async def listed(**filters: Any) -> list[str]:
+        error, body = await query(bus, subjects.CORE_RUNS_LIST, filters)
+        assert error is None, body
+        return [r["run_id"] for r in body["runs"]]
+
+    assert await listed(origin="plane") == ["q2"]
+    assert await listed(task_id="T-a") == ["q1"]
+    assert await listed(origin="nats", status="prepared") == ["q3"]
+    assert await listed(since=first["phases"]["requested"]) == ["q3", "q2"]
+    assert await listed(agent_id="implementer", limit=2) == ["q3", "q2"]
+
+    _, everything = await query(bus, subjects.CORE_RUNS_EVENTS, {"run_id": "q1"})
+    seqs = [e["seq"] for e in everything["events"]]
+    assert seqs == sorted(seqs)
+    assert len(seqs) == 6  # requested, prepared, dispatched, started, turn, completed
+    _, tail = await query(bus, subjects.CORE_RUNS_EVENTS, {"run_id": "q1", "from_seq": seqs[3]})
+    assert [e["seq"] for e in tail["events"]] == seqs[3:]
+    assert [e["event"] for e in tail["events"]] == ["started", "turn", "completed"]
+    _, page = await query(bus, subjects.CORE_RUNS_EVENTS, {"run_id": "q1", "limit": 2})
+    assert [e["seq"] for e in page["events"]] == seqs[:2]
