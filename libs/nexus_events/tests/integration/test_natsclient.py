@@ -9,12 +9,12 @@ import uuid
 
 import nats
 from nats.aio.msg import Msg
-from nats.js.api import AckPolicy, ConsumerConfig
-from nexus_events import subjects
 from nexus_events.bus import Bus
 from nexus_events.natsclient import Client
 from nexus_events.pull import PullReader
 from nexus_events.streams import RUNS
+
+from .test_pull import beats, consumer
 
 
 async def connected(url: str, errors: list[Exception] | None = None) -> Client:
@@ -79,16 +79,7 @@ async def test_direct_and_callback_delivery_see_the_same_messages(nats_url: str)
 
 
 async def test_status_replies_reach_a_direct_subscription_parsed(bus: Bus, nats_url: str):
-    name = f"empty-{uuid.uuid4().hex[:8]}"
-    await bus.js.add_consumer(
-        RUNS,
-        ConsumerConfig(
-            name=name,
-            durable_name=name,
-            ack_policy=AckPolicy.NONE,
-            filter_subject=subjects.run_events_filter(f"r{uuid.uuid4().hex[:8]}"),
-        ),
-    )
+    name = await consumer(bus, f"r{uuid.uuid4().hex[:8]}")  # a run with no events
     nc = await connected(nats_url)
     try:
         got = Collected()
@@ -156,24 +147,12 @@ async def test_a_failing_direct_handler_is_reported_and_delivery_goes_on(nats_ur
 
 async def test_a_plain_nats_py_client_still_reads_through_pull_reader(bus: Bus, nats_url: str):
     run_id = f"r{uuid.uuid4().hex[:8]}"
-    name = f"plain-{uuid.uuid4().hex[:8]}"
-    await bus.js.add_consumer(
-        RUNS,
-        ConsumerConfig(
-            name=name,
-            durable_name=name,
-            ack_policy=AckPolicy.NONE,
-            filter_subject=subjects.run_events_filter(run_id),
-        ),
-    )
-    for n in range(3):
-        await bus.js.publish(
-            subjects.run_event(run_id, "heartbeat"), json.dumps({"seq": n}).encode()
-        )
+    await beats(bus, run_id, 3)
+    name = await consumer(bus, run_id)
     plain = await nats.connect(nats_url)
     try:
         async with PullReader(plain, RUNS, name) as reader:
             msgs = await reader.fetch(10, 2.0)
-        assert [json.loads(m.data)["seq"] for m in msgs] == [0, 1, 2]
+        assert [json.loads(m.data)["seq"] for m in msgs] == [1, 2, 3]
     finally:
         await plain.close()
