@@ -137,6 +137,7 @@ async def _scheduler(nats_url: str) -> tuple[float, float, float]:
         tick_seconds=3600,  # no timers during the measurement
         lease_bucket=f"bench_scheduler_{tag}",
         consumer_name=f"bench-scheduler-{tag}",
+        health_port=None,
     )
     runtime = NoopRuntime()
     app = SchedulerApp(settings, bus_settings=BusSettings(url=nats_url), runtime=runtime)

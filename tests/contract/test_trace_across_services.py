@@ -148,6 +148,7 @@ async def test_a_run_is_one_connected_trace_across_the_three_services(
                 tick_seconds=0.2,
                 lease_ttl_seconds=3,
                 exit_grace_seconds=5,
+                health_port=None,
             ),
             bus_settings=BusSettings(url=nats_url, name="scheduler-trace-test"),
             runtime=runtime,

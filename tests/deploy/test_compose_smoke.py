@@ -162,9 +162,10 @@ def _mapped(
     if "NEXUS_DATABASE_URL" in env:
         assert "@postgres:5432/" in env["NEXUS_DATABASE_URL"]
         out["NEXUS_DATABASE_URL"] = pg_dsn  # embedded PostgreSQL listens on a unix socket
-    if "NEXUS_HEALTH_PORT" in env:
-        out["NEXUS_HEALTH_HOST"] = "127.0.0.1"
-        out["NEXUS_HEALTH_PORT"] = str(_free_port())
+    for prefix in ("NEXUS_", "NEXUS_SCHEDULER_"):
+        if f"{prefix}HEALTH_PORT" in env:
+            out[f"{prefix}HEALTH_HOST"] = "127.0.0.1"
+            out[f"{prefix}HEALTH_PORT"] = str(_free_port())
     if "NEXUS_RUNNER_LLM_BASE_URL" in env:
         out["NEXUS_RUNNER_LLM_BASE_URL"] = llm_url
     for key in ("NEXUS_SCHEDULER_LOCAL_WORKDIR", "NEXUS_RUNNER_WORKSPACE_ROOT"):
@@ -226,7 +227,9 @@ async def test_one_run_end_to_end_from_compose(
         core.start()
         health = int(core.env["NEXUS_HEALTH_PORT"])
         await _until_ready(core, health)
-        procs["scheduler"].start()
+        scheduler = procs["scheduler"]
+        scheduler.start()
+        await _until_ready(scheduler, int(scheduler.env["NEXUS_SCHEDULER_HEALTH_PORT"]))
         agent = AgentDefinition.model_validate(
             {
                 "id": "smoke",
@@ -273,11 +276,11 @@ async def test_one_run_end_to_end_from_compose(
 TERMINAL = {"completed", "failed", "cancelled", "timed_out", "lost"}
 
 
-async def _until_ready(core: Service, port: int, within: float = 30) -> None:
+async def _until_ready(service: Service, port: int, within: float = 30) -> None:
     deadline = time.monotonic() + within
     while time.monotonic() < deadline:
-        assert core.proc is not None
-        assert core.proc.poll() is None, core.tail()
+        assert service.proc is not None
+        assert service.proc.poll() is None, service.tail()
         try:
             status = await asyncio.to_thread(_get, f"http://127.0.0.1:{port}/readyz")
         except OSError:
@@ -285,7 +288,7 @@ async def _until_ready(core: Service, port: int, within: float = 30) -> None:
         if status == 200:
             return
         await asyncio.sleep(0.1)
-    raise AssertionError("core never became ready\n" + core.tail())
+    raise AssertionError(f"{service.name} never became ready\n" + service.tail())
 
 
 def _get(url: str) -> int:

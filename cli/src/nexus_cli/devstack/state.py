@@ -56,6 +56,7 @@ class StackState(BaseModel):
     nats_monitor_url: str | None = None
     database_url: str | None = None
     core_health_url: str | None = None
+    scheduler_health_url: str | None = None
     model_url: str | None = Field(None, description="The runners' model base URL, if known.")
     services: dict[str, ServiceEntry] = Field(default_factory=dict)
 

@@ -280,6 +280,8 @@ class Supervisor:
             },
         )
         core.entry.url = self.state.core_health_url
+        scheduler_health_port = probes.free_port()
+        self.state.scheduler_health_url = f"http://127.0.0.1:{scheduler_health_port}"
         runner_cmd = os.environ.get("NEXUS_SCHEDULER_LOCAL_COMMAND") or json.dumps(
             [sys.executable, "-m", "nexus_runner"]
         )
@@ -292,8 +294,11 @@ class Supervisor:
                 "NEXUS_SCHEDULER_LOCAL_COMMAND": runner_cmd,
                 "NEXUS_SCHEDULER_LOCAL_WORKDIR": str(self.home / "runs"),
                 "NEXUS_SCHEDULER_REPLICA_ID": SCHEDULER_REPLICA,
+                "NEXUS_SCHEDULER_HEALTH_HOST": "127.0.0.1",
+                "NEXUS_SCHEDULER_HEALTH_PORT": str(scheduler_health_port),
             },
         )
+        scheduler.entry.url = self.state.scheduler_health_url
         await core.start()
         await scheduler.start()
         await _until(self._healthy, "core and the scheduler to become ready", READY_TIMEOUT)
@@ -346,9 +351,12 @@ class Supervisor:
                 )
         assert self.bus is not None
         assert self.state.core_health_url is not None
+        assert self.state.scheduler_health_url is not None
         core_ready = await probes.http_status(self.state.core_health_url + "/readyz") == 200
+        scheduler_url = self.state.scheduler_health_url + "/readyz"
+        scheduler_ready = await probes.http_status(scheduler_url) == 200
         leader = await probes.scheduler_leader(self.bus.js)
-        return core_ready and leader == SCHEDULER_REPLICA
+        return core_ready and scheduler_ready and leader == SCHEDULER_REPLICA
 
     async def _watch_postgres(self) -> None:
         """PostgreSQL is pg_ctl's daemon, not our child: look at its pid, restart it if gone."""

@@ -1,6 +1,8 @@
 """A minimal HTTP health endpoint for probes: ``/healthz`` (alive) and ``/readyz`` (ready).
 
-Readiness is whatever the app's `ready()` says: NATS connected and every component running.
+Each service passes its own `ready()` (core: NATS connected and every component running;
+scheduler: NATS connected and campaigning for the lease). Port 0 picks a free port, which
+`port` then holds.
 """
 
 from __future__ import annotations
@@ -13,6 +15,9 @@ _REASONS = {200: "OK", 404: "Not Found", 503: "Service Unavailable"}
 
 
 class HealthServer:
+    """Serves ``/healthz`` (200 while the process answers) and ``/readyz`` (200 while `ready()`
+    holds, else 503) until stopped."""
+
     def __init__(self, ready: Callable[[], bool], host: str, port: int) -> None:
         self.ready = ready
         self.host = host
@@ -56,3 +61,6 @@ class HealthServer:
             writer.close()
             with contextlib.suppress(OSError):
                 await writer.wait_closed()
+
+
+__all__ = ["HealthServer"]

@@ -7,6 +7,8 @@ Loaded as a plugin (``-p nexus_events.testing``) so every package's tests share 
 - ``nats_url``: its URL. ``bus``: a connected `Bus` with every stream ensured.
 - ``postgres_server``: one embedded PostgreSQL per test session.
 - ``pg_dsn``: a fresh database in it per test; ``pg_pool``: an asyncpg pool on it.
+
+Helpers for tests of service processes: `free_port` and `http_status` (health probes).
 """
 
 from __future__ import annotations
@@ -52,11 +54,26 @@ def nats_server_binary() -> str:
     return found
 
 
-def _free_port() -> int:
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 that nothing listened on a moment ago."""
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port: int = s.getsockname()[1]
         return port
+
+
+async def http_status(port: int, path: str) -> int:
+    """The status code of ``GET path`` on 127.0.0.1:`port`; 0 if nothing answers there."""
+    try:
+        reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    except OSError:
+        return 0
+    writer.write(f"GET {path} HTTP/1.1\r\nHost: x\r\n\r\n".encode())
+    await writer.drain()
+    line = await reader.readline()
+    writer.close()
+    await writer.wait_closed()
+    return int(line.split()[1]) if line else 0
 
 
 class NatsServer:
@@ -64,7 +81,7 @@ class NatsServer:
 
     def __init__(self, store_dir: Path, port: int | None = None) -> None:
         self.store_dir = store_dir
-        self.port = port or _free_port()
+        self.port = port or free_port()
         self._proc: subprocess.Popen[bytes] | None = None
         self._log = store_dir / "nats-server.log"
 
@@ -218,4 +235,4 @@ async def pg_pool(pg_dsn: str) -> AsyncIterator[asyncpg.Pool[Any]]:
         await asyncio.wait_for(pool.close(), timeout=10)
 
 
-__all__ = ["NatsServer", "PostgresServer", "nats_server_binary"]
+__all__ = ["NatsServer", "PostgresServer", "free_port", "http_status", "nats_server_binary"]

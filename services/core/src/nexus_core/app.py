@@ -16,6 +16,7 @@ from typing import Any
 import asyncpg
 from motor.motor_asyncio import AsyncIOMotorClient, AsyncIOMotorDatabase
 from nexus_events.bus import Bus, BusSettings, Consumer
+from nexus_events.health import HealthServer
 from nexus_events.metrics import MetricsSettings, RunMetrics, setup_metrics
 from nexus_events.projection import ProjectionRunner
 from nexus_events.streams import CATALOG, ensure_streams
@@ -26,7 +27,6 @@ from nexus_core.catalog_store import CatalogProjection, CatalogStore, PgCatalogS
 from nexus_core.config import CoreSettings
 from nexus_core.errors import CatalogBackendError
 from nexus_core.handlers import AssemblyHandler, assembly_consumer_spec
-from nexus_core.health import HealthServer
 from nexus_core.memory import MemoryClient
 from nexus_core.mongo_catalog import (
     Document,

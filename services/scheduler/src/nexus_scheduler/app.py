@@ -14,6 +14,7 @@ from pathlib import Path
 
 from nexus_events.bus import Bus, BusSettings, Consumer, ConsumerSpec, decode_msg
 from nexus_events.errors import DecodeError
+from nexus_events.health import HealthServer
 from nexus_events.streams import RUNS, SCHEDULES, ensure_streams
 
 from nexus_scheduler.clock import Clock, SystemClock
@@ -70,6 +71,7 @@ class SchedulerApp:
         self._stopping = asyncio.Event()
         self._campaign: asyncio.Task[None] | None = None
         self._ticker: asyncio.Task[None] | None = None
+        self.health: HealthServer | None = None
 
     @property
     def bus(self) -> Bus:
@@ -88,6 +90,23 @@ class SchedulerApp:
             self.settings.lease_ttl_seconds,
         )
         self._campaign = asyncio.create_task(self._campaign_loop(), name="scheduler:lease")
+        if self.settings.health_port is not None:
+            self.health = HealthServer(
+                self.ready, self.settings.health_host, self.settings.health_port
+            )
+            await self.health.start()
+
+    def ready(self) -> bool:
+        """Connected to NATS and campaigning for the lease (leading or standing by), not
+        stopping: a standby replica is ready to take over."""
+        campaign = self._campaign
+        return (
+            not self._stopping.is_set()
+            and self._bus is not None
+            and self._bus.nc.is_connected
+            and campaign is not None
+            and not campaign.done()
+        )
 
     async def stop(self) -> None:
         """Drain: stop consuming after the batch in hand, finish starts, hand the lease over."""
@@ -101,6 +120,9 @@ class SchedulerApp:
         await self.runtime.close()
         if self._bus is not None:
             await self._bus.close()
+        if self.health is not None:
+            await self.health.stop()  # last: liveness holds while draining
+            self.health = None
 
     async def _campaign_loop(self) -> None:
         assert self._lease is not None

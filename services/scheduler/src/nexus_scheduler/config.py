@@ -70,6 +70,12 @@ class SchedulerSettings(BaseSettings):
         " `overlap_policy`.",
     )
 
+    # Probes. 8081, not core's 8080: both may run on one host (a laptop, `docker run`).
+    health_host: str = Field("127.0.0.1", description="Bind address of the health endpoint.")
+    health_port: int | None = Field(
+        8081, ge=0, le=65535, description="HTTP port of /healthz and /readyz; None = off."
+    )
+
     # Local runtime.
     local_workdir: Path = Field(
         default_factory=lambda: Path(tempfile.gettempdir()) / "nexus-runs",

@@ -43,6 +43,7 @@ async def make_app(nats_url: str, clock: ManualClock) -> AsyncIterator[AppFactor
             "cancel_grace_seconds": 30,
             "heartbeat_timeout_seconds": 90,
             "exit_grace_seconds": 5,
+            "health_port": None,  # the health tests turn it on
         }
         values.update(overrides)
         app = SchedulerApp(
