@@ -114,7 +114,9 @@ def test_hpas_target_only_stateless_deployments(rendered: list[dict[str, Any]]) 
         assert hpa["spec"]["scaleTargetRef"]["name"] not in singletons
 
 
-def test_runner_pods_may_reach_only_dns_nats_llm_and_git(rendered: list[dict[str, Any]]) -> None:
+def test_runner_pods_may_reach_only_dns_nats_otlp_llm_and_git(
+    rendered: list[dict[str, Any]],
+) -> None:
     [policy] = [o for o in rendered if o["metadata"]["name"] == "runner-egress"]
     assert policy["metadata"]["namespace"] == RUNS_NAMESPACE
     assert policy["spec"]["podSelector"]["matchLabels"] == {
@@ -123,9 +125,18 @@ def test_runner_pods_may_reach_only_dns_nats_llm_and_git(rendered: list[dict[str
     assert set(policy["spec"]["policyTypes"]) == {"Ingress", "Egress"}
     assert policy["spec"]["ingress"] == []
     ports = sorted(p["port"] for rule in policy["spec"]["egress"] for p in rule["ports"])
-    assert ports == [22, 53, 53, 443, 443, 4222]
+    assert ports == [22, 53, 53, 443, 443, 4222, 4318]
     for rule in policy["spec"]["egress"]:
         assert rule.get("to"), "an egress rule without `to` would allow every destination"
+
+
+def test_runner_pods_send_spans_where_the_services_do(rendered: list[dict[str, Any]]) -> None:
+    [config] = [o for o in rendered if o["metadata"]["name"] == "nexus-config"]
+    [secret] = [o for o in rendered if o["metadata"]["name"] == "runner-env"]
+    endpoint = secret["stringData"]["OTEL_EXPORTER_OTLP_ENDPOINT"]
+    assert endpoint == config["data"]["OTEL_EXPORTER_OTLP_ENDPOINT"]
+    assert endpoint.endswith(".observability.svc:4318")  # what runner-egress lets through
+    assert secret["stringData"]["OTEL_SERVICE_NAME"] == "nexus-runner"
 
 
 def test_the_runtime_labels_match_the_network_policy() -> None:
