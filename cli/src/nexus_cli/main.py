@@ -15,6 +15,8 @@ from nexus_cli.commands import (
     dlq,
     doctor,
     projections,
+    run_control,
+    run_events,
     runs,
     skills,
 )
@@ -55,6 +57,10 @@ app.add_typer(board.task_app, name="task")
 app.add_typer(dlq.app, name="dlq")
 app.add_typer(projections.app, name="projections")
 app.add_typer(context.app, name="context")
+# `nexus --help` lists commands in registration order: run, ps, attach, events, logs,
+# cancel, approve, deny.
 runs.register(app)
+run_events.register(app)
+run_control.register(app)
 board.register(app)
 doctor.register(app)

@@ -29,6 +29,8 @@ OutputOpt = Annotated[
     Output,
     typer.Option("--output", "-o", help="table for people, json for scripts.", show_default=True),
 ]
+# The RUN argument of every command on one run.
+RunArg = Annotated[str, typer.Argument(metavar="RUN", help="Run id.")]
 ContextOpt = Annotated[
     str | None,
     typer.Option("--context", help="Context to use (default: the current one).", envvar=None),

@@ -16,6 +16,8 @@ from nexus_cli.output import duration
 
 # Events shown under "recent" in the live view.
 RECENT = 6
+# The run events after which a run has ended: its terminal statuses (nexus_events.runstate).
+TERMINAL_EVENTS = frozenset({"completed", "failed", "cancelled", "timed_out", "lost"})
 
 
 @dataclass

@@ -1,4 +1,4 @@
-"""Runs: `nexus run`, `ps`, `attach`, `logs`, `events`, `cancel`, `approve`, `deny`."""
+"""Runs: `nexus run`, `ps`, `attach`; following a run live until it ends."""
 
 from __future__ import annotations
 
@@ -7,7 +7,6 @@ import contextlib
 import sys
 import time
 import uuid
-from collections.abc import AsyncGenerator
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Annotated, Any
@@ -15,43 +14,23 @@ from typing import Annotated, Any
 import typer
 from nexus_events import subjects
 from nexus_events.codec import Decoded
-from nexus_events.events import ApprovalDecision, CancelRequested, Origin, RepoSpec, RunRequested
+from nexus_events.events import Origin, RepoSpec, RunRequested
 from nexus_events.runstate import is_terminal
-from nexus_events.streams import LOGS, RUNS
+from nexus_events.streams import RUNS
 from pydantic import ValidationError
 from rich.live import Live
 
 from nexus_cli.client import Session, check_token, whoami
 from nexus_cli.errors import CliError, ExitCode
 from nexus_cli.follow import follow
-from nexus_cli.options import Output, OutputOpt, globals_of, run
+from nexus_cli.options import Output, OutputOpt, RunArg, globals_of, run
 from nexus_cli.output import ago, console, emit, message, print_json
-from nexus_cli.runview import RunView, describe
+from nexus_cli.runview import TERMINAL_EVENTS, RunView, describe
 from nexus_cli.target import resolve_target
-
-CommentOpt = Annotated[str | None, typer.Option("--comment", "-m", help="A note for the agent.")]
-ApprovalArg = Annotated[str, typer.Argument(metavar="APPROVAL", help="Approval id.")]
-RunArg = Annotated[str, typer.Argument(metavar="RUN", help="Run id.")]
-FollowOpt = Annotated[
-    bool, typer.Option("--follow", "-f", help="Keep following until the run ends.")
-]
-# Seconds without a new log line, after the run ended, before `logs -f` stops.
-LOG_TAIL_QUIET = 1.0
-TERMINAL_EVENTS = frozenset({"completed", "failed", "cancelled", "timed_out", "lost"})
 
 
 def new_run_id() -> str:
     return f"run_{uuid.uuid4().hex[:12]}"
-
-
-def _event_dict(d: Decoded) -> dict[str, Any]:
-    return {
-        "seq": d.envelope.stream_seq,
-        "event": d.address.event,
-        "time": d.envelope.timestamp.isoformat() if d.envelope.timestamp else None,
-        "source": d.envelope.source,
-        "body": d.event.model_dump(mode="json", exclude_none=True),
-    }
 
 
 async def watch_run(
@@ -138,6 +117,8 @@ def _labels(values: list[str]) -> dict[str, str]:
 
 
 def register(app: typer.Typer) -> None:  # noqa: PLR0915 - one place registers the run commands
+    """Register `run`, `ps` and `attach`."""
+
     @app.command("run")
     def run_cmd(
         ctx: typer.Context,
@@ -289,184 +270,6 @@ def register(app: typer.Typer) -> None:  # noqa: PLR0915 - one place registers t
 
         run(output, body)
 
-    @app.command("events")
-    def events_cmd(
-        ctx: typer.Context,
-        run_id: RunArg,
-        follow_run: FollowOpt = False,
-        output: OutputOpt = Output.TABLE,
-    ) -> None:
-        """The run's events from NEXUS_RUNS; -f keeps following until the run ends."""
-        g = globals_of(ctx)
-
-        async def body() -> None:
-            check_token(run_id, "run id")
-            async with Session(resolve_target(g), g.timeout) as s:
-                if not follow_run:
-                    found = [d async for d in s.bus.replay(RUNS, run_id=run_id)]
-                    if not found:
-                        await s.get_run(run_id)  # exit 3 with the usual message if unknown
-                    _print_events(output, [_event_dict(d) for d in found])
-                    return
-                # Following reads the stored events too: only ask whether there are any.
-                if not await _has_events(s, run_id):
-                    await s.get_run(run_id)
-                stream: AsyncGenerator[Decoded, None] = follow(
-                    s.bus, RUNS, subjects.run_events_filter(run_id)
-                )
-                async with contextlib.aclosing(stream) as events:
-                    async for d in events:
-                        _print_events(output, [_event_dict(d)], stream_mode=True)
-                        if d.address.event in TERMINAL_EVENTS:
-                            return
-
-        run(output, body)
-
-    @app.command("logs")
-    def logs_cmd(
-        ctx: typer.Context,
-        run_id: RunArg,
-        follow_run: FollowOpt = False,
-        output: OutputOpt = Output.TABLE,
-    ) -> None:
-        """The run's log lines from NEXUS_LOGS; -f follows them until the run ends."""
-        g = globals_of(ctx)
-
-        async def body() -> None:
-            check_token(run_id, "run id")
-            async with Session(resolve_target(g), g.timeout) as s:
-                row = await s.get_run(run_id)
-                if not follow_run or is_terminal(row["status"]):
-                    async for d in s.bus.replay(LOGS, filter_subject=subjects.run_log(run_id)):
-                        _print_log(output, d)
-                    return
-                await _follow_logs(s, run_id, output)
-
-        run(output, body)
-
-    @app.command("cancel")
-    def cancel_cmd(
-        ctx: typer.Context,
-        run_id: RunArg,
-        reason: Annotated[
-            str, typer.Option(help="Reason code recorded on the run.")
-        ] = "user_requested",
-        wait: Annotated[bool, typer.Option("--wait", help="Wait until the run has ended.")] = False,
-        output: OutputOpt = Output.TABLE,
-    ) -> None:
-        """Ask the run to stop (cancel_requested); --wait until it has (exit 0 once ended)."""
-        g = globals_of(ctx)
-
-        async def body() -> None:
-            check_token(run_id, "run id")
-            async with Session(resolve_target(g), g.timeout) as s:
-                row = await s.get_run(run_id)
-                if is_terminal(row["status"]):
-                    message(
-                        output,
-                        f"run {run_id} already ended: {row['status']}",
-                        {"run_id": run_id, "status": row["status"], "cancel_requested": False},
-                    )
-                    return
-                await s.publish_guarded(
-                    s.bus.publish(
-                        subjects.run_event(run_id, "cancel_requested"),
-                        CancelRequested(reason=reason, requested_by=whoami()),
-                        msg_id=f"cli:cancel:{run_id}",
-                    )
-                )
-                if not wait:
-                    message(
-                        output,
-                        f"cancel requested for {run_id}",
-                        {"run_id": run_id, "cancel_requested": True},
-                    )
-                    return
-                view = await watch_run(
-                    s, run_id, Output.JSON, deadline=time.monotonic() + 60, live=False
-                )
-            message(output, f"run {run_id} ended: {view.status}", view.as_dict())
-
-        run(output, body)
-
-    def decide(
-        ctx: typer.Context,
-        run_id: str,
-        approval: str,
-        decision: str,
-        comment: str | None,
-        output: Output,
-    ) -> None:
-        g = globals_of(ctx)
-
-        async def body() -> None:
-            check_token(run_id, "run id")
-            check_token(approval, "approval id")
-            check_token(run_id, "run id")
-            async with Session(resolve_target(g), g.timeout) as s:
-                row = await s.get_run(run_id)
-                asked = decided = None
-                async for d in s.bus.replay(RUNS, run_id=run_id):
-                    body = d.event.model_dump(mode="json")
-                    if body.get("approval_id") == approval:
-                        if d.address.event == "approval_requested":
-                            asked = body
-                        elif d.address.event == "approval_decided":
-                            decided = body
-                if asked is None:
-                    raise CliError(
-                        f"run {run_id} has no approval {approval!r}",
-                        hint=f"`nexus attach {run_id}` shows pending approvals",
-                        code=ExitCode.NOT_FOUND,
-                    )
-                if decided is not None or is_terminal(row["status"]):
-                    what = decided["decision"] if decided else f"run {row['status']}"
-                    raise CliError(
-                        f"approval {approval} is already settled ({what})", code=ExitCode.INVALID
-                    )
-                await s.publish_guarded(
-                    s.bus.publish(
-                        subjects.inbox(run_id),
-                        ApprovalDecision(
-                            approval_id=approval,
-                            decision=decision,
-                            decided_by=whoami(),
-                            comment=comment,
-                        ),
-                        msg_id=f"cli:approval:{run_id}:{approval}",
-                    )
-                )
-            verb = "approved" if decision == "approve" else "denied"
-            message(
-                output,
-                f"{verb} {approval} on {run_id}",
-                {"run_id": run_id, "approval_id": approval, "decision": decision},
-            )
-
-        run(output, body)
-
-    @app.command("approve")
-    def approve_cmd(
-        ctx: typer.Context,
-        run_id: RunArg,
-        approval: ApprovalArg,
-        comment: CommentOpt = None,
-        output: OutputOpt = Output.TABLE,
-    ) -> None:
-        """Approve a gated tool call the run is waiting on."""
-        decide(ctx, run_id, approval, "approve", comment, output)
-
-    @app.command("deny")
-    def deny_cmd(
-        ctx: typer.Context,
-        run_id: RunArg,
-        approval: ApprovalArg,
-        comment: CommentOpt = None,
-        output: OutputOpt = Output.TABLE,
-    ) -> None:
-        """Deny a gated tool call the run is waiting on."""
-        decide(ctx, run_id, approval, "deny", comment, output)
-
 
 def _finish(view: RunView, output: Output) -> None:
     if output is Output.JSON:
@@ -489,79 +292,6 @@ def _finish(view: RunView, output: Output) -> None:
     code = view.exit_code()
     if code is not ExitCode.OK:
         raise typer.Exit(int(code))
-
-
-async def _has_events(s: Session, run_id: str) -> bool:
-    info = await s.bus.js.stream_info(RUNS, subjects_filter=subjects.run_events_filter(run_id))
-    return bool(info.state.subjects)
-
-
-def _print_events(
-    output: Output, events: list[dict[str, Any]], *, stream_mode: bool = False
-) -> None:
-    if output is Output.JSON:
-        if stream_mode:
-            for e in events:
-                sys.stdout.write(__import__("json").dumps(e, default=str) + "\n")
-                sys.stdout.flush()
-        else:
-            print_json({"events": events})
-        return
-    for e in events:
-        console.print(
-            f"{e['seq']:>6} {e['time'] or '':<32} {describe(e['event'], e['body'])}", markup=False
-        )
-
-
-def _print_log(output: Output, d: Decoded) -> None:
-    body = d.event.model_dump(mode="json")
-    if output is Output.JSON:
-        sys.stdout.write(__import__("json").dumps(body) + "\n")
-        sys.stdout.flush()
-    else:
-        console.print(
-            f"[dim]{body.get('stream', ''):>8}[/] {body.get('text', '')}", highlight=False
-        )
-
-
-async def _follow_logs(s: Session, run_id: str, output: Output) -> None:
-    """Log lines live until the run ends (then what is still stored, and stop)."""
-    ended = asyncio.Event()
-
-    async def watch_end() -> None:
-        stream = follow(s.bus, RUNS, subjects.run_events_filter(run_id))
-        async with contextlib.aclosing(stream) as events:
-            async for d in events:
-                if d.address.event in TERMINAL_EVENTS:
-                    ended.set()
-                    return
-
-    watcher = asyncio.create_task(watch_end())
-    logs = follow(s.bus, LOGS, subjects.run_log(run_id))
-    try:
-        async with contextlib.aclosing(logs) as lines:
-            while not ended.is_set():
-                nxt = asyncio.ensure_future(anext(lines))
-                end = asyncio.ensure_future(ended.wait())
-                done, _ = await asyncio.wait({nxt, end}, return_when=asyncio.FIRST_COMPLETED)
-                end.cancel()
-                if nxt in done:
-                    _print_log(output, nxt.result())
-                    continue
-                # The run ended: print what is still arriving, until it goes quiet.
-                try:
-                    _print_log(output, await asyncio.wait_for(nxt, LOG_TAIL_QUIET))
-                except TimeoutError:
-                    break
-                while True:
-                    try:
-                        _print_log(output, await asyncio.wait_for(anext(lines), LOG_TAIL_QUIET))
-                    except TimeoutError:
-                        break
-    finally:
-        watcher.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await watcher
 
 
 def _print_snapshot(row: dict[str, Any], snap: dict[str, Any]) -> None:

@@ -1,0 +1,150 @@
+"""Steering a run under way: `nexus cancel`, and settling its approvals with `nexus approve`
+and `nexus deny`."""
+
+from __future__ import annotations
+
+import time
+from typing import Annotated
+
+import typer
+from nexus_events import subjects
+from nexus_events.events import ApprovalDecision, CancelRequested
+from nexus_events.runstate import is_terminal
+from nexus_events.streams import RUNS
+
+from nexus_cli.client import Session, check_token, whoami
+from nexus_cli.commands.runs import watch_run
+from nexus_cli.errors import CliError, ExitCode
+from nexus_cli.options import Output, OutputOpt, RunArg, globals_of, run
+from nexus_cli.output import message
+from nexus_cli.target import resolve_target
+
+CommentOpt = Annotated[str | None, typer.Option("--comment", "-m", help="A note for the agent.")]
+ApprovalArg = Annotated[str, typer.Argument(metavar="APPROVAL", help="Approval id.")]
+
+
+def register(app: typer.Typer) -> None:
+    """Register `cancel`, `approve` and `deny` (in that order: `nexus --help` lists them so)."""
+
+    @app.command("cancel")
+    def cancel_cmd(
+        ctx: typer.Context,
+        run_id: RunArg,
+        reason: Annotated[
+            str, typer.Option(help="Reason code recorded on the run.")
+        ] = "user_requested",
+        wait: Annotated[bool, typer.Option("--wait", help="Wait until the run has ended.")] = False,
+        output: OutputOpt = Output.TABLE,
+    ) -> None:
+        """Ask the run to stop (cancel_requested); --wait until it has (exit 0 once ended)."""
+        g = globals_of(ctx)
+
+        async def body() -> None:
+            check_token(run_id, "run id")
+            async with Session(resolve_target(g), g.timeout) as s:
+                row = await s.get_run(run_id)
+                if is_terminal(row["status"]):
+                    message(
+                        output,
+                        f"run {run_id} already ended: {row['status']}",
+                        {"run_id": run_id, "status": row["status"], "cancel_requested": False},
+                    )
+                    return
+                await s.publish_guarded(
+                    s.bus.publish(
+                        subjects.run_event(run_id, "cancel_requested"),
+                        CancelRequested(reason=reason, requested_by=whoami()),
+                        msg_id=f"cli:cancel:{run_id}",
+                    )
+                )
+                if not wait:
+                    message(
+                        output,
+                        f"cancel requested for {run_id}",
+                        {"run_id": run_id, "cancel_requested": True},
+                    )
+                    return
+                view = await watch_run(
+                    s, run_id, Output.JSON, deadline=time.monotonic() + 60, live=False
+                )
+            message(output, f"run {run_id} ended: {view.status}", view.as_dict())
+
+        run(output, body)
+
+    def decide(
+        ctx: typer.Context,
+        run_id: str,
+        approval: str,
+        decision: str,
+        comment: str | None,
+        output: Output,
+    ) -> None:
+        g = globals_of(ctx)
+
+        async def body() -> None:
+            check_token(run_id, "run id")
+            check_token(approval, "approval id")
+            check_token(run_id, "run id")
+            async with Session(resolve_target(g), g.timeout) as s:
+                row = await s.get_run(run_id)
+                asked = decided = None
+                async for d in s.bus.replay(RUNS, run_id=run_id):
+                    body = d.event.model_dump(mode="json")
+                    if body.get("approval_id") == approval:
+                        if d.address.event == "approval_requested":
+                            asked = body
+                        elif d.address.event == "approval_decided":
+                            decided = body
+                if asked is None:
+                    raise CliError(
+                        f"run {run_id} has no approval {approval!r}",
+                        hint=f"`nexus attach {run_id}` shows pending approvals",
+                        code=ExitCode.NOT_FOUND,
+                    )
+                if decided is not None or is_terminal(row["status"]):
+                    what = decided["decision"] if decided else f"run {row['status']}"
+                    raise CliError(
+                        f"approval {approval} is already settled ({what})", code=ExitCode.INVALID
+                    )
+                await s.publish_guarded(
+                    s.bus.publish(
+                        subjects.inbox(run_id),
+                        ApprovalDecision(
+                            approval_id=approval,
+                            decision=decision,
+                            decided_by=whoami(),
+                            comment=comment,
+                        ),
+                        msg_id=f"cli:approval:{run_id}:{approval}",
+                    )
+                )
+            verb = "approved" if decision == "approve" else "denied"
+            message(
+                output,
+                f"{verb} {approval} on {run_id}",
+                {"run_id": run_id, "approval_id": approval, "decision": decision},
+            )
+
+        run(output, body)
+
+    @app.command("approve")
+    def approve_cmd(
+        ctx: typer.Context,
+        run_id: RunArg,
+        approval: ApprovalArg,
+        comment: CommentOpt = None,
+        output: OutputOpt = Output.TABLE,
+    ) -> None:
+        """Approve a gated tool call the run is waiting on."""
+        decide(ctx, run_id, approval, "approve", comment, output)
+
+    @app.command("deny")
+    def deny_cmd(
+        ctx: typer.Context,
+        run_id: RunArg,
+        approval: ApprovalArg,
+        comment: CommentOpt = None,
+        output: OutputOpt = Output.TABLE,
+    ) -> None:
+        """Deny a gated tool call the run is waiting on."""
+        decide(ctx, run_id, approval, "deny", comment, output)
