@@ -13,7 +13,8 @@
     │   ├── PublishFailed        the server did not acknowledge a publish
     │   ├── PullStalled          a pull consumer refused or lost a pull request
     │   └── StreamDrift          a stream's live config differs and cannot be updated
-    └── ProjectionError          a projection cannot apply or rebuild
+    ├── ProjectionError          a projection cannot apply or rebuild
+    └── HealthUnavailable        the health endpoint cannot listen (also an OSError)
 
 Every `DecodeError` carries a short machine `reason` (``undecodable``, ``unknown_event``,
 ``invalid_event``, ``invalid_subject``) used as the dead-letter reason code.
@@ -88,3 +89,7 @@ class StreamDrift(BusError):  # noqa: N818
 
 class ProjectionError(NexusError):
     """A projection could not apply events or rebuild."""
+
+
+class HealthUnavailable(NexusError, OSError):  # noqa: N818
+    """The health endpoint cannot listen on its address (in use, not permitted, no such host)."""

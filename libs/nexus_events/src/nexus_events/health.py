@@ -10,8 +10,26 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections.abc import Callable
+from typing import Annotated, Any
+
+from pydantic import BeforeValidator
+
+from nexus_events.errors import HealthUnavailable
 
 _REASONS = {200: "OK", 404: "Not Found", 503: "Service Unavailable"}
+_OFF = frozenset({"", "off", "none"})
+
+
+def _off_is_none(value: Any) -> Any:
+    # An environment variable cannot hold None: "off" (or empty, or "none") turns it off.
+    if isinstance(value, str) and value.strip().lower() in _OFF:
+        return None
+    return value
+
+
+# A settings field for the endpoint's port: a number (0 = any free port) or off (None;
+# "off", "none" or empty from the environment).
+HealthPort = Annotated[int | None, BeforeValidator(_off_is_none)]
 
 
 class HealthServer:
@@ -25,7 +43,15 @@ class HealthServer:
         self._server: asyncio.Server | None = None
 
     async def start(self) -> None:
-        self._server = await asyncio.start_server(self._handle, self.host, self.port)
+        """Listen; raise `HealthUnavailable` if the address cannot be had."""
+        try:
+            self._server = await asyncio.start_server(self._handle, self.host, self.port)
+        except OSError as exc:
+            raise HealthUnavailable(
+                exc.errno,
+                f"health endpoint cannot listen on {self.host}:{self.port}: {exc.strerror or exc};"
+                " choose another port (0 = any free one) or turn it off",
+            ) from exc
         self.port = self._server.sockets[0].getsockname()[1]
 
     async def stop(self) -> None:
@@ -63,4 +89,4 @@ class HealthServer:
                 await writer.wait_closed()
 
 
-__all__ = ["HealthServer"]
+__all__ = ["HealthPort", "HealthServer"]

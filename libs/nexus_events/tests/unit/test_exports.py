@@ -11,8 +11,9 @@ from nexus_events import errors
 # Removing a name breaks callers; adding one is a decision. Either way, change this list.
 EXPECTED = {
     "Bus", "BusError", "BusSettings", "BusUnavailable", "Command", "Consumer", "ConsumerSpec",
-    "ContractError", "DecodeError", "Decoded", "Delivery", "Envelope", "Event", "InvalidEvent",
-    "InvalidSubject", "NexusError", "Outgoing", "Projection", "ProjectionError",
+    "ContractError", "DecodeError", "Decoded", "Delivery", "Envelope", "Event",
+    "HealthUnavailable", "InvalidEvent", "InvalidSubject", "NexusError", "Outgoing", "Projection",
+    "ProjectionError",
     "ProjectionRunner", "PublishFailed", "PullStalled", "RunStatus", "Source", "StreamDrift",
     "StreamSettings", "UndecodableMessage", "UnknownEvent", "UnregisteredEvent", "decode", "encode",
     "ensure_streams", "next_status", "rebuild",

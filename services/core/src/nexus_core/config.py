@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from nexus_events.health import HealthPort
 from nexus_events.process import gc_threshold_for_batch
 from pydantic import Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
@@ -38,8 +39,11 @@ class CoreSettings(BaseSettings):
     # Each consumer loop notices a stop within this many seconds.
     fetch_timeout: float = Field(1.0, gt=0, le=30, description="Seconds one fetch waits.")
     health_host: str = Field("127.0.0.1", description="Bind address of the health endpoint.")
-    health_port: int | None = Field(
-        8080, ge=0, le=65535, description="HTTP port of /healthz and /readyz; None = off."
+    health_port: HealthPort = Field(
+        8080,
+        ge=0,
+        le=65535,
+        description="HTTP port of /healthz and /readyz (0: any free port; off: none).",
     )
     drain_timeout: float = Field(30.0, gt=0, description="Most seconds to drain on SIGTERM.")
     consumer_prefix: str = Field(

@@ -1,4 +1,4 @@
-"""Core's settings: the garbage-collector threshold follows the projection batch unless set."""
+"""Core's settings: the GC threshold follows the projection batch unless set; health can be off."""
 
 from __future__ import annotations
 
@@ -14,3 +14,8 @@ def test_an_explicit_gc_threshold_wins_and_zero_means_python_defaults(monkeypatc
     monkeypatch.setenv("NEXUS_GC_THRESHOLD", "75000")
     assert CoreSettings().effective_gc_threshold() == 75_000
     assert CoreSettings(gc_threshold=0).effective_gc_threshold() == 0
+
+
+def test_the_health_endpoint_can_be_turned_off_from_the_environment(monkeypatch):
+    monkeypatch.setenv("NEXUS_HEALTH_PORT", "off")
+    assert CoreSettings().health_port is None

@@ -7,6 +7,7 @@ import tempfile
 from pathlib import Path
 from typing import Literal
 
+from nexus_events.health import HealthPort
 from pydantic import Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
@@ -72,8 +73,11 @@ class SchedulerSettings(BaseSettings):
 
     # Probes. 8081, not core's 8080: both may run on one host (a laptop, `docker run`).
     health_host: str = Field("127.0.0.1", description="Bind address of the health endpoint.")
-    health_port: int | None = Field(
-        8081, ge=0, le=65535, description="HTTP port of /healthz and /readyz; None = off."
+    health_port: HealthPort = Field(
+        8081,
+        ge=0,
+        le=65535,
+        description="HTTP port of /healthz and /readyz (0: any free port; off: none).",
     )
 
     # Local runtime.
