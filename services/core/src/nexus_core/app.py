@@ -155,7 +155,7 @@ class CoreApp:
             catalog=catalog,
             requests=requests,
             memory=MemoryClient(self.bus.nc, timeout=s.memory_timeout, enabled=s.memory_enabled),
-            catalog_fresh=self.catalog_fresh,
+            catalog_caught_up=self.catalog_caught_up,
             concurrency=s.assembly_concurrency,
         )
         self.assembly = self.bus.consumer(
@@ -178,10 +178,23 @@ class CoreApp:
 
     async def catalog_fresh(self) -> bool:
         """Whether the catalog projection has applied everything in NEXUS_CATALOG."""
+        return await self.catalog_caught_up(0)
+
+    async def catalog_caught_up(self, within: float) -> bool:
+        """Wait up to `within` seconds until the catalog projection has applied everything
+        NEXUS_CATALOG holds now; return whether it has."""
         if self.catalog_runner is None:
             return False
-        info = await self.bus.js.stream_info(CATALOG)
-        return self.catalog_runner.last_seq.get(CATALOG, 0) >= info.state.last_seq
+        last = (await self.bus.js.stream_info(CATALOG)).state.last_seq
+        if self.catalog_runner.last_seq.get(CATALOG, 0) >= last:
+            return True
+        if within <= 0:
+            return False
+        try:
+            await self.catalog_runner.wait_until(CATALOG, last, within=within)
+        except TimeoutError:
+            return False
+        return True
 
     async def stop(self) -> None:
         """Drain: stop taking requests, finish batches in hand, then close connections."""

@@ -37,7 +37,7 @@ from nexus_core.assembly import (
     request_fingerprint,
     skill_key,
 )
-from nexus_core.catalog_store import CatalogStore, StoredSkill
+from nexus_core.catalog_store import CatalogStore, StoredAgent, StoredSkill
 from nexus_core.memory import MemoryClient
 from nexus_core.requests_store import RunRequestStore
 from nexus_core.tracing import AGENT_ID, OUTCOME, TASK_ID, event_span
@@ -45,7 +45,12 @@ from nexus_core.tracing import AGENT_ID, OUTCOME, TASK_ID, event_span
 log = logging.getLogger(__name__)
 
 ASSEMBLY_DURABLE = "core_assembly"
-# How long to wait before retrying a request whose agent may still be on its way.
+# A request naming an agent or skill the catalog does not hold yet waits this long for the
+# catalog projection to apply what NEXUS_CATALOG held when it looked (an agent applied just
+# before the run was asked for), then is redelivered after the retry delay, up to
+# `max_lag_retries` deliveries. Under load the projection can lag well past a fixed 0.6 s:
+# the compose smoke test, with both cores busy, failed one run in four that way.
+CATALOG_LAG_WAIT_SECONDS = 2.0
 CATALOG_LAG_RETRY_SECONDS = 0.2
 
 
@@ -85,7 +90,9 @@ class AssemblyHandler:
     catalog: CatalogStore
     requests: RunRequestStore
     memory: MemoryClient
-    catalog_fresh: Callable[[], Awaitable[bool]]
+    # Waits up to the given seconds until the catalog has applied everything NEXUS_CATALOG
+    # holds now; whether it has.
+    catalog_caught_up: Callable[[float], Awaitable[bool]]
     max_lag_retries: int = 3
     concurrency: int = 8
 
@@ -123,21 +130,15 @@ class AssemblyHandler:
             return "conflict"
         if claim.kind == "duplicate" and claim.outcome != "pending":
             return "duplicate"  # already prepared or failed; its outcome is in the stream
-        agent = await self.catalog.get_agent(event.agent_id)
-        skills: dict[str, StoredSkill | None] = {}
-        if agent is not None:
-            for ref in agent.definition.skills:
-                skills[skill_key(ref.name, ref.version)] = await self.catalog.get_skill(
-                    ref.name, ref.version
-                )
+        agent, skills = await self._load(event)
         incomplete = agent is None or any(s is None for s in skills.values())
-        if (
-            incomplete
-            and d.num_delivered <= self.max_lag_retries
-            and not await self.catalog_fresh()
-        ):
-            d.retry(CATALOG_LAG_RETRY_SECONDS)
-            return "retry"
+        if incomplete and d.num_delivered <= self.max_lag_retries:
+            # Read your writes: what the catalog had not applied yet may be what is missing.
+            if not await self.catalog_caught_up(CATALOG_LAG_WAIT_SECONDS):
+                d.retry(CATALOG_LAG_RETRY_SECONDS)
+                return "retry"
+            agent, skills = await self._load(event)
+            incomplete = agent is None or any(s is None for s in skills.values())
         # Memory is asked only when the run can be prepared at all.
         memory = MemoryContext(status="disabled") if incomplete else await self.memory.search(event)
         result = assemble(run_id, event, agent, skills, memory)
@@ -162,6 +163,19 @@ class AssemblyHandler:
         )
         await self.requests.finish(run_id, "prepared")
         return "prepared"
+
+    async def _load(
+        self, event: RunRequested
+    ) -> tuple[StoredAgent | None, dict[str, StoredSkill | None]]:
+        """The requested agent and each skill it names (None where the catalog has none)."""
+        agent = await self.catalog.get_agent(event.agent_id)
+        skills: dict[str, StoredSkill | None] = {}
+        if agent is not None:
+            for ref in agent.definition.skills:
+                skills[skill_key(ref.name, ref.version)] = await self.catalog.get_skill(
+                    ref.name, ref.version
+                )
+        return agent, skills
 
     async def _republish_new(self, d: Delivery, event: RunRequested) -> None:
         env = d.envelope

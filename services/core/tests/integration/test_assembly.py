@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 from typing import Any
 
@@ -154,3 +155,37 @@ async def test_new_token_gets_a_generated_run_id(bus: Bus, core: CoreApp):
     assert run_id.startswith("run-")
     assert found[0].event.config.run_id == run_id
     assert await event_names(bus, run_id) == ["requested", "prepared"]
+
+
+async def test_a_request_waits_for_an_agent_the_catalog_has_not_applied_yet(
+    bus: Bus, core: CoreApp
+):
+    await _setup(bus, core)
+    runner = core.catalog_runner
+    assert runner is not None
+    # The catalog projection lags: it applies nothing until released.
+    gate = asyncio.Event()
+    apply = runner.handle
+
+    async def lagging(*args: Any) -> None:
+        await gate.wait()
+        await apply(*args)
+
+    runner.handle = lagging  # type: ignore[method-assign]
+    waiting = asyncio.Event()
+    wait_until = runner.wait_until
+
+    async def noticed(*args: Any, **kwargs: Any) -> None:
+        waiting.set()
+        await wait_until(*args, **kwargs)
+
+    runner.wait_until = noticed  # type: ignore[method-assign]
+    await apply_agent(bus, AGENT_YAML.replace("id: implementer", "id: fresh"))
+    await _raw(bus, "r-fresh", {**RAW, "agent_id": "fresh"})
+    # Assembly finds no agent `fresh` and waits for the catalog instead of failing the run.
+    await asyncio.wait_for(waiting.wait(), 10)
+    assert "failed" not in await event_names(bus, "r-fresh")
+    gate.set()
+    outcome = await _outcome(bus, "r-fresh")
+    assert isinstance(outcome.event, RunPrepared)
+    assert outcome.event.config.agent_id == "fresh"
