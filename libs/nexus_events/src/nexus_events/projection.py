@@ -390,6 +390,13 @@ async def rebuild(
         async with conn.transaction():
             await _setup_schema(conn, projection, live)
             # Hold the live checkpoints so the live runner cannot commit past what we replay.
+            # The whole table, first: a live commit starts by writing to it, so it now waits
+            # there holding nothing the swap needs. With row locks only, a commit that came
+            # in meanwhile held the table's write lock while waiting for our rows, and the
+            # DROP below waited for that lock: a deadlock that aborted the rebuild under load.
+            await conn.execute(
+                f"LOCK TABLE {quote_ident(live)}.{CHECKPOINT_TABLE} IN ACCESS EXCLUSIVE MODE"
+            )
             for source in projection.sources:
                 await _lock_checkpoint(conn, live, source.stream, consumer)
             for source in projection.sources:

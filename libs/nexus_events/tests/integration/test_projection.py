@@ -10,6 +10,7 @@ from typing import Any
 
 import asyncpg
 import pytest
+from nexus_events import projection as projection_module
 from nexus_events import subjects
 from nexus_events.bus import Bus, Outgoing
 from nexus_events.events import DeadLetter, RunHeartbeat, RunTurn
@@ -200,3 +201,47 @@ async def test_projections_sharing_a_stream_read_it_once_and_keep_own_checkpoint
 async def _consumers(bus: Bus) -> Any:
     for info in await bus.js.consumers_info(RUNS):
         yield info
+
+
+async def test_a_live_commit_during_the_swap_neither_deadlocks_nor_fails(
+    bus: Bus, pg_pool: asyncpg.Pool[Any], monkeypatch: pytest.MonkeyPatch
+):
+    last = await publish_events(bus, 300)
+    async with ProjectionRunner(bus, pg_pool, CountingProjection(), batch=100) as runner:
+        await runner.wait_until(RUNS, last)
+    # Pause the rebuild inside its swap transaction, where it holds the live checkpoints.
+    swapping, go_on = asyncio.Event(), asyncio.Event()
+    replay_into = projection_module._replay_into
+    calls = 0
+
+    async def pausing(*args: Any, **kwargs: Any) -> int:
+        nonlocal calls
+        calls += 1
+        if calls == 2:  # the catch-up after the live checkpoints are locked (one source)
+            swapping.set()
+            await go_on.wait()
+        return await replay_into(*args, **kwargs)
+
+    monkeypatch.setattr(projection_module, "_replay_into", pausing)
+    rebuilding = asyncio.create_task(rebuild(bus, pg_pool, CountingProjection(), batch=100))
+    await asyncio.wait_for(swapping.wait(), 20)
+
+    async def live_commit() -> int:  # how every live runner's commit begins
+        async with pg_pool.acquire() as conn, conn.transaction():
+            return await projection_module._lock_checkpoint(conn, "counting", RUNS, "live")
+
+    live = asyncio.create_task(live_commit())
+
+    async def live_commit_waits() -> bool:
+        return bool(
+            await pg_pool.fetchval(
+                "SELECT count(*) FROM pg_stat_activity"
+                " WHERE datname = current_database() AND wait_event_type = 'Lock'"
+            )
+        )
+
+    await eventually(live_commit_waits, within=10, what="the live commit waiting on a lock")
+    go_on.set()
+    assert await asyncio.wait_for(rebuilding, 30) == 300
+    assert await asyncio.wait_for(live, 30) == last  # it went on, on the swapped-in table
+    assert await rows(pg_pool, "counting") != []
