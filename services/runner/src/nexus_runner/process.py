@@ -45,12 +45,17 @@ def _kill_group(proc: asyncio.subprocess.Process, sig: signal.Signals) -> None:
 
 
 async def _terminate(proc: asyncio.subprocess.Process) -> None:
+    """SIGTERM the group, give its leader `KILL_GRACE` seconds, then SIGKILL what is left.
+
+    The SIGKILL goes to the group even when the leader exited in time: a member that ignores
+    SIGTERM (or traps it and lingers) would otherwise outlive its leader, and nothing a tool
+    started may stay behind.
+    """
     _kill_group(proc, signal.SIGTERM)
-    try:
+    with contextlib.suppress(TimeoutError):
         await asyncio.wait_for(asyncio.shield(proc.wait()), timeout=KILL_GRACE)
-    except TimeoutError:
-        _kill_group(proc, signal.SIGKILL)
-        await proc.wait()
+    _kill_group(proc, signal.SIGKILL)
+    await proc.wait()
 
 
 async def run_process(
@@ -67,15 +72,26 @@ async def run_process(
     On timeout the whole group gets SIGTERM then SIGKILL; if the awaiting task is cancelled
     the group is killed the same way before the cancellation propagates.
     """
-    proc = await asyncio.create_subprocess_exec(
-        *argv,
-        cwd=cwd,
-        env=dict(env) if env is not None else scrubbed_env(),
-        stdin=asyncio.subprocess.PIPE if stdin is not None else asyncio.subprocess.DEVNULL,
-        stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.STDOUT,
-        start_new_session=True,
+    spawn = asyncio.ensure_future(
+        asyncio.create_subprocess_exec(
+            *argv,
+            cwd=cwd,
+            env=dict(env) if env is not None else scrubbed_env(),
+            stdin=asyncio.subprocess.PIPE if stdin is not None else asyncio.subprocess.DEVNULL,
+            stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.STDOUT,
+            start_new_session=True,
+        )
     )
+    try:
+        proc = await asyncio.shield(spawn)
+    except asyncio.CancelledError:
+        # Cancelled while asyncio was still connecting the pipes: the process already runs
+        # (and may have started children), and asyncio would kill only the leader. Finish
+        # starting it and take the whole group down.
+        with contextlib.suppress(Exception):
+            await _terminate(await spawn)
+        raise
     chunks: list[bytes] = []
     size = 0
     truncated = False

@@ -7,6 +7,7 @@ import json
 import os
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 from nexus_events.events.specs import Permissions, ToolGrant
@@ -136,6 +137,54 @@ async def test_shell_env_is_scrubbed(tmp_path: Path, monkeypatch: pytest.MonkeyP
     assert "sk-secret" not in out
 
 
+def _dead(pid: int) -> bool:
+    """Gone, or a zombie (dead for our purposes; it may be reaped between the two looks)."""
+    try:
+        os.kill(pid, 0)
+        return Path(f"/proc/{pid}/stat").read_text().split()[2] == "Z"
+    except (ProcessLookupError, FileNotFoundError):
+        return True
+
+
+async def test_cancel_while_the_process_is_being_started_kills_its_group(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # asyncio may still be connecting the pipes when the task is cancelled; the process
+    # already runs by then. Hold the start there, as a busy machine does.
+    hold = asyncio.Event()
+    create = asyncio.create_subprocess_exec
+
+    async def slow_start(*args: Any, **kwargs: Any) -> asyncio.subprocess.Process:
+        proc = await create(*args, **kwargs)
+        await hold.wait()
+        return proc
+
+    monkeypatch.setattr(asyncio, "create_subprocess_exec", slow_start)
+    pidfile = tmp_path / "pid"
+    task = asyncio.create_task(
+        run_process(
+            ["bash", "-c", f"sleep 60 & echo $! > {pidfile}; wait"],
+            cwd=tmp_path,
+            timeout=60,
+            output_cap=100,
+        )
+    )
+    deadline = time.monotonic() + 10
+    while not (pidfile.exists() and pidfile.read_text().strip()):
+        assert time.monotonic() < deadline
+        await asyncio.sleep(0.01)
+    child = int(pidfile.read_text())
+    task.cancel()
+    await asyncio.sleep(0)  # the cancellation reaches run_process while the start is held
+    hold.set()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    deadline = time.monotonic() + 5
+    while not _dead(child):
+        assert time.monotonic() < deadline, "grandchild survived cancellation"
+        await asyncio.sleep(0.02)
+
+
 async def test_cancel_kills_the_process_group(tmp_path: Path) -> None:
     pidfile = tmp_path / "pid"
     task = asyncio.create_task(
@@ -155,14 +204,7 @@ async def test_cancel_kills_the_process_group(tmp_path: Path) -> None:
     with pytest.raises(asyncio.CancelledError):
         await task
     deadline = time.monotonic() + 5
-    while True:
-        try:
-            os.kill(child, 0)
-        except ProcessLookupError:
-            break
-        # a zombie is dead for our purposes
-        if Path(f"/proc/{child}/stat").read_text().split()[2] == "Z":  # noqa: ASYNC240
-            break
+    while not _dead(child):
         assert time.monotonic() < deadline, "grandchild survived cancellation"
         await asyncio.sleep(0.02)
 
