@@ -26,6 +26,11 @@ from tests.fakes.http import LocalHttpServer
 
 JOB_NAME_LABEL = "batch.kubernetes.io/job-name"
 
+# The parsed request body, stored by the recording middleware for the handlers. A typed key:
+# aiohttp warns once per process about a plain str key, and under filterwarnings=error that
+# warning failed whichever request first set it (a 500 that flaked the first test to POST).
+JSON_BODY: web.RequestKey[Any] = web.RequestKey("json", object)
+
 
 def _now() -> str:
     return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
@@ -125,7 +130,7 @@ class FakeKubeApi:
             raw = await request.read()
             body = json.loads(raw) if raw else None
         self.requests.append(Request(request.method, request.path, dict(request.query), body))
-        request["json"] = body
+        request[JSON_BODY] = body
         response: web.StreamResponse = await handler(request)
         return response
 
@@ -189,7 +194,7 @@ class FakeKubeApi:
         obj["metadata"]["resourceVersion"] = str(next(self._rv))
 
     def _new(self, request: web.Request, kind: str) -> dict[str, Any]:
-        obj = copy.deepcopy(request["json"])
+        obj = copy.deepcopy(request[JSON_BODY])
         meta = obj.setdefault("metadata", {})
         meta["namespace"] = request.match_info["ns"]
         meta["uid"] = str(uuid.uuid4())
@@ -207,7 +212,7 @@ class FakeKubeApi:
 
     async def _create_job(self, request: web.Request) -> web.Response:
         ns = request.match_info["ns"]
-        name = request["json"]["metadata"]["name"]
+        name = request[JSON_BODY]["metadata"]["name"]
         if (ns, name) in self.jobs:
             return _status(409, "AlreadyExists", f'jobs.batch "{name}" already exists')
         job = self._new(request, "Job")
@@ -273,7 +278,7 @@ class FakeKubeApi:
 
     async def _create_secret(self, request: web.Request) -> web.Response:
         ns = request.match_info["ns"]
-        name = request["json"]["metadata"]["name"]
+        name = request[JSON_BODY]["metadata"]["name"]
         if (ns, name) in self.secrets:
             return _status(409, "AlreadyExists", f'secrets "{name}" already exists')
         secret = self._new(request, "Secret")
