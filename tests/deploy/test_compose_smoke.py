@@ -28,7 +28,7 @@ from nexus_events.bus import Bus, BusSettings
 from nexus_events.events.catalog import AgentApplied, AgentDefinition
 from nexus_events.events.runs import RunRequested, TerminalEvent
 from nexus_events.streams import RUNS
-from nexus_events.testing import nats_server_binary
+from nexus_events.testing import free_port, nats_server_binary
 
 from ..fakes.openai_server import FakeOpenAI, Reply, ToolCall
 from .compose_model import ROOT, environment, load
@@ -48,13 +48,6 @@ NOT_RUN = {
     "grafana": "image-only service",
 }
 RUN_DEADLINE = 90.0
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
 
 
 def _wait_port(port: int, proc: subprocess.Popen[bytes], what: str, within: float = 20) -> None:
@@ -89,7 +82,7 @@ def compose_nats(compose: dict[str, Any], tmp_path: Path) -> Iterator[tuple[str,
     service = compose["services"]["nats"]
     config = ROOT / "deploy" / service["volumes"][0].split(":", 1)[0]
     assert service["command"] == ["-c", "/etc/nats/nats.conf", "-sd", "/data/jetstream"]
-    port, monitor = _free_port(), _free_port()
+    port, monitor = free_port(), free_port()
     env = {**os.environ, **environment(service)}
     log = tmp_path / "nats.log"
     proc = subprocess.Popen(
@@ -165,7 +158,7 @@ def _mapped(
     for prefix in ("NEXUS_", "NEXUS_SCHEDULER_"):
         if f"{prefix}HEALTH_PORT" in env:
             out[f"{prefix}HEALTH_HOST"] = "127.0.0.1"
-            out[f"{prefix}HEALTH_PORT"] = str(_free_port())
+            out[f"{prefix}HEALTH_PORT"] = str(free_port())
     if "NEXUS_RUNNER_LLM_BASE_URL" in env:
         out["NEXUS_RUNNER_LLM_BASE_URL"] = llm_url
     for key in ("NEXUS_SCHEDULER_LOCAL_WORKDIR", "NEXUS_RUNNER_WORKSPACE_ROOT"):

@@ -146,6 +146,32 @@ def _dead(pid: int) -> bool:
         return True
 
 
+async def _start_shell_with_child(tmp_path: Path) -> tuple[asyncio.Task[Any], int]:
+    """run_process a shell that leaves `sleep 60` running in the background; return the task
+    and the background child's pid once the shell has written it."""
+    pidfile = tmp_path / "pid"
+    task = asyncio.create_task(
+        run_process(
+            ["bash", "-c", f"sleep 60 & echo $! > {pidfile}; wait"],
+            cwd=tmp_path,
+            timeout=60,
+            output_cap=100,
+        )
+    )
+    deadline = time.monotonic() + 10
+    while not (pidfile.exists() and pidfile.read_text().strip()):
+        assert time.monotonic() < deadline
+        await asyncio.sleep(0.01)
+    return task, int(pidfile.read_text())
+
+
+async def _until_dead(pid: int) -> None:
+    deadline = time.monotonic() + 5
+    while not _dead(pid):
+        assert time.monotonic() < deadline, "grandchild survived cancellation"
+        await asyncio.sleep(0.02)
+
+
 async def test_cancel_while_the_process_is_being_started_kills_its_group(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -160,53 +186,21 @@ async def test_cancel_while_the_process_is_being_started_kills_its_group(
         return proc
 
     monkeypatch.setattr(asyncio, "create_subprocess_exec", slow_start)
-    pidfile = tmp_path / "pid"
-    task = asyncio.create_task(
-        run_process(
-            ["bash", "-c", f"sleep 60 & echo $! > {pidfile}; wait"],
-            cwd=tmp_path,
-            timeout=60,
-            output_cap=100,
-        )
-    )
-    deadline = time.monotonic() + 10
-    while not (pidfile.exists() and pidfile.read_text().strip()):
-        assert time.monotonic() < deadline
-        await asyncio.sleep(0.01)
-    child = int(pidfile.read_text())
+    task, child = await _start_shell_with_child(tmp_path)
     task.cancel()
     await asyncio.sleep(0)  # the cancellation reaches run_process while the start is held
     hold.set()
     with pytest.raises(asyncio.CancelledError):
         await task
-    deadline = time.monotonic() + 5
-    while not _dead(child):
-        assert time.monotonic() < deadline, "grandchild survived cancellation"
-        await asyncio.sleep(0.02)
+    await _until_dead(child)
 
 
 async def test_cancel_kills_the_process_group(tmp_path: Path) -> None:
-    pidfile = tmp_path / "pid"
-    task = asyncio.create_task(
-        run_process(
-            ["bash", "-c", f"sleep 60 & echo $! > {pidfile}; wait"],
-            cwd=tmp_path,
-            timeout=60,
-            output_cap=100,
-        )
-    )
-    deadline = time.monotonic() + 5
-    while not (pidfile.exists() and pidfile.read_text().strip()):
-        assert time.monotonic() < deadline
-        await asyncio.sleep(0.01)
-    child = int(pidfile.read_text())
+    task, child = await _start_shell_with_child(tmp_path)
     task.cancel()
     with pytest.raises(asyncio.CancelledError):
         await task
-    deadline = time.monotonic() + 5
-    while not _dead(child):
-        assert time.monotonic() < deadline, "grandchild survived cancellation"
-        await asyncio.sleep(0.02)
+    await _until_dead(child)
 
 
 def test_test_command_detection(tmp_path: Path) -> None:
