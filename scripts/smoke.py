@@ -130,7 +130,10 @@ async def drive(nats_url: str, dsn: str) -> None:
         print(f"agent_runs-like row: {dict(row)}")
     letters = [DeadLetter.model_validate_json(m.data) async for m in bus.replay_raw(DLQ)]
     for letter in letters:
-        print(f"dead letter from {letter.service}: {letter.subject} reason={letter.reason}")
+        print(
+            f"dead letter from {letter.service} ({letter.consumer}): {letter.subject}"
+            f" reason={letter.reason}"
+        )
     await pool.close()
     await bus.close()
     ok = any(r["status"] == "completed" for r in rows) and len(letters) >= 1

@@ -65,6 +65,7 @@ def exported_names() -> set[str]:
         consumers={("NEXUS_RUNS", "core_assembly"): (1, 2)},
         dlq={"core": 3},
         projections={("core_agent_runs", "NEXUS_RUNS"): 4},
+        followers={"agent_runs_board": (2, True)},
     )
     text = generate_latest(registry).decode()
     names = set()

@@ -13,7 +13,6 @@
 from __future__ import annotations
 
 import asyncio
-import base64
 import contextlib
 import logging
 import time
@@ -33,9 +32,15 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from nexus_events import codec, subjects, telemetry
 from nexus_events.codec import Decoded, Encoded, JsMeta
-from nexus_events.errors import BusError, BusUnavailable, DecodeError, PublishFailed
+from nexus_events.dead_letters import build_dead_letter, dead_letter_id, reference_only
+from nexus_events.errors import (
+    BusError,
+    BusUnavailable,
+    DecodeError,
+    PublishFailed,
+    PublishRejected,
+)
 from nexus_events.events.base import Event
-from nexus_events.events.dlq import DeadLetter
 from nexus_events.natsclient import Client
 from nexus_events.pull import PullReader
 from nexus_events.streams import DLQ, STREAM_OF_FAMILY
@@ -43,9 +48,9 @@ from nexus_events.streams import DLQ, STREAM_OF_FAMILY
 log = logging.getLogger(__name__)
 
 # Errors after which a publish is retried with the same Nats-Msg-Id (dedupe makes it safe).
+# A closed connection is not among them: it never comes back (BusUnavailable at once).
 _RETRYABLE = (
     nats.errors.TimeoutError,
-    nats.errors.ConnectionClosedError,
     nats.errors.ConnectionReconnectingError,
     nats.errors.NoRespondersError,
     nats.js.errors.NoStreamResponseError,
@@ -220,10 +225,19 @@ class Bus:
                         f"no ack for {enc.subject} within {self.settings.publish_deadline}s: "
                         f"{type(exc).__name__} (is NATS up and are the streams ensured?)"
                     ) from exc
-            except nats.js.errors.APIError as exc:
-                raise PublishFailed(f"JetStream refused {enc.subject}: {exc}") from exc
             except nats.errors.ConnectionClosedError as exc:
                 raise BusUnavailable("the NATS connection is closed") from exc
+            except nats.js.errors.ServiceUnavailableError as exc:
+                if time.monotonic() + delay >= deadline:
+                    raise PublishFailed(f"JetStream unavailable for {enc.subject}: {exc}") from exc
+            except nats.js.errors.APIError as exc:
+                raise PublishRejected(f"JetStream refused {enc.subject}: {exc}") from exc
+            except nats.errors.MaxPayloadError as exc:
+                raise PublishRejected(
+                    f"{enc.subject}: {len(enc.body)} bytes exceed the server's max_payload"
+                ) from exc
+            except nats.errors.Error as exc:
+                raise PublishFailed(f"publishing {enc.subject} failed: {exc}") from exc
             await asyncio.sleep(delay)
             delay = min(delay * 2, 1.0)
 
@@ -275,7 +289,7 @@ class Bus:
             if isinstance(error, nats.js.errors.APIError) and not isinstance(
                 error, nats.js.errors.ServiceUnavailableError
             ):
-                raise PublishFailed(f"JetStream refused {enc.subject}: {error}") from error
+                raise PublishRejected(f"JetStream refused {enc.subject}: {error}") from error
             # Lost in a reconnect or timed out: publish again with the same id (deduped).
             acks.append(await self.publish_encoded(enc))
         return acks
@@ -300,14 +314,14 @@ class Bus:
         error: str,
         consumer: str | None = None,
         num_delivered: int | None = None,
-    ) -> None:
-        """Copy `msg` to ``nexus.dlq.v1.<source>`` with the reason; idempotent per original."""
+    ) -> bool:
+        """Copy `msg` to ``nexus.dlq.v1.<source>`` with the reason (see `dead_letter_raw`)."""
         stream = seq = None
         with contextlib.suppress(nats.errors.NotJSMessageError, ValueError, AttributeError):
             stream, seq = msg.metadata.stream, msg.metadata.sequence.stream
             if num_delivered is None:
                 num_delivered = msg.metadata.num_delivered
-        await self.dead_letter_raw(
+        return await self.dead_letter_raw(
             subject=msg.subject,
             data=msg.data,
             headers=dict(msg.headers or {}),
@@ -331,31 +345,51 @@ class Bus:
         stream: str | None,
         stream_seq: int | None,
         num_delivered: int,
-    ) -> None:
-        try:
-            body, encoding = data.decode(), "utf-8"
-        except UnicodeDecodeError:
-            body, encoding = base64.b64encode(data).decode(), "base64"
-        letter = DeadLetter(
+    ) -> bool:
+        """Publish the dead letter of one original message; return whether it was stored.
+
+        Idempotent per original, service, consumer and reason. The letter always fits (see
+        `nexus_events.dead_letters`); if the server still refuses it, a reference-only letter
+        (stream + sequence, size, digest) is tried, and if that is refused too the failure is
+        logged with the original's position and False returned: a consumer must then go past
+        the message rather than stop on it. Raises `BusUnavailable` / `PublishFailed` when
+        NATS is away (try again later).
+        """
+        letter = build_dead_letter(
             service=self.source,
+            subject=subject,
+            data=data,
+            headers=headers,
+            reason=reason,
+            error=error,
             consumer=consumer,
             stream=stream,
             stream_seq=stream_seq,
-            subject=subject,
-            headers=headers,
-            body=body,
-            body_encoding=encoding,
-            reason=reason,
-            error=error.splitlines()[0][:2000] if error else reason,
             num_delivered=num_delivered,
         )
-        # One dead letter per original message, service and reason, however many of the
-        # service's consumers (or retries) get here.
-        msg_id = f"dlq:{self.source}:{stream}:{stream_seq}:{reason}" if stream_seq else None
-        await self.publish(subjects.dead_letter(self.source), letter, msg_id=msg_id)
-        log.warning(
-            "dead-lettered %s (%s): %s", subject, reason, error, extra={"stream_seq": stream_seq}
-        )
+        dlq_subject = subjects.dead_letter(self.source)
+        msg_id = dead_letter_id(self.source, consumer, stream, stream_seq, reason)
+        where = {"stream": stream, "stream_seq": stream_seq, "consumer": consumer}
+        try:
+            await self.publish(dlq_subject, letter, msg_id=msg_id)
+        except PublishRejected as exc:
+            # The reason is the whole story; a traceback would only repeat it.
+            log.error("dead letter refused, storing a reference only: %s", exc, extra=where)  # noqa: TRY400
+            try:
+                await self.publish(dlq_subject, reference_only(letter), msg_id=msg_id)
+            except PublishRejected as again:
+                log.error(  # noqa: TRY400
+                    "could not dead-letter %s (%s) at all; the original stays in %s at %s: %s",
+                    subject,
+                    reason,
+                    stream,
+                    stream_seq,
+                    again,
+                    extra=where,
+                )
+                return False
+        log.warning("dead-lettered %s (%s): %s", subject, reason, letter.error, extra=where)
+        return True
 
     # -- consuming -----------------------------------------------------------------------
 
@@ -600,30 +634,75 @@ class Consumer:
             try:
                 deliveries.append(Delivery(decode_msg(msg), msg))
             except DecodeError as exc:
-                await self._give_up(msg, exc.reason, str(exc))
+                await self._settle_safely(msg, self._give_up(msg, exc.reason, str(exc)))
         if not deliveries:
             return
         keepalive = asyncio.create_task(self._keep_alive(deliveries))
         try:
-            with telemetry.consumer_span(
-                f"consume {self.spec.durable}",
-                deliveries[0].msg.headers,
-                {"messaging.batch.message_count": len(deliveries)},
-            ):
-                await self.handler(deliveries)
-        except Exception as exc:  # the handler is user code: any failure is a retry
-            log.exception("handler of %s failed on %d message(s)", self.spec.durable, len(msgs))
-            for d in deliveries:
-                await self._retry(d, None, f"{type(exc).__name__}: {exc}")
-            return
+            failures = await self._hand_over(deliveries)
         finally:
             keepalive.cancel()
         for d in deliveries:
-            if d.outcome is None:
-                await d.msg.ack()
+            error = failures.get(id(d))
+            if error is not None:
+                settle = self._retry(d, None, error)
+            elif d.outcome is None:
+                settle = d.msg.ack()
             else:
-                await self._settle(d)
+                settle = self._settle(d)
+            await self._settle_safely(d.msg, settle)
         self.processed += len(deliveries)
+
+    async def _hand_over(self, deliveries: list[Delivery]) -> dict[int, str]:
+        """Give the batch to the handler; if it fails, give each delivery alone, so one bad
+        message fails alone and its neighbours are not retried (or dead-lettered) with it.
+        Returns the error of each delivery that failed by itself, keyed by `id()`."""
+        try:
+            await self._call(deliveries)
+        except Exception as exc:  # the handler is user code: any failure is a retry
+            error = f"{type(exc).__name__}: {exc}"
+            if len(deliveries) == 1:
+                log.exception("handler of %s failed", self.spec.durable)
+                return {id(deliveries[0]): error}
+            log.warning(
+                "handler of %s failed on a batch of %d (%s); handling each message alone",
+                self.spec.durable,
+                len(deliveries),
+                error,
+            )
+        else:
+            return {}
+        failures: dict[int, str] = {}
+        for d in deliveries:
+            d.outcome = None  # whatever the failed batch call decided is void
+            try:
+                await self._call([d])
+            except Exception as exc:
+                log.exception("handler of %s failed on %s", self.spec.durable, d.msg.subject)
+                failures[id(d)] = f"{type(exc).__name__}: {exc}"
+        return failures
+
+    async def _call(self, deliveries: list[Delivery]) -> None:
+        with telemetry.consumer_span(
+            f"consume {self.spec.durable}",
+            deliveries[0].msg.headers,
+            {"messaging.batch.message_count": len(deliveries)},
+        ):
+            await self.handler(deliveries)
+
+    async def _settle_safely(self, msg: Msg, settle: Awaitable[None]) -> None:
+        # One message's ack/nak/dead letter failing (connection away) must not leave the
+        # others unsettled: each is settled on its own; an unsettled one comes back after
+        # ack_wait.
+        try:
+            await settle
+        except (nats.errors.Error, nats.js.errors.Error, BusError) as exc:
+            log.warning(
+                "settling %s on %s failed, it will be redelivered: %s",
+                msg.subject,
+                self.spec.durable,
+                exc,
+            )
 
     async def _keep_alive(self, deliveries: list[Delivery]) -> None:
         # FastStream-style handlers can outlive ack_wait; tell the server we are on it.
@@ -650,9 +729,11 @@ class Consumer:
         await d.msg.nak(delay=delay if delay is not None else self.spec.delay_for(d.num_delivered))
 
     async def _give_up(self, msg: Msg, reason: str, error: str) -> None:
-        await self.bus.dead_letter(msg, reason=reason, error=error, consumer=self.spec.durable)
+        # Terminated even when the DLQ refused the letter (logged with the original's
+        # position by the bus): a message that cannot be dead-lettered must not stop anything.
+        if await self.bus.dead_letter(msg, reason=reason, error=error, consumer=self.spec.durable):
+            self.dead_lettered += 1
         await msg.term()
-        self.dead_lettered += 1
 
     async def _on_max_deliveries(self, advisory: Msg) -> None:
         try:

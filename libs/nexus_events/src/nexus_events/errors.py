@@ -11,6 +11,7 @@
     ├── BusError                 talking to NATS JetStream failed
     │   ├── BusUnavailable       not connected / connection lost (also a ConnectionError)
     │   ├── PublishFailed        the server did not acknowledge a publish
+    │   │   └── PublishRejected  the message itself was refused (too large, denied): never retry
     │   ├── PullStalled          a pull consumer refused or lost a pull request
     │   └── StreamDrift          a stream's live config differs and cannot be updated
     ├── ProjectionError          a projection cannot apply or rebuild
@@ -77,6 +78,11 @@ class BusUnavailable(BusError, ConnectionError):  # noqa: N818
 
 class PublishFailed(BusError):  # noqa: N818
     """JetStream did not acknowledge a publish (no stream, timeout, or server error)."""
+
+
+class PublishRejected(PublishFailed):
+    """The message itself was refused (over max_payload, no permission, bad header): publishing
+    the same message again cannot succeed, so callers must not retry it."""
 
 
 class PullStalled(BusError):  # noqa: N818

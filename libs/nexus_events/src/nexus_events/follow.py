@@ -11,6 +11,12 @@ Three things overlap: the reader asks for the next batch as soon as it hands one
 server streams it in), the batch in hand is decoded, and the batch before it is handled.
 `handle` calls stay one at a time and in order; one that fails is seen before the next
 starts, and everything after it is read again from the checkpoint.
+
+A follower never stops on one message: messages that do not decode are dead-lettered
+(`dead_letter_poison`, once per process however often a batch is re-read) and gone past even
+when the DLQ refuses them. A follower that keeps failing says so: `stuck` turns true after
+`STUCK_AFTER` failures in a row with nothing applied in between, and `restarts`,
+`consecutive_failures` and `last_error` tell readiness probes and metrics why.
 """
 
 from __future__ import annotations
@@ -19,6 +25,7 @@ import abc
 import asyncio
 import contextlib
 import logging
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -29,14 +36,24 @@ from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy
 
 from nexus_events.bus import FETCH_AWAY_ERRORS, Bus, decode_msg
 from nexus_events.codec import Decoded
-from nexus_events.errors import DecodeError, PullStalled
+from nexus_events.errors import BusUnavailable, DecodeError, PublishFailed, PullStalled
 from nexus_events.pull import PullReader
 
 log = logging.getLogger(__name__)
 
 # NATS errors after which the follower waits a little and repositions: the bus's "away"
 # errors of a fetch, plus a stalled pull and a timed-out consumer request.
-_NATS_AWAY = (PullStalled, *FETCH_AWAY_ERRORS, nats.errors.TimeoutError)
+# A publish that got no ack (a dead letter while NATS is away) is "away" too.
+_NATS_AWAY = (
+    PullStalled,
+    BusUnavailable,
+    PublishFailed,
+    *FETCH_AWAY_ERRORS,
+    nats.errors.TimeoutError,
+)
+# Failures in a row (nothing applied in between) after which a follower reports itself stuck:
+# one or two are a blip (a reconnect, a deadlock retry), three mean it is not moving.
+STUCK_AFTER = 3
 
 
 @dataclass(frozen=True)
@@ -122,6 +139,22 @@ class StreamFollower(abc.ABC):
         self._stopping = asyncio.Event()
         self._progress = asyncio.Event()
         self._tasks: list[asyncio.Task[None]] = []
+        # Health: restarts after unexpected errors, failures since the last applied batch.
+        self.restarts = 0
+        self.consecutive_failures = 0
+        self.last_error: str | None = None
+        self.last_progress = time.monotonic()
+        self.poison_dead_lettered = 0
+        self.poison_undeliverable = 0
+        # Highest stream sequence per stream whose poison this process already filed: a batch
+        # read again after a failed commit does not file it again (the DLQ's dedupe is the
+        # second line, across restarts).
+        self._poison_done: dict[str, int] = {}
+
+    @property
+    def stuck(self) -> bool:
+        """True while the follower keeps failing without applying anything."""
+        return self.consecutive_failures >= STUCK_AFTER
 
     # -- what a subclass provides ----------------------------------------------------------
 
@@ -137,6 +170,27 @@ class StreamFollower(abc.ABC):
         """Apply `batch` and store its `last_seq` as the checkpoint. `delivered` is where the
         previous batch left the checkpoint; raise `Reposition` if the stored one differs in a
         way that means re-reading."""
+
+    async def dead_letter_poison(self, feed: Feed, batch: Batch) -> None:
+        """Dead-letter the messages of `batch` that did not decode, once each.
+
+        A letter the DLQ refuses outright is logged with the original's position and gone
+        past (the original stays in its stream); only NATS being away (`BusUnavailable`, a
+        publish that got no ack) is raised, so the batch is read again once it is back.
+        """
+        done = self._poison_done.get(feed.stream, 0)
+        for msg, exc in batch.poison:
+            seq = msg.metadata.sequence.stream
+            if seq <= done:
+                continue
+            stored = await self.bus.dead_letter(
+                msg, reason=exc.reason, error=str(exc), consumer=feed.consumer
+            )
+            if stored:
+                self.poison_dead_lettered += 1
+            else:
+                self.poison_undeliverable += 1
+            self._poison_done[feed.stream] = done = seq
 
     async def dead_letter_event(
         self, feed: Feed, event: Decoded, error: Exception, attempts: int
@@ -235,16 +289,32 @@ class StreamFollower(abc.ABC):
                 await self._drop(reader)
                 reader = None
             except Exception as exc:  # the loop must outlive anything; it says what happened
+                self.consecutive_failures += 1
+                self.last_error = f"{type(exc).__name__}: {exc}"[:500]
                 if isinstance(exc, (*_NATS_AWAY, *self.unavailable)):
                     log.warning("%s %s: %s; retrying", type(self).__name__, self.name, exc)
                     pause = 0.5
                 else:
+                    self.restarts += 1
                     log.exception(
-                        "%s %s failed; restarting from the checkpoint",
+                        "%s %s failed; restarting from the checkpoint (restart %d, %d failures"
+                        " in a row)",
                         type(self).__name__,
                         self.name,
+                        self.restarts,
+                        self.consecutive_failures,
                     )
                     pause = 2.0
+                if self.stuck:
+                    log.exception(
+                        "%s %s is stuck: %d failures in a row, nothing applied for %.0f s; last:"
+                        " %s",
+                        type(self).__name__,
+                        self.name,
+                        self.consecutive_failures,
+                        time.monotonic() - self.last_progress,
+                        self.last_error,
+                    )
                 await self._settle(handling)
                 handling = None
                 await self._drop(reader)
@@ -257,6 +327,8 @@ class StreamFollower(abc.ABC):
         await self.handle(feed, batch, delivered)
         self.last_seq[feed.stream] = batch.last_seq
         self.pending[feed.stream] = batch.num_pending
+        self.consecutive_failures = 0
+        self.last_progress = time.monotonic()
         self._progress.set()
         return batch.last_seq
 
@@ -278,4 +350,12 @@ class StreamFollower(abc.ABC):
             await asyncio.wait_for(self._stopping.wait(), timeout=seconds)
 
 
-__all__ = ["Batch", "Feed", "Reposition", "StreamFollower", "split", "split_yielding"]
+__all__ = [
+    "STUCK_AFTER",
+    "Batch",
+    "Feed",
+    "Reposition",
+    "StreamFollower",
+    "split",
+    "split_yielding",
+]

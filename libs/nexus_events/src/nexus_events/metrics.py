@@ -51,6 +51,7 @@ from nexus_events.events.runs import (
     ToolCalled,
     ToolResult,
 )
+from nexus_events.follow import StreamFollower
 from nexus_events.projection import CHECKPOINT_TABLE
 from nexus_events.streams import DLQ, RUNS, STREAM_OF_FAMILY
 
@@ -79,6 +80,8 @@ CONSUMER_PENDING = "nexus.consumer.pending"
 CONSUMER_ACK_PENDING = "nexus.consumer.ack_pending"
 DLQ_MESSAGES = "nexus.dlq.messages"
 PROJECTION_LAG = "nexus.projection.lag"
+PROJECTION_RESTARTS = "nexus.projection.restarts"
+PROJECTION_STUCK = "nexus.projection.stuck"
 INSTRUMENTS = (
     RUNS_COUNTER,
     RUN_DURATION,
@@ -93,6 +96,8 @@ INSTRUMENTS = (
     CONSUMER_ACK_PENDING,
     DLQ_MESSAGES,
     PROJECTION_LAG,
+    PROJECTION_RESTARTS,
+    PROJECTION_STUCK,
 )
 
 
@@ -174,6 +179,8 @@ class PipelineSnapshot:
     consumers: dict[tuple[str, str], tuple[int, int]] = field(default_factory=dict)
     dlq: dict[str, int] = field(default_factory=dict)
     projections: dict[tuple[str, str], int] = field(default_factory=dict)
+    # Per stream follower of this process (its name): (restarts, stuck).
+    followers: dict[str, tuple[int, bool]] = field(default_factory=dict)
 
 
 def _seconds(start_ns: int | None, end_ns: int | None) -> float | None:
@@ -198,9 +205,11 @@ class RunMetrics:
         *,
         pool: asyncpg.Pool[Any] | None = None,
         settings: MetricsSettings | None = None,
+        followers: Sequence[StreamFollower] = (),
     ) -> None:
         self.bus = bus
         self.pool = pool
+        self.followers = tuple(followers)
         self.settings = settings or MetricsSettings()
         self.snapshot = PipelineSnapshot()
         self._runs: OrderedDict[str, _RunTimes] = OrderedDict()
@@ -272,6 +281,18 @@ class RunMetrics:
             callbacks=[self._observe_projection_lag],
             unit="{event}",
             description="Stream last sequence minus the projection's checkpoint.",
+        )
+        meter.create_observable_gauge(
+            PROJECTION_RESTARTS,
+            callbacks=[self._observe_restarts],
+            unit="{restart}",
+            description="Times a projection restarted from its checkpoint after an error.",
+        )
+        meter.create_observable_gauge(
+            PROJECTION_STUCK,
+            callbacks=[self._observe_stuck],
+            unit="1",
+            description="1 while a projection keeps failing without applying anything.",
         )
 
     # -- events -> metrics -------------------------------------------------------------
@@ -363,7 +384,7 @@ class RunMetrics:
 
     async def poll_once(self) -> PipelineSnapshot:
         """Refresh consumer, DLQ and projection gauges from JetStream and PostgreSQL."""
-        snap = PipelineSnapshot()
+        snap = PipelineSnapshot(followers={f.name: (f.restarts, f.stuck) for f in self.followers})
         last_seq: dict[str, int] = {}
         for stream in sorted(set(STREAM_OF_FAMILY.values())):
             try:
@@ -422,6 +443,14 @@ class RunMetrics:
     def _observe_projection_lag(self, _: CallbackOptions) -> Iterable[Observation]:
         for (projection, stream), lag in self.snapshot.projections.items():
             yield Observation(lag, {"projection": projection, "stream": stream})
+
+    def _observe_restarts(self, _: CallbackOptions) -> Iterable[Observation]:
+        for name, (restarts, _stuck) in self.snapshot.followers.items():
+            yield Observation(restarts, {"projection": name})
+
+    def _observe_stuck(self, _: CallbackOptions) -> Iterable[Observation]:
+        for name, (_restarts, stuck) in self.snapshot.followers.items():
+            yield Observation(int(stuck), {"projection": name})
 
     # -- lifecycle ---------------------------------------------------------------------
 

@@ -231,10 +231,7 @@ class ProjectionRunner(StreamFollower):
             )
 
     async def handle(self, feed: Feed, batch: Batch, delivered: int) -> None:
-        for msg, exc in batch.poison:
-            await self.bus.dead_letter(
-                msg, reason=exc.reason, error=str(exc), consumer=feed.consumer
-            )
+        await self.dead_letter_poison(feed, batch)
         attempt = 0
         while True:
             try:

@@ -26,6 +26,9 @@ log = logging.getLogger(__name__)
 DAY = 86_400.0
 # JetStream drops a repeated Nats-Msg-Id within this window; 2 min covers client retries.
 DUPLICATE_WINDOW_SECONDS = 120.0
+# Dead letters are keyed per original, consumer and reason; a day of dedupe keeps a service
+# that restarts in a loop from filing the same original again and again (they are few).
+DLQ_DUPLICATE_WINDOW_SECONDS = DAY
 
 RUNS = "NEXUS_RUNS"
 LOGS = "NEXUS_LOGS"
@@ -74,7 +77,11 @@ def stream_configs(settings: StreamSettings | None = None) -> list[StreamConfig]
     s = settings or StreamSettings()
 
     def cfg(
-        name: str, families: list[Family], max_age_days: float, max_bytes: int = -1
+        name: str,
+        families: list[Family],
+        max_age_days: float,
+        max_bytes: int = -1,
+        duplicate_window: float = DUPLICATE_WINDOW_SECONDS,
     ) -> StreamConfig:
         return StreamConfig(
             name=name,
@@ -84,7 +91,7 @@ def stream_configs(settings: StreamSettings | None = None) -> list[StreamConfig]
             discard=DiscardPolicy.OLD,
             max_age=max_age_days * DAY,
             max_bytes=max_bytes,
-            duplicate_window=DUPLICATE_WINDOW_SECONDS,
+            duplicate_window=duplicate_window,
             num_replicas=s.replicas,
         )
 
@@ -97,7 +104,16 @@ def stream_configs(settings: StreamSettings | None = None) -> list[StreamConfig]
         cfg(SCHEDULES, [Family.SCHEDULE], 0),
         cfg(MEMORY, [Family.MEMORY], s.memory_max_age_days),
         cfg(CHANNELS, [Family.CHANNEL], s.channels_max_age_days),
-        cfg(DLQ, [Family.DLQ], s.dlq_max_age_days, s.dlq_max_bytes),
+        cfg(
+            DLQ,
+            [Family.DLQ],
+            s.dlq_max_age_days,
+            s.dlq_max_bytes,
+            # JetStream refuses a dedupe window longer than max_age.
+            duplicate_window=min(DLQ_DUPLICATE_WINDOW_SECONDS, s.dlq_max_age_days * DAY)
+            if s.dlq_max_age_days
+            else DLQ_DUPLICATE_WINDOW_SECONDS,
+        ),
     ]
 
 

@@ -13,8 +13,8 @@ EXPECTED = {
     "Bus", "BusError", "BusSettings", "BusUnavailable", "Command", "Consumer", "ConsumerSpec",
     "ContractError", "DecodeError", "Decoded", "Delivery", "Envelope", "Event",
     "HealthUnavailable", "InvalidEvent", "InvalidSubject", "NexusError", "Outgoing", "Projection",
-    "ProjectionError",
-    "ProjectionRunner", "PublishFailed", "PullStalled", "RunStatus", "Source", "StreamDrift",
+    "ProjectionError", "ProjectionRunner", "PublishFailed", "PublishRejected", "PullStalled",
+    "RunStatus", "Source", "StreamDrift",
     "StreamSettings", "UndecodableMessage", "UnknownEvent", "UnregisteredEvent", "decode", "encode",
     "ensure_streams", "next_status", "rebuild",
 }  # fmt: skip

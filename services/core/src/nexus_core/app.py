@@ -98,7 +98,18 @@ class CoreApp:
         return self._pool
 
     def ready(self) -> bool:
-        return self._running and self._bus is not None and self._bus.nc.is_connected
+        """Connected, running, and no projection stuck (failing over and over without
+        applying anything): a core whose views stopped moving must not look healthy."""
+        return (
+            self._running
+            and self._bus is not None
+            and self._bus.nc.is_connected
+            and not any(r.stuck for r in self.followers())
+        )
+
+    def followers(self) -> list[ProjectionRunner | MongoCatalogRunner]:
+        """The stream followers behind core's views (for readiness and metrics)."""
+        return [r for r in (self.catalog_runner, self.views_runner) if r is not None]
 
     async def start(self) -> None:
         s = self.settings
@@ -167,7 +178,11 @@ class CoreApp:
         if self.metrics_settings.enabled:
             self.meter_provider = setup_metrics("core", self.metrics_settings)
             self.metrics = RunMetrics(
-                self.bus, self.meter_provider, pool=self.pool, settings=self.metrics_settings
+                self.bus,
+                self.meter_provider,
+                pool=self.pool,
+                settings=self.metrics_settings,
+                followers=self.followers(),
             )
             await self.metrics.start()
         if s.health_port is not None:

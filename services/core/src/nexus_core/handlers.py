@@ -110,7 +110,11 @@ class AssemblyHandler:
                         if span is not None:
                             span.set_attribute(OUTCOME, outcome)
 
-        await asyncio.gather(*(run(g) for g in groups.values()))
+        # A failure cancels the other groups (no task outlives the batch); the consumer then
+        # hands each delivery over alone, so only the failing request is retried.
+        async with asyncio.TaskGroup() as tg:
+            for g in groups.values():
+                tg.create_task(run(g))
 
     async def handle(self, d: Delivery) -> str:  # noqa: PLR0911 - one return per outcome
         """Handle one request; return its outcome (span attribute `nexus.outcome`)."""

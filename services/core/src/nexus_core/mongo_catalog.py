@@ -276,10 +276,7 @@ class MongoCatalogRunner(StreamFollower):
         return await self.store.checkpoint(feed.stream)
 
     async def handle(self, feed: Feed, batch: Batch, delivered: int) -> None:
-        for msg, exc in batch.poison:
-            await self.bus.dead_letter(
-                msg, reason=exc.reason, error=str(exc), consumer=self.consumer
-            )
+        await self.dead_letter_poison(feed, batch)
         for decoded in batch.events:
             with event_span(
                 "core project catalog", decoded, {CATALOG_ITEM: decoded.address.ids.get("id", "")}

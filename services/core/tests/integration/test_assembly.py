@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+from collections import Counter
 from typing import Any
 
 from nexus_events import subjects
@@ -113,8 +114,18 @@ async def test_unknown_agent_unknown_skill_then_consumer_goes_on(bus: Bus, core:
     async def letters() -> list[DeadLetter]:
         return [DeadLetter.model_validate_json(m.data) async for m in bus.replay_raw(DLQ)]
 
-    dead = await eventually(letters, lambda ls: len(ls) >= 2)
-    assert sorted(letter.reason for letter in dead) == ["invalid_event", "undecodable"]
+    assert core.assembly is not None
+    assembly = core.assembly.spec.durable
+
+    def by_assembly(ls: list[DeadLetter]) -> list[DeadLetter]:
+        return [x for x in ls if x.consumer == assembly]
+
+    await eventually(letters, lambda ls: len(by_assembly(ls)) >= 2)
+    dead = await letters()
+    assert sorted(x.reason for x in by_assembly(dead)) == ["invalid_event", "undecodable"]
+    # Every other consumer of core that reads them files its own letter, once each.
+    per_consumer = Counter((x.consumer, x.stream_seq) for x in dead)
+    assert set(per_consumer.values()) == {1}
 
 
 async def test_redelivery_duplicate_and_conflict(bus: Bus, core: CoreApp):
