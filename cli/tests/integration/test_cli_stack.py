@@ -212,6 +212,48 @@ def test_dead_letters_ls_show_replay(stack: Stack) -> None:
     assert stack.nexus("dlq", "show", "999999").code == 3
 
 
+def test_a_huge_poison_message_is_listed_per_consumer_and_replayed_whole(stack: Stack) -> None:
+    """A body near max_payload: every consumer that rejects it files a truncated letter (no
+    more wedged projections), `dlq ls` tells them apart, and replay reads the original."""
+    blob = os.urandom(900 * 1024)
+
+    async def publish_huge() -> int:
+        nc = await nats.connect(stack.state()["nats_url"])
+        try:
+            ack = await nc.jetstream().publish("nexus.agent.run.v1.run_huge.heartbeat", blob)
+            return ack.seq
+        finally:
+            await nc.close()
+
+    seq = asyncio.run(publish_huge())
+
+    def mine(ls: list[dict[str, object]]) -> list[dict[str, object]]:
+        return [x for x in ls if x["stream_seq"] == seq and x["stream"] == "NEXUS_RUNS"]
+
+    letters = eventually(
+        lambda: mine(stack.nexus("dlq", "ls", "-o", "json").json()["dead_letters"]),
+        # core's views and metrics consumers and the scheduler all read NEXUS_RUNS
+        lambda ls: len({(x["service"], x["consumer"]) for x in ls}) >= 3,
+    )
+    assert len(letters) == len({(x["service"], x["consumer"]) for x in letters})
+    assert all(x["body_truncated"] and x["body_size"] == len(blob) for x in letters)
+    table = stack.nexus("dlq", "ls")
+    assert table.code == 0
+    assert f"NEXUS_RUNS:{seq}" in table.stdout
+    replayed = stack.nexus("dlq", "replay", str(letters[0]["seq"]), "-o", "json")
+    assert replayed.code == 0, replayed.stderr
+
+    async def replayed_body() -> bytes:
+        nc = await nats.connect(stack.state()["nats_url"])
+        try:
+            msg = await nc.jetstream().get_msg("NEXUS_RUNS", replayed.json()["stream_seq"])
+            return msg.data or b""
+        finally:
+            await nc.close()
+
+    assert asyncio.run(replayed_body()) == blob
+
+
 def test_doctor_and_projections(stack: Stack) -> None:
     doctor = stack.nexus("doctor", "-o", "json")
     assert doctor.code == 0, doctor.stdout

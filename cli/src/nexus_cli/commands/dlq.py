@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import base64
+import hashlib
 from typing import Annotated, Any
 
 import nats.js.errors
@@ -45,6 +46,39 @@ async def _get(s: Session, seq: int) -> tuple[DeadLetter, str | None]:
     return decoded, None
 
 
+async def _original(s: Session, seq: int, letter: DeadLetter) -> tuple[bytes, dict[str, str]]:
+    """The original body and headers: from the letter, or, when the letter kept only part of
+    them, from the original's stream (checked against the letter's digest)."""
+    if not letter.body_truncated and not letter.headers_truncated:
+        body = (
+            base64.b64decode(letter.body)
+            if letter.body_encoding == "base64"
+            else letter.body.encode()
+        )
+        return body, dict(letter.headers)
+    if not letter.stream or not letter.stream_seq:
+        raise CliError(
+            f"dead letter {seq} holds a truncated copy and no position of the original",
+            code=ExitCode.INVALID,
+        )
+    try:
+        raw = await s.bus.js.get_msg(letter.stream, letter.stream_seq)
+    except nats.js.errors.NotFoundError:
+        raise CliError(
+            f"dead letter {seq} holds a truncated copy and the original is gone from "
+            f"{letter.stream} (seq {letter.stream_seq}): nothing whole to replay",
+            code=ExitCode.NOT_FOUND,
+        ) from None
+    data = raw.data or b""
+    if letter.body_sha256 and hashlib.sha256(data).hexdigest() != letter.body_sha256:
+        raise CliError(
+            f"{letter.stream} seq {letter.stream_seq} is not the original of dead letter {seq}"
+            " (digest differs)",
+            code=ExitCode.INVALID,
+        )
+    return data, dict(raw.headers or {})
+
+
 @app.command("ls")
 def ls_cmd(
     ctx: typer.Context,
@@ -73,9 +107,18 @@ def ls_cmd(
         emit(
             output,
             {"dead_letters": letters},
-            ("SEQ", "SERVICE", "SUBJECT", "REASON", "ERROR", "TIME"),
+            ("SEQ", "SERVICE", "CONSUMER", "ORIGINAL", "SUBJECT", "REASON", "ERROR", "TIME"),
             [
-                (x["seq"], x["service"], x["subject"], x["reason"], x["error"][:80], x["time"])
+                (
+                    x["seq"],
+                    x["service"],
+                    x["consumer"] or "",
+                    f"{x['stream']}:{x['stream_seq']}" if x["stream_seq"] else "",
+                    x["subject"],
+                    x["reason"],
+                    x["error"][:60],
+                    x["time"],
+                )
                 for x in letters
             ],
             empty="no dead letters",
@@ -105,8 +148,16 @@ def show_cmd(ctx: typer.Context, seq: SeqArg, output: OutputOpt = Output.TABLE) 
             "reason",
             "error",
             "num_delivered",
+            "body_size",
+            "body_sha256",
         ):
             console.print(f"{key:<14} {data[key]}", markup=False)
+        if letter.body_truncated:
+            console.print(
+                "body truncated: the original is in "
+                f"{letter.stream} at {letter.stream_seq} (`nexus dlq replay` reads it there)",
+                markup=False,
+            )
         console.print("headers", markup=False)
         for k, v in letter.headers.items():
             console.print(f"  {k}: {v}", markup=False)
@@ -124,12 +175,8 @@ def replay_cmd(ctx: typer.Context, seq: SeqArg, output: OutputOpt = Output.TABLE
     async def body() -> None:
         async with Session(resolve_target(g), g.timeout) as s:
             letter, _ = await _get(s, seq)
-            data = (
-                base64.b64decode(letter.body)
-                if letter.body_encoding == "base64"
-                else letter.body.encode()
-            )
-            headers = {k: v for k, v in letter.headers.items() if k not in _DROP_HEADERS}
+            data, original_headers = await _original(s, seq, letter)
+            headers = {k: v for k, v in original_headers.items() if k not in _DROP_HEADERS}
             headers["Nats-Msg-Id"] = f"dlq-replay:{seq}"
             try:
                 ack = await s.bus.js.publish(
