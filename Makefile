@@ -1,14 +1,19 @@
 # Nexus: one entry point for setting up, testing, linting and benchmarking.
 SHELL := /bin/bash
-UV ?= $(shell command -v uv 2>/dev/null || echo python3 -m uv)
+# uv from PATH if there is one, else bootstrapped into .tools/ (never the system Python).
+TOOLS := .tools
+UV ?= $(or $(shell command -v uv 2>/dev/null),$(TOOLS)/bin/uv)
+UV_BOOTSTRAP := $(if $(filter $(TOOLS)/bin/uv,$(UV)),$(TOOLS)/bin/uv)
 export XDG_RUNTIME_DIR ?= /tmp/nexus-xdg-$(shell id -u)
 
 .PHONY: setup test lint bench demo smoke contract-snapshot clean
 
 setup: .venv/.synced
 
-.venv/.synced: pyproject.toml uv.lock $(wildcard libs/*/pyproject.toml services/*/pyproject.toml cli/pyproject.toml)
-	@$(UV) --version >/dev/null 2>&1 || python3 -m pip install --quiet uv
+$(TOOLS)/bin/uv:
+	bash scripts/bootstrap_uv.sh $(TOOLS)
+
+.venv/.synced: pyproject.toml uv.lock $(wildcard libs/*/pyproject.toml services/*/pyproject.toml cli/pyproject.toml) | $(UV_BOOTSTRAP)
 	@mkdir -p -m 700 $(XDG_RUNTIME_DIR)
 	$(UV) sync --all-packages --frozen
 	@touch $@
@@ -37,4 +42,4 @@ contract-snapshot: setup
 	$(UV) run --frozen python -m tests.contract.snapshot --write
 
 clean:
-	rm -rf .venv .pytest_cache .mypy_cache .ruff_cache
+	rm -rf .venv .tools .pytest_cache .mypy_cache .ruff_cache
