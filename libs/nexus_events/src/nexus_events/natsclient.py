@@ -12,10 +12,18 @@ Two costs of nats-py 2.16 showed up first in a replay profile:
   A subscription made with `subscribe_direct` skips all of that: the read loop builds the
   `Msg` and calls a plain function with it. Only pull readers use it: their messages need
   none of that bookkeeping, and their handler just buffers the message.
+
+Both override private methods of nats-py, so the dependency is pinned to the tested minor
+and `PRIVATE_SIGNATURES` records what they must look like. If an installed nats-py differs,
+the overrides are not used at all (`DIRECT_DELIVERY` is False, a warning is logged):
+`subscribe_direct` falls back to an ordinary callback subscription and headers are parsed
+by nats-py. Slower, never wrong.
 """
 
 from __future__ import annotations
 
+import inspect
+import logging
 from collections.abc import Callable
 
 from nats.aio.client import NATS_HDR_LINE_SIZE
@@ -29,6 +37,30 @@ _PLAIN_HEADERS_AT = NATS_HDR_LINE_SIZE + len(_CRLF)
 _CR = _CRLF[0]
 
 DirectHandler = Callable[[Msg], None]
+
+log = logging.getLogger(__name__)
+
+# The private nats-py methods the overrides below replace or call, as nats-py 2.16 defines
+# them (parameter names in order). A change here means the read loop would call our code
+# with other arguments: the overrides are then left out.
+PRIVATE_SIGNATURES: dict[str, tuple[str, ...]] = {
+    "_process_msg": ("self", "sid", "subject", "reply", "data", "headers"),
+    "_remove_sub": ("self", "sid", "max_msgs"),
+    "_parse_header_lines": ("raw",),
+    "_process_headers": ("self", "headers"),
+}
+
+
+def private_signature_drift() -> dict[str, tuple[str, ...] | None]:
+    """The private methods whose parameters differ from `PRIVATE_SIGNATURES` in the
+    installed nats-py ({name: what it has, None when missing}); empty when all match."""
+    drift: dict[str, tuple[str, ...] | None] = {}
+    for name, wanted in PRIVATE_SIGNATURES.items():
+        method = getattr(_NatsClient, name, None)
+        have = None if method is None else tuple(inspect.signature(method).parameters)
+        if have != wanted:
+            drift[name] = have
+    return drift
 
 
 async def _unused_callback(msg: Msg) -> None:
@@ -50,6 +82,12 @@ class Client(_NatsClient):
         error callback and the message is lost to it); it must not block or await. Unsubscribe
         with the returned subscription as usual.
         """
+        if not DIRECT_DELIVERY:
+
+            async def deliver(msg: Msg) -> None:
+                handler(msg)
+
+            return await self.subscribe(subject, cb=deliver)
         sub = await self.subscribe(subject, cb=_unused_callback)
         self._direct[sub._id] = handler
         return sub
@@ -104,4 +142,17 @@ class Client(_NatsClient):
         return out
 
 
-__all__ = ["Client", "DirectHandler"]
+_DRIFT = private_signature_drift()
+# Whether the overrides above are in use (nats-py's private methods are as tested).
+DIRECT_DELIVERY = not _DRIFT
+if _DRIFT:
+    log.warning(
+        "nats-py's private methods changed (%s); direct delivery and the fast header parser "
+        "are off, nats-py's own paths are used",
+        ", ".join(sorted(_DRIFT)),
+    )
+    for _name in ("_process_msg", "_remove_sub", "_parse_header_lines"):
+        delattr(Client, _name)
+
+
+__all__ = ["DIRECT_DELIVERY", "PRIVATE_SIGNATURES", "Client", "DirectHandler"]

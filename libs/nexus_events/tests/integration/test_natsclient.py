@@ -156,3 +156,27 @@ async def test_a_plain_nats_py_client_still_reads_through_pull_reader(bus: Bus, 
         assert [json.loads(m.data)["seq"] for m in msgs] == [1, 2, 3]
     finally:
         await plain.close()
+
+
+async def test_without_direct_delivery_subscribe_direct_falls_back_to_a_callback(
+    nats_url: str, monkeypatch
+):
+    """What a nats-py whose private methods drifted gets: the same messages, nats-py's path."""
+    from nexus_events import natsclient
+
+    monkeypatch.setattr(natsclient, "DIRECT_DELIVERY", False)
+    nc = await connected(nats_url)
+    try:
+        subject = f"fallback.{uuid.uuid4().hex[:8]}"
+        got = Collected()
+        await nc.subscribe_direct(subject, got)
+        assert nc._direct == {}  # not registered for the read loop's direct path
+        await nc.publish(subject, b"one", headers={"Nats-Msg-Id": "a"})
+        await nc.publish(subject, b"two")
+        await got.wait_for(2)
+        assert [(m.data, m.headers) for m in got] == [
+            (b"one", {"Nats-Msg-Id": "a"}),
+            (b"two", None),
+        ]
+    finally:
+        await nc.close()

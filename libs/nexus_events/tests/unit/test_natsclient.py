@@ -28,3 +28,24 @@ def test_same_headers_as_nats_py(raw: bytes) -> None:
 def test_a_real_envelope_is_parsed() -> None:
     raw = b"Nats-Msg-Id: a\r\nNexus-Source: core\r\n\r\n"
     assert Client._parse_header_lines(raw) == {"Nats-Msg-Id": "a", "Nexus-Source": "core"}
+
+
+def test_the_private_methods_we_override_are_as_tested() -> None:
+    """Fails loudly when a nats-py upgrade changes what `Client` overrides: check the new
+    private methods, adapt the overrides and `PRIVATE_SIGNATURES`, then move the pin."""
+    from nexus_events import natsclient
+
+    assert natsclient.private_signature_drift() == {}
+    assert natsclient.DIRECT_DELIVERY
+
+
+def test_drift_is_detected_and_named(monkeypatch: pytest.MonkeyPatch) -> None:
+    from nexus_events import natsclient
+
+    async def changed(self, sid, subject, reply, data, headers, extra):  # type: ignore[no-untyped-def]
+        return None
+
+    monkeypatch.setattr(NatsPyClient, "_process_msg", changed)
+    assert natsclient.private_signature_drift() == {
+        "_process_msg": ("self", "sid", "subject", "reply", "data", "headers", "extra")
+    }
