@@ -16,7 +16,11 @@ from pydantic_settings import BaseSettings
 
 SECTIONS: list[tuple[str, str, str]] = [
     ("every service: NATS", "nexus_events.bus", "BusSettings"),
-    ("every service: streams (`ensure_streams`)", "nexus_events.streams", "StreamSettings"),
+    (
+        "streams: core's settings win (`ensure_streams`; others only create missing streams)",
+        "nexus_events.streams",
+        "StreamSettings",
+    ),
     ("every service: metrics", "nexus_events.metrics", "MetricsSettings"),
     ("core (`python -m nexus_core`)", "nexus_core.config", "CoreSettings"),
     ("scheduler (`python -m nexus_scheduler`)", "nexus_scheduler.config", "SchedulerSettings"),

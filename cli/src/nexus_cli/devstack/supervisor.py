@@ -261,7 +261,7 @@ class Supervisor:
         self.save()
 
         self.bus = await Bus.connect(BusSettings(url=nats_url, name="nexus-dev"), source="dev")
-        await ensure_streams(self.bus.js)
+        await ensure_streams(self.bus.js, update=False)  # core owns stream settings
 
         service_env = {**base_env, "NEXUS_NATS_URL": nats_url, **await self._model_env(base_env)}
         # Runners clone into the stack's directory (not a /tmp shared by every stack), where

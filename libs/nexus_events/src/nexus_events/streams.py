@@ -3,10 +3,18 @@
 Streams are provisioned here and only here (services declare them `declare=False` in
 FastStream). `ensure_streams` is idempotent: it creates what is missing, updates what has
 drifted, and reports what it did; a drift the server cannot apply (a storage change) raises.
+
+One owner sets stream settings: core calls `ensure_streams(js, settings)` and its
+`NEXUS_STREAMS_*` environment decides retention. Every other service calls it with
+`update=False`: it creates a missing stream (so start-up order does not matter) but never
+changes a live one, so services started with different environments cannot overwrite each
+other. An update changes only the managed fields (`_MANAGED`); everything else on the live
+stream (max_msg_size, sealed, mirrors, placement, ...) is sent back as it is.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 from dataclasses import dataclass, field
 from typing import Any
@@ -145,10 +153,12 @@ class EnsureReport:
     created: list[str] = field(default_factory=list)
     updated: dict[str, dict[str, tuple[Any, Any]]] = field(default_factory=dict)
     unchanged: list[str] = field(default_factory=list)
+    # Drifted streams left as they are (`update=False`: not this caller's to change).
+    left: dict[str, dict[str, tuple[Any, Any]]] = field(default_factory=dict)
 
     @property
     def drifted(self) -> bool:
-        return bool(self.updated)
+        return bool(self.updated or self.left)
 
 
 def _normalize(name: str, value: Any) -> Any:
@@ -172,12 +182,14 @@ def drift(live: StreamConfig, wanted: StreamConfig) -> dict[str, tuple[Any, Any]
 
 
 async def ensure_streams(
-    js: JetStreamContext, settings: StreamSettings | None = None
+    js: JetStreamContext, settings: StreamSettings | None = None, *, update: bool = True
 ) -> EnsureReport:
-    """Create or update every Nexus stream; idempotent.
+    """Create every missing Nexus stream and, with `update` (the owner, core), bring the
+    managed fields of live ones to `settings`; idempotent.
 
-    Raises `StreamDrift` when a live stream differs in a way JetStream cannot update (e.g.
-    storage), and `BusError` for other server errors.
+    With `update=False` a drifted stream is reported in `EnsureReport.drifted` only. Raises
+    `StreamDrift` when a live stream differs in a way JetStream cannot update (e.g. storage),
+    and `BusError` for other server errors.
     """
     report = EnsureReport()
     for wanted in stream_configs(settings):
@@ -186,30 +198,37 @@ async def ensure_streams(
         try:
             info = await js.stream_info(name)
         except NotFoundError:
-            await _call(js.add_stream(wanted), name, "create")
-            report.created.append(name)
-            log.info("stream created", extra={"stream": name})
-            continue
+            try:
+                await js.add_stream(wanted)
+            except APIError as exc:
+                # Another service created it meanwhile (services start together): it is
+                # live now, so go on as with any live stream.
+                try:
+                    info = await js.stream_info(name)
+                except NotFoundError:
+                    raise BusError(f"cannot create stream {name}: {exc}") from exc
+            else:
+                report.created.append(name)
+                log.info("stream created", extra={"stream": name})
+                continue
         diff = drift(info.config, wanted)
         if not diff:
             report.unchanged.append(name)
+            continue
+        if not update:
+            report.left[name] = diff
             continue
         if "storage" in diff:
             raise StreamDrift(
                 f"stream {name}: storage is {diff['storage'][0]}, contract says "
                 f"{diff['storage'][1]}; JetStream cannot change it in place"
             )
+        # Merge: the live config with only the managed fields changed.
+        merged = dataclasses.replace(info.config, **{f: getattr(wanted, f) for f in _MANAGED})
         try:
-            await js.update_stream(wanted)
+            await js.update_stream(merged)
         except APIError as exc:
             raise StreamDrift(f"stream {name} drifted {diff} and cannot be updated: {exc}") from exc
         report.updated[name] = diff
         log.warning("stream updated to the contract", extra={"stream": name, "drift": diff})
     return report
-
-
-async def _call(coro: Any, name: str, what: str) -> Any:
-    try:
-        return await coro
-    except APIError as exc:
-        raise BusError(f"cannot {what} stream {name}: {exc}") from exc

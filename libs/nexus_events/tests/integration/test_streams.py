@@ -101,3 +101,30 @@ async def test_memory_stream_does_not_capture_search_requests(bus: Bus):
     for query in subjects.QUERY_SUBJECTS:
         with pytest.raises(nats.js.errors.NotFoundError):
             await bus.js.find_stream_name_by_subject(query)
+
+
+async def test_an_update_keeps_fields_it_does_not_manage(raw_bus: Bus):
+    """Before: the whole wanted config was sent, resetting e.g. an operator's max_msg_size."""
+    await ensure_streams(raw_bus.js)
+    live = (await raw_bus.js.stream_info(RUNS)).config
+    await raw_bus.js.update_stream(dataclasses.replace(live, max_msg_size=4096, max_age=3600.0))
+    report = await ensure_streams(raw_bus.js)
+    assert list(report.updated) == [RUNS]
+    now = (await raw_bus.js.stream_info(RUNS)).config
+    assert now.max_age == pytest.approx(90 * DAY)
+    assert now.max_msg_size == 4096
+
+
+async def test_a_service_that_does_not_own_streams_creates_but_never_changes(raw_bus: Bus):
+    """Services started with different environments cannot overwrite the owner's retention."""
+    owner = await ensure_streams(raw_bus.js, StreamSettings(runs_max_age_days=7))
+    assert set(owner.created) == ALL
+    other = await ensure_streams(raw_bus.js, StreamSettings(runs_max_age_days=1), update=False)
+    assert other.updated == {}
+    assert list(other.left) == [RUNS]
+    assert other.drifted
+    assert (await raw_bus.js.stream_info(RUNS)).config.max_age == pytest.approx(7 * DAY)
+    # A missing stream is still created by anyone.
+    await raw_bus.js.delete_stream(DLQ)
+    again = await ensure_streams(raw_bus.js, update=False)
+    assert again.created == [DLQ]

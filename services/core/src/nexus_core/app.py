@@ -125,6 +125,7 @@ class CoreApp:
             self._pool = await asyncpg.create_pool(
                 s.database_url, min_size=1, max_size=s.db_pool_size
             )
+        # Core owns the stream settings (NEXUS_STREAMS_*); other services only create.
         await ensure_streams(self.bus.js)
         requests = RunRequestStore(self.pool)
         await requests.migrate()

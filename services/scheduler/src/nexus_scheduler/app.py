@@ -81,7 +81,7 @@ class SchedulerApp:
 
     async def start(self) -> None:
         self._bus = await Bus.connect(self.bus_settings, source=SOURCE)
-        await ensure_streams(self._bus.js)
+        await ensure_streams(self._bus.js, update=False)  # core owns stream settings
         await self.runtime.start()
         self._lease = Lease(
             self._bus.js,
