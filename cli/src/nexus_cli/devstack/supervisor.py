@@ -219,7 +219,12 @@ class Supervisor:
         return 0
 
     async def _start(self) -> None:
-        base_env = {**os.environ, "OTEL_SDK_DISABLED": os.environ.get("OTEL_SDK_DISABLED", "true")}
+        base_env = {
+            **os.environ,
+            "OTEL_SDK_DISABLED": os.environ.get("OTEL_SDK_DISABLED", "true"),
+            # People read these logs (`nexus dev logs`): text unless asked otherwise.
+            "NEXUS_LOG_FORMAT": os.environ.get("NEXUS_LOG_FORMAT", "text"),
+        }
         nats_port = int(os.environ.get("NEXUS_DEV_NATS_PORT") or probes.free_port())
         monitor_port = probes.free_port()
         nats_url = f"nats://127.0.0.1:{nats_port}"

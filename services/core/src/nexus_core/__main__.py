@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import asyncio
-import logging
 import signal
 
+from nexus_events.logs import setup_logging
 from nexus_events.process import tune_gc
-from nexus_events.telemetry import setup_telemetry
+from nexus_events.telemetry import setup_telemetry, shutdown_telemetry
 
 from nexus_core.app import serve
 from nexus_core.config import CoreSettings
@@ -22,11 +22,14 @@ async def _main(settings: CoreSettings) -> None:
 
 
 def main() -> None:
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s")
+    setup_logging("core")
     settings = CoreSettings()
     setup_telemetry("core")
     tune_gc(settings.effective_gc_threshold())
-    asyncio.run(_main(settings))
+    try:
+        asyncio.run(_main(settings))
+    finally:
+        shutdown_telemetry()  # export the buffered spans before the process ends
 
 
 if __name__ == "__main__":

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import logging
 import signal
 import sys
 from pathlib import Path
@@ -12,6 +11,7 @@ from pathlib import Path
 from nexus_events import telemetry
 from nexus_events.bus import Bus, BusSettings
 from nexus_events.events.runs import RunCompleted, RunConfig
+from nexus_events.logs import bind, setup_logging
 
 from nexus_runner.app import RunHandle, execute_run, load_prepared_from_bus
 from nexus_runner.config import RunnerSettings
@@ -30,6 +30,7 @@ async def _main(args: argparse.Namespace) -> int:
         else:
             config, prepared_trace = await load_prepared_from_bus(bus, args.run_id)
             parent = parent or prepared_trace
+        bind(run_id=config.run_id, agent_id=config.agent_id)  # on every log line of the run
         handle = RunHandle()
         asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, handle.terminate)
         terminal = await execute_run(config, settings, bus, handle=handle, trace_context=parent)
@@ -44,7 +45,7 @@ def main(argv: list[str] | None = None) -> None:
     source.add_argument("--config", help="Path of a RunConfig JSON file.")
     source.add_argument("--run-id", help="Read the config from the run's prepared event.")
     args = parser.parse_args(argv)
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
+    setup_logging("runner")
     telemetry.setup_telemetry("runner")
     try:
         code = asyncio.run(_main(args))

@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import asyncio
-import logging
 import signal
 
+from nexus_events.logs import setup_logging
 from nexus_events.telemetry import setup_telemetry, shutdown_telemetry
 
 from nexus_scheduler.app import SchedulerApp
@@ -24,7 +24,7 @@ async def _serve() -> None:
 
 
 def main() -> None:
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s")
+    setup_logging("scheduler")
     setup_telemetry("scheduler")
     try:
         asyncio.run(_serve())
