@@ -71,6 +71,42 @@ async def test_file_tools_roundtrip(tmp_path: Path) -> None:
     assert "src/a.py:2: y = 3" in (await call(reg, "search_files", pattern=r"y = \d"))[2]
 
 
+async def test_file_tools_run_off_the_event_loop(tmp_path: Path, monkeypatch) -> None:
+    """A walk of a huge tree or a slow disk must not stall heartbeats and cancellation."""
+    import threading
+
+    from nexus_runner.tools import builtin
+
+    threads: list[str] = []
+    real_walk = os.walk
+
+    def recording_walk(*a: Any, **kw: Any) -> Any:
+        threads.append(threading.current_thread().name)
+        return real_walk(*a, **kw)
+
+    monkeypatch.setattr(builtin.os, "walk", recording_walk)
+    reg = make_registry(tmp_path)
+    await call(reg, "write_file", path="a.txt", content="hello\n")
+    await call(reg, "list_files", pattern="*")
+    await call(reg, "search_files", pattern="hello")
+    assert len(threads) == 2
+    assert threading.main_thread().name not in threads
+
+
+async def test_search_files_skips_huge_files_and_says_so(tmp_path: Path) -> None:
+    from nexus_runner.tools.builtin import MAX_SEARCH_FILE_BYTES
+
+    reg = make_registry(tmp_path)
+    (tmp_path / "big.log").write_text("needle\n" * (MAX_SEARCH_FILE_BYTES // 7 + 1))
+    (tmp_path / "small.txt").write_text("a needle here\n")
+    _, ok, out = await call(reg, "search_files", pattern="needle")
+    assert ok
+    assert "small.txt:1: a needle here" in out
+    assert "big.log:" not in out
+    assert "not searched" in out
+    assert "big.log" in out
+
+
 async def test_path_escapes_are_refused_before_running(tmp_path: Path) -> None:
     reg = make_registry(tmp_path)
     action, _, reason = await call(reg, "read_file", path="../../etc/passwd")

@@ -3,6 +3,7 @@ and returns the text the model reads, or raises `ToolError` with a message it ca
 
 from __future__ import annotations
 
+import asyncio
 import fnmatch
 import os
 import re
@@ -18,9 +19,20 @@ if TYPE_CHECKING:
 
 # Files larger than this are not read whole (the model gets a clear error instead).
 MAX_READ_BYTES = 2_000_000
+# search_files skips files larger than this (generated, vendored or binary blobs), and stops
+# after reading this much in all: a search of a huge tree must not hold the run for minutes.
+MAX_SEARCH_FILE_BYTES = 1_000_000
+MAX_SEARCH_TOTAL_BYTES = 64_000_000
+
+# The file tools below touch the disk (stat, walk, read, write): each runs in a worker thread,
+# so a large tree or a slow disk never blocks the event loop (heartbeats, cancellation).
 
 
 async def read_file(ctx: ToolContext, args: a.ReadFileArgs) -> str:
+    return await asyncio.to_thread(_read_file, ctx, args)
+
+
+def _read_file(ctx: ToolContext, args: a.ReadFileArgs) -> str:
     path = ctx.workspace.resolve(args.path)
     if not path.is_file():
         raise ToolError(f"{args.path}: no such file")
@@ -36,6 +48,10 @@ async def read_file(ctx: ToolContext, args: a.ReadFileArgs) -> str:
 
 
 async def write_file(ctx: ToolContext, args: a.WriteFileArgs) -> str:
+    return await asyncio.to_thread(_write_file, ctx, args)
+
+
+def _write_file(ctx: ToolContext, args: a.WriteFileArgs) -> str:
     path = ctx.workspace.resolve(args.path)
     if path.is_dir():
         raise ToolError(f"{args.path} is a directory")
@@ -45,6 +61,10 @@ async def write_file(ctx: ToolContext, args: a.WriteFileArgs) -> str:
 
 
 async def edit_file(ctx: ToolContext, args: a.EditFileArgs) -> str:
+    return await asyncio.to_thread(_edit_file, ctx, args)
+
+
+def _edit_file(ctx: ToolContext, args: a.EditFileArgs) -> str:
     path = ctx.workspace.resolve(args.path)
     if not path.is_file():
         raise ToolError(f"{args.path}: no such file")
@@ -62,6 +82,10 @@ async def edit_file(ctx: ToolContext, args: a.EditFileArgs) -> str:
 
 
 async def list_files(ctx: ToolContext, args: a.ListFilesArgs) -> str:
+    return await asyncio.to_thread(_list_files, ctx, args)
+
+
+def _list_files(ctx: ToolContext, args: a.ListFilesArgs) -> str:
     base = ctx.workspace.resolve(args.path)
     if not base.is_dir():
         raise ToolError(f"{args.path}: not a directory")
@@ -81,8 +105,14 @@ async def search_files(ctx: ToolContext, args: a.SearchFilesArgs) -> str:
         regex = re.compile(args.pattern)
     except re.error as exc:
         raise ToolError(f"invalid regular expression: {exc}") from exc
+    return await asyncio.to_thread(_search_files, ctx, args, regex)
+
+
+def _search_files(ctx: ToolContext, args: a.SearchFilesArgs, regex: re.Pattern[str]) -> str:
     base = ctx.workspace.resolve(args.path)
     hits: list[str] = []
+    skipped: list[str] = []
+    scanned = 0
     for dirpath, dirnames, filenames in os.walk(base):
         dirnames[:] = sorted(d for d in dirnames if d != ".git")
         for name in sorted(filenames):
@@ -90,6 +120,15 @@ async def search_files(ctx: ToolContext, args: a.SearchFilesArgs) -> str:
                 continue
             file = base / dirpath / name
             try:
+                size = file.stat().st_size
+                if size > MAX_SEARCH_FILE_BYTES:
+                    skipped.append(ctx.workspace.relative(file))
+                    continue
+                if scanned + size > MAX_SEARCH_TOTAL_BYTES:
+                    return _search_result(hits, skipped) + (
+                        f"\n... [stopped after reading {scanned} bytes; narrow path or glob]"
+                    )
+                scanned += size
                 lines = file.read_text().splitlines()
             except (UnicodeDecodeError, OSError):
                 continue
@@ -97,8 +136,20 @@ async def search_files(ctx: ToolContext, args: a.SearchFilesArgs) -> str:
                 if regex.search(line):
                     hits.append(f"{ctx.workspace.relative(file)}:{number}: {line[:300]}")
                     if len(hits) >= args.limit:
-                        return "\n".join(hits) + f"\n... [stopped at {args.limit} matches]"
-    return "\n".join(hits) if hits else "(no matches)"
+                        return _search_result(hits, skipped) + (
+                            f"\n... [stopped at {args.limit} matches]"
+                        )
+    return _search_result(hits, skipped)
+
+
+def _search_result(hits: list[str], skipped: list[str]) -> str:
+    text = "\n".join(hits) if hits else "(no matches)"
+    if skipped:
+        shown = ", ".join(skipped[:5]) + (
+            f" and {len(skipped) - 5} more" if len(skipped) > 5 else ""
+        )
+        text += f"\n[not searched, over {MAX_SEARCH_FILE_BYTES} bytes: {shown}; use read_file]"
+    return text
 
 
 async def _shell(ctx: ToolContext, command: str, cwd: str, timeout: float | None) -> str:
