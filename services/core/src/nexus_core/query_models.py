@@ -13,6 +13,7 @@ from typing import Annotated, TypeVar
 from nexus_events.events import Column, Origin
 from nexus_events.runstate import RunStatus
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError
+from pydantic_core import PydanticCustomError
 
 from nexus_core.errors import QueryError
 
@@ -36,17 +37,19 @@ def _storable(value: str) -> str:
     # PostgreSQL text cannot hold NUL, and UTF-8 cannot hold lone surrogates (which a Python
     # caller, unlike the JSON parser, can hand over).
     if "\x00" in value:
-        raise ValueError("must not contain NUL (\\u0000) characters")
+        raise PydanticCustomError("nul_character", "must not contain NUL (\\u0000) characters")
     try:
         value.encode()
     except UnicodeEncodeError:
-        raise ValueError("must be valid Unicode (no lone surrogates)") from None
+        raise PydanticCustomError(
+            "surrogate", "must be valid Unicode (no lone surrogates)"
+        ) from None
     return value
 
 
 def _bigint_cursor(value: str) -> str:
     if int(value) > BIGINT_MAX:
-        raise ValueError(f"must be at most {BIGINT_MAX}")
+        raise PydanticCustomError("cursor_range", f"must be at most {BIGINT_MAX}")
     return value
 
 
@@ -58,7 +61,9 @@ def _timestamptz(value: datetime) -> datetime:
     try:
         return value.astimezone(UTC)
     except OverflowError:
-        raise ValueError("must lie between years 1 and 9999 once converted to UTC") from None
+        raise PydanticCustomError(
+            "datetime_range", "must lie between years 1 and 9999 once converted to UTC"
+        ) from None
 
 
 Token = Annotated[
