@@ -10,6 +10,7 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from typing import Annotated, TypeVar
 
+from nexus_events import subjects
 from nexus_events.events import Column, Origin
 from nexus_events.runstate import RunStatus
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError
@@ -26,24 +27,19 @@ BIGINT_MAX = 2**63 - 1
 # Longest free-text filter (agent id, task id, skill version): ids are at most 128 characters
 # (subject tokens), so twice that leaves room without letting a request carry megabytes.
 MAX_TEXT = 256
-# Subject tokens (run, agent, skill ids), as nexus_events.subjects.TOKEN_PATTERN.
-TOKEN_MAX = 128
-TOKEN_REGEX = r"^[A-Za-z0-9_-]+$"  # noqa: S105 - a pattern, not a password
+# Run, agent and skill ids are subject tokens; the length is checked before the pattern so a
+# megabyte id gets a short message.
+ID_MAX = 128
+ID_REGEX = f"^{subjects.TOKEN_PATTERN.pattern}$"
 # A cursor is a first_seq: ASCII digits only (int() would also take "٣", "1_0" and " 7 ").
 CURSOR_REGEX = r"^[0-9]{1,19}$"
 
 
 def _storable(value: str) -> str:
-    # PostgreSQL text cannot hold NUL, and UTF-8 cannot hold lone surrogates (which a Python
-    # caller, unlike the JSON parser, can hand over).
+    # PostgreSQL text cannot hold NUL. (Lone surrogates, which UTF-8 cannot hold either, never
+    # get here: pydantic refuses them in JSON and in Python input alike.)
     if "\x00" in value:
         raise PydanticCustomError("nul_character", "must not contain NUL (\\u0000) characters")
-    try:
-        value.encode()
-    except UnicodeEncodeError:
-        raise PydanticCustomError(
-            "surrogate", "must be valid Unicode (no lone surrogates)"
-        ) from None
     return value
 
 
@@ -54,8 +50,8 @@ def _bigint_cursor(value: str) -> str:
 
 
 def _timestamptz(value: datetime) -> datetime:
-    # Naive means UTC (the projections store UTC). An offset can push a datetime Python accepts
-    # past year 1 or 9999 once made UTC, which asyncpg cannot encode.
+    # Naive means UTC, the zone of every time a query answers with. An offset can push a
+    # datetime Python accepts past year 1 or 9999 once made UTC, which asyncpg cannot encode.
     if value.tzinfo is None:
         value = value.replace(tzinfo=UTC)
     try:
@@ -67,7 +63,7 @@ def _timestamptz(value: datetime) -> datetime:
 
 
 Token = Annotated[
-    str, Field(min_length=1, max_length=TOKEN_MAX, pattern=TOKEN_REGEX), AfterValidator(_storable)
+    str, Field(min_length=1, max_length=ID_MAX, pattern=ID_REGEX), AfterValidator(_storable)
 ]
 Text = Annotated[str, Field(min_length=1, max_length=MAX_TEXT), AfterValidator(_storable)]
 Cursor = Annotated[str, Field(pattern=CURSOR_REGEX), AfterValidator(_bigint_cursor)]
