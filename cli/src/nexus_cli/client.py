@@ -86,17 +86,32 @@ class Session:
                 hint="core may be overloaded or restarting; retry, or raise --timeout",
                 code=ExitCode.TIMEOUT,
             ) from None
-        data: dict[str, Any] = json.loads(reply.data or b"{}")
-        error_code = (reply.headers or {}).get("Nats-Service-Error-Code")
+        headers = reply.headers or {}
+        error_code = headers.get("Nats-Service-Error-Code")
+        try:
+            data = json.loads(reply.data or b"{}")
+        except ValueError:
+            # Not JSON (a stray responder, a core of before issue 17): still a one-line error.
+            data = None
         if error_code is None:
+            if not isinstance(data, dict):
+                raise CliError(f"{subject} answered no JSON object", code=ExitCode.UNAVAILABLE)
             return data
-        err = data.get("error", {}) if isinstance(data, dict) else {}
-        message = str(err.get("message") or (reply.headers or {}).get("Nats-Service-Error"))
-        fields = [f"{f.get('loc')}: {f.get('msg')}" for f in err.get("fields") or []]
+        err = data.get("error") if isinstance(data, dict) else None
+        err = err if isinstance(err, dict) else {}
+        message = str(err.get("message") or headers.get("Nats-Service-Error") or "no message")
+        message = " ".join(message.split())
+        fields = [
+            f"{f.get('loc')}: {f.get('msg')}"
+            for f in err.get("fields") or []
+            if isinstance(f, dict)
+        ]
         if error_code == "404":
             raise CliError(message, code=ExitCode.NOT_FOUND)
         if error_code == "400":
-            raise CliError(message, code=ExitCode.INVALID, details=fields)
+            # Core's message names the first bad field; list them only when there are more.
+            details = fields if len(fields) > 1 else []
+            raise CliError(message, code=ExitCode.INVALID, details=details)
         raise CliError(f"{subject} failed: {message}", code=ExitCode.UNAVAILABLE)
 
     async def get_run(self, run_id: str) -> dict[str, Any]:

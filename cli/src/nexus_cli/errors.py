@@ -22,6 +22,7 @@ from typing import NoReturn
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 
 
 class ExitCode(IntEnum):
@@ -73,7 +74,9 @@ def exit_with_error(
         sys.stderr.write(json.dumps(body) + "\n")
     else:
         console = _stderr()
-        console.print(f"[bold red]error:[/] {message}", markup=True)
+        # The message may quote what a person or a server said ("no skill 'x@[/]'"): as markup
+        # it would be mangled or make rich raise instead of printing the error.
+        console.print(f"[bold red]error:[/] {escape(message)}", markup=True)
         for line in details or []:
             console.print(f"  {line}", markup=False)
         if hint:

@@ -40,8 +40,10 @@ class CatalogBackendError(CoreError):
 
 
 class QueryError(CoreError):
-    """A query cannot be answered: `code` is the reply's error code (400, 404)."""
+    """A query cannot be answered: `code` is the reply's error code (400, 404); `fields` lists
+    the bad fields of a 400 as ``{"loc", "msg"}`` objects."""
 
-    def __init__(self, code: int, message: str) -> None:
+    def __init__(self, code: int, message: str, fields: list[dict[str, str]] | None = None) -> None:
         self.code = code
+        self.fields = fields or []
         super().__init__(message)

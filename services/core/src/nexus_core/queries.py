@@ -1,8 +1,10 @@
 """Core's read side over NATS request/reply, as the `nexus-core` nats.micro service.
 
-Every endpoint takes a JSON object (an empty body means ``{}``) and answers JSON. A bad request
-gets a nats.micro error reply (``Nats-Service-Error-Code`` 400/404) whose body is
-``{"error": {"code", "message", "fields": [{"loc", "msg"}]}}`` rather than a timeout.
+Every endpoint takes a JSON object (an empty body means ``{}``) and answers JSON, errors
+included: a nats.micro error reply (``Nats-Service-Error-Code`` 400/404/500) whose body is
+``{"error": {"code", "message", "fields": [{"loc", "msg"}]}}``, never an empty body or a
+timeout. Bodies are validated (`nexus_core.query_models`) before anything reaches PostgreSQL
+or JetStream; a handler that fails anyway answers 500 and logs the request.
 """
 
 from __future__ import annotations
@@ -11,8 +13,7 @@ import contextlib
 import json
 import logging
 from collections.abc import AsyncGenerator, Awaitable, Callable
-from datetime import datetime
-from typing import Any, TypeVar, cast
+from typing import Any, cast
 
 import asyncpg
 from nats.micro import add_service
@@ -21,14 +22,25 @@ from nats.micro.service import EndpointConfig, Service, ServiceConfig
 from nexus_events import subjects
 from nexus_events.bus import Bus
 from nexus_events.codec import Decoded
-from nexus_events.errors import InvalidSubject
 from nexus_events.projection import quote_ident
 from nexus_events.streams import RUNS
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from nexus_core.board_projection import BOARD_SCHEMA
 from nexus_core.catalog_store import CatalogStore, StoredAgent, StoredSkill
 from nexus_core.errors import QueryError
+from nexus_core.query_models import (
+    MAX_PAGE,
+    AgentGet,
+    BoardGet,
+    NoArguments,
+    Q,
+    RunsEvents,
+    RunsGet,
+    RunsList,
+    SkillGet,
+    one_line,
+    parse_query,
+)
 from nexus_core.run_state import RunRow
 from nexus_core.runs_projection import RUNS_SCHEMA
 
@@ -36,53 +48,20 @@ log = logging.getLogger(__name__)
 
 SERVICE_NAME = "nexus-core"
 SERVICE_VERSION = "0.1.0"
-# Most rows one runs.list / runs.events reply carries.
-MAX_PAGE = 500
+# How much of a failed request's body the error log shows: enough to reproduce most requests
+# without letting one request flood the log.
+LOGGED_BODY = 512
 
+__all__ = [
+    "MAX_PAGE",
+    "SERVICE_NAME",
+    "SERVICE_VERSION",
+    "CoreQueries",
+    "endpoint_handler",
+    "run_view",
+]
 
-class _Query(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid")
-
-
-class RunsGet(_Query):
-    run_id: str = Field(..., min_length=1)
-
-
-class RunsList(_Query):
-    status: str | None = None
-    agent_id: str | None = None
-    task_id: str | None = None
-    origin: str | None = None
-    since: datetime | None = Field(None, description="Runs requested at or after this time.")
-    limit: int = Field(50, gt=0, le=MAX_PAGE)
-    cursor: str | None = Field(None, description="next_cursor of the previous page.")
-
-
-class RunsEvents(_Query):
-    run_id: str = Field(..., min_length=1)
-    from_seq: int = Field(1, ge=1, description="Stream sequence to start at.")
-    limit: int = Field(MAX_PAGE, gt=0, le=MAX_PAGE)
-
-
-class BoardGet(_Query):
-    column: str | None = None
-    include_deleted: bool = False
-
-
-class AgentGet(_Query):
-    id: str = Field(..., min_length=1)
-
-
-class SkillGet(_Query):
-    name: str = Field(..., min_length=1)
-    version: str | None = None
-
-
-class _Empty(_Query):
-    pass
-
-
-Q = TypeVar("Q", bound=_Query)
+Handler = Callable[[Request], Awaitable[None]]
 
 
 def run_view(row: RunRow) -> dict[str, Any]:
@@ -151,15 +130,16 @@ class CoreQueries:
                 description="Nexus core: runs, board and catalog queries",
             ),
         )
-        endpoints: list[tuple[str, str, Callable[[Request], Awaitable[None]]]] = [
-            ("runs-get", subjects.CORE_RUNS_GET, self._wrap(RunsGet, self.runs_get)),
-            ("runs-list", subjects.CORE_RUNS_LIST, self._wrap(RunsList, self.runs_list)),
-            ("runs-events", subjects.CORE_RUNS_EVENTS, self._wrap(RunsEvents, self.runs_events)),
-            ("board-get", subjects.CORE_BOARD_GET, self._wrap(BoardGet, self.board_get)),
-            ("agents-list", subjects.CORE_CATALOG_AGENTS_LIST, self._wrap(_Empty, self.agents)),
-            ("agents-get", subjects.CORE_CATALOG_AGENTS_GET, self._wrap(AgentGet, self.agent)),
-            ("skills-list", subjects.CORE_CATALOG_SKILLS_LIST, self._wrap(_Empty, self.skills)),
-            ("skills-get", subjects.CORE_CATALOG_SKILLS_GET, self._wrap(SkillGet, self.skill)),
+        h = endpoint_handler
+        endpoints: list[tuple[str, str, Handler]] = [
+            ("runs-get", subjects.CORE_RUNS_GET, h(RunsGet, self.runs_get)),
+            ("runs-list", subjects.CORE_RUNS_LIST, h(RunsList, self.runs_list)),
+            ("runs-events", subjects.CORE_RUNS_EVENTS, h(RunsEvents, self.runs_events)),
+            ("board-get", subjects.CORE_BOARD_GET, h(BoardGet, self.board_get)),
+            ("agents-list", subjects.CORE_CATALOG_AGENTS_LIST, h(NoArguments, self.agents)),
+            ("agents-get", subjects.CORE_CATALOG_AGENTS_GET, h(AgentGet, self.agent)),
+            ("skills-list", subjects.CORE_CATALOG_SKILLS_LIST, h(NoArguments, self.skills)),
+            ("skills-get", subjects.CORE_CATALOG_SKILLS_GET, h(SkillGet, self.skill)),
         ]
         for name, subject, handler in endpoints:
             await self.service.add_endpoint(
@@ -170,29 +150,6 @@ class CoreQueries:
         if self.service is not None:
             await self.service.stop()
             self.service = None
-
-    def _wrap(
-        self, model: type[Q], fn: Callable[[Q], Awaitable[Any]]
-    ) -> Callable[[Request], Awaitable[None]]:
-        async def handler(request: Request) -> None:
-            try:
-                data = request.data.strip() or b"{}"
-                try:
-                    query = model.model_validate_json(data)
-                except ValidationError as exc:
-                    fields = [
-                        {"loc": ".".join(str(p) for p in e["loc"]) or "(body)", "msg": e["msg"]}
-                        for e in exc.errors(include_url=False)
-                    ]
-                    raise _BadRequest(fields) from None
-                result = await fn(query)
-                await request.respond(json.dumps(result, default=str).encode())
-            except _BadRequest as exc:
-                await _error(request, 400, "invalid request", exc.fields)
-            except QueryError as exc:
-                await _error(request, exc.code, str(exc), [])
-
-        return handler
 
     # -- runs ------------------------------------------------------------------------
 
@@ -205,9 +162,15 @@ class CoreQueries:
         return run_view(RunRow.from_json(doc))
 
     async def runs_list(self, query: RunsList) -> dict[str, Any]:
-        where, args = [], []
-        for column in ("status", "agent_id", "task_id", "origin"):
-            value = getattr(query, column)
+        where: list[str] = []
+        args: list[object] = []
+        filters = {
+            "status": query.status and query.status.value,
+            "agent_id": query.agent_id,
+            "task_id": query.task_id,
+            "origin": query.origin and query.origin.value,
+        }
+        for column, value in filters.items():
             if value is not None:
                 args.append(value)
                 where.append(f"{column} = ${len(args)}")
@@ -215,11 +178,7 @@ class CoreQueries:
             args.append(query.since)
             where.append(f"COALESCE(requested_at, last_event_at) >= ${len(args)}")
         if query.cursor is not None:
-            try:
-                before = int(query.cursor)
-            except ValueError:
-                raise QueryError(400, f"invalid cursor {query.cursor!r}") from None
-            args.append(before)
+            args.append(int(query.cursor))  # digits within bigint: RunsList checked
             where.append(f"first_seq < ${len(args)}")
         args.append(query.limit + 1)
         sql = (
@@ -236,10 +195,6 @@ class CoreQueries:
         }
 
     async def runs_events(self, query: RunsEvents) -> dict[str, Any]:
-        try:
-            subjects.validate_token(query.run_id, "run id")
-        except InvalidSubject as exc:
-            raise QueryError(400, str(exc)) from None
         events = []
         replay = cast(
             AsyncGenerator[Decoded, None],
@@ -262,11 +217,12 @@ class CoreQueries:
     # -- board -----------------------------------------------------------------------
 
     async def board_get(self, query: BoardGet) -> dict[str, Any]:
-        where, args = [], []
+        where: list[str] = []
+        args: list[object] = []
         if not query.include_deleted:
             where.append("NOT t.deleted")
         if query.column is not None:
-            args.append(query.column)
+            args.append(query.column.value)
             where.append(f"t.board_column = ${len(args)}")
         rows = await self.pool.fetch(
             "SELECT t.*, (SELECT jsonb_object_agg(i.run_id, i.status)"
@@ -297,7 +253,7 @@ class CoreQueries:
 
     # -- catalog ---------------------------------------------------------------------
 
-    async def agents(self, _: _Empty) -> dict[str, Any]:
+    async def agents(self, _: NoArguments) -> dict[str, Any]:
         return {"agents": [_agent_view(a) for a in await self.catalog.list_agents()]}
 
     async def agent(self, query: AgentGet) -> dict[str, Any]:
@@ -306,7 +262,7 @@ class CoreQueries:
             raise QueryError(404, f"no agent {query.id!r}")
         return _agent_view(found)
 
-    async def skills(self, _: _Empty) -> dict[str, Any]:
+    async def skills(self, _: NoArguments) -> dict[str, Any]:
         return {"skills": [_skill_view(s) for s in await self.catalog.list_skills()]}
 
     async def skill(self, query: SkillGet) -> dict[str, Any]:
@@ -317,12 +273,46 @@ class CoreQueries:
         return _skill_view(found)
 
 
-class _BadRequest(Exception):  # noqa: N818 - control flow inside this module
-    def __init__(self, fields: list[dict[str, str]]) -> None:
-        super().__init__("invalid request")
-        self.fields = fields
+def endpoint_handler(model: type[Q], fn: Callable[[Q], Awaitable[Any]]) -> Handler:
+    """A nats.micro handler that validates the body as `model`, calls `fn` and answers its
+    result as JSON.
+
+    A `QueryError` becomes its error reply; any other exception is logged with the subject and
+    body, and answered as a JSON 500 (the requester never waits in vain).
+    """
+
+    async def handler(request: Request) -> None:
+        try:
+            query = parse_query(model, request.data)
+            body = json.dumps(await fn(query), default=str).encode()
+        except QueryError as exc:
+            await _error(request, exc.code, str(exc), exc.fields)
+            return
+        except Exception:  # one request's boundary: log it, answer 500, serve the next
+            log.exception(
+                "query on %s failed; body %r", request.subject, request.data[:LOGGED_BODY]
+            )
+            message = f"internal error answering {request.subject}; the core log has details"
+            await _error(request, 500, message, [])
+            return
+        await _respond(request, body)
+
+    return handler
 
 
 async def _error(request: Request, code: int, message: str, fields: list[dict[str, str]]) -> None:
+    message = one_line(message)
     body = json.dumps({"error": {"code": code, "message": message, "fields": fields}}).encode()
-    await request.respond_error(str(code), message, data=body)
+    await _respond(request, body, error=(code, message))
+
+
+async def _respond(request: Request, body: bytes, error: tuple[int, str] | None = None) -> None:
+    # A request published without a reply subject, or a connection lost meanwhile, has nobody
+    # to answer: log it rather than let nats.micro try (and fail) a second reply.
+    try:
+        if error is None:
+            await request.respond(body)
+        else:
+            await request.respond_error(str(error[0]), error[1], data=body)
+    except Exception:  # nothing else can be done for this request
+        log.warning("could not answer a query on %s", request.subject, exc_info=True)
