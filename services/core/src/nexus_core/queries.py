@@ -1,6 +1,7 @@
 """Core's read side over NATS request/reply, as the `nexus-core` nats.micro service.
 
-Every endpoint takes a JSON object (an empty body means ``{}``) and answers JSON. A bad request
+Every endpoint takes a JSON object (an empty body means ``{}``; the request models are the
+contract's, `nexus_events.events.queries`) and answers JSON. A bad request
 gets a nats.micro error reply (``Nats-Service-Error-Code`` 400/404) whose body is
 ``{"error": {"code", "message", "fields": [{"loc", "msg"}]}}`` rather than a timeout.
 """
@@ -11,7 +12,6 @@ import contextlib
 import json
 import logging
 from collections.abc import AsyncGenerator, Awaitable, Callable
-from datetime import datetime
 from typing import Any, TypeVar, cast
 
 import asyncpg
@@ -22,9 +22,19 @@ from nexus_events import subjects
 from nexus_events.bus import Bus
 from nexus_events.codec import Decoded
 from nexus_events.errors import InvalidSubject
+from nexus_events.events.queries import (
+    AgentGet,
+    BoardGet,
+    EmptyQuery,
+    Query,
+    RunsEvents,
+    RunsGet,
+    RunsList,
+    SkillGet,
+)
 from nexus_events.projection import quote_ident
 from nexus_events.streams import RUNS
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import ValidationError
 
 from nexus_core.board_projection import BOARD_SCHEMA
 from nexus_core.catalog_store import CatalogStore, StoredAgent, StoredSkill
@@ -36,53 +46,8 @@ log = logging.getLogger(__name__)
 
 SERVICE_NAME = "nexus-core"
 SERVICE_VERSION = "0.1.0"
-# Most rows one runs.list / runs.events reply carries.
-MAX_PAGE = 500
 
-
-class _Query(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid")
-
-
-class RunsGet(_Query):
-    run_id: str = Field(..., min_length=1)
-
-
-class RunsList(_Query):
-    status: str | None = None
-    agent_id: str | None = None
-    task_id: str | None = None
-    origin: str | None = None
-    since: datetime | None = Field(None, description="Runs requested at or after this time.")
-    limit: int = Field(50, gt=0, le=MAX_PAGE)
-    cursor: str | None = Field(None, description="next_cursor of the previous page.")
-
-
-class RunsEvents(_Query):
-    run_id: str = Field(..., min_length=1)
-    from_seq: int = Field(1, ge=1, description="Stream sequence to start at.")
-    limit: int = Field(MAX_PAGE, gt=0, le=MAX_PAGE)
-
-
-class BoardGet(_Query):
-    column: str | None = None
-    include_deleted: bool = False
-
-
-class AgentGet(_Query):
-    id: str = Field(..., min_length=1)
-
-
-class SkillGet(_Query):
-    name: str = Field(..., min_length=1)
-    version: str | None = None
-
-
-class _Empty(_Query):
-    pass
-
-
-Q = TypeVar("Q", bound=_Query)
+Q = TypeVar("Q", bound=Query)
 
 
 def run_view(row: RunRow) -> dict[str, Any]:
@@ -156,9 +121,9 @@ class CoreQueries:
             ("runs-list", subjects.CORE_RUNS_LIST, self._wrap(RunsList, self.runs_list)),
             ("runs-events", subjects.CORE_RUNS_EVENTS, self._wrap(RunsEvents, self.runs_events)),
             ("board-get", subjects.CORE_BOARD_GET, self._wrap(BoardGet, self.board_get)),
-            ("agents-list", subjects.CORE_CATALOG_AGENTS_LIST, self._wrap(_Empty, self.agents)),
+            ("agents-list", subjects.CORE_CATALOG_AGENTS_LIST, self._wrap(EmptyQuery, self.agents)),
             ("agents-get", subjects.CORE_CATALOG_AGENTS_GET, self._wrap(AgentGet, self.agent)),
-            ("skills-list", subjects.CORE_CATALOG_SKILLS_LIST, self._wrap(_Empty, self.skills)),
+            ("skills-list", subjects.CORE_CATALOG_SKILLS_LIST, self._wrap(EmptyQuery, self.skills)),
             ("skills-get", subjects.CORE_CATALOG_SKILLS_GET, self._wrap(SkillGet, self.skill)),
         ]
         for name, subject, handler in endpoints:
@@ -297,7 +262,7 @@ class CoreQueries:
 
     # -- catalog ---------------------------------------------------------------------
 
-    async def agents(self, _: _Empty) -> dict[str, Any]:
+    async def agents(self, _: EmptyQuery) -> dict[str, Any]:
         return {"agents": [_agent_view(a) for a in await self.catalog.list_agents()]}
 
     async def agent(self, query: AgentGet) -> dict[str, Any]:
@@ -306,7 +271,7 @@ class CoreQueries:
             raise QueryError(404, f"no agent {query.id!r}")
         return _agent_view(found)
 
-    async def skills(self, _: _Empty) -> dict[str, Any]:
+    async def skills(self, _: EmptyQuery) -> dict[str, Any]:
         return {"skills": [_skill_view(s) for s in await self.catalog.list_skills()]}
 
     async def skill(self, query: SkillGet) -> dict[str, Any]:
