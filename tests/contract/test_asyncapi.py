@@ -13,7 +13,7 @@ from typing import Any, ClassVar
 import pytest
 from jsonschema import Draft202012Validator
 from jsonschema.exceptions import ValidationError
-from nexus_events import asyncapi, codec, subjects
+from nexus_events import asyncapi, codec, roles, subjects
 from nexus_events.events import DeadLetter, RunCompleted, RunRequested, RunResult, registered
 from nexus_events.events import base as events_base
 from nexus_events.events.base import Event
@@ -100,6 +100,16 @@ def test_an_event_without_roles_fails_generation(monkeypatch: pytest.MonkeyPatch
 
     monkeypatch.setitem(events_base._REGISTRY, (Family.RUN, "zz_unplanned"), Unplanned)
     with pytest.raises(ValueError, match=r"no roles for \['run\.zz_unplanned'\]"):
+        asyncapi.build_document()
+
+
+def test_a_query_without_models_fails_generation(monkeypatch: pytest.MonkeyPatch) -> None:
+    extra = "nexus.core.v1.zz.get"
+    monkeypatch.setattr(subjects, "QUERY_SUBJECTS", (*subjects.QUERY_SUBJECTS, extra))
+    monkeypatch.setitem(roles.QUERY_ROLES, extra, roles.QueryRoles(roles.Party(roles.CORE), ()))
+    with pytest.raises(
+        ValueError, match=r"no request/reply models for \['nexus\.core\.v1\.zz\.get'\]"
+    ):
         asyncapi.build_document()
 
 

@@ -142,6 +142,9 @@ def build_document() -> Json:
         "payload": {"$ref": f"{_SCHEMAS}QueryErrorReply"},
     }
 
+    undescribed = sorted(used_parameters - PARAMETERS.keys())
+    if undescribed:
+        raise ValueError(f"describe the subject token(s) {undescribed} in asyncapi.PARAMETERS")
     parameters = {
         name: {"description": f"{PARAMETERS[name]} {_ID_RULE}"} for name in sorted(used_parameters)
     }
@@ -198,6 +201,9 @@ def _check_roles(events: set[tuple[Family, str]], queries: set[str]) -> None:
             "nexus_events.roles is out of step with the contract: "
             f"no roles for {missing or 'none'}; roles of unknown {extra or 'none'}"
         )
+    unmodelled = sorted(queries - _QUERY_MODELS.keys())
+    if unmodelled:
+        raise ValueError(f"no request/reply models for {unmodelled} in asyncapi._QUERY_MODELS")
 
 
 def _schemas(events: Iterable[type[Event]]) -> Json:
