@@ -61,15 +61,19 @@ def test_committed_document_is_current() -> None:
     if committed != current:
         old = json.loads(committed)
         new = json.loads(current)
+        sections = {name: (old.get(name, {}), new[name]) for name in ("channels", "operations")} | {
+            f"components/{name}": (old.get("components", {}).get(name, {}), section)
+            for name, section in new["components"].items()
+        }
         changed = sorted(
-            f"{section}/{key}"
-            for section in ("channels", "operations")
-            for key in old.get(section, {}).keys() | new[section].keys()
-            if old.get(section, {}).get(key) != new[section].get(key)
+            f"{name}/{key}"
+            for name, (was, now) in sections.items()
+            for key in was.keys() | now.keys()
+            if was.get(key) != now.get(key)
         )
         pytest.fail(
             f"{asyncapi.DEFAULT_PATH} is stale (the contract changed); run "
-            f"`{asyncapi.REGENERATE}` and commit it. Changed: {', '.join(changed) or 'schemas'}"
+            f"`{asyncapi.REGENERATE}` and commit it. Changed: {', '.join(changed) or 'header'}"
         )
 
 

@@ -51,6 +51,7 @@ DEFAULT_PATH = Path("docs/asyncapi.json")
 REGENERATE = "make asyncapi (uv run --frozen python -m nexus_events.asyncapi --write)"
 
 Json = dict[str, Any]
+GIB = 1 << 30
 
 _SCHEMAS = "#/components/schemas/"
 HEADERS_SCHEMA = "NexusHeaders"
@@ -297,7 +298,8 @@ def _retention(stream: str) -> str:
     # the NEXUS_STREAMS_* of whoever generates it (core's settings decide in production).
     config = next(c for c in stream_configs(StreamSettings.model_construct()) if c.name == stream)
     age = f"kept {config.max_age / DAY:g} days" if config.max_age else "kept forever"
-    size = f", capped at {config.max_bytes} bytes" if (config.max_bytes or -1) > 0 else ""
+    max_bytes = config.max_bytes or -1  # -1: no cap
+    size = f", capped at {max_bytes / GIB:g} GiB" if max_bytes > 0 else ""
     return f"by default {age}{size}"
 
 
