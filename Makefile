@@ -6,7 +6,7 @@ UV ?= $(or $(shell command -v uv 2>/dev/null),$(TOOLS)/bin/uv)
 UV_BOOTSTRAP := $(if $(filter $(TOOLS)/bin/uv,$(UV)),$(TOOLS)/bin/uv)
 export XDG_RUNTIME_DIR ?= /tmp/nexus-xdg-$(shell id -u)
 
-.PHONY: setup test lint bench demo smoke contract-snapshot clean
+.PHONY: setup test lint bench demo smoke contract-snapshot asyncapi clean
 
 setup: .venv/.synced
 
@@ -40,6 +40,10 @@ smoke: setup
 
 contract-snapshot: setup
 	$(UV) run --frozen python -m tests.contract.snapshot --write
+
+# docs/asyncapi.json: the AsyncAPI 3.0.0 document of the contract (tests/contract fails while stale).
+asyncapi: setup
+	$(UV) run --frozen python -m nexus_events.asyncapi --write
 
 clean:
 	rm -rf .venv .tools .pytest_cache .mypy_cache .ruff_cache

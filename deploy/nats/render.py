@@ -57,10 +57,12 @@ SERVICES: dict[str, Access] = {
         requests=(subjects.MEMORY_SEARCH,),
         watches_all=True,
     ),
-    # Admission and dispatch, terminal events it decides, schedule fires.
+    # Admission and dispatch, terminal events it decides, schedule fires, and the cancel
+    # request of a schedule's previous run (overlap policy cancel_previous).
     "scheduler": Access(
         publishes=(
             *_run("requested", "queued", "dispatched", "cancelled", "failed", "timed_out", "lost"),
+            *_run("cancel_requested"),
             subjects.family_filter(Family.SCHEDULE),
             subjects.dead_letter("scheduler"),
         ),

@@ -26,6 +26,7 @@ from nexus_events.events import (
     MemorySearchRequest,
     RunConfig,
     RunResult,
+    queries,
     registered,
 )
 from nexus_events.events.base import SCHEMA_VERSION
@@ -41,6 +42,8 @@ PAYLOADS: tuple[type[BaseModel], ...] = (
     RunResult,
     MemorySearchRequest,
     MemorySearchReply,
+    *queries.REQUESTS,
+    *queries.REPLIES,
 )
 
 Snapshot = dict[str, dict[str, Any]]

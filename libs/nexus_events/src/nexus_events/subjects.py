@@ -219,6 +219,29 @@ def has_event_token(family: Family) -> bool:
     return _SHAPES[family].has_event
 
 
+def address_template(family: Family, event: str | None = None) -> str:
+    """The subject of one event as a template with ``{name}`` per id token (AsyncAPI style).
+
+    ``address_template(Family.RUN, "completed")`` is ``nexus.agent.run.v1.{run_id}.completed``.
+    A catalog event name carries its kind (``agent.applied``), so the kind token is literal.
+    Families without an event token ignore `event`. Raises `InvalidSubject` for a missing or
+    malformed event name.
+    """
+    shape = _SHAPES[family]
+    tokens = [f"{{{name}}}" for name in shape.ids]
+    if shape.has_event:
+        if event is None:
+            raise InvalidSubject(f"{family} subjects need an event name")
+        if family is Family.CATALOG:
+            kind, _, event = event.partition(".")
+            try:
+                tokens[0] = CatalogKind(kind).value
+            except ValueError:
+                raise InvalidSubject(f"catalog event {kind}.{event}: unknown kind") from None
+        tokens.append(validate_token(event, "event name"))
+    return ".".join((*shape.prefix, *tokens))
+
+
 def matches(pattern: str, subject: str) -> bool:
     """NATS subject matching: ``*`` matches one token, a final ``>`` one or more."""
     want, have = pattern.split("."), subject.split(".")

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import pytest
 from nexus_events import subjects
 from nexus_events.errors import InvalidSubject
@@ -215,3 +217,37 @@ def test_parse_takes_tokens_up_to_the_longest_allowed(length, ok):
     else:
         with pytest.raises(InvalidSubject, match="run_id"):
             parse_subject(subject)
+
+
+@pytest.mark.parametrize(
+    ("family", "event", "template", "built"),
+    [
+        (Family.RUN, "completed", "nexus.agent.run.v1.{run_id}.completed",
+         subjects.run_event("p1", "completed")),
+        (Family.LOG, "line", "nexus.agent.log.v1.{run_id}", subjects.run_log("p1")),
+        (Family.CATALOG, "skill.deleted", "nexus.catalog.v1.skill.{id}.deleted",
+         subjects.catalog_event("skill", "p1", "deleted")),
+        (Family.CHANNEL, "out", "nexus.channel.v1.{channel}.out",
+         subjects.channel_message("p1", "out")),
+        (Family.DLQ, "dead_letter", "nexus.dlq.v1.{service}", subjects.dead_letter("p1")),
+    ],
+)  # fmt: skip
+def test_address_template_is_the_builders_subject_with_placeholders(
+    family: Family, event: str, template: str, built: str
+) -> None:
+    got = subjects.address_template(family, event)
+    assert got == template
+    # Filling each {name} gives exactly what the builder makes.
+    assert "".join(p if not p.startswith("{") else "p1" for p in _split_keep(got)) == built
+
+
+def _split_keep(template: str) -> list[str]:
+    return re.split(r"(\{[^}]+\})", template)
+
+
+@pytest.mark.parametrize(
+    ("family", "event"), [(Family.RUN, None), (Family.CATALOG, "tool.applied"), (Family.RUN, "a.b")]
+)
+def test_address_template_rejects_bad_event_names(family: Family, event: str | None) -> None:
+    with pytest.raises(InvalidSubject):
+        subjects.address_template(family, event)

@@ -3,8 +3,9 @@
 Every endpoint takes a JSON object (an empty body means ``{}``) and answers JSON, errors
 included: a nats.micro error reply (``Nats-Service-Error-Code`` 400/404/500) whose body is
 ``{"error": {"code", "message", "fields": [{"loc", "msg"}]}}``, never an empty body or a
-timeout. Bodies are validated (`nexus_core.query_models`) before anything reaches PostgreSQL
-or JetStream; a handler that fails anyway answers 500 and logs the request.
+timeout. Bodies are validated (the contract's `nexus_events.events.queries`, parsed by
+`nexus_core.query_models`) before anything reaches PostgreSQL or JetStream; a handler that
+fails anyway answers 500 and logs the request.
 """
 
 from __future__ import annotations

@@ -1,0 +1,174 @@
+"""Who publishes and who consumes each event and query of the contract: one declarative table.
+
+The AsyncAPI document (`nexus_events.asyncapi`) turns each entry into `send`/`receive`
+operations. `tests/contract/test_roles.py` keeps the table honest: every registered event and
+query subject has an entry, and what it says of the deployed services agrees with their NATS
+permissions (deploy/nats/render.py) and with the subjects their code builds.
+
+A role of a service that DESIGN.md describes but the code does not implement yet is marked
+`planned`: the document shows it (so the contract is complete) and says so, and the
+permission cross-check skips it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import StrEnum
+
+from nexus_events import subjects
+from nexus_events.subjects import Family
+
+
+class Service(StrEnum):
+    """A party on the bus: the Nexus services, the `nexus` CLI and operators."""
+
+    CORE = "core"
+    SCHEDULER = "scheduler"
+    RUNNER = "runner"
+    CLI = "cli"
+    MEMORY = "memory"
+    PLANE_SYNC = "plane-sync"
+    CHANNEL_GATEWAY = "channel-gateway"
+    # People with the `nats` CLI (admin user): a bare `nats pub` is a valid command (DESIGN §1.4).
+    OPERATOR = "operator"
+
+
+@dataclass(frozen=True, slots=True)
+class Party:
+    """One service in one role; `planned` when DESIGN.md gives it the role but no code does yet."""
+
+    service: Service
+    planned: bool = False
+
+
+def planned(service: Service) -> Party:
+    return Party(service, planned=True)
+
+
+@dataclass(frozen=True, slots=True)
+class EventRoles:
+    """The publishers and consumers of one event (family, name)."""
+
+    publishers: tuple[Party, ...]
+    consumers: tuple[Party, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class QueryRoles:
+    """The service answering a request/reply subject and those that ask it."""
+
+    server: Party
+    clients: tuple[Party, ...]
+
+
+CORE, SCHEDULER, RUNNER, CLI = Service.CORE, Service.SCHEDULER, Service.RUNNER, Service.CLI
+MEMORY, PLANE = Service.MEMORY, Service.PLANE_SYNC
+GATEWAY, OPERATOR = Service.CHANNEL_GATEWAY, Service.OPERATOR
+
+_CORE, _SCHEDULER, _RUNNER, _CLI = Party(CORE), Party(SCHEDULER), Party(RUNNER), Party(CLI)
+_OPERATOR = Party(OPERATOR)
+
+# Every run event lands in core's projections (agent_runs, board) and in `nexus runs watch`;
+# plane-sync mirrors the lifecycle to Plane's agent runs (DESIGN §5 step 9).
+_RUN_READERS = (_CORE, _CLI, planned(PLANE))
+# The scheduler's admission state (nexus_scheduler.service.WATCHED_EVENTS).
+_ADMISSION = (*_RUN_READERS, _SCHEDULER)
+# Terminal events also end a run's chat thread and feed memory extraction (DESIGN §2).
+_TERMINAL = (*_ADMISSION, planned(GATEWAY), planned(MEMORY))
+
+
+def _run(publishers: tuple[Party, ...], consumers: tuple[Party, ...]) -> EventRoles:
+    return EventRoles(publishers, consumers)
+
+
+EVENT_ROLES: dict[tuple[Family, str], EventRoles] = {
+    # -- runs (NEXUS_RUNS) ---------------------------------------------------------------
+    (Family.RUN, "requested"): _run(
+        # core re-publishes a `new` request under the id it generates; the scheduler fires
+        # schedules; Plane and chat start runs too.
+        (_CLI, _CORE, _SCHEDULER, _OPERATOR, planned(PLANE), planned(GATEWAY)),
+        _RUN_READERS,
+    ),
+    (Family.RUN, "prepared"): _run((_CORE,), (*_ADMISSION, _RUNNER)),
+    (Family.RUN, "queued"): _run((_SCHEDULER,), _ADMISSION),
+    (Family.RUN, "dispatched"): _run((_SCHEDULER,), _ADMISSION),
+    (Family.RUN, "started"): _run((_RUNNER,), _ADMISSION),
+    (Family.RUN, "heartbeat"): _run((_RUNNER,), _ADMISSION),
+    (Family.RUN, "turn"): _run((_RUNNER,), _RUN_READERS),
+    (Family.RUN, "tool_called"): _run((_RUNNER,), _RUN_READERS),
+    (Family.RUN, "tool_result"): _run((_RUNNER,), _RUN_READERS),
+    # Approvals are relayed to chat and to Plane (elicitation) for a person to answer.
+    (Family.RUN, "approval_requested"): _run((_RUNNER,), (*_RUN_READERS, planned(GATEWAY))),
+    (Family.RUN, "approval_decided"): _run((_RUNNER,), _RUN_READERS),
+    (Family.RUN, "cancel_requested"): _run(
+        # The scheduler cancels the previous run of a schedule (overlap policy).
+        (_CLI, _SCHEDULER, _OPERATOR, planned(PLANE), planned(GATEWAY)),
+        (*_ADMISSION, _RUNNER),
+    ),
+    (Family.RUN, "cancelled"): _run((_RUNNER, _SCHEDULER), _TERMINAL),
+    (Family.RUN, "completed"): _run((_RUNNER,), _TERMINAL),
+    # core fails a run it cannot assemble, the scheduler one it cannot start.
+    (Family.RUN, "failed"): _run((_RUNNER, _CORE, _SCHEDULER), _TERMINAL),
+    (Family.RUN, "timed_out"): _run((_SCHEDULER,), _TERMINAL),
+    (Family.RUN, "lost"): _run((_SCHEDULER,), _TERMINAL),
+    # -- logs (NEXUS_LOGS) ----------------------------------------------------------------
+    (Family.LOG, "line"): _run((_RUNNER,), (_CLI,)),
+    # -- tasks (NEXUS_TASKS): the board projection ----------------------------------------
+    (Family.TASK, "created"): _run((_CLI, _OPERATOR, planned(PLANE)), (_CORE, planned(PLANE))),
+    (Family.TASK, "updated"): _run((_OPERATOR, planned(PLANE)), (_CORE, planned(PLANE))),
+    (Family.TASK, "moved"): _run((_OPERATOR, planned(PLANE)), (_CORE, planned(PLANE))),
+    (Family.TASK, "deleted"): _run((_OPERATOR, planned(PLANE)), (_CORE, planned(PLANE))),
+    # -- catalog (NEXUS_CATALOG): core's catalog projection; `nexus agents history` -------
+    (Family.CATALOG, "agent.applied"): _run((_CLI, _OPERATOR), (_CORE, _CLI)),
+    (Family.CATALOG, "agent.deleted"): _run((_OPERATOR,), (_CORE, _CLI)),
+    (Family.CATALOG, "skill.applied"): _run((_CLI, _OPERATOR), (_CORE,)),
+    (Family.CATALOG, "skill.deleted"): _run((_OPERATOR,), (_CORE,)),
+    # -- inbox and route (NEXUS_INBOX) -----------------------------------------------------
+    # Peer agents message a run too (sender_kind "agent").
+    (Family.INBOX, "message"): _run((_OPERATOR, planned(GATEWAY), planned(RUNNER)), (_RUNNER,)),
+    (Family.INBOX, "approval_decision"): _run(
+        (_CLI, _OPERATOR, planned(GATEWAY), planned(PLANE)), (_RUNNER,)
+    ),
+    # Delegation: a run or a chat hands work to an agent; core turns it into a run.
+    (Family.ROUTE, "delegation"): _run(
+        (_OPERATOR, planned(RUNNER), planned(GATEWAY)), (planned(CORE),)
+    ),
+    # -- schedules (NEXUS_SCHEDULES): the scheduler folds the whole stream ----------------
+    (Family.SCHEDULE, "defined"): _run((_OPERATOR,), (_SCHEDULER,)),
+    (Family.SCHEDULE, "removed"): _run((_OPERATOR,), (_SCHEDULER,)),
+    (Family.SCHEDULE, "fired"): _run((_SCHEDULER,), (_SCHEDULER,)),
+    (Family.SCHEDULE, "missed"): _run((_SCHEDULER,), (_SCHEDULER,)),
+    # -- memory (NEXUS_MEMORY) ---------------------------------------------------------------
+    (Family.MEMORY, "recorded"): _run((planned(MEMORY),), (planned(MEMORY),)),
+    (Family.MEMORY, "forgotten"): _run((planned(MEMORY), _OPERATOR), (planned(MEMORY),)),
+    # -- chat channels (NEXUS_CHANNELS) --------------------------------------------------------
+    (Family.CHANNEL, "in"): _run((planned(GATEWAY),), (planned(GATEWAY),)),
+    (Family.CHANNEL, "out"): _run((planned(GATEWAY),), (planned(GATEWAY),)),
+    # -- dead letters (NEXUS_DLQ): every Bus consumer files its own; `nexus dlq` reads -----
+    (Family.DLQ, "dead_letter"): _run(
+        (
+            _CORE,
+            _SCHEDULER,
+            _RUNNER,
+            planned(MEMORY),
+            planned(PLANE),
+            planned(GATEWAY),
+        ),
+        (_CLI, _OPERATOR),
+    ),
+}
+
+_CORE_CLIENTS = (_CLI, _OPERATOR)
+
+QUERY_ROLES: dict[str, QueryRoles] = {
+    subjects.CORE_RUNS_GET: QueryRoles(_CORE, _CORE_CLIENTS),
+    subjects.CORE_RUNS_LIST: QueryRoles(_CORE, _CORE_CLIENTS),
+    subjects.CORE_RUNS_EVENTS: QueryRoles(_CORE, _CORE_CLIENTS),
+    subjects.CORE_BOARD_GET: QueryRoles(_CORE, (*_CORE_CLIENTS, planned(PLANE))),
+    subjects.CORE_CATALOG_AGENTS_LIST: QueryRoles(_CORE, _CORE_CLIENTS),
+    subjects.CORE_CATALOG_AGENTS_GET: QueryRoles(_CORE, _CORE_CLIENTS),
+    subjects.CORE_CATALOG_SKILLS_LIST: QueryRoles(_CORE, _CORE_CLIENTS),
+    subjects.CORE_CATALOG_SKILLS_GET: QueryRoles(_CORE, _CORE_CLIENTS),
+    # Run assembly asks memory for context (bounded wait, DESIGN §5 steps 1-4).
+    subjects.MEMORY_SEARCH: QueryRoles(planned(MEMORY), (_CORE,)),
+}
