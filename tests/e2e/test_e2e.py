@@ -102,6 +102,78 @@ def test_run_follow_fixes_the_failing_test_on_a_branch(stack: Stack, demo_repo: 
     stack.remember_processes()
 
 
+# What an operator can publish by hand on the stored subjects core and the scheduler read:
+# bodies near max_payload, invalid UTF-8, unknown events, too many or too few tokens.
+_POISON_SUBJECTS = (
+    "nexus.catalog.v1.agent.poison.applied",
+    "nexus.catalog.v1.agent.poison.exploded",
+    "nexus.catalog.v1.agent.x.y.applied",
+    "nexus.task.v1.POISON.created",
+    "nexus.task.v1.POISON.created.extra",
+    "nexus.agent.run.v1.poison.turn",
+    "nexus.agent.run.v1.poison.heartbeat",
+    "nexus.agent.run.v1.poison.exploded",
+    "nexus.schedule.v1.poison.defined",
+)
+
+
+def _publish_poison(stack: Stack) -> list[tuple[str, int]]:
+    import asyncio
+
+    import nats
+
+    bodies = (os.urandom(900 * 1024), b"\xff\xfe not utf-8", b"[1, 2]", b"{}")
+
+    async def burst() -> list[tuple[str, int]]:
+        nc = await nats.connect(stack.state()["nats_url"])
+        try:
+            js = nc.jetstream()
+            stored = []
+            for subject in _POISON_SUBJECTS:
+                for body in bodies:
+                    ack = await js.publish(subject, body)
+                    stored.append((ack.stream, ack.seq))
+            return stored
+        finally:
+            await nc.close()
+
+    return asyncio.run(burst())
+
+
+@pytest.mark.usefixtures("catalog")
+def test_a_burst_of_poison_stops_nothing(stack: Stack, demo_repo: Path, tmp_path: Path) -> None:
+    """Issue 17 as the operator saw it: after a burst of bad messages, agents still apply,
+    tasks still show, a run still completes, and no valid event is dead-lettered."""
+    poison = _publish_poison(stack)
+    agent = tmp_path / "after-poison.yaml"
+    agent.write_text(GATEKEEPER.replace("id: gatekeeper", "id: after-poison"))
+    applied = stack.nexus("agents", "apply", "-f", str(agent))
+    assert applied.code == 0, applied.stderr
+    assert stack.nexus("task", "create", "After the poison", "--id", "E2E-POISON").code == 0
+    run_id = f"e2e-poison-{uuid.uuid4().hex[:6]}"
+    result = stack.nexus(
+        "run", "implementer", "--task", "E2E-POISON", "--repo", str(demo_repo),
+        "--run-id", run_id, "--input", "make the tests pass",
+        "--follow", "--wait", str(RUN_WAIT), "-o", "json",
+        timeout=RUN_WAIT + 30,
+    )  # fmt: skip
+    assert result.code == 0, result.stdout + result.stderr
+    assert result.json()["status"] == "completed"
+    board = stack.nexus("board", "-o", "json").json()["tasks"]
+    assert any(t["task_id"] == "E2E-POISON" for t in board)
+
+    letters = stack.nexus("dlq", "ls", "-o", "json").json()["dead_letters"]
+    assert not [x for x in letters if run_id in x["subject"]], "a valid event was dead-lettered"
+    filed = {(x["stream"], x["stream_seq"]) for x in letters}
+    assert set(poison) <= filed, sorted(set(poison) - filed)
+    per_consumer = [(x["service"], x["consumer"], x["stream_seq"]) for x in letters]
+    assert len(per_consumer) == len(set(per_consumer)), "a consumer filed a message twice"
+    services = stack.nexus("dev", "status", "-o", "json").json()["services"]
+    health = {s["name"]: s["health"] for s in services}
+    assert health["core"] == "healthy", services
+    assert health["scheduler"].startswith("healthy"), services
+
+
 @pytest.mark.usefixtures("catalog")
 def test_bg_then_attach_and_logs(stack: Stack, demo_repo: Path) -> None:
     run_id = _bg(stack, "implementer", "--repo", str(demo_repo), "--input", "fix it")
