@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 from nexus_events.bus import Bus
-from nexus_events.events import RunCompleted, RunStarted
+from nexus_events.events import RunCompleted, RunConfig, RunStarted
 from nexus_scheduler.app import SchedulerApp
 from nexus_scheduler.clock import ManualClock
 from nexus_scheduler.runtime.base import RuntimeState
@@ -220,3 +220,60 @@ async def _true(value: bool) -> bool:
 
 async def _value(items: list[int], at_least: int) -> list[int] | None:
     return items if len(items) >= at_least else None
+
+
+async def test_killed_real_runner_leaves_no_tool_process(
+    make_app: AppFactory,
+    bus: Bus,
+    clock: ManualClock,
+    tmp_path: Path,
+    nats_url: str,
+    pids: list[int],
+) -> None:
+    """The real `python -m nexus_runner`, whose shell tool leaves a grandchild, is killed -9."""
+    from tests.fakes.openai_server import FakeOpenAI, Reply, ToolCall
+
+    command = "sh -c 'sleep 300 & sleep 300'"
+    script = [Reply(tool_calls=(ToolCall("run_shell", {"command": command}),))]
+    async with FakeOpenAI(script) as llm:
+        runtime = LocalProcessRuntime(
+            tmp_path / "runs",
+            kill_grace=3,
+            env={
+                "NEXUS_NATS_URL": nats_url,
+                "NEXUS_RUNNER_WORKSPACE_ROOT": str(tmp_path / "workspaces"),
+            },
+        )
+        app = await make_app(runtime, exit_grace_seconds=5)
+        body = config("real").model_dump(mode="json")
+        body["model"]["base_url"] = llm.base_url
+        cfg = RunConfig.model_validate({**body, "tools": ["run_shell", "finish"]})
+        await publish_prepared(bus, [cfg])
+        runner = (await dispatched_pids(bus, 1))["real"]
+        pids.append(runner)
+        await eventually(
+            lambda: _has_event(bus, "real", "tool_called"), within=30, what="tool called"
+        )
+        # bash -c (run_shell), sh, and its two sleeps: all in the runner's session.
+        left = await eventually(
+            lambda: _value([p for p in session_members(runner) if p != runner], 3),
+            what="tool processes",
+        )
+        os.kill(runner, signal.SIGKILL)
+
+        async def exited() -> bool:
+            return (await runtime.status("real")).state is RuntimeState.EXITED
+
+        await eventually(exited, what="runner exit noticed")
+        for pid in left:
+            await eventually(lambda pid=pid: _true(not alive(pid)), what=f"tool process {pid}")
+        svc = service(app)
+        await svc.tick()
+        clock.advance(5)
+        await svc.tick()
+        [(_, lost)] = await run_events(bus, "lost")
+        assert lost.reason == "runtime_gone"  # type: ignore[attr-defined]
+
+
+async def _has_event(bus: Bus, run_id: str, name: str) -> bool:
+    return name in (await events_by_run(bus)).get(run_id, [])
