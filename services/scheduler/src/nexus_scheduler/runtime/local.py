@@ -105,14 +105,14 @@ class LocalProcessRuntime:
             env.pop(telemetry.TRACEPARENT_ENV, None)
             env.pop(telemetry.TRACESTATE_ENV, None)
             env.update(telemetry.trace_env())
-            log = (run_dir / "runner.log").open("ab")
+            log_file = (run_dir / "runner.log").open("ab")
             try:
                 proc = await asyncio.create_subprocess_exec(
                     *self.command,
                     "--config",
                     str(config_path),
                     stdin=asyncio.subprocess.DEVNULL,
-                    stdout=log,
+                    stdout=log_file,
                     stderr=asyncio.subprocess.STDOUT,
                     cwd=run_dir,
                     env=env,
@@ -121,7 +121,7 @@ class LocalProcessRuntime:
             except OSError as exc:
                 raise AgentRuntimeError(f"cannot start {self.command[0]}: {exc}") from exc
             finally:
-                log.close()
+                log_file.close()
             entry = _Proc(config.run_id, proc, run_dir, write_pid_file(run_dir, proc.pid))
             self._procs[config.run_id] = entry
             reaper = asyncio.create_task(self._reap_on_exit(entry), name=f"reap:{config.run_id}")
