@@ -17,6 +17,7 @@ from pathlib import Path
 
 PID_FILE = "runner.pid"
 _PROC = Path("/proc")
+_KILL_ROUNDS = 3
 
 
 @dataclass(frozen=True)
@@ -112,9 +113,14 @@ def kill_session(runner: RunnerPid) -> list[int]:
     if not _PROC.is_dir():
         signal_group(runner.pid, signal.SIGKILL)
         return []
-    killed = []
-    for pid in session_members(runner.pid):
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.kill(pid, signal.SIGKILL)
-            killed.append(pid)
+    killed: list[int] = []
+    # A member may fork between the scan and its kill; its child is in the session too.
+    for _ in range(_KILL_ROUNDS):
+        members = [p for p in session_members(runner.pid) if p not in killed]
+        if not members:
+            break
+        for pid in members:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.kill(pid, signal.SIGKILL)
+                killed.append(pid)
     return killed
