@@ -70,8 +70,8 @@ SERVICES: dict[str, Access] = {
         ensures_streams=True,
         kv_buckets=(SCHEDULER_LEASE_BUCKET,),
     ),
-    # The agent loop: its run's events and logs; it reads its prepared event, its inbox and
-    # cancel requests. NATS cannot scope a static user to one run id; Kubernetes runs get the
+    # The agent loop: its run's events and logs; it reads its prepared event, its inbox,
+    # cancel requests and an ending someone else published. NATS cannot scope a static user to one run id; Kubernetes runs get the
     # run's own credentials only if an auth callout is added (docs/deploy.md).
     "runner": Access(
         publishes=(

@@ -1,7 +1,9 @@
 """A stand-in for ``python -m nexus_runner --config FILE`` driven by FAKE_RUNNER_MODE.
 
 Modes: ``exit0`` (print and exit), ``sleep`` (run until SIGTERM), ``ignore-term`` (survive
-SIGTERM until SIGKILL), ``spawn-child`` (start a grandchild in the group, then sleep).
+SIGTERM until SIGKILL), ``spawn-child`` (start a grandchild in the group, then sleep),
+``spawn-tool`` (start a tool as the runner does, in a process group of its own within the
+runner's session, that itself leaves a background child, then sleep).
 Prints ``ready`` once signal handlers are in place.
 """
 
@@ -29,6 +31,9 @@ def main() -> None:
     if mode == "spawn-child":
         child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"])
         print(f"child {child.pid}", flush=True)
+    if mode == "spawn-tool":
+        tool = subprocess.Popen(["sh", "-c", "sleep 300 & sleep 300"], process_group=0)
+        print(f"tool {tool.pid}", flush=True)
     print("ready", flush=True)
     deadline = time.monotonic() + 600
     while time.monotonic() < deadline:

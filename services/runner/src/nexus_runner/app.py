@@ -1,9 +1,11 @@
 """Wiring and lifecycle of one run: workspace, control channel, heartbeats, the loop, the end.
 
 `execute_run` guarantees exactly one terminal event (completed, failed or cancelled) unless
-the bus itself is gone. Stops from outside (cancel_requested, SIGTERM, the wall-clock budget)
-cancel the loop task, which aborts an in-flight model stream and kills a running shell
-command's process group.
+the bus itself is gone, or someone else (the scheduler: lost, timed_out) ended the run first:
+then the runner stops, does nothing more in the run's name (no commit, push or pull request)
+and publishes no ending of its own. Stops from outside (cancel_requested, SIGTERM, the
+wall-clock budget) cancel the loop task, which aborts an in-flight model stream and kills a
+running shell command's process group.
 
 Events go out pipelined (`RunPublisher`); every one is stored before the finishing side
 effects (commit, push, pull request) and before the terminal event, which comes last. A run
@@ -151,6 +153,13 @@ async def _watch_cancel(control: RunControl, handle: RunHandle) -> None:
     )
 
 
+async def _watch_ended(control: RunControl, handle: RunHandle) -> None:
+    await control.ended_elsewhere.wait()
+    ended = control.ended
+    assert ended is not None
+    handle.stop(RunStopped("failed", ended.reason, f"the run was already ended {ended.event_name}"))
+
+
 async def _wall_clock(seconds: float, handle: RunHandle) -> None:
     await asyncio.sleep(seconds)
     handle.stop(
@@ -219,6 +228,7 @@ async def _execute_run(
     background = [
         asyncio.create_task(_heartbeats(pub, settings.heartbeat_interval, loop_ref, done)),
         asyncio.create_task(_watch_cancel(control, handle)),
+        asyncio.create_task(_watch_ended(control, handle)),
         asyncio.create_task(_wall_clock(config.budgets.max_wall_seconds, handle)),
     ]
     client = AsyncOpenAI(
@@ -254,8 +264,10 @@ async def _execute_run(
         loop_ref[0] = loop
         finished = await loop.run()
         loop.phase = "finishing"
-        # No commit, push or pull request unless the run's record so far is stored.
+        # No commit, push or pull request unless the run's record so far is stored, nor
+        # once the run was ended by someone else.
         await pub.flush()
+        control.ensure_not_ended()
         result = await finish_run(
             config,
             settings,
@@ -265,6 +277,7 @@ async def _execute_run(
             base_sha=base_sha,
             base_branch=base_branch,
             provider=provider,
+            guard=control.ensure_not_ended,
         )
         return result.model_copy(update={"turns": loop.usage.turns})
 
@@ -287,6 +300,15 @@ async def _execute_run(
     except BusError as exc:
         log.warning("run %s: events could not be stored: %s", config.run_id, exc)
         terminal = _unrecorded(terminal, exc)
+    if control.ended is not None:
+        # Terminal is final: a second ending would contradict the one already published.
+        log.warning(
+            "run %s: not publishing %s, the run was already %s",
+            config.run_id,
+            terminal.event_name,
+            control.ended.event_name,
+        )
+        return control.ended
     await pub.terminal(terminal)
     return terminal
 

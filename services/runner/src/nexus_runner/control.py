@@ -1,4 +1,5 @@
-"""The runner's control channel: inbox messages, approval decisions and cancellation."""
+"""The runner's control channel: inbox messages, approval decisions, cancellation, and the
+run's terminal event when someone else (the scheduler: lost, timed_out, ...) published it."""
 
 from __future__ import annotations
 
@@ -19,7 +20,13 @@ from nexus_events.events.inbox import ApprovalDecision, InboxMessage
 from nexus_events.events.runs import CancelRequested, RunDispatched, TerminalEvent
 from nexus_events.streams import INBOX, RUNS
 
+from nexus_runner.errors import RunStopped
+
 log = logging.getLogger(__name__)
+
+# The runner publishes its own terminal event only after it stopped following these, so one
+# seen while it runs was published by someone else and ends the run for good.
+TERMINAL_EVENTS = ("completed", "failed", "cancelled", "timed_out", "lost")
 
 
 @dataclass(frozen=True)
@@ -82,6 +89,8 @@ class RunControl:
         self.message_arrived = asyncio.Event()
         self.cancel: CancelRequested | None = None
         self.cancelled = asyncio.Event()
+        self.ended: TerminalEvent | None = None
+        self.ended_elsewhere = asyncio.Event()
         self._decisions: dict[str, ApprovalDecision] = {}
         self._waiters: dict[str, asyncio.Future[ApprovalDecision]] = {}
         self._seen_messages: set[str] = set()
@@ -89,10 +98,12 @@ class RunControl:
 
     async def start(self, points: StartPoints | None = None) -> None:
         points = points or StartPoints()
-        for subject, seq in (
+        followed = [
             (subjects.inbox(self.run_id), points.inbox_seq),
             (subjects.run_event(self.run_id, "cancel_requested"), points.runs_seq),
-        ):
+        ]
+        followed += [(subjects.run_event(self.run_id, n), points.runs_seq) for n in TERMINAL_EVENTS]
+        for subject, seq in followed:
             config = ConsumerConfig(
                 deliver_policy=DeliverPolicy.BY_START_SEQUENCE if seq > 1 else DeliverPolicy.ALL,
                 opt_start_seq=seq if seq > 1 else None,
@@ -118,6 +129,16 @@ class RunControl:
             if self.cancel is None:
                 self.cancel = event
                 self.cancelled.set()
+        elif isinstance(event, TerminalEvent):
+            if self.ended is None:
+                self.ended = event
+                self.ended_elsewhere.set()
+                log.warning(
+                    "run %s was ended by someone else (%s: %s); stopping",
+                    self.run_id,
+                    event.event_name,
+                    event.reason or event.message,
+                )
         elif isinstance(event, ApprovalDecision):
             # The first decision wins; later ones for the same approval are ignored.
             if event.approval_id not in self._decisions:
@@ -132,6 +153,17 @@ class RunControl:
                 self.messages.append(event)
                 self.received.append(event)
                 self.message_arrived.set()
+
+    def ensure_not_ended(self) -> None:
+        """Raise `RunStopped` when the run is already terminal: checked before every side
+        effect outside the workspace (commit, push, pull request), since a terminal state is
+        final and nothing may be done in the run's name after it."""
+        if self.ended is not None:
+            raise RunStopped(
+                "failed",
+                self.ended.reason or "ended",
+                f"the run was already ended {self.ended.event_name}",
+            )
 
     def take_messages(self) -> list[InboxMessage]:
         taken, self.messages = self.messages, []

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -50,19 +51,23 @@ async def finish_run(
     base_sha: str | None,
     base_branch: str | None,
     provider: GitProvider | None,
+    guard: Callable[[], None] | None = None,
 ) -> RunResult:
     """Run acceptance, then commit/push/open a PR as permitted.
 
     Failing acceptance (and the agent is not report-only) raises `RunStopped` with
     ``acceptance_failed``; the work is still committed and pushed first when permitted, so a
     person can look at the branch, and ``detail["result"]`` says what was pushed. No pull
-    request is opened for work that fails its tests.
+    request is opened for work that fails its tests. `guard` runs before each side effect
+    and raises to stop before it (the run was ended elsewhere meanwhile).
     """
+    check = guard or _no_guard
     perms = config.permissions
     acceptance = await run_acceptance(ctx, settings)
     failed = acceptance.passed is False and not settings.acceptance_report_only
     title = title_of(finished)
     if perms.can_commit:
+        check()
         note = " (acceptance tests failing)" if failed else ""
         sha = await ctx.git.commit(f"{title}\n\nNexus run {config.run_id}{note}")
         if sha is not None:
@@ -72,10 +77,12 @@ async def finish_run(
     pr_url: str | None = None
     details = dict(finished.details)
     if perms.can_push and ctx.commits and config.repo is not None:
+        check()
         await ctx.git.push(settings.git_remote, branch)
         pushed = True
         if perms.can_open_pr and provider is not None and not failed:
             remote = await ctx.git.remote_url(settings.git_remote) or config.repo.url
+            check()
             try:
                 pr_url = await provider.open_pull_request(
                     remote, branch, base_branch or "main", title, finished.summary
@@ -117,3 +124,7 @@ async def finish_run(
 def title_of(finished: FinishArgs) -> str:
     lines = finished.summary.strip().splitlines()
     return (lines[0] if lines else "Nexus run")[:72]
+
+
+def _no_guard() -> None:
+    return None

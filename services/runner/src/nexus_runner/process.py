@@ -67,7 +67,7 @@ async def run_process(
     env: Mapping[str, str] | None = None,
     stdin: bytes | None = None,
 ) -> ProcessResult:
-    """Run `argv` in a new session (its own process group) and collect capped output.
+    """Run `argv` in its own process group (in the runner's session); collect capped output.
 
     On timeout the whole group gets SIGTERM then SIGKILL; if the awaiting task is cancelled
     the group is killed the same way before the cancellation propagates.
@@ -80,7 +80,9 @@ async def run_process(
             stdin=asyncio.subprocess.PIPE if stdin is not None else asyncio.subprocess.DEVNULL,
             stdout=asyncio.subprocess.PIPE,
             stderr=asyncio.subprocess.STDOUT,
-            start_new_session=True,
+            # Its own group (so killpg reaches only this tool and its children) but the
+            # runner's session, so the runtime can still find and kill it if the runner dies.
+            process_group=0,
         )
     )
     try:

@@ -239,6 +239,20 @@ async def test_cancel_kills_the_process_group(tmp_path: Path) -> None:
     await _until_dead(child)
 
 
+async def test_a_tool_has_its_own_group_in_the_runners_session(tmp_path: Path) -> None:
+    # Its own group, so cancelling it reaches only it; the runner's session, so that when the
+    # runner dies the runtime still finds (and kills) it and its children by session id.
+    task, child = await _start_shell_with_child(tmp_path)
+    try:
+        assert os.getsid(child) == os.getsid(0)
+        assert os.getpgid(child) != os.getpgid(0)
+    finally:
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+    await _until_dead(child)
+
+
 def test_test_command_detection(tmp_path: Path) -> None:
     assert detect_test_command(tmp_path) is None
     (tmp_path / "go.mod").write_text("module x")

@@ -2,7 +2,8 @@
 
 Replicas campaign for a KV lease; only the holder consumes and acts. On taking the lease a
 replica rebuilds admission from NEXUS_RUNS (so it neither loses queued runs nor exceeds the
-limits), marks runs without a live runtime `lost`, then follows the stream.
+limits), re-adopts the runs its runtime still has (runs it does not know are marked `lost`
+only after the heartbeat window), then follows the stream.
 """
 
 from __future__ import annotations
@@ -158,10 +159,14 @@ class SchedulerApp:
             except DecodeError:
                 continue  # the live consumer dead-letters it
             replayed += 1
-        lost = await service.recover()
+        adopted = await service.recover()
         log.info(
             "leading: state rebuilt",
-            extra={"replayed": replayed, "lost": len(lost), "waiting": len(service.state.waiting)},
+            extra={
+                "replayed": replayed,
+                "adopted": len(adopted),
+                "waiting": len(service.state.waiting),
+            },
         )
         self.service = service
         # A new durable starts right after the replay instead of re-reading the stream; an

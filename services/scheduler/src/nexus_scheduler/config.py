@@ -40,7 +40,10 @@ class SchedulerSettings(BaseSettings):
     # Timers (seconds).
     cancel_grace_seconds: float = Field(30.0, ge=0, description="Cooperative stop window.")
     heartbeat_timeout_seconds: float = Field(
-        90.0, gt=0, description="No heartbeat this long -> lost (runner beats every ~15 s)."
+        90.0,
+        gt=0,
+        description="No heartbeat this long -> lost (runner beats every ~15 s); a restarted "
+        "scheduler gives a run its runtime does not know this long too.",
     )
     start_timeout_seconds: float = Field(
         300.0, gt=0, description="Dispatched but never started this long -> lost (image pulls)."

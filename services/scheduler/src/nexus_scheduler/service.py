@@ -16,7 +16,7 @@ import asyncio
 import logging
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta
+from datetime import datetime
 
 from nexus_events import subjects, telemetry
 from nexus_events.bus import Bus
@@ -48,6 +48,7 @@ from nexus_scheduler.admission import (
     due,
 )
 from nexus_scheduler.clock import Clock, SystemClock
+from nexus_scheduler.liveness import Windows, may_end
 from nexus_scheduler.runtime.base import AgentRuntime, RuntimeState, RuntimeStatus
 from nexus_scheduler.tracing import AGENT_ID, ATTEMPT, OUTCOME, RUNTIME, RunTraces
 
@@ -107,6 +108,10 @@ class SchedulerService:
         self.timeouts = timeouts
         self.exit_grace = exit_grace
         self.clock: Clock = clock or SystemClock()
+        # A new leader has seen no heartbeat itself yet: runs its runtime does not know get
+        # the heartbeat window from here before they are declared lost.
+        self.leader_since = self.clock.now()
+        self.windows = Windows(exit_grace, timeouts.heartbeat_timeout)
         self.state = AdmissionState()
         self.traces = RunTraces()
         self.stats = Stats()
@@ -267,13 +272,25 @@ class SchedulerService:
             self._gone_since.pop(run_id, None)
             return
         since = self._gone_since.setdefault(run_id, now)
-        if now - since < timedelta(seconds=self.exit_grace):
-            return  # the runner's own terminal event may still be on its way
         async with self._lock:
             entry = self.state.runs.get(run_id)
             if entry is None or entry.ending:
                 return
+            if not may_end(
+                status.state,
+                now,
+                not_live_since=since,
+                last_seen=entry.last_seen,
+                leader_since=self.leader_since,
+                windows=self.windows,
+            ):
+                return  # the runner's own terminal event (or a heartbeat) may still come
             entry.ending = True
+        if status.state is RuntimeState.GONE:
+            # The runtime lost track of it, not necessarily the runner of itself: whatever
+            # is left must not side-effect after the terminal event. (An ended process or
+            # pod has nothing to stop, and a failed Job stays for its logs.)
+            await self._stop_runtime(run_id)
         await self._end(run_id, ending_for(status))
 
     async def _stop_runtime(self, run_id: str) -> None:
@@ -303,29 +320,33 @@ class SchedulerService:
     # -- start-up -----------------------------------------------------------------------------
 
     async def recover(self) -> list[str]:
-        """After a rebuild: runs dispatched/running with no live runtime end `lost` now.
+        """After a rebuild: re-adopt the dispatched/running runs whose runtime still has them.
 
-        Returns the run ids declared lost.
+        Nothing is declared lost here: a run the runtime does not know is ended by `tick`
+        only after the heartbeat window (`nexus_scheduler.liveness`), so a restart never
+        ends work that is still going on. Returns the run ids re-adopted.
         """
         async with self._lock:
-            candidates = [e.run_id for e in self.state.active() if not e.ending]
-        lost = []
-        for run_id in candidates:
-            status = await self.runtime.status(run_id)
+            candidates = [
+                e.run_id
+                for e in self.state.active()
+                if e.phase in (Phase.DISPATCHED, Phase.RUNNING) and not e.ending
+            ]
+        statuses = await asyncio.gather(*(self.runtime.status(r) for r in candidates))
+        adopted = []
+        for run_id, status in zip(candidates, statuses, strict=True):
             if status.live:
-                continue
-            async with self._lock:
-                self.state.runs[run_id].ending = True
-            await self._end(
-                run_id,
-                RunLost(
-                    reason=Reason.RUNTIME_GONE,
-                    message=f"no live runtime at scheduler start ({status.state}: "
-                    f"{status.message or status.reason or '-'})",
-                ),
-            )
-            lost.append(run_id)
-        return lost
+                adopted.append(run_id)
+                log.info("re-adopted run %s (%s)", run_id, status.state.value)
+            else:
+                log.warning(
+                    "run %s has no live runtime (%s: %s); lost unless it shows life within %gs",
+                    run_id,
+                    status.state.value,
+                    status.message or status.reason or "-",
+                    self.windows.heartbeat_timeout,
+                )
+        return adopted
 
 
 def _cancelled(cancel: CancelInfo) -> RunCancelled:

@@ -3,7 +3,15 @@
 from __future__ import annotations
 
 from nexus_events.bus import Bus
-from nexus_events.events import RunCompleted, RunDispatched, RunQueued, RunStarted, TerminalEvent
+from nexus_events.events import (
+    RunCompleted,
+    RunDispatched,
+    RunHeartbeat,
+    RunQueued,
+    RunStarted,
+    TerminalEvent,
+)
+from nexus_scheduler.clock import ManualClock
 from nexus_scheduler.runtime.base import RuntimeState, RuntimeStatus
 from nexus_scheduler.runtime.noop import NoopRuntime
 
@@ -123,7 +131,7 @@ async def test_agent_definition_limit_from_run_config(make_app: AppFactory, bus:
 
 
 async def test_restart_keeps_queued_runs_and_limits_and_loses_dead_runs(
-    make_app: AppFactory, bus: Bus
+    make_app: AppFactory, bus: Bus, clock: ManualClock
 ) -> None:
     first = await make_app(NoopRuntime(), max_concurrent_runs=2)
     await publish_prepared(bus, [config(f"r{i}") for i in range(5)])
@@ -133,11 +141,20 @@ async def test_restart_keeps_queued_runs_and_limits_and_loses_dead_runs(
     await publish(bus, "r1", RunStarted())
     await first.stop()
 
-    # The new scheduler's runtime still has r0 alive; r1's process is gone.
+    # The new scheduler's runtime still has r0 alive; r1's process is gone. r1 is not lost
+    # at once (a restart is no proof its runner died) but once the heartbeat window passed.
     runtime = NoopRuntime()
     runtime.states["r0"] = RuntimeStatus(RuntimeState.RUNNING)
     second = await make_app(runtime, max_concurrent_runs=2)
     assert second.service is not None
+    svc = second.service
+    await svc.tick()
+    assert await run_events(bus, "lost") == []
+    clock.advance(60)
+    await publish(bus, "r0", RunHeartbeat(seq=1))
+    await eventually(lambda: _true(svc.state.runs["r0"].last_seen == clock.now()), what="beat")
+    clock.advance(60)
+    await svc.tick()
 
     async def r1_lost_and_r2_dispatched() -> bool:
         names = {(rid, ev.event_name) for rid, ev in await run_events(bus)}
@@ -145,7 +162,7 @@ async def test_restart_keeps_queued_runs_and_limits_and_loses_dead_runs(
 
     await eventually(r1_lost_and_r2_dispatched, what="r1 lost, r2 dispatched")
     [(_, lost)] = [(r, e) for r, e in await run_events(bus, "lost")]
-    assert lost.reason == "runtime_gone"  # type: ignore[attr-defined]
+    assert lost.reason in ("runtime_gone", "heartbeat_missing")  # type: ignore[attr-defined]
     assert runtime.started == ["r2"]  # r0 is not started again
     assert second.service.state.active_total == 2
     assert second.service.state.queue() == ["r3", "r4"]

@@ -115,6 +115,26 @@ async def test_start_run_twice_adopts_the_existing_job(
     assert len(fake.secrets) == 1
 
 
+async def test_a_new_runtime_re_adopts_an_existing_job(
+    fake: Any, runtime: KubernetesRuntime
+) -> None:
+    # A restarted scheduler has an empty watch cache: it must find the Job by its name.
+    await runtime.start_run(config("run-8"))
+    await runtime.close()
+    again = KubernetesRuntime(
+        KubernetesSettings(namespace=NS, image="runner:1", ttl_after_finished_seconds=600),
+        configuration=client.Configuration(host=fake.host),
+    )
+    await again.start()
+    try:
+        assert (await again.status("run-8")).live
+        assert (await again.status("run-unknown")).state is RuntimeState.GONE
+        await again.cancel_run("run-8")
+        assert fake.jobs == {}
+    finally:
+        await again.close()
+
+
 async def test_cancel_deletes_the_job_in_the_background(
     fake: Any, runtime: KubernetesRuntime
 ) -> None:

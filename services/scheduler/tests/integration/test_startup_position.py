@@ -8,6 +8,7 @@ from nexus_events import subjects
 from nexus_events.bus import Bus
 from nexus_events.events import RunCompleted, ScheduleDefined
 from nexus_events.streams import RUNS, SCHEDULES
+from nexus_scheduler.clock import ManualClock
 
 from ..factories import config
 from ..waiting import eventually
@@ -15,7 +16,7 @@ from .conftest import AppFactory, _true, publish, publish_prepared, run_events
 
 
 async def test_new_durables_start_after_the_replay_and_existing_ones_keep_position(
-    make_app: AppFactory, bus: Bus
+    make_app: AppFactory, bus: Bus, clock: ManualClock
 ) -> None:
     # History before the first start: 20 finished runs, 1 waiting run, 1 schedule.
     await publish_prepared(bus, [config(f"old-{i}") for i in range(20)])
@@ -59,7 +60,11 @@ async def test_new_durables_start_after_the_replay_and_existing_ones_keep_positi
     await eventually(lambda: _true(second.leading.is_set()), what="leading again")
     info = await bus.js.consumer_info(RUNS, "sched")
     assert info.config.opt_start_seq == runs_last + 1
-    # The completion, and `lost` for `waiting` (the new process's runtime does not know it).
+    # The completion, and `lost` for `waiting` (the new process's runtime does not know it,
+    # and no heartbeat came within the window).
+    assert second.service is not None
+    clock.advance(91)
+    await second.service.tick()
     await eventually(lambda: _has(bus, "waiting", "lost"), what="waiting run lost")
     await eventually(lambda: _delivered(bus, 5), what="caught up again")
     info = await bus.js.consumer_info(RUNS, "sched")

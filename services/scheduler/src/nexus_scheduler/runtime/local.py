@@ -4,12 +4,17 @@ The RunConfig is written to ``<workdir>/<run_id>/config.json`` (mode 0600) and t
 started as ``<command...> --config <file>`` with the caller's trace context in
 ``TRACEPARENT``/``TRACESTATE``; stdout and stderr go to ``runner.log`` beside it. Cancel
 sends SIGTERM to the whole process group and SIGKILL after the kill grace.
+
+The runner leads a session of its own; its pid and start time go to ``runner.pid`` in the run
+dir, so a new scheduler (a restart) re-adopts a runner that still lives instead of calling it
+gone. When a runner ends, however it ends, what is left of its session (tools and their
+children, in process groups of their own) is killed.
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
+import logging
 import os
 import signal
 import sys
@@ -21,6 +26,15 @@ from nexus_events import telemetry
 from nexus_events.events import RunConfig
 
 from nexus_scheduler.runtime.base import AgentRuntimeError, RunHandle, RuntimeState, RuntimeStatus
+from nexus_scheduler.runtime.sessions import (
+    RunnerPid,
+    kill_session,
+    read_pid_file,
+    signal_group,
+    write_pid_file,
+)
+
+log = logging.getLogger(__name__)
 
 DEFAULT_COMMAND = (sys.executable, "-m", "nexus_runner")
 # How often a log follower looks for new output while the process lives.
@@ -32,6 +46,7 @@ class _Proc:
     run_id: str
     proc: asyncio.subprocess.Process
     dir: Path
+    runner: RunnerPid
     killed: bool = False
 
     @property
@@ -55,14 +70,21 @@ class LocalProcessRuntime:
         self.kill_grace = kill_grace
         self.env = dict(env or {})
         self._procs: dict[str, _Proc] = {}
+        # Runners a previous scheduler started that were found alive (by their pid file).
+        self._adopted: dict[str, RunnerPid] = {}
+        self._reapers: set[asyncio.Task[None]] = set()
         self._lock = asyncio.Lock()
 
     async def start(self) -> None:
         self.workdir.mkdir(parents=True, exist_ok=True)
 
     async def close(self) -> None:
-        """Forget the processes (they keep running; a new scheduler marks them lost)."""
+        """Forget the processes (they keep running; a new scheduler re-adopts them)."""
+        for task in self._reapers:
+            task.cancel()
+        self._reapers.clear()
         self._procs.clear()
+        self._adopted.clear()
 
     def run_dir(self, run_id: str) -> Path:
         return self.workdir / run_id
@@ -83,14 +105,14 @@ class LocalProcessRuntime:
             env.pop(telemetry.TRACEPARENT_ENV, None)
             env.pop(telemetry.TRACESTATE_ENV, None)
             env.update(telemetry.trace_env())
-            log = (run_dir / "runner.log").open("ab")
+            log_file = (run_dir / "runner.log").open("ab")
             try:
                 proc = await asyncio.create_subprocess_exec(
                     *self.command,
                     "--config",
                     str(config_path),
                     stdin=asyncio.subprocess.DEVNULL,
-                    stdout=log,
+                    stdout=log_file,
                     stderr=asyncio.subprocess.STDOUT,
                     cwd=run_dir,
                     env=env,
@@ -99,28 +121,56 @@ class LocalProcessRuntime:
             except OSError as exc:
                 raise AgentRuntimeError(f"cannot start {self.command[0]}: {exc}") from exc
             finally:
-                log.close()
-            self._procs[config.run_id] = _Proc(config.run_id, proc, run_dir)
+                log_file.close()
+            entry = _Proc(config.run_id, proc, run_dir, write_pid_file(run_dir, proc.pid))
+            self._procs[config.run_id] = entry
+            reaper = asyncio.create_task(self._reap_on_exit(entry), name=f"reap:{config.run_id}")
+            self._reapers.add(reaper)
+            reaper.add_done_callback(self._reapers.discard)
             return RunHandle(self.kind, str(proc.pid))
+
+    async def _reap_on_exit(self, entry: _Proc) -> None:
+        await entry.proc.wait()
+        _reap(entry.run_id, entry.runner)
 
     async def cancel_run(self, run_id: str) -> None:
         entry = self._procs.get(run_id)
-        if entry is None or entry.proc.returncode is not None:
+        if entry is None:
+            await self._cancel_foreign(run_id)
+            return
+        if entry.proc.returncode is not None:
+            _reap(run_id, entry.runner)
             return
         entry.killed = True
-        _signal_group(entry.proc.pid, signal.SIGTERM)
+        signal_group(entry.proc.pid, signal.SIGTERM)
         try:
             await asyncio.wait_for(entry.proc.wait(), timeout=self.kill_grace)
         except TimeoutError:
-            _signal_group(entry.proc.pid, signal.SIGKILL)
+            signal_group(entry.proc.pid, signal.SIGKILL)
             await entry.proc.wait()
-        # Children that ignored SIGTERM outlive the leader: clear the group either way.
-        _signal_group(entry.proc.pid, signal.SIGKILL)
+        # Children that ignored SIGTERM outlive the leader, and tools sit in groups of their
+        # own: clear the whole session either way.
+        signal_group(entry.proc.pid, signal.SIGKILL)
+        _reap(run_id, entry.runner)
+
+    async def _cancel_foreign(self, run_id: str) -> None:
+        """Stop a runner this scheduler did not start (re-adopted after a restart)."""
+        runner = self._adopted.get(run_id) or read_pid_file(self.run_dir(run_id))
+        if runner is None:
+            return
+        if runner.alive():
+            signal_group(runner.pid, signal.SIGTERM)
+            # Not our child: no wait() to await, so poll until it is gone or the grace ends.
+            for _ in range(max(1, round(self.kill_grace / _LOG_POLL_SECONDS))):
+                if not runner.alive():
+                    break
+                await asyncio.sleep(_LOG_POLL_SECONDS)
+        _reap(run_id, runner)
 
     async def status(self, run_id: str) -> RuntimeStatus:
         entry = self._procs.get(run_id)
         if entry is None:
-            return RuntimeStatus(RuntimeState.GONE, message="no such process in this scheduler")
+            return self._foreign_status(run_id)
         code = entry.proc.returncode
         if code is None:
             return RuntimeStatus(RuntimeState.RUNNING)
@@ -130,6 +180,24 @@ class LocalProcessRuntime:
                 RuntimeState.EXITED, reason=name, message=f"killed by {name}", exit_code=code
             )
         return RuntimeStatus(RuntimeState.EXITED, message=f"exit code {code}", exit_code=code)
+
+    def _foreign_status(self, run_id: str) -> RuntimeStatus:
+        adopted = self._adopted.get(run_id)
+        runner = adopted or read_pid_file(self.run_dir(run_id))
+        if runner is None:
+            return RuntimeStatus(RuntimeState.GONE, message="no such process in this scheduler")
+        if runner.alive():
+            if adopted is None:
+                self._adopted[run_id] = runner
+                log.info("re-adopted runner of %s (pid %d)", run_id, runner.pid)
+            return RuntimeStatus(RuntimeState.RUNNING)
+        # Not our child, so its exit status is unknown; its leftovers go either way.
+        _reap(run_id, runner)
+        if adopted is not None:
+            return RuntimeStatus(
+                RuntimeState.EXITED, message=f"adopted runner {runner.pid} ended (exit unknown)"
+            )
+        return RuntimeStatus(RuntimeState.GONE, message=f"runner {runner.pid} is not running")
 
     async def stream_logs(self, run_id: str) -> AsyncIterator[str]:
         entry = self._procs.get(run_id)
@@ -155,6 +223,7 @@ class LocalProcessRuntime:
                 yield pending.decode(errors="replace")
 
 
-def _signal_group(pid: int, sig: signal.Signals) -> None:
-    with contextlib.suppress(ProcessLookupError, PermissionError):
-        os.killpg(pid, sig)
+def _reap(run_id: str, runner: RunnerPid) -> None:
+    killed = kill_session(runner)
+    if killed:
+        log.warning("run %s: killed %d leftover process(es) %s", run_id, len(killed), killed)
