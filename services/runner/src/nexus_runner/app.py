@@ -53,6 +53,7 @@ from nexus_runner.prompt import initial_messages
 from nexus_runner.provider import GitHubProvider, GitProvider
 from nexus_runner.publisher import RunPublisher
 from nexus_runner.tools import ToolContext, ToolRegistry, detect_test_command
+from nexus_runner.tools.mcp import McpTools
 from nexus_runner.tracing import record_terminal, run_span
 from nexus_runner.workspace import Workspace
 
@@ -238,35 +239,40 @@ async def _execute_run(
             output_cap=settings.output_cap,
             test_command=settings.acceptance_command or detect_test_command(ws.root),
         )
-        tools = ToolRegistry(list(config.tools), config.permissions, ctx)
-        llm = LlmClient(
-            client,
-            config.model.name,
-            temperature=config.model.temperature,
-            max_output_tokens=config.model.max_output_tokens,
-            retry=RetryPolicy(
-                settings.llm_max_attempts, settings.retry_base_delay, settings.retry_max_delay
-            ),
-            stream=settings.stream,
-        )
-        note = f"You work in a git checkout on branch {branch}."
-        loop = AgentLoop(config, settings, llm, tools, control, pub, initial_messages(config, note))
-        loop_ref[0] = loop
-        finished = await loop.run()
-        loop.phase = "finishing"
-        # No commit, push or pull request unless the run's record so far is stored.
-        await pub.flush()
-        result = await finish_run(
-            config,
-            settings,
-            ctx,
-            finished,
-            branch=branch,
-            base_sha=base_sha,
-            base_branch=base_branch,
-            provider=provider,
-        )
-        return result.model_copy(update={"turns": loop.usage.turns})
+        # MCP servers live as long as the loop: closing kills their process groups, also
+        # when the run is cancelled.
+        async with McpTools.started(list(config.mcp_servers), settings, ws.root, pub.log) as mcp:
+            tools = ToolRegistry(list(config.tools), config.permissions, ctx, mcp)
+            llm = LlmClient(
+                client,
+                config.model.name,
+                temperature=config.model.temperature,
+                max_output_tokens=config.model.max_output_tokens,
+                retry=RetryPolicy(
+                    settings.llm_max_attempts, settings.retry_base_delay, settings.retry_max_delay
+                ),
+                stream=settings.stream,
+            )
+            note = " ".join([f"You work in a git checkout on branch {branch}.", *mcp.notes])
+            loop = AgentLoop(
+                config, settings, llm, tools, control, pub, initial_messages(config, note)
+            )
+            loop_ref[0] = loop
+            finished = await loop.run()
+            loop.phase = "finishing"
+            # No commit, push or pull request unless the run's record so far is stored.
+            await pub.flush()
+            result = await finish_run(
+                config,
+                settings,
+                ctx,
+                finished,
+                branch=branch,
+                base_sha=base_sha,
+                base_branch=base_branch,
+                provider=provider,
+            )
+            return result.model_copy(update={"turns": loop.usage.turns})
 
     task: asyncio.Task[RunResult] = asyncio.create_task(work(), name=f"run:{config.run_id}")
     handle.task = task
