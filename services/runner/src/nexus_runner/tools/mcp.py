@@ -16,6 +16,7 @@ import hashlib
 import json
 import logging
 import re
+import shutil
 import tempfile
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
@@ -303,8 +304,9 @@ class McpServer:
 class McpTools:
     """The run's MCP servers and their granted tools, by function name."""
 
-    def __init__(self, servers: list[McpServer]) -> None:
+    def __init__(self, servers: list[McpServer], scratch: Path | None = None) -> None:
         self.servers = {s.spec.name: s for s in servers}
+        self.scratch = scratch
         self.tools: dict[str, McpTool] = {}
         self.notes: list[str] = []
 
@@ -328,9 +330,7 @@ class McpTools:
         try:
             results = await asyncio.gather(*(s.start() for s in servers), return_exceptions=True)
         except BaseException:  # cancelled while starting: no server may outlive the run
-            await asyncio.shield(
-                asyncio.gather(*(s.close() for s in servers), return_exceptions=True)
-            )
+            await asyncio.shield(cls(servers, scratch).close())
             raise
         started = []
         for server, result in zip(servers, results, strict=True):
@@ -338,7 +338,7 @@ class McpTools:
                 notes.append(redact(f"MCP server {server.spec.name} did not start: {result}"))
             else:
                 started.append(server)
-        tools = cls(started)
+        tools = cls(started, scratch)
         tools.notes = notes
         tools._index()
         return tools
@@ -395,6 +395,8 @@ class McpTools:
     async def close(self) -> None:
         """Stop every server (their process groups are gone when this returns)."""
         await asyncio.gather(*(s.close() for s in self.servers.values()), return_exceptions=True)
+        if self.scratch is not None:  # the servers' stderr files may hold secrets
+            shutil.rmtree(self.scratch, ignore_errors=True)
 
 
 def _environment(
