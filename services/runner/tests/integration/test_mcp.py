@@ -215,3 +215,24 @@ async def test_cancel_during_a_call_leaves_no_process(
         terminal = await asyncio.wait_for(run, 15)
     assert isinstance(terminal, RunCancelled), terminal
     assert len(await assert_all_gone(workspace)) == 2
+
+
+async def test_servers_that_cannot_start_are_left_out_and_the_model_is_told(
+    bus: Bus, runner_bus: Bus, mcp_settings: RunnerSettings
+) -> None:
+    settings = mcp_settings
+    silent = server(name="silent", command="/bin/sleep", args=["30"], env={}, startup_timeout=1.0)
+    nosecret = server(name="nosecret", env={"FAKE_MCP_TOKEN": "no-such-secret"})
+    async with FakeOpenAI([finish()]) as llm:
+        config = make_config(llm.base_url, mcp_servers=[silent, nosecret, server()])
+        terminal = await asyncio.wait_for(execute_run(config, settings, runner_bus), 30)
+    assert isinstance(terminal, RunCompleted), terminal
+    system = str(llm.requests[0]["messages"])
+    assert "MCP server silent did not start: did not start within 1s" in system
+    assert "MCP server nosecret was not started: unknown secret(s) no-such-secret" in system
+    tools = offered(llm.requests[0])
+    assert ECHO in tools  # the healthy server is still there
+    assert not any(t.startswith(("mcp_silent__", "mcp_nosecret__")) for t in tools)
+    from .support import log_text
+
+    assert "unknown secret(s) no-such-secret" in await log_text(bus, config.run_id, "runner")

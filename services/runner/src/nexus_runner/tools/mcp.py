@@ -44,6 +44,9 @@ _HASH_CHARS = 8
 _STDERR_TAIL = 400
 # Seconds past a call's timeout before the runner stops waiting even for the cancel to go out.
 _CANCEL_GRACE = 5.0
+# Seconds a closing connection gets before its owner task is cancelled (which still kills
+# the process group: the transport's exit is shielded).
+_CLOSE_GRACE = 5.0
 
 
 def tool_name(server: str, tool: str, taken: set[str]) -> str:
@@ -171,6 +174,8 @@ class McpServer:
         self._stop = asyncio.Event()
         ready: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         self._ready = ready
+        # Read its outcome even when nobody waits any more (a start that timed out).
+        ready.add_done_callback(lambda f: f.cancelled() or f.exception())
         self._owner = asyncio.create_task(self._own(ready), name=f"mcp:{self.spec.name}")
         try:
             await asyncio.wait_for(asyncio.shield(ready), self.startup_timeout)
@@ -230,8 +235,13 @@ class McpServer:
         self._stop.set()
         owner, self._owner = self._owner, None
         if owner is not None:
-            with contextlib.suppress(Exception):
-                await asyncio.shield(owner)
+            if self._ready is None or not self._ready.done():
+                owner.cancel()  # still starting: nothing waits on the stop event yet
+            # A server that ignores the closed connection is killed by the transport's exit.
+            done, _ = await asyncio.wait({owner}, timeout=_CLOSE_GRACE)
+            if not done:
+                owner.cancel()
+                await asyncio.wait({owner})
         self._client = None
         self._process = None
 
