@@ -6,10 +6,12 @@ from __future__ import annotations
 import asyncio
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
+from nexus_events import telemetry
 from nexus_events.bus import Bus
 from nexus_events.events.runs import (
     ApprovalDecided,
@@ -18,6 +20,7 @@ from nexus_events.events.runs import (
     RunCompleted,
     ToolResult,
 )
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from pydantic import SecretStr
 from tests.fakes.openai_server import FakeOpenAI, Reply, ToolCall
 
@@ -53,6 +56,16 @@ def server(**overrides: Any) -> dict[str, Any]:
     }
     spec.update(overrides)
     return spec
+
+
+@pytest.fixture
+def exporter(monkeypatch: pytest.MonkeyPatch) -> Iterator[InMemorySpanExporter]:
+    monkeypatch.setattr(telemetry, "_installed", {})
+    spans = InMemorySpanExporter()
+    provider = telemetry.setup_telemetry("runner-test", exporter=spans, env={})
+    assert provider is not None
+    yield spans
+    provider.shutdown()
 
 
 @pytest.fixture
@@ -94,7 +107,7 @@ async def assert_all_gone(workspace: Path, timeout: float = 5) -> list[int]:
 
 
 async def test_granted_tools_reach_the_model_and_secrets_do_not_leak(
-    bus: Bus, runner_bus: Bus, mcp_settings: RunnerSettings
+    bus: Bus, runner_bus: Bus, mcp_settings: RunnerSettings, exporter: InMemorySpanExporter
 ) -> None:
     script = [
         Reply(tool_calls=(tc(ECHO, text="hello"), tc("mcp_fake__fail", message="nope"))),
@@ -129,6 +142,14 @@ async def test_granted_tools_reach_the_model_and_secrets_do_not_leak(
         everything += await log_text(bus, config.run_id, stream)
     assert SECRET not in everything
     await assert_all_gone(mcp_settings.workspace_root / config.run_id)
+    spans = [
+        s
+        for s in exporter.get_finished_spans()
+        if (s.attributes or {}).get("nexus.run_id") == config.run_id
+        and (s.attributes or {}).get("gen_ai.tool.name") == ECHO
+    ]
+    assert [(s.attributes or {}).get("nexus.mcp.server") for s in spans] == ["fake"]
+    assert (spans[0].attributes or {}).get("nexus.outcome") == "ok"
 
 
 async def test_mcp_tools_ask_for_approval_by_default(
@@ -236,3 +257,37 @@ async def test_servers_that_cannot_start_are_left_out_and_the_model_is_told(
     from .support import log_text
 
     assert "unknown secret(s) no-such-secret" in await log_text(bus, config.run_id, "runner")
+
+
+async def test_streamable_http_server(
+    bus: Bus, runner_bus: Bus, mcp_settings: RunnerSettings
+) -> None:
+    import uvicorn
+    from tests.fakes import mcp_server
+
+    app = mcp_server.server.streamable_http_app()
+    web = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=0, log_level="warning"))
+    serving = asyncio.create_task(web.serve())
+    deadline = time.monotonic() + 10
+    while not web.started:
+        assert time.monotonic() < deadline, "uvicorn did not start"
+        await asyncio.sleep(0.02)
+    port = web.servers[0].sockets[0].getsockname()[1]
+    try:
+        http = {
+            "name": "web",
+            "transport": "http",
+            "url": f"http://127.0.0.1:{port}/mcp",
+            "tools": ["echo"],
+            "auto_approve": ["echo"],
+        }
+        script = [Reply(tool_calls=(tc("mcp_web__echo", text="over http"),)), finish()]
+        async with FakeOpenAI(script) as llm:
+            config = make_config(llm.base_url, mcp_servers=[http])
+            terminal = await asyncio.wait_for(execute_run(config, mcp_settings, runner_bus), 30)
+    finally:
+        web.should_exit = True
+        await serving
+    assert isinstance(terminal, RunCompleted), terminal
+    assert offered(llm.requests[0]) >= {"mcp_web__echo"}
+    assert tool_outputs(llm.requests[1]) == ["echo: over http"]

@@ -27,12 +27,17 @@ import anyio.abc
 from mcp import Client, MCPError
 from mcp import types as mcp_types
 from nexus_events.events.specs import McpServerSpec
+from opentelemetry import trace
 
 from nexus_runner.config import RunnerSettings
 from nexus_runner.safety import REDACTED, redact
 from nexus_runner.tools.mcp_stdio import stdio_transport
 
 log = logging.getLogger(__name__)
+
+# Tool span attributes of an MCP call.
+MCP_SERVER = "nexus.mcp.server"
+MCP_TOOL = "nexus.mcp.tool"
 
 PREFIX = "mcp_"
 # OpenAI function names: [A-Za-z0-9_-]{1,64}.
@@ -382,6 +387,8 @@ class McpTools:
         tool = self.available(function)
         if tool is None:
             return McpOutcome(False, f"tool {function!r} is no longer available")
+        # The loop's tool span is current: say which server and tool the function was.
+        trace.get_current_span().set_attributes({MCP_SERVER: tool.server, MCP_TOOL: tool.tool})
         return await self.servers[tool.server].call(tool.tool, arguments)
 
     @classmethod
