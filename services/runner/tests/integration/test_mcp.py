@@ -244,16 +244,18 @@ async def test_servers_that_cannot_start_are_left_out_and_the_model_is_told(
     settings = mcp_settings
     silent = server(name="silent", command="/bin/sleep", args=["30"], env={}, startup_timeout=1.0)
     nosecret = server(name="nosecret", env={"FAKE_MCP_TOKEN": "no-such-secret"})
+    dies = server(name="dies", command="/bin/sh", args=["-c", "echo gone >&2; exit 4"], env={})
     async with FakeOpenAI([finish()]) as llm:
-        config = make_config(llm.base_url, mcp_servers=[silent, nosecret, server()])
+        config = make_config(llm.base_url, mcp_servers=[silent, nosecret, dies, server()])
         terminal = await asyncio.wait_for(execute_run(config, settings, runner_bus), 30)
     assert isinstance(terminal, RunCompleted), terminal
     system = str(llm.requests[0]["messages"])
     assert "MCP server silent did not start: did not start within 1s" in system
     assert "MCP server nosecret was not started: unknown secret(s) no-such-secret" in system
+    assert "MCP server dies did not start: Connection closed; its stderr ends: gone" in system
     tools = offered(llm.requests[0])
     assert ECHO in tools  # the healthy server is still there
-    assert not any(t.startswith(("mcp_silent__", "mcp_nosecret__")) for t in tools)
+    assert not any(t.startswith(("mcp_silent__", "mcp_nosecret__", "mcp_dies__")) for t in tools)
     from .support import log_text
 
     assert "unknown secret(s) no-such-secret" in await log_text(bus, config.run_id, "runner")

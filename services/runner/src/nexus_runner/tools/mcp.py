@@ -88,6 +88,13 @@ def result_text(result: mcp_types.CallToolResult) -> str:
     return "\n".join(parts) if parts else "(no output)"
 
 
+def _leaf(exc: Exception) -> Exception:
+    """The first real error inside the (nested) exception groups anyio's task groups raise."""
+    while isinstance(exc, ExceptionGroup) and exc.exceptions:
+        exc = exc.exceptions[0]
+    return exc
+
+
 def granted(names: list[str], tool: str) -> bool:
     return "*" in names or tool in names
 
@@ -210,7 +217,8 @@ class McpServer:
                     self._client = client
                     ready.set_result(None)
                     await self._stop.wait()
-        except Exception as exc:  # noqa: BLE001 - the server's failure is the caller's outcome
+        except Exception as group:  # noqa: BLE001 - the server's failure is the caller's outcome
+            exc = _leaf(group)
             if not ready.done():
                 failure = exc if isinstance(exc, (MCPError, OSError)) else None
                 ready.set_exception(failure or McpStartFailed(f"{type(exc).__name__}: {exc}"))
@@ -299,6 +307,8 @@ class McpServer:
         delay = self.settings.mcp_restart_backoff * (2**self.restarts)
         self.restarts += 1
         self._restart = asyncio.create_task(self._restart_after(delay))
+        # A failed restart withdraws the tools; its error is read here if no call awaits it.
+        self._restart.add_done_callback(lambda t: t.cancelled() or t.exception())
         return (
             f"MCP server {self.spec.name} crashed during {tool}{note}. It is being restarted"
             f" (restart {self.restarts} of {self.settings.mcp_max_restarts}); the call was not"
