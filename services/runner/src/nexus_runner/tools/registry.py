@@ -92,9 +92,14 @@ class ToolRegistry:
         self.permissions = permissions
         self.ctx = context
         self.mcp = mcp or McpTools([])
+        self._builtin_specs = self._specs_of_builtins()
 
     def specs(self) -> list[dict[str, Any]]:
-        """The granted tools in the chat-completions ``tools`` format."""
+        """The granted tools in the chat-completions ``tools`` format (read every turn: MCP
+        tools of a server that kept crashing drop out)."""
+        return self._builtin_specs + self.mcp.specs()
+
+    def _specs_of_builtins(self) -> list[dict[str, Any]]:
         specs = []
         for name in self.granted:
             model, _ = BUILTINS[name]
@@ -110,7 +115,7 @@ class ToolRegistry:
                     },
                 }
             )
-        return specs + self.mcp.specs()
+        return specs
 
     def decide(self, name: str, arguments: str) -> Decision:  # noqa: PLR0911
         """Parse and judge one call: refusals carry a message the model can read."""
