@@ -152,19 +152,33 @@ async def test_granted_tools_reach_the_model_and_secrets_do_not_leak(
     assert (spans[0].attributes or {}).get("nexus.outcome") == "ok"
 
 
+@pytest.mark.parametrize(
+    ("decision", "verdict", "output"),
+    [
+        ("approve", "approved", "echo: approved?"),
+        ("deny", "denied", "approval denied by ann: the call was not run"),
+    ],
+)
 async def test_mcp_tools_ask_for_approval_by_default(
-    bus: Bus, runner_bus: Bus, mcp_settings: RunnerSettings
+    bus: Bus,
+    runner_bus: Bus,
+    mcp_settings: RunnerSettings,
+    decision: str,
+    verdict: str,
+    output: str,
 ) -> None:
     script = [Reply(tool_calls=(tc(ECHO, text="approved?"),)), finish()]
+    # Another tool's auto-approval does not cover echo: it still asks.
+    mcp = server(tools=["echo", "leak"], auto_approve=["leak"])
     async with FakeOpenAI(script) as llm:
-        config = make_config(llm.base_url, mcp_servers=[server(auto_approve=[])])
+        config = make_config(llm.base_url, mcp_servers=[mcp])
         run = asyncio.create_task(execute_run(config, mcp_settings, runner_bus))
-        await _decide(bus, config.run_id, "approve")
+        await _decide(bus, config.run_id, decision)
         terminal = await asyncio.wait_for(run, 20)
     assert isinstance(terminal, RunCompleted), terminal
     decided = [e for e in await run_events(bus, config.run_id) if isinstance(e, ApprovalDecided)]
-    assert [d.decision for d in decided] == ["approved"]
-    assert tool_outputs(llm.requests[1]) == ["echo: approved?"]
+    assert [d.decision for d in decided] == [verdict]
+    assert tool_outputs(llm.requests[1]) == [output]
 
 
 async def test_hung_call_times_out_and_the_run_goes_on(
