@@ -132,6 +132,7 @@ async def test_granted_tools_reach_the_model_and_secrets_do_not_leak(
     assert "the token is [REDACTED]" in final[2]
     # Only what the runner names reaches the server's environment.
     assert set(final[3].split(",")) <= {"PATH", "HOME", "LANG", "FAKE_MCP_TOKEN", "PWD"}
+    assert "FAKE_MCP_TOKEN" in final[3]
     results = {e.tool: e for e in await run_events(bus, config.run_id) if isinstance(e, ToolResult)}
     assert results[ECHO].ok
     assert not results["mcp_fake__fail"].ok

@@ -344,7 +344,9 @@ class McpTools:
         servers: list[McpServer] = []
         notes: list[str] = []
         for spec in specs:
-            env, secrets, missing = _environment(spec, settings, workspace)
+            home = scratch / f"{spec.name}.home"
+            home.mkdir(mode=0o700, exist_ok=True)
+            env, secrets, missing = _environment(spec, settings, home)
             if missing:
                 notes.append(
                     f"MCP server {spec.name} was not started: unknown secret(s) "
@@ -427,11 +429,14 @@ class McpTools:
 
 
 def _environment(
-    spec: McpServerSpec, settings: RunnerSettings, workspace: Path
+    spec: McpServerSpec, settings: RunnerSettings, home: Path
 ) -> tuple[dict[str, str], list[str], list[str]]:
     """(environment, secret values, missing secret names) of a stdio server: a fixed PATH,
-    HOME in the workspace, and the named secrets; nothing from the runner's environment."""
-    env = {"PATH": settings.mcp_path, "HOME": str(workspace), "LANG": "C.UTF-8"}
+    a private HOME, and the named secrets; nothing from the runner's environment.
+
+    HOME is a scratch directory outside the workspace, so caches a server writes there
+    (npm, uv, pip) never end up in the run's commit, and it goes when the run ends."""
+    env = {"PATH": settings.mcp_path, "HOME": str(home), "LANG": "C.UTF-8"}
     values: list[str] = []
     missing: list[str] = []
     for var, secret_name in spec.env.items():
