@@ -142,8 +142,35 @@ def show_cmd(
             return
         console.print(f"# agent/{agent_id} revision {data['revision']}", markup=False)
         console.print(yaml.safe_dump(data["definition"], sort_keys=False).rstrip(), markup=False)
+        for line in mcp_summary(data["definition"]):
+            console.print(line, markup=False)
 
     run(output, body)
+
+
+def mcp_summary(definition: dict[str, Any]) -> list[str]:
+    """Comment lines naming each MCP server of a definition: how it starts, which of its
+    tools are granted and which run without approval (YAML comments, so the output stays
+    a valid document to re-apply)."""
+    servers = definition.get("mcp_servers") or []
+    if not servers:
+        return []
+    lines = [f"# MCP servers: {len(servers)}"]
+    for server in servers:
+        if server.get("transport", "stdio") == "http":
+            how = f"http {server.get('url')}"
+        else:
+            how = " ".join(["stdio", str(server.get("command")), *server.get("args", [])])
+        secrets = sorted((server.get("env") or {}).values())
+        lines.append(f"#   {server['name']}: {how}")
+        lines.append(f"#     tools: {', '.join(server.get('tools') or [])}")
+        auto = server.get("auto_approve") or []
+        lines.append(
+            f"#     auto-approved: {', '.join(auto) if auto else '(none; every call asks)'}"
+        )
+        if secrets:
+            lines.append(f"#     secrets: {', '.join(secrets)}")
+    return lines
 
 
 @app.command("history")

@@ -83,6 +83,7 @@ def assemble(
         memory=memory,
         tools=definition.tools,
         permissions=definition.permissions,
+        mcp_servers=definition.mcp_servers,
         model=definition.model,
         budgets=definition.budgets,
         repo=request.repo,

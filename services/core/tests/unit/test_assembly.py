@@ -88,3 +88,20 @@ def test_ids_are_deterministic_tokens():
     same = RunRequested(agent_id="impl", task_id="T-1", input="fix it", repo="/src/x")
     assert request_fingerprint(same) == request_fingerprint(REQUEST)
     assert request_fingerprint(same) != request_fingerprint(RunRequested(agent_id="impl"))
+
+
+def test_carries_the_mcp_servers():
+    agent = StoredAgent(
+        parse_agent(
+            "id: impl\nrole: implementer\nmodel: {name: m}\nsystem_prompt: Do it.\n"
+            "mcp_servers: [{name: fs, command: mcp-fs, tools: [read], auto_approve: [read]}]\n"
+        ),
+        revision=1,
+        updated_at=None,
+    )
+    config = assemble("r1", REQUEST, agent, {}, MEMORY)
+    assert isinstance(config, RunConfig)
+    assert [(s.name, s.command, s.tools, s.auto_approve) for s in config.mcp_servers] == [
+        ("fs", "mcp-fs", ["read"], ["read"])
+    ]
+    assert assemble("r1", REQUEST, AGENT, {"python": PY, "git@2": GIT}, MEMORY).mcp_servers == []  # type: ignore[union-attr]

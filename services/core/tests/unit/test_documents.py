@@ -92,3 +92,66 @@ def test_skill_errors():
     assert locs == {"name", "version", "content"}
     with pytest.raises(DocumentInvalid, match="front matter"):
         parse_skill("# no front matter")
+
+
+MCP_AGENT = """
+id: triager
+role: custom
+model: {name: m}
+system_prompt: Triage.
+mcp_servers:
+  - name: github
+    command: npx
+    args: [-y, "@modelcontextprotocol/server-github"]
+    env: {GITHUB_PERSONAL_ACCESS_TOKEN: github-token}
+    tools: [search_issues, create_issue]
+    auto_approve: [search_issues]
+    call_timeout: 10
+  - name: docs
+    transport: http
+    url: https://docs.example/mcp
+    tools: ["*"]
+"""
+
+
+def test_agent_with_mcp_servers_parses():
+    agent = parse_agent(MCP_AGENT)
+    github, docs = agent.mcp_servers
+    assert (github.transport, github.command, github.args[0]) == ("stdio", "npx", "-y")
+    assert github.env == {"GITHUB_PERSONAL_ACCESS_TOKEN": "github-token"}
+    assert github.auto_approve == ["search_issues"]
+    assert github.call_timeout == 10
+    assert github.startup_timeout is None
+    assert (docs.transport, docs.url, docs.tools) == ("http", "https://docs.example/mcp", ["*"])
+
+
+def test_mcp_server_errors_are_reported_field_by_field():
+    doc = """
+id: triager
+role: custom
+model: {name: m}
+system_prompt: Triage.
+mcp_servers:
+  - {name: gh, command: npx, tools: [a], comand: npx}
+  - {name: bad__name, command: x, tools: [a]}
+  - {name: nocmd, tools: [a]}
+  - {name: notools, command: x}
+  - {name: env, command: x, tools: [a], env: {"1BAD": s}}
+  - {name: web, transport: http, tools: [a], command: x, url: "http://x"}
+"""
+    with pytest.raises(DocumentInvalid) as info:
+        parse_agent(doc)
+    errors = {e.loc: e.msg for e in info.value.errors}
+    assert "mcp_servers.0.comand" in errors  # unknown field
+    assert "mcp_servers.1.name" in errors
+    assert "command is required" in errors["mcp_servers.2"]
+    assert "mcp_servers.3.tools" in errors
+    assert "1BAD" in errors["mcp_servers.4.env"]
+    assert "only for a stdio server" in errors["mcp_servers.5"]
+
+
+def test_mcp_server_names_are_unique():
+    doc = MCP_AGENT.replace("name: docs", "name: github")
+    with pytest.raises(DocumentInvalid) as info:
+        parse_agent(doc)
+    assert any("duplicate MCP server name(s): github" in e.msg for e in info.value.errors)

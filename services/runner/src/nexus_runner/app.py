@@ -55,6 +55,7 @@ from nexus_runner.prompt import initial_messages
 from nexus_runner.provider import GitHubProvider, GitProvider
 from nexus_runner.publisher import RunPublisher
 from nexus_runner.tools import ToolContext, ToolRegistry, detect_test_command
+from nexus_runner.tools.mcp import McpTools
 from nexus_runner.tracing import record_terminal, run_span
 from nexus_runner.workspace import Workspace
 
@@ -200,6 +201,29 @@ async def execute_run(
         return terminal
 
 
+def _default_provider(config: RunConfig, settings: RunnerSettings) -> GitProvider | None:
+    if settings.github_token is None or not config.permissions.can_open_pr:
+        return None
+    return GitHubProvider(
+        settings.github_token.get_secret_value(),
+        settings.github_api_url,
+        repository=settings.github_repository,
+    )
+
+
+def _llm_client(config: RunConfig, settings: RunnerSettings, client: AsyncOpenAI) -> LlmClient:
+    return LlmClient(
+        client,
+        config.model.name,
+        temperature=config.model.temperature,
+        max_output_tokens=config.model.max_output_tokens,
+        retry=RetryPolicy(
+            settings.llm_max_attempts, settings.retry_base_delay, settings.retry_max_delay
+        ),
+        stream=settings.stream,
+    )
+
+
 async def _execute_run(
     config: RunConfig,
     settings: RunnerSettings,
@@ -216,12 +240,7 @@ async def _execute_run(
     root = workspace_dir or settings.workspace_root / config.run_id
     branch = (config.repo.branch if config.repo else None) or f"nexus/{config.run_id}"
     git = Git(root, Author(settings.git_author_name, settings.git_author_email))
-    if provider is None and settings.github_token is not None and config.permissions.can_open_pr:
-        provider = GitHubProvider(
-            settings.github_token.get_secret_value(),
-            settings.github_api_url,
-            repository=settings.github_repository,
-        )
+    provider = provider or _default_provider(config, settings)
     loop_ref: list[AgentLoop | None] = [None]
     await pub.event(RunStarted(runner=socket.gethostname(), runner_version=RUNNER_VERSION))
     done = asyncio.Event()
@@ -248,38 +267,34 @@ async def _execute_run(
             output_cap=settings.output_cap,
             test_command=settings.acceptance_command or detect_test_command(ws.root),
         )
-        tools = ToolRegistry(list(config.tools), config.permissions, ctx)
-        llm = LlmClient(
-            client,
-            config.model.name,
-            temperature=config.model.temperature,
-            max_output_tokens=config.model.max_output_tokens,
-            retry=RetryPolicy(
-                settings.llm_max_attempts, settings.retry_base_delay, settings.retry_max_delay
-            ),
-            stream=settings.stream,
-        )
-        note = f"You work in a git checkout on branch {branch}."
-        loop = AgentLoop(config, settings, llm, tools, control, pub, initial_messages(config, note))
-        loop_ref[0] = loop
-        finished = await loop.run()
-        loop.phase = "finishing"
-        # No commit, push or pull request unless the run's record so far is stored, nor
-        # once the run was ended by someone else.
-        await pub.flush()
-        control.ensure_not_ended()
-        result = await finish_run(
-            config,
-            settings,
-            ctx,
-            finished,
-            branch=branch,
-            base_sha=base_sha,
-            base_branch=base_branch,
-            provider=provider,
-            guard=control.ensure_not_ended,
-        )
-        return result.model_copy(update={"turns": loop.usage.turns})
+        # MCP servers live as long as the loop: closing kills their process groups, also
+        # when the run is cancelled.
+        async with McpTools.started(list(config.mcp_servers), settings, ws.root, pub.log) as mcp:
+            tools = ToolRegistry(list(config.tools), config.permissions, ctx, mcp)
+            llm = _llm_client(config, settings, client)
+            note = " ".join([f"You work in a git checkout on branch {branch}.", *mcp.notes])
+            loop = AgentLoop(
+                config, settings, llm, tools, control, pub, initial_messages(config, note)
+            )
+            loop_ref[0] = loop
+            finished = await loop.run()
+            loop.phase = "finishing"
+            # No commit, push or pull request unless the run's record so far is stored, nor
+            # once the run was ended by someone else.
+            await pub.flush()
+            control.ensure_not_ended()
+            result = await finish_run(
+                config,
+                settings,
+                ctx,
+                finished,
+                branch=branch,
+                base_sha=base_sha,
+                base_branch=base_branch,
+                provider=provider,
+                guard=control.ensure_not_ended,
+            )
+            return result.model_copy(update={"turns": loop.usage.turns})
 
     task: asyncio.Task[RunResult] = asyncio.create_task(work(), name=f"run:{config.run_id}")
     handle.task = task

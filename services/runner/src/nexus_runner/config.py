@@ -57,6 +57,26 @@ class RunnerSettings(BaseSettings):
     output_cap: int = Field(20_000, gt=0, description="Characters of tool output for the model.")
     event_output_cap: int = Field(4_000, gt=0, description="Characters of output in events.")
     log_chunk_chars: int = Field(512, gt=0, description="Buffer LLM deltas up to this size.")
+    # MCP servers (nexus_runner.tools.mcp). Secrets are named in agent definitions
+    # (`mcp_servers[].env: {VAR: secret-name}`) and resolved only from this mapping.
+    mcp_secrets: dict[str, SecretStr] = Field(
+        default_factory=dict,
+        description="Named secrets for MCP servers' environments (JSON object name -> value).",
+    )
+    mcp_path: str = Field(
+        "/usr/local/bin:/usr/bin:/bin",
+        description="PATH given to stdio MCP servers (nothing else is inherited).",
+    )
+    mcp_startup_timeout: float = Field(
+        30.0, gt=0, description="Seconds for an MCP server to start and list its tools."
+    )
+    mcp_call_timeout: float = Field(30.0, gt=0, description="Seconds for one MCP tool call.")
+    mcp_max_restarts: int = Field(
+        3, ge=0, description="Restarts of a crashed MCP server before its tools are withdrawn."
+    )
+    mcp_restart_backoff: float = Field(
+        1.0, ge=0, description="First MCP restart delay (s), doubled each time."
+    )
     # Git
     git_author_name: str = Field("Nexus Agent", description="Author of the runner's commits.")
     git_author_email: str = Field("agent@nexus.local", description="Author email.")

@@ -145,6 +145,8 @@ class AgentLoop:
 
         with llm_span(self.config, self.llm.model, turn) as span:
             try:
+                # Re-read each turn: MCP tools of a server that kept crashing are withdrawn.
+                self._tool_specs = self.tools.specs()
                 completion = await self.llm.complete(
                     self.messages, self._tool_specs, on_delta, on_retry
                 )

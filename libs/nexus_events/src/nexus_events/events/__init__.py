@@ -55,6 +55,7 @@ from nexus_events.events.schedules import (
 )
 from nexus_events.events.specs import (
     Budgets,
+    McpServerSpec,
     ModelSpec,
     Permissions,
     RepoSpec,
@@ -81,6 +82,7 @@ __all__ = [
     "Event",
     "InboxMessage",
     "LogLine",
+    "McpServerSpec",
     "MemoryContext",
     "MemoryForgotten",
     "MemoryItem",

@@ -14,6 +14,7 @@ from pydantic import Field, field_validator
 from nexus_events.events.base import Command, register
 from nexus_events.events.specs import (
     Budgets,
+    McpServerSpec,
     ModelSpec,
     Permissions,
     RuntimeSpec,
@@ -42,6 +43,9 @@ class AgentDefinition(Spec):
     skills: list[SkillRef] = Field(default_factory=list, description="Skills it loads.")
     tools: list[ToolGrant] = Field(default_factory=list, description="Tools granted.")
     permissions: Permissions = Field(default_factory=Permissions, description="What it may do.")
+    mcp_servers: list[McpServerSpec] = Field(
+        default_factory=list, description="MCP servers whose granted tools it may use."
+    )
     budgets: Budgets = Field(default_factory=Budgets, description="Run limits.")
     runtime: RuntimeSpec = Field(default_factory=RuntimeSpec, description="Isolation resources.")
     max_concurrent_runs: int | None = Field(
@@ -52,6 +56,15 @@ class AgentDefinition(Spec):
     @classmethod
     def _token(cls, value: str) -> str:
         return validate_token(value, "agent id")
+
+    @field_validator("mcp_servers")
+    @classmethod
+    def _unique_servers(cls, value: list[McpServerSpec]) -> list[McpServerSpec]:
+        names = [s.name for s in value]
+        dupes = sorted({n for n in names if names.count(n) > 1})
+        if dupes:
+            raise ValueError(f"duplicate MCP server name(s): {', '.join(dupes)}")
+        return value
 
 
 class SkillDefinition(Spec):

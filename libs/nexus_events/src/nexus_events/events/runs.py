@@ -14,6 +14,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 from nexus_events.events.base import Command, Event, register
 from nexus_events.events.specs import (
     Budgets,
+    McpServerSpec,
     ModelSpec,
     Permissions,
     RepoSpec,
@@ -106,6 +107,9 @@ class RunConfig(BaseModel):
     )
     tools: list[ToolGrant] = Field(default_factory=list, description="Granted tools.")
     permissions: Permissions = Field(default_factory=Permissions, description="What it may do.")
+    mcp_servers: list[McpServerSpec] = Field(
+        default_factory=list, description="MCP servers whose granted tools the run may use."
+    )
     model: ModelSpec = Field(..., description="The LLM to use.")
     budgets: Budgets = Field(default_factory=Budgets, description="Limits of the run.")
     repo: RepoSpec | None = Field(None, description="Repository to clone into the workspace.")

@@ -6,7 +6,8 @@ Operators write these by hand (YAML in git), so they reject unknown fields: a mi
 
 from __future__ import annotations
 
-from typing import Any
+import re
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
@@ -95,3 +96,84 @@ class RepoSpec(Spec):
     @classmethod
     def _from_url(cls, value: Any) -> Any:
         return {"url": value} if isinstance(value, str) else value
+
+
+# MCP server names go into function tool names (`mcp_<server>__<tool>`), which OpenAI limits
+# to [A-Za-z0-9_-]; a double underscore would make the split ambiguous.
+_MCP_SERVER_NAME = re.compile(r"[A-Za-z0-9](?:[A-Za-z0-9-]|_(?=[A-Za-z0-9-])){0,31}")
+# An environment variable name as POSIX shells accept it.
+_ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+
+
+class McpServerSpec(Spec):
+    """An MCP server whose tools the agent may use.
+
+    The runner starts a ``stdio`` server inside the run's workspace with exactly the
+    environment named here (values come from the runner's named secrets, never from the
+    definition or the operator's environment) or connects to a ``http`` (streamable HTTP)
+    server. Only the tools listed in ``tools`` are offered to the model; each call asks a
+    human unless the tool is listed in ``auto_approve``.
+    """
+
+    name: str = Field(
+        ...,
+        description="Server name, used in tool names mcp_<name>__<tool>: 1-32 letters,"
+        " digits, '-' and single '_'.",
+    )
+    transport: Literal["stdio", "http"] = Field(
+        "stdio", description="stdio (a local process) or http (streamable HTTP)."
+    )
+    command: str | None = Field(None, description="stdio: the executable to start.")
+    args: list[str] = Field(default_factory=list, description="stdio: its arguments.")
+    env: dict[str, str] = Field(
+        default_factory=dict,
+        description="stdio: environment variable -> name of a runner secret holding its value.",
+    )
+    url: str | None = Field(None, description="http: the server's streamable HTTP endpoint.")
+    tools: list[str] = Field(
+        ..., min_length=1, description="Tools of the server granted to the agent; '*' = all."
+    )
+    auto_approve: list[str] = Field(
+        default_factory=list,
+        description="Granted tools that run without a human's approval; '*' = all.",
+    )
+    startup_timeout: float | None = Field(
+        None, gt=0, description="Seconds to start and list tools; None = the runner's default."
+    )
+    call_timeout: float | None = Field(
+        None, gt=0, description="Seconds for one tool call; None = the runner's default."
+    )
+
+    @field_validator("name")
+    @classmethod
+    def _server_name(cls, value: str) -> str:
+        if _MCP_SERVER_NAME.fullmatch(value) is None:
+            raise ValueError(
+                "must be 1-32 letters, digits, '-' and single '_', starting with a letter or"
+                " digit and not ending with '_'"
+            )
+        return value
+
+    @field_validator("env")
+    @classmethod
+    def _env_names(cls, value: dict[str, str]) -> dict[str, str]:
+        for key, secret in value.items():
+            if _ENV_NAME.fullmatch(key) is None:
+                raise ValueError(f"{key!r} is not a valid environment variable name")
+            if not secret.strip():
+                raise ValueError(f"{key}: the name of a secret is required")
+        return value
+
+    @model_validator(mode="after")
+    def _transport_fields(self) -> McpServerSpec:
+        if self.transport == "stdio":
+            if not self.command:
+                raise ValueError("command is required for a stdio server")
+            if self.url is not None:
+                raise ValueError("url is only for an http server")
+        else:
+            if not self.url:
+                raise ValueError("url is required for an http server")
+            if self.command is not None or self.args or self.env:
+                raise ValueError("command, args and env are only for a stdio server")
+        return self

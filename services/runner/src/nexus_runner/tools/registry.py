@@ -16,6 +16,7 @@ from nexus_runner.git import Git
 from nexus_runner.safety import destructive_reason
 from nexus_runner.tools.args import FinishArgs, ToolArgs
 from nexus_runner.tools.builtin import BUILTINS
+from nexus_runner.tools.mcp import McpTools
 from nexus_runner.workspace import Workspace
 
 # Argument fields holding workspace paths, checked before a call is even announced.
@@ -78,7 +79,11 @@ class ToolRegistry:
     """The tools granted to a run, judged against its permissions."""
 
     def __init__(
-        self, grants: list[ToolGrant], permissions: Permissions, context: ToolContext
+        self,
+        grants: list[ToolGrant],
+        permissions: Permissions,
+        context: ToolContext,
+        mcp: McpTools | None = None,
     ) -> None:
         self.granted = {g.name: g for g in grants if g.name in BUILTINS}
         self.unknown = sorted(g.name for g in grants if g.name not in BUILTINS)
@@ -86,9 +91,15 @@ class ToolRegistry:
             self.granted["finish"] = ToolGrant(name="finish")
         self.permissions = permissions
         self.ctx = context
+        self.mcp = mcp or McpTools([])
+        self._builtin_specs = self._specs_of_builtins()
 
     def specs(self) -> list[dict[str, Any]]:
-        """The granted tools in the chat-completions ``tools`` format."""
+        """The granted tools in the chat-completions ``tools`` format (read every turn: MCP
+        tools of a server that kept crashing drop out)."""
+        return self._builtin_specs + self.mcp.specs()
+
+    def _specs_of_builtins(self) -> list[dict[str, Any]]:
         specs = []
         for name in self.granted:
             model, _ = BUILTINS[name]
@@ -114,6 +125,8 @@ class ToolRegistry:
             return Decision(name, "invalid", reason=f"arguments are not valid JSON: {exc}")
         if not isinstance(raw, dict):
             return Decision(name, "invalid", reason="arguments must be a JSON object")
+        if name in self.mcp.tools:
+            return self._decide_mcp(name, raw)
         if name not in self.granted:
             offered = ", ".join(sorted(self.granted))
             return Decision(
@@ -139,6 +152,16 @@ class ToolRegistry:
                 return Decision(name, "approve", args, raw, f"destructive command: {why}")
         return Decision(name, "run", args, raw)
 
+    def _decide_mcp(self, name: str, raw: dict[str, Any]) -> Decision:
+        """MCP tools: granted per server in the definition; they ask a human unless the
+        definition marks them auto-approved (or the permissions require approval anyway)."""
+        tool = self.mcp.available(name)
+        if tool is None:
+            return Decision(name, "refuse", raw=raw, reason=f"tool {name!r} has been withdrawn")
+        if not tool.auto_approved or name in self.permissions.approval_required_tools:
+            return Decision(name, "approve", raw=raw, reason=f"MCP tool {name} requires approval")
+        return Decision(name, "run", raw=raw)
+
     def _refusal(self, name: str, args: ToolArgs) -> str | None:
         for attr in _PATH_FIELDS:
             value = getattr(args, attr, None)
@@ -159,6 +182,9 @@ class ToolRegistry:
 
     async def execute(self, decision: Decision) -> ToolOutcome:
         """Run an accepted call; tool errors become a failed outcome, never an exception."""
+        if decision.tool in self.mcp.tools:
+            result = await self.mcp.call(decision.tool, decision.raw)
+            return ToolOutcome(result.ok, result.output)
         assert decision.args is not None
         _, handler = BUILTINS[decision.tool]
         try:
