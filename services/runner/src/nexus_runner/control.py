@@ -113,6 +113,16 @@ class RunControl:
             )
             self._subs.append(sub)
 
+    async def _dead_letter(self, msg: Msg, exc: DecodeError) -> None:
+        # Not dropped: a person who typed a bad `nats pub` finds it in `nexus dlq ls` with the
+        # reason. The run goes on whatever happens here (this is a subscription callback).
+        try:
+            await self.bus.dead_letter(
+                msg, reason=exc.reason, error=str(exc), consumer=f"runner:{self.run_id}"
+            )
+        except Exception:  # the control channel must outlive a DLQ that is away
+            log.exception("could not dead-letter the control message on %s", msg.subject)
+
     async def stop(self) -> None:
         for sub in self._subs:
             with contextlib.suppress(nats.errors.Error):
@@ -123,7 +133,7 @@ class RunControl:
         try:
             event = decode_msg(msg).event
         except DecodeError as exc:
-            log.warning("ignoring undecodable control message on %s: %s", msg.subject, exc)
+            await self._dead_letter(msg, exc)
             return
         if isinstance(event, CancelRequested):
             if self.cancel is None:
