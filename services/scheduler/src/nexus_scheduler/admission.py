@@ -8,8 +8,8 @@ or declared lost at a given instant. Nothing here does I/O or reads a clock.
 
 from __future__ import annotations
 
-from collections import Counter
-from collections.abc import Iterable
+from collections import Counter, OrderedDict
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from enum import StrEnum
@@ -104,6 +104,35 @@ class RunEntry:
         return self.config.runtime.timeout_seconds or self.config.budgets.max_wall_seconds
 
 
+# Finished run ids remembered to ignore their late events (a heartbeat or duplicate after
+# the end). Late events come seconds after the end, not a hundred thousand runs later, and
+# the set would otherwise grow with the whole history (about 100 bytes an id).
+FINISHED_REMEMBERED = 100_000
+
+
+class RecentlyFinished:
+    """A set of the most recent `limit` run ids; the oldest is forgotten first."""
+
+    def __init__(self, limit: int = FINISHED_REMEMBERED) -> None:
+        self.limit = limit
+        self._ids: OrderedDict[str, None] = OrderedDict()
+
+    def add(self, run_id: str) -> None:
+        self._ids[run_id] = None
+        self._ids.move_to_end(run_id)
+        while len(self._ids) > self.limit:
+            self._ids.popitem(last=False)
+
+    def __contains__(self, run_id: object) -> bool:
+        return run_id in self._ids
+
+    def __len__(self) -> int:
+        return len(self._ids)
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._ids)
+
+
 @dataclass
 class AdmissionState:
     """Everything admission needs, folded from the NEXUS_RUNS events."""
@@ -114,7 +143,7 @@ class AdmissionState:
     active_total: int = 0
     active_by_agent: Counter[str] = field(default_factory=Counter)
     active_by_task: Counter[str] = field(default_factory=Counter)
-    finished: set[str] = field(default_factory=set)
+    finished: RecentlyFinished = field(default_factory=RecentlyFinished)
     # Cancels of runs whose `prepared` has not arrived yet.
     early_cancels: dict[str, CancelInfo] = field(default_factory=dict)
 

@@ -150,7 +150,7 @@ def test_rebuild_from_events_is_idempotent_and_counts_dispatched_runs() -> None:
         assert state.runs["r1"].phase is Phase.RUNNING
         assert state.runs["r3"].phase is Phase.QUEUED
         assert state.queue() == ["r3"]
-        assert state.finished == {"r2"}
+        assert set(state.finished) == {"r2"}
     assert decide(once, Limits(global_max=1)) == []
     assert decide(once, Limits(global_max=2)) == [Start("r3", once.runs["r3"].config)]
 
@@ -224,3 +224,18 @@ def test_due_skips_runs_being_ended() -> None:
     _running(state, "r1", wall=10)
     state.runs["r1"].ending = True
     assert due(state, T0 + timedelta(hours=1), Timeouts()) == []
+
+
+def test_finished_runs_are_remembered_up_to_a_bound():
+    from nexus_scheduler.admission import RecentlyFinished
+
+    recent = RecentlyFinished(limit=3)
+    for run_id in ("a", "b", "c", "d"):
+        recent.add(run_id)
+    assert len(recent) == 3
+    assert "a" not in recent
+    assert all(r in recent for r in ("b", "c", "d"))
+    recent.add("b")  # seen again: now the most recent
+    recent.add("e")
+    assert "b" in recent
+    assert "c" not in recent
