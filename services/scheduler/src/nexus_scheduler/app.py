@@ -13,6 +13,8 @@ import contextlib
 import logging
 from pathlib import Path
 
+import nats.errors
+import nats.js.errors
 from nexus_events.bus import Bus, BusSettings, Consumer, ConsumerSpec, decode_msg
 from nexus_events.errors import DecodeError
 from nexus_events.health import HealthServer
@@ -71,6 +73,10 @@ class SchedulerApp:
         self._consumer: Consumer | None = None
         self._stopping = asyncio.Event()
         self._campaign: asyncio.Task[None] | None = None
+        self._renewal: asyncio.Task[None] | None = None
+        # Wakes the campaign at once: stopping, or the lease found lost (so a replica that
+        # lost it stops consuming before it can bounce the leader's messages again).
+        self._wake = asyncio.Event()
         self._ticker: asyncio.Task[None] | None = None
         self.health: HealthServer | None = None
 
@@ -112,6 +118,7 @@ class SchedulerApp:
     async def stop(self) -> None:
         """Drain: stop consuming after the batch in hand, finish starts, hand the lease over."""
         self._stopping.set()
+        self._wake.set()
         if self._campaign is not None:
             await self._campaign
             self._campaign = None
@@ -130,16 +137,51 @@ class SchedulerApp:
         period = self.settings.lease_ttl_seconds / 3
         while not self._stopping.is_set():
             try:
-                if self.leading.is_set():
-                    if not await self._lease.renew():
-                        log.error("lost the scheduler lease; standing by")
-                        await self._step_down()
-                elif await self._lease.acquire():
-                    await self._lead()
+                if not self._lease.held:
+                    if self.service is not None:
+                        await self._step_down()  # the renewal (or a fence) lost the lease
+                    if await self._lease.acquire():
+                        # Renewed in its own task from now on, so a long rebuild below
+                        # cannot let the lease expire under a replica still acting on it.
+                        self._renewal = asyncio.create_task(
+                            self._renew_loop(period), name="scheduler:renew"
+                        )
+                        await self._lead()
             except Exception:  # keep campaigning through NATS hiccups
                 log.exception("lease campaign step failed")
             with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._wake.wait(), timeout=period)
+            self._wake.clear()
+
+    async def _renew_loop(self, period: float) -> None:
+        assert self._lease is not None
+        while not self._stopping.is_set():
+            with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._stopping.wait(), timeout=period)
+            if self._stopping.is_set():
+                return
+            try:
+                renewed = await self._lease.renew()
+            except (nats.errors.Error, nats.js.errors.Error) as exc:
+                # Not renewed this time; the lease may still be ours (the fence asks the
+                # server before every side effect), so keep trying.
+                log.warning("lease renewal failed: %s", exc)
+                continue
+            except Exception:  # the renewal must outlive anything but a lost lease
+                log.exception("lease renewal failed")
+                continue
+            if not renewed:
+                log.error("lost the scheduler lease; standing by")
+                self.leading.clear()
+                self._wake.set()
+                return
+
+    async def _fence(self) -> bool:
+        held = self._lease is not None and await self._lease.still_held()
+        if not held:
+            self.leading.clear()
+            self._wake.set()
+        return held
 
     async def _lead(self) -> None:
         service = SchedulerService(
@@ -149,7 +191,9 @@ class SchedulerApp:
             timeouts=self.settings.timeouts(),
             exit_grace=self.settings.exit_grace_seconds,
             clock=self.clock,
+            fence=self._fence,
         )
+        self.service = service
         replayed = 0
         last_seq = 0
         async for msg in self.bus.replay_raw(RUNS, filter_subjects=watched_subjects()):
@@ -168,7 +212,6 @@ class SchedulerApp:
                 "waiting": len(service.state.waiting),
             },
         )
-        self.service = service
         # A new durable starts right after the replay instead of re-reading the stream; an
         # existing one (a previous leader's) keeps its position, and re-delivered events fold
         # idempotently. Undecodable replayed messages are only dead-lettered by a durable
@@ -202,10 +245,18 @@ class SchedulerApp:
         await self._schedule_consumer.start()
         self._ticker = asyncio.create_task(self._tick_loop(service), name="scheduler:tick")
         await service.act()
-        self.leading.set()
+        # Lost meanwhile (the rebuild outlasted a renewal that failed): the campaign steps
+        # down at its next round; nothing above acted without the fence.
+        if await self._fence():
+            self.leading.set()
 
     async def _step_down(self) -> None:
         self.leading.clear()
+        if self._renewal is not None:
+            self._renewal.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._renewal
+            self._renewal = None
         if self._ticker is not None:
             self._ticker.cancel()
             with contextlib.suppress(asyncio.CancelledError):
@@ -216,6 +267,7 @@ class SchedulerApp:
         self._consumer = self._schedule_consumer = None
         if self.service is not None:
             await self.service.drain()
+            self.service = None
 
     async def _tick_loop(self, service: SchedulerService) -> None:
         while not self._stopping.is_set():

@@ -7,13 +7,28 @@ from nexus_events.bus import BatchHandler, Delivery
 from nexus_scheduler.schedules_service import ScheduleService
 from nexus_scheduler.service import SchedulerService
 
+# Seconds before a message given back by a replica that is not the leader is redelivered:
+# by then that replica has stepped down (its campaign notices within a third of the TTL).
+NOT_LEADER_REDELIVERY = 1.0
+
+
+def _give_back(deliveries: list[Delivery]) -> None:
+    for d in deliveries:
+        d.retry(NOT_LEADER_REDELIVERY)
+
 
 def create_run_handler(service: SchedulerService) -> BatchHandler:
     """Fold a batch of run events into the state, then admit/queue/cancel as needed."""
 
     async def handle(deliveries: list[Delivery]) -> None:
+        # A replica that lost the lease must not take these from the leader (they share the
+        # durable consumer): put them back for it rather than acknowledge them.
+        if not await service.leading():
+            _give_back(deliveries)
+            return
         await service.observe_many(d.decoded for d in deliveries)
-        await service.act()
+        if not await service.act():
+            _give_back(deliveries)
 
     return handle
 

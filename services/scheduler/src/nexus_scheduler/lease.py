@@ -2,10 +2,17 @@
 
 The leader's key expires with the bucket TTL unless renewed, so a crashed leader is replaced
 after at most `ttl` seconds; a stopping leader deletes it for an immediate hand-over.
+
+Holding the key once is not enough to act on it: a leader that stalls (a long replay, a
+paused process) can lose it to a standby and not know. So the holder fences its side effects
+with `still_held()`, which asks the server whether the key is still at the revision this
+holder last wrote. Every lease operation goes through one lock, so a check never races the
+renewal that moves the revision.
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
 
 import nats.errors
@@ -26,6 +33,7 @@ class Lease:
         self.ttl = ttl
         self._kv: KeyValue | None = None
         self._revision: int | None = None
+        self._lock = asyncio.Lock()
 
     @property
     def held(self) -> bool:
@@ -43,6 +51,10 @@ class Lease:
 
     async def acquire(self) -> bool:
         """Take the lease if free (or already ours); return whether we hold it."""
+        async with self._lock:
+            return await self._acquire()
+
+    async def _acquire(self) -> bool:
         kv = await self._bucket()
         try:
             self._revision = await kv.create(LEADER_KEY, self.holder.encode())
@@ -62,9 +74,36 @@ class Lease:
 
     async def renew(self) -> bool:
         """Extend the lease; False means it was lost (expired and taken, or deleted)."""
-        if self._revision is None:
-            return False
-        return await self._update(await self._bucket(), self._revision)
+        async with self._lock:
+            if self._revision is None:
+                return False
+            return await self._update(await self._bucket(), self._revision)
+
+    async def still_held(self) -> bool:
+        """Whether the key is still ours at the revision we last wrote (a server round trip).
+
+        False also forgets the lease locally. NATS errors count as not held: a leader that
+        cannot tell must not act.
+        """
+        async with self._lock:
+            if self._revision is None:
+                return False
+            try:
+                entry = await (await self._bucket()).get(LEADER_KEY)
+            except nats.js.errors.KeyNotFoundError:
+                entry = None
+            except (nats.errors.Error, nats.js.errors.Error) as exc:
+                log.warning("cannot check the scheduler lease: %s", exc)
+                return False
+            if (
+                entry is None
+                or entry.revision != self._revision
+                or entry.value != self.holder.encode()
+            ):
+                log.error("the scheduler lease is no longer ours", extra={"holder": self.holder})
+                self._revision = None
+                return False
+            return True
 
     async def _update(self, kv: KeyValue, revision: int) -> bool:
         try:
@@ -75,6 +114,10 @@ class Lease:
         return True
 
     async def release(self) -> None:
+        async with self._lock:
+            await self._release()
+
+    async def _release(self) -> None:
         if self._revision is None:
             return
         revision, self._revision = self._revision, None

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Iterable
+from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass, field
 from datetime import datetime
 
@@ -101,8 +101,12 @@ class SchedulerService:
         timeouts: Timeouts,
         exit_grace: float = 10.0,
         clock: Clock | None = None,
+        fence: Callable[[], Awaitable[bool]] | None = None,
     ) -> None:
         self.bus = bus
+        # Asked before side effects (dispatch, cancel, end): whether this replica still holds
+        # the lease. None (tests of the service alone) means always.
+        self.fence = fence
         self.runtime = runtime
         self.limits = limits
         self.timeouts = timeouts
@@ -150,12 +154,15 @@ class SchedulerService:
 
     # -- admission ----------------------------------------------------------------------------
 
-    async def act(self) -> None:
-        """Decide on the waiting runs and carry the decisions out.
+    async def act(self) -> bool:
+        """Decide on the waiting runs and carry the decisions out; False (nothing done) when
+        this replica no longer holds the lease.
 
         Slots are taken under the lock, so concurrent calls never start a run twice; the
         runtime starts run in the background so slow starts do not hold up consumption.
         """
+        if not await self._leading("admit"):
+            return False
         now = self.clock.now()
         queued: list[Queue] = []
         cancels: list[CancelWaiting] = []
@@ -190,6 +197,7 @@ class SchedulerService:
             task = asyncio.create_task(self._start(start), name=f"start:{start.run_id}")
             self._background.add(task)
             task.add_done_callback(self._background.discard)
+        return True
 
     async def _start(self, start: Start) -> None:
         config = start.config
@@ -199,6 +207,9 @@ class SchedulerService:
             RUNTIME: getattr(self.runtime, "kind", None),
         }
         # The runtime hands the current trace context to the runner (TRACEPARENT).
+        # A start runs in the background and may come after the lease was lost meanwhile.
+        if not await self._leading(f"start {start.run_id}"):
+            return
         with self.traces.action("scheduler dispatch", start.run_id, attrs) as span:
             try:
                 handle = await self.runtime.start_run(config)
@@ -225,6 +236,16 @@ class SchedulerService:
             self.state.evolve(start.run_id, event, self.clock.now())
         self.stats.started += 1
 
+    async def leading(self) -> bool:
+        """Whether this replica still holds the lease (asks the server; see `Lease`)."""
+        return self.fence is None or await self.fence()
+
+    async def _leading(self, what: str) -> bool:
+        if await self.leading():
+            return True
+        log.warning("not the leader any more: skipping %s", what)
+        return False
+
     async def drain(self) -> None:
         """Wait for the runtime starts in flight."""
         while self._background:
@@ -234,6 +255,8 @@ class SchedulerService:
 
     async def tick(self) -> None:
         """Act on passed timers and on runs their runtime no longer has, then admit."""
+        if not await self._leading("tick"):
+            return
         now = self.clock.now()
         async with self._lock:
             actions = due(self.state, now, self.timeouts)
@@ -304,6 +327,8 @@ class SchedulerService:
         async with self._lock:
             if run_id in self.state.finished:
                 return
+        if not await self._leading(f"end {run_id}"):
+            return
         with self.traces.action("scheduler end", run_id, {OUTCOME: event.event_name}):
             await self.bus.publish(
                 subjects.run_event(run_id, event.event_name),
