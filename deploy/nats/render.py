@@ -122,6 +122,12 @@ def permissions(access: Access) -> tuple[list[str], list[str]]:
             f"$JS.API.STREAM.CREATE.{kv}",
             f"$JS.API.STREAM.MSG.GET.{kv}",
             f"$JS.API.DIRECT.GET.{kv}.>",
+            # The lease watches its key: an ordered push consumer, flow-controlled.
+            f"$JS.API.CONSUMER.CREATE.{kv}",
+            f"$JS.API.CONSUMER.CREATE.{kv}.>",
+            f"$JS.API.CONSUMER.DELETE.{kv}.>",
+            f"$JS.API.CONSUMER.INFO.{kv}.>",
+            "$JS.FC.>",
         ]
     if access.serves:
         sub += list(access.serves)

@@ -21,12 +21,10 @@ def create_run_handler(service: SchedulerService) -> BatchHandler:
     """Fold a batch of run events into the state, then admit/queue/cancel as needed."""
 
     async def handle(deliveries: list[Delivery]) -> None:
-        # A replica that lost the lease must not take these from the leader (they share the
-        # durable consumer): put them back for it rather than acknowledge them.
-        if not await service.leading():
-            _give_back(deliveries)
-            return
         await service.observe_many(d.decoded for d in deliveries)
+        # A replica that lost the lease must not take these from the leader (they share the
+        # durable consumer): put them back for it rather than acknowledge them. (What it
+        # folded is dropped with its state when it steps down.)
         if not await service.act():
             _give_back(deliveries)
 

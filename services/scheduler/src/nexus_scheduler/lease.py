@@ -5,20 +5,26 @@ after at most `ttl` seconds; a stopping leader deletes it for an immediate hand-
 
 Holding the key once is not enough to act on it: a leader that stalls (a long replay, a
 paused process) can lose it to a standby and not know. So the holder fences its side effects
-with `still_held()`, which asks the server whether the key is still at the revision this
-holder last wrote. Every lease operation goes through one lock, so a check never races the
-renewal that moves the revision.
+with `still_held()`, which needs no round trip:
+
+- the lease watches its key, so a write by another replica or a delete reaches it as soon as
+  the server stores it (the newest revision seen, from the watch or our own writes, wins);
+- expiry is not announced by the server, but our key cannot expire sooner than `ttl` after
+  our last successful write, so the lease also counts as lost once that long has passed
+  without one.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
+import time
 
 import nats.errors
 import nats.js.errors
 from nats.js import JetStreamContext
-from nats.js.kv import KeyValue
+from nats.js.kv import KV_DEL, KV_PURGE, KeyValue
 
 log = logging.getLogger(__name__)
 
@@ -33,7 +39,13 @@ class Lease:
         self.ttl = ttl
         self._kv: KeyValue | None = None
         self._revision: int | None = None
-        self._lock = asyncio.Lock()
+        # The key as last known: the newest revision seen and who held it (None: deleted).
+        self._seen_revision = 0
+        self._owner: bytes | None = None
+        # Monotonic time at which our last successful write was sent.
+        self._written_at: float | None = None
+        self._watcher: KeyValue.KeyWatcher | None = None
+        self._watch_task: asyncio.Task[None] | None = None
 
     @property
     def held(self) -> bool:
@@ -42,25 +54,40 @@ class Lease:
     async def _bucket(self) -> KeyValue:
         if self._kv is None:
             try:
-                self._kv = await self.js.key_value(self.bucket)
+                kv = await self.js.key_value(self.bucket)
             except nats.js.errors.BucketNotFoundError:
-                self._kv = await self.js.create_key_value(
-                    bucket=self.bucket, ttl=self.ttl, history=1
-                )
+                kv = await self.js.create_key_value(bucket=self.bucket, ttl=self.ttl, history=1)
+            self._watcher = await kv.watch(LEADER_KEY)
+            self._watch_task = asyncio.create_task(self._follow(self._watcher), name="lease:watch")
+            self._kv = kv
         return self._kv
+
+    async def _follow(self, watcher: KeyValue.KeyWatcher) -> None:
+        async for entry in watcher:
+            if entry is None or entry.revision is None:
+                continue  # the marker after the initial value
+            deleted = entry.operation in (KV_DEL, KV_PURGE)
+            self._see(entry.revision, None if deleted else entry.value)
+
+    def _see(self, revision: int, owner: bytes | None) -> None:
+        # Our write's reply and the watch can arrive in either order: the newest one counts.
+        if revision > self._seen_revision:
+            self._seen_revision, self._owner = revision, owner
+
+    def _wrote(self, revision: int, sent: float) -> None:
+        self._revision, self._written_at = revision, sent
+        self._see(revision, self.holder.encode())
 
     async def acquire(self) -> bool:
         """Take the lease if free (or already ours); return whether we hold it."""
-        async with self._lock:
-            return await self._acquire()
-
-    async def _acquire(self) -> bool:
         kv = await self._bucket()
+        sent = time.monotonic()
         try:
-            self._revision = await kv.create(LEADER_KEY, self.holder.encode())
+            revision = await kv.create(LEADER_KEY, self.holder.encode())
         except nats.js.errors.KeyWrongLastSequenceError:
             pass
         else:
+            self._wrote(revision, sent)
             log.info("lease acquired", extra={"holder": self.holder})
             return True
         try:
@@ -74,54 +101,44 @@ class Lease:
 
     async def renew(self) -> bool:
         """Extend the lease; False means it was lost (expired and taken, or deleted)."""
-        async with self._lock:
-            if self._revision is None:
-                return False
-            return await self._update(await self._bucket(), self._revision)
+        if self._revision is None:
+            return False
+        return await self._update(await self._bucket(), self._revision)
 
     async def still_held(self) -> bool:
-        """Whether the key is still ours at the revision we last wrote (a server round trip).
-
-        False also forgets the lease locally. NATS errors count as not held: a leader that
-        cannot tell must not act.
-        """
-        async with self._lock:
-            if self._revision is None:
-                return False
-            try:
-                entry = await (await self._bucket()).get(LEADER_KEY)
-            except nats.js.errors.KeyNotFoundError:
-                entry = None
-            except (nats.errors.Error, nats.js.errors.Error) as exc:
-                log.warning("cannot check the scheduler lease: %s", exc)
-                return False
-            if (
-                entry is None
-                or entry.revision != self._revision
-                or entry.value != self.holder.encode()
-            ):
-                log.error("the scheduler lease is no longer ours", extra={"holder": self.holder})
-                self._revision = None
-                return False
+        """Whether the key is ours as far as the server has told us, and has been written by
+        us within `ttl` (so it cannot have expired). False also forgets the lease locally."""
+        if self._revision is None:
+            return False
+        fresh = self._written_at is not None and time.monotonic() - self._written_at < self.ttl
+        if fresh and self._owner == self.holder.encode():
             return True
+        log.error("the scheduler lease is no longer ours", extra={"holder": self.holder})
+        self._revision = None
+        return False
 
     async def _update(self, kv: KeyValue, revision: int) -> bool:
+        sent = time.monotonic()
         try:
-            self._revision = await kv.update(LEADER_KEY, self.holder.encode(), last=revision)
+            new_revision = await kv.update(LEADER_KEY, self.holder.encode(), last=revision)
         except (nats.js.errors.KeyWrongLastSequenceError, nats.js.errors.KeyNotFoundError):
             self._revision = None
             return False
+        self._wrote(new_revision, sent)
         return True
 
     async def release(self) -> None:
-        async with self._lock:
-            await self._release()
-
-    async def _release(self) -> None:
-        if self._revision is None:
-            return
-        revision, self._revision = self._revision, None
-        try:
-            await (await self._bucket()).delete(LEADER_KEY, last=revision)
-        except (nats.errors.Error, nats.js.errors.Error) as exc:
-            log.warning("lease release failed (it will expire): %s", exc)
+        """Hand the lease over at once (delete the key) and stop watching it."""
+        if self._revision is not None:
+            revision, self._revision = self._revision, None
+            try:
+                await (await self._bucket()).delete(LEADER_KEY, last=revision)
+            except (nats.errors.Error, nats.js.errors.Error) as exc:
+                log.warning("lease release failed (it will expire): %s", exc)
+        if self._watcher is not None:
+            with contextlib.suppress(nats.errors.Error, nats.js.errors.Error):
+                await self._watcher.stop()  # type: ignore[no-untyped-call]  # unannotated in nats-py
+        if self._watch_task is not None:
+            self._watch_task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._watch_task

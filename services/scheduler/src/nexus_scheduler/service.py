@@ -236,12 +236,9 @@ class SchedulerService:
             self.state.evolve(start.run_id, event, self.clock.now())
         self.stats.started += 1
 
-    async def leading(self) -> bool:
-        """Whether this replica still holds the lease (asks the server; see `Lease`)."""
-        return self.fence is None or await self.fence()
-
     async def _leading(self, what: str) -> bool:
-        if await self.leading():
+        """Whether this replica still holds the lease (see `Lease.still_held`)."""
+        if self.fence is None or await self.fence():
             return True
         log.warning("not the leader any more: skipping %s", what)
         return False
