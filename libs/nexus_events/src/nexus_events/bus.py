@@ -41,6 +41,7 @@ from nexus_events.errors import (
     PublishRejected,
 )
 from nexus_events.events.base import Event
+from nexus_events.events.dlq import DeadLetter
 from nexus_events.natsclient import Client
 from nexus_events.pull import PullReader
 from nexus_events.streams import DLQ, STREAM_OF_FAMILY
@@ -315,61 +316,46 @@ class Bus:
         consumer: str | None = None,
         num_delivered: int | None = None,
     ) -> bool:
-        """Copy `msg` to ``nexus.dlq.v1.<source>`` with the reason (see `dead_letter_raw`)."""
+        """Copy `msg` to ``nexus.dlq.v1.<source>`` with the reason (see `file_dead_letter`)."""
         stream = seq = None
         with contextlib.suppress(nats.errors.NotJSMessageError, ValueError, AttributeError):
             stream, seq = msg.metadata.stream, msg.metadata.sequence.stream
             if num_delivered is None:
                 num_delivered = msg.metadata.num_delivered
-        return await self.dead_letter_raw(
-            subject=msg.subject,
-            data=msg.data,
-            headers=dict(msg.headers or {}),
-            reason=reason,
-            error=error,
-            consumer=consumer,
-            stream=stream,
-            stream_seq=seq,
-            num_delivered=num_delivered or 0,
+        return await self.file_dead_letter(
+            build_dead_letter(
+                service=self.source,
+                subject=msg.subject,
+                data=msg.data,
+                headers=dict(msg.headers or {}),
+                reason=reason,
+                error=error,
+                consumer=consumer,
+                stream=stream,
+                stream_seq=seq,
+                num_delivered=num_delivered or 0,
+            )
         )
 
-    async def dead_letter_raw(
-        self,
-        *,
-        subject: str,
-        data: bytes,
-        headers: dict[str, str],
-        reason: str,
-        error: str,
-        consumer: str | None,
-        stream: str | None,
-        stream_seq: int | None,
-        num_delivered: int,
-    ) -> bool:
-        """Publish the dead letter of one original message; return whether it was stored.
+    async def file_dead_letter(self, letter: DeadLetter) -> bool:
+        """Publish `letter` (built with `nexus_events.dead_letters.build_dead_letter`, so it
+        fits); return whether it was stored.
 
-        Idempotent per original, service, consumer and reason. The letter always fits (see
-        `nexus_events.dead_letters`); if the server still refuses it, a reference-only letter
-        (stream + sequence, size, digest) is tried, and if that is refused too the failure is
-        logged with the original's position and False returned: a consumer must then go past
-        the message rather than stop on it. Raises `BusUnavailable` / `PublishFailed` when
-        NATS is away (try again later).
+        Idempotent per original, service, consumer and reason. If the server still refuses
+        the letter, a reference-only letter (stream + sequence, size, digest) is tried, and if
+        that is refused too the failure is logged with the original's position and False
+        returned: a consumer must then go past the message rather than stop on it. Raises
+        `BusUnavailable` / `PublishFailed` when NATS is away (try again later).
         """
-        letter = build_dead_letter(
-            service=self.source,
-            subject=subject,
-            data=data,
-            headers=headers,
-            reason=reason,
-            error=error,
-            consumer=consumer,
-            stream=stream,
-            stream_seq=stream_seq,
-            num_delivered=num_delivered,
+        dlq_subject = subjects.dead_letter(letter.service)
+        msg_id = dead_letter_id(
+            letter.service, letter.consumer, letter.stream, letter.stream_seq, letter.reason
         )
-        dlq_subject = subjects.dead_letter(self.source)
-        msg_id = dead_letter_id(self.source, consumer, stream, stream_seq, reason)
-        where = {"stream": stream, "stream_seq": stream_seq, "consumer": consumer}
+        where = {
+            "stream": letter.stream,
+            "stream_seq": letter.stream_seq,
+            "consumer": letter.consumer,
+        }
         try:
             await self.publish(dlq_subject, letter, msg_id=msg_id)
         except PublishRejected as exc:
@@ -380,15 +366,17 @@ class Bus:
             except PublishRejected as again:
                 log.error(  # noqa: TRY400
                     "could not dead-letter %s (%s) at all; the original stays in %s at %s: %s",
-                    subject,
-                    reason,
-                    stream,
-                    stream_seq,
+                    letter.subject,
+                    letter.reason,
+                    letter.stream,
+                    letter.stream_seq,
                     again,
                     extra=where,
                 )
                 return False
-        log.warning("dead-lettered %s (%s): %s", subject, reason, letter.error, extra=where)
+        log.warning(
+            "dead-lettered %s (%s): %s", letter.subject, letter.reason, letter.error, extra=where
+        )
         return True
 
     # -- consuming -----------------------------------------------------------------------
@@ -740,16 +728,19 @@ class Consumer:
             info = codec.parse_body(advisory.subject, advisory.data)
             seq = int(info["stream_seq"])
             raw = await self.bus.js.get_msg(self.spec.stream, seq)
-            await self.bus.dead_letter_raw(
-                subject=raw.subject or "",
-                data=raw.data or b"",
-                headers=dict(raw.headers or {}),
-                reason="max_deliver",
-                error=f"not acknowledged after {info.get('deliveries')} deliveries",
-                consumer=self.spec.durable,
-                stream=self.spec.stream,
-                stream_seq=seq,
-                num_delivered=int(info.get("deliveries", 0)),
+            await self.bus.file_dead_letter(
+                build_dead_letter(
+                    service=self.bus.source,
+                    subject=raw.subject or "",
+                    data=raw.data or b"",
+                    headers=dict(raw.headers or {}),
+                    reason="max_deliver",
+                    error=f"not acknowledged after {info.get('deliveries')} deliveries",
+                    consumer=self.spec.durable,
+                    stream=self.spec.stream,
+                    stream_seq=seq,
+                    num_delivered=int(info.get("deliveries", 0)),
+                )
             )
             self.dead_lettered += 1
         except Exception:  # an advisory callback must never kill the subscription

@@ -36,6 +36,7 @@ from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy
 
 from nexus_events.bus import FETCH_AWAY_ERRORS, Bus, decode_msg
 from nexus_events.codec import Decoded
+from nexus_events.dead_letters import build_dead_letter
 from nexus_events.errors import BusUnavailable, DecodeError, PublishFailed, PullStalled
 from nexus_events.pull import PullReader
 
@@ -198,16 +199,19 @@ class StreamFollower(abc.ABC):
         """Copy an event that `handle` could not apply after `attempts` tries to the DLQ
         (reason ``projection_failed``), so the follower can go past it."""
         env = event.envelope
-        await self.bus.dead_letter_raw(
-            subject=env.subject,
-            data=event.event.model_dump_json(exclude_none=True).encode(),
-            headers={},
-            reason="projection_failed",
-            error=f"{self.name}: {type(error).__name__}: {error}",
-            consumer=feed.consumer,
-            stream=env.stream,
-            stream_seq=env.stream_seq,
-            num_delivered=attempts,
+        await self.bus.file_dead_letter(
+            build_dead_letter(
+                service=self.bus.source,
+                subject=env.subject,
+                data=event.event.model_dump_json(exclude_none=True).encode(),
+                headers={},
+                reason="projection_failed",
+                error=f"{self.name}: {type(error).__name__}: {error}",
+                consumer=feed.consumer,
+                stream=env.stream,
+                stream_seq=env.stream_seq,
+                num_delivered=attempts,
+            )
         )
 
     # -- lifecycle -------------------------------------------------------------------------

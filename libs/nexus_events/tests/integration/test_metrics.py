@@ -7,6 +7,7 @@ from typing import Any
 from nats.js.api import AckPolicy, ConsumerConfig
 from nexus_events import subjects
 from nexus_events.bus import Bus, Outgoing
+from nexus_events.dead_letters import build_dead_letter
 from nexus_events.events import RunHeartbeat
 from nexus_events.metrics import MetricsSettings, RunMetrics
 from nexus_events.projection import CHECKPOINT_TABLE
@@ -71,16 +72,19 @@ async def test_pipeline_gauges(bus: Bus, pg_pool: Any) -> None:
     await sub.fetch(1, timeout=2)
     # Two dead letters of one service.
     for seq in (1, 2):
-        await bus.dead_letter_raw(
-            subject="nexus.agent.run.v1.x.requested",
-            data=b"garbage",
-            headers={},
-            reason="undecodable",
-            error="not json",
-            consumer="core_assembly",
-            stream=RUNS,
-            stream_seq=seq,
-            num_delivered=1,
+        await bus.file_dead_letter(
+            build_dead_letter(
+                service=bus.source,
+                subject="nexus.agent.run.v1.x.requested",
+                data=b"garbage",
+                headers={},
+                reason="undecodable",
+                error="not json",
+                consumer="core_assembly",
+                stream=RUNS,
+                stream_seq=seq,
+                num_delivered=1,
+            )
         )
     # A projection whose checkpoint is one event behind the stream's end.
     async with pg_pool.acquire() as conn:

@@ -14,28 +14,19 @@ import uuid
 
 import pytest
 from nexus_events import subjects
-from nexus_events.bus import Bus, ConsumerSpec, Delivery, decode_msg
+from nexus_events.bus import Bus, ConsumerSpec, Delivery
+from nexus_events.dead_letters import build_dead_letter
 from nexus_events.errors import BusUnavailable
-from nexus_events.events import DeadLetter, RunHeartbeat
+from nexus_events.events import RunHeartbeat
 from nexus_events.follow import Batch, Feed, StreamFollower
 from nexus_events.streams import DLQ, RUNS
-
-from .polling import eventually
+from nexus_events.testing import dead_letters, eventually
 
 
 def spec(**overrides) -> ConsumerSpec:
     values = {"stream": RUNS, "durable": f"t-{uuid.uuid4().hex[:10]}", "fetch_timeout": 0.3}
     values.update(overrides)
     return ConsumerSpec(**values)
-
-
-async def dead_letters(bus: Bus) -> list[DeadLetter]:
-    out = []
-    async for msg in bus.replay_raw(DLQ):
-        letter = decode_msg(msg).event
-        assert isinstance(letter, DeadLetter)
-        out.append(letter)
-    return out
 
 
 async def _limit_dlq_message_size(bus: Bus, size: int) -> None:
@@ -102,16 +93,19 @@ async def test_a_letter_the_dlq_refuses_is_kept_as_a_reference(bus: Bus):
     await _limit_dlq_message_size(bus, 2048)
     body = b"\xff" * 10_000
     ack = await bus.js.publish(subjects.run_event("run_ref", "turn"), body)
-    assert await bus.dead_letter_raw(
-        subject=subjects.run_event("run_ref", "turn"),
-        data=body,
-        headers={"X-Big": "v" * 5000},
-        reason="undecodable",
-        error="not JSON",
-        consumer="c",
-        stream=RUNS,
-        stream_seq=ack.seq,
-        num_delivered=1,
+    assert await bus.file_dead_letter(
+        build_dead_letter(
+            service=bus.source,
+            subject=subjects.run_event("run_ref", "turn"),
+            data=body,
+            headers={"X-Big": "v" * 5000},
+            reason="undecodable",
+            error="not JSON",
+            consumer="c",
+            stream=RUNS,
+            stream_seq=ack.seq,
+            num_delivered=1,
+        )
     )
     [letter] = await dead_letters(bus)
     assert letter.body == ""

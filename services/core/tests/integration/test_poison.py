@@ -16,10 +16,10 @@ from typing import Any
 
 import nats.errors
 from nexus_events import subjects
-from nexus_events.bus import Bus, decode_msg
+from nexus_events.bus import Bus
 from nexus_events.events import DeadLetter, TaskCreated
-from nexus_events.streams import CATALOG, DLQ, RUNS, TASKS
-from nexus_events.testing import http_status
+from nexus_events.streams import CATALOG, RUNS, TASKS
+from nexus_events.testing import dead_letters, http_status
 
 from nexus_core.app import CoreApp
 from nexus_core.catalog import apply_agent
@@ -31,18 +31,9 @@ from .support import AGENT_YAML, eventually, query
 HUGE = 900 * 1024
 
 
-async def dead_letters(bus: Bus) -> list[tuple[int, DeadLetter]]:
-    out = []
-    async for msg in bus.replay_raw(DLQ):
-        d = decode_msg(msg)
-        assert isinstance(d.event, DeadLetter)
-        out.append((d.envelope.stream_seq or 0, d.event))
-    return out
-
-
 async def _letters_for(bus: Bus, seqs: dict[str, int]) -> list[DeadLetter]:
     wanted = set(seqs.items())
-    return [x for _, x in await dead_letters(bus) if (x.stream, x.stream_seq) in wanted]
+    return [x for x in await dead_letters(bus) if (x.stream, x.stream_seq) in wanted]
 
 
 async def test_huge_undecodable_bodies_do_not_wedge_the_projections(bus: Bus, core: CoreApp):
@@ -149,7 +140,7 @@ async def test_every_invalid_message_is_dead_lettered_once_per_consumer(bus: Bus
             expected[(stream, seq, consumer)] += 1
 
     async def seen() -> Counter[tuple[str | None, int | None, str | None]]:
-        return Counter((x.stream, x.stream_seq, x.consumer) for _, x in await dead_letters(bus))
+        return Counter((x.stream, x.stream_seq, x.consumer) for x in await dead_letters(bus))
 
     got = await eventually(seen, lambda c: all(c[k] >= 1 for k in expected), limit=20)
     for key in expected:
