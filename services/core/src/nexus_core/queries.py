@@ -33,7 +33,7 @@ from nexus_core.query_models import (
     MAX_PAGE,
     AgentGet,
     BoardGet,
-    NoArguments,
+    EmptyQuery,
     Q,
     RunsEvents,
     RunsGet,
@@ -137,9 +137,9 @@ class CoreQueries:
             ("runs-list", subjects.CORE_RUNS_LIST, h(RunsList, self.runs_list)),
             ("runs-events", subjects.CORE_RUNS_EVENTS, h(RunsEvents, self.runs_events)),
             ("board-get", subjects.CORE_BOARD_GET, h(BoardGet, self.board_get)),
-            ("agents-list", subjects.CORE_CATALOG_AGENTS_LIST, h(NoArguments, self.agents)),
+            ("agents-list", subjects.CORE_CATALOG_AGENTS_LIST, h(EmptyQuery, self.agents)),
             ("agents-get", subjects.CORE_CATALOG_AGENTS_GET, h(AgentGet, self.agent)),
-            ("skills-list", subjects.CORE_CATALOG_SKILLS_LIST, h(NoArguments, self.skills)),
+            ("skills-list", subjects.CORE_CATALOG_SKILLS_LIST, h(EmptyQuery, self.skills)),
             ("skills-get", subjects.CORE_CATALOG_SKILLS_GET, h(SkillGet, self.skill)),
         ]
         for name, subject, handler in endpoints:
@@ -254,7 +254,7 @@ class CoreQueries:
 
     # -- catalog ---------------------------------------------------------------------
 
-    async def agents(self, _: NoArguments) -> dict[str, Any]:
+    async def agents(self, _: EmptyQuery) -> dict[str, Any]:
         return {"agents": [_agent_view(a) for a in await self.catalog.list_agents()]}
 
     async def agent(self, query: AgentGet) -> dict[str, Any]:
@@ -263,7 +263,7 @@ class CoreQueries:
             raise QueryError(404, f"no agent {query.id!r}")
         return _agent_view(found)
 
-    async def skills(self, _: NoArguments) -> dict[str, Any]:
+    async def skills(self, _: EmptyQuery) -> dict[str, Any]:
         return {"skills": [_skill_view(s) for s in await self.catalog.list_skills()]}
 
     async def skill(self, query: SkillGet) -> dict[str, Any]:

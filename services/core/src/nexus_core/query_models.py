@@ -23,15 +23,12 @@ from pydantic import ValidationError
 
 from nexus_core.errors import QueryError
 
-# The name core's handlers use for a query without arguments.
-NoArguments = EmptyQuery
-
 __all__ = [
     "BIGINT_MAX",
     "MAX_PAGE",
     "AgentGet",
     "BoardGet",
-    "NoArguments",
+    "EmptyQuery",
     "Q",
     "RunsEvents",
     "RunsGet",

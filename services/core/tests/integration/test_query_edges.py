@@ -364,9 +364,9 @@ async def test_every_query_and_field_is_fuzzed() -> None:
         subjects.CORE_RUNS_LIST: m.RunsList,
         subjects.CORE_RUNS_EVENTS: m.RunsEvents,
         subjects.CORE_BOARD_GET: m.BoardGet,
-        subjects.CORE_CATALOG_AGENTS_LIST: m.NoArguments,
+        subjects.CORE_CATALOG_AGENTS_LIST: m.EmptyQuery,
         subjects.CORE_CATALOG_AGENTS_GET: m.AgentGet,
-        subjects.CORE_CATALOG_SKILLS_LIST: m.NoArguments,
+        subjects.CORE_CATALOG_SKILLS_LIST: m.EmptyQuery,
         subjects.CORE_CATALOG_SKILLS_GET: m.SkillGet,
     }
     core_queries = {s for s in subjects.QUERY_SUBJECTS if s.startswith("nexus.core.")}
