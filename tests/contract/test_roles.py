@@ -4,9 +4,7 @@ publishes on and consumes."""
 
 from __future__ import annotations
 
-import importlib.util
 import re
-import sys
 from pathlib import Path
 from types import ModuleType
 from typing import Any
@@ -17,6 +15,8 @@ from nexus_events.events import registered
 from nexus_events.roles import EVENT_ROLES, QUERY_ROLES, Party, Service
 from nexus_events.streams import STREAM_OF_FAMILY
 from nexus_events.subjects import Family
+
+from tests.support.nats_render import load_renderer
 
 ROOT = Path(__file__).resolve().parents[2]
 KNOWN_SERVICES = {
@@ -40,15 +40,7 @@ SOURCES = {
 
 @pytest.fixture(scope="module")
 def render() -> ModuleType:
-    spec = importlib.util.spec_from_file_location(
-        "nexus_nats_render_roles", ROOT / "deploy/nats/render.py"
-    )
-    assert spec is not None
-    assert spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    return module
+    return load_renderer()
 
 
 def _sample_subject(family: Family, name: str) -> str:

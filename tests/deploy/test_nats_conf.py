@@ -3,10 +3,8 @@ each service may publish exactly the subjects the contract gives it."""
 
 from __future__ import annotations
 
-import importlib.util
 import os
 import subprocess
-import sys
 from pathlib import Path
 from types import ModuleType
 
@@ -14,19 +12,9 @@ import pytest
 from nexus_events import subjects
 from nexus_events.testing import nats_server_binary
 
+from tests.support.nats_render import load_renderer
+
 ROOT = Path(__file__).resolve().parents[2]
-
-
-def load_renderer() -> ModuleType:
-    spec = importlib.util.spec_from_file_location(
-        "nexus_nats_render", ROOT / "deploy/nats/render.py"
-    )
-    assert spec is not None
-    assert spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    return module
 
 
 @pytest.fixture(scope="module")

@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from tests.e2e.conftest import EXAMPLES, RUN_WAIT, Stack, eventually
+from tests.support import devstack
 
 pytestmark = pytest.mark.timeout(150)
 
@@ -44,6 +45,18 @@ def _bg(stack: Stack, *args: str) -> str:
     assert result.code == 0, result.stderr
     run_id: str = result.json()["run_id"]
     return run_id
+
+
+def _follow_implementer(stack: Stack, task_id: str, repo: Path, run_id: str) -> devstack.Result:
+    """`nexus run implementer --follow` on `repo` for `task_id`; it must exit 0."""
+    result = stack.nexus(
+        "run", "implementer", "--task", task_id, "--repo", str(repo),
+        "--run-id", run_id, "--input", "make the tests pass",
+        "--follow", "--wait", str(RUN_WAIT), "-o", "json",
+        timeout=RUN_WAIT + 30,
+    )  # fmt: skip
+    assert result.code == 0, result.stdout + result.stderr
+    return result
 
 
 def _approval_id(stack: Stack, run_id: str) -> str:
@@ -83,13 +96,7 @@ def test_run_follow_fixes_the_failing_test_on_a_branch(stack: Stack, demo_repo: 
     task = stack.nexus("task", "create", "Fix calc", "--id", "E2E-FIX")
     assert task.code == 0, task.stderr
     run_id = f"e2e-follow-{uuid.uuid4().hex[:6]}"
-    result = stack.nexus(
-        "run", "implementer", "--task", "E2E-FIX", "--repo", str(demo_repo),
-        "--run-id", run_id, "--input", "make the tests pass",
-        "--follow", "--wait", str(RUN_WAIT), "-o", "json",
-        timeout=RUN_WAIT + 30,
-    )  # fmt: skip
-    assert result.code == 0, result.stdout + result.stderr
+    result = _follow_implementer(stack, "E2E-FIX", demo_repo, run_id)
     view = result.json()
     assert view["status"] == "completed"
     assert view["turns"] == 6
@@ -151,13 +158,7 @@ def test_a_burst_of_poison_stops_nothing(stack: Stack, demo_repo: Path, tmp_path
     assert applied.code == 0, applied.stderr
     assert stack.nexus("task", "create", "After the poison", "--id", "E2E-POISON").code == 0
     run_id = f"e2e-poison-{uuid.uuid4().hex[:6]}"
-    result = stack.nexus(
-        "run", "implementer", "--task", "E2E-POISON", "--repo", str(demo_repo),
-        "--run-id", run_id, "--input", "make the tests pass",
-        "--follow", "--wait", str(RUN_WAIT), "-o", "json",
-        timeout=RUN_WAIT + 30,
-    )  # fmt: skip
-    assert result.code == 0, result.stdout + result.stderr
+    result = _follow_implementer(stack, "E2E-POISON", demo_repo, run_id)
     assert result.json()["status"] == "completed"
     board = stack.nexus("board", "-o", "json").json()["tasks"]
     assert any(t["task_id"] == "E2E-POISON" for t in board)

@@ -50,15 +50,19 @@ def test_assembles_the_full_config():
     assert config.catalog_revisions == {"agent/impl": 3, "skill/python": 7, "skill/git": 2}
 
 
-def test_copies_the_agent_admission_limit():
-    limited = StoredAgent(
+def _agent(extra_yaml: str) -> StoredAgent:
+    """A minimal stored agent `impl` with `extra_yaml` added to its definition."""
+    return StoredAgent(
         parse_agent(
-            "id: impl\nrole: implementer\nmodel: {name: m}\nsystem_prompt: Do it.\n"
-            "max_concurrent_runs: 2\n"
+            "id: impl\nrole: implementer\nmodel: {name: m}\nsystem_prompt: Do it.\n" + extra_yaml
         ),
         revision=1,
         updated_at=None,
     )
+
+
+def test_copies_the_agent_admission_limit():
+    limited = _agent("max_concurrent_runs: 2\n")
     config = assemble("r1", REQUEST, limited, {}, MEMORY)
     assert isinstance(config, RunConfig)
     assert config.max_concurrent_runs == 2
@@ -91,13 +95,8 @@ def test_ids_are_deterministic_tokens():
 
 
 def test_carries_the_mcp_servers():
-    agent = StoredAgent(
-        parse_agent(
-            "id: impl\nrole: implementer\nmodel: {name: m}\nsystem_prompt: Do it.\n"
-            "mcp_servers: [{name: fs, command: mcp-fs, tools: [read], auto_approve: [read]}]\n"
-        ),
-        revision=1,
-        updated_at=None,
+    agent = _agent(
+        "mcp_servers: [{name: fs, command: mcp-fs, tools: [read], auto_approve: [read]}]\n"
     )
     config = assemble("r1", REQUEST, agent, {}, MEMORY)
     assert isinstance(config, RunConfig)

@@ -1,13 +1,16 @@
-"""Fixtures for runner scenarios: a runner bus, fast settings, a repo with a bare remote."""
+"""Fixtures for runner scenarios: a runner bus, fast settings, a repo with a bare remote, and
+an in-memory span exporter installed as the process's tracer provider."""
 
 from __future__ import annotations
 
 import subprocess
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
 import pytest
+from nexus_events import telemetry
 from nexus_events.bus import Bus, BusSettings
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 from nexus_runner.config import RunnerSettings
 
@@ -23,6 +26,16 @@ def git(cwd: Path, *args: str) -> str:
     return subprocess.run(
         ["git", *args], cwd=cwd, env=env, check=True, capture_output=True, text=True
     ).stdout
+
+
+@pytest.fixture
+def exporter(monkeypatch: pytest.MonkeyPatch) -> Iterator[InMemorySpanExporter]:
+    monkeypatch.setattr(telemetry, "_installed", {})
+    spans = InMemorySpanExporter()
+    provider = telemetry.setup_telemetry("runner-test", exporter=spans, env={})
+    assert provider is not None
+    yield spans
+    provider.shutdown()
 
 
 @pytest.fixture

@@ -6,12 +6,10 @@ from __future__ import annotations
 import asyncio
 import sys
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-from nexus_events import telemetry
 from nexus_events.bus import Bus
 from nexus_events.events.runs import (
     ApprovalDecided,
@@ -56,16 +54,6 @@ def server(**overrides: Any) -> dict[str, Any]:
     }
     spec.update(overrides)
     return spec
-
-
-@pytest.fixture
-def exporter(monkeypatch: pytest.MonkeyPatch) -> Iterator[InMemorySpanExporter]:
-    monkeypatch.setattr(telemetry, "_installed", {})
-    spans = InMemorySpanExporter()
-    provider = telemetry.setup_telemetry("runner-test", exporter=spans, env={})
-    assert provider is not None
-    yield spans
-    provider.shutdown()
 
 
 @pytest.fixture

@@ -6,11 +6,9 @@ import asyncio
 import json
 import os
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import pytest
 from nexus_events import subjects, telemetry
 from nexus_events.bus import Bus
 from nexus_events.events.runs import RunCompleted, RunPrepared
@@ -25,16 +23,6 @@ from nexus_runner.app import execute_run
 from nexus_runner.config import RunnerSettings
 
 from .support import make_config
-
-
-@pytest.fixture
-def exporter(monkeypatch: pytest.MonkeyPatch) -> Iterator[InMemorySpanExporter]:
-    monkeypatch.setattr(telemetry, "_installed", {})
-    spans = InMemorySpanExporter()
-    provider = telemetry.setup_telemetry("runner-test", exporter=spans, env={})
-    assert provider is not None
-    yield spans
-    provider.shutdown()
 
 
 def _script() -> list[Reply]:

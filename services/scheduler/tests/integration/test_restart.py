@@ -89,6 +89,21 @@ async def ready(runtime: LocalProcessRuntime, run_id: str) -> bool:
     return log.exists() and "ready" in log.read_text()
 
 
+async def running_then_crashed(
+    make_app: AppFactory, bus: Bus, workdir: Path, run_id: str, pids: list[int]
+) -> dict[str, int]:
+    """A scheduler that dispatched `run_id` (running, as the runner said) and then died
+    without draining; the runner's pid by run id."""
+    first = await make_app(local_runtime(workdir), heartbeat_timeout_seconds=90)
+    await publish_prepared(bus, [config(run_id)])
+    handles = await dispatched_pids(bus, 1)
+    pids.extend(handles.values())
+    await publish(bus, run_id, RunStarted())
+    await eventually(lambda: _true(service(first).state.runs[run_id].phase == "running"))
+    await crash(first)
+    return handles
+
+
 async def test_restart_re_adopts_live_runs_and_each_ends_once(
     make_app: AppFactory, bus: Bus, clock: ManualClock, tmp_path: Path, pids: list[int]
 ) -> None:
@@ -135,13 +150,7 @@ async def test_restart_loses_a_run_whose_runner_died_after_the_heartbeat_window(
     make_app: AppFactory, bus: Bus, clock: ManualClock, tmp_path: Path, pids: list[int]
 ) -> None:
     workdir = tmp_path / "runs"
-    first = await make_app(local_runtime(workdir), heartbeat_timeout_seconds=90)
-    await publish_prepared(bus, [config("dead")])
-    handles = await dispatched_pids(bus, 1)
-    pids.extend(handles.values())
-    await publish(bus, "dead", RunStarted())
-    await eventually(lambda: _true(service(first).state.runs["dead"].phase == "running"))
-    await crash(first)
+    handles = await running_then_crashed(make_app, bus, workdir, "dead", pids)
     os.killpg(handles["dead"], signal.SIGKILL)  # dies while no scheduler watches
     await eventually(lambda: _true(not alive(handles["dead"])), what="runner dead")
 
@@ -161,13 +170,7 @@ async def test_adopted_runner_is_stopped_when_its_run_is_lost(
     make_app: AppFactory, bus: Bus, clock: ManualClock, tmp_path: Path, pids: list[int]
 ) -> None:
     workdir = tmp_path / "runs"
-    first = await make_app(local_runtime(workdir), heartbeat_timeout_seconds=90)
-    await publish_prepared(bus, [config("quiet")])
-    handles = await dispatched_pids(bus, 1)
-    pids.extend(handles.values())
-    await publish(bus, "quiet", RunStarted())
-    await eventually(lambda: _true(service(first).state.runs["quiet"].phase == "running"))
-    await crash(first)
+    handles = await running_then_crashed(make_app, bus, workdir, "quiet", pids)
 
     runtime = local_runtime(workdir)
     second = await make_app(runtime, heartbeat_timeout_seconds=90)
