@@ -196,16 +196,7 @@ async def test_killed_runner_leaves_no_process_of_its_session(
     pids.append(runner)
     await eventually(lambda: ready(runtime, "r"), what="tool started")
     # The tool (sh), its `sleep 300 &` and its foreground `sleep 300`.
-    left = await eventually(
-        lambda: _value([p for p in session_members(runner) if p != runner], 3),
-        what="tool and grandchildren",
-    )
-    os.kill(runner, signal.SIGKILL)
-
-    async def exited() -> bool:
-        return (await runtime.status("r")).state is RuntimeState.EXITED
-
-    await eventually(exited, what="runner exit noticed")
+    left = await kill_runner_with_tools(runtime, "r", runner)
     svc = service(app)
     await svc.tick()
     clock.advance(5)
@@ -215,6 +206,24 @@ async def test_killed_runner_leaves_no_process_of_its_session(
     for pid in left:
         await eventually(lambda pid=pid: _true(not alive(pid)), what=f"tool process {pid} killed")
     assert session_members(runner) == []
+
+
+async def kill_runner_with_tools(
+    runtime: LocalProcessRuntime, run_id: str, runner: int
+) -> list[int]:
+    """Once the runner's tool and its two children run in its session, kill -9 the runner and
+    wait until the runtime sees it exited; the tool processes' pids."""
+    left: list[int] = await eventually(
+        lambda: _value([p for p in session_members(runner) if p != runner], 3),
+        what="tool processes",
+    )
+    os.kill(runner, signal.SIGKILL)
+
+    async def exited() -> bool:
+        return (await runtime.status(run_id)).state is RuntimeState.EXITED
+
+    await eventually(exited, what="runner exit noticed")
+    return left
 
 
 async def _true(value: bool) -> bool:
@@ -258,16 +267,7 @@ async def test_killed_real_runner_leaves_no_tool_process(
             lambda: _has_event(bus, "real", "tool_called"), within=30, what="tool called"
         )
         # bash -c (run_shell), sh, and its two sleeps: all in the runner's session.
-        left = await eventually(
-            lambda: _value([p for p in session_members(runner) if p != runner], 3),
-            what="tool processes",
-        )
-        os.kill(runner, signal.SIGKILL)
-
-        async def exited() -> bool:
-            return (await runtime.status("real")).state is RuntimeState.EXITED
-
-        await eventually(exited, what="runner exit noticed")
+        left = await kill_runner_with_tools(runtime, "real", runner)
         for pid in left:
             await eventually(lambda pid=pid: _true(not alive(pid)), what=f"tool process {pid}")
         svc = service(app)
