@@ -13,7 +13,15 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from nexus_events import subjects
-from nexus_events.streams import CATALOG, INBOX, RUNS, SCHEDULES, STREAM_OF_FAMILY, TASKS
+from nexus_events.streams import (
+    CATALOG,
+    INBOX,
+    MEMORY,
+    RUNS,
+    SCHEDULES,
+    STREAM_OF_FAMILY,
+    TASKS,
+)
 from nexus_events.subjects import Family
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -36,6 +44,7 @@ class Access:
     kv_buckets: tuple[str, ...] = ()
     watches_all: bool = False  # lists consumers / stream state of every stream (metrics)
     push_consumers: bool = False  # ordered push consumers (flow control replies)
+    erases_from: tuple[str, ...] = ()  # streams it erases single messages from (secret guard)
 
 
 def _run(*events: str) -> tuple[str, ...]:
@@ -53,7 +62,7 @@ SERVICES: dict[str, Access] = {
         ),
         reads=(RUNS, TASKS, CATALOG),
         ensures_streams=True,
-        serves=(*subjects.QUERY_SUBJECTS[:-1],),
+        serves=tuple(s for s in subjects.QUERY_SUBJECTS if s.startswith("nexus.core.")),
         requests=(subjects.MEMORY_SEARCH,),
         watches_all=True,
     ),
@@ -71,8 +80,9 @@ SERVICES: dict[str, Access] = {
         kv_buckets=(SCHEDULER_LEASE_BUCKET,),
     ),
     # The agent loop: its run's events and logs; it reads its prepared event, its inbox,
-    # cancel requests and an ending someone else published. NATS cannot scope a static user to one run id; Kubernetes runs get the
-    # run's own credentials only if an auth callout is added (docs/deploy.md).
+    # cancel requests and an ending someone else published. NATS cannot scope a static user
+    # to one run id; Kubernetes runs get the run's own credentials only if an auth callout is
+    # added (docs/deploy.md).
     "runner": Access(
         publishes=(
             subjects.family_filter(Family.RUN),
@@ -80,7 +90,20 @@ SERVICES: dict[str, Access] = {
             subjects.dead_letter("runner"),
         ),
         reads=(RUNS, INBOX),
+        requests=(subjects.MEMORY_RECORD,),  # the `remember` tool
         push_consumers=True,
+    ),
+    # Memory: its projection and secret guard read NEXUS_MEMORY, extraction reads finished
+    # runs; it writes every memory event and erases a guarded event someone published by hand.
+    "memory": Access(
+        publishes=(
+            subjects.family_filter(Family.MEMORY),
+            subjects.dead_letter("memory"),
+        ),
+        reads=(MEMORY, RUNS),
+        ensures_streams=True,
+        serves=tuple(s for s in subjects.QUERY_SUBJECTS if s.startswith("nexus.memory.")),
+        erases_from=(MEMORY,),
     ),
 }
 
@@ -134,6 +157,8 @@ def permissions(access: Access) -> tuple[list[str], list[str]]:
         sub += ["$SRV.>"]  # nats.micro discovery: PING/INFO/STATS, `nats micro ls`
     if access.push_consumers:
         pub.append("$JS.FC.>")
+    for stream in access.erases_from:
+        pub.append(f"$JS.API.STREAM.MSG.DELETE.{stream}")
     # Dead letters are published by every Bus consumer: its own DLQ subject only.
     return sorted(dict.fromkeys(pub)), sorted(dict.fromkeys(sub))
 

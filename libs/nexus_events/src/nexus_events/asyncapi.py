@@ -22,7 +22,21 @@ from pydantic import BaseModel
 from pydantic.json_schema import JsonSchemaMode, models_json_schema
 
 from nexus_events import codec, subjects
-from nexus_events.events import MemorySearchReply, MemorySearchRequest, registered
+from nexus_events.events import (
+    MemoryConsolidateReply,
+    MemoryConsolidateRequest,
+    MemoryForgetReply,
+    MemoryForgetRequest,
+    MemoryListReply,
+    MemoryListRequest,
+    MemoryRebuildReply,
+    MemoryRebuildRequest,
+    MemoryRecordReply,
+    MemoryRecordRequest,
+    MemorySearchReply,
+    MemorySearchRequest,
+    registered,
+)
 from nexus_events.events.base import Event
 from nexus_events.events.queries import (
     AgentGet,
@@ -80,6 +94,11 @@ _QUERY_MODELS: dict[str, tuple[type[BaseModel], type[BaseModel]]] = {
     subjects.CORE_CATALOG_SKILLS_LIST: (EmptyQuery, SkillsListReply),
     subjects.CORE_CATALOG_SKILLS_GET: (SkillGet, SkillView),
     subjects.MEMORY_SEARCH: (MemorySearchRequest, MemorySearchReply),
+    subjects.MEMORY_RECORD: (MemoryRecordRequest, MemoryRecordReply),
+    subjects.MEMORY_FORGET: (MemoryForgetRequest, MemoryForgetReply),
+    subjects.MEMORY_LIST: (MemoryListRequest, MemoryListReply),
+    subjects.MEMORY_CONSOLIDATE: (MemoryConsolidateRequest, MemoryConsolidateReply),
+    subjects.MEMORY_REBUILD: (MemoryRebuildRequest, MemoryRebuildReply),
 }
 
 _SERVICE_TEXT: dict[Service, str] = {
@@ -87,7 +106,7 @@ _SERVICE_TEXT: dict[Service, str] = {
     Service.SCHEDULER: "Admission, dispatch, cancellation, timeouts, cron schedules.",
     Service.RUNNER: "The in-pod agent loop of one run.",
     Service.CLI: "The `nexus` operator CLI.",
-    Service.MEMORY: "Long-term memory (planned).",
+    Service.MEMORY: "Long-term memory: hybrid search, extraction, consolidation, secret guard.",
     Service.PLANE_SYNC: "Board and runs <-> Plane (planned).",
     Service.CHANNEL_GATEWAY: "Slack, Telegram, webhooks, approvals relay (planned).",
     Service.OPERATOR: "A person with the nats CLI: a bare JSON `nats pub` is a valid command.",

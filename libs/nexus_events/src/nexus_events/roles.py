@@ -66,7 +66,7 @@ MEMORY, PLANE = Service.MEMORY, Service.PLANE_SYNC
 GATEWAY, OPERATOR = Service.CHANNEL_GATEWAY, Service.OPERATOR
 
 _CORE, _SCHEDULER, _RUNNER, _CLI = Party(CORE), Party(SCHEDULER), Party(RUNNER), Party(CLI)
-_OPERATOR = Party(OPERATOR)
+_OPERATOR, _MEMORY = Party(OPERATOR), Party(MEMORY)
 
 # Every run event lands in core's projections (agent_runs, board) and in `nexus runs watch`;
 # plane-sync mirrors the lifecycle to Plane's agent runs (DESIGN §5 step 9).
@@ -74,7 +74,7 @@ _RUN_READERS = (_CORE, _CLI, planned(PLANE))
 # The scheduler's admission state (nexus_scheduler.service.WATCHED_EVENTS).
 _ADMISSION = (*_RUN_READERS, _SCHEDULER)
 # Terminal events also end a run's chat thread and feed memory extraction (DESIGN §2).
-_TERMINAL = (*_ADMISSION, planned(GATEWAY), planned(MEMORY))
+_TERMINAL = (*_ADMISSION, planned(GATEWAY), _MEMORY)
 
 
 def _run(publishers: tuple[Party, ...], consumers: tuple[Party, ...]) -> EventRoles:
@@ -139,8 +139,14 @@ EVENT_ROLES: dict[tuple[Family, str], EventRoles] = {
     (Family.SCHEDULE, "fired"): _run((_SCHEDULER,), (_SCHEDULER,)),
     (Family.SCHEDULE, "missed"): _run((_SCHEDULER,), (_SCHEDULER,)),
     # -- memory (NEXUS_MEMORY) ---------------------------------------------------------------
-    (Family.MEMORY, "recorded"): _run((planned(MEMORY),), (planned(MEMORY),)),
-    (Family.MEMORY, "forgotten"): _run((planned(MEMORY), _OPERATOR), (planned(MEMORY),)),
+    # The memory service writes every memory event (after its secret guard); an operator's
+    # bare `nats pub` of a `recorded` is guarded too (blocked ones are erased, DESIGN §8).
+    (Family.MEMORY, "recorded"): _run((_MEMORY, _OPERATOR), (_MEMORY,)),
+    (Family.MEMORY, "forgotten"): _run((_MEMORY, _OPERATOR), (_MEMORY,)),
+    (Family.MEMORY, "superseded"): _run((_MEMORY,), (_MEMORY,)),
+    (Family.MEMORY, "accessed"): _run((_MEMORY,), (_MEMORY,)),
+    (Family.MEMORY, "consolidated"): _run((_MEMORY,), (_MEMORY,)),
+    (Family.MEMORY, "extracted"): _run((_MEMORY,), (_MEMORY,)),
     # -- chat channels (NEXUS_CHANNELS) --------------------------------------------------------
     (Family.CHANNEL, "in"): _run((planned(GATEWAY),), (planned(GATEWAY),)),
     (Family.CHANNEL, "out"): _run((planned(GATEWAY),), (planned(GATEWAY),)),
@@ -150,7 +156,7 @@ EVENT_ROLES: dict[tuple[Family, str], EventRoles] = {
             _CORE,
             _SCHEDULER,
             _RUNNER,
-            planned(MEMORY),
+            _MEMORY,
             planned(PLANE),
             planned(GATEWAY),
         ),
@@ -170,5 +176,11 @@ QUERY_ROLES: dict[str, QueryRoles] = {
     subjects.CORE_CATALOG_SKILLS_LIST: QueryRoles(_CORE, _CORE_CLIENTS),
     subjects.CORE_CATALOG_SKILLS_GET: QueryRoles(_CORE, _CORE_CLIENTS),
     # Run assembly asks memory for context (bounded wait, DESIGN §5 steps 1-4).
-    subjects.MEMORY_SEARCH: QueryRoles(planned(MEMORY), (_CORE,)),
+    subjects.MEMORY_SEARCH: QueryRoles(_MEMORY, (_CORE, *_CORE_CLIENTS)),
+    # Every write goes through memory's secret guard; a run's `remember` tool writes too.
+    subjects.MEMORY_RECORD: QueryRoles(_MEMORY, (*_CORE_CLIENTS, _RUNNER)),
+    subjects.MEMORY_FORGET: QueryRoles(_MEMORY, _CORE_CLIENTS),
+    subjects.MEMORY_LIST: QueryRoles(_MEMORY, _CORE_CLIENTS),
+    subjects.MEMORY_CONSOLIDATE: QueryRoles(_MEMORY, _CORE_CLIENTS),
+    subjects.MEMORY_REBUILD: QueryRoles(_MEMORY, _CORE_CLIENTS),
 }

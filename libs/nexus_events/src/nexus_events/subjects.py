@@ -76,6 +76,11 @@ CORE_CATALOG_AGENTS_GET = "nexus.core.v1.catalog.agents.get"
 CORE_CATALOG_SKILLS_LIST = "nexus.core.v1.catalog.skills.list"
 CORE_CATALOG_SKILLS_GET = "nexus.core.v1.catalog.skills.get"
 MEMORY_SEARCH = "nexus.memory.v1.search"
+MEMORY_RECORD = "nexus.memory.v1.record"
+MEMORY_FORGET = "nexus.memory.v1.forget"
+MEMORY_LIST = "nexus.memory.v1.list"
+MEMORY_CONSOLIDATE = "nexus.memory.v1.consolidate"
+MEMORY_REBUILD = "nexus.memory.v1.rebuild"
 QUERY_SUBJECTS = (
     CORE_RUNS_GET,
     CORE_RUNS_LIST,
@@ -86,6 +91,11 @@ QUERY_SUBJECTS = (
     CORE_CATALOG_SKILLS_LIST,
     CORE_CATALOG_SKILLS_GET,
     MEMORY_SEARCH,
+    MEMORY_RECORD,
+    MEMORY_FORGET,
+    MEMORY_LIST,
+    MEMORY_CONSOLIDATE,
+    MEMORY_REBUILD,
 )
 
 

@@ -2,13 +2,18 @@
 
 CoreError
 ├── DocumentInvalid       an agent/skill document failed validation (field by field)
-├── CatalogBackendError   the configured catalog backend cannot be used
-└── QueryError            a query request is malformed or names nothing (reply code)
+└── CatalogBackendError   the configured catalog backend cannot be used
+
+A malformed query is a `nexus_events.micro.QueryError` (re-exported here), like every service's.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+
+from nexus_events.micro import QueryError
+
+__all__ = ["CatalogBackendError", "CoreError", "DocumentInvalid", "FieldError", "QueryError"]
 
 
 class CoreError(Exception):
@@ -37,13 +42,3 @@ class DocumentInvalid(CoreError, ValueError):  # noqa: N818 - reads as a fact
 
 class CatalogBackendError(CoreError):
     """The catalog backend named by the configuration is not available."""
-
-
-class QueryError(CoreError):
-    """A query cannot be answered: `code` is the reply's error code (400, 404); `fields` lists
-    the bad fields of a 400 as ``{"loc", "msg"}`` objects."""
-
-    def __init__(self, code: int, message: str, fields: list[dict[str, str]] | None = None) -> None:
-        self.code = code
-        self.fields = fields or []
-        super().__init__(message)

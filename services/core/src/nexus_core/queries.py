@@ -11,18 +11,19 @@ fails anyway answers 500 and logs the request.
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
 import logging
-from collections.abc import AsyncGenerator, Awaitable, Callable
+from collections.abc import AsyncGenerator
 from typing import Any, cast
 
 import asyncpg
 from nats.micro import add_service
-from nats.micro.request import Request
 from nats.micro.service import EndpointConfig, Service, ServiceConfig
-from nexus_events import subjects
+from nexus_events import micro, subjects
 from nexus_events.bus import Bus
 from nexus_events.codec import Decoded
+from nexus_events.micro import Handler
 from nexus_events.projection import quote_ident
 from nexus_events.streams import RUNS
 
@@ -34,13 +35,10 @@ from nexus_core.query_models import (
     AgentGet,
     BoardGet,
     EmptyQuery,
-    Q,
     RunsEvents,
     RunsGet,
     RunsList,
     SkillGet,
-    one_line,
-    parse_query,
 )
 from nexus_core.run_state import RunRow
 from nexus_core.runs_projection import RUNS_SCHEMA
@@ -49,9 +47,8 @@ log = logging.getLogger(__name__)
 
 SERVICE_NAME = "nexus-core"
 SERVICE_VERSION = "0.1.0"
-# How much of a failed request's body the error log shows: enough to reproduce most requests
-# without letting one request flood the log.
-LOGGED_BODY = 512
+# Queries validate, answer and fail as every nexus micro service does (nexus_events.micro).
+endpoint_handler = functools.partial(micro.endpoint_handler, service="core")
 
 __all__ = [
     "MAX_PAGE",
@@ -61,8 +58,6 @@ __all__ = [
     "endpoint_handler",
     "run_view",
 ]
-
-Handler = Callable[[Request], Awaitable[None]]
 
 
 def run_view(row: RunRow) -> dict[str, Any]:
@@ -272,48 +267,3 @@ class CoreQueries:
             what = query.name if query.version is None else f"{query.name}@{query.version}"
             raise QueryError(404, f"no skill {what!r}")
         return _skill_view(found)
-
-
-def endpoint_handler(model: type[Q], fn: Callable[[Q], Awaitable[Any]]) -> Handler:
-    """A nats.micro handler that validates the body as `model`, calls `fn` and answers its
-    result as JSON.
-
-    A `QueryError` becomes its error reply; any other exception is logged with the subject and
-    body, and answered as a JSON 500 (the requester never waits in vain).
-    """
-
-    async def handler(request: Request) -> None:
-        try:
-            query = parse_query(model, request.data)
-            body = json.dumps(await fn(query), default=str).encode()
-        except QueryError as exc:
-            await _error(request, exc.code, str(exc), exc.fields)
-            return
-        except Exception:  # one request's boundary: log it, answer 500, serve the next
-            log.exception(
-                "query on %s failed; body %r", request.subject, request.data[:LOGGED_BODY]
-            )
-            message = f"internal error answering {request.subject}; the core log has details"
-            await _error(request, 500, message, [])
-            return
-        await _respond(request, body)
-
-    return handler
-
-
-async def _error(request: Request, code: int, message: str, fields: list[dict[str, str]]) -> None:
-    message = one_line(message)
-    body = json.dumps({"error": {"code": code, "message": message, "fields": fields}}).encode()
-    await _respond(request, body, error=(code, message))
-
-
-async def _respond(request: Request, body: bytes, error: tuple[int, str] | None = None) -> None:
-    # A request published without a reply subject, or a connection lost meanwhile, has nobody
-    # to answer: log it rather than let nats.micro try (and fail) a second reply.
-    try:
-        if error is None:
-            await request.respond(body)
-        else:
-            await request.respond_error(str(error[0]), error[1], data=body)
-    except Exception:  # nothing else can be done for this request
-        log.warning("could not answer a query on %s", request.subject, exc_info=True)

@@ -72,6 +72,20 @@ class SkillDoc(BaseModel):
     content: str = Field(..., description="The skill's markdown body, as given to the model.")
 
 
+class MemoryMatch(BaseModel):
+    """Why a memory matched a search: its ranks in each retriever and the weights applied."""
+
+    model_config = ConfigDict(frozen=True, extra="ignore")
+
+    semantic_rank: int | None = Field(None, description="Rank by vector similarity (1 = best).")
+    similarity: float | None = Field(None, description="Cosine similarity to the query.")
+    lexical_rank: int | None = Field(None, description="Rank by full-text match (1 = best).")
+    fused: float = Field(0.0, description="Reciprocal-rank fusion of both ranks.")
+    recency: float = Field(1.0, description="Recency weight (1 = new, 0.5 = one half-life).")
+    access_count: int = Field(0, description="Times searches returned it before.")
+    kind_weight: float = Field(1.0, description="Weight of its kind.")
+
+
 class MemoryItem(BaseModel):
     model_config = ConfigDict(frozen=True, extra="ignore")
 
@@ -79,6 +93,10 @@ class MemoryItem(BaseModel):
     text: str = Field(..., description="The remembered text.")
     score: float | None = Field(None, description="Relevance score from the search.")
     source_run_id: str | None = Field(None, description="Run that recorded it, if any.")
+    scope: str | None = Field(None, description="Scope token it lives in.")
+    kind: str | None = Field(None, description="fact, decision, preference, ...")
+    current: bool = Field(True, description="False when superseded or stale (non-strict search).")
+    why: MemoryMatch | None = Field(None, description="Why it matched.")
 
 
 class MemoryContext(BaseModel):

@@ -1,0 +1,116 @@
+"""Request/reply endpoints as nats.micro services: one way to parse, answer and fail.
+
+Every endpoint takes a JSON object (an empty body means ``{}``) and answers JSON, errors
+included: a nats.micro error reply (``Nats-Service-Error-Code`` 400/404/409/500) whose body is
+`QueryErrorReply` (``{"error": {"code", "message", "fields": [{"loc", "msg"}]}}``), never an
+empty body or a timeout. Bodies are validated as the contract's pydantic request models
+before a handler sees them; a handler that fails anyway answers 500 and logs the request.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Awaitable, Callable
+from typing import Any, TypeVar
+
+from nats.micro.request import Request
+from pydantic import BaseModel, ValidationError
+
+log = logging.getLogger(__name__)
+
+# How much of a failed request's body the error log shows: enough to reproduce most requests
+# without letting one request flood the log.
+LOGGED_BODY = 512
+
+M = TypeVar("M", bound=BaseModel)
+Handler = Callable[[Request], Awaitable[None]]
+
+
+class QueryError(Exception):
+    """A request cannot be answered: `code` is the reply's error code (400, 404, ...);
+    `fields` lists the bad fields of a 400 as ``{"loc", "msg"}`` objects."""
+
+    def __init__(self, code: int, message: str, fields: list[dict[str, str]] | None = None) -> None:
+        self.code = code
+        self.fields = fields or []
+        super().__init__(message)
+
+
+def one_line(text: str) -> str:
+    """`text` with every run of whitespace or control characters made one space, so that it
+    fits a NATS header and a terminal line."""
+    return " ".join("".join(c if c.isprintable() else " " for c in text).split())
+
+
+def parse_query(model: type[M], data: bytes) -> M:
+    """Validate a request body (empty means ``{}``) as `model`.
+
+    Raises `QueryError` (400) whose message names the first bad field and whose `fields` list
+    every problem; invalid JSON, invalid UTF-8 and non-object bodies are problems of ``(body)``.
+    """
+    try:
+        return model.model_validate_json(data.strip() or b"{}")
+    except ValidationError as exc:
+        fields = [
+            {"loc": ".".join(str(p) for p in e["loc"]) or "(body)", "msg": one_line(e["msg"])}
+            for e in exc.errors(include_url=False, include_input=False)
+        ]
+    first = fields[0]
+    more = f" (and {len(fields) - 1} more)" if len(fields) > 1 else ""
+    raise QueryError(400, f"invalid request: {first['loc']}: {first['msg']}{more}", fields)
+
+
+def endpoint_handler(
+    model: type[M], fn: Callable[[M], Awaitable[Any]], *, service: str = "the service"
+) -> Handler:
+    """A nats.micro handler that validates the body as `model`, calls `fn` and answers its
+    result as JSON (a pydantic model or anything `json.dumps` takes).
+
+    A `QueryError` becomes its error reply; any other exception is logged with the subject and
+    body, and answered as a JSON 500 (the requester never waits in vain).
+    """
+
+    async def handler(request: Request) -> None:
+        try:
+            query = parse_query(model, request.data)
+            result = await fn(query)
+            body = (
+                result.model_dump_json().encode()
+                if isinstance(result, BaseModel)
+                else json.dumps(result, default=str).encode()
+            )
+        except QueryError as exc:
+            await _error(request, exc.code, str(exc), exc.fields)
+            return
+        except Exception:  # one request's boundary: log it, answer 500, serve the next
+            log.exception(
+                "request on %s failed; body %r", request.subject, request.data[:LOGGED_BODY]
+            )
+            message = f"internal error answering {request.subject}; the {service} log has details"
+            await _error(request, 500, message, [])
+            return
+        await _respond(request, body)
+
+    return handler
+
+
+async def _error(request: Request, code: int, message: str, fields: list[dict[str, str]]) -> None:
+    message = one_line(message)
+    body = json.dumps({"error": {"code": code, "message": message, "fields": fields}}).encode()
+    await _respond(request, body, error=(code, message))
+
+
+async def _respond(request: Request, body: bytes, error: tuple[int, str] | None = None) -> None:
+    # A request published without a reply subject, or a connection lost meanwhile, has nobody
+    # to answer: log it rather than let nats.micro try (and fail) a second reply.
+    try:
+        if error is None:
+            await request.respond(body)
+        else:
+            await request.respond_error(str(error[0]), error[1], data=body)
+    except Exception:  # nothing else can be done for this request
+        log.warning("could not answer a request on %s", request.subject, exc_info=True)
+
+
+__all__ = ["LOGGED_BODY", "Handler", "QueryError", "endpoint_handler", "one_line", "parse_query"]

@@ -1,0 +1,1 @@
+"""Nexus memory: long-term memory with hybrid search, extraction, consolidation, secret guard."""
