@@ -1,4 +1,5 @@
-"""A fake OpenAI-compatible server: ``POST /v1/chat/completions`` (JSON and SSE streaming).
+"""A fake OpenAI-compatible server: ``POST /v1/chat/completions`` (JSON and SSE streaming)
+and ``POST /v1/embeddings`` (deterministic trigram vectors).
 
 A test scripts the conversation: each request takes the next `Step` from the script (a
 `Reply` with text and/or tool calls and usage, or an `Failure` such as a 429 with
@@ -13,6 +14,7 @@ depend on what the client sent. Every request body is recorded for assertions. T
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import itertools
 import json
 import time
@@ -65,6 +67,18 @@ class Failure:
 
 
 Step = Reply | Failure
+
+
+def trigram_vector(text: str, dim: int) -> list[float]:
+    """Counts of hashed character trigrams: a cheap, deterministic stand-in for a model."""
+    out = [0.0] * dim
+    padded = f"  {text.lower()}  "
+    for i in range(len(padded) - 2):
+        digest = hashlib.blake2b(padded[i : i + 3].encode(), digest_size=4).digest()
+        out[int.from_bytes(digest, "big") % dim] += 1.0
+    return out
+
+
 Script = Iterable[Step | Callable[[dict[str, Any]], Step]]
 
 
@@ -82,6 +96,7 @@ class FakeOpenAI(ServedFake):
         self.default = default
         self.model = model
         self.requests: list[dict[str, Any]] = []
+        self.embedding_requests: list[dict[str, Any]] = []
         self.failures_sent = 0
         self.hanging = asyncio.Event()  # set when a `hang` reply is waiting
         self.release = asyncio.Event()  # set to let hanging streams finish
@@ -93,6 +108,7 @@ class FakeOpenAI(ServedFake):
     def _app(self) -> web.Application:
         app = web.Application()
         app.router.add_post("/v1/chat/completions", self._completions)
+        app.router.add_post("/v1/embeddings", self._embeddings)
         return app
 
     async def stop(self) -> None:
@@ -117,6 +133,24 @@ class FakeOpenAI(ServedFake):
         else:
             return Failure(status=500, message="fake script exhausted")
         return step(body) if callable(step) else step
+
+    async def _embeddings(self, request: web.Request) -> web.StreamResponse:
+        """``POST /v1/embeddings``: a deterministic vector per input (hashed character
+        trigrams, so similar texts get similar vectors), `dimensions` long (default 64)."""
+        body: dict[str, Any] = await request.json()
+        self.embedding_requests.append(body)
+        inputs = body.get("input")
+        texts = [inputs] if isinstance(inputs, str) else list(inputs or [])
+        dim = int(body.get("dimensions") or 64)
+        data = [
+            {"object": "embedding", "index": i, "embedding": trigram_vector(t, dim)}
+            for i, t in enumerate(texts)
+        ]
+        tokens = sum(len(t) // 4 + 1 for t in texts)
+        return web.json_response({
+            "object": "list", "data": data, "model": body.get("model", self.model),
+            "usage": {"prompt_tokens": tokens, "total_tokens": tokens},
+        })  # fmt: skip
 
     async def _completions(self, request: web.Request) -> web.StreamResponse:
         body: dict[str, Any] = await request.json()

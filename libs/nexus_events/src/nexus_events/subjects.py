@@ -208,6 +208,10 @@ def task_events_filter(task_id: str | None = None, event: str | None = None) -> 
     return _filter(Family.TASK, (task_id,), event)
 
 
+def memory_events_filter(scope: str | None = None, event: str | None = None) -> str:
+    return _filter(Family.MEMORY, (scope,), event)
+
+
 def catalog_events_filter(kind: CatalogKind | str | None = None) -> str:
     if kind is not None:
         kind = CatalogKind(kind).value

@@ -176,6 +176,9 @@ class MemoryConsolidated(Event):
         default_factory=list, description="Memories decayed to stale (old and unused)."
     )
     superseded: int = Field(0, ge=0, description="Memories the pass superseded.")
+    through_seq: int = Field(
+        0, ge=0, description="The pass compared memories recorded up to this stream sequence."
+    )
 
 
 @register

@@ -1,0 +1,294 @@
+"""Wiring and lifecycle of the memory service: start everything in order, stop it draining.
+
+Start: connect NATS, create missing streams (core owns their settings), connect PostgreSQL
+(pgvector extension, vector codec, HNSW iterative scans), load the embedder, re-embed by
+replay if the tables hold another embedder's vectors, then the projection, the stream guard,
+extraction, consolidation, the `nexus-memory` endpoints and the health endpoint.
+Stop (SIGTERM): endpoints first, then the consumers finish their batch, access counts are
+flushed, the projection commits its batch in hand, then connections close.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from datetime import UTC, datetime
+from typing import Any
+
+import asyncpg
+from nexus_events.bus import Bus, BusSettings, Consumer
+from nexus_events.events import MemoryConsolidateReply, MemoryRebuildReply
+from nexus_events.health import HealthServer
+from nexus_events.metrics import MetricsSettings, setup_metrics
+from nexus_events.projection import ProjectionRunner, quote_ident, rebuild
+from nexus_events.streams import ensure_streams
+from opentelemetry.sdk.metrics import MeterProvider as SdkMeterProvider
+from pgvector.asyncpg import register_vector
+
+from nexus_memory.config import MemorySettings
+from nexus_memory.consolidation import Consolidator, Thresholds
+from nexus_memory.embedding import Embedder, make_embedder
+from nexus_memory.endpoints import MemoryEndpoints
+from nexus_memory.extraction import Extractor, extraction_spec
+from nexus_memory.guard import SecretGuard
+from nexus_memory.metrics import MemoryMetrics
+from nexus_memory.projection import MEMORY_SCHEMA, MemoryProjection
+from nexus_memory.search import MemorySearch, Weights
+from nexus_memory.stream_guard import StreamGuard, stream_guard_spec
+from nexus_memory.writer import AccessTracker, MemoryWriter
+
+log = logging.getLogger(__name__)
+
+SOURCE = "memory"
+
+
+async def _init_connection(conn: asyncpg.Connection[Any]) -> None:
+    await register_vector(conn)
+    # A filtered HNSW scan keeps going until it has enough rows in the wanted scopes
+    # (pgvector >= 0.8); without it a small scope in a big table could come back short.
+    await conn.execute("SET hnsw.iterative_scan = relaxed_order")
+
+
+async def connect_pool(database_url: str, size: int) -> asyncpg.Pool[Any]:
+    """A pool whose connections speak pgvector; creates the extension if missing."""
+    conn = await asyncpg.connect(database_url)
+    try:
+        await conn.execute("CREATE EXTENSION IF NOT EXISTS vector")
+    finally:
+        await conn.close()
+    return await asyncpg.create_pool(database_url, min_size=1, max_size=size, init=_init_connection)
+
+
+async def stored_embedder(pool: asyncpg.Pool[Any], schema: str) -> str | None:
+    """Name of the embedder the live tables were filled by (None: no tables yet)."""
+    with contextlib.suppress(asyncpg.exceptions.UndefinedTableError):
+        value = await pool.fetchval(f"SELECT name FROM {quote_ident(schema)}.embedder")
+        return None if value is None else str(value)
+    return None
+
+
+class MemoryApp:
+    """The memory service. `bus` and `embedder` may be given (tests); otherwise created."""
+
+    def __init__(
+        self,
+        settings: MemorySettings | None = None,
+        *,
+        bus_settings: BusSettings | None = None,
+        bus: Bus | None = None,
+        embedder: Embedder | None = None,
+        metrics_settings: MetricsSettings | None = None,
+        schema: str = MEMORY_SCHEMA,
+    ) -> None:
+        self.settings = settings or MemorySettings()
+        self.bus_settings = bus_settings
+        self.metrics_settings = metrics_settings
+        self.schema = schema
+        self._own_bus = bus is None
+        self._bus = bus
+        self._pool: asyncpg.Pool[Any] | None = None
+        self.embedder = embedder
+        self.guard = SecretGuard(self.settings.memory_secret_policy)
+        self.meter_provider: SdkMeterProvider | None = None
+        self.metrics = MemoryMetrics()
+        self.projection: MemoryProjection | None = None
+        self.runner: ProjectionRunner | None = None
+        self.stream_guard: StreamGuard | None = None
+        self.consumers: list[Consumer] = []
+        self.extractor: Extractor | None = None
+        self.tracker: AccessTracker | None = None
+        self.consolidator: Consolidator | None = None
+        self.endpoints: MemoryEndpoints | None = None
+        self.health: HealthServer | None = None
+        self._consolidation_task: asyncio.Task[None] | None = None
+        self._rebuild_lock = asyncio.Lock()
+        self._running = False
+
+    @property
+    def bus(self) -> Bus:
+        if self._bus is None:
+            raise RuntimeError("memory is not started: no NATS connection")
+        return self._bus
+
+    @property
+    def pool(self) -> asyncpg.Pool[Any]:
+        if self._pool is None:
+            raise RuntimeError("memory is not started: no PostgreSQL pool")
+        return self._pool
+
+    def ready(self) -> bool:
+        return (
+            self._running
+            and self._bus is not None
+            and self._bus.nc.is_connected
+            and not (self.runner is not None and self.runner.stuck)
+        )
+
+    async def start(self) -> None:
+        s = self.settings
+        if self._bus is None:
+            self._bus = await Bus.connect(self.bus_settings, source=SOURCE)
+        await ensure_streams(self.bus.js, update=False)  # core owns stream settings
+        self._pool = await connect_pool(s.database_url, s.db_pool_size)
+        if self.embedder is None:
+            self.embedder = await make_embedder(s)
+        if self.metrics_settings is not None or MetricsSettings().prometheus_port is not None:
+            self.meter_provider = setup_metrics(SOURCE, self.metrics_settings)
+            self.metrics = MemoryMetrics(self.meter_provider)
+        self.projection = MemoryProjection(self.embedder, self.guard, schema=self.schema)
+        held = await stored_embedder(self.pool, self.schema)
+        if held is not None and held != self.embedder.name:
+            log.warning(
+                "memory tables hold %s vectors, configured embedder is %s: re-embedding by replay",
+                held,
+                self.embedder.name,
+            )
+            await self._replay_all()
+        self.runner = ProjectionRunner(
+            self.bus, self.pool, self.projection, batch=s.projection_batch,
+            fetch_timeout=s.fetch_timeout,
+        )  # fmt: skip
+        await self.runner.start()
+        self.stream_guard = StreamGuard(self.bus, self.guard, self.metrics)
+        self.consumers.append(
+            self.bus.consumer(
+                stream_guard_spec(f"{s.consumer_prefix}_stream_guard", s.fetch_timeout),
+                self.stream_guard,
+            )
+        )
+        writer = MemoryWriter(self.bus, self.pool, self.guard, self.metrics, schema=self.schema)
+        if s.memory_extraction:
+            self.extractor = Extractor(
+                self.bus, self.pool, writer, self.metrics,
+                default_base_url=s.llm_base_url, api_key=s.llm_api_key, timeout=s.llm_timeout,
+                limit=s.memory_extraction_max, schema=self.schema,
+            )  # fmt: skip
+            self.consumers.append(
+                self.bus.consumer(
+                    extraction_spec(
+                        f"{s.consumer_prefix}_extraction",
+                        s.memory_extraction_events,
+                        s.fetch_timeout,
+                    ),
+                    self.extractor,
+                )
+            )
+        for consumer in self.consumers:
+            await consumer.start()
+        self.tracker = AccessTracker(self.bus, s.memory_access_flush)
+        await self.tracker.start()
+        self.consolidator = Consolidator(
+            self.bus,
+            self.pool,
+            Thresholds(s.memory_near_duplicate, s.memory_contradiction, s.memory_decay_days),
+            schema=self.schema,
+        )
+        if s.memory_consolidation_interval > 0:
+            self._consolidation_task = asyncio.create_task(
+                self._consolidate_every(s.memory_consolidation_interval),
+                name="memory-consolidation",
+            )
+        search = MemorySearch(
+            self.pool,
+            self.embedder,
+            Weights(
+                rrf_k=s.memory_rrf_k, half_life_days=s.memory_half_life_days,
+                kinds=s.memory_kind_weights,
+            ),
+            candidates=s.memory_candidates,
+            schema=self.schema,
+        )  # fmt: skip
+        self.endpoints = MemoryEndpoints(
+            self.bus, self.pool, search=search, writer=writer, tracker=self.tracker,
+            metrics=self.metrics, consolidate=self.consolidate, rebuild=self.rebuild,
+            schema=self.schema,
+        )  # fmt: skip
+        await self.endpoints.start()
+        if s.health_port is not None:
+            self.health = HealthServer(self.ready, s.health_host, s.health_port)
+            await self.health.start()
+        self._running = True
+        log.info("memory started (embedder %s)", self.embedder.name)
+
+    async def consolidate(self, scopes: list[str] | None = None) -> MemoryConsolidateReply:
+        """One consolidation pass now (over `scopes`, else all)."""
+        assert self.consolidator is not None
+        return await self.consolidator.run(scopes or [], datetime.now(UTC))
+
+    async def _consolidate_every(self, interval: float) -> None:
+        while True:
+            await asyncio.sleep(interval)
+            try:
+                await self.consolidate()
+            except Exception:  # a failed pass must not end the loop: the next one retries
+                log.exception("memory consolidation pass failed")
+
+    async def _replay_all(self) -> int:
+        assert self.projection is not None
+        return await rebuild(
+            self.bus, self.pool, self.projection, batch=self.settings.projection_batch
+        )
+
+    async def rebuild(self) -> MemoryRebuildReply:
+        """Replay NEXUS_MEMORY into fresh tables (the configured embedder) and swap them in."""
+        assert self.embedder is not None
+        async with self._rebuild_lock:
+            started = time.perf_counter()
+            applied = await self._replay_all()
+        return MemoryRebuildReply(
+            applied=applied,
+            seconds=round(time.perf_counter() - started, 3),
+            embedder=self.embedder.name,
+            dimension=self.embedder.dimension,
+        )
+
+    async def stop(self) -> None:
+        """Drain: stop answering, let consumers finish their batch, flush, then close."""
+        self._running = False
+        if self.endpoints is not None:
+            await self.endpoints.stop()
+        if self._consolidation_task is not None:
+            self._consolidation_task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._consolidation_task
+            self._consolidation_task = None
+        await asyncio.gather(*(c.stop() for c in self.consumers))
+        self.consumers.clear()
+        if self.tracker is not None:
+            await self.tracker.stop()
+        if self.extractor is not None:
+            await self.extractor.close()
+        if self.runner is not None:
+            await self.runner.stop()
+        if self.health is not None:
+            await self.health.stop()
+        if self.meter_provider is not None:
+            self.meter_provider.shutdown()
+            self.meter_provider = None
+        if self._pool is not None:
+            with contextlib.suppress(asyncio.TimeoutError):
+                await asyncio.wait_for(self._pool.close(), timeout=10)
+            self._pool = None
+        if self._own_bus and self._bus is not None:
+            await self._bus.close()
+            self._bus = None
+        log.info("memory stopped")
+
+    async def __aenter__(self) -> MemoryApp:
+        await self.start()
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.stop()
+
+
+async def serve(settings: MemorySettings, stop: asyncio.Event) -> None:
+    """Run memory until `stop` is set, then drain within `drain_timeout` seconds."""
+    app = MemoryApp(settings)
+    await app.start()
+    try:
+        await stop.wait()
+    finally:
+        await asyncio.wait_for(app.stop(), timeout=settings.drain_timeout)

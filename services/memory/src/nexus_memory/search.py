@@ -1,0 +1,164 @@
+"""Hybrid search: vector (pgvector HNSW) + lexical (tsvector GIN), fused, then weighted.
+
+One SQL round trip asks both retrievers for their best `candidates` in the requested scopes,
+and the details of the union. Fusion is reciprocal-rank fusion (``1/(k + rank)`` summed over
+the retrievers that found the item: robust to their different score scales). The fused score
+is then weighted by recency (half-life), by how often searches returned the item before
+(logarithmic) and by kind; a superseded or stale item (non-strict search only) weighs half.
+Each item carries `why`: its ranks, similarity and weights.
+
+`rank` is pure: it turns retriever rows into scored items, so the ranking is testable without
+a database.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+import asyncpg
+from nexus_events.events import MemoryItem, MemoryMatch, MemorySearchRequest
+from nexus_events.projection import quote_ident
+
+from nexus_memory.embedding import Embedder
+from nexus_memory.projection import MEMORY_SCHEMA
+
+DAY = 86400.0
+
+
+@dataclass(frozen=True, slots=True)
+class Weights:
+    rrf_k: int = 60
+    half_life_days: float = 30.0
+    kinds: Mapping[str, float] | None = None
+    access: float = 0.1  # per natural-log unit of access count
+    not_current: float = 0.5
+
+
+@dataclass(frozen=True, slots=True)
+class Row:
+    """One candidate as the SQL returns it."""
+
+    memory_id: str
+    scope: str
+    kind: str
+    text: str
+    source_run_id: str | None
+    recorded_at: datetime
+    access_count: int
+    current: bool
+    semantic_rank: int | None
+    similarity: float | None
+    lexical_rank: int | None
+
+
+def rank(rows: Sequence[Row], now: datetime, limit: int, w: Weights) -> list[MemoryItem]:
+    """Score, sort (score, then newest, then id: deterministic) and cut to `limit`."""
+    scored: list[tuple[float, Row, MemoryMatch]] = []
+    for r in rows:
+        fused = sum(1.0 / (w.rrf_k + x) for x in (r.semantic_rank, r.lexical_rank) if x)
+        age_days = max((now - r.recorded_at).total_seconds(), 0.0) / DAY
+        recency = 0.5 ** (age_days / w.half_life_days)
+        kind_weight = (w.kinds or {}).get(r.kind, 1.0)
+        score = (
+            fused
+            * (0.5 + 0.5 * recency)
+            * (1.0 + w.access * math.log1p(r.access_count))
+            * kind_weight
+            * (1.0 if r.current else w.not_current)
+        )
+        why = MemoryMatch(
+            semantic_rank=r.semantic_rank,
+            similarity=None if r.similarity is None else round(r.similarity, 4),
+            lexical_rank=r.lexical_rank,
+            fused=round(fused, 6),
+            recency=round(recency, 4),
+            access_count=r.access_count,
+            kind_weight=kind_weight,
+        )
+        scored.append((score, r, why))
+    scored.sort(key=lambda t: (-t[0], -t[1].recorded_at.timestamp(), t[1].memory_id))
+    return [
+        MemoryItem(
+            memory_id=r.memory_id,
+            text=r.text,
+            score=round(score, 6),
+            source_run_id=r.source_run_id,
+            scope=r.scope,
+            kind=r.kind,
+            current=r.current,
+            why=why,
+        )
+        for score, r, why in scored[:limit]
+    ]
+
+
+def _sql(q: str) -> str:
+    # $1 query vector, $2 query text, $3 scopes, $4 strict, $5 kinds, $6 candidates
+    where = (
+        "scope = ANY($3::text[]) AND NOT forgotten"
+        " AND (NOT $4::bool OR (valid_to IS NULL AND NOT stale))"
+        " AND (cardinality($5::text[]) = 0 OR kind = ANY($5::text[]))"
+    )
+    return f"""
+WITH sem AS (
+    SELECT memory_id, sim, row_number() OVER (ORDER BY sim DESC, memory_id) AS r
+    FROM (SELECT memory_id, 1 - (embedding <=> $1) AS sim
+          FROM {q}.memories WHERE {where}
+          ORDER BY embedding <=> $1 LIMIT $6) s
+),
+query AS (
+    SELECT replace(plainto_tsquery('english', $2)::text, '&', '|')::tsquery AS tq
+),
+lex AS (
+    SELECT memory_id, row_number() OVER (ORDER BY rk DESC, memory_id) AS r
+    FROM (SELECT memory_id, ts_rank(tsv, tq, 1) AS rk
+          FROM {q}.memories, query
+          WHERE tsv @@ tq AND {where}
+          ORDER BY rk DESC LIMIT $6) l
+)
+SELECT m.memory_id, m.scope, m.kind, m.text, m.source_run_id, m.recorded_at, m.access_count,
+       (m.valid_to IS NULL AND NOT m.stale) AS current,
+       sem.r AS semantic_rank, sem.sim AS similarity, lex.r AS lexical_rank
+FROM {q}.memories m
+JOIN (SELECT memory_id FROM sem UNION SELECT memory_id FROM lex) u USING (memory_id)
+LEFT JOIN sem USING (memory_id)
+LEFT JOIN lex USING (memory_id)
+"""
+
+
+class MemorySearch:
+    """Runs a `MemorySearchRequest` against the live tables."""
+
+    def __init__(
+        self,
+        pool: asyncpg.Pool[Any],
+        embedder: Embedder,
+        weights: Weights,
+        *,
+        candidates: int = 50,
+        schema: str = MEMORY_SCHEMA,
+    ) -> None:
+        self.pool = pool
+        self.embedder = embedder
+        self.weights = weights
+        self.candidates = candidates
+        self.sql = _sql(quote_ident(schema))
+
+    async def search(self, request: MemorySearchRequest, now: datetime) -> list[MemoryItem]:
+        vector = (await self.embedder.embed([request.query]))[0]
+        candidates = max(self.candidates, request.limit)
+        records = await self.pool.fetch(
+            self.sql,
+            vector,
+            request.query,
+            request.scopes,
+            request.strict,
+            request.kinds,
+            candidates,
+        )
+        rows = [Row(**dict(r)) for r in records]
+        return rank(rows, now, request.limit, self.weights)
