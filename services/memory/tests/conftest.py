@@ -8,6 +8,7 @@ from typing import Any
 
 import pytest
 from nexus_events.bus import Bus
+
 from nexus_memory.app import MemoryApp
 from nexus_memory.config import MemorySettings
 from nexus_memory.embedding import WordLlamaEmbedder

@@ -11,9 +11,9 @@ from nexus_events.bus import Bus
 from nexus_events.testing import eventually
 
 
-async def ask(bus: Bus, subject: str, body: dict[str, Any], timeout: float = 5.0) -> Any:
+async def ask(bus: Bus, subject: str, body: dict[str, Any], wait: float = 5.0) -> Any:
     """A request as any client sends it: JSON in, JSON out (error replies included)."""
-    reply = await bus.nc.request(subject, json.dumps(body).encode(), timeout=timeout)
+    reply = await bus.nc.request(subject, json.dumps(body).encode(), timeout=wait)
     return json.loads(reply.data)
 
 
@@ -46,7 +46,7 @@ async def rows(pool: asyncpg.Pool[Any], table: str = "memory.memories") -> list[
     if table.endswith("consolidations"):
         key = "pass_id"
     out = []
-    for r in await pool.fetch(f"SELECT * FROM {table} ORDER BY {key}"):  # noqa: S608
+    for r in await pool.fetch(f"SELECT * FROM {table} ORDER BY {key}"):
         row = dict(r)
         if "embedding" in row:
             row["embedding"] = [round(float(x), 6) for x in row["embedding"]]

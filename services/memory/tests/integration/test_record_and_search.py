@@ -8,8 +8,8 @@ import asyncpg
 from nexus_events import subjects
 from nexus_events.bus import Bus
 from nexus_events.testing import eventually
-from nexus_memory.app import MemoryApp
 
+from nexus_memory.app import MemoryApp
 from services.memory.tests.support import applied, ask, record, search, until_found
 
 
@@ -53,7 +53,8 @@ async def test_strict_search_hides_superseded_memories(memory: MemoryApp, bus: B
     assert strict == {new, newest}
     loose = {i["memory_id"]: i for i in await search(bus, "run the tests", scope, strict=False)}
     assert set(loose) == {old, keyed, new, newest}
-    assert loose[old]["current"] is False and loose[keyed]["current"] is False
+    assert loose[old]["current"] is False
+    assert loose[keyed]["current"] is False
     assert loose[new]["current"] is True
     listed = await ask(bus, subjects.MEMORY_LIST, {"scopes": scope, "include_history": True})
     status = {i["memory_id"]: (i["status"], i["superseded_by"]) for i in listed["items"]}
@@ -74,7 +75,9 @@ async def test_forget_hides_a_memory_and_keeps_its_history(
 
     await eventually(gone, what="forgotten memory hidden")
     row = await pg_pool.fetchrow("SELECT * FROM memory.memories WHERE memory_id = $1", mid)
-    assert row["forgotten"] and row["forget_reason"] == "outdated" and row["valid_to"]
+    assert row["forgotten"]
+    assert row["forget_reason"] == "outdated"
+    assert row["valid_to"] is not None
 
 
 async def test_searches_count_accesses(memory: MemoryApp, bus: Bus, pg_pool: asyncpg.Pool) -> None:
@@ -110,4 +113,5 @@ async def test_bad_requests_get_structured_errors(memory: MemoryApp, bus: Bus) -
         error = json.loads(reply.data)["error"]
         assert word in error["message"], error
     raw = await bus.nc.request(subjects.MEMORY_SEARCH, b"not json", timeout=5)
-    assert raw.headers and raw.headers["Nats-Service-Error-Code"] == "400"
+    assert raw.headers is not None
+    assert raw.headers["Nats-Service-Error-Code"] == "400"
