@@ -41,14 +41,14 @@ async def until_found(
 
 
 async def rows(pool: asyncpg.Pool[Any], table: str = "memory.memories") -> list[dict[str, Any]]:
-    """Every row of a memory table, comparable (vectors as lists)."""
+    """Every row of a memory table, comparable (vectors as pgvector's text, or lists)."""
     key = "run_id" if table.endswith("extractions") else "memory_id"
     if table.endswith("consolidations"):
         key = "pass_id"
     out = []
     for r in await pool.fetch(f"SELECT * FROM {table} ORDER BY {key}"):
         row = dict(r)
-        if "embedding" in row:
+        if "embedding" in row and not isinstance(row["embedding"], str):
             row["embedding"] = [round(float(x), 6) for x in row["embedding"]]
         out.append(row)
     return out

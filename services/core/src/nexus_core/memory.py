@@ -10,7 +10,15 @@ import logging
 
 import nats.errors
 from nats.aio.client import Client
-from nexus_events.events import MemoryContext, MemorySearchReply, MemorySearchRequest, RunRequested
+from nexus_events.events import (
+    GLOBAL_SCOPE,
+    MemoryContext,
+    MemorySearchReply,
+    MemorySearchRequest,
+    RunRequested,
+    ScopeKind,
+    scope_token,
+)
 from nexus_events.subjects import MEMORY_SEARCH
 from pydantic import ValidationError
 
@@ -21,12 +29,16 @@ _SERVICE_ERROR = "Nats-Service-Error"
 
 
 def memory_query(request: RunRequested) -> MemorySearchRequest:
-    """What to search for: the request's input (or task) in the agent's and the task's scopes."""
-    scopes = [f"agent-{request.agent_id}"]
+    """What to search for: the request's input (or task) in the scopes the run belongs to
+    (its agent, its task, its repository) and the global one; current memories only."""
+    scopes = [scope_token(ScopeKind.AGENT, request.agent_id)]
     if request.task_id:
-        scopes.append(f"task-{request.task_id}")
+        scopes.append(scope_token(ScopeKind.TASK, request.task_id))
+    if request.repo is not None:
+        scopes.append(scope_token(ScopeKind.REPO, request.repo.url))
+    scopes.append(GLOBAL_SCOPE)
     text = request.input or request.task_id or request.agent_id
-    return MemorySearchRequest(query=text, scopes=scopes)
+    return MemorySearchRequest(query=text, scopes=scopes, strict=True)
 
 
 class MemoryClient:

@@ -74,7 +74,7 @@ async def test_memory_context_and_timeout(bus: Bus, core: CoreApp):
     await sub.unsubscribe()
     assert outcome.event.config.memory.status == "ok"
     assert [m.text for m in outcome.event.config.memory.items] == ["uses uv"]
-    assert seen[0]["scopes"] == ["agent-implementer", "task-T-1"]
+    assert seen[0]["scopes"] == ["agent-implementer", "task-T-1", "global"]
 
     silent = await bus.nc.subscribe(subjects.MEMORY_SEARCH, cb=_ignore)
     await _raw(bus, "r-slow", RAW)

@@ -48,7 +48,8 @@ def normalise(vectors: npt.NDArray[Any]) -> Vectors:
 
 
 class WordLlamaEmbedder:
-    """wordllama's `l2_supercat` model, 256 dimensions, from the weights in its wheel."""
+    """wordllama's `l2_supercat` model from the 256-d weights in its wheel; `dimension` below
+    256 truncates them (the model is trained Matryoshka-style: 64/128 keep most quality)."""
 
     def __init__(self, config: str = "l2_supercat", dimension: int = 256) -> None:
         import wordllama  # type: ignore[import-untyped]
@@ -58,7 +59,8 @@ class WordLlamaEmbedder:
         self._model = wordllama.WordLlama.load(
             config=config,
             cache_dir=Path(wordllama.__file__).parent,
-            dim=dimension,
+            dim=256,  # the only weights in the wheel; others would be downloaded
+            trunc_dim=dimension if dimension < 256 else None,
             disable_download=True,
         )
 

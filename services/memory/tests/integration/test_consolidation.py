@@ -1,0 +1,46 @@
+"""Consolidation over real tables: duplicates merge into the older memory, a negation
+supersedes what it contradicts, old unused memories go stale, and a second pass with nothing
+new changes nothing."""
+
+from __future__ import annotations
+
+import asyncio
+
+import asyncpg
+from nexus_events import subjects
+from nexus_events.bus import Bus
+from nexus_events.streams import MEMORY
+
+from services.memory.tests.conftest import MakeApp
+from services.memory.tests.support import applied, ask, record, search
+
+
+async def test_a_pass_merges_supersedes_and_decays(
+    make_memory: MakeApp, bus: Bus, pg_pool: asyncpg.Pool
+) -> None:
+    memory = await make_memory(memory_decay_days=2 / 86400)  # two seconds
+    old = await record(bus, "Staging deploys happen on Fridays", "agent:ops")
+    await asyncio.sleep(2.5)  # `old` is now past the decay age and was never returned
+    first = await record(bus, "Tests are run with pytest -x", "agent:impl")
+    dup = await record(bus, "tests are run with   pytest -x", "agent:impl")
+    near = await record(bus, "Tests run with pytest", "agent:impl")
+    yes = await record(bus, "CI uses pytest", "agent:ci")
+    no = await record(bus, "CI does not use pytest", "agent:ci")
+    await applied(memory)
+    reply = await ask(bus, subjects.MEMORY_CONSOLIDATE, {})
+    assert reply == {"scopes": 3, "superseded": 3, "stale": 1}
+    await applied(memory)
+    rows = {
+        r["memory_id"]: (r["superseded_by"], r["supersede_reason"], r["stale"])
+        for r in await pg_pool.fetch("SELECT * FROM memory.memories")
+    }
+    assert rows[dup] == (first, "duplicate", False)
+    assert rows[near] == (first, "near_duplicate", False)
+    assert rows[yes] == (no, "contradicted", False)
+    assert rows[old] == (None, None, True)
+    assert rows[first] == (None, None, False)
+    assert [i["memory_id"] for i in await search(bus, "staging deploys", ["agent:ops"])] == []
+    before = (await bus.js.stream_info(MEMORY)).state.last_seq
+    again = await ask(bus, subjects.MEMORY_CONSOLIDATE, {"scopes": ["agent:impl", "agent:ci"]})
+    assert again == {"scopes": 2, "superseded": 0, "stale": 0}
+    assert (await bus.js.stream_info(MEMORY)).state.last_seq == before

@@ -1,0 +1,94 @@
+"""The pure parts: fusion and weighting, extraction answers and scopes, consolidation rules."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+
+from nexus_events.events import ModelSpec, RepoSpec, RunConfig
+
+from nexus_memory.consolidation import Thresholds, decide, negates
+from nexus_memory.extraction import candidate_id, memory_scope, parse_answer
+from nexus_memory.search import Row, Weights, rank
+
+NOW = datetime(2026, 11, 22, tzinfo=UTC)
+
+
+def row(mid: str, *, sem: int | None, lex: int | None, age_days: float = 0, **kw: object) -> Row:
+    values: dict[str, object] = {
+        "memory_id": mid, "scope": "global", "kind": "fact", "text": mid,
+        "source_run_id": None, "recorded_at": NOW - timedelta(days=age_days),
+        "access_count": 0, "current": True, "semantic_rank": sem,
+        "similarity": 0.5 if sem else None, "lexical_rank": lex, **kw,
+    }  # fmt: skip
+    return Row(**values)  # type: ignore[arg-type]
+
+
+def test_found_by_both_retrievers_beats_found_by_one() -> None:
+    items = rank([row("one", sem=1, lex=None), row("both", sem=2, lex=2)], NOW, 10, Weights())
+    assert [i.memory_id for i in items] == ["both", "one"]
+    assert items[0].why is not None
+    assert items[0].why.fused == round(2 / 62, 6)
+
+
+def test_recency_access_kind_and_currency_weigh_in() -> None:
+    w = Weights(half_life_days=30, kinds={"decision": 2.0})
+    fresh, old = row("fresh", sem=1, lex=None), row("old", sem=1, lex=None, age_days=30)
+    assert rank([old, fresh], NOW, 10, w)[0].memory_id == "fresh"
+    old_item = rank([old], NOW, 10, w)[0]
+    assert old_item.why is not None
+    assert old_item.why.recency == 0.5
+    used = row("used", sem=1, lex=None, access_count=20)
+    assert rank([fresh, used], NOW, 10, w)[0].memory_id == "used"
+    decision = row("decision", sem=2, lex=None, kind="decision")
+    assert rank([fresh, decision], NOW, 10, w)[0].memory_id == "decision"
+    stale = row("stale", sem=1, lex=1, current=False)
+    assert rank([stale, row("cur", sem=2, lex=2)], NOW, 10, w)[0].memory_id == "cur"
+
+
+def test_rank_cuts_to_the_limit_deterministically() -> None:
+    rows = [row(f"m{i}", sem=1, lex=None) for i in range(5)]
+    first = [i.memory_id for i in rank(rows, NOW, 3, Weights())]
+    assert first == ["m0", "m1", "m2"]
+    assert first == [i.memory_id for i in rank(list(reversed(rows)), NOW, 3, Weights())]
+
+
+def test_parse_answer_reads_fenced_json_and_survives_prose() -> None:
+    fenced = 'Sure:\n```json\n{"memories": [{"text": "Use uv", "kind": "fact"}]}\n```'
+    assert [m.text for m in parse_answer(fenced).memories] == ["Use uv"]
+    assert parse_answer("nothing to remember").memories == []
+    assert parse_answer('{"memories": "oops"}').memories == []
+
+
+def test_candidate_scope_words_map_to_the_runs_scopes() -> None:
+    config = RunConfig(
+        run_id="r1", agent_id="impl", task_id="T-7", system_prompt="x",
+        model=ModelSpec(name="m"), repo=RepoSpec(url="https://github.com/acme/app.git"),
+    )  # fmt: skip
+    assert memory_scope("agent", config) == "agent-impl"
+    assert memory_scope("task", config) == "task-T-7"
+    assert memory_scope("repo", config) == "repo-github-com-acme-app"
+    assert memory_scope("global", config) == "global"
+    assert memory_scope("team", config) == "agent-impl"
+    assert candidate_id("r1", 0) == candidate_id("r1", 0) != candidate_id("r1", 1)
+
+
+def test_consolidation_rules() -> None:
+    t = Thresholds(near_duplicate=0.95, contradiction=0.8)
+    new = {"memory_id": "n", "kind": "fact", "text": "CI uses pytest", "content_hash": "h1"}
+
+    def nb(**kw: object) -> dict[str, object]:
+        return {"memory_id": "o", "kind": "fact", "text": "CI uses pytest", "content_hash": "h2",
+                "similarity": 0.5, **kw}  # fmt: skip
+
+    assert decide(new, [nb(content_hash="h1")], t, set()).reason == "duplicate"  # type: ignore[union-attr]
+    near = decide(new, [nb(similarity=0.97)], t, set())
+    assert near is not None
+    assert (near.memory_id, near.by_memory_id, near.reason) == ("n", "o", "near_duplicate")
+    flip = decide(new, [nb(similarity=0.85, text="CI does not use pytest")], t, set())
+    assert flip is not None
+    assert (flip.memory_id, flip.by_memory_id, flip.reason) == ("o", "n", "contradicted")
+    assert decide(new, [nb(similarity=0.85)], t, set()) is None
+    assert decide(new, [nb(content_hash="h1")], t, {"o"}) is None
+    assert negates("we no longer deploy on Fridays")
+    assert negates("don't use nose")
+    assert not negates("notes live in docs/")
