@@ -20,6 +20,10 @@ name ``offline-NAME``, else it is ``fix``:
 - ``slow``: a long shell command (``sleep 600``), then finish: a run to cancel.
 - ``approval``: one gated ``run_shell`` call, then finish saying whether it was approved.
 - ``chat``: no tools: says hello and finishes.
+
+A request from memory's extraction (its instruction carries ``[nexus-memory-extraction]``)
+gets JSON naming what the finished run taught: its result summary, in the repository's scope
+when the run had one.
 """
 
 from __future__ import annotations
@@ -168,9 +172,29 @@ def script_name(body: dict[str, Any]) -> str:
     return DEFAULT_SCRIPT
 
 
+EXTRACTION_MARKER = "[nexus-memory-extraction]"  # nexus_memory.extraction.MARKER
+
+
+def extraction_answer(transcript: str) -> str:
+    """Memory extraction's answer: the run's result summary as one memory."""
+    fields = dict(line.split(": ", 1) for line in transcript.splitlines() if ": " in line)
+    try:
+        summary = str(json.loads(fields.get("Result", "{}")).get("result", {}).get("summary", ""))
+    except ValueError:
+        summary = ""
+    first = summary.strip().splitlines()[0] if summary.strip() else ""
+    if not first or fields.get("Outcome") != "completed":
+        return json.dumps({"memories": []})
+    scope = "repo" if "Repository" in fields else "agent"
+    text = f"{first} (learned by {fields.get('Agent', 'an agent')} in {fields.get('Run', 'a run')})"
+    return json.dumps({"memories": [{"text": text, "kind": "fact", "scope": scope}]})
+
+
 def reply_for(body: dict[str, Any]) -> Reply:
     """The scripted reply to one chat-completions request."""
     messages = body.get("messages") or []
+    if messages and EXTRACTION_MARKER in _text_of(messages[0].get("content")):
+        return Reply(extraction_answer(_text_of(messages[-1].get("content"))))
     turns = sum(1 for m in messages if m.get("role") == "assistant")
     tool_messages = [m for m in messages if m.get("role") == "tool"]
     last_tool = _text_of(tool_messages[-1].get("content")) if tool_messages else ""
