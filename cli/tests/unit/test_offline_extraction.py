@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
-from nexus_cli.devstack.offline_model import reply_for
 from nexus_events.events import ModelSpec, RunCompleted, RunConfig, RunFailed, RunResult
 from nexus_memory.extraction import INSTRUCTION, RunTranscript, parse_answer
+
+from nexus_cli.devstack.offline_model import reply_for
 
 
 def _ask(transcript: RunTranscript) -> str:
