@@ -1,9 +1,10 @@
-"""Compose without Docker: run core and the scheduler (local runtime) from compose.yaml's own
-commands and environments, against a real nats-server started with deploy/nats/nats.conf (the
-per-service users and permissions) and a real PostgreSQL, and drive one run end to end:
-agent applied -> requested -> prepared -> dispatched -> started -> completed, the runner
-being started by the scheduler exactly as NEXUS_SCHEDULER_LOCAL_COMMAND says, with the fake
-OpenAI server as the LLM."""
+"""Compose without Docker: run core, memory and the scheduler (local runtime) from
+compose.yaml's own commands and environments, against a real nats-server started with
+deploy/nats/nats.conf (the per-service users and permissions) and a real PostgreSQL, and
+drive one run end to end: agent applied -> requested -> prepared -> dispatched -> started ->
+completed, the runner being started by the scheduler exactly as NEXUS_SCHEDULER_LOCAL_COMMAND
+says, with the fake OpenAI server as the LLM; then memory extracts what the run learned
+(asking the same fake model) and a search finds it."""
 
 from __future__ import annotations
 
@@ -26,6 +27,7 @@ import pytest
 from nexus_events import subjects
 from nexus_events.bus import Bus, BusSettings
 from nexus_events.events.catalog import AgentApplied, AgentDefinition
+from nexus_events.events.memory import MemorySearchReply, MemorySearchRequest
 from nexus_events.events.runs import RunRequested, TerminalEvent
 from nexus_events.streams import RUNS
 from nexus_events.testing import free_port, nats_server_binary
@@ -34,7 +36,7 @@ from ..fakes.openai_server import FakeOpenAI, Reply, ToolCall
 from .compose_model import ROOT, environment, load
 
 # The compose services this test runs as real processes; the others are explained below.
-RUN_HERE = {"core", "scheduler"}
+RUN_HERE = {"core", "memory", "scheduler"}
 REPLACED = {
     "nats": "run as the test's nats-server with deploy/nats/nats.conf",
     "postgres": "replaced by the embedded PostgreSQL (pgvector) of the test fixtures",
@@ -159,8 +161,9 @@ def _mapped(
         if f"{prefix}HEALTH_PORT" in env:
             out[f"{prefix}HEALTH_HOST"] = "127.0.0.1"
             out[f"{prefix}HEALTH_PORT"] = str(free_port())
-    if "NEXUS_RUNNER_LLM_BASE_URL" in env:
-        out["NEXUS_RUNNER_LLM_BASE_URL"] = llm_url
+    for key in ("NEXUS_RUNNER_LLM_BASE_URL", "NEXUS_LLM_BASE_URL"):
+        if key in env:
+            out[key] = llm_url
     for key in ("NEXUS_SCHEDULER_LOCAL_WORKDIR", "NEXUS_RUNNER_WORKSPACE_ROOT"):
         if key in env:
             out[key] = str(tmp / key.lower())
@@ -173,6 +176,8 @@ async def llm() -> AsyncIterator[FakeOpenAI]:
     script = [
         Reply(tool_calls=(ToolCall("write_file", {"path": "hello.txt", "content": "hi"}),)),
         Reply(tool_calls=(ToolCall("finish", {"summary": "wrote hello"}),)),
+        # Memory's extraction, asked once the run has completed.
+        Reply(text=json.dumps({"memories": [{"text": LEARNED, "kind": "fact"}]})),
     ]
     async with FakeOpenAI(script) as server:
         yield server
@@ -202,7 +207,7 @@ async def test_one_run_end_to_end_from_compose(
             },
             tmp_path,
         )
-        for name in ("core", "scheduler")
+        for name in ("core", "memory", "scheduler")
     }
     admin = await Bus.connect(
         BusSettings(
@@ -220,6 +225,9 @@ async def test_one_run_end_to_end_from_compose(
         core.start()
         health = int(core.env["NEXUS_HEALTH_PORT"])
         await _until_ready(core, health)
+        memory = procs["memory"]
+        memory.start()
+        await _until_ready(memory, int(memory.env["NEXUS_HEALTH_PORT"]), within=60)
         scheduler = procs["scheduler"]
         scheduler.start()
         await _until_ready(scheduler, int(scheduler.env["NEXUS_SCHEDULER_HEALTH_PORT"]))
@@ -255,18 +263,40 @@ async def test_one_run_end_to_end_from_compose(
         last = [d.event async for d in admin.replay(RUNS, run_id=run_id)][-1]
         assert isinstance(last, TerminalEvent), detail
         assert last.reason == "succeeded", detail
-        assert len(llm.requests) == 2  # the runner really talked to the fake LLM
+        # Memory extracted the run's lesson through the same model; the operator finds it.
+        found = await _memory_finds(admin, "where do greeting files live", "agent:smoke", memory)
+        assert [i.text for i in found.items] == [LEARNED], detail + memory.tail()
+        # The runner's two turns, then memory's extraction: each talked to the fake LLM.
+        assert len(llm.requests) == 3
         # Each process used its own NATS user; the run process the runner's, not the scheduler's.
         users = await asyncio.to_thread(_users, monitor)
-        assert {"core", "scheduler", "runner", "admin"} <= users, users
+        assert {"core", "memory", "scheduler", "runner", "admin"} <= users, users
     finally:
         await admin.close()
         codes = {name: p.stop() for name, p in reversed(procs.items())}
     # Both drained and exited cleanly on SIGTERM, as `docker compose stop` would ask.
-    assert codes == {"scheduler": 0, "core": 0}, "\n".join(p.tail() for p in procs.values())
+    assert codes == {"scheduler": 0, "memory": 0, "core": 0}, "\n".join(
+        p.tail() for p in procs.values()
+    )
 
 
 TERMINAL = {"completed", "failed", "cancelled", "timed_out", "lost"}
+LEARNED = "Greeting files live at the repository root as hello.txt"
+
+
+async def _memory_finds(bus: Bus, query: str, scope: str, memory: Service) -> MemorySearchReply:
+    """Memory's search reply once it lists something (extraction runs after the run ends)."""
+    request = MemorySearchRequest(query=query, scopes=[scope])
+    deadline = time.monotonic() + RUN_DEADLINE
+    while True:
+        assert memory.proc is not None and memory.proc.poll() is None, memory.tail()
+        msg = await bus.nc.request(
+            subjects.MEMORY_SEARCH, request.model_dump_json().encode(), timeout=5
+        )
+        reply = MemorySearchReply.model_validate_json(msg.data)
+        if reply.items or time.monotonic() > deadline:
+            return reply
+        await asyncio.sleep(0.2)
 
 
 async def _until_ready(service: Service, port: int, within: float = 30) -> None:
