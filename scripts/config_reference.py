@@ -25,6 +25,7 @@ SECTIONS: list[tuple[str, str, str]] = [
     ("core (`python -m nexus_core`)", "nexus_core.config", "CoreSettings"),
     ("scheduler (`python -m nexus_scheduler`)", "nexus_scheduler.config", "SchedulerSettings"),
     ("runner (`python -m nexus_runner`)", "nexus_runner.config", "RunnerSettings"),
+    ("memory (`python -m nexus_memory`)", "nexus_memory.config", "MemorySettings"),
 ]
 
 

@@ -1,7 +1,8 @@
-"""Every metric a Grafana dashboard queries is one nexus_events.metrics emits.
+"""Every metric a Grafana dashboard queries is one Nexus emits.
 
 The Prometheus names are taken from the real Prometheus exporter's output for a RunMetrics
-that saw a whole run and a pipeline poll, not from a hand-written mapping.
+that saw a whole run and a pipeline poll, and a MemoryMetrics that saw a search, writes and
+an extraction, not from a hand-written mapping.
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ from nexus_events.events.runs import (
     ToolResult,
 )
 from nexus_events.metrics import INSTRUMENTS, PipelineSnapshot, RunMetrics
+from nexus_memory.metrics import MemoryMetrics
 from opentelemetry.exporter.prometheus import PrometheusMetricReader
 from opentelemetry.sdk.metrics import MeterProvider
 from prometheus_client import CollectorRegistry, generate_latest
@@ -45,7 +47,13 @@ def exported_names() -> set[str]:
     """Metric family and sample names the Prometheus exporter really produces."""
     registry = CollectorRegistry()
     reader = PrometheusMetricReader(registry=registry)
-    metrics = RunMetrics(None, MeterProvider(metric_readers=[reader]))  # type: ignore[arg-type]
+    provider = MeterProvider(metric_readers=[reader])
+    metrics = RunMetrics(None, provider)  # type: ignore[arg-type]
+    memory = MemoryMetrics(provider)
+    memory.search(0.004, strict=True)
+    memory.record("recorded")
+    memory.record("blocked")
+    memory.extraction("recorded")
     run_a = [
         ("requested", RunRequested(agent_id="implementer")),
         ("dispatched", RunDispatched(runtime="local", handle="1")),
@@ -110,6 +118,8 @@ def test_the_exporter_emits_every_instrument(emitted: set[str]) -> None:
     assert "nexus_run_duration_seconds_bucket" in emitted
     assert "nexus_llm_cost_usd_total" in emitted
     assert "nexus_consumer_pending" in emitted
+    assert "nexus_memory_search_seconds_bucket" in emitted
+    assert "nexus_memory_records_total" in emitted
 
 
 def test_the_query_parser_finds_metric_names() -> None:
@@ -126,8 +136,13 @@ def test_every_queried_metric_is_emitted(path: Path, emitted: set[str]) -> None:
     assert queried <= emitted, f"{path.name} queries metrics nobody emits: {queried - emitted}"
 
 
-def test_the_three_dashboards_exist_and_are_provisioned() -> None:
-    assert {p.stem for p in DASHBOARDS} == {"runs-overview", "agent-cost-tokens", "pipeline-health"}
+def test_the_dashboards_exist_and_are_provisioned() -> None:
+    assert {p.stem for p in DASHBOARDS} == {
+        "runs-overview",
+        "agent-cost-tokens",
+        "pipeline-health",
+        "memory",
+    }
     uids = [json.loads(p.read_text())["uid"] for p in DASHBOARDS]
     assert len(set(uids)) == len(uids)
     provider = yaml.safe_load(

@@ -26,7 +26,7 @@ from nexus_cli.errors import CliError, ExitCode
 from nexus_cli.options import Output, OutputOpt, guard, run
 from nexus_cli.output import console, duration, emit, message, print_json
 
-app = typer.Typer(help="The embedded dev stack: nats-server, PostgreSQL, core, scheduler.")
+app = typer.Typer(help="The embedded dev stack: nats-server, PostgreSQL, core, memory, scheduler.")
 
 HomeOpt = Annotated[
     Path | None,
@@ -153,6 +153,10 @@ async def _probe(state: StackState) -> dict[str, str]:
     core_url = state.core_health_url
     core = await probes.http_status(core_url + "/readyz") if core_url else 0
     health["core"] = {200: "healthy", 503: "not ready"}.get(core, "down")
+    memory = state.services.get("memory")
+    if memory is not None and memory.url:
+        status = await probes.http_status(memory.url + "/readyz")
+        health["memory"] = {200: "healthy", 503: "not ready"}.get(status, "down")
     health["scheduler"] = "down"
     model = state.services.get("model")
     if model is not None and model.url:
@@ -239,7 +243,7 @@ def status(home: HomeOpt = None, output: OutputOpt = Output.TABLE) -> None:
 @app.command()
 def logs(
     service: Annotated[
-        str | None, typer.Argument(help="nats, postgres, core, scheduler, model or supervisor.")
+        str | None, typer.Argument(help="nats, postgres, core, memory, scheduler, model or supervisor.")
     ] = None,
     follow: Annotated[bool, typer.Option("--follow", "-f", help="Keep printing.")] = False,
     lines: Annotated[int, typer.Option("--lines", "-n", min=0, help="Lines of history.")] = 50,

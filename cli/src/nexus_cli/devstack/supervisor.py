@@ -2,10 +2,11 @@
 
 Started in the background by `nexus dev up` (its own session, so a Ctrl-C in the terminal does
 not reach it). It starts nats-server (JetStream, store HOME/nats), PostgreSQL (HOME/pg),
-ensures the streams, then core and the scheduler (local runtime, runs under HOME/runs), each
-writing to HOME/logs/<name>.log. It keeps HOME/state.json current, restarts a service that
-exits on its own (with a growing backoff, noted in the state and in the logs), and on SIGTERM
-stops everything in reverse order, letting each service drain.
+ensures the streams, then the Nexus services of ``APP_SERVICES`` (core, memory, and the
+scheduler with the local runtime, runs under HOME/runs), each writing to
+HOME/logs/<name>.log. It keeps HOME/state.json current, restarts a service that exits on its
+own (with a growing backoff, noted in the state and in the logs), and on SIGTERM stops
+everything in reverse order, letting each service drain.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ import sys
 import sysconfig
 import time
 from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import asyncpg
@@ -47,6 +49,35 @@ RESTART_DELAY = 0.5
 RESTART_DELAY_CAP = 10.0
 # How often the supervisor looks at PostgreSQL (not its child) and refreshes readiness.
 WATCH_PERIOD = 1.0
+
+
+@dataclass(frozen=True)
+class AppService:
+    """One Nexus service of the dev stack: ``python -m <module>`` with a health endpoint."""
+
+    name: str
+    module: str
+    # The service's Settings read its health endpoint from these (core and memory share the
+    # plain names; the scheduler's are prefixed).
+    health_host_env: str = "NEXUS_HEALTH_HOST"
+    health_port_env: str = "NEXUS_HEALTH_PORT"
+    needs_database: bool = True
+    env: dict[str, str] = field(default_factory=dict)
+
+
+# Started in this order, stopped in the reverse one: memory before the scheduler so a run's
+# assembly finds it, the scheduler last so nothing dispatches before its readers are up.
+APP_SERVICES: tuple[AppService, ...] = (
+    AppService("core", "nexus_core"),
+    AppService("memory", "nexus_memory"),
+    AppService(
+        "scheduler",
+        "nexus_scheduler",
+        health_host_env="NEXUS_SCHEDULER_HEALTH_HOST",
+        health_port_env="NEXUS_SCHEDULER_HEALTH_PORT",
+        needs_database=False,
+    ),
+)
 
 
 def nats_server_binary() -> str:
@@ -171,8 +202,7 @@ class Supervisor:
         self.state.services = {
             "nats": self._entry("nats"),
             "postgres": self.pg_entry,
-            "core": self._entry("core"),
-            "scheduler": self._entry("scheduler"),
+            **{app.name: self._entry(app.name) for app in APP_SERVICES},
         }
         if "model" in self.children:
             self.state.services["model"] = self._entry("model")
@@ -272,41 +302,41 @@ class Supervisor:
         # Runners clone into the stack's directory (not a /tmp shared by every stack), where
         # `down` finds whatever they left running.
         service_env.setdefault("NEXUS_RUNNER_WORKSPACE_ROOT", str(self.home / "runs" / WORKSPACES))
-        health_port = probes.free_port()
-        self.state.core_health_url = f"http://127.0.0.1:{health_port}"
-        core = self._child(
-            "core",
-            [sys.executable, "-m", "nexus_core"],
-            {
-                **service_env,
-                "NEXUS_DATABASE_URL": self.state.database_url,
-                "NEXUS_HEALTH_HOST": "127.0.0.1",
-                "NEXUS_HEALTH_PORT": str(health_port),
-            },
-        )
-        core.entry.url = self.state.core_health_url
-        scheduler_health_port = probes.free_port()
-        self.state.scheduler_health_url = f"http://127.0.0.1:{scheduler_health_port}"
         runner_cmd = os.environ.get("NEXUS_SCHEDULER_LOCAL_COMMAND") or json.dumps(
             [sys.executable, "-m", "nexus_runner"]
         )
-        scheduler = self._child(
-            "scheduler",
-            [sys.executable, "-m", "nexus_scheduler"],
-            {
-                **service_env,
+        per_service = {
+            # Memory extraction asks the runs' model server, like the runners do.
+            "memory": {
+                "NEXUS_LLM_BASE_URL": service_env.get("NEXUS_RUNNER_LLM_BASE_URL", ""),
+                "NEXUS_LLM_API_KEY": service_env.get("NEXUS_RUNNER_LLM_API_KEY", "not-needed"),
+            },
+            "scheduler": {
                 "NEXUS_SCHEDULER_RUNTIME": "local",
                 "NEXUS_SCHEDULER_LOCAL_COMMAND": runner_cmd,
                 "NEXUS_SCHEDULER_LOCAL_WORKDIR": str(self.home / "runs"),
                 "NEXUS_SCHEDULER_REPLICA_ID": SCHEDULER_REPLICA,
-                "NEXUS_SCHEDULER_HEALTH_HOST": "127.0.0.1",
-                "NEXUS_SCHEDULER_HEALTH_PORT": str(scheduler_health_port),
             },
-        )
-        scheduler.entry.url = self.state.scheduler_health_url
-        await core.start()
-        await scheduler.start()
-        await _until(self._healthy, "core and the scheduler to become ready", READY_TIMEOUT)
+        }
+        for app in APP_SERVICES:
+            port = probes.free_port()
+            env = {
+                **service_env,
+                **app.env,
+                **{k: v for k, v in per_service.get(app.name, {}).items() if v},
+                app.health_host_env: "127.0.0.1",
+                app.health_port_env: str(port),
+            }
+            if app.needs_database:
+                env["NEXUS_DATABASE_URL"] = self.state.database_url
+            child = self._child(app.name, [sys.executable, "-m", app.module], env)
+            child.entry.url = f"http://127.0.0.1:{port}"
+        self.state.core_health_url = self.children["core"].entry.url
+        self.state.scheduler_health_url = self.children["scheduler"].entry.url
+        for app in APP_SERVICES:
+            await self.children[app.name].start()
+        names = ", ".join(app.name for app in APP_SERVICES)
+        await _until(self._healthy, f"{names} to become ready", READY_TIMEOUT)
 
     async def _model_env(self, base_env: dict[str, str]) -> dict[str, str]:
         """The runner's model settings: the offline model server (started here) with
@@ -355,13 +385,11 @@ class Supervisor:
                     f" see {child.log_path}"
                 )
         assert self.bus is not None
-        assert self.state.core_health_url is not None
-        assert self.state.scheduler_health_url is not None
-        core_ready = await probes.http_status(self.state.core_health_url + "/readyz") == 200
-        scheduler_url = self.state.scheduler_health_url + "/readyz"
-        scheduler_ready = await probes.http_status(scheduler_url) == 200
-        leader = await probes.scheduler_leader(self.bus.js)
-        return core_ready and scheduler_ready and leader == SCHEDULER_REPLICA
+        for app in APP_SERVICES:
+            url = self.children[app.name].entry.url
+            if url is None or await probes.http_status(url + "/readyz") != 200:
+                return False
+        return await probes.scheduler_leader(self.bus.js) == SCHEDULER_REPLICA
 
     async def _watch_postgres(self) -> None:
         """PostgreSQL is pg_ctl's daemon, not our child: look at its pid, restart it if gone."""
@@ -383,8 +411,8 @@ class Supervisor:
                 delay = min(delay * 2, RESTART_DELAY_CAP)
 
     async def _stop(self) -> None:
-        for name in ("scheduler", "core"):
-            child = self.children.get(name)
+        for app in reversed(APP_SERVICES):
+            child = self.children.get(app.name)
             if child is not None:
                 await child.stop()
         await asyncio.to_thread(stop_runs, self.home / "runs")
