@@ -289,7 +289,8 @@ async def _memory_finds(bus: Bus, query: str, scope: str, memory: Service) -> Me
     request = MemorySearchRequest(query=query, scopes=[scope])
     deadline = time.monotonic() + RUN_DEADLINE
     while True:
-        assert memory.proc is not None and memory.proc.poll() is None, memory.tail()
+        assert memory.proc is not None
+        assert memory.proc.poll() is None, memory.tail()
         msg = await bus.nc.request(
             subjects.MEMORY_SEARCH, request.model_dump_json().encode(), timeout=5
         )

@@ -69,21 +69,31 @@ class Session:
             await self._bus.close()
             self._bus = None
 
-    async def query(self, subject: str, body: dict[str, Any] | None = None) -> dict[str, Any]:
-        """Ask core; 404 -> exit 3, 400 -> exit 2, nobody answering -> 4, no reply -> 5."""
+    async def query(
+        self,
+        subject: str,
+        body: dict[str, Any] | None = None,
+        *,
+        service: str = "core",
+        wait: float | None = None,
+    ) -> dict[str, Any]:
+        """Ask `service` (core unless named); 404 -> exit 3, 400 and 422 (refused, e.g. a
+        secret) -> exit 2, nobody answering -> 4, no reply within `wait` seconds (default: the
+        session's timeout) -> 5."""
         payload = json.dumps(body or {}).encode()
+        wait = self.timeout if wait is None else wait
         try:
-            reply = await self.bus.nc.request(subject, payload, timeout=self.timeout)
+            reply = await self.bus.nc.request(subject, payload, timeout=wait)
         except nats.errors.NoRespondersError:
             raise CliError(
-                f"nothing answers {subject}: core is not running",
+                f"nothing answers {subject}: {service} is not running",
                 hint="`nexus dev status` (dev stack) or `nexus doctor`",
                 code=ExitCode.UNAVAILABLE,
             ) from None
         except nats.errors.TimeoutError:
             raise CliError(
-                f"no reply on {subject} within {self.timeout:.1f}s",
-                hint="core may be overloaded or restarting; retry, or raise --timeout",
+                f"no reply on {subject} within {wait:.1f}s",
+                hint=f"{service} may be overloaded or restarting; retry, or raise --timeout",
                 code=ExitCode.TIMEOUT,
             ) from None
         headers = reply.headers or {}
@@ -112,6 +122,9 @@ class Session:
             # Core's message names the first bad field; list them only when there are more.
             details = fields if len(fields) > 1 else []
             raise CliError(message, code=ExitCode.INVALID, details=details)
+        if error_code == "422":
+            # Understood but refused (memory's secret guard): the message says why.
+            raise CliError(message, code=ExitCode.INVALID)
         raise CliError(f"{subject} failed: {message}", code=ExitCode.UNAVAILABLE)
 
     async def get_run(self, run_id: str) -> dict[str, Any]:

@@ -5,8 +5,8 @@ Exit codes (docs/cli.md):
 ==== =====================================================================
 0    success
 1    the run ended badly (failed, cancelled, timed_out, lost)
-2    usage error or invalid input (bad flag, malformed document, bad id)
-3    not found (run, agent, skill, dead letter, context)
+2    usage error or invalid input (bad flag, malformed document, bad id, a blocked secret)
+3    not found (run, agent, skill, dead letter, context, memory)
 4    unavailable (NATS, PostgreSQL, a service, or the dev stack is down)
 5    timed out waiting
 130  interrupted (Ctrl-C)

@@ -14,6 +14,7 @@ from nexus_cli.commands import (
     dev,
     dlq,
     doctor,
+    memory,
     projections,
     run_control,
     run_events,
@@ -28,7 +29,7 @@ logging.getLogger("nexus_events").setLevel(logging.ERROR)
 
 app = typer.Typer(
     name="nexus",
-    help="Operate Nexus: the dev stack, agents and skills, runs, the board, dead letters.",
+    help="Operate Nexus: the dev stack, agents and skills, runs, the board, memory, dead letters.",
     no_args_is_help=True,
     pretty_exceptions_enable=False,
     context_settings={"help_option_names": ["-h", "--help"]},
@@ -55,6 +56,7 @@ app.add_typer(agents.app, name="agents")
 app.add_typer(skills.app, name="skills")
 app.add_typer(board.task_app, name="task")
 app.add_typer(dlq.app, name="dlq")
+app.add_typer(memory.app, name="memory")
 app.add_typer(projections.app, name="projections")
 app.add_typer(context.app, name="context")
 # `nexus --help` lists commands in registration order: run, ps, attach, events, logs,

@@ -243,7 +243,8 @@ def status(home: HomeOpt = None, output: OutputOpt = Output.TABLE) -> None:
 @app.command()
 def logs(
     service: Annotated[
-        str | None, typer.Argument(help="nats, postgres, core, memory, scheduler, model or supervisor.")
+        str | None,
+        typer.Argument(help="nats, postgres, core, memory, scheduler, model or supervisor."),
     ] = None,
     follow: Annotated[bool, typer.Option("--follow", "-f", help="Keep printing.")] = False,
     lines: Annotated[int, typer.Option("--lines", "-n", min=0, help="Lines of history.")] = 50,

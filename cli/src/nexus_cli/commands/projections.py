@@ -1,8 +1,9 @@
-"""`nexus projections status|rebuild`: core's read models against their streams.
+"""`nexus projections status|rebuild`: read models against their streams.
 
-Both read PostgreSQL directly (the context's database, or the dev stack's): checkpoints live
-beside the rows. A rebuild replays into a fresh schema and swaps it in atomically, so core can
-keep running meanwhile.
+Core's (agent_runs, board) are read and rebuilt here through PostgreSQL (the context's
+database, or the dev stack's): checkpoints live beside the rows. A rebuild replays into a fresh
+schema and swaps it in atomically, so core can keep running meanwhile. Memory's tables belong
+to the memory service: `rebuild memory` asks it (``nexus.memory.v1.rebuild``) to do the same.
 """
 
 from __future__ import annotations
@@ -18,12 +19,18 @@ from nexus_core.runs_projection import AgentRunsProjection
 from nexus_events.projection import Projection, projection_status, rebuild
 
 from nexus_cli.client import Session
+from nexus_cli.commands import memory
 from nexus_cli.errors import CliError, ExitCode
 from nexus_cli.options import Output, OutputOpt, globals_of, run
 from nexus_cli.output import emit, message
 from nexus_cli.target import Target, resolve_target
 
-app = typer.Typer(help="Core's projections (agent_runs, board): lag, and rebuild from the stream.")
+app = typer.Typer(
+    help="Projections (agent_runs, board; memory via its service): lag, and rebuild from the"
+    " stream."
+)
+# Projections whose owning service rebuilds them on request: the CLI never touches their tables.
+SERVICE_OWNED = ("memory",)
 
 
 def projections() -> dict[str, Projection]:
@@ -76,7 +83,7 @@ def status_cmd(ctx: typer.Context, output: OutputOpt = Output.TABLE) -> None:
 @app.command("rebuild")
 def rebuild_cmd(
     ctx: typer.Context,
-    name: Annotated[str, typer.Argument(metavar="PROJECTION", help="agent_runs or board.")],
+    name: Annotated[str, typer.Argument(metavar="PROJECTION", help="agent_runs, board or memory.")],
     output: OutputOpt = Output.TABLE,
 ) -> None:
     """Replay the projection from its streams into a fresh schema and swap it in."""
@@ -84,13 +91,24 @@ def rebuild_cmd(
 
     async def body() -> None:
         known = projections()
-        if name not in known:
+        if name not in known and name not in SERVICE_OWNED:
             raise CliError(
                 f"unknown projection {name!r}",
-                hint="one of: " + ", ".join(known),
+                hint="one of: " + ", ".join([*known, *SERVICE_OWNED]),
                 code=ExitCode.INVALID,
             )
         target = resolve_target(g)
+        if name == "memory":
+            async with Session(target, g.timeout) as s:
+                reply = await memory.rebuild(s)
+            message(
+                output,
+                f"rebuilt memory from {reply.get('applied')} events in"
+                f" {float(reply.get('seconds') or 0):.1f}s"
+                f" ({reply.get('embedder')}, {reply.get('dimension')}-d vectors)",
+                {"projection": "memory", "events": reply.get("applied"), **reply},
+            )
+            return
         async with Session(target, g.timeout) as s, pg_pool(target) as pool:
             applied = await rebuild(s.bus, pool, known[name])
         message(

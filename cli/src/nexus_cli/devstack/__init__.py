@@ -1,1 +1,1 @@
-"""`nexus dev`: the embedded stack (nats-server, PostgreSQL, core, memory, scheduler) under a supervisor."""
+"""`nexus dev`: the embedded stack (nats-server, PostgreSQL, core, memory, scheduler)."""
