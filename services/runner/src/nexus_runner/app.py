@@ -56,6 +56,7 @@ from nexus_runner.provider import GitHubProvider, GitProvider
 from nexus_runner.publisher import RunPublisher
 from nexus_runner.tools import ToolContext, ToolRegistry, detect_test_command
 from nexus_runner.tools.mcp import McpTools
+from nexus_runner.tools.memory import RunMemory, RunScopes
 from nexus_runner.tracing import record_terminal, run_span
 from nexus_runner.workspace import Workspace
 
@@ -266,6 +267,9 @@ async def _execute_run(
             shell_timeout=settings.shell_timeout,
             output_cap=settings.output_cap,
             test_command=settings.acceptance_command or detect_test_command(ws.root),
+            memory=RunMemory(
+                bus.nc, config.run_id, RunScopes.of(config), timeout=settings.remember_timeout
+            ),
         )
         # MCP servers live as long as the loop: closing kills their process groups, also
         # when the run is cancelled.

@@ -57,6 +57,11 @@ class RunnerSettings(BaseSettings):
     output_cap: int = Field(20_000, gt=0, description="Characters of tool output for the model.")
     event_output_cap: int = Field(4_000, gt=0, description="Characters of output in events.")
     log_chunk_chars: int = Field(512, gt=0, description="Buffer LLM deltas up to this size.")
+    remember_timeout: float = Field(
+        5.0,
+        gt=0,
+        description="Seconds the `remember` tool waits for the memory service to record.",
+    )
     # MCP servers (nexus_runner.tools.mcp). Secrets are named in agent definitions
     # (`mcp_servers[].env: {VAR: secret-name}`) and resolved only from this mapping.
     mcp_secrets: dict[str, SecretStr] = Field(

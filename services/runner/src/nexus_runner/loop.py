@@ -212,7 +212,7 @@ class AgentLoop:
     async def _tool_call_traced(self, turn: int, call: ToolCallRequest) -> tuple[ToolOutcome, str]:
         """Run one call; return its outcome for the model and a label (ok/refused/error)."""
         self.phase = f"tool:{call.name}"
-        decision = self.tools.decide(call.name, call.arguments)
+        decision = self.tools.decide(call.name, call.arguments, call.id)
         refused = decision.action == "refuse"
         await self.pub.event(
             ToolCalled(

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from nexus_events.events.memory import MAX_MEMORY_TEXT
 from pydantic import BaseModel, ConfigDict, Field
 
 
@@ -85,6 +86,32 @@ class RunTestsArgs(ToolArgs):
 
     command: str | None = Field(None, description="Test command; detected if omitted.")
     timeout: float | None = Field(None, gt=0, description="Seconds before it is killed.")
+
+
+class RememberArgs(ToolArgs):
+    """Remember something for later runs (long-term memory): a fact, decision or preference
+    worth knowing next time. Never include secrets: a text holding one is refused."""
+
+    text: str = Field(
+        ..., min_length=1, max_length=MAX_MEMORY_TEXT, description="What to remember, briefly."
+    )
+    kind: str = Field(
+        "fact",
+        pattern=r"^[a-z][a-z0-9_-]{0,31}$",
+        description="fact, decision, preference, ... (lower case).",
+    )
+    tags: list[str] = Field(default_factory=list, max_length=20, description="Tags.")
+    key: str | None = Field(
+        None,
+        max_length=200,
+        description="Topic key: a newer memory with the same key in the same scope replaces"
+        " this one (e.g. 'test-command').",
+    )
+    scope: str | None = Field(
+        None,
+        description="Who it is for: 'agent' (default: this agent), 'task' (this run's task),"
+        " 'repo' (this run's repository) or 'global'.",
+    )
 
 
 class FinishArgs(ToolArgs):

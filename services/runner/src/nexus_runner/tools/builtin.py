@@ -205,6 +205,12 @@ async def run_tests(ctx: ToolContext, args: a.RunTestsArgs) -> str:
     return out
 
 
+async def remember(ctx: ToolContext, args: a.RememberArgs) -> str:
+    if ctx.memory is None:
+        raise ToolError("memory is unavailable: this runner has no connection to it")
+    return await ctx.memory.remember(args, ctx.call_id)
+
+
 async def finish(ctx: ToolContext, args: a.FinishArgs) -> str:
     ctx.finished = args
     return "run finished"
@@ -223,5 +229,6 @@ BUILTINS: dict[str, tuple[type[a.ToolArgs], Handler]] = {
     "git_diff": (a.GitDiffArgs, git_diff),
     "git_commit": (a.GitCommitArgs, git_commit),
     "run_tests": (a.RunTestsArgs, run_tests),
+    "remember": (a.RememberArgs, remember),
     "finish": (a.FinishArgs, finish),
 }

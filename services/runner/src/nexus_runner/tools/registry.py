@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from nexus_events.events.specs import Permissions, ToolGrant
 from pydantic import ValidationError
@@ -14,10 +15,13 @@ from pydantic import ValidationError
 from nexus_runner.errors import PathEscape, ToolError
 from nexus_runner.git import Git
 from nexus_runner.safety import destructive_reason
-from nexus_runner.tools.args import FinishArgs, ToolArgs
+from nexus_runner.tools.args import FinishArgs, RememberArgs, ToolArgs
 from nexus_runner.tools.builtin import BUILTINS
 from nexus_runner.tools.mcp import McpTools
 from nexus_runner.workspace import Workspace
+
+if TYPE_CHECKING:
+    from nexus_runner.tools.memory import RunMemory
 
 # Argument fields holding workspace paths, checked before a call is even announced.
 _PATH_FIELDS = ("path", "cwd")
@@ -38,6 +42,11 @@ class ToolContext:
     tests_passed: bool | None = None
     last_exit_code: int | None = None
     finished: FinishArgs | None = None
+    # Long-term memory of the run (the `remember` tool); None: no connection to it.
+    memory: RunMemory | None = None
+    # Id of the tool call being executed (calls run one at a time): what makes a call's
+    # side effect idempotent, e.g. the id a `remember` records under.
+    call_id: str = ""
 
 
 @dataclass(frozen=True)
@@ -49,6 +58,7 @@ class Decision:
     args: ToolArgs | None = None
     raw: dict[str, Any] = field(default_factory=dict)
     reason: str = ""
+    call_id: str = ""
 
 
 @dataclass(frozen=True)
@@ -117,8 +127,12 @@ class ToolRegistry:
             )
         return specs
 
-    def decide(self, name: str, arguments: str) -> Decision:  # noqa: PLR0911
+    def decide(self, name: str, arguments: str, call_id: str = "") -> Decision:
         """Parse and judge one call: refusals carry a message the model can read."""
+        decision = self._decide(name, arguments)
+        return dataclasses.replace(decision, call_id=call_id) if call_id else decision
+
+    def _decide(self, name: str, arguments: str) -> Decision:  # noqa: PLR0911
         try:
             raw = json.loads(arguments) if arguments.strip() else {}
         except json.JSONDecodeError as exc:
@@ -172,6 +186,11 @@ class ToolRegistry:
                     return str(exc)
         if name == "git_commit" and not self.permissions.can_commit:
             return "this run is not permitted to commit"
+        if isinstance(args, RememberArgs) and self.ctx.memory is not None:
+            try:  # a run writes only into its own scopes: refused before anything is sent
+                self.ctx.memory.scopes.resolve(args.scope)
+            except ToolError as exc:
+                return str(exc)
         command = getattr(args, "command", None)
         if name == "run_shell" and isinstance(command, str):
             if _GIT_PUSH.search(command):
@@ -187,6 +206,7 @@ class ToolRegistry:
             return ToolOutcome(result.ok, result.output)
         assert decision.args is not None
         _, handler = BUILTINS[decision.tool]
+        self.ctx.call_id = decision.call_id
         try:
             return ToolOutcome(True, await handler(self.ctx, decision.args))
         except ToolError as exc:
