@@ -109,6 +109,36 @@ def test_run_follow_fixes_the_failing_test_on_a_branch(stack: Stack, demo_repo: 
     stack.remember_processes()
 
 
+@pytest.mark.usefixtures("catalog")
+def test_memory_learns_from_a_run_and_the_next_run_gets_it(stack: Stack, demo_repo: Path) -> None:
+    """The dev stack's memory extracts what a finished run learned (the offline model answers
+    extraction with the run's summary), `nexus memory search` finds it, and the next run on
+    the same repository is prepared with it."""
+    task = stack.nexus("task", "create", "Remember how calc is fixed", "--id", "E2E-MEM")
+    assert task.code == 0, task.stderr
+    first = f"e2e-learn-{uuid.uuid4().hex[:6]}"
+    _follow_implementer(stack, "E2E-MEM", demo_repo, first)
+
+    def learned() -> list[dict[str, object]]:
+        found = stack.nexus(
+            "memory", "search", "fix the failing test", "--scope", f"repo:{demo_repo}",
+            "-o", "json",
+        )  # fmt: skip
+        assert found.code == 0, found.stderr
+        items: list[dict[str, object]] = found.json()["items"]
+        return [i for i in items if i.get("source_run_id") == first]
+
+    lessons = eventually(learned, bool, limit=RUN_WAIT)
+    assert first in str(lessons[0]["text"])  # the offline model names the run it learned from
+    second = f"e2e-recall-{uuid.uuid4().hex[:6]}"
+    _follow_implementer(stack, "E2E-MEM", demo_repo, second)
+    prepared = next(e for e in stack.events(second) if e["event"] == "prepared")
+    memory = prepared["body"]["config"]["memory"]
+    assert memory["status"] == "ok", memory
+    assert lessons[0]["memory_id"] in [i["memory_id"] for i in memory["items"]]
+    stack.remember_processes()
+
+
 # What an operator can publish by hand on the stored subjects core and the scheduler read:
 # bodies near max_payload, invalid UTF-8, unknown events, too many or too few tokens.
 _POISON_SUBJECTS = (
