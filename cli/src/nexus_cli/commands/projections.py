@@ -1,72 +1,44 @@
 """`nexus projections status|rebuild`: read models against their streams.
 
-Core's (agent_runs, board) are read and rebuilt here through PostgreSQL (the context's
-database, or the dev stack's): checkpoints live beside the rows. A rebuild replays into a fresh
-schema and swaps it in atomically, so core can keep running meanwhile. Memory's tables belong
-to the memory service: `rebuild memory` asks it (``nexus.memory.v1.rebuild``) to do the same.
+Each projection belongs to the service that applies it, and only that service touches its
+tables: core's (agent_runs, board) are asked of core (``nexus.core.v1.projections.status`` /
+``.rebuild``), memory's of the memory service (``nexus.memory.v1.rebuild``). A rebuild replays
+into a fresh schema and swaps it in atomically, so the service keeps serving meanwhile.
 """
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
-from typing import Annotated, Any
+from typing import Annotated
 
-import asyncpg
 import typer
-from nexus_core.board_projection import BoardProjection
-from nexus_core.runs_projection import AgentRunsProjection
-from nexus_events.projection import Projection, projection_status, rebuild
+from nexus_events import subjects
+from nexus_events.events.queries import ProjectionName
 
 from nexus_cli.client import Session
 from nexus_cli.commands import memory
 from nexus_cli.errors import CliError, ExitCode
 from nexus_cli.options import Output, OutputOpt, globals_of, run
 from nexus_cli.output import emit, message
-from nexus_cli.target import Target, resolve_target
+from nexus_cli.target import resolve_target
 
 app = typer.Typer(
-    help="Projections (agent_runs, board; memory via its service): lag, and rebuild from the"
-    " stream."
+    help="Projections (agent_runs and board of core; memory): lag, and rebuild from the stream."
 )
-# Projections whose owning service rebuilds them on request: the CLI never touches their tables.
-SERVICE_OWNED = ("memory",)
-
-
-def projections() -> dict[str, Projection]:
-    return {"agent_runs": AgentRunsProjection(), "board": BoardProjection()}
-
-
-@asynccontextmanager
-async def pg_pool(target: Target) -> AsyncIterator[asyncpg.Pool[Any]]:
-    if not target.database_url:
-        raise CliError(
-            f"context {target.context!r} names no database",
-            hint="`nexus context set NAME --database-url DSN` or NEXUS_DATABASE_URL",
-            code=ExitCode.INVALID,
-        )
-    try:
-        pool = await asyncpg.create_pool(target.database_url, min_size=1, max_size=2, timeout=5)
-    except (OSError, asyncpg.PostgresError) as exc:
-        raise CliError(f"cannot reach PostgreSQL: {exc}", code=ExitCode.UNAVAILABLE) from exc
-    try:
-        yield pool
-    finally:
-        await pool.close()
+CORE_OWNED = tuple(p.value for p in ProjectionName)
+# A rebuild replays whole streams: far longer than a query's usual wait.
+REBUILD_WAIT = 600.0
 
 
 @app.command("status")
 def status_cmd(ctx: typer.Context, output: OutputOpt = Output.TABLE) -> None:
-    """Per projection and source stream: checkpoint, stream end, how far behind."""
+    """Per projection of core and source stream: checkpoint, stream end, how far behind."""
     g = globals_of(ctx)
 
     async def body() -> None:
         target = resolve_target(g)
-        rows = []
-        async with Session(target, g.timeout) as s, pg_pool(target) as pool:
-            for name, projection in projections().items():
-                for stream, pos in (await projection_status(s.bus, pool, projection)).items():
-                    rows.append({"projection": name, "stream": stream, **pos})
+        async with Session(target, g.timeout) as s:
+            reply = await s.query(subjects.CORE_PROJECTIONS_STATUS)
+        rows = reply.get("projections", [])
         emit(
             output,
             {"projections": rows},
@@ -86,15 +58,14 @@ def rebuild_cmd(
     name: Annotated[str, typer.Argument(metavar="PROJECTION", help="agent_runs, board or memory.")],
     output: OutputOpt = Output.TABLE,
 ) -> None:
-    """Replay the projection from its streams into a fresh schema and swap it in."""
+    """Ask the owning service to replay the projection into a fresh schema and swap it in."""
     g = globals_of(ctx)
 
     async def body() -> None:
-        known = projections()
-        if name not in known and name not in SERVICE_OWNED:
+        if name not in (*CORE_OWNED, "memory"):
             raise CliError(
                 f"unknown projection {name!r}",
-                hint="one of: " + ", ".join([*known, *SERVICE_OWNED]),
+                hint="one of: " + ", ".join([*CORE_OWNED, "memory"]),
                 code=ExitCode.INVALID,
             )
         target = resolve_target(g)
@@ -109,10 +80,17 @@ def rebuild_cmd(
                 {"projection": "memory", "events": reply.get("applied"), **reply},
             )
             return
-        async with Session(target, g.timeout) as s, pg_pool(target) as pool:
-            applied = await rebuild(s.bus, pool, known[name])
+        async with Session(target, g.timeout) as s:
+            reply = await s.query(
+                subjects.CORE_PROJECTIONS_REBUILD,
+                {"projection": name},
+                wait=max(g.timeout, REBUILD_WAIT),
+            )
+        applied = reply.get("applied")
         message(
-            output, f"rebuilt {name} from {applied} events", {"projection": name, "events": applied}
+            output,
+            f"rebuilt {name} from {applied} events in {float(reply.get('seconds') or 0):.1f}s",
+            {"projection": name, "events": applied, **reply},
         )
 
     run(output, body)

@@ -6,9 +6,9 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
-from nexus_core.catalog import apply_skill
-from nexus_core.documents import render_skill
 from nexus_events import subjects
+from nexus_events.catalog_commands import apply_skill
+from nexus_events.documents import render_skill
 from nexus_events.events import SkillDefinition
 
 from nexus_cli.client import Session, check_token, whoami

@@ -3,7 +3,8 @@
     NexusError
     ├── ContractError            a value breaks the contract before anything is sent
     │   ├── InvalidSubject       a subject or subject token is malformed (wildcards, dots, ...)
-    │   └── UnregisteredEvent    an event class or name has no registry entry
+    │   ├── UnregisteredEvent    an event class or name has no registry entry
+    │   └── DocumentInvalid      an agent/skill document fails validation (field by field)
     ├── DecodeError              an inbound message cannot become an event (goes to the DLQ)
     │   ├── UndecodableMessage   the body is not UTF-8 JSON
     │   ├── UnknownEvent         the subject names no known event
@@ -23,6 +24,8 @@ Every `DecodeError` carries a short machine `reason` (``undecodable``, ``unknown
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 
 class NexusError(Exception):
     """Root of every error raised by nexus_events."""
@@ -38,6 +41,26 @@ class InvalidSubject(ContractError):  # noqa: N818 - reads as a fact, like httpx
 
 class UnregisteredEvent(ContractError):  # noqa: N818
     """An event class or (family, name) pair has no registry entry."""
+
+
+@dataclass(frozen=True)
+class FieldError:
+    """One problem in a document: where (dotted path, ``(document)`` for the whole) and what."""
+
+    loc: str
+    msg: str
+
+    def __str__(self) -> str:
+        return f"{self.loc}: {self.msg}"
+
+
+class DocumentInvalid(ContractError):  # noqa: N818 - reads as a fact
+    """A catalog document does not validate; `errors` lists every bad field. Nothing is sent."""
+
+    def __init__(self, kind: str, errors: list[FieldError]) -> None:
+        self.kind = kind
+        self.errors = errors
+        super().__init__(f"invalid {kind}: " + "; ".join(str(e) for e in errors))
 
 
 class DecodeError(NexusError):

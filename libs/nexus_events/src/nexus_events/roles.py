@@ -175,6 +175,9 @@ QUERY_ROLES: dict[str, QueryRoles] = {
     subjects.CORE_CATALOG_AGENTS_GET: QueryRoles(_CORE, _CORE_CLIENTS),
     subjects.CORE_CATALOG_SKILLS_LIST: QueryRoles(_CORE, _CORE_CLIENTS),
     subjects.CORE_CATALOG_SKILLS_GET: QueryRoles(_CORE, _CORE_CLIENTS),
+    # Core rebuilds its own tables on request: the CLI never writes core's schema.
+    subjects.CORE_PROJECTIONS_STATUS: QueryRoles(_CORE, _CORE_CLIENTS),
+    subjects.CORE_PROJECTIONS_REBUILD: QueryRoles(_CORE, _CORE_CLIENTS),
     # Run assembly asks memory for context (bounded wait, DESIGN §5 steps 1-4).
     subjects.MEMORY_SEARCH: QueryRoles(_MEMORY, (_CORE, *_CORE_CLIENTS)),
     # Every write goes through memory's secret guard; a run's `remember` tool writes too.

@@ -75,6 +75,8 @@ CORE_CATALOG_AGENTS_LIST = "nexus.core.v1.catalog.agents.list"
 CORE_CATALOG_AGENTS_GET = "nexus.core.v1.catalog.agents.get"
 CORE_CATALOG_SKILLS_LIST = "nexus.core.v1.catalog.skills.list"
 CORE_CATALOG_SKILLS_GET = "nexus.core.v1.catalog.skills.get"
+CORE_PROJECTIONS_STATUS = "nexus.core.v1.projections.status"
+CORE_PROJECTIONS_REBUILD = "nexus.core.v1.projections.rebuild"
 MEMORY_SEARCH = "nexus.memory.v1.search"
 MEMORY_RECORD = "nexus.memory.v1.record"
 MEMORY_FORGET = "nexus.memory.v1.forget"
@@ -90,6 +92,8 @@ QUERY_SUBJECTS = (
     CORE_CATALOG_AGENTS_GET,
     CORE_CATALOG_SKILLS_LIST,
     CORE_CATALOG_SKILLS_GET,
+    CORE_PROJECTIONS_STATUS,
+    CORE_PROJECTIONS_REBUILD,
     MEMORY_SEARCH,
     MEMORY_RECORD,
     MEMORY_FORGET,

@@ -11,7 +11,7 @@ from nexus_events import errors
 # Removing a name breaks callers; adding one is a decision. Either way, change this list.
 EXPECTED = {
     "Bus", "BusError", "BusSettings", "BusUnavailable", "Command", "Consumer", "ConsumerSpec",
-    "ContractError", "DecodeError", "Decoded", "Delivery", "Envelope", "Event",
+    "ContractError", "DecodeError", "Decoded", "Delivery", "DocumentInvalid", "Envelope", "Event",
     "HealthUnavailable", "InvalidEvent", "InvalidSubject", "NexusError", "Outgoing", "Projection",
     "ProjectionError", "ProjectionRunner", "PublishFailed", "PublishRejected", "PullStalled",
     "RunStatus", "Source", "StreamDrift",

@@ -14,6 +14,7 @@ import contextlib
 import functools
 import json
 import logging
+import time
 from collections.abc import AsyncGenerator
 from typing import Any, cast
 
@@ -24,10 +25,10 @@ from nexus_events import micro, subjects
 from nexus_events.bus import Bus
 from nexus_events.codec import Decoded
 from nexus_events.micro import Handler
-from nexus_events.projection import quote_ident
+from nexus_events.projection import Projection, projection_status, quote_ident, rebuild
 from nexus_events.streams import RUNS
 
-from nexus_core.board_projection import BOARD_SCHEMA
+from nexus_core.board_projection import BOARD_SCHEMA, BoardProjection
 from nexus_core.catalog_store import CatalogStore, StoredAgent, StoredSkill
 from nexus_core.errors import QueryError
 from nexus_core.query_models import (
@@ -35,13 +36,14 @@ from nexus_core.query_models import (
     AgentGet,
     BoardGet,
     EmptyQuery,
+    ProjectionRebuild,
     RunsEvents,
     RunsGet,
     RunsList,
     SkillGet,
 )
 from nexus_core.run_state import RunRow
-from nexus_core.runs_projection import RUNS_SCHEMA
+from nexus_core.runs_projection import RUNS_SCHEMA, AgentRunsProjection
 
 log = logging.getLogger(__name__)
 
@@ -115,6 +117,12 @@ class CoreQueries:
         self.catalog = catalog
         self.runs = quote_ident(runs_schema)
         self.board = quote_ident(board_schema)
+        # Core's own read models: `projections.status` and `projections.rebuild` act on these,
+        # so nobody else ever writes core's schemas.
+        self.projections: dict[str, Projection] = {
+            "agent_runs": AgentRunsProjection(runs_schema),
+            "board": BoardProjection(board_schema),
+        }
         self.service: Service | None = None
 
     async def start(self) -> None:
@@ -136,6 +144,16 @@ class CoreQueries:
             ("agents-get", subjects.CORE_CATALOG_AGENTS_GET, h(AgentGet, self.agent)),
             ("skills-list", subjects.CORE_CATALOG_SKILLS_LIST, h(EmptyQuery, self.skills)),
             ("skills-get", subjects.CORE_CATALOG_SKILLS_GET, h(SkillGet, self.skill)),
+            (
+                "projections-status",
+                subjects.CORE_PROJECTIONS_STATUS,
+                h(EmptyQuery, self.projections_status),
+            ),
+            (
+                "projections-rebuild",
+                subjects.CORE_PROJECTIONS_REBUILD,
+                h(ProjectionRebuild, self.projections_rebuild),
+            ),
         ]
         for name, subject, handler in endpoints:
             await self.service.add_endpoint(
@@ -146,6 +164,23 @@ class CoreQueries:
         if self.service is not None:
             await self.service.stop()
             self.service = None
+
+    # -- projections -----------------------------------------------------------------
+
+    async def projections_status(self, _: EmptyQuery) -> dict[str, Any]:
+        rows = []
+        for name, projection in self.projections.items():
+            for stream, pos in (await projection_status(self.bus, self.pool, projection)).items():
+                rows.append({"projection": name, "stream": stream, **pos})
+        return {"projections": rows}
+
+    async def projections_rebuild(self, query: ProjectionRebuild) -> dict[str, Any]:
+        """Replay into a fresh schema and swap it in (`nexus_events.projection.rebuild`):
+        readers see the old rows until the swap commits; the live runner carries on."""
+        started = time.monotonic()
+        name = query.projection.value
+        applied = await rebuild(self.bus, self.pool, self.projections[name])
+        return {"projection": name, "applied": applied, "seconds": time.monotonic() - started}
 
     # -- runs ------------------------------------------------------------------------
 

@@ -9,11 +9,11 @@ from typing import Any
 
 from nexus_events import subjects
 from nexus_events.bus import Bus
+from nexus_events.catalog_commands import apply_agent, apply_skill
 from nexus_events.events import DeadLetter, MemoryItem, MemorySearchReply, RunFailed, RunPrepared
 from nexus_events.streams import DLQ
 
 from nexus_core.app import CoreApp
-from nexus_core.catalog import apply_agent, apply_skill
 
 from .support import AGENT_YAML, SKILL_MD, catalog_ready, event_names, eventually, run_events
 

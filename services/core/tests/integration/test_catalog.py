@@ -13,16 +13,16 @@ import asyncpg
 import pytest
 from nexus_events import subjects
 from nexus_events.bus import Bus
+from nexus_events.catalog_commands import apply_agent, apply_skill, delete_agent, delete_skill
+from nexus_events.documents import parse_agent
+from nexus_events.errors import DocumentInvalid
 from nexus_events.events import AgentApplied
 from nexus_events.projection import ProjectionRunner, rebuild
 from nexus_events.streams import CATALOG
 from nexus_events.subjects import CatalogKind
 from pymongo.errors import AutoReconnect
 
-from nexus_core.catalog import apply_agent, apply_skill, delete_agent, delete_skill
 from nexus_core.catalog_store import CatalogProjection, PgCatalogStore
-from nexus_core.documents import parse_agent
-from nexus_core.errors import DocumentInvalid
 from nexus_core.mongo_catalog import MongoCatalogRunner, MongoCatalogStore
 
 from .conftest import CatalogBackend

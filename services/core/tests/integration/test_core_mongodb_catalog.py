@@ -9,10 +9,10 @@ import asyncpg
 import pytest
 from nexus_events import subjects
 from nexus_events.bus import Bus
+from nexus_events.catalog_commands import apply_agent, apply_skill
 from nexus_events.events import RunPrepared
 
 from nexus_core.app import CoreApp
-from nexus_core.catalog import apply_agent, apply_skill
 from nexus_core.errors import CatalogBackendError
 from nexus_core.mongo_catalog import MongoCatalogRunner, MongoCatalogStore
 

@@ -7,12 +7,12 @@ from typing import Any
 import pytest
 from nexus_events import subjects, telemetry
 from nexus_events.bus import Bus
+from nexus_events.catalog_commands import apply_agent, apply_skill
 from nexus_events.events import RunRequested
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.trace import SpanKind
 
 from nexus_core.app import CoreApp
-from nexus_core.catalog import apply_agent, apply_skill
 
 from .support import AGENT_YAML, SKILL_MD, catalog_ready, event_names, eventually
 

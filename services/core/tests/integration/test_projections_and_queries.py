@@ -9,6 +9,7 @@ from typing import Any
 import asyncpg
 from nexus_events import subjects
 from nexus_events.bus import Bus, Outgoing
+from nexus_events.catalog_commands import apply_agent, apply_skill
 from nexus_events.events import (
     Column,
     RunCompleted,
@@ -24,7 +25,6 @@ from nexus_events.streams import RUNS, TASKS
 
 from nexus_core.app import CoreApp
 from nexus_core.board_projection import BoardProjection
-from nexus_core.catalog import apply_agent, apply_skill
 from nexus_core.runs_projection import AgentRunsProjection
 
 from .conftest import core_settings

@@ -21,11 +21,11 @@ from nats.micro import add_service
 from nats.micro.service import EndpointConfig, ServiceConfig
 from nexus_events import subjects
 from nexus_events.bus import Bus, BusSettings
+from nexus_events.catalog_commands import apply_agent, apply_skill
 from nexus_events.streams import RUNS, TASKS, ensure_streams
 from nexus_events.testing import NatsServer, PostgresServer
 
 from nexus_core.app import CoreApp
-from nexus_core.catalog import apply_agent, apply_skill
 
 from .conftest import core_settings
 from .support import AGENT_YAML, SKILL_MD, catalog_ready, event_names, eventually
@@ -220,6 +220,32 @@ async def test_good_queries_still_answer(served: Served) -> None:
     assert (code, [r["run_id"] for r in listed["runs"]]) == (200, [served.run_id])
 
 
+async def test_core_reports_and_rebuilds_its_own_projections(served: Served) -> None:
+    code, status = await ask(served.bus, subjects.CORE_PROJECTIONS_STATUS, b"")
+    assert code == 200, status
+    rows = {(r["projection"], r["stream"]): r for r in status["projections"]}
+    assert set(rows) == {("agent_runs", RUNS), ("board", RUNS), ("board", TASKS)}
+    runs_last = (await served.bus.js.stream_info(RUNS)).state.last_seq
+    assert rows["agent_runs", RUNS]["stream_last_seq"] == runs_last
+    assert rows["agent_runs", RUNS]["behind"] == runs_last - rows["agent_runs", RUNS]["checkpoint"]
+    before = await served.core.pool.fetch(
+        "SELECT doc FROM core_agent_runs.agent_runs ORDER BY run_id"
+    )
+    code, rebuilt = await ask(
+        served.bus, subjects.CORE_PROJECTIONS_REBUILD, b'{"projection": "agent_runs"}'
+    )
+    assert (code, rebuilt["projection"]) == (200, "agent_runs"), rebuilt
+    assert rebuilt["applied"] == runs_last  # every NEXUS_RUNS event, replayed once
+    after = await served.core.pool.fetch(
+        "SELECT doc FROM core_agent_runs.agent_runs ORDER BY run_id"
+    )
+    assert [r["doc"] for r in after] == [r["doc"] for r in before]
+    error = await bad_request(
+        served.bus, subjects.CORE_PROJECTIONS_REBUILD, {"projection": "memory"}
+    )
+    assert locs(error) == {"projection"}
+
+
 async def test_a_database_failure_answers_json_500_and_logs(
     served: Served, caplog: pytest.LogCaptureFixture
 ) -> None:
@@ -344,6 +370,8 @@ FUZZED: dict[str, list[str]] = {
     subjects.CORE_CATALOG_AGENTS_GET: ["id"],
     subjects.CORE_CATALOG_SKILLS_LIST: [],
     subjects.CORE_CATALOG_SKILLS_GET: ["name", "version"],
+    subjects.CORE_PROJECTIONS_STATUS: [],
+    subjects.CORE_PROJECTIONS_REBUILD: ["projection"],
 }
 
 
@@ -353,6 +381,7 @@ VALID: dict[str, dict[str, Any]] = {
     subjects.CORE_RUNS_EVENTS: {"run_id": "edge1"},
     subjects.CORE_CATALOG_AGENTS_GET: {"id": "implementer"},
     subjects.CORE_CATALOG_SKILLS_GET: {"name": "python"},
+    subjects.CORE_PROJECTIONS_REBUILD: {"projection": "board"},
 }
 
 
@@ -368,6 +397,8 @@ async def test_every_query_and_field_is_fuzzed() -> None:
         subjects.CORE_CATALOG_AGENTS_GET: m.AgentGet,
         subjects.CORE_CATALOG_SKILLS_LIST: m.EmptyQuery,
         subjects.CORE_CATALOG_SKILLS_GET: m.SkillGet,
+        subjects.CORE_PROJECTIONS_STATUS: m.EmptyQuery,
+        subjects.CORE_PROJECTIONS_REBUILD: m.ProjectionRebuild,
     }
     core_queries = {s for s in subjects.QUERY_SUBJECTS if s.startswith("nexus.core.")}
     assert core_queries == set(FUZZED)
@@ -401,3 +432,5 @@ test_fuzz_agents_list = _fuzz(subjects.CORE_CATALOG_AGENTS_LIST)
 test_fuzz_agents_get = _fuzz(subjects.CORE_CATALOG_AGENTS_GET)
 test_fuzz_skills_list = _fuzz(subjects.CORE_CATALOG_SKILLS_LIST)
 test_fuzz_skills_get = _fuzz(subjects.CORE_CATALOG_SKILLS_GET)
+test_fuzz_projections_status = _fuzz(subjects.CORE_PROJECTIONS_STATUS)
+test_fuzz_projections_rebuild = _fuzz(subjects.CORE_PROJECTIONS_REBUILD)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from nexus_events.documents import parse_agent, parse_skill
 from nexus_events.events import MemoryContext, MemoryItem, Reason, RunConfig, RunRequested
 
 from nexus_core.assembly import (
@@ -12,7 +13,6 @@ from nexus_core.assembly import (
     request_fingerprint,
 )
 from nexus_core.catalog_store import StoredAgent, StoredSkill
-from nexus_core.documents import parse_agent, parse_skill
 
 AGENT = StoredAgent(
     parse_agent(

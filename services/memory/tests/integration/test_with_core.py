@@ -7,10 +7,10 @@ from typing import Any
 
 import asyncpg
 from nexus_core.app import CoreApp
-from nexus_core.catalog import apply_agent
 from nexus_core.config import CoreSettings
 from nexus_events import subjects
 from nexus_events.bus import Bus
+from nexus_events.catalog_commands import apply_agent
 from nexus_events.events import RunPrepared, RunRequested
 from nexus_events.streams import RUNS
 from nexus_events.testing import eventually

@@ -12,6 +12,7 @@ numbers past bigint, out-of-range timestamps, megabyte ids) gets past the bounda
 from __future__ import annotations
 
 from datetime import UTC, datetime
+from enum import StrEnum
 from typing import Annotated, Any
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field
@@ -135,6 +136,19 @@ class EmptyQuery(Query):
     """Body of a query that takes no parameters (``{}`` or nothing)."""
 
 
+class ProjectionName(StrEnum):
+    """Core's projections (read models of NEXUS_RUNS and NEXUS_TASKS)."""
+
+    AGENT_RUNS = "agent_runs"
+    BOARD = "board"
+
+
+class ProjectionRebuild(Query):
+    """Body of a ``nexus.core.v1.projections.rebuild`` request."""
+
+    projection: ProjectionName = Field(..., description="Which projection to rebuild.")
+
+
 class Reply(BaseModel):
     """Base of query replies."""
 
@@ -227,6 +241,24 @@ class SkillsListReply(Reply):
     skills: list[SkillView] = Field(..., description="Every skill version.")
 
 
+class ProjectionPosition(Reply):
+    projection: str = Field(..., description="Projection name.")
+    stream: str = Field(..., description="A stream it reads.")
+    checkpoint: int = Field(..., description="Last stream sequence applied.")
+    stream_last_seq: int = Field(..., description="Last sequence in the stream.")
+    behind: int = Field(..., description="Stream messages not applied yet.")
+
+
+class ProjectionsStatusReply(Reply):
+    projections: list[ProjectionPosition] = Field(..., description="Per projection and stream.")
+
+
+class ProjectionRebuildReply(Reply):
+    projection: str = Field(..., description="The projection rebuilt.")
+    applied: int = Field(..., description="Events replayed into the fresh tables.")
+    seconds: float = Field(..., description="How long the rebuild took.")
+
+
 class FieldError(BaseModel):
     """One invalid request field."""
 
@@ -261,6 +293,7 @@ REQUESTS: tuple[type[Query], ...] = (
     AgentGet,
     SkillGet,
     EmptyQuery,
+    ProjectionRebuild,
 )
 REPLIES: tuple[type[BaseModel], ...] = (
     RunView,
@@ -271,5 +304,7 @@ REPLIES: tuple[type[BaseModel], ...] = (
     AgentsListReply,
     SkillView,
     SkillsListReply,
+    ProjectionsStatusReply,
+    ProjectionRebuildReply,
     QueryErrorReply,
 )

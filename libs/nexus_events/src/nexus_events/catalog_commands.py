@@ -11,8 +11,10 @@ from __future__ import annotations
 import uuid
 
 from nats.js.api import PubAck
+
 from nexus_events import subjects
 from nexus_events.bus import Bus
+from nexus_events.documents import parse_agent, parse_skill
 from nexus_events.events import (
     AgentApplied,
     AgentDefinition,
@@ -22,8 +24,6 @@ from nexus_events.events import (
     SkillDeleted,
 )
 from nexus_events.subjects import CatalogKind
-
-from nexus_core.documents import parse_agent, parse_skill
 
 
 async def apply_agent(

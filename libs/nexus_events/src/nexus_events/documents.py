@@ -1,6 +1,7 @@
 """Pure validation of catalog documents: agent YAML/JSON and skill markdown with front matter.
 
-Operators keep these files in git. Every problem is reported field by field
+Operators keep these files in git; whoever publishes a catalog event from one (the CLI, a
+GitOps job) validates it here first. Every problem is reported field by field
 (`DocumentInvalid.errors`) so one run of ``nexus agents apply`` shows all of them at once.
 """
 
@@ -10,10 +11,10 @@ import re
 from typing import Any
 
 import yaml
-from nexus_events.events import AgentDefinition, SkillDefinition
 from pydantic import ValidationError
 
-from nexus_core.errors import DocumentInvalid, FieldError
+from nexus_events.errors import DocumentInvalid, FieldError
+from nexus_events.events import AgentDefinition, SkillDefinition
 
 WHOLE = "(document)"
 # Front matter keys that are SkillDefinition fields; any other key goes to `metadata`.

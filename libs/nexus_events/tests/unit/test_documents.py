@@ -5,9 +5,8 @@ from __future__ import annotations
 import json
 
 import pytest
-
-from nexus_core.documents import parse_agent, parse_skill, render_skill
-from nexus_core.errors import DocumentInvalid
+from nexus_events.documents import parse_agent, parse_skill, render_skill
+from nexus_events.errors import DocumentInvalid
 
 AGENT_YAML = """
 id: implementer
