@@ -6,7 +6,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from nexus_events.runstate import RunStatus, is_terminal, next_status
+from nexus_events.runstate import TERMINAL_EVENTS, RunStatus, is_terminal, next_status
 from rich.console import Group
 from rich.panel import Panel
 from rich.table import Table
@@ -17,7 +17,6 @@ from nexus_cli.output import duration
 # Events shown under "recent" in the live view.
 RECENT = 6
 # The run events after which a run has ended: its terminal statuses (nexus_events.runstate).
-TERMINAL_EVENTS = frozenset({"completed", "failed", "cancelled", "timed_out", "lost"})
 
 
 @dataclass
@@ -80,7 +79,7 @@ class RunView:
             self.pending_approvals[str(body.get("approval_id"))] = str(body.get("summary", ""))
         elif event == "approval_decided":
             self.pending_approvals.pop(str(body.get("approval_id")), None)
-        if event in ("completed", "failed", "cancelled", "timed_out", "lost"):
+        if event in TERMINAL_EVENTS:
             self.reason = body.get("reason")
             self.message = body.get("message") or None
             # The terminal event carries the run's totals; prefer them to our sums.
@@ -146,7 +145,7 @@ def describe(event: str, body: dict[str, Any]) -> str:  # noqa: PLR0911 - one ca
         return f"tool_called {body.get('tool')}" + (" (refused)" if body.get("refused") else "")
     if event == "tool_result":
         return f"tool_result {body.get('tool')} ok={body.get('ok')}"
-    if event in ("failed", "cancelled", "timed_out", "lost"):
+    if event in TERMINAL_EVENTS and event != "completed":
         return f"{event}: {body.get('reason')} {body.get('message') or ''}".rstrip()
     if event == "completed":
         summary = (body.get("result") or {}).get("summary") or ""

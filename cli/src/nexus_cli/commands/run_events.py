@@ -11,14 +11,14 @@ from typing import Annotated, Any
 import typer
 from nexus_events import subjects
 from nexus_events.codec import Decoded
-from nexus_events.runstate import is_terminal
+from nexus_events.runstate import TERMINAL_EVENTS, is_terminal
 from nexus_events.streams import LOGS, RUNS
 
 from nexus_cli.client import Session, check_token
 from nexus_cli.follow import follow
 from nexus_cli.options import Output, OutputOpt, RunArg, globals_of, run
 from nexus_cli.output import console, print_json
-from nexus_cli.runview import TERMINAL_EVENTS, describe
+from nexus_cli.runview import describe
 from nexus_cli.target import resolve_target
 
 FollowOpt = Annotated[

@@ -15,7 +15,7 @@ import typer
 from nexus_events import subjects
 from nexus_events.codec import Decoded
 from nexus_events.events import Origin, RepoSpec, RunRequested
-from nexus_events.runstate import is_terminal
+from nexus_events.runstate import TERMINAL_EVENTS, is_terminal
 from nexus_events.streams import RUNS
 from pydantic import ValidationError
 from rich.live import Live
@@ -25,7 +25,7 @@ from nexus_cli.errors import CliError, ExitCode
 from nexus_cli.follow import follow
 from nexus_cli.options import Output, OutputOpt, RunArg, globals_of, run
 from nexus_cli.output import ago, console, emit, message, print_json
-from nexus_cli.runview import TERMINAL_EVENTS, RunView, describe
+from nexus_cli.runview import RunView, describe
 from nexus_cli.target import resolve_target
 
 

@@ -34,6 +34,16 @@ TERMINAL: frozenset[RunStatus] = frozenset(
     }
 )
 
+# The run events that end a run (each names its terminal status): the one list every reader
+# of endings uses (consumer filters, followers, displays).
+TERMINAL_EVENTS: tuple[str, ...] = (
+    RunStatus.COMPLETED.value,
+    RunStatus.FAILED.value,
+    RunStatus.CANCELLED.value,
+    RunStatus.TIMED_OUT.value,
+    RunStatus.LOST.value,
+)
+
 # Progress rank: a status change is applied only forwards. Running and awaiting_approval
 # share a rank because a run moves between them both ways.
 _RANK = {
@@ -73,6 +83,12 @@ def _status(value: RunStatus | str) -> RunStatus:
 
 
 _BY_VALUE: dict[str, RunStatus] = {s.value: s for s in RunStatus}
+
+
+def live_rank(status: RunStatus | str) -> int:
+    """Progress rank of a live status (running and awaiting_approval share one); `KeyError`
+    for a terminal status, which ranks above every live one and is compared by class."""
+    return _RANK[_status(status)]
 
 
 def is_terminal(status: RunStatus | str | None) -> bool:

@@ -136,3 +136,20 @@ def test_is_terminal():
     assert not is_terminal(RunStatus.AWAITING_APPROVAL)
     with pytest.raises(ValueError, match="bogus"):
         is_terminal("bogus")
+
+
+def test_terminal_events_are_the_terminal_statuses_and_the_terminal_event_classes() -> None:
+    from nexus_events import runstate
+    from nexus_events.events.runs import TerminalEvent
+
+    assert set(runstate.TERMINAL_EVENTS) == {s.value for s in TERMINAL}
+    assert len(runstate.TERMINAL_EVENTS) == len(set(runstate.TERMINAL_EVENTS))
+    enders = {
+        name for (family, name), cls in registered().items() if issubclass(cls, TerminalEvent)
+    }
+    assert set(runstate.TERMINAL_EVENTS) == enders
+    for name in runstate.TERMINAL_EVENTS:
+        assert next_status(RunStatus.RUNNING, name) == RunStatus(name)
+    assert runstate.live_rank("running") == runstate.live_rank(RunStatus.AWAITING_APPROVAL)
+    with pytest.raises(KeyError):
+        runstate.live_rank(RunStatus.LOST)

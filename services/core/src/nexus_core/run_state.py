@@ -35,18 +35,9 @@ from nexus_events.events import (
     RunTurn,
     TerminalEvent,
 )
-from nexus_events.runstate import RunStatus, is_terminal, next_status
+from nexus_events.runstate import is_terminal, live_rank, next_status
 from pydantic import TypeAdapter
 
-# Live progress rank of each status (as in runstate); terminal statuses sit above all.
-_RANK = {
-    RunStatus.REQUESTED: 0,
-    RunStatus.PREPARED: 1,
-    RunStatus.QUEUED: 2,
-    RunStatus.DISPATCHED: 3,
-    RunStatus.RUNNING: 4,
-    RunStatus.AWAITING_APPROVAL: 4,
-}
 # Events whose timestamp is recorded as the start of a phase.
 PHASES = ("requested", "prepared", "queued", "dispatched", "started")
 
@@ -62,7 +53,7 @@ def _claim(event_name: str) -> tuple[int, int, int] | None:
         return None
     if is_terminal(target):
         return (_TERMINAL, 0, 0)
-    return (1, _RANK[target], 1 if event_name.startswith("approval_") else 0)
+    return (1, live_rank(target), 1 if event_name.startswith("approval_") else 0)
 
 
 def status_key(event_name: str, seq: int) -> StatusKey | None:

@@ -18,6 +18,7 @@ from nexus_events.codec import Envelope
 from nexus_events.errors import DecodeError
 from nexus_events.events.inbox import ApprovalDecision, InboxMessage
 from nexus_events.events.runs import CancelRequested, RunDispatched, TerminalEvent
+from nexus_events.runstate import TERMINAL_EVENTS
 from nexus_events.streams import INBOX, RUNS
 
 from nexus_runner.errors import RunStopped
@@ -26,7 +27,6 @@ log = logging.getLogger(__name__)
 
 # The runner publishes its own terminal event only after it stopped following these, so one
 # seen while it runs was published by someone else and ends the run for good.
-TERMINAL_EVENTS = ("completed", "failed", "cancelled", "timed_out", "lost")
 
 
 @dataclass(frozen=True)
