@@ -13,17 +13,26 @@ from typing import Any
 
 from nexus_events import telemetry
 from nexus_events.codec import Decoded
+from nexus_events.spans import (
+    AGENT_ID,
+    CATALOG_ITEM,
+    OUTCOME,
+    TASK_ID,
+    event_attributes,
+    event_headers,
+)
 from opentelemetry.trace import Span
 
-# Span attribute names (OTel messaging conventions where they exist, `nexus.*` otherwise).
-RUN_ID = "nexus.run_id"
-AGENT_ID = "nexus.agent_id"
-TASK_ID = "nexus.task_id"
-EVENT = "nexus.event"
-OUTCOME = "nexus.outcome"
-CATALOG_ITEM = "nexus.catalog.item"
-STREAM_SEQ = "messaging.nats.stream_sequence"
-SUBJECT = "messaging.destination.name"
+# The shared names core's handlers put on their spans (nexus_events.spans owns them).
+__all__ = [
+    "AGENT_ID",
+    "CATALOG_ITEM",
+    "OUTCOME",
+    "TASK_ID",
+    "event_span",
+    "spans_for",
+    "tracing_enabled",
+]
 
 
 # What `spans_for` gives while nothing records: no per-event cost beyond one check per batch.
@@ -33,25 +42,6 @@ _NO_SPAN: contextlib.nullcontext[None] = contextlib.nullcontext()
 def tracing_enabled() -> bool:
     """Whether spans are recorded: `setup_telemetry` installed an SDK provider."""
     return telemetry.enabled()
-
-
-def _headers(d: Decoded) -> dict[str, str]:
-    return telemetry.envelope_headers(
-        d.envelope.traceparent, d.envelope.tracestate, run_id=d.address.run_id
-    )
-
-
-def event_attributes(d: Decoded, **extra: Any) -> dict[str, Any]:
-    """The attributes every event span carries, plus `extra` (None values dropped)."""
-    attrs: dict[str, Any] = {
-        EVENT: d.address.event or type(d.event).__name__,
-        SUBJECT: d.envelope.subject,
-        STREAM_SEQ: d.envelope.stream_seq or 0,
-    }
-    if d.address.run_id:
-        attrs[RUN_ID] = d.address.run_id
-    attrs.update({k: v for k, v in extra.items() if v is not None})
-    return attrs
 
 
 def spans_for(name: str) -> Any:
@@ -71,6 +61,6 @@ def event_span(
         yield None
         return
     with telemetry.consumer_span(
-        name, _headers(d), {**event_attributes(d), **(attributes or {})}
+        name, event_headers(d), {**event_attributes(d), **(attributes or {})}
     ) as span:
         yield span

@@ -18,6 +18,7 @@ from nexus_events.events.runs import (
     ToolCalled,
     ToolResult,
 )
+from nexus_events.spans import OUTCOME
 from opentelemetry import trace
 
 from nexus_runner.budget import StuckDetector, Usage, exceeded, turn_cost
@@ -36,7 +37,6 @@ from nexus_runner.tracing import (
     FINISH_REASONS,
     INPUT_TOKENS,
     LLM_ATTEMPTS,
-    OUTCOME,
     OUTPUT_TOKENS,
     RESPONSE_MODEL,
     TOOL_ERROR,

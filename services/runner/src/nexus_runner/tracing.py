@@ -14,16 +14,12 @@ from collections.abc import Iterator
 
 from nexus_events import telemetry
 from nexus_events.events.runs import RunConfig, TerminalEvent
+from nexus_events.spans import AGENT_ID, ATTEMPT, OUTCOME, REASON, RUN_ID, TASK_ID
 from opentelemetry import context as otel_context
 from opentelemetry.trace import Span, SpanKind
 
-RUN_ID = "nexus.run_id"
-AGENT_ID = "nexus.agent_id"
-TASK_ID = "nexus.task_id"
-ATTEMPT = "nexus.attempt"
+# Shared names (RUN_ID, AGENT_ID, ...) come from nexus_events.spans; these are the runner's own.
 TURN = "nexus.turn"
-OUTCOME = "nexus.outcome"
-REASON = "nexus.reason"
 COST_USD = "nexus.cost_usd"
 LLM_ATTEMPTS = "nexus.llm.attempts"
 APPROVAL = "nexus.approval.decision"

@@ -19,19 +19,21 @@ from typing import Any
 
 from nexus_events import telemetry
 from nexus_events.codec import Decoded
+from nexus_events.spans import (
+    AGENT_ID,
+    ATTEMPT,
+    OUTCOME,
+    RUN_ID,
+    RUNTIME,
+    event_attributes,
+    event_parent,
+)
 from opentelemetry import context as otel_context
 from opentelemetry import trace
 from opentelemetry.trace import Span, SpanKind
 
-# Span attribute names, as core uses them.
-RUN_ID = "nexus.run_id"
-AGENT_ID = "nexus.agent_id"
-EVENT = "nexus.event"
-OUTCOME = "nexus.outcome"
-ATTEMPT = "nexus.attempt"
-RUNTIME = "nexus.runtime"
-STREAM_SEQ = "messaging.nats.stream_sequence"
-SUBJECT = "messaging.destination.name"
+# The shared names the scheduler's spans carry (nexus_events.spans owns them).
+__all__ = ["AGENT_ID", "ATTEMPT", "OBSERVE_SPAN", "OUTCOME", "RUNTIME", "RunTraces"]
 
 OBSERVE_SPAN = "scheduler observe"
 
@@ -70,22 +72,12 @@ class RunTraces:
 
     @contextlib.contextmanager
     def event_span(self, d: Decoded) -> Iterator[Span]:
-        """A CONSUMER span for one handled run event, child of the trace in its headers (or,
-        if it has none, of the run's trace); the run remembers it if it knew no trace yet."""
-        env = d.envelope
+        """A CONSUMER span for one handled run event, child of the trace in its headers, else
+        of the run's remembered trace, else of the run's derived one (`spans.event_parent`);
+        the run remembers it if it knew no trace yet."""
         run_id = d.address.run_id
-        headers = telemetry.envelope_headers(env.traceparent, env.tracestate)
-        if headers:
-            parent = telemetry.extract(headers)
-        else:
-            parent = (self.get(run_id) if run_id else None) or otel_context.Context()
-        attributes: dict[str, Any] = {
-            EVENT: d.address.event or type(d.event).__name__,
-            SUBJECT: env.subject,
-            STREAM_SEQ: env.stream_seq or 0,
-        }
-        if run_id:
-            attributes[RUN_ID] = run_id
+        parent = event_parent(d, self.get(run_id) if run_id else None)
+        attributes = event_attributes(d)
         with telemetry.tracer().start_as_current_span(
             OBSERVE_SPAN, context=parent, kind=SpanKind.CONSUMER, attributes=attributes
         ) as span:
