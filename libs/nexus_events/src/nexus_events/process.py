@@ -1,8 +1,18 @@
-"""Process-wide tuning for long-running Nexus services."""
+"""Process-wide concerns of long-running Nexus services: one way to run one (`run_service`)
+and garbage-collector tuning."""
 
 from __future__ import annotations
 
+import asyncio
 import gc
+import signal
+from collections.abc import Awaitable, Callable
+
+from nexus_events.logs import setup_logging
+from nexus_events.telemetry import setup_telemetry, shutdown_telemetry
+
+# What a service's __main__ hands `run_service`: run until the event is set, then drain.
+Serve = Callable[[asyncio.Event], Awaitable[None]]
 
 # Net allocations of tracked objects between young-generation collections, at the least;
 # Python's default is 700.
@@ -49,3 +59,26 @@ __all__ = [
     "gc_threshold_for_batch",
     "tune_gc",
 ]
+
+
+def run_service(name: str, serve: Serve) -> None:
+    """Run one service process the way every Nexus service runs: JSON logs (`setup_logging`),
+    telemetry (`setup_telemetry`, shut down at exit so buffered spans are exported), SIGTERM
+    and SIGINT set the stop event that `serve` waits on, and `serve` drains before returning.
+
+    Settings are read by the caller before this (a bad setting fails before anything starts).
+    """
+    setup_logging(name)
+    setup_telemetry(name)
+
+    async def main() -> None:
+        stop = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(sig, stop.set)
+        await serve(stop)
+
+    try:
+        asyncio.run(main())
+    finally:
+        shutdown_telemetry()

@@ -1,9 +1,15 @@
-"""GC tuning: thresholds sized to projection batches, and what tune_gc changes."""
+"""GC tuning (thresholds sized to projection batches, what tune_gc changes) and run_service."""
 
 from __future__ import annotations
 
 import gc
+import json
+import os
+import signal
+import subprocess
+import sys
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 from nexus_events.process import DEFAULT_GC_THRESHOLD, gc_threshold_for_batch, tune_gc
@@ -36,3 +42,30 @@ def test_tune_gc_zero_leaves_python_alone(restored_gc: None):
     before = gc.get_threshold()
     tune_gc(0)
     assert gc.get_threshold() == before
+
+
+def test_run_service_drains_on_sigterm_and_logs_json(tmp_path: Path) -> None:
+    """A service run by `run_service` is told to stop by SIGTERM, drains, exits 0, and logs
+    JSON lines naming the service."""
+    marker = tmp_path / "drained"
+    code = f"""
+import asyncio, logging, pathlib
+from nexus_events.process import run_service
+
+async def serve(stop: asyncio.Event) -> None:
+    logging.getLogger("svc").info("ready")
+    await stop.wait()
+    pathlib.Path({str(marker)!r}).write_text("yes")
+
+run_service("probe", serve)
+"""
+    env = {**os.environ, "OTEL_SDK_DISABLED": "true", "NEXUS_LOG_FORMAT": "json"}
+    with subprocess.Popen(
+        [sys.executable, "-c", code], env=env, stderr=subprocess.PIPE, text=True
+    ) as proc:
+        assert proc.stderr is not None
+        first = json.loads(proc.stderr.readline())  # blocks until the service logged "ready"
+        assert (first["service"], first["message"]) == ("probe", "ready")
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=20) == 0
+    assert marker.read_text() == "yes"
