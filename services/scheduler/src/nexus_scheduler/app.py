@@ -232,6 +232,7 @@ class SchedulerApp:
             policy=self.settings.schedule_missed_policy,
             overlap=self.settings.schedule_overlap_policy,
             clock=self.clock,
+            fence=self._fence,  # a fire is a side effect too
         )
         await self.schedules.load()
         self._schedule_consumer = self.bus.consumer(
