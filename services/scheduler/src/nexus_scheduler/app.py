@@ -116,13 +116,33 @@ class SchedulerApp:
         )
 
     async def stop(self) -> None:
-        """Drain: stop consuming after the batch in hand, finish starts, hand the lease over."""
+        """Drain: stop consuming after the batch in hand, finish starts, hand the lease over.
+
+        The drain is bounded by `drain_timeout_seconds`: past it (a runtime start that
+        hangs, a rebuild in progress) what is left is cancelled, a warning says so, and the
+        stop goes on. A start cut short left no `dispatched` event, so the next leader
+        starts that run again (the runtimes adopt a start that did get through).
+        """
         self._stopping.set()
         self._wake.set()
-        if self._campaign is not None:
-            await self._campaign
-            self._campaign = None
-        await self._step_down()
+        timeout = self.settings.drain_timeout_seconds
+        try:
+            async with asyncio.timeout(timeout):
+                await self._drain()
+        except TimeoutError:
+            in_flight = len(self.service.in_flight()) if self.service is not None else 0
+            log.warning(
+                "drain did not finish within %gs; stopping anyway",
+                timeout,
+                extra={"drain_timeout": timeout, "starts_abandoned": in_flight},
+            )
+            try:
+                async with asyncio.timeout(timeout):
+                    await self._abandon()
+            except TimeoutError:
+                log.error(  # noqa: TRY400 - a timeout, not an error to trace
+                    "abandoning the drain took over %gs too; closing anyway", timeout
+                )
         if self._lease is not None:
             await self._lease.release()
         await self.runtime.close()
@@ -131,6 +151,23 @@ class SchedulerApp:
         if self.health is not None:
             await self.health.stop()  # last: liveness holds while draining
             self.health = None
+
+    async def _drain(self) -> None:
+        if self._campaign is not None:
+            await self._campaign
+            self._campaign = None
+        await self._step_down()
+
+    async def _abandon(self) -> None:
+        """After a drain timeout: cancel what still runs, then step down without waiting."""
+        if self._campaign is not None:
+            self._campaign.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._campaign
+            self._campaign = None
+        if self.service is not None:
+            await self.service.abandon()
+        await self._step_down()
 
     async def _campaign_loop(self) -> None:
         assert self._lease is not None
@@ -264,7 +301,12 @@ class SchedulerApp:
                 await self._ticker
             self._ticker = None
         consumers = [c for c in (self._consumer, self._schedule_consumer) if c is not None]
-        await asyncio.gather(*(c.stop() for c in consumers))  # each ends its fetch in flight
+        # Each ends its fetch in flight. A stop cut short by the drain timeout leaves a
+        # cancelled fetch task behind, which a second stop reports as cancelled: logged only.
+        results = await asyncio.gather(*(c.stop() for c in consumers), return_exceptions=True)
+        for result in results:
+            if isinstance(result, BaseException):
+                log.warning("consumer stop: %r", result)
         self._consumer = self._schedule_consumer = None
         if self.service is not None:
             await self.service.drain()

@@ -52,6 +52,13 @@ class SchedulerSettings(BaseSettings):
         10.0, ge=0, description="Wait for the runner's own terminal event after its exit."
     )
     tick_seconds: float = Field(1.0, gt=0, description="How often timers and runtimes are checked.")
+    drain_timeout_seconds: float = Field(
+        30.0,
+        gt=0,
+        description="Most a stop waits for the batch in hand and the runtime starts in flight;"
+        " past it the scheduler stops anyway (and logs what it abandoned). Keep it below the"
+        " pod's terminationGracePeriodSeconds.",
+    )
 
     # Leadership: one active scheduler; the others wait for the lease.
     lease_bucket: str = Field("nexus_scheduler", description="JetStream KV bucket of the lease.")

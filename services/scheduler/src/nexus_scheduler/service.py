@@ -248,6 +248,17 @@ class SchedulerService:
         while self._background:
             await asyncio.gather(*list(self._background), return_exceptions=True)
 
+    def in_flight(self) -> list[str]:
+        """Names of the background tasks (runtime starts) not finished yet."""
+        return [t.get_name() for t in self._background if not t.done()]
+
+    async def abandon(self) -> None:
+        """Cancel the runtime starts in flight (a stop past its drain timeout)."""
+        tasks = list(self._background)
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+
     # -- timers and runtime checks ------------------------------------------------------------
 
     async def tick(self) -> None:
