@@ -416,18 +416,27 @@ class Bus:
         filter_subject: str | None = None,
         filter_subjects: Sequence[str] = (),
         batch: int = 500,
+        last_per_subject: bool = False,
     ) -> AsyncIterator[Msg]:
         """Like `replay` but yields the raw messages (undecodable ones included).
 
         `filter_subjects` (several) and `filter_subject` (one) narrow the replay; the
-        messages still come in stream order.
+        messages still come in stream order. `last_per_subject` reads only the newest
+        message of each subject that matches (e.g. the last heartbeat of some runs), and
+        ignores `start_seq`.
         """
         filters = [*filter_subjects, *([filter_subject] if filter_subject else [])]
         name = f"replay_{uuid.uuid4().hex[:16]}"
+        if last_per_subject:
+            policy, opt_start = DeliverPolicy.LAST_PER_SUBJECT, None
+        elif start_seq > 1:
+            policy, opt_start = DeliverPolicy.BY_START_SEQUENCE, start_seq
+        else:
+            policy, opt_start = DeliverPolicy.ALL, None
         config = ConsumerConfig(
             name=name,
-            deliver_policy=DeliverPolicy.BY_START_SEQUENCE if start_seq > 1 else DeliverPolicy.ALL,
-            opt_start_seq=start_seq if start_seq > 1 else None,
+            deliver_policy=policy,
+            opt_start_seq=opt_start,
             ack_policy=AckPolicy.NONE,
             filter_subject=filters[0] if len(filters) == 1 else None,
             filter_subjects=filters if len(filters) > 1 else None,

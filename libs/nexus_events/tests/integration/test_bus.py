@@ -239,6 +239,25 @@ async def test_replay_from_a_sequence_filtered_to_one_run(bus: Bus):
     assert len([m async for m in bus.replay_raw(RUNS, start_seq=start)]) == 40 - 13
 
 
+async def test_replay_last_per_subject_reads_the_newest_of_each_subject(bus: Bus):
+    items = [
+        Outgoing(subjects.run_event(run, "heartbeat"), RunHeartbeat(seq=i))
+        for i in range(30)
+        for run in ("lp_a", "lp_b", "lp_c")
+    ]
+    acks = await bus.publish_many(items)
+    last = {
+        subjects.parse_subject(item.subject).run_id: ack.seq
+        for item, ack in zip(items, acks, strict=True)
+    }
+    wanted = [subjects.run_event(r, "heartbeat") for r in ("lp_a", "lp_c", "lp_none")]
+    got = [m async for m in bus.replay_raw(RUNS, filter_subjects=wanted, last_per_subject=True)]
+    assert [(m.subject, m.metadata.sequence.stream) for m in got] == [
+        (subjects.run_event("lp_a", "heartbeat"), last["lp_a"]),
+        (subjects.run_event("lp_c", "heartbeat"), last["lp_c"]),
+    ]
+
+
 async def test_nats_restart_mid_stream_loses_nothing(bus: Bus, nats_server: NatsServer):
     n = 600
     fast = BusSettings(

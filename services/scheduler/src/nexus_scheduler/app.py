@@ -2,8 +2,9 @@
 
 Replicas campaign for a KV lease; only the holder consumes and acts. On taking the lease a
 replica rebuilds admission from NEXUS_RUNS (so it neither loses queued runs nor exceeds the
-limits), re-adopts the runs its runtime still has (runs it does not know are marked `lost`
-only after the heartbeat window), then follows the stream.
+limits; heartbeats only of open runs, see `nexus_scheduler.rebuild`), re-adopts the runs its
+runtime still has (runs it does not know are marked `lost` only after the heartbeat window),
+then follows the stream.
 """
 
 from __future__ import annotations
@@ -15,8 +16,7 @@ from pathlib import Path
 
 import nats.errors
 import nats.js.errors
-from nexus_events.bus import Bus, BusSettings, Consumer, ConsumerSpec, decode_msg
-from nexus_events.errors import DecodeError
+from nexus_events.bus import Bus, BusSettings, Consumer, ConsumerSpec
 from nexus_events.health import HealthServer
 from nexus_events.streams import RUNS, SCHEDULES, ensure_streams
 
@@ -24,6 +24,7 @@ from nexus_scheduler.clock import Clock, SystemClock
 from nexus_scheduler.config import SchedulerSettings
 from nexus_scheduler.handlers import create_run_handler, create_schedule_handler
 from nexus_scheduler.lease import Lease
+from nexus_scheduler.rebuild import rebuild
 from nexus_scheduler.runtime.base import AgentRuntime
 from nexus_scheduler.schedules_service import ScheduleService
 from nexus_scheduler.service import SchedulerService, watched_subjects
@@ -231,20 +232,13 @@ class SchedulerApp:
             fence=self._fence,
         )
         self.service = service
-        replayed = 0
-        last_seq = 0
-        async for msg in self.bus.replay_raw(RUNS, filter_subjects=watched_subjects()):
-            last_seq = max(last_seq, msg.metadata.sequence.stream)
-            try:
-                service.observe(decode_msg(msg), replay=True)
-            except DecodeError:
-                continue  # the live consumer dead-letters it
-            replayed += 1
+        rebuilt = await rebuild(self.bus, service)
         adopted = await service.recover()
         log.info(
             "leading: state rebuilt",
             extra={
-                "replayed": replayed,
+                "replayed": rebuilt.replayed,
+                "heartbeats": rebuilt.heartbeats,
                 "adopted": len(adopted),
                 "waiting": len(service.state.waiting),
             },
@@ -258,7 +252,7 @@ class SchedulerApp:
             durable=self.settings.consumer_name,
             filter_subjects=watched_subjects(),
             batch=200,
-            start_seq=last_seq + 1 if last_seq else None,
+            start_seq=rebuilt.last_seq + 1 if rebuilt.last_seq else None,
         )
         self._consumer = self.bus.consumer(spec, create_run_handler(service))
         await self._consumer.start()
