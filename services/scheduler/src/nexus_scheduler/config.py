@@ -100,6 +100,12 @@ class SchedulerSettings(BaseSettings):
         description="Runner command; `--config FILE` is appended.",
     )
     local_kill_grace_seconds: float = Field(10.0, ge=0, description="SIGTERM -> SIGKILL.")
+    local_finished_kept: int = Field(
+        1000, ge=1, description="Ended runner processes remembered (their exit code)."
+    )
+    local_finished_ttl_seconds: float = Field(
+        3600.0, gt=0, description="An ended runner process is forgotten after this long."
+    )
 
     # Kubernetes runtime.
     k8s_namespace: str = Field("nexus-runs", description="Namespace of run Jobs.")
