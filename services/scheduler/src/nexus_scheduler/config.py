@@ -113,6 +113,12 @@ class SchedulerSettings(BaseSettings):
     k8s_in_cluster: bool = Field(True, description="Use the pod's service account config.")
     k8s_ttl_after_finished_seconds: int = Field(3600, ge=0, description="Job GC delay.")
     k8s_service_account: str | None = Field(None, description="Runner pods' service account.")
+    k8s_request_timeout_seconds: float = Field(
+        30.0,
+        gt=0,
+        description="Client-side timeout of every Kubernetes API call (a hung API server"
+        " fails the call instead of stalling the scheduler).",
+    )
     k8s_runner_env_secret: str | None = Field(
         "runner-env", description="Secret whose keys become the runner pods' env (NATS, LLM)."
     )

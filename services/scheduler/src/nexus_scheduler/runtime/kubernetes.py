@@ -3,8 +3,12 @@
 The Job is the idempotency key: starting a run whose Job exists adopts it. The RunConfig
 travels in a Secret owned by the Job (deleted with it). Pods run non-root with a read-only
 root filesystem, a writable workspace volume, no privilege escalation, no capabilities and
-no service-account token. A watch on the run Jobs keeps a status cache; pod failures (image
-pull errors, OOMKilled, evictions) and deadlines become failed/timed_out statuses.
+no service-account token. Watches on the run Jobs and on their pods keep a status cache, so
+a status asks the API server nothing while the watches are in sync (a run the cache does not
+know is read through); pod failures (image pull errors, OOMKilled, evictions) and deadlines
+become failed/timed_out statuses. Every API call has a client-side timeout
+(`request_timeout`): an API server that stops answering fails the call with
+`AgentRuntimeError` instead of hanging the scheduler.
 """
 
 from __future__ import annotations
@@ -15,10 +19,11 @@ import contextlib
 import hashlib
 import logging
 import re
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Awaitable, Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
+import aiohttp
 from kubernetes_asyncio import client, config, watch
 from kubernetes_asyncio.client.exceptions import ApiException
 from nexus_events import telemetry
@@ -48,6 +53,10 @@ FATAL_WAITING = frozenset(
 )
 # Server-side watch timeout; the loop re-opens the watch after it.
 WATCH_TIMEOUT_SECONDS = 300
+# Pause before re-opening a watch that failed.
+WATCH_RETRY_SECONDS = 1.0
+
+T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -58,6 +67,9 @@ class KubernetesSettings:
     ttl_after_finished_seconds: int = 3600
     service_account: str | None = None
     workspace_size: str = "10Gi"
+    # Client-side bound of every API call (a watch: of each read between its lines, past
+    # the server's own WATCH_TIMEOUT_SECONDS; a log follow: of connecting only).
+    request_timeout: float = 30.0
     # Secret in the runs namespace with the runner's NATS and LLM settings (deploy/k8s).
     env_secret: str | None = "runner-env"  # noqa: S105 - a Secret's name, not a secret
 
@@ -70,6 +82,7 @@ class KubernetesSettings:
             ttl_after_finished_seconds=s.k8s_ttl_after_finished_seconds,
             service_account=s.k8s_service_account,
             env_secret=s.k8s_runner_env_secret,
+            request_timeout=s.k8s_request_timeout_seconds,
         )
 
 
@@ -257,8 +270,11 @@ class KubernetesRuntime:
         self._configuration = configuration
         self._api: client.ApiClient | None = None
         self._statuses: dict[str, client.V1Job] = {}
-        self._watch_task: asyncio.Task[None] | None = None
+        # Pods of the run Jobs, by Job name then pod name; trusted only while `pods_synced`.
+        self._pods_by_job: dict[str, dict[str, client.V1Pod]] = {}
+        self._watch_tasks: list[asyncio.Task[None]] = []
         self.watch_ready = asyncio.Event()
+        self.pods_synced = asyncio.Event()
 
     @property
     def namespace(self) -> str:
@@ -268,6 +284,19 @@ class KubernetesRuntime:
         if self._api is None:
             raise AgentRuntimeError("KubernetesRuntime is not started")
         return self._api
+
+    async def _call(self, what: str, call: Awaitable[T]) -> T:
+        """Await one API call made with `_request_timeout`; a timeout or a broken
+        connection becomes `AgentRuntimeError` (an `ApiException` passes through)."""
+        try:
+            return await call
+        except TimeoutError as exc:
+            raise AgentRuntimeError(
+                f"{what}: no answer from the Kubernetes API within "
+                f"{self.settings.request_timeout:g}s"
+            ) from exc
+        except aiohttp.ClientError as exc:
+            raise AgentRuntimeError(f"{what}: {type(exc).__name__}: {exc}") from exc
 
     async def start(self) -> None:
         if self._api is not None:
@@ -284,14 +313,18 @@ class KubernetesRuntime:
         # Watch() deserializes with a client built from the default configuration.
         client.Configuration.set_default(configuration)
         self._api = client.ApiClient(configuration)
-        self._watch_task = asyncio.create_task(self._watch_jobs(), name="k8s:watch-jobs")
+        self._watch_tasks = [
+            asyncio.create_task(self._watch_jobs(), name="k8s:watch-jobs"),
+            asyncio.create_task(self._watch_pods(), name="k8s:watch-pods"),
+        ]
 
     async def close(self) -> None:
-        if self._watch_task is not None:
-            self._watch_task.cancel()
+        for task in self._watch_tasks:
+            task.cancel()
+        for task in self._watch_tasks:
             with contextlib.suppress(asyncio.CancelledError):
-                await self._watch_task
-            self._watch_task = None
+                await task
+        self._watch_tasks = []
         if self._api is not None:
             await self._api.close()
             self._api = None
@@ -301,16 +334,28 @@ class KubernetesRuntime:
         core = client.CoreV1Api(self._client())
         manifest = build_job(config_, self.settings, telemetry.trace_env())
         name = manifest.metadata.name
+        timeout = self.settings.request_timeout
         try:
-            job = await batch.create_namespaced_job(self.namespace, manifest)
+            job = await self._call(
+                f"create Job {name}",
+                batch.create_namespaced_job(self.namespace, manifest, _request_timeout=timeout),
+            )
         except ApiException as exc:
             if exc.status != 409:
                 raise AgentRuntimeError(
                     f"cannot create Job {name}: {exc.status} {exc.reason}"
                 ) from exc
-            job = await batch.read_namespaced_job(name, self.namespace)  # adopt
+            job = await self._call(  # adopt
+                f"read Job {name}",
+                batch.read_namespaced_job(name, self.namespace, _request_timeout=timeout),
+            )
         try:
-            await core.create_namespaced_secret(self.namespace, build_secret(config_, job))
+            await self._call(
+                f"create Secret {name}",
+                core.create_namespaced_secret(
+                    self.namespace, build_secret(config_, job), _request_timeout=timeout
+                ),
+            )
         except ApiException as exc:
             if exc.status != 409:
                 raise AgentRuntimeError(f"cannot create Secret {name}: {exc.status}") from exc
@@ -321,19 +366,35 @@ class KubernetesRuntime:
         name = job_name(run_id)
         try:
             # Background propagation: without it a batch/v1 Job's pods are orphaned.
-            await batch.delete_namespaced_job(name, self.namespace, propagation_policy="Background")
+            await self._call(
+                f"delete Job {name}",
+                batch.delete_namespaced_job(
+                    name,
+                    self.namespace,
+                    propagation_policy="Background",
+                    _request_timeout=self.settings.request_timeout,
+                ),
+            )
         except ApiException as exc:
             if exc.status != 404:
                 raise AgentRuntimeError(f"cannot delete Job of {run_id}: {exc.status}") from exc
         self._statuses.pop(name, None)  # do not wait for the watch to say so
 
     async def status(self, run_id: str) -> RuntimeStatus:
+        """From the watch caches when they know the run; else read from the API."""
         name = job_name(run_id)
-        batch = client.BatchV1Api(self._client())
         job = self._statuses.get(name)
+        if job is not None and self.pods_synced.is_set():
+            return job_status(job, list(self._pods_by_job.get(name, {}).values()))
         if job is None:
+            batch = client.BatchV1Api(self._client())
             try:
-                job = await batch.read_namespaced_job(name, self.namespace)
+                job = await self._call(
+                    f"read Job {name}",
+                    batch.read_namespaced_job(
+                        name, self.namespace, _request_timeout=self.settings.request_timeout
+                    ),
+                )
             except ApiException as exc:
                 if exc.status == 404:
                     return RuntimeStatus(RuntimeState.GONE, message=f"no Job {name}")
@@ -342,8 +403,13 @@ class KubernetesRuntime:
 
     async def _pods(self, name: str) -> list[client.V1Pod]:
         core = client.CoreV1Api(self._client())
-        pods = await core.list_namespaced_pod(
-            self.namespace, label_selector=f"{JOB_NAME_LABEL}={name}"
+        pods = await self._call(
+            f"list pods of {name}",
+            core.list_namespaced_pod(
+                self.namespace,
+                label_selector=f"{JOB_NAME_LABEL}={name}",
+                _request_timeout=self.settings.request_timeout,
+            ),
         )
         return list(pods.items)
 
@@ -353,15 +419,32 @@ class KubernetesRuntime:
         if not pods:
             return
         core = client.CoreV1Api(self._client())
-        # With _preload_content=False the client hands back the aiohttp response.
-        resp: Any = await core.read_namespaced_pod_log(
-            pods[0].metadata.name, self.namespace, follow=True, _preload_content=False
+        # With _preload_content=False the client hands back the aiohttp response. Only the
+        # connection is bounded: a followed log may stay quiet for as long as the run works.
+        timeout = aiohttp.ClientTimeout(
+            connect=self.settings.request_timeout, sock_connect=self.settings.request_timeout
+        )
+        resp: Any = await self._call(
+            f"read log of {pods[0].metadata.name}",
+            core.read_namespaced_pod_log(
+                pods[0].metadata.name,
+                self.namespace,
+                follow=True,
+                _preload_content=False,
+                _request_timeout=timeout,
+            ),
         )
         try:
             async for raw in resp.content:
                 yield raw.decode(errors="replace").rstrip("\n")
         finally:
             resp.release()
+
+    def _watch_timeout(self) -> tuple[float, float]:
+        # (connect, read between lines): the server ends a quiet watch after
+        # WATCH_TIMEOUT_SECONDS, so silence past that plus the request timeout is a dead one.
+        timeout = self.settings.request_timeout
+        return timeout, WATCH_TIMEOUT_SECONDS + timeout
 
     async def _watch_jobs(self) -> None:
         """Keep the Job cache fresh; deleted Jobs leave it (status then reads GONE)."""
@@ -374,6 +457,7 @@ class KubernetesRuntime:
                         self.namespace,
                         label_selector=f"{MANAGED_BY}={MANAGER}",
                         timeout_seconds=WATCH_TIMEOUT_SECONDS,
+                        _request_timeout=self._watch_timeout(),
                     )
                     self.watch_ready.set()
                     async for event in stream:
@@ -382,11 +466,67 @@ class KubernetesRuntime:
                 raise
             except Exception:  # the watch is an optimisation; status() reads through
                 log.exception("Job watch failed; re-opening")
-                await asyncio.sleep(1.0)
+                await asyncio.sleep(WATCH_RETRY_SECONDS)
 
     def _apply_watch_event(self, kind: str, job: Any) -> None:
         name = job.metadata.name
         if kind == "DELETED":
             self._statuses.pop(name, None)
+            self._pods_by_job.pop(name, None)
         else:
             self._statuses[name] = job
+
+    async def _watch_pods(self) -> None:
+        """Keep the pod cache of the run Jobs fresh: listed once, then watched from there.
+
+        While the list or the watch is down, `pods_synced` is clear and status() lists the
+        pods of the run it is asked about, as it did before the cache.
+        """
+        core = client.CoreV1Api(self._client())
+        selector = f"{MANAGED_BY}={MANAGER}"
+        while True:
+            try:
+                listed = await self._call(
+                    "list run pods",
+                    core.list_namespaced_pod(
+                        self.namespace,
+                        label_selector=selector,
+                        _request_timeout=self.settings.request_timeout,
+                    ),
+                )
+                self._pods_by_job = {}
+                for pod in listed.items:
+                    self._apply_pod_event("ADDED", pod)
+                self.pods_synced.set()
+                async with watch.Watch() as w:
+                    stream = w.stream(
+                        core.list_namespaced_pod,
+                        self.namespace,
+                        label_selector=selector,
+                        resource_version=listed.metadata.resource_version,
+                        timeout_seconds=WATCH_TIMEOUT_SECONDS,
+                        _request_timeout=self._watch_timeout(),
+                    )
+                    async for event in stream:
+                        self._apply_pod_event(event["type"], event["object"])
+            except asyncio.CancelledError:
+                self.pods_synced.clear()
+                raise
+            except Exception:  # status() lists pods itself meanwhile
+                self.pods_synced.clear()
+                log.exception("pod watch failed; listing again")
+                await asyncio.sleep(WATCH_RETRY_SECONDS)
+
+    def _apply_pod_event(self, kind: str, pod: Any) -> None:
+        labels = pod.metadata.labels or {}
+        job = labels.get(JOB_NAME_LABEL)
+        if job is None:
+            return
+        if kind == "DELETED":
+            pods = self._pods_by_job.get(job)
+            if pods is not None:
+                pods.pop(pod.metadata.name, None)
+                if not pods:
+                    del self._pods_by_job[job]
+        else:
+            self._pods_by_job.setdefault(job, {})[pod.metadata.name] = pod
