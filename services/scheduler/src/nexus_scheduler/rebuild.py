@@ -5,8 +5,11 @@ A runner beats every ~15 s, so heartbeats are most of NEXUS_RUNS (a one-hour run
 longer the longer the stream's retention. Admission needs only the newest heartbeat of each
 run still open, so the rebuild reads in two passes:
 
-1. every watched lifecycle event except heartbeats, in stream order (`prepared`, `queued`,
-   `dispatched`, `started`, cancels and endings: about ten per run);
+1. every watched lifecycle event except heartbeats (`prepared`, `queued`, `dispatched`,
+   `started`, cancels and endings: about five per run), up to the stream's last sequence at
+   the start, folded in stream order. One consumer per event name, read concurrently and
+   merged by sequence: nats-server 2.15 delivers a consumer with several filter subjects
+   about ten times slower than one with a single filter (measured in bench/bench_scheduler);
 2. the last heartbeat of each run left open, through a `last_per_subject` consumer filtered
    on those runs' heartbeat subjects: one message per open run.
 
@@ -18,8 +21,11 @@ and the runner beats only after its `started`. A heartbeat stored after the firs
 
 from __future__ import annotations
 
+import asyncio
+import heapq
 from dataclasses import dataclass
 
+from nats.aio.msg import Msg
 from nexus_events import subjects
 from nexus_events.bus import Bus, decode_msg
 from nexus_events.errors import DecodeError
@@ -53,9 +59,11 @@ async def rebuild(bus: Bus, service: SchedulerService) -> Rebuilt:
 
     Undecodable messages are skipped; the live durable consumer dead-letters them.
     """
-    replayed = last_seq = 0
-    async for msg in bus.replay_raw(RUNS, filter_subjects=lifecycle_subjects()):
-        last_seq = max(last_seq, msg.metadata.sequence.stream)
+    info = await bus.js.stream_info(RUNS)
+    cut = info.state.last_seq  # both passes fold up to here; the live consumer goes on
+    replayed = 0
+    per_event = await asyncio.gather(*(_read_to(bus, f, cut) for f in lifecycle_subjects()))
+    for _, msg in heapq.merge(*per_event, key=lambda item: item[0]):
         try:
             service.observe(decode_msg(msg), replay=True)
         except DecodeError:
@@ -72,4 +80,15 @@ async def rebuild(bus: Bus, service: SchedulerService) -> Rebuilt:
             except DecodeError:
                 continue
             heartbeats += 1
-    return Rebuilt(replayed=replayed, heartbeats=heartbeats, last_seq=last_seq)
+    return Rebuilt(replayed=replayed, heartbeats=heartbeats, last_seq=cut)
+
+
+async def _read_to(bus: Bus, filter_subject: str, cut: int) -> list[tuple[int, Msg]]:
+    """(stream seq, message) of one event name, in stream order, up to `cut`."""
+    out: list[tuple[int, Msg]] = []
+    # The replay ends where the stream ended when it began, at most a few events past `cut`.
+    async for msg in bus.replay_raw(RUNS, filter_subject=filter_subject):
+        seq = msg.metadata.sequence.stream
+        if seq <= cut:
+            out.append((seq, msg))
+    return out
