@@ -91,6 +91,7 @@ class FakeKubeApi:
         self._rv = itertools.count(1)
         self._http = LocalHttpServer()
         self._hangs: list[tuple[str, str]] = []
+        self._failures: list[tuple[str, str]] = []
         self._released = asyncio.Event()
 
     @property
@@ -139,6 +140,10 @@ class FakeKubeApi:
         request[JSON_BODY] = body
         if any(request.method == m and f in request.path for m, f in self._hangs):
             await self._released.wait()
+        for rule in self._failures:
+            if request.method == rule[0] and rule[1] in request.path:
+                self._failures.remove(rule)
+                return _status(500, "InternalError", "injected failure")
         response: web.StreamResponse = await handler(request)
         return response
 
@@ -147,6 +152,15 @@ class FakeKubeApi:
     def hang(self, method: str, fragment: str) -> None:
         """Leave every `method` request whose path contains `fragment` unanswered."""
         self._hangs.append((method, fragment))
+
+    def fail_next(self, method: str, fragment: str) -> None:
+        """Answer the next matching request with a 500."""
+        self._failures.append((method, fragment))
+
+    def end_watches(self) -> None:
+        """Close every open watch, as the API server does at its watch timeout."""
+        for _, _, _, queue in self._watchers:
+            queue.put_nowait(None)
 
     def release_hung(self) -> None:
         self._hangs.clear()

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import json
+import logging
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -343,3 +344,29 @@ async def test_a_hung_api_call_times_out(fake: Any, method: str, path: str, call
     finally:
         fake.release_hung()
         await rt.close()
+
+
+async def test_a_failed_pod_watch_is_re_listed_and_status_lists_meanwhile(
+    fake: Any, runtime: KubernetesRuntime, caplog: pytest.LogCaptureFixture
+) -> None:
+    await runtime.start_run(config("re-1"))
+    await eventually(lambda: _true(runtime.pods_synced.is_set()), what="pods listed")
+    caplog.set_level(logging.ERROR, logger="nexus_scheduler.runtime.kubernetes")
+    fake.fail_next("GET", "/pods")  # the re-list after the watch ends fails once
+    fake.end_watches()
+    await eventually(
+        lambda: _true(any("pod watch failed" in r.getMessage() for r in caplog.records)),
+        what="the failure logged",
+    )
+    assert not runtime.pods_synced.is_set()
+    fake.add_pod(job_name("re-1"), namespace=NS)
+    # Unsynced: status reads the run's pods itself rather than trusting a stale cache.
+    assert (await runtime.status("re-1")).state is RuntimeState.RUNNING
+    per_run = [
+        r
+        for r in fake.requests_to("GET", "/pods")
+        if r.query.get("labelSelector") == f"batch.kubernetes.io/job-name={job_name('re-1')}"
+    ]
+    assert len(per_run) == 1
+    await eventually(lambda: _true(runtime.pods_synced.is_set()), what="re-listed", within=10)
+    assert job_name("re-1") in runtime._pods_by_job

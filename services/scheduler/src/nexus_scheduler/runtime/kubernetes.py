@@ -19,11 +19,12 @@ import contextlib
 import hashlib
 import logging
 import re
-from collections.abc import AsyncIterator, Awaitable, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TypeVar
 
 import aiohttp
+import tenacity
 from kubernetes_asyncio import client, config, watch
 from kubernetes_asyncio.client.exceptions import ApiException
 from nexus_events import telemetry
@@ -446,27 +447,38 @@ class KubernetesRuntime:
         timeout = self.settings.request_timeout
         return timeout, WATCH_TIMEOUT_SECONDS + timeout
 
+    async def _reopening(self, what: str, watch_once: Callable[[], Awaitable[None]]) -> None:
+        """Run `watch_once` forever: again at once when it ends (the server's watch timeout),
+        after WATCH_RETRY_SECONDS when it fails (logged); cancellation ends it."""
+        again = tenacity.AsyncRetrying(
+            retry=tenacity.retry_if_exception_type(Exception),
+            wait=tenacity.wait_fixed(WATCH_RETRY_SECONDS),
+            before_sleep=lambda state: log.error(
+                "%s failed; re-opening",
+                what,
+                exc_info=state.outcome.exception() if state.outcome else None,
+            ),
+        )
+        while True:
+            await again(watch_once)
+
     async def _watch_jobs(self) -> None:
         """Keep the Job cache fresh; deleted Jobs leave it (status then reads GONE)."""
+        await self._reopening("Job watch", self._watch_jobs_once)
+
+    async def _watch_jobs_once(self) -> None:
         batch = client.BatchV1Api(self._client())
-        while True:
-            try:
-                async with watch.Watch() as w:
-                    stream = w.stream(
-                        batch.list_namespaced_job,
-                        self.namespace,
-                        label_selector=f"{MANAGED_BY}={MANAGER}",
-                        timeout_seconds=WATCH_TIMEOUT_SECONDS,
-                        _request_timeout=self._watch_timeout(),
-                    )
-                    self.watch_ready.set()
-                    async for event in stream:
-                        self._apply_watch_event(event["type"], event["object"])
-            except asyncio.CancelledError:
-                raise
-            except Exception:  # the watch is an optimisation; status() reads through
-                log.exception("Job watch failed; re-opening")
-                await asyncio.sleep(WATCH_RETRY_SECONDS)
+        async with watch.Watch() as w:
+            stream = w.stream(
+                batch.list_namespaced_job,
+                self.namespace,
+                label_selector=f"{MANAGED_BY}={MANAGER}",
+                timeout_seconds=WATCH_TIMEOUT_SECONDS,
+                _request_timeout=self._watch_timeout(),
+            )
+            self.watch_ready.set()
+            async for event in stream:
+                self._apply_watch_event(event["type"], event["object"])
 
     def _apply_watch_event(self, kind: str, job: Any) -> None:
         name = job.metadata.name
@@ -482,40 +494,37 @@ class KubernetesRuntime:
         While the list or the watch is down, `pods_synced` is clear and status() lists the
         pods of the run it is asked about, as it did before the cache.
         """
+        await self._reopening("pod watch", self._watch_pods_once)
+
+    async def _watch_pods_once(self) -> None:
         core = client.CoreV1Api(self._client())
         selector = f"{MANAGED_BY}={MANAGER}"
-        while True:
-            try:
-                listed = await self._call(
-                    "list run pods",
-                    core.list_namespaced_pod(
-                        self.namespace,
-                        label_selector=selector,
-                        _request_timeout=self.settings.request_timeout,
-                    ),
+        listed = await self._call(
+            "list run pods",
+            core.list_namespaced_pod(
+                self.namespace,
+                label_selector=selector,
+                _request_timeout=self.settings.request_timeout,
+            ),
+        )
+        self._pods_by_job = {}
+        for pod in listed.items:
+            self._apply_pod_event("ADDED", pod)
+        self.pods_synced.set()
+        try:
+            async with watch.Watch() as w:
+                stream = w.stream(
+                    core.list_namespaced_pod,
+                    self.namespace,
+                    label_selector=selector,
+                    resource_version=listed.metadata.resource_version,
+                    timeout_seconds=WATCH_TIMEOUT_SECONDS,
+                    _request_timeout=self._watch_timeout(),
                 )
-                self._pods_by_job = {}
-                for pod in listed.items:
-                    self._apply_pod_event("ADDED", pod)
-                self.pods_synced.set()
-                async with watch.Watch() as w:
-                    stream = w.stream(
-                        core.list_namespaced_pod,
-                        self.namespace,
-                        label_selector=selector,
-                        resource_version=listed.metadata.resource_version,
-                        timeout_seconds=WATCH_TIMEOUT_SECONDS,
-                        _request_timeout=self._watch_timeout(),
-                    )
-                    async for event in stream:
-                        self._apply_pod_event(event["type"], event["object"])
-            except asyncio.CancelledError:
-                self.pods_synced.clear()
-                raise
-            except Exception:  # status() lists pods itself meanwhile
-                self.pods_synced.clear()
-                log.exception("pod watch failed; listing again")
-                await asyncio.sleep(WATCH_RETRY_SECONDS)
+                async for event in stream:
+                    self._apply_pod_event(event["type"], event["object"])
+        finally:
+            self.pods_synced.clear()  # events may be missed until the next list
 
     def _apply_pod_event(self, kind: str, pod: Any) -> None:
         labels = pod.metadata.labels or {}
