@@ -13,7 +13,8 @@ import uuid
 import pytest
 from nexus_events import subjects
 from nexus_events.bus import Bus, BusSettings, ConsumerSpec, Delivery, Outgoing
-from nexus_events.errors import BusUnavailable
+from nexus_events.codec import Encoded
+from nexus_events.errors import BusUnavailable, PublishFailed
 from nexus_events.events import DeadLetter, RunHeartbeat, RunRequested, RunTurn
 from nexus_events.streams import DLQ, RUNS
 from nexus_events.testing import NatsServer, dead_letters
@@ -406,3 +407,34 @@ async def test_close_while_reconnecting_does_not_raise(nats_server: NatsServer):
     assert not bus.nc.is_connected
     await asyncio.wait_for(bus.close(), timeout=10)
     assert bus.nc.is_closed
+
+
+async def test_an_unacked_publish_is_retried_with_its_id_until_the_deadline(
+    bus: Bus, nats_url: str
+):
+    """No stream takes the subject, only a plain subscriber that never answers: each try
+    times out, is sent again (same Nats-Msg-Id) after a growing wait, and the call fails
+    with PublishFailed once the next wait would pass the deadline."""
+    impatient = await Bus.connect(
+        BusSettings(url=nats_url, publish_timeout=0.2, publish_deadline=1.0), source="impatient"
+    )
+    subject = f"nostream.{uuid.uuid4().hex[:8]}"
+    tries: list[str] = []
+
+    async def seen(msg) -> None:
+        tries.append(msg.headers["Nats-Msg-Id"])
+
+    sub = await bus.nc.subscribe(subject, cb=seen)
+    try:
+        started = time.monotonic()
+        with pytest.raises(PublishFailed, match=rf"no ack for {subject} within 1.0s: TimeoutError"):
+            await impatient.publish_encoded(Encoded(subject, b"{}", {"Nats-Msg-Id": "retry-me"}))
+        took = time.monotonic() - started
+        await eventually(lambda: len(tries) >= 2, what="the retries arrived")
+        # 0.2 s per try, waits 0.05, 0.1, 0.2 (then 0.4 would pass the deadline): 4 tries.
+        assert 2 <= len(tries) <= 5
+        assert set(tries) == {"retry-me"}
+        assert 0.6 <= took < 5
+    finally:
+        await sub.unsubscribe()
+        await impatient.close()
