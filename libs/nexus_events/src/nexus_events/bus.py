@@ -15,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import time
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Sequence
 from dataclasses import dataclass, field
@@ -23,7 +24,6 @@ from typing import Any
 import nats
 import nats.errors
 import nats.js.errors
-import tenacity
 from nats.aio.msg import Msg
 from nats.js import JetStreamContext
 from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy, PubAck
@@ -58,7 +58,6 @@ _RETRYABLE = (
     nats.errors.StaleConnectionError,
     asyncio.TimeoutError,
 )
-_RETRYABLE_PUBLISH = (*_RETRYABLE, nats.js.errors.ServiceUnavailableError)
 # Waits between publish attempts: 50 ms, doubling, at most 1 s (a reconnect takes ~0.1-2 s).
 _FIRST_RETRY_DELAY = 0.05
 _LAST_RETRY_DELAY = 1.0
@@ -219,37 +218,40 @@ class Bus:
         retried with the same message id (so JetStream stores it once), waiting 50 ms
         doubling to 1 s, while the next wait still ends before `publish_deadline`.
         """
-        retrying = tenacity.AsyncRetrying(
-            retry=tenacity.retry_if_exception_type(_RETRYABLE_PUBLISH),
-            wait=tenacity.wait_exponential(multiplier=_FIRST_RETRY_DELAY, max=_LAST_RETRY_DELAY),
-            stop=tenacity.stop_before_delay(self.settings.publish_deadline),
-            reraise=True,
-        )
-        try:
-            return await retrying(
-                self.js.publish,
-                enc.subject,
-                enc.body,
-                timeout=self.settings.publish_timeout,
-                headers=enc.headers,
-            )
-        except _RETRYABLE as exc:
-            raise PublishFailed(
-                f"no ack for {enc.subject} within {self.settings.publish_deadline}s: "
-                f"{type(exc).__name__} (is NATS up and are the streams ensured?)"
-            ) from exc
-        except nats.errors.ConnectionClosedError as exc:
-            raise BusUnavailable("the NATS connection is closed") from exc
-        except nats.js.errors.ServiceUnavailableError as exc:
-            raise PublishFailed(f"JetStream unavailable for {enc.subject}: {exc}") from exc
-        except nats.js.errors.APIError as exc:
-            raise PublishRejected(f"JetStream refused {enc.subject}: {exc}") from exc
-        except nats.errors.MaxPayloadError as exc:
-            raise PublishRejected(
-                f"{enc.subject}: {len(enc.body)} bytes exceed the server's max_payload"
-            ) from exc
-        except nats.errors.Error as exc:
-            raise PublishFailed(f"publishing {enc.subject} failed: {exc}") from exc
+        # Hand-written, not tenacity (used for the projection's and the Kubernetes watches'
+        # retries): this is every single publish's path, and tenacity.AsyncRetrying cost
+        # ~45 us per call here (sequential publish 119-128 -> 164-197 us, same run).
+        deadline = time.monotonic() + self.settings.publish_deadline
+        delay = _FIRST_RETRY_DELAY
+        while True:
+            try:
+                return await self.js.publish(
+                    enc.subject,
+                    enc.body,
+                    timeout=self.settings.publish_timeout,
+                    headers=enc.headers,
+                )
+            except _RETRYABLE as exc:
+                if time.monotonic() + delay >= deadline:
+                    raise PublishFailed(
+                        f"no ack for {enc.subject} within {self.settings.publish_deadline}s: "
+                        f"{type(exc).__name__} (is NATS up and are the streams ensured?)"
+                    ) from exc
+            except nats.errors.ConnectionClosedError as exc:
+                raise BusUnavailable("the NATS connection is closed") from exc
+            except nats.js.errors.ServiceUnavailableError as exc:
+                if time.monotonic() + delay >= deadline:
+                    raise PublishFailed(f"JetStream unavailable for {enc.subject}: {exc}") from exc
+            except nats.js.errors.APIError as exc:
+                raise PublishRejected(f"JetStream refused {enc.subject}: {exc}") from exc
+            except nats.errors.MaxPayloadError as exc:
+                raise PublishRejected(
+                    f"{enc.subject}: {len(enc.body)} bytes exceed the server's max_payload"
+                ) from exc
+            except nats.errors.Error as exc:
+                raise PublishFailed(f"publishing {enc.subject} failed: {exc}") from exc
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, _LAST_RETRY_DELAY)
 
     async def publish_many(
         self, items: Iterable[Outgoing], *, window: int | None = None
