@@ -9,12 +9,19 @@ durable consumer, msg/s from the first publish to the last message consumed.
 
 The limits are high enough that nothing queues: this measures the dispatch path itself
 (consumer fetch, admission fold + decide, runtime start, `dispatched` publish).
+
+(c) takeover: NEXUS_RUNS holds 1,000,000 events (`BENCH_TAKEOVER_EVENTS`), almost all
+heartbeats of finished runs (100 events a run: 96 beats) plus 50 open runs. Timed: a new
+SchedulerApp from `start()` to leading (lease, rebuild, re-adoption, consumers), against
+raw nats-py reading the same stream once (an ack-less pull consumer, fetch(500)), and the
+old takeover's read (every watched event folded, heartbeats included), in the same run.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
 import statistics
 import time
 import uuid
@@ -23,17 +30,34 @@ import nats
 import nats.errors
 from nats.aio.msg import Msg
 from nats.js import JetStreamContext
-from nats.js.api import AckPolicy, ConsumerConfig, StreamConfig
+from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy, StreamConfig
 from nexus_events import subjects
-from nexus_events.bus import Bus, BusSettings, Outgoing
-from nexus_events.events import ModelSpec, RunConfig, RunPrepared
+from nexus_events.bus import Bus, BusSettings, Outgoing, decode_msg
+from nexus_events.events import (
+    Event,
+    ModelSpec,
+    RunCompleted,
+    RunConfig,
+    RunDispatched,
+    RunHeartbeat,
+    RunPrepared,
+    RunStarted,
+)
 from nexus_events.streams import RUNS, ensure_streams
+from nexus_scheduler.admission import Limits, Timeouts
 from nexus_scheduler.app import SchedulerApp
 from nexus_scheduler.config import SchedulerSettings
+from nexus_scheduler.runtime.base import RuntimeState, RuntimeStatus
 from nexus_scheduler.runtime.noop import NoopRuntime
+from nexus_scheduler.service import SchedulerService, watched_subjects
 
 N = 2_000
 WAIT = 30.0  # seconds one arrival (or the whole burst) may take before the bench fails
+# The takeover history: events on NEXUS_RUNS, events per finished run, open runs.
+HISTORY = int(os.environ.get("BENCH_TAKEOVER_EVENTS", "1000000"))
+RUN_EVENTS = 100  # prepared, dispatched, started, 96 heartbeats, completed
+OPEN_RUNS = 50
+TAKEOVER_WAIT = 600.0
 
 
 class _Arrivals:
@@ -184,9 +208,120 @@ async def _scheduler(nats_url: str) -> tuple[float, float, float]:
     return p50, p99, rate
 
 
+def _finished_run(run_id: str) -> list[Event]:
+    beats: list[Event] = [RunHeartbeat(seq=i) for i in range(RUN_EVENTS - 4)]
+    return [*_started(run_id), *beats, RunCompleted()]
+
+
+def _started(run_id: str) -> list[Event]:
+    return [
+        RunPrepared(config=_config(run_id)),
+        RunDispatched(runtime="noop", handle=run_id),
+        RunStarted(runner="bench"),
+    ]
+
+
+def _outgoing(run_id: str, events: list[Event]) -> list[Outgoing]:
+    return [Outgoing(subjects.run_event(run_id, e.event_name), e) for e in events]
+
+
+async def _publish_history(bus: Bus, tag: str) -> tuple[int, list[str]]:
+    """Fill NEXUS_RUNS with the takeover history; return (messages, open run ids)."""
+    open_runs = [f"open-{tag}-{i}" for i in range(OPEN_RUNS)]
+    finished = max(1, (HISTORY - OPEN_RUNS * 23) // RUN_EVENTS)
+    wave: list[Outgoing] = []
+    total = 0
+    for i in range(finished):
+        run_id = f"old-{tag}-{i}"
+        wave += [
+            Outgoing(subjects.run_event(run_id, e.event_name), e) for e in _finished_run(run_id)
+        ]
+        if len(wave) >= 20_000:
+            total += len(await bus.publish_many(wave))
+            wave = []
+    for run_id in open_runs:
+        wave += _outgoing(run_id, [*_started(run_id), *(RunHeartbeat(seq=i) for i in range(20))])
+    total += len(await bus.publish_many(wave))
+    return total, open_runs
+
+
+async def _raw_replay(nats_url: str, total: int) -> float:
+    """Seconds for plain nats-py to read all of NEXUS_RUNS once (ack-less, fetch(500))."""
+    nc = await nats.connect(nats_url, name="bench-takeover-raw")
+    js = nc.jetstream()
+    name = f"raw_replay_{uuid.uuid4().hex[:8]}"
+    await js.add_consumer(
+        RUNS,
+        ConsumerConfig(
+            name=name,
+            deliver_policy=DeliverPolicy.ALL,
+            ack_policy=AckPolicy.NONE,
+            inactive_threshold=60.0,
+            mem_storage=True,
+        ),
+    )
+    sub = await js.pull_subscribe_bind(name, stream=RUNS)
+    got = 0
+    t0 = time.perf_counter()
+    try:
+        while got < total:
+            got += len(await sub.fetch(500, timeout=5))
+        return time.perf_counter() - t0
+    finally:
+        await sub.unsubscribe()
+        await nc.close()
+
+
+async def _old_takeover_read(bus: Bus) -> float:
+    """Seconds of the old takeover's rebuild: every watched event folded, beats included."""
+    service = SchedulerService(bus, NoopRuntime(), limits=Limits(), timeouts=Timeouts())
+    t0 = time.perf_counter()
+    async for msg in bus.replay_raw(RUNS, filter_subjects=watched_subjects()):
+        service.observe(decode_msg(msg), replay=True)
+    return time.perf_counter() - t0
+
+
+async def _takeover(nats_url: str) -> tuple[int, float, float, float]:
+    """(history size, takeover s, raw replay s, old takeover read s)."""
+    tag = uuid.uuid4().hex[:6]
+    bus = await Bus.connect(BusSettings(url=nats_url, name="bench-takeover"), source="bench")
+    await bus.js.purge_stream(RUNS)
+    total, open_runs = await _publish_history(bus, tag)
+    raw = await _raw_replay(nats_url, total)
+    old = await _old_takeover_read(bus)
+    settings = SchedulerSettings(
+        replica_id=f"bench-{tag}",
+        runtime="noop",
+        tick_seconds=3600,
+        lease_bucket=f"bench_takeover_{tag}",
+        consumer_name=f"bench-takeover-{tag}",
+        health_port=None,
+    )
+    runtime = NoopRuntime()  # the open runs still run: they are re-adopted
+    runtime.states = {r: RuntimeStatus(RuntimeState.RUNNING) for r in open_runs}
+    app = SchedulerApp(settings, bus_settings=BusSettings(url=nats_url), runtime=runtime)
+    t0 = time.perf_counter()
+    await app.start()
+    try:
+        await asyncio.wait_for(app.leading.wait(), TAKEOVER_WAIT)
+        took = time.perf_counter() - t0
+        assert app.service is not None
+        running = sum(1 for e in app.service.state.active() if e.run_id in runtime.states)
+        assert running == OPEN_RUNS, f"rebuilt {running} of {OPEN_RUNS} open runs"
+    finally:
+        await app.stop()
+        with contextlib.suppress(Exception):
+            await bus.js.delete_key_value(settings.lease_bucket)
+        await bus.js.purge_stream(RUNS)
+        await bus.close()
+    return total, took, raw, old
+
+
 async def run(nats_url: str) -> list[tuple[str, float, str, float]]:
     raw_p50, raw_p99, raw_rate = await _raw(nats_url)
     p50, p99, rate = await _scheduler(nats_url)
+    history, took, raw_replay, old = await _takeover(nats_url)
+    size = f"{history:,}-event history"
     return [
         ("raw publish->pull consume p50 (ms)", raw_p50, "", 1.0),
         ("raw publish->pull consume p99 (ms)", raw_p99, "", 1.0),
@@ -194,4 +329,7 @@ async def run(nats_url: str) -> list[tuple[str, float, str, float]]:
         ("prepared->dispatched p50 (ms)", p50, "raw publish->consume p50", p50 / raw_p50),
         ("prepared->dispatched p99 (ms)", p99, "raw publish->consume p99", p99 / raw_p99),
         ("dispatch throughput, 2,000 burst (runs/s)", rate, "raw burst", rate / raw_rate),
+        (f"raw nats-py read of a {size} (s)", raw_replay, "", 1.0),
+        (f"old takeover read, {size} (s)", old, "raw read", old / raw_replay),
+        (f"takeover start->leading, {size} (s)", took, "raw read", took / raw_replay),
     ]

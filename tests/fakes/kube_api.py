@@ -3,7 +3,9 @@
 
 It stores what it receives (tests assert on the manifests) and lets a test drive the cluster
 side: give a Job a status, add its pod, append log lines, end the log. Every change to a Job
-is sent to open watches as newline-delimited ``{"type", "object"}`` frames.
+or a pod is sent to open watches of that kind as newline-delimited ``{"type", "object"}``
+frames. `hang(method, fragment)` makes matching requests wait without an answer (an API
+server that stopped responding) until `release_hung()` or the server closes.
 """
 
 from __future__ import annotations
@@ -84,9 +86,13 @@ class FakeKubeApi:
         self.pods: dict[tuple[str, str], dict[str, Any]] = {}
         self.requests: list[Request] = []
         self._logs: dict[tuple[str, str], _Log] = defaultdict(_Log)
-        self._watchers: list[tuple[str, str | None, asyncio.Queue[dict[str, Any] | None]]] = []
+        # (kind, namespace, label selector, queue) of each open watch.
+        self._watchers: list[tuple[str, str, str | None, asyncio.Queue[dict[str, Any] | None]]] = []
         self._rv = itertools.count(1)
         self._http = LocalHttpServer()
+        self._hangs: list[tuple[str, str]] = []
+        self._failures: list[tuple[str, str]] = []
+        self._released = asyncio.Event()
 
     @property
     def port(self) -> int:
@@ -115,7 +121,8 @@ class FakeKubeApi:
         return self
 
     async def __aexit__(self, *exc: object) -> None:
-        for _, _, queue in self._watchers:
+        self._released.set()
+        for _, _, _, queue in self._watchers:
             queue.put_nowait(None)
         for log in self._logs.values():
             log.done = True
@@ -131,10 +138,33 @@ class FakeKubeApi:
             body = json.loads(raw) if raw else None
         self.requests.append(Request(request.method, request.path, dict(request.query), body))
         request[JSON_BODY] = body
+        if any(request.method == m and f in request.path for m, f in self._hangs):
+            await self._released.wait()
+        for rule in self._failures:
+            if request.method == rule[0] and rule[1] in request.path:
+                self._failures.remove(rule)
+                return _status(500, "InternalError", "injected failure")
         response: web.StreamResponse = await handler(request)
         return response
 
     # -- what a test drives ------------------------------------------------------------------
+
+    def hang(self, method: str, fragment: str) -> None:
+        """Leave every `method` request whose path contains `fragment` unanswered."""
+        self._hangs.append((method, fragment))
+
+    def fail_next(self, method: str, fragment: str) -> None:
+        """Answer the next matching request with a 500."""
+        self._failures.append((method, fragment))
+
+    def end_watches(self) -> None:
+        """Close every open watch, as the API server does at its watch timeout."""
+        for _, _, _, queue in self._watchers:
+            queue.put_nowait(None)
+
+    def release_hung(self) -> None:
+        self._hangs.clear()
+        self._released.set()
 
     def job(self, name: str, namespace: str = "default") -> dict[str, Any]:
         return self.jobs[(namespace, name)]
@@ -155,6 +185,10 @@ class FakeKubeApi:
         container_statuses: list[dict[str, Any]] | None = None,
     ) -> str:
         name = f"{job_name}-{uuid.uuid4().hex[:5]}"
+        # The Job controller gives a pod its template's labels plus the job-name ones.
+        job = self.jobs.get((namespace, job_name))
+        template = (job or {}).get("spec", {}).get("template", {}).get("metadata", {})
+        labels = {**(template.get("labels") or {}), JOB_NAME_LABEL: job_name, "job-name": job_name}
         pod = {
             "apiVersion": "v1",
             "kind": "Pod",
@@ -162,7 +196,7 @@ class FakeKubeApi:
                 "name": name,
                 "namespace": namespace,
                 "uid": str(uuid.uuid4()),
-                "labels": {JOB_NAME_LABEL: job_name, "job-name": job_name},
+                "labels": labels,
                 "creationTimestamp": _now(),
             },
             "spec": {"containers": [{"name": "runner", "image": "x"}]},
@@ -170,8 +204,16 @@ class FakeKubeApi:
         }
         if reason:
             pod["status"]["reason"] = reason
+        self._touch(pod)
         self.pods[(namespace, name)] = pod
+        self._notify(namespace, "ADDED", pod)
         return name
+
+    def set_pod_status(self, name: str, status: dict[str, Any], namespace: str = "default") -> None:
+        pod = self.pods[(namespace, name)]
+        pod["status"] = status
+        self._touch(pod)
+        self._notify(namespace, "MODIFIED", pod)
 
     async def append_log(self, pod: str, *lines: str, namespace: str = "default") -> None:
         log = self._logs[(namespace, pod)]
@@ -204,8 +246,8 @@ class FakeKubeApi:
         return obj
 
     def _notify(self, namespace: str, kind: str, obj: dict[str, Any]) -> None:
-        for ns, selector, queue in self._watchers:
-            if ns == namespace and _matches(obj, selector):
+        for watched, ns, selector, queue in self._watchers:
+            if watched == obj.get("kind") and ns == namespace and _matches(obj, selector):
                 queue.put_nowait({"type": kind, "object": copy.deepcopy(obj)})
 
     # -- jobs --------------------------------------------------------------------------------
@@ -249,15 +291,20 @@ class FakeKubeApi:
             return web.json_response(
                 {"kind": "JobList", "apiVersion": "batch/v1", "metadata": {}, "items": items}
             )
-        return await self._watch(request, ns, selector, items)
+        return await self._watch(request, "Job", ns, selector, items)
 
     async def _watch(
-        self, request: web.Request, ns: str, selector: str | None, items: list[dict[str, Any]]
+        self,
+        request: web.Request,
+        kind: str,
+        ns: str,
+        selector: str | None,
+        items: list[dict[str, Any]],
     ) -> web.StreamResponse:
         queue: asyncio.Queue[dict[str, Any] | None] = asyncio.Queue()
         for item in items:
             queue.put_nowait({"type": "ADDED", "object": copy.deepcopy(item)})
-        watcher = (ns, selector, queue)
+        watcher = (kind, ns, selector, queue)
         self._watchers.append(watcher)
         response = web.StreamResponse()
         response.content_type = "application/json"
@@ -293,10 +340,12 @@ class FakeKubeApi:
 
     # -- pods and logs -----------------------------------------------------------------------
 
-    async def _list_pods(self, request: web.Request) -> web.Response:
+    async def _list_pods(self, request: web.Request) -> web.StreamResponse:
         ns = request.match_info["ns"]
         selector = request.query.get("labelSelector")
         items = [p for (n, _), p in self.pods.items() if n == ns and _matches(p, selector)]
+        if request.query.get("watch") in ("true", "1", "True"):
+            return await self._watch(request, "Pod", ns, selector, items)
         body = {"kind": "PodList", "apiVersion": "v1", "metadata": {}, "items": items}
         return web.json_response(body)
 

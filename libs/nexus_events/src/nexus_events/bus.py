@@ -58,6 +58,9 @@ _RETRYABLE = (
     nats.errors.StaleConnectionError,
     asyncio.TimeoutError,
 )
+# Waits between publish attempts: 50 ms, doubling, at most 1 s (a reconnect takes ~0.1-2 s).
+_FIRST_RETRY_DELAY = 0.05
+_LAST_RETRY_DELAY = 1.0
 # Errors of a fetch that mean "the connection (or consumer) is away": wait and fetch again.
 FETCH_AWAY_ERRORS = (
     nats.errors.ConnectionClosedError,
@@ -209,9 +212,17 @@ class Bus:
         return await self.publish_encoded(enc)
 
     async def publish_encoded(self, enc: Encoded) -> PubAck:
-        """Publish an already encoded message, retrying across reconnects until the deadline."""
+        """Publish an already encoded message, retrying across reconnects until the deadline.
+
+        A timeout, a reconnect in progress, no responders or JetStream unavailable are
+        retried with the same message id (so JetStream stores it once), waiting 50 ms
+        doubling to 1 s, while the next wait still ends before `publish_deadline`.
+        """
+        # Hand-written, not tenacity (used for the projection's and the Kubernetes watches'
+        # retries): this is every single publish's path, and tenacity.AsyncRetrying cost
+        # ~45 us per call here (sequential publish 119-128 -> 164-197 us, same run).
         deadline = time.monotonic() + self.settings.publish_deadline
-        delay = 0.05
+        delay = _FIRST_RETRY_DELAY
         while True:
             try:
                 return await self.js.publish(
@@ -240,7 +251,7 @@ class Bus:
             except nats.errors.Error as exc:
                 raise PublishFailed(f"publishing {enc.subject} failed: {exc}") from exc
             await asyncio.sleep(delay)
-            delay = min(delay * 2, 1.0)
+            delay = min(delay * 2, _LAST_RETRY_DELAY)
 
     async def publish_many(
         self, items: Iterable[Outgoing], *, window: int | None = None
@@ -416,18 +427,27 @@ class Bus:
         filter_subject: str | None = None,
         filter_subjects: Sequence[str] = (),
         batch: int = 500,
+        last_per_subject: bool = False,
     ) -> AsyncIterator[Msg]:
         """Like `replay` but yields the raw messages (undecodable ones included).
 
         `filter_subjects` (several) and `filter_subject` (one) narrow the replay; the
-        messages still come in stream order.
+        messages still come in stream order. `last_per_subject` reads only the newest
+        message of each subject that matches (e.g. the last heartbeat of some runs), and
+        ignores `start_seq`.
         """
         filters = [*filter_subjects, *([filter_subject] if filter_subject else [])]
         name = f"replay_{uuid.uuid4().hex[:16]}"
+        if last_per_subject:
+            policy, opt_start = DeliverPolicy.LAST_PER_SUBJECT, None
+        elif start_seq > 1:
+            policy, opt_start = DeliverPolicy.BY_START_SEQUENCE, start_seq
+        else:
+            policy, opt_start = DeliverPolicy.ALL, None
         config = ConsumerConfig(
             name=name,
-            deliver_policy=DeliverPolicy.BY_START_SEQUENCE if start_seq > 1 else DeliverPolicy.ALL,
-            opt_start_seq=start_seq if start_seq > 1 else None,
+            deliver_policy=policy,
+            opt_start_seq=opt_start,
             ack_policy=AckPolicy.NONE,
             filter_subject=filters[0] if len(filters) == 1 else None,
             filter_subjects=filters if len(filters) > 1 else None,

@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol, TypeAlias
 
 import asyncpg
+import tenacity
 from asyncpg.pool import PoolConnectionProxy
 from nats.aio.msg import Msg
 
@@ -46,6 +47,12 @@ _DB_UNAVAILABLE = (
     asyncpg.exceptions.AdminShutdownError,
     asyncio.TimeoutError,
 )
+
+
+def _is_poison_candidate(exc: BaseException) -> bool:
+    """A batch failure that may be one poison event (retried, then split), as opposed to
+    the database away or a reposition (handled by the caller)."""
+    return isinstance(exc, Exception) and not isinstance(exc, (*_DB_UNAVAILABLE, Reposition))
 
 
 @dataclass(frozen=True)
@@ -232,26 +239,31 @@ class ProjectionRunner(StreamFollower):
 
     async def handle(self, feed: Feed, batch: Batch, delivered: int) -> None:
         await self.dead_letter_poison(feed, batch)
-        attempt = 0
-        while True:
-            try:
-                await self._commit(feed, batch.events, batch.last_seq, delivered)
-            except _DB_UNAVAILABLE:
-                raise
-            except (Reposition, asyncio.CancelledError):
-                raise
-            except Exception as exc:  # noqa: BLE001 - apply is projection code: isolate poison
-                attempt += 1
-                if attempt < self.max_attempts:
-                    log.warning(
-                        "projection %s batch failed (%s), retry %d", self.name, exc, attempt
-                    )
-                    await asyncio.sleep(self.retry_delays[min(attempt, len(self.retry_delays)) - 1])
-                    continue
-                await self._apply_one_by_one(feed, batch, delivered)
-                return
-            else:
-                return
+        # A batch that fails is tried again up to `max_attempts` in all, waiting
+        # `retry_delays` (the last one repeats); then each event alone, so only the poison
+        # one is dead-lettered. The database away or a reposition is not retried here.
+        retrying = tenacity.AsyncRetrying(
+            retry=tenacity.retry_if_exception(_is_poison_candidate),
+            stop=tenacity.stop_after_attempt(self.max_attempts),
+            wait=self._retry_delay,
+            before_sleep=self._log_retry,
+            reraise=True,
+        )
+        try:
+            await retrying(self._commit, feed, batch.events, batch.last_seq, delivered)
+        except (*_DB_UNAVAILABLE, Reposition):
+            raise
+        except Exception:  # noqa: BLE001 - apply is projection code: isolate poison
+            await self._apply_one_by_one(feed, batch, delivered)
+
+    def _retry_delay(self, state: tenacity.RetryCallState) -> float:
+        return self.retry_delays[min(state.attempt_number, len(self.retry_delays)) - 1]
+
+    def _log_retry(self, state: tenacity.RetryCallState) -> None:
+        exc = state.outcome.exception() if state.outcome is not None else None
+        log.warning(
+            "projection %s batch failed (%s), retry %d", self.name, exc, state.attempt_number
+        )
 
     # -- applying ---------------------------------------------------------------------------
 

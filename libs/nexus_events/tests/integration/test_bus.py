@@ -13,7 +13,8 @@ import uuid
 import pytest
 from nexus_events import subjects
 from nexus_events.bus import Bus, BusSettings, ConsumerSpec, Delivery, Outgoing
-from nexus_events.errors import BusUnavailable
+from nexus_events.codec import Encoded
+from nexus_events.errors import BusUnavailable, PublishFailed
 from nexus_events.events import DeadLetter, RunHeartbeat, RunRequested, RunTurn
 from nexus_events.streams import DLQ, RUNS
 from nexus_events.testing import NatsServer, dead_letters
@@ -239,6 +240,25 @@ async def test_replay_from_a_sequence_filtered_to_one_run(bus: Bus):
     assert len([m async for m in bus.replay_raw(RUNS, start_seq=start)]) == 40 - 13
 
 
+async def test_replay_last_per_subject_reads_the_newest_of_each_subject(bus: Bus):
+    items = [
+        Outgoing(subjects.run_event(run, "heartbeat"), RunHeartbeat(seq=i))
+        for i in range(30)
+        for run in ("lp_a", "lp_b", "lp_c")
+    ]
+    acks = await bus.publish_many(items)
+    last = {
+        subjects.parse_subject(item.subject).run_id: ack.seq
+        for item, ack in zip(items, acks, strict=True)
+    }
+    wanted = [subjects.run_event(r, "heartbeat") for r in ("lp_a", "lp_c", "lp_none")]
+    got = [m async for m in bus.replay_raw(RUNS, filter_subjects=wanted, last_per_subject=True)]
+    assert [(m.subject, m.metadata.sequence.stream) for m in got] == [
+        (subjects.run_event("lp_a", "heartbeat"), last["lp_a"]),
+        (subjects.run_event("lp_c", "heartbeat"), last["lp_c"]),
+    ]
+
+
 async def test_nats_restart_mid_stream_loses_nothing(bus: Bus, nats_server: NatsServer):
     n = 600
     fast = BusSettings(
@@ -387,3 +407,34 @@ async def test_close_while_reconnecting_does_not_raise(nats_server: NatsServer):
     assert not bus.nc.is_connected
     await asyncio.wait_for(bus.close(), timeout=10)
     assert bus.nc.is_closed
+
+
+async def test_an_unacked_publish_is_retried_with_its_id_until_the_deadline(
+    bus: Bus, nats_url: str
+):
+    """No stream takes the subject, only a plain subscriber that never answers: each try
+    times out, is sent again (same Nats-Msg-Id) after a growing wait, and the call fails
+    with PublishFailed once the next wait would pass the deadline."""
+    impatient = await Bus.connect(
+        BusSettings(url=nats_url, publish_timeout=0.2, publish_deadline=1.0), source="impatient"
+    )
+    subject = f"nostream.{uuid.uuid4().hex[:8]}"
+    tries: list[str] = []
+
+    async def seen(msg) -> None:
+        tries.append(msg.headers["Nats-Msg-Id"])
+
+    sub = await bus.nc.subscribe(subject, cb=seen)
+    try:
+        started = time.monotonic()
+        with pytest.raises(PublishFailed, match=rf"no ack for {subject} within 1.0s: TimeoutError"):
+            await impatient.publish_encoded(Encoded(subject, b"{}", {"Nats-Msg-Id": "retry-me"}))
+        took = time.monotonic() - started
+        await eventually(lambda: len(tries) >= 2, what="the retries arrived")
+        # 0.2 s per try, waits 0.05, 0.1, 0.2 (then 0.4 would pass the deadline): 4 tries.
+        assert 2 <= len(tries) <= 5
+        assert set(tries) == {"retry-me"}
+        assert 0.6 <= took < 5
+    finally:
+        await sub.unsubscribe()
+        await impatient.close()

@@ -245,3 +245,38 @@ async def test_a_live_commit_during_the_swap_neither_deadlocks_nor_fails(
     assert await asyncio.wait_for(rebuilding, 30) == 300
     assert await asyncio.wait_for(live, 30) == last  # it went on, on the swapped-in table
     assert await rows(pg_pool, "counting") != []
+
+
+class FlakyProjection(CountingProjection):
+    """Fails its first `failures` applies (a transient error, not a poison event)."""
+
+    def __init__(self, failures: int) -> None:
+        super().__init__(schema="flaky")
+        self.failures = failures
+        self.calls = 0
+
+    async def apply(self, conn: Any, schema: str, batch: Any) -> None:
+        self.calls += 1
+        if self.calls <= self.failures:
+            raise RuntimeError(f"transient {self.calls}")
+        await super().apply(conn, schema, batch)
+
+
+async def test_a_batch_that_fails_transiently_is_retried_whole_after_the_delays(
+    bus: Bus, pg_pool: asyncpg.Pool[Any], caplog: pytest.LogCaptureFixture
+):
+    last = await publish_events(bus, 12)
+    projection = FlakyProjection(failures=2)
+    runner = ProjectionRunner(
+        bus, pg_pool, projection, batch=100, retry_delays=(0.01, 0.02), max_attempts=3
+    )
+    caplog.set_level("WARNING", logger="nexus_events.projection")
+    async with runner:
+        await runner.wait_until(RUNS, last)
+    assert projection.calls == 3  # two failures, then the whole batch at once (not split)
+    assert [r.getMessage() for r in caplog.records if "batch failed" in r.getMessage()] == [
+        "projection counting batch failed (transient 1), retry 1",
+        "projection counting batch failed (transient 2), retry 2",
+    ]
+    assert sum(n for _, _, n in await rows(pg_pool, "flaky")) == 12
+    assert [m async for m in bus.replay_raw(DLQ)] == []

@@ -2,8 +2,9 @@
 
 Replicas campaign for a KV lease; only the holder consumes and acts. On taking the lease a
 replica rebuilds admission from NEXUS_RUNS (so it neither loses queued runs nor exceeds the
-limits), re-adopts the runs its runtime still has (runs it does not know are marked `lost`
-only after the heartbeat window), then follows the stream.
+limits; heartbeats only of open runs, see `nexus_scheduler.rebuild`), re-adopts the runs its
+runtime still has (runs it does not know are marked `lost` only after the heartbeat window),
+then follows the stream.
 """
 
 from __future__ import annotations
@@ -15,8 +16,7 @@ from pathlib import Path
 
 import nats.errors
 import nats.js.errors
-from nexus_events.bus import Bus, BusSettings, Consumer, ConsumerSpec, decode_msg
-from nexus_events.errors import DecodeError
+from nexus_events.bus import Bus, BusSettings, Consumer, ConsumerSpec
 from nexus_events.health import HealthServer
 from nexus_events.streams import RUNS, SCHEDULES, ensure_streams
 
@@ -24,6 +24,7 @@ from nexus_scheduler.clock import Clock, SystemClock
 from nexus_scheduler.config import SchedulerSettings
 from nexus_scheduler.handlers import create_run_handler, create_schedule_handler
 from nexus_scheduler.lease import Lease
+from nexus_scheduler.rebuild import rebuild
 from nexus_scheduler.runtime.base import AgentRuntime
 from nexus_scheduler.schedules_service import ScheduleService
 from nexus_scheduler.service import SchedulerService, watched_subjects
@@ -48,6 +49,8 @@ def build_runtime(settings: SchedulerSettings) -> AgentRuntime:
         Path(settings.local_workdir),
         command=settings.local_command,
         kill_grace=settings.local_kill_grace_seconds,
+        finished_kept=settings.local_finished_kept,
+        finished_ttl=settings.local_finished_ttl_seconds,
     )
 
 
@@ -116,13 +119,33 @@ class SchedulerApp:
         )
 
     async def stop(self) -> None:
-        """Drain: stop consuming after the batch in hand, finish starts, hand the lease over."""
+        """Drain: stop consuming after the batch in hand, finish starts, hand the lease over.
+
+        The drain is bounded by `drain_timeout_seconds`: past it (a runtime start that
+        hangs, a rebuild in progress) what is left is cancelled, a warning says so, and the
+        stop goes on. A start cut short left no `dispatched` event, so the next leader
+        starts that run again (the runtimes adopt a start that did get through).
+        """
         self._stopping.set()
         self._wake.set()
-        if self._campaign is not None:
-            await self._campaign
-            self._campaign = None
-        await self._step_down()
+        timeout = self.settings.drain_timeout_seconds
+        try:
+            async with asyncio.timeout(timeout):
+                await self._drain()
+        except TimeoutError:
+            in_flight = len(self.service.in_flight()) if self.service is not None else 0
+            log.warning(
+                "drain did not finish within %gs; stopping anyway",
+                timeout,
+                extra={"drain_timeout": timeout, "starts_abandoned": in_flight},
+            )
+            try:
+                async with asyncio.timeout(timeout):
+                    await self._abandon()
+            except TimeoutError:
+                log.error(  # noqa: TRY400 - a timeout, not an error to trace
+                    "abandoning the drain took over %gs too; closing anyway", timeout
+                )
         if self._lease is not None:
             await self._lease.release()
         await self.runtime.close()
@@ -131,6 +154,23 @@ class SchedulerApp:
         if self.health is not None:
             await self.health.stop()  # last: liveness holds while draining
             self.health = None
+
+    async def _drain(self) -> None:
+        if self._campaign is not None:
+            await self._campaign
+            self._campaign = None
+        await self._step_down()
+
+    async def _abandon(self) -> None:
+        """After a drain timeout: cancel what still runs, then step down without waiting."""
+        if self._campaign is not None:
+            self._campaign.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._campaign
+            self._campaign = None
+        if self.service is not None:
+            await self.service.abandon()
+        await self._step_down()
 
     async def _campaign_loop(self) -> None:
         assert self._lease is not None
@@ -194,20 +234,13 @@ class SchedulerApp:
             fence=self._fence,
         )
         self.service = service
-        replayed = 0
-        last_seq = 0
-        async for msg in self.bus.replay_raw(RUNS, filter_subjects=watched_subjects()):
-            last_seq = max(last_seq, msg.metadata.sequence.stream)
-            try:
-                service.observe(decode_msg(msg), replay=True)
-            except DecodeError:
-                continue  # the live consumer dead-letters it
-            replayed += 1
+        rebuilt = await rebuild(self.bus, service)
         adopted = await service.recover()
         log.info(
             "leading: state rebuilt",
             extra={
-                "replayed": replayed,
+                "replayed": rebuilt.replayed,
+                "heartbeats": rebuilt.heartbeats,
                 "adopted": len(adopted),
                 "waiting": len(service.state.waiting),
             },
@@ -221,7 +254,7 @@ class SchedulerApp:
             durable=self.settings.consumer_name,
             filter_subjects=watched_subjects(),
             batch=200,
-            start_seq=last_seq + 1 if last_seq else None,
+            start_seq=rebuilt.last_seq + 1 if rebuilt.last_seq else None,
         )
         self._consumer = self.bus.consumer(spec, create_run_handler(service))
         await self._consumer.start()
@@ -232,6 +265,7 @@ class SchedulerApp:
             policy=self.settings.schedule_missed_policy,
             overlap=self.settings.schedule_overlap_policy,
             clock=self.clock,
+            fence=self._fence,  # a fire is a side effect too
         )
         await self.schedules.load()
         self._schedule_consumer = self.bus.consumer(
@@ -263,7 +297,12 @@ class SchedulerApp:
                 await self._ticker
             self._ticker = None
         consumers = [c for c in (self._consumer, self._schedule_consumer) if c is not None]
-        await asyncio.gather(*(c.stop() for c in consumers))  # each ends its fetch in flight
+        # Each ends its fetch in flight. A stop cut short by the drain timeout leaves a
+        # cancelled fetch task behind, which a second stop reports as cancelled: logged only.
+        results = await asyncio.gather(*(c.stop() for c in consumers), return_exceptions=True)
+        for result in results:
+            if isinstance(result, BaseException):
+                log.warning("consumer stop: %r", result)
         self._consumer = self._schedule_consumer = None
         if self.service is not None:
             await self.service.drain()

@@ -52,6 +52,13 @@ class SchedulerSettings(BaseSettings):
         10.0, ge=0, description="Wait for the runner's own terminal event after its exit."
     )
     tick_seconds: float = Field(1.0, gt=0, description="How often timers and runtimes are checked.")
+    drain_timeout_seconds: float = Field(
+        30.0,
+        gt=0,
+        description="Most a stop waits for the batch in hand and the runtime starts in flight;"
+        " past it the scheduler stops anyway (and logs what it abandoned). Keep it below the"
+        " pod's terminationGracePeriodSeconds.",
+    )
 
     # Leadership: one active scheduler; the others wait for the lease.
     lease_bucket: str = Field("nexus_scheduler", description="JetStream KV bucket of the lease.")
@@ -93,6 +100,12 @@ class SchedulerSettings(BaseSettings):
         description="Runner command; `--config FILE` is appended.",
     )
     local_kill_grace_seconds: float = Field(10.0, ge=0, description="SIGTERM -> SIGKILL.")
+    local_finished_kept: int = Field(
+        1000, ge=1, description="Ended runner processes remembered (their exit code)."
+    )
+    local_finished_ttl_seconds: float = Field(
+        3600.0, gt=0, description="An ended runner process is forgotten after this long."
+    )
 
     # Kubernetes runtime.
     k8s_namespace: str = Field("nexus-runs", description="Namespace of run Jobs.")
@@ -100,6 +113,12 @@ class SchedulerSettings(BaseSettings):
     k8s_in_cluster: bool = Field(True, description="Use the pod's service account config.")
     k8s_ttl_after_finished_seconds: int = Field(3600, ge=0, description="Job GC delay.")
     k8s_service_account: str | None = Field(None, description="Runner pods' service account.")
+    k8s_request_timeout_seconds: float = Field(
+        30.0,
+        gt=0,
+        description="Client-side timeout of every Kubernetes API call (a hung API server"
+        " fails the call instead of stalling the scheduler).",
+    )
     k8s_runner_env_secret: str | None = Field(
         "runner-env", description="Secret whose keys become the runner pods' env (NATS, LLM)."
     )

@@ -34,6 +34,7 @@ from nexus_events.events import (
     ScheduleMissed,
     ScheduleRemoved,
 )
+from nexus_events.runstate import TERMINAL_EVENTS
 from nexus_events.streams import RUNS, SCHEDULES
 
 from nexus_scheduler.clock import Clock, SystemClock
@@ -53,9 +54,9 @@ SUPERSEDED = Reason.SUPERSEDED
 # At most this many `missed` events per schedule and tick (the latest ones); a minutely cron
 # down for a week would otherwise publish 10k. The first one published says how many more.
 MAX_MISSED_EVENTS = 100
-TERMINAL_EVENTS = ("completed", "failed", "cancelled", "timed_out", "lost")
 
 RunActive = Callable[[str], Awaitable[bool]]
+Fence = Callable[[], Awaitable[bool]]
 
 
 class ScheduleService:
@@ -69,6 +70,7 @@ class ScheduleService:
         overlap: OverlapPolicy = "queue",
         clock: Clock | None = None,
         run_active: RunActive | None = None,
+        fence: Fence | None = None,
     ) -> None:
         self.bus = bus
         self.jitter_cap = jitter_cap
@@ -78,6 +80,9 @@ class ScheduleService:
         self.clock: Clock = clock or SystemClock()
         # Whether a run (requested by a fire) has not ended yet; reads NEXUS_RUNS by default.
         self.run_active: RunActive = run_active or self._run_active_in_stream
+        # Asked before each side effect (a fire, a `missed`, a `cancel_previous`): whether
+        # this replica still holds the scheduler lease. None (the service alone) means always.
+        self.fence = fence
         self.schedules: dict[str, ScheduleState] = {}
         self.missed: dict[str, list[datetime]] = {}
         self.last_seq = 0
@@ -131,7 +136,11 @@ class ScheduleService:
         return count
 
     async def tick(self) -> list[str]:
-        """Publish every due fire (and the `missed` ones); return the run ids requested."""
+        """Publish every due fire (and the `missed` ones); return the run ids requested.
+
+        Nothing is published once this replica no longer holds the lease (checked right
+        before each publish): the leader that took it over fires them instead.
+        """
         now = self.clock.now()
         requested: list[str] = []
         for state in list(self.schedules.values()):
@@ -143,6 +152,8 @@ class ScheduleService:
                 policy=self.policy,
             )
             if p.missed:
+                if not await self._leading(state.schedule_id):
+                    return requested
                 log.warning(
                     "schedule fires missed",
                     extra={"schedule_id": state.schedule_id, "missed": len(p.missed)},
@@ -153,6 +164,14 @@ class ScheduleService:
                 if run_id is not None:
                     requested.append(run_id)
         return requested
+
+    async def _leading(self, schedule_id: str) -> bool:
+        if self.fence is None or await self.fence():
+            return True
+        log.warning(
+            "not the leader any more: not firing schedules", extra={"schedule_id": schedule_id}
+        )
+        return False
 
     async def _record_missed(
         self, state: ScheduleState, missed: list[datetime], now: datetime
@@ -181,6 +200,9 @@ class ScheduleService:
         previous = state.fired_runs[-1] if state.fired_runs else None
         if overlap == "queue" or previous is None or not await self.run_active(previous):
             return await self._fire(state, nominal)
+        # Reading the previous run's end took a replay: the lease may have gone meanwhile.
+        if not await self._leading(state.schedule_id):
+            return None
         msg_id = fire_msg_id(state.schedule_id, nominal)
         if overlap == "skip":
             log.info(
@@ -213,7 +235,9 @@ class ScheduleService:
             ended = True
         return not ended
 
-    async def _fire(self, state: ScheduleState, nominal: datetime) -> str:
+    async def _fire(self, state: ScheduleState, nominal: datetime) -> str | None:
+        if not await self._leading(state.schedule_id):
+            return None
         defn = state.definition
         run_id = run_id_for(state.schedule_id, nominal)
         msg_id = fire_msg_id(state.schedule_id, nominal)

@@ -31,6 +31,7 @@ from nexus_events.events import (
     RunTimedOut,
     TerminalEvent,
 )
+from nexus_events.runstate import TERMINAL_EVENTS
 
 from nexus_scheduler.admission import (
     AdmissionState,
@@ -81,7 +82,7 @@ def msg_id(run_id: str, event: str, attempt: int | None = None) -> str:
     return f"scheduler:{run_id}:{suffix}" + (f":{attempt}" if attempt is not None else "")
 
 
-_TERMINAL_NAMES = frozenset({"completed", "failed", "cancelled", "timed_out", "lost"})
+_TERMINAL_NAMES = frozenset(TERMINAL_EVENTS)
 
 
 @dataclass
@@ -247,6 +248,17 @@ class SchedulerService:
         """Wait for the runtime starts in flight."""
         while self._background:
             await asyncio.gather(*list(self._background), return_exceptions=True)
+
+    def in_flight(self) -> list[str]:
+        """Names of the background tasks (runtime starts) not finished yet."""
+        return [t.get_name() for t in self._background if not t.done()]
+
+    async def abandon(self) -> None:
+        """Cancel the runtime starts in flight (a stop past its drain timeout)."""
+        tasks = list(self._background)
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
 
     # -- timers and runtime checks ------------------------------------------------------------
 

@@ -5,12 +5,13 @@ from __future__ import annotations
 import asyncio
 import base64
 import json
+import logging
 from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
 from kubernetes_asyncio import client
-from nexus_scheduler.runtime.base import RuntimeState
+from nexus_scheduler.runtime.base import AgentRuntimeError, RuntimeState
 from nexus_scheduler.runtime.kubernetes import KubernetesRuntime, KubernetesSettings, job_name
 
 from tests.fakes.kube_api import FakeKubeApi
@@ -43,6 +44,10 @@ async def runtime(fake: Any) -> AsyncIterator[KubernetesRuntime]:
 
 async def _true(value: bool) -> bool:
     return value
+
+
+async def _state_is(runtime: KubernetesRuntime, run_id: str, state: RuntimeState) -> bool:
+    return (await runtime.status(run_id)).state is state
 
 
 def test_job_names_are_dns_labels_and_distinct() -> None:
@@ -158,7 +163,7 @@ async def test_status_from_watch_maps_pod_failures_and_deadlines(
         await runtime.start_run(config(rid))
     assert (await runtime.status("ok")).state is RuntimeState.PENDING
     fake.add_pod(job_name("ok"), namespace=NS)
-    assert (await runtime.status("ok")).state is RuntimeState.RUNNING
+    await eventually(lambda: _state_is(runtime, "ok", RuntimeState.RUNNING), what="pod running")
 
     fake.add_pod(
         job_name("pull"),
@@ -184,10 +189,11 @@ async def test_status_from_watch_maps_pod_failures_and_deadlines(
             runtime._statuses.get(job_name(r)) is not None
             and runtime._statuses[job_name(r)].status.conditions
             for r in ("oom", "deadline", "evicted")
-        )
+        ) and all(job_name(r) in runtime._pods_by_job for r in ("oom", "pull", "evicted"))
 
     await eventually(watched, what="watch delivered the failures")
     reads_before = len(fake.requests_to("GET", "/jobs/"))
+    lists_before = len(fake.requests_to("GET", "/pods"))
     oom = await runtime.status("oom")
     assert (oom.state, oom.reason) == (RuntimeState.FAILED, "OOMKilled")
     pull = await runtime.status("pull")
@@ -196,8 +202,9 @@ async def test_status_from_watch_maps_pod_failures_and_deadlines(
     assert (deadline.state, deadline.reason) == (RuntimeState.TIMED_OUT, "DeadlineExceeded")
     evicted = await runtime.status("evicted")
     assert (evicted.state, evicted.reason) == (RuntimeState.FAILED, "Evicted")
-    # failures came from the watch cache, not from reading each Job
-    assert len(fake.requests_to("GET", "/jobs/")) - reads_before <= 1
+    # failures came from the watch caches, not from reading each Job or listing its pods
+    assert len(fake.requests_to("GET", "/jobs/")) == reads_before
+    assert len(fake.requests_to("GET", "/pods")) == lists_before
 
 
 async def test_stream_logs_follows_the_pod(fake: Any, runtime: KubernetesRuntime) -> None:
@@ -278,3 +285,88 @@ async def test_scheduler_on_kubernetes_turns_pod_failures_into_run_events(
     [(_, timed_out)] = await run_events(bus, "timed_out")
     assert isinstance(timed_out, RunTimedOut)
     assert "DeadlineExceeded" in timed_out.message
+
+
+async def test_status_of_watched_runs_asks_the_api_nothing(
+    fake: Any, runtime: KubernetesRuntime
+) -> None:
+    """Before: every status() (each active run, every tick) listed the run's pods."""
+    ids = [f"w-{i}" for i in range(5)]
+    for rid in ids:
+        await runtime.start_run(config(rid))
+    pods = {rid: fake.add_pod(job_name(rid), namespace=NS) for rid in ids}
+
+    async def all_running() -> bool:
+        return all([await _state_is(runtime, r, RuntimeState.RUNNING) for r in ids])
+
+    await eventually(all_running, what="every pod seen running")
+    before = len(fake.requests)
+    for _ in range(3):  # three ticks
+        assert all([await _state_is(runtime, r, RuntimeState.RUNNING) for r in ids])
+    # A pod that fails is seen through the watch too.
+    fake.set_pod_status(
+        pods["w-2"],
+        {
+            "phase": "Failed",
+            "containerStatuses": [_cs({"terminated": {"reason": "OOMKilled", "exitCode": 137}})],
+        },
+        NS,
+    )
+    await eventually(lambda: _state_is(runtime, "w-2", RuntimeState.FAILED), what="pod failed")
+    assert fake.requests[before:] == []
+
+
+@pytest.mark.parametrize(
+    ("method", "path", "call"),
+    [
+        ("POST", "/jobs", "start"),
+        ("GET", "/jobs/nexus-run-hung", "status"),
+        ("DELETE", "/jobs/nexus-run-hung", "cancel"),
+    ],
+)
+async def test_a_hung_api_call_times_out(fake: Any, method: str, path: str, call: str) -> None:
+    """Before: a request the API server never answered hung the scheduler's call forever."""
+    rt = KubernetesRuntime(
+        KubernetesSettings(namespace=NS, request_timeout=0.5),
+        configuration=client.Configuration(host=fake.host),
+    )
+    await rt.start()
+    try:
+        fake.hang(method, path)
+        calls = {
+            "start": lambda: rt.start_run(config("hung")),
+            "status": lambda: rt.status("hung"),
+            "cancel": lambda: rt.cancel_run("hung"),
+        }
+        with pytest.raises(AgentRuntimeError, match=r"no answer from the Kubernetes API within"):
+            await asyncio.wait_for(calls[call](), timeout=15)
+        assert fake.requests_to(method, path)
+    finally:
+        fake.release_hung()
+        await rt.close()
+
+
+async def test_a_failed_pod_watch_is_re_listed_and_status_lists_meanwhile(
+    fake: Any, runtime: KubernetesRuntime, caplog: pytest.LogCaptureFixture
+) -> None:
+    await runtime.start_run(config("re-1"))
+    await eventually(lambda: _true(runtime.pods_synced.is_set()), what="pods listed")
+    caplog.set_level(logging.ERROR, logger="nexus_scheduler.runtime.kubernetes")
+    fake.fail_next("GET", "/pods")  # the re-list after the watch ends fails once
+    fake.end_watches()
+    await eventually(
+        lambda: _true(any("pod watch failed" in r.getMessage() for r in caplog.records)),
+        what="the failure logged",
+    )
+    assert not runtime.pods_synced.is_set()
+    fake.add_pod(job_name("re-1"), namespace=NS)
+    # Unsynced: status reads the run's pods itself rather than trusting a stale cache.
+    assert (await runtime.status("re-1")).state is RuntimeState.RUNNING
+    per_run = [
+        r
+        for r in fake.requests_to("GET", "/pods")
+        if r.query.get("labelSelector") == f"batch.kubernetes.io/job-name={job_name('re-1')}"
+    ]
+    assert len(per_run) == 1
+    await eventually(lambda: _true(runtime.pods_synced.is_set()), what="re-listed", within=10)
+    assert job_name("re-1") in runtime._pods_by_job

@@ -8,9 +8,14 @@ started twice.
 from __future__ import annotations
 
 import asyncio
+from datetime import timedelta
 
 import pytest
+from nexus_events import subjects
 from nexus_events.bus import Bus
+from nexus_events.events import ScheduleDefined
+from nexus_events.streams import SCHEDULES
+from nexus_scheduler.clock import ManualClock
 from nexus_scheduler.lease import LEADER_KEY
 from nexus_scheduler.runtime.noop import NoopRuntime
 from nexus_scheduler.service import SchedulerService
@@ -94,3 +99,47 @@ async def test_a_leader_whose_lease_was_taken_does_not_act(
     assert sorted(cluster.start_calls) == ids  # once each: the old leader never started one
     assert sorted(await _dispatched(bus)) == ids
     await eventually(lambda: _true(not old.leading.is_set()), what="the old leader steps down")
+
+
+async def test_a_leader_that_lost_the_lease_fires_no_schedule(
+    make_app: AppFactory, bus: Bus, clock: ManualClock
+) -> None:
+    """A fire is a side effect: a tick in flight when the lease moved publishes nothing, and
+    the replica that leads next fires the same schedule."""
+    app = await make_app(schedule_jitter_cap_seconds=0, lease_ttl_seconds=30)
+    at = clock.now() + timedelta(minutes=5)
+    await bus.publish(
+        subjects.schedule_event("once", "defined"), ScheduleDefined(agent_id="a", at=at)
+    )
+    schedules = app.schedules
+    assert schedules is not None
+    assert app._lease is not None
+    lease = app._lease
+
+    async def seen() -> bool:
+        return "once" in schedules.schedules
+
+    await eventually(seen, what="schedule followed")
+    kv = await bus.js.key_value(app.settings.lease_bucket)
+    await kv.put(LEADER_KEY, b"another-replica")  # taken over while this one was paused
+
+    async def lost() -> bool:
+        return not await lease.still_held()
+
+    await eventually(lost, what="the lease watch saw the new holder")
+    clock.set(at)
+    assert await schedules.tick() == []  # the tick that was already under way
+    assert await run_events(bus, "requested") == []
+    assert [d async for d in bus.replay(SCHEDULES)][-1].address.event == "defined"
+
+    # The key frees up (the other replica stopped): this replica leads again and fires.
+    await kv.delete(LEADER_KEY)
+    await eventually(lambda: _true(app.schedules is not schedules), what="a new term")
+    await eventually(lambda: _true(app.leading.is_set()), what="leading again")
+
+    async def fired_once() -> bool:  # by the new term's first tick
+        return [r for r, _ in await run_events(bus, "requested")] == [
+            f"sched-once-{at:%Y%m%dT%H%M%S}"
+        ]
+
+    await eventually(fired_once, what="the new term fires the schedule")

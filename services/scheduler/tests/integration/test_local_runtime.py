@@ -139,3 +139,51 @@ async def test_killed_process_reports_exited(tmp_path: Path, mode: str) -> None:
 
 def _process_state(pid: int) -> str:
     return Path(f"/proc/{pid}/stat").read_text().split()[2]
+
+
+async def test_ended_processes_are_forgotten_past_a_count_and_an_age(tmp_path: Path) -> None:
+    """Before: every process ever started stayed in the table for the scheduler's life."""
+    now = [1000.0]
+    rt = LocalProcessRuntime(
+        tmp_path / "runs",
+        command=(sys.executable, str(FAKE_RUNNER)),
+        env={"FAKE_RUNNER_MODE": "exit0"},
+        finished_kept=2,
+        finished_ttl=60,
+        monotonic=lambda: now[0],
+    )
+    await rt.start()
+    ids = [f"short-{i}" for i in range(5)]
+    for i, run_id in enumerate(ids):
+        await rt.start_run(config(run_id))
+
+        async def ended(run_id: str = run_id, kept: int = min(i + 1, 2)) -> bool:
+            status = await rt.status(run_id)
+            return status.state is RuntimeState.EXITED and rt.tracked == kept
+
+        await eventually(ended, what=f"{run_id} ended and the table holds the last two")
+        now[0] += 1
+    for run_id in ids[:3]:  # forgotten: answered from the pid file
+        status = await rt.status(run_id)
+        assert status.state is RuntimeState.GONE
+        assert "is not running" in status.message
+    for run_id in ids[3:]:  # remembered, with their exit code
+        status = await rt.status(run_id)
+        assert (status.state, status.exit_code) == (RuntimeState.EXITED, 0)
+
+    # A live runner is never forgotten; ended ones go once they are older than the TTL.
+    rt.env["FAKE_RUNNER_MODE"] = "sleep"
+    await rt.start_run(config("long"))
+    assert rt.tracked == 3
+    now[0] += 61
+    assert (await rt.status("long")).state is RuntimeState.RUNNING
+    assert rt.tracked == 1
+    assert (await rt.status(ids[4])).state is RuntimeState.GONE
+    await rt.cancel_run("long")
+    await eventually(lambda: _true(rt.tracked == 1), what="the cancelled runner is remembered")
+    assert (await rt.status("long")).state is RuntimeState.EXITED
+    await rt.close()
+
+
+async def _true(value: bool) -> bool:
+    return value

@@ -1,250 +1,60 @@
 """Runs as Kubernetes Jobs (kubernetes-asyncio): one Job per run, named from the run id.
 
-The Job is the idempotency key: starting a run whose Job exists adopts it. The RunConfig
-travels in a Secret owned by the Job (deleted with it). Pods run non-root with a read-only
-root filesystem, a writable workspace volume, no privilege escalation, no capabilities and
-no service-account token. A watch on the run Jobs keeps a status cache; pod failures (image
-pull errors, OOMKilled, evictions) and deadlines become failed/timed_out statuses.
+The Job is the idempotency key: starting a run whose Job exists adopts it (the manifest,
+the config Secret and the status mapping are in `kubernetes_jobs`). Watches on the run Jobs
+and on their pods keep a status cache, so a status asks the API server nothing while the
+watches are in sync (a run the cache does not know is read through). Every API call has a
+client-side timeout (`request_timeout`): an API server that stops answering fails the call
+with `AgentRuntimeError` instead of hanging the scheduler.
 """
 
 from __future__ import annotations
 
 import asyncio
-import base64
 import contextlib
-import hashlib
 import logging
-import re
-from collections.abc import AsyncIterator, Mapping
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import Any, TypeVar
 
+import aiohttp
+import tenacity
 from kubernetes_asyncio import client, config, watch
 from kubernetes_asyncio.client.exceptions import ApiException
 from nexus_events import telemetry
 from nexus_events.events import RunConfig
 
 from nexus_scheduler.runtime.base import AgentRuntimeError, RunHandle, RuntimeState, RuntimeStatus
-
-if TYPE_CHECKING:
-    from nexus_scheduler.config import SchedulerSettings
+from nexus_scheduler.runtime.kubernetes_jobs import (
+    JOB_NAME_LABEL,
+    MANAGED_BY,
+    MANAGER,
+    RUNNER_UID,
+    KubernetesSettings,
+    build_job,
+    build_secret,
+    job_name,
+    job_status,
+)
 
 log = logging.getLogger(__name__)
 
-JOB_NAME_LABEL = "batch.kubernetes.io/job-name"
-MANAGED_BY = "app.kubernetes.io/managed-by"
-MANAGER = "nexus-scheduler"
-RUN_LABEL = "nexus.dev/run-id"
-AGENT_LABEL = "nexus.dev/agent-id"
-TASK_LABEL = "nexus.dev/task-id"
-CONFIG_KEY = "config.json"
-CONFIG_MOUNT = "/etc/nexus"
-WORKSPACE_MOUNT = "/workspace"
-# uid/gid of the runner image's unprivileged user.
-RUNNER_UID = 10001
-# Container waiting reasons that will not heal by waiting: the run has failed.
-FATAL_WAITING = frozenset(
-    {"ErrImagePull", "ImagePullBackOff", "InvalidImageName", "CreateContainerConfigError"}
-)
 # Server-side watch timeout; the loop re-opens the watch after it.
 WATCH_TIMEOUT_SECONDS = 300
+# Pause before re-opening a watch that failed.
+WATCH_RETRY_SECONDS = 1.0
 
+T = TypeVar("T")
 
-@dataclass(frozen=True)
-class KubernetesSettings:
-    namespace: str = "default"
-    image: str = "ghcr.io/nexus/runner:latest"
-    in_cluster: bool = True
-    ttl_after_finished_seconds: int = 3600
-    service_account: str | None = None
-    workspace_size: str = "10Gi"
-    # Secret in the runs namespace with the runner's NATS and LLM settings (deploy/k8s).
-    env_secret: str | None = "runner-env"  # noqa: S105 - a Secret's name, not a secret
-
-    @classmethod
-    def from_scheduler(cls, s: SchedulerSettings) -> KubernetesSettings:
-        return cls(
-            namespace=s.k8s_namespace,
-            image=s.k8s_image,
-            in_cluster=s.k8s_in_cluster,
-            ttl_after_finished_seconds=s.k8s_ttl_after_finished_seconds,
-            service_account=s.k8s_service_account,
-            env_secret=s.k8s_runner_env_secret,
-        )
-
-
-def job_name(run_id: str) -> str:
-    """A DNS-1123 label from the run id; a hash keeps distinct run ids distinct."""
-    base = re.sub(r"[^a-z0-9-]", "-", run_id.lower()).strip("-")
-    name = f"nexus-run-{base}"
-    if base != run_id or len(name) > 63:
-        digest = hashlib.sha256(run_id.encode()).hexdigest()[:8]
-        name = f"{name[:54].rstrip('-')}-{digest}"
-    return name
-
-
-def _label_value(value: str) -> str:
-    return re.sub(r"[^A-Za-z0-9_.-]", "-", value)[:63].strip("-_.") or "none"
-
-
-def build_job(
-    config_: RunConfig,
-    settings: KubernetesSettings,
-    trace_env: Mapping[str, str] | None = None,
-) -> client.V1Job:
-    """The Job manifest of a run (pure: tests and `kubectl apply --dry-run` can use it).
-
-    `trace_env` (``TRACEPARENT``/``TRACESTATE``) goes into the pod's environment: the runner
-    continues the scheduler's trace of the run.
-    """
-    name = job_name(config_.run_id)
-    labels = {
-        MANAGED_BY: MANAGER,
-        RUN_LABEL: _label_value(config_.run_id),
-        AGENT_LABEL: _label_value(config_.agent_id),
-    }
-    if config_.task_id:
-        labels[TASK_LABEL] = _label_value(config_.task_id)
-    runtime = config_.runtime
-    resources = {"cpu": runtime.cpu, "memory": runtime.memory}
-    container = client.V1Container(
-        name="runner",
-        image=runtime.image or settings.image,
-        args=["--config", f"{CONFIG_MOUNT}/{CONFIG_KEY}"],
-        env=[
-            client.V1EnvVar(name="NEXUS_RUN_ID", value=config_.run_id),
-            client.V1EnvVar(name="HOME", value=WORKSPACE_MOUNT),
-            *(client.V1EnvVar(name=k, value=v) for k, v in sorted((trace_env or {}).items())),
-        ],
-        # NATS URL/credentials, the LLM endpoint and OTLP settings come from one Secret, so
-        # they never enter the RunConfig (which is an event) or the Job spec.
-        env_from=[
-            client.V1EnvFromSource(
-                secret_ref=client.V1SecretEnvSource(name=settings.env_secret, optional=False)
-            )
-        ]
-        if settings.env_secret
-        else None,
-        resources=client.V1ResourceRequirements(requests=resources, limits=resources),
-        security_context=client.V1SecurityContext(
-            run_as_non_root=True,
-            run_as_user=RUNNER_UID,
-            read_only_root_filesystem=True,
-            allow_privilege_escalation=False,
-            privileged=False,
-            capabilities=client.V1Capabilities(drop=["ALL"]),
-        ),
-        volume_mounts=[
-            client.V1VolumeMount(name="config", mount_path=CONFIG_MOUNT, read_only=True),
-            client.V1VolumeMount(name="workspace", mount_path=WORKSPACE_MOUNT),
-            client.V1VolumeMount(name="tmp", mount_path="/tmp"),  # noqa: S108 - pod-private
-        ],
-    )
-    pod = client.V1PodSpec(
-        restart_policy="Never",
-        automount_service_account_token=False,
-        service_account_name=settings.service_account,
-        security_context=client.V1PodSecurityContext(
-            run_as_non_root=True,
-            run_as_user=RUNNER_UID,
-            run_as_group=RUNNER_UID,
-            fs_group=RUNNER_UID,
-            seccomp_profile=client.V1SeccompProfile(type="RuntimeDefault"),
-        ),
-        containers=[container],
-        volumes=[
-            client.V1Volume(
-                name="config",
-                secret=client.V1SecretVolumeSource(
-                    secret_name=name, default_mode=0o400, optional=False
-                ),
-            ),
-            client.V1Volume(
-                name="workspace",
-                empty_dir=client.V1EmptyDirVolumeSource(size_limit=settings.workspace_size),
-            ),
-            client.V1Volume(name="tmp", empty_dir=client.V1EmptyDirVolumeSource()),
-        ],
-    )
-    return client.V1Job(
-        api_version="batch/v1",
-        kind="Job",
-        metadata=client.V1ObjectMeta(name=name, labels=labels),
-        spec=client.V1JobSpec(
-            backoff_limit=0,
-            active_deadline_seconds=runtime.timeout_seconds or config_.budgets.max_wall_seconds,
-            ttl_seconds_after_finished=settings.ttl_after_finished_seconds,
-            template=client.V1PodTemplateSpec(
-                metadata=client.V1ObjectMeta(labels=labels), spec=pod
-            ),
-        ),
-    )
-
-
-def build_secret(config_: RunConfig, job: client.V1Job) -> client.V1Secret:
-    """The Secret holding the RunConfig, owned by (and garbage-collected with) the Job."""
-    return client.V1Secret(
-        api_version="v1",
-        kind="Secret",
-        type="Opaque",
-        metadata=client.V1ObjectMeta(
-            name=job.metadata.name,
-            labels=dict(job.metadata.labels),
-            owner_references=[
-                client.V1OwnerReference(
-                    api_version="batch/v1",
-                    kind="Job",
-                    name=job.metadata.name,
-                    uid=job.metadata.uid,
-                    controller=True,
-                    block_owner_deletion=True,
-                )
-            ],
-        ),
-        data={CONFIG_KEY: base64.b64encode(config_.model_dump_json().encode()).decode()},
-    )
-
-
-def job_status(  # noqa: PLR0911 - one exit per Kubernetes outcome
-    job: client.V1Job, pods: list[client.V1Pod]
-) -> RuntimeStatus:
-    """Map a Job and its pods to a runtime status, naming the Kubernetes reason."""
-    conditions = {c.type: c for c in (job.status.conditions or []) if c.status == "True"}
-    failed = conditions.get("Failed")
-    if failed is not None:
-        if failed.reason == "DeadlineExceeded":
-            return RuntimeStatus(RuntimeState.TIMED_OUT, "DeadlineExceeded", failed.message or "")
-        pod_reason = _pod_failure(pods)
-        if pod_reason is not None:
-            return RuntimeStatus(RuntimeState.FAILED, pod_reason[0], pod_reason[1])
-        return RuntimeStatus(RuntimeState.FAILED, failed.reason, failed.message or "")
-    if "Complete" in conditions:
-        return RuntimeStatus(RuntimeState.EXITED, "Complete", "job completed", exit_code=0)
-    pod_reason = _pod_failure(pods)
-    if pod_reason is not None:
-        return RuntimeStatus(RuntimeState.FAILED, pod_reason[0], pod_reason[1])
-    if any(p.status and p.status.phase == "Running" for p in pods):
-        return RuntimeStatus(RuntimeState.RUNNING)
-    return RuntimeStatus(RuntimeState.PENDING)
-
-
-def _pod_failure(pods: list[client.V1Pod]) -> tuple[str, str] | None:
-    for pod in pods:
-        status = pod.status
-        if status is None:
-            continue
-        if status.reason == "Evicted":
-            return "Evicted", status.message or "pod evicted"
-        for cs in status.container_statuses or []:
-            state = cs.state
-            if state is None:
-                continue
-            if state.waiting is not None and state.waiting.reason in FATAL_WAITING:
-                return state.waiting.reason, state.waiting.message or ""
-            term = state.terminated
-            if term is not None and term.exit_code != 0:
-                return term.reason or "Error", term.message or f"exit code {term.exit_code}"
-    return None
+# The names other modules (tests, deploy checks) import from here.
+__all__ = [
+    "MANAGED_BY",
+    "MANAGER",
+    "RUNNER_UID",
+    "KubernetesRuntime",
+    "KubernetesSettings",
+    "build_job",
+    "job_name",
+]
 
 
 class KubernetesRuntime:
@@ -257,8 +67,11 @@ class KubernetesRuntime:
         self._configuration = configuration
         self._api: client.ApiClient | None = None
         self._statuses: dict[str, client.V1Job] = {}
-        self._watch_task: asyncio.Task[None] | None = None
+        # Pods of the run Jobs, by Job name then pod name; trusted only while `pods_synced`.
+        self._pods_by_job: dict[str, dict[str, client.V1Pod]] = {}
+        self._watch_tasks: list[asyncio.Task[None]] = []
         self.watch_ready = asyncio.Event()
+        self.pods_synced = asyncio.Event()
 
     @property
     def namespace(self) -> str:
@@ -268,6 +81,19 @@ class KubernetesRuntime:
         if self._api is None:
             raise AgentRuntimeError("KubernetesRuntime is not started")
         return self._api
+
+    async def _call(self, what: str, call: Awaitable[T]) -> T:
+        """Await one API call made with `_request_timeout`; a timeout or a broken
+        connection becomes `AgentRuntimeError` (an `ApiException` passes through)."""
+        try:
+            return await call
+        except TimeoutError as exc:
+            raise AgentRuntimeError(
+                f"{what}: no answer from the Kubernetes API within "
+                f"{self.settings.request_timeout:g}s"
+            ) from exc
+        except aiohttp.ClientError as exc:
+            raise AgentRuntimeError(f"{what}: {type(exc).__name__}: {exc}") from exc
 
     async def start(self) -> None:
         if self._api is not None:
@@ -284,14 +110,18 @@ class KubernetesRuntime:
         # Watch() deserializes with a client built from the default configuration.
         client.Configuration.set_default(configuration)
         self._api = client.ApiClient(configuration)
-        self._watch_task = asyncio.create_task(self._watch_jobs(), name="k8s:watch-jobs")
+        self._watch_tasks = [
+            asyncio.create_task(self._watch_jobs(), name="k8s:watch-jobs"),
+            asyncio.create_task(self._watch_pods(), name="k8s:watch-pods"),
+        ]
 
     async def close(self) -> None:
-        if self._watch_task is not None:
-            self._watch_task.cancel()
+        for task in self._watch_tasks:
+            task.cancel()
+        for task in self._watch_tasks:
             with contextlib.suppress(asyncio.CancelledError):
-                await self._watch_task
-            self._watch_task = None
+                await task
+        self._watch_tasks = []
         if self._api is not None:
             await self._api.close()
             self._api = None
@@ -301,16 +131,28 @@ class KubernetesRuntime:
         core = client.CoreV1Api(self._client())
         manifest = build_job(config_, self.settings, telemetry.trace_env())
         name = manifest.metadata.name
+        timeout = self.settings.request_timeout
         try:
-            job = await batch.create_namespaced_job(self.namespace, manifest)
+            job = await self._call(
+                f"create Job {name}",
+                batch.create_namespaced_job(self.namespace, manifest, _request_timeout=timeout),
+            )
         except ApiException as exc:
             if exc.status != 409:
                 raise AgentRuntimeError(
                     f"cannot create Job {name}: {exc.status} {exc.reason}"
                 ) from exc
-            job = await batch.read_namespaced_job(name, self.namespace)  # adopt
+            job = await self._call(  # adopt
+                f"read Job {name}",
+                batch.read_namespaced_job(name, self.namespace, _request_timeout=timeout),
+            )
         try:
-            await core.create_namespaced_secret(self.namespace, build_secret(config_, job))
+            await self._call(
+                f"create Secret {name}",
+                core.create_namespaced_secret(
+                    self.namespace, build_secret(config_, job), _request_timeout=timeout
+                ),
+            )
         except ApiException as exc:
             if exc.status != 409:
                 raise AgentRuntimeError(f"cannot create Secret {name}: {exc.status}") from exc
@@ -321,19 +163,35 @@ class KubernetesRuntime:
         name = job_name(run_id)
         try:
             # Background propagation: without it a batch/v1 Job's pods are orphaned.
-            await batch.delete_namespaced_job(name, self.namespace, propagation_policy="Background")
+            await self._call(
+                f"delete Job {name}",
+                batch.delete_namespaced_job(
+                    name,
+                    self.namespace,
+                    propagation_policy="Background",
+                    _request_timeout=self.settings.request_timeout,
+                ),
+            )
         except ApiException as exc:
             if exc.status != 404:
                 raise AgentRuntimeError(f"cannot delete Job of {run_id}: {exc.status}") from exc
         self._statuses.pop(name, None)  # do not wait for the watch to say so
 
     async def status(self, run_id: str) -> RuntimeStatus:
+        """From the watch caches when they know the run; else read from the API."""
         name = job_name(run_id)
-        batch = client.BatchV1Api(self._client())
         job = self._statuses.get(name)
+        if job is not None and self.pods_synced.is_set():
+            return job_status(job, list(self._pods_by_job.get(name, {}).values()))
         if job is None:
+            batch = client.BatchV1Api(self._client())
             try:
-                job = await batch.read_namespaced_job(name, self.namespace)
+                job = await self._call(
+                    f"read Job {name}",
+                    batch.read_namespaced_job(
+                        name, self.namespace, _request_timeout=self.settings.request_timeout
+                    ),
+                )
             except ApiException as exc:
                 if exc.status == 404:
                     return RuntimeStatus(RuntimeState.GONE, message=f"no Job {name}")
@@ -342,8 +200,13 @@ class KubernetesRuntime:
 
     async def _pods(self, name: str) -> list[client.V1Pod]:
         core = client.CoreV1Api(self._client())
-        pods = await core.list_namespaced_pod(
-            self.namespace, label_selector=f"{JOB_NAME_LABEL}={name}"
+        pods = await self._call(
+            f"list pods of {name}",
+            core.list_namespaced_pod(
+                self.namespace,
+                label_selector=f"{JOB_NAME_LABEL}={name}",
+                _request_timeout=self.settings.request_timeout,
+            ),
         )
         return list(pods.items)
 
@@ -353,9 +216,20 @@ class KubernetesRuntime:
         if not pods:
             return
         core = client.CoreV1Api(self._client())
-        # With _preload_content=False the client hands back the aiohttp response.
-        resp: Any = await core.read_namespaced_pod_log(
-            pods[0].metadata.name, self.namespace, follow=True, _preload_content=False
+        # With _preload_content=False the client hands back the aiohttp response. Only the
+        # connection is bounded: a followed log may stay quiet for as long as the run works.
+        timeout = aiohttp.ClientTimeout(
+            connect=self.settings.request_timeout, sock_connect=self.settings.request_timeout
+        )
+        resp: Any = await self._call(
+            f"read log of {pods[0].metadata.name}",
+            core.read_namespaced_pod_log(
+                pods[0].metadata.name,
+                self.namespace,
+                follow=True,
+                _preload_content=False,
+                _request_timeout=timeout,
+            ),
         )
         try:
             async for raw in resp.content:
@@ -363,30 +237,101 @@ class KubernetesRuntime:
         finally:
             resp.release()
 
+    def _watch_timeout(self) -> tuple[float, float]:
+        # (connect, read between lines): the server ends a quiet watch after
+        # WATCH_TIMEOUT_SECONDS, so silence past that plus the request timeout is a dead one.
+        timeout = self.settings.request_timeout
+        return timeout, WATCH_TIMEOUT_SECONDS + timeout
+
+    async def _reopening(self, what: str, watch_once: Callable[[], Awaitable[None]]) -> None:
+        """Run `watch_once` forever: again at once when it ends (the server's watch timeout),
+        after WATCH_RETRY_SECONDS when it fails (logged); cancellation ends it."""
+        again = tenacity.AsyncRetrying(
+            retry=tenacity.retry_if_exception_type(Exception),
+            wait=tenacity.wait_fixed(WATCH_RETRY_SECONDS),
+            before_sleep=lambda state: log.error(
+                "%s failed; re-opening",
+                what,
+                exc_info=state.outcome.exception() if state.outcome else None,
+            ),
+        )
+        while True:
+            await again(watch_once)
+
     async def _watch_jobs(self) -> None:
         """Keep the Job cache fresh; deleted Jobs leave it (status then reads GONE)."""
+        await self._reopening("Job watch", self._watch_jobs_once)
+
+    async def _watch_jobs_once(self) -> None:
         batch = client.BatchV1Api(self._client())
-        while True:
-            try:
-                async with watch.Watch() as w:
-                    stream = w.stream(
-                        batch.list_namespaced_job,
-                        self.namespace,
-                        label_selector=f"{MANAGED_BY}={MANAGER}",
-                        timeout_seconds=WATCH_TIMEOUT_SECONDS,
-                    )
-                    self.watch_ready.set()
-                    async for event in stream:
-                        self._apply_watch_event(event["type"], event["object"])
-            except asyncio.CancelledError:
-                raise
-            except Exception:  # the watch is an optimisation; status() reads through
-                log.exception("Job watch failed; re-opening")
-                await asyncio.sleep(1.0)
+        async with watch.Watch() as w:
+            stream = w.stream(
+                batch.list_namespaced_job,
+                self.namespace,
+                label_selector=f"{MANAGED_BY}={MANAGER}",
+                timeout_seconds=WATCH_TIMEOUT_SECONDS,
+                _request_timeout=self._watch_timeout(),
+            )
+            self.watch_ready.set()
+            async for event in stream:
+                self._apply_watch_event(event["type"], event["object"])
 
     def _apply_watch_event(self, kind: str, job: Any) -> None:
         name = job.metadata.name
         if kind == "DELETED":
             self._statuses.pop(name, None)
+            self._pods_by_job.pop(name, None)
         else:
             self._statuses[name] = job
+
+    async def _watch_pods(self) -> None:
+        """Keep the pod cache of the run Jobs fresh: listed once, then watched from there.
+
+        While the list or the watch is down, `pods_synced` is clear and status() lists the
+        pods of the run it is asked about, as it did before the cache.
+        """
+        await self._reopening("pod watch", self._watch_pods_once)
+
+    async def _watch_pods_once(self) -> None:
+        core = client.CoreV1Api(self._client())
+        selector = f"{MANAGED_BY}={MANAGER}"
+        listed = await self._call(
+            "list run pods",
+            core.list_namespaced_pod(
+                self.namespace,
+                label_selector=selector,
+                _request_timeout=self.settings.request_timeout,
+            ),
+        )
+        self._pods_by_job = {}
+        for pod in listed.items:
+            self._apply_pod_event("ADDED", pod)
+        self.pods_synced.set()
+        try:
+            async with watch.Watch() as w:
+                stream = w.stream(
+                    core.list_namespaced_pod,
+                    self.namespace,
+                    label_selector=selector,
+                    resource_version=listed.metadata.resource_version,
+                    timeout_seconds=WATCH_TIMEOUT_SECONDS,
+                    _request_timeout=self._watch_timeout(),
+                )
+                async for event in stream:
+                    self._apply_pod_event(event["type"], event["object"])
+        finally:
+            self.pods_synced.clear()  # events may be missed until the next list
+
+    def _apply_pod_event(self, kind: str, pod: Any) -> None:
+        labels = pod.metadata.labels or {}
+        job = labels.get(JOB_NAME_LABEL)
+        if job is None:
+            return
+        if kind == "DELETED":
+            pods = self._pods_by_job.get(job)
+            if pods is not None:
+                pods.pop(pod.metadata.name, None)
+                if not pods:
+                    del self._pods_by_job[job]
+        else:
+            self._pods_by_job.setdefault(job, {})[pod.metadata.name] = pod

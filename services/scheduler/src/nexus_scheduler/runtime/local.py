@@ -9,6 +9,12 @@ The runner leads a session of its own; its pid and start time go to ``runner.pid
 dir, so a new scheduler (a restart) re-adopts a runner that still lives instead of calling it
 gone. When a runner ends, however it ends, what is left of its session (tools and their
 children, in process groups of their own) is killed.
+
+The table of processes is bounded: an ended runner is remembered (its exit code answers
+`status`) until `finished_kept` runners ended after it or `finished_ttl` seconds passed,
+whichever comes first; then `status` answers from its pid file (gone). The scheduler needs
+an exit only for the exit grace after it (seconds), so a long-lived scheduler no longer
+keeps every process it ever started.
 """
 
 from __future__ import annotations
@@ -18,7 +24,9 @@ import logging
 import os
 import signal
 import sys
-from collections.abc import AsyncIterator, Mapping, Sequence
+import time
+from collections import OrderedDict
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -39,6 +47,10 @@ log = logging.getLogger(__name__)
 DEFAULT_COMMAND = (sys.executable, "-m", "nexus_runner")
 # How often a log follower looks for new output while the process lives.
 _LOG_POLL_SECONDS = 0.1
+# Ended runners remembered: the scheduler reads an exit within its exit grace (10 s by
+# default) and a tick (1 s), so an hour and a thousand runs are ample and bound the table.
+FINISHED_KEPT = 1000
+FINISHED_TTL_SECONDS = 3600.0
 
 
 @dataclass
@@ -64,14 +76,22 @@ class LocalProcessRuntime:
         command: Sequence[str] = DEFAULT_COMMAND,
         kill_grace: float = 10.0,
         env: Mapping[str, str] | None = None,
+        finished_kept: int = FINISHED_KEPT,
+        finished_ttl: float = FINISHED_TTL_SECONDS,
+        monotonic: Callable[[], float] = time.monotonic,
     ) -> None:
         self.workdir = Path(workdir)
         self.command = tuple(command)
         self.kill_grace = kill_grace
         self.env = dict(env or {})
+        self.finished_kept = finished_kept
+        self.finished_ttl = finished_ttl
+        self._monotonic = monotonic
         self._procs: dict[str, _Proc] = {}
         # Runners a previous scheduler started that were found alive (by their pid file).
         self._adopted: dict[str, RunnerPid] = {}
+        # Ended runners still in `_procs`/`_adopted`, oldest end first: run id -> when.
+        self._finished: OrderedDict[str, float] = OrderedDict()
         self._reapers: set[asyncio.Task[None]] = set()
         self._lock = asyncio.Lock()
 
@@ -85,6 +105,28 @@ class LocalProcessRuntime:
         self._reapers.clear()
         self._procs.clear()
         self._adopted.clear()
+        self._finished.clear()
+
+    @property
+    def tracked(self) -> int:
+        """How many runners this runtime remembers (live and recently ended)."""
+        return len(self._procs) + len(self._adopted)
+
+    def _ended(self, run_id: str) -> None:
+        """Note that a remembered runner ended, and forget the ones ended too long ago."""
+        if run_id not in self._finished:
+            self._finished[run_id] = self._monotonic()
+        self._forget_ended()
+
+    def _forget_ended(self) -> None:
+        horizon = self._monotonic() - self.finished_ttl
+        while self._finished:
+            run_id, ended_at = next(iter(self._finished.items()))
+            if len(self._finished) <= self.finished_kept and ended_at > horizon:
+                break
+            del self._finished[run_id]
+            self._procs.pop(run_id, None)
+            self._adopted.pop(run_id, None)
 
     def run_dir(self, run_id: str) -> Path:
         return self.workdir / run_id
@@ -132,6 +174,7 @@ class LocalProcessRuntime:
     async def _reap_on_exit(self, entry: _Proc) -> None:
         await entry.proc.wait()
         _reap(entry.run_id, entry.runner)
+        self._ended(entry.run_id)
 
     async def cancel_run(self, run_id: str) -> None:
         entry = self._procs.get(run_id)
@@ -168,6 +211,7 @@ class LocalProcessRuntime:
         _reap(run_id, runner)
 
     async def status(self, run_id: str) -> RuntimeStatus:
+        self._forget_ended()  # the age bound holds even when nothing ends
         entry = self._procs.get(run_id)
         if entry is None:
             return self._foreign_status(run_id)
@@ -194,6 +238,7 @@ class LocalProcessRuntime:
         # Not our child, so its exit status is unknown; its leftovers go either way.
         _reap(run_id, runner)
         if adopted is not None:
+            self._ended(run_id)
             return RuntimeStatus(
                 RuntimeState.EXITED, message=f"adopted runner {runner.pid} ended (exit unknown)"
             )
