@@ -23,7 +23,7 @@ from nexus_events.events import MemoryConsolidateReply, MemoryRebuildReply
 from nexus_events.health import HealthServer
 from nexus_events.metrics import MetricsSettings, setup_metrics
 from nexus_events.projection import ProjectionRunner, quote_ident, rebuild
-from nexus_events.streams import ensure_streams
+from nexus_events.streams import MEMORY, ensure_streams
 from opentelemetry.sdk.metrics import MeterProvider as SdkMeterProvider
 from pgvector.asyncpg import register_vector
 
@@ -42,6 +42,9 @@ from nexus_memory.writer import AccessTracker, MemoryWriter
 log = logging.getLogger(__name__)
 
 SOURCE = "memory"
+# Most seconds a request waits for the projection to catch up with the stream (well inside a
+# client's usual 5 s request timeout).
+CATCH_UP_WAIT = 2.0
 
 
 async def _init_connection(conn: asyncpg.Connection[Any]) -> None:
@@ -118,6 +121,15 @@ class MemoryApp:
             raise RuntimeError("memory is not started: no PostgreSQL pool")
         return self._pool
 
+    async def caught_up(self, within: float = CATCH_UP_WAIT) -> None:
+        """Wait (at most `within` seconds) until the projection has applied everything
+        NEXUS_MEMORY holds now: read-your-writes for a request that needs a fresh memory."""
+        if self.runner is None:
+            return
+        last = (await self.bus.js.stream_info(MEMORY)).state.last_seq
+        with contextlib.suppress(TimeoutError):
+            await self.runner.wait_until(MEMORY, last, within=within)
+
     def ready(self) -> bool:
         return (
             self._running
@@ -158,7 +170,10 @@ class MemoryApp:
                 self.stream_guard,
             )
         )
-        writer = MemoryWriter(self.bus, self.pool, self.guard, self.metrics, schema=self.schema)
+        writer = MemoryWriter(
+            self.bus, self.pool, self.guard, self.metrics, schema=self.schema,
+            caught_up=self.caught_up,
+        )  # fmt: skip
         if s.memory_extraction:
             self.extractor = Extractor(
                 self.bus, self.pool, writer, self.metrics,

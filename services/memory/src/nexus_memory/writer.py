@@ -14,7 +14,7 @@ import json
 import logging
 import uuid
 from collections import Counter, defaultdict
-from collections.abc import Iterable
+from collections.abc import Awaitable, Callable, Iterable
 from typing import Any
 
 import asyncpg
@@ -61,6 +61,14 @@ class SecretBlocked(QueryError):  # noqa: N818 - reads as a fact
         )
 
 
+# Waits until the projection has applied what NEXUS_MEMORY holds now (bounded by the caller).
+CatchUp = Callable[[], Awaitable[None]]
+
+
+async def _already_current() -> None:
+    return None
+
+
 class MemoryWriter:
     def __init__(
         self,
@@ -70,12 +78,14 @@ class MemoryWriter:
         metrics: MemoryMetrics,
         *,
         schema: str = MEMORY_SCHEMA,
+        caught_up: CatchUp = _already_current,
     ) -> None:
         self.bus = bus
         self.pool = pool
         self.guard = guard
         self.metrics = metrics
         self.table = f"{quote_ident(schema)}.memories"
+        self.caught_up = caught_up
 
     async def record(
         self, request: MemoryRecordRequest, *, msg_id: str | None = None
@@ -141,9 +151,16 @@ class MemoryWriter:
             log.exception("could not file the dead letter of a blocked memory %s", memory_id)
 
     async def forget(self, request: MemoryForgetRequest) -> MemoryForgetReply:
-        scope = await self.pool.fetchval(
-            f"SELECT scope FROM {self.table} WHERE memory_id = $1", request.memory_id
-        )
+        """Publish `forgotten` in the memory's scope; 404 if no memory has that id.
+
+        A memory recorded a moment ago may not be projected yet (`add` then `forget` at
+        once): before answering 404 the writer waits for the projection to apply what the
+        stream holds now, so a fresh memory is found rather than reported missing.
+        """
+        scope = await self._scope_of(request.memory_id)
+        if scope is None:
+            await self.caught_up()
+            scope = await self._scope_of(request.memory_id)
         if scope is None:
             raise QueryError(404, f"no memory {request.memory_id!r}")
         await self.bus.publish(
@@ -151,6 +168,12 @@ class MemoryWriter:
             MemoryForgotten(memory_id=request.memory_id, reason=request.reason),
         )
         return MemoryForgetReply(memory_id=request.memory_id, scope=scope)
+
+    async def _scope_of(self, memory_id: str) -> str | None:
+        scope = await self.pool.fetchval(
+            f"SELECT scope FROM {self.table} WHERE memory_id = $1", memory_id
+        )
+        return None if scope is None else str(scope)
 
 
 class AccessTracker:

@@ -33,7 +33,8 @@ async def history(bus: Bus) -> dict[str, str]:
     ids["e"] = await record(bus, "Builds use make all", "agent:impl", key="build")
     ids["f"] = await record(bus, "Lint with ruff and mypy", "global", supersedes=[ids["d"]])
     ids["g"] = await record(bus, "Lint with ruff and  MyPy", "global")  # duplicate of f
-    await ask(bus, subjects.MEMORY_FORGET, {"memory_id": ids["b"]})
+    forgotten = await ask(bus, subjects.MEMORY_FORGET, {"memory_id": ids["b"]})
+    assert forgotten == {"memory_id": ids["b"], "scope": "agent-impl"}, forgotten
     await search(bus, "how to build", ["agent:impl"])
     return ids
 

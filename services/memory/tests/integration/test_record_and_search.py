@@ -6,7 +6,8 @@ import json
 
 import asyncpg
 from nexus_events import subjects
-from nexus_events.bus import Bus
+from nexus_events.bus import Bus, Outgoing
+from nexus_events.events import MemoryRecorded
 from nexus_events.testing import eventually
 
 from nexus_memory.app import MemoryApp
@@ -60,6 +61,25 @@ async def test_strict_search_hides_superseded_memories(memory: MemoryApp, bus: B
     status = {i["memory_id"]: (i["status"], i["superseded_by"]) for i in listed["items"]}
     assert status[old] == ("superseded", new)
     assert status[keyed] == ("superseded", newest)
+
+
+async def test_forget_right_after_record_finds_the_memory_not_yet_projected(
+    memory: MemoryApp, bus: Bus
+) -> None:
+    """`add` then `forget` at once: the projection is still behind, and forget waits for it
+    instead of answering 404 (the race that made consolidation see a forgotten duplicate)."""
+    ids = [f"mem-burst-{i}" for i in range(800)]
+    await bus.publish_many([
+        Outgoing(subjects.memory_event("agent-burst", "recorded"),
+                 MemoryRecorded(memory_id=mid, text=f"burst fact {i} about module m{i}"))
+        for i, mid in enumerate(ids)
+    ])  # fmt: skip
+    assert memory.runner is not None
+    assert memory.runner.last_seq.get("NEXUS_MEMORY", 0) < len(ids)  # still projecting
+    reply = await ask(bus, subjects.MEMORY_FORGET, {"memory_id": ids[-1]})
+    assert reply == {"memory_id": ids[-1], "scope": "agent-burst"}
+    missing = await ask(bus, subjects.MEMORY_FORGET, {"memory_id": "mem-never-recorded"})
+    assert missing["error"]["code"] == 404
 
 
 async def test_forget_hides_a_memory_and_keeps_its_history(
