@@ -41,6 +41,13 @@ from nexus_events.events.memory import (
     scope_kind,
     scope_token,
 )
+from nexus_events.events.plane import (
+    PlaneWebhookReceived,
+    PlaneWriteFailed,
+    PlaneWriteRequested,
+    PlaneWriteSucceeded,
+    WriteOp,
+)
 from nexus_events.events.runs import (
     ApprovalDecided,
     ApprovalRequested,
@@ -131,6 +138,10 @@ __all__ = [
     "ModelSpec",
     "Origin",
     "Permissions",
+    "PlaneWebhookReceived",
+    "PlaneWriteFailed",
+    "PlaneWriteRequested",
+    "PlaneWriteSucceeded",
     "Reason",
     "RepoSpec",
     "Role",
@@ -168,6 +179,7 @@ __all__ = [
     "ToolCalled",
     "ToolGrant",
     "ToolResult",
+    "WriteOp",
     "lookup",
     "parse_scope",
     "register",
