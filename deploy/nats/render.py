@@ -119,6 +119,7 @@ SERVICES: dict[str, Access] = {
         ),
         reads=(RUNS, TASKS, PLANE),
         ensures_streams=True,
+        serves=(subjects.PLANE_STATUS, subjects.PLANE_RESYNC),
     ),
 }
 

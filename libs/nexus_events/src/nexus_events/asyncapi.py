@@ -35,6 +35,10 @@ from nexus_events.events import (
     MemoryRecordRequest,
     MemorySearchReply,
     MemorySearchRequest,
+    PlaneResyncReply,
+    PlaneResyncRequest,
+    PlaneStatusReply,
+    PlaneStatusRequest,
     registered,
 )
 from nexus_events.events.base import Event
@@ -100,6 +104,8 @@ _QUERY_MODELS: dict[str, tuple[type[BaseModel], type[BaseModel]]] = {
     subjects.MEMORY_LIST: (MemoryListRequest, MemoryListReply),
     subjects.MEMORY_CONSOLIDATE: (MemoryConsolidateRequest, MemoryConsolidateReply),
     subjects.MEMORY_REBUILD: (MemoryRebuildRequest, MemoryRebuildReply),
+    subjects.PLANE_STATUS: (PlaneStatusRequest, PlaneStatusReply),
+    subjects.PLANE_RESYNC: (PlaneResyncRequest, PlaneResyncReply),
 }
 
 _SERVICE_TEXT: dict[Service, str] = {

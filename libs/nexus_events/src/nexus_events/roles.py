@@ -195,4 +195,7 @@ QUERY_ROLES: dict[str, QueryRoles] = {
     subjects.MEMORY_LIST: QueryRoles(_MEMORY, _CORE_CLIENTS),
     subjects.MEMORY_CONSOLIDATE: QueryRoles(_MEMORY, _CORE_CLIENTS),
     subjects.MEMORY_REBUILD: QueryRoles(_MEMORY, _CORE_CLIENTS),
+    # `nexus plane status|resync`.
+    subjects.PLANE_STATUS: QueryRoles(_PLANE, _CORE_CLIENTS),
+    subjects.PLANE_RESYNC: QueryRoles(_PLANE, _CORE_CLIENTS),
 }

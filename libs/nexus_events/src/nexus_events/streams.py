@@ -136,6 +136,8 @@ def _stored_subjects(family: Family) -> str:
     # and answer them with a PubAck, so memory events are matched token by token.
     if family is Family.MEMORY:
         return "nexus.memory.v1.*.*"
+    if family is Family.PLANE:  # likewise nexus.plane.v1.status and .resync
+        return "nexus.plane.v1.*.*"
     return subjects.family_filter(family)
 
 

@@ -85,6 +85,9 @@ MEMORY_FORGET = "nexus.memory.v1.forget"
 MEMORY_LIST = "nexus.memory.v1.list"
 MEMORY_CONSOLIDATE = "nexus.memory.v1.consolidate"
 MEMORY_REBUILD = "nexus.memory.v1.rebuild"
+# One token after the prefix: NEXUS_PLANE stores `nexus.plane.v1.*.*` only, never these.
+PLANE_STATUS = "nexus.plane.v1.status"
+PLANE_RESYNC = "nexus.plane.v1.resync"
 QUERY_SUBJECTS = (
     CORE_RUNS_GET,
     CORE_RUNS_LIST,
@@ -100,6 +103,8 @@ QUERY_SUBJECTS = (
     MEMORY_LIST,
     MEMORY_CONSOLIDATE,
     MEMORY_REBUILD,
+    PLANE_STATUS,
+    PLANE_RESYNC,
 )
 
 

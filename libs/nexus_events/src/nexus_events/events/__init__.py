@@ -42,6 +42,10 @@ from nexus_events.events.memory import (
     scope_token,
 )
 from nexus_events.events.plane import (
+    PlaneResyncReply,
+    PlaneResyncRequest,
+    PlaneStatusReply,
+    PlaneStatusRequest,
     PlaneWebhookReceived,
     PlaneWriteFailed,
     PlaneWriteRequested,
@@ -138,6 +142,10 @@ __all__ = [
     "ModelSpec",
     "Origin",
     "Permissions",
+    "PlaneResyncReply",
+    "PlaneResyncRequest",
+    "PlaneStatusReply",
+    "PlaneStatusRequest",
     "PlaneWebhookReceived",
     "PlaneWriteFailed",
     "PlaneWriteRequested",

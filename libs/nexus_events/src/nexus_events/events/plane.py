@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import Any, ClassVar, Literal
 
-from pydantic import Field
+from pydantic import BaseModel, ConfigDict, Field
 
 from nexus_events.events.base import Event, register
 from nexus_events.subjects import Family
@@ -77,3 +77,54 @@ class PlaneWriteFailed(_PlaneEvent):
     op: WriteOp = Field(..., description="What the write tried.")
     status: int | None = Field(None, description="HTTP status Plane answered, if any.")
     error: str = Field(..., description="Why it was given up (a 4xx Plane will not accept).")
+
+
+# -- request/reply: nexus.plane.v1.status and nexus.plane.v1.resync (nexus-plane-sync) -------
+
+
+class PlaneStatusRequest(BaseModel):
+    """Body of ``nexus.plane.v1.status`` (takes no parameters)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+class PlaneStatusReply(BaseModel):
+    """How plane-sync is doing: where it writes, what is waiting, what came in."""
+
+    model_config = ConfigDict(frozen=True, extra="ignore")
+
+    plane_url: str = Field(..., description="The Plane server written to.")
+    workspace: str = Field(..., description="Plane workspace slug.")
+    project_id: str = Field(..., description="Plane project the work items live in.")
+    mode: Literal["comments", "agent_runs"] = Field(
+        ..., description="How runs show: comments (every edition) or native agent runs."
+    )
+    plane_reachable: bool = Field(..., description="The last call to Plane got an answer.")
+    pending_writes: int = Field(..., ge=0, description="Writes queued, not yet on Plane.")
+    failed_writes: int = Field(..., ge=0, description="Writes Plane refused (4xx), given up.")
+    done_writes: int = Field(..., ge=0, description="Writes that landed.")
+    coalesced_writes: int = Field(..., ge=0, description="Edits folded into later ones.")
+    tasks: int = Field(..., ge=0, description="Tasks known (mirrored as work items).")
+    webhooks: dict[str, int] = Field(
+        default_factory=dict,
+        description="Webhook counters: accepted, duplicate, bad_signature, bad_request, echo.",
+    )
+    last_error: str | None = Field(None, description="The last Plane error, if any.")
+
+
+class PlaneResyncRequest(BaseModel):
+    """Body of ``nexus.plane.v1.resync``: write every task's work item again (idempotent)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    task_ids: list[str] = Field(
+        default_factory=list, max_length=10_000, description="Only these tasks (empty: all)."
+    )
+
+
+class PlaneResyncReply(BaseModel):
+    """How many work item writes the resync queued."""
+
+    model_config = ConfigDict(frozen=True, extra="ignore")
+
+    queued: int = Field(..., ge=0, description="Work item upserts queued.")
