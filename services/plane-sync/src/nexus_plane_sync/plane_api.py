@@ -124,7 +124,7 @@ class PlaneApi:
         raises `PlaneRejected`, and Plane staying away `PlaneUnavailable`."""
         retrying = AsyncRetrying(
             stop=stop_after_attempt(self.retries + 1),
-            wait=wait_exponential_jitter(initial=0.5, max=self.retry_max),
+            wait=wait_exponential_jitter(multiplier=0.5, max=self.retry_max),
             retry=retry_if_exception_type(_Transient),
             reraise=True,
         )
