@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -88,3 +89,6 @@ async def create_task(bus: Bus, task_id: str, title: str, **extra: Any) -> None:
         TaskCreated(title=title, **extra),
         msg_id=f"t:task:{task_id}",
     )
+
+
+MakeSync = Callable[..., Awaitable[Any]]  # conftest's make_sync: start a PlaneSyncApp
