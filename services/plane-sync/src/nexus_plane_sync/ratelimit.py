@@ -49,8 +49,8 @@ class TokenBucket:
             self._tokens -= 1
 
     def block_for(self, seconds: float) -> None:
-        """Plane said 429: no token for `seconds`, then start from empty."""
+        """Plane said 429: no token for `seconds`; at the reset one call may go, then the rate."""
         now = self._clock()
         self._blocked_until = max(self._blocked_until, now + max(seconds, 0.0))
-        self._tokens = 0.0
+        self._tokens = 1.0
         self._last = max(self._last, self._blocked_until)
