@@ -36,6 +36,7 @@ log = logging.getLogger("nexus.dev")
 
 DATABASE = "nexus"
 SCHEDULER_REPLICA = "nexus-dev"
+PLANE_SYNC = "plane-sync"  # started only when NEXUS_PLANE_URL is set
 # Runner workspaces, under runs/ (a name no run id can take: ids have no dots).
 WORKSPACES = ".work"
 # Seconds each service gets to drain on SIGTERM before SIGKILL (core/scheduler default 30).
@@ -174,8 +175,9 @@ class Supervisor:
             "core": self._entry("core"),
             "scheduler": self._entry("scheduler"),
         }
-        if "model" in self.children:
-            self.state.services["model"] = self._entry("model")
+        for optional in ("model", PLANE_SYNC):
+            if optional in self.children:
+                self.state.services[optional] = self._entry(optional)
         write_state(self.home, self.state)
 
     def _entry(self, name: str) -> ServiceEntry:
@@ -306,7 +308,31 @@ class Supervisor:
         scheduler.entry.url = self.state.scheduler_health_url
         await core.start()
         await scheduler.start()
+        await self._start_plane_sync(service_env)
         await _until(self._healthy, "core and the scheduler to become ready", READY_TIMEOUT)
+
+    async def _start_plane_sync(self, service_env: dict[str, str]) -> None:
+        """plane-sync, only when Plane is configured (NEXUS_PLANE_URL and its other
+        NEXUS_PLANE_* settings in the environment; docs/plane.md). Not part of the stack's
+        readiness: Plane is outside the stack and plane-sync queues until it answers."""
+        if not service_env.get("NEXUS_PLANE_URL"):
+            return
+        assert self.state.database_url is not None
+        health_port = probes.free_port()
+        child = self._child(
+            PLANE_SYNC,
+            [sys.executable, "-m", "nexus_plane_sync"],
+            {
+                **service_env,
+                "NEXUS_DATABASE_URL": self.state.database_url,
+                "NEXUS_HEALTH_HOST": "127.0.0.1",
+                "NEXUS_HEALTH_PORT": str(health_port),
+                # Plane calls this port; keep a port someone set, else the documented 8090.
+                "NEXUS_WEBHOOK_PORT": service_env.get("NEXUS_WEBHOOK_PORT", "8090"),
+            },
+        )
+        child.entry.url = f"http://127.0.0.1:{health_port}"
+        await child.start()
 
     async def _model_env(self, base_env: dict[str, str]) -> dict[str, str]:
         """The runner's model settings: the offline model server (started here) with
@@ -383,7 +409,7 @@ class Supervisor:
                 delay = min(delay * 2, RESTART_DELAY_CAP)
 
     async def _stop(self) -> None:
-        for name in ("scheduler", "core"):
+        for name in (PLANE_SYNC, "scheduler", "core"):
             child = self.children.get(name)
             if child is not None:
                 await child.stop()
