@@ -82,7 +82,9 @@ class PlaneSyncSettings(BaseSettings):
     plane_rate_per_minute: float = Field(
         60.0, gt=0, description="Requests a minute to Plane (its default limit per key)."
     )
-    plane_burst: int = Field(10, ge=1, description="Requests that may go at once.")
+    plane_burst: int = Field(
+        1, ge=1, description="Requests that may go at once (more can overrun a sliding window)."
+    )
     plane_timeout: float = Field(10.0, gt=0, description="Seconds for one Plane request.")
     plane_retries: int = Field(4, ge=0, description="Retries of one request (5xx, timeouts).")
     plane_retry_max: float = Field(
