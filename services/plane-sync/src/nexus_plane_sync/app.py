@@ -50,12 +50,10 @@ class PlaneSyncApp:
         bus_settings: BusSettings | None = None,
         bus: Bus | None = None,
         schema: str = PLANE_SCHEMA,
-        not_ready_grace: float = 60.0,
     ) -> None:
         self.settings = settings
         self.bus_settings = bus_settings
         self.schema = schema
-        self.not_ready_grace = not_ready_grace
         self._own_bus = bus is None
         self._bus = bus
         self._pool: asyncpg.Pool[Any] | None = None
@@ -134,7 +132,7 @@ class PlaneSyncApp:
         await self.runner.start()
         self.writer = OutboxWriter(
             self.bus, store, self.board, self.metrics, poll=s.outbox_poll,
-            not_ready_grace=self.not_ready_grace,
+            not_ready_grace=s.plane_unknown_task_grace,
         )  # fmt: skip
         await self.writer.start()
         self.ingress = PlaneIngress(

@@ -53,6 +53,7 @@ class WorkItems:
         self.mirror_tasks = mirror_tasks
 
     async def _task(self, task_id: str) -> Any:
+        """The task's row; `NotReady` while the mirror has not seen it."""
         task = await self.store.task(task_id)
         if task is None:
             raise NotReady(f"task {task_id} is not known yet")
@@ -188,7 +189,7 @@ class AgentRunReporter:
         known = await self.store.object(key)
         if known is not None:
             return Outcome(known, existed=True)
-        if row.attempts > 1:
+        if row.attempts > 0:
             # An earlier try may have landed before the process stopped: look first.
             for activity in await self.api.activities(plane_run):
                 meta = activity.get("content_metadata") or {}
@@ -218,6 +219,10 @@ class Board:
     @property
     def mode(self) -> Mode:
         return self.reporter.mode
+
+    async def check_ready(self, row: Pending) -> None:
+        """Raise `NotReady` while the row's task is not known (nothing is written then)."""
+        await self.items._task(row.task_id)
 
     def op_of(self, row: Pending) -> WriteOp | None:
         if row.op == "work_item_upsert":

@@ -90,6 +90,12 @@ class PlaneSyncSettings(BaseSettings):
     plane_retry_max: float = Field(
         30.0, gt=0, description="Longest pause between retries (seconds)."
     )
+    plane_unknown_task_grace: float = Field(
+        60.0,
+        gt=0,
+        description="Seconds a run's write waits for its task to be known before it fails"
+        " (a run on a task id nobody created).",
+    )
     # -- webhook endpoint ---------------------------------------------------------------------
     webhook_host: str = Field("0.0.0.0", description="Bind address of the webhook endpoint.")  # noqa: S104
     webhook_port: int = Field(8090, ge=0, le=65535, description="Its port (0: any free port).")

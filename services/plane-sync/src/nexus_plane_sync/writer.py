@@ -148,6 +148,7 @@ class OutboxWriter:
         op = self.board.op_of(row)
         if op is None:  # nothing to write in this mode (e.g. progress on native runs)
             return int(await self.store.settle(row, "done"))
+        await self.board.check_ready(row)  # before the intent: a write that waits is not tried
         key = subjects.plane_event(row.task_id, "write_requested")
         tag = f"{row.write_id}:v{row.version}"
         await self.store.attempted(row.seq)

@@ -230,3 +230,24 @@ async def test_status_and_an_idempotent_resync(
     assert bad.headers is not None
     assert bad.headers.get("Nats-Service-Error-Code") == "400"
     assert re.search("task_ids", bad.data.decode())
+
+
+async def test_a_run_on_an_unknown_task_fails_its_writes_and_holds_no_one_back(
+    bus: Bus, plane: FakePlane, make_sync: MakeSync
+) -> None:
+    sync = await make_sync(plane_unknown_task_grace=1.0)
+    await _request(bus, "r-ghost", "no-such-task")
+    await start_run(bus, "r-ghost")
+    await create_task(bus, "t-6", "A real one")
+    await _item(plane, "t-6")  # not held back by the ghost's waiting write
+
+    async def given_up() -> set[str] | None:
+        ids = {e.write_id for e in await plane_events(bus, "write_failed")}
+        return ids if len(ids) == 2 else None
+
+    ids = await eventually(given_up, what="the ghost run's two writes given up")
+    assert ids == {"run:r-ghost:started", next(i for i in ids if i.startswith("item:"))}
+    assert all("no-such-task" in e.error for e in await plane_events(bus, "write_failed"))
+    intents = await plane_events(bus, "write_requested")
+    assert [e for e in intents if e.task_id == "no-such-task"] == []
+    await _idle(sync)
