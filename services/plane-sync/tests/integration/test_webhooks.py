@@ -10,8 +10,9 @@ import uuid
 
 import httpx
 from nexus_events.bus import Bus
+from nexus_events.events import RunRequested
 from nexus_events.testing import eventually
-from tests.fakes.plane import HUMAN
+from tests.fakes.plane import HUMAN, FakePlane
 from tests.support.plane_sync import MakeSync, plane_events, run_events
 
 from nexus_plane_sync.app import PlaneSyncApp
@@ -90,3 +91,26 @@ async def test_a_replayed_delivery_is_ignored_after_a_restart(bus: Bus, make_syn
     assert replay.json() == {"duplicate": True}
     assert second.metrics.webhooks["duplicate"] == 1
     assert len(await plane_events(bus, "webhook_received")) == 1
+
+
+async def test_labels_given_as_ids_are_resolved_with_plane(
+    bus: Bus, plane: FakePlane, sync: PlaneSyncApp
+) -> None:
+    assert sync.webhooks is not None
+    label = plane.label("agent:reviewer")["id"]
+    item = str(uuid.uuid4())
+    body = json.dumps(
+        {
+            "event": "issue",
+            "action": "create",
+            "data": {"id": item, "name": "Review it", "labels": [label]},
+            "activity": {"actor": HUMAN},
+        }
+    ).encode()
+    async with httpx.AsyncClient() as client:
+        url = f"http://127.0.0.1:{sync.webhooks.port}{PATH}"
+        assert (await client.post(url, content=body, headers=_signed(body))).status_code == 200
+    [requested] = await eventually(lambda: run_events(bus, "requested"), what="the run")
+    assert isinstance(requested.event, RunRequested)
+    assert requested.event.agent_id == "reviewer"
+    assert requested.event.task_id == f"plane-{item}"
