@@ -226,6 +226,21 @@ class PlaneStore:
             await conn.execute(f"NOTIFY {OUTBOX_CHANNEL}")
         return len(writes)
 
+    async def prune(self, *, done_days: float, delivery_days: float) -> int:
+        """Forget settled writes and seen delivery ids older than the given ages (the mirror
+        never re-applies old events, and Plane never resends a delivery days later)."""
+        done = await self.pool.execute(
+            f"DELETE FROM {self.q}.outbox WHERE state <> 'pending'"
+            " AND done_at < now() - make_interval(secs => $1)",
+            done_days * 86_400,
+        )
+        seen = await self.pool.execute(
+            f"DELETE FROM {self.q}.deliveries"
+            " WHERE received_at < now() - make_interval(secs => $1)",
+            delivery_days * 86_400,
+        )
+        return int(done.split()[-1]) + int(seen.split()[-1])
+
     # -- tasks and runs (read) ---------------------------------------------------------------
 
     async def task(self, task_id: str) -> asyncpg.Record | None:

@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import time
 from datetime import UTC, datetime
 from typing import Any
 
@@ -31,6 +32,10 @@ from nexus_plane_sync.store import OUTBOX_CHANNEL, Pending, PlaneStore
 
 log = logging.getLogger(__name__)
 
+# How often settled rows and old delivery ids are pruned, and how long each is kept.
+PRUNE_EVERY = 3600.0
+KEEP_DONE_DAYS = 7.0
+KEEP_DELIVERIES_DAYS = 30.0
 # Pauses after Plane was away: doubling from the first to the last, which then repeats.
 AWAY_PAUSES = (0.5, 1.0, 2.0, 5.0, 10.0, 30.0)
 
@@ -59,6 +64,7 @@ class OutboxWriter:
         self._task: asyncio.Task[None] | None = None
         self._listener: PoolConnectionProxy[Any] | None = None
         self.away = 0  # passes in a row that met Plane away
+        self._pruned = 0.0  # monotonic time of the last prune
 
     async def start(self) -> None:
         conn = await self.store.pool.acquire()
@@ -92,6 +98,11 @@ class OutboxWriter:
             try:
                 await self.drain_once()
                 self.away = 0
+                if time.monotonic() - self._pruned > PRUNE_EVERY:
+                    self._pruned = time.monotonic()
+                    await self.store.prune(
+                        done_days=KEEP_DONE_DAYS, delivery_days=KEEP_DELIVERIES_DAYS
+                    )
             except PlaneUnavailable as exc:
                 pause = self.away_pauses[min(self.away, len(self.away_pauses) - 1)]
                 self.away += 1

@@ -226,6 +226,9 @@ async def test_status_and_an_idempotent_resync(
     assert status.done_writes >= 2
     assert status.tasks == 1
     assert status.plane_reachable
+    assert sync.store is not None
+    assert await sync.store.prune(done_days=0, delivery_days=0) >= 2  # settled rows go
+    assert (await sync.store.counts()).get("done", 0) == 0
     bad = await bus.nc.request(subjects.PLANE_RESYNC, b'{"task_ids": ["a.b"]}', timeout=10)
     assert bad.headers is not None
     assert bad.headers.get("Nats-Service-Error-Code") == "400"
