@@ -254,3 +254,22 @@ async def test_a_run_on_an_unknown_task_fails_its_writes_and_holds_no_one_back(
     intents = await plane_events(bus, "write_requested")
     assert [e for e in intents if e.task_id == "no-such-task"] == []
     await _idle(sync)
+
+
+async def test_server_errors_and_timeouts_are_retried_until_the_write_lands(
+    bus: Bus, plane: FakePlane, make_sync: MakeSync
+) -> None:
+    sync = await make_sync(plane_bot_user_id=plane.bot["id"], plane_timeout=0.5)
+    plane.fail_next(3, 502)  # more than one request's retries: the writer has to come back
+    await create_task(bus, "t-7", "Through 502s")
+    await _item(plane, "t-7")
+    await _idle(sync)
+    assert [s for _, _, s in plane.calls].count(502) == 3
+    plane.delay = 2.0  # every answer later than the client's timeout
+    await create_task(bus, "t-8", "Through timeouts")
+    await eventually(lambda: sync.metrics.writes["plane_away"] >= 1, what="timeouts met")
+    plane.delay = 0.0
+    await _item(plane, "t-8")
+    await _idle(sync)
+    # A timed-out create may still land on Plane: the retry finds it by external id.
+    assert sorted(w["external_id"] for w in plane.work_items.values()) == ["t-7", "t-8"]
