@@ -168,6 +168,16 @@ class FakePlane(ServedFake):
             field="labels", old=old, new=item["labels"],
         )  # fmt: skip
 
+    def human_assign(self, work_item_id: str, user_ids: list[str]) -> None:
+        item = self.work_items[work_item_id]
+        old = list(item["assignees"])
+        item["assignees"] = list(user_ids)
+        item["updated_by"] = HUMAN["id"]
+        self._emit(
+            "issue", "update", self._expand(item), HUMAN,
+            field="assignees", old=old, new=item["assignees"],
+        )  # fmt: skip
+
     def human_comment(self, work_item_id: str, text: str) -> str:
         comment = self._new_comment(work_item_id, {"comment_html": f"<p>{text}</p>"}, HUMAN)
         self._emit("issue_comment", "create", comment, HUMAN)

@@ -65,6 +65,12 @@ class PlaneSyncSettings(BaseSettings):
     plane_trigger_prefix: str = Field(
         "agent:", min_length=1, description="A label `<prefix><agent id>` asks that agent to run."
     )
+    plane_assign_agent: str | None = Field(
+        None,
+        pattern=r"^[A-Za-z0-9_-]{1,128}$",
+        description="Assigning a work item to the API key's user runs this agent (unassigning"
+        " cancels), like the label `<prefix><agent>`; unset: assignment triggers nothing.",
+    )
     plane_mirror_tasks: bool = Field(
         True, description="Create work items for tasks made outside Plane (CLI, nats pub)."
     )

@@ -89,6 +89,7 @@ class PlaneIngress:
         *,
         trigger_prefix: str,
         bot_user_id: str | None,
+        assign_agent: str | None = None,
     ) -> None:
         self.bus = bus
         self.store = store
@@ -96,6 +97,7 @@ class PlaneIngress:
         self.metrics = metrics
         self.prefix = trigger_prefix
         self.bot_user_id = bot_user_id
+        self.assign_agent = assign_agent
 
     async def bot(self) -> str | None:
         """The Plane user of our API key (asked once; None while Plane cannot say)."""
@@ -153,56 +155,77 @@ class PlaneIngress:
             names += await self.api.label_names(ids)
         return names
 
+    async def _assigned_to_us(self, data: dict[str, Any]) -> bool:
+        raw = data.get("assignees")
+        if raw is None:
+            raw = data.get("assignee_ids", [])
+        if not isinstance(raw, list):
+            return False
+        ids = {str(a.get("id")) if isinstance(a, dict) else str(a) for a in raw}
+        bot = await self.bot()
+        return bot is not None and bot in ids
+
     def _agents(self, labels: list[str]) -> set[str]:
         return {lab[len(self.prefix) :] for lab in labels if lab.startswith(self.prefix)}
+
+    async def _triggers(self, w: PlaneWebhookReceived) -> list[str]:
+        """The work item's labels, plus the assignment trigger as a label when it is on."""
+        if w.action == "delete":
+            return []
+        labels = await self._labels(w.data)
+        if self.assign_agent is not None and await self._assigned_to_us(w.data):
+            # Assignment to our user counts as the agent's trigger label (set and unset).
+            labels.append(f"{self.prefix}{self.assign_agent}")
+        return labels
 
     async def _issue(self, w: PlaneWebhookReceived, echo: bool, actor: str | None) -> None:
         item = w.data.get("id")
         if not isinstance(item, str) or not item:
             raise Unusable("invalid_webhook", "issue webhook without data.id")
-        labels = [] if w.action == "delete" else await self._labels(w.data)
+        labels = await self._triggers(w)
         before = await self.store.swap_labels(item, labels)
         if echo:
             self.metrics.webhooks["echo"] += 1
             return
         now, was = self._agents(labels), self._agents(before or [])
         task_id = await self.store.task_of_work_item(item)
-        for agent in sorted(was - now):
-            if task_id is not None:
-                for run in await self.store.active_runs(task_id):
-                    if run.agent_id == agent:
-                        await self._cancel(run.run_id, actor, w.delivery_id)
+        if task_id is not None:
+            for run in await self.store.active_runs(task_id):
+                if run.agent_id in was - now:
+                    await self._cancel(run.run_id, actor, w.delivery_id)
         added = sorted(now - was)
-        if not added:
-            return
         for agent in added:
             try:
                 subjects.validate_token(agent, "agent id")
             except InvalidSubject as exc:
                 raise Unusable("invalid_agent_label", str(exc)) from None
-        if task_id is None:
+        if added and task_id is None:
             task_id = await self._file_task(item, w.data, labels, actor)
         for agent in added:
-            run_id = f"plane-{w.delivery_id}-{agent}"[:128]
-            try:
-                subject = subjects.run_event(run_id, "requested")
-            except InvalidSubject as exc:
-                raise Unusable(
-                    "invalid_webhook", f"delivery id unusable as run id: {exc}"
-                ) from None
-            await self.bus.publish(
-                subject,
-                RunRequested(
-                    agent_id=agent,
-                    task_id=task_id,
-                    input=_instructions(w.data),
-                    origin=Origin.PLANE,
-                    requested_by=actor,
-                    labels={"plane_work_item": item},
-                ),
-                msg_id=f"plane:requested:{run_id}",
-            )
-            self.metrics.webhooks["runs_requested"] += 1
+            assert task_id is not None
+            await self._request_run(w, item, task_id, agent, actor)
+
+    async def _request_run(
+        self, w: PlaneWebhookReceived, item: str, task_id: str, agent: str, actor: str | None
+    ) -> None:
+        run_id = f"plane-{w.delivery_id}-{agent}"[:128]
+        try:
+            subject = subjects.run_event(run_id, "requested")
+        except InvalidSubject as exc:
+            raise Unusable("invalid_webhook", f"delivery id unusable as run id: {exc}") from None
+        await self.bus.publish(
+            subject,
+            RunRequested(
+                agent_id=agent,
+                task_id=task_id,
+                input=_instructions(w.data),
+                origin=Origin.PLANE,
+                requested_by=actor,
+                labels={"plane_work_item": item},
+            ),
+            msg_id=f"plane:requested:{run_id}",
+        )
+        self.metrics.webhooks["runs_requested"] += 1
 
     async def _file_task(
         self, item: str, data: dict[str, Any], labels: list[str], actor: str | None

@@ -23,6 +23,7 @@ from nexus_events.streams import INBOX
 from nexus_events.testing import dead_letters, eventually
 from tests.fakes.plane import HUMAN, FakePlane
 from tests.support.plane_sync import (
+    MakeSync,
     ask_approval,
     complete,
     plane_events,
@@ -175,3 +176,20 @@ async def _inbox(bus: Bus, run_id: str) -> list[Decoded]:
 async def _at_least(read: Callable[[], Awaitable[list[T]]], n: int) -> list[T] | None:
     found = await read()
     return found if len(found) >= n else None
+
+
+async def test_assigning_the_bot_runs_the_configured_agent(
+    bus: Bus, plane: FakePlane, make_sync: MakeSync
+) -> None:
+    await make_sync(plane_assign_agent="implementer")
+    item = plane.human_create_work_item("Assigned work", labels=["backend"])
+    plane.human_assign(item, [HUMAN["id"]])  # a person: nothing
+    plane.human_assign(item, [HUMAN["id"], plane.bot["id"]])
+    [(run_id, request)] = await _requested(bus)
+    assert request.agent_id == "implementer"
+    assert request.task_id == f"plane-{item}"
+    plane.human_assign(item, [HUMAN["id"]])
+    [cancel] = await eventually(
+        lambda: _at_least(lambda: _events(bus, "cancel_requested"), 1), what="cancel requested"
+    )
+    assert cancel.address.run_id == run_id
