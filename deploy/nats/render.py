@@ -112,7 +112,7 @@ SERVICES: dict[str, Access] = {
     "plane-sync": Access(
         publishes=(
             *_run("requested", "cancel_requested"),
-            subjects.task_events_filter(event="created"),
+            *(subjects.task_events_filter(event=e) for e in ("created", "updated", "moved")),
             subjects.family_filter(Family.INBOX),
             subjects.family_filter(Family.PLANE),
             subjects.dead_letter("plane-sync"),

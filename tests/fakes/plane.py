@@ -168,6 +168,14 @@ class FakePlane(ServedFake):
             field="labels", old=old, new=item["labels"],
         )  # fmt: skip
 
+    def human_update(self, work_item_id: str, **fields: Any) -> None:
+        """A person edits fields (name, state, description_html): one delivery per field."""
+        item = self.work_items[work_item_id]
+        item["updated_by"] = HUMAN["id"]
+        for name, value in fields.items():
+            old, item[name] = item.get(name), value
+            self._emit("issue", "update", self._expand(item), HUMAN, field=name, old=old, new=value)
+
     def human_assign(self, work_item_id: str, user_ids: list[str]) -> None:
         item = self.work_items[work_item_id]
         old = list(item["assignees"])

@@ -117,8 +117,10 @@ EVENT_ROLES: dict[tuple[Family, str], EventRoles] = {
     # plane-sync mirrors every task to a work item, and files a work item that asks for a run
     # as a task (external_source "plane").
     (Family.TASK, "created"): _run((_CLI, _OPERATOR, _PLANE), (_CORE, _PLANE)),
-    (Family.TASK, "updated"): _run((_OPERATOR, planned(PLANE)), (_CORE, _PLANE)),
-    (Family.TASK, "moved"): _run((_OPERATOR, planned(PLANE)), (_CORE, _PLANE)),
+    # A person renaming or moving a Plane work item edits its task (updated_by/moved_by
+    # "plane:<person>").
+    (Family.TASK, "updated"): _run((_OPERATOR, _PLANE), (_CORE, _PLANE)),
+    (Family.TASK, "moved"): _run((_OPERATOR, _PLANE), (_CORE, _PLANE)),
     (Family.TASK, "deleted"): _run((_OPERATOR, planned(PLANE)), (_CORE, _PLANE)),
     # -- catalog (NEXUS_CATALOG): core's catalog projection; `nexus agents history` -------
     (Family.CATALOG, "agent.applied"): _run((_CLI, _OPERATOR), (_CORE, _CLI)),

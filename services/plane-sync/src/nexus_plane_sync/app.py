@@ -138,7 +138,7 @@ class PlaneSyncApp:
         self.ingress = PlaneIngress(
             self.bus, store, self.api, self.metrics,
             trigger_prefix=s.plane_trigger_prefix, bot_user_id=s.plane_bot_user_id,
-            assign_agent=s.plane_assign_agent,
+            assign_agent=s.plane_assign_agent, state_map=s.plane_state_map,
         )  # fmt: skip
         self.consumer = self.bus.consumer(
             ingress_spec(f"{s.consumer_prefix}_webhooks", s.fetch_timeout), self.ingress

@@ -31,6 +31,8 @@ from nexus_plane_sync import render
 
 Op = Literal["work_item_upsert", "work_item_delete", "run_report"]
 PLANE_SOURCE = "plane"  # TaskCreated.external_source of tasks filed from Plane work items
+# updated_by / moved_by of task changes plane-sync files from Plane: already true there.
+FROM_PLANE = "plane:"
 
 
 @dataclass(frozen=True)
@@ -62,28 +64,33 @@ def item_slot(task_id: str) -> str:
 
 
 def task_writes(event: Event, task_id: str, seq: int, *, mirror: bool) -> list[Write]:
-    """Work item writes for a task event (none for tasks filed from Plane: they are its own)."""
-    write_id = f"item:{task_id}:{seq}"
-    slot = item_slot(task_id)
-    if isinstance(event, TaskCreated):
-        if event.external_source == PLANE_SOURCE or not mirror:
-            return []
-        return [Write(write_id, "work_item_upsert", task_id, slot=slot)]
-    if isinstance(event, TaskUpdated):
-        fields: dict[str, Any] = {}
-        if event.title is not None:
-            fields["name"] = event.title
-        if event.description is not None:
-            fields["description"] = event.description
-        if event.labels is not None:
-            fields["labels"] = list(event.labels)
-        return [Write(write_id, "work_item_upsert", task_id, slot=slot, payload=fields)]
-    if isinstance(event, TaskMoved):
-        payload = {"column": event.column.value}
-        return [Write(write_id, "work_item_upsert", task_id, slot=slot, payload=payload)]
+    """Work item writes for a task event: none for tasks filed from Plane (the item is theirs)
+    nor for changes that came from Plane (already true there)."""
     if isinstance(event, TaskDeleted):
         return [Write(f"item:{task_id}:delete", "work_item_delete", task_id)]
-    return []
+    payload: dict[str, Any] | None = None
+    if isinstance(event, TaskCreated):
+        if event.external_source != PLANE_SOURCE and mirror:
+            payload = {}
+    elif isinstance(event, TaskUpdated) and not _from_plane(event):
+        payload = {}
+        if event.title is not None:
+            payload["name"] = event.title
+        if event.description is not None:
+            payload["description"] = event.description
+        if event.labels is not None:
+            payload["labels"] = list(event.labels)
+    elif isinstance(event, TaskMoved) and not _from_plane(event):
+        payload = {"column": event.column.value}
+    if payload is None:
+        return []
+    write_id = f"item:{task_id}:{seq}"
+    return [Write(write_id, "work_item_upsert", task_id, slot=item_slot(task_id), payload=payload)]
+
+
+def _from_plane(event: TaskUpdated | TaskMoved) -> bool:
+    who = event.updated_by if isinstance(event, TaskUpdated) else event.moved_by
+    return bool(who and who.startswith(FROM_PLANE))
 
 
 def run_writes(

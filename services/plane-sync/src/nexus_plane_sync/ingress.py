@@ -32,11 +32,13 @@ from nexus_events.events import (
     Reason,
     RunRequested,
     TaskCreated,
+    TaskMoved,
+    TaskUpdated,
 )
 from nexus_events.streams import PLANE
 
 from nexus_plane_sync import render
-from nexus_plane_sync.decisions import PLANE_SOURCE, RunState
+from nexus_plane_sync.decisions import FROM_PLANE, PLANE_SOURCE, RunState
 from nexus_plane_sync.errors import PlaneUnavailable
 from nexus_plane_sync.metrics import PlaneSyncMetrics
 from nexus_plane_sync.plane_api import EXTERNAL_SOURCE, PlaneApi
@@ -90,6 +92,7 @@ class PlaneIngress:
         trigger_prefix: str,
         bot_user_id: str | None,
         assign_agent: str | None = None,
+        state_map: dict[str, str] | None = None,
     ) -> None:
         self.bus = bus
         self.store = store
@@ -98,6 +101,12 @@ class PlaneIngress:
         self.prefix = trigger_prefix
         self.bot_user_id = bot_user_id
         self.assign_agent = assign_agent
+        # Plane state name -> the first board column mapped to it (Column order).
+        self.columns: dict[str, Column] = {}
+        for column in Column:
+            name = (state_map or {}).get(column.value)
+            if name is not None:
+                self.columns.setdefault(name.casefold(), column)
 
     async def bot(self) -> str | None:
         """The Plane user of our API key (asked once; None while Plane cannot say)."""
@@ -201,9 +210,35 @@ class PlaneIngress:
                 raise Unusable("invalid_agent_label", str(exc)) from None
         if added and task_id is None:
             task_id = await self._file_task(item, w.data, labels, actor)
+        if task_id is not None and w.action == "update":
+            await self._edit_task(w, task_id, actor)
         for agent in added:
             assert task_id is not None
             await self._request_run(w, item, task_id, agent, actor)
+
+    async def _edit_task(self, w: PlaneWebhookReceived, task_id: str, actor: str | None) -> None:
+        """A person renamed, re-described or moved the work item: the task follows."""
+        field = w.activity.get("field")
+        who = f"{FROM_PLANE}{actor or 'someone'}"
+        if field == "name" and w.data.get("name"):
+            event: TaskUpdated | TaskMoved = TaskUpdated(
+                title=str(w.data["name"])[:255], updated_by=who
+            )
+        elif field == "description":
+            event = TaskUpdated(description=_description(w.data), updated_by=who)
+        elif field == "state" and isinstance(w.data.get("state"), str):
+            name = await self.api.state_name(w.data["state"])
+            column = self.columns.get(name or "")
+            if column is None:
+                return
+            event = TaskMoved(column=column, moved_by=who)
+        else:
+            return
+        name = "updated" if isinstance(event, TaskUpdated) else "moved"
+        await self.bus.publish(
+            subjects.task_event(task_id, name), event, msg_id=f"plane:{name}:{w.delivery_id}"
+        )
+        self.metrics.webhooks[f"tasks_{name}"] += 1
 
     async def _request_run(
         self, w: PlaneWebhookReceived, item: str, task_id: str, agent: str, actor: str | None

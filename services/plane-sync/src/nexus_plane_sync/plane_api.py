@@ -92,6 +92,7 @@ class PlaneApi:
             timeout=timeout,
         )
         self._states: dict[str, str] | None = None
+        self._state_names: dict[str, str] = {}  # state id -> casefolded name
         self._labels: dict[str, str] | None = None
 
     async def close(self) -> None:
@@ -196,7 +197,22 @@ class PlaneApi:
                     s["name"].casefold(): s["id"]
                     async for s in self.pages(self._project + "states/")
                 }
+                self._state_names = {s_id: n for n, s_id in self._states.items()}
             found = self._states.get(name.casefold())
+            if found is not None:
+                return found
+        return None
+
+    async def state_name(self, state_id: str) -> str | None:
+        """The casefolded name of the state `state_id` (None: Plane has no such state)."""
+        for refresh in (False, True):
+            if self._states is None or refresh:
+                self._states = {
+                    s["name"].casefold(): s["id"]
+                    async for s in self.pages(self._project + "states/")
+                }
+                self._state_names = {s_id: name for name, s_id in self._states.items()}
+            found = self._state_names.get(state_id)
             if found is not None:
                 return found
         return None

@@ -12,12 +12,15 @@ from nexus_events.codec import Decoded
 from nexus_events.events import (
     ApprovalDecision,
     CancelRequested,
+    Column,
     InboxMessage,
     Origin,
     PlaneWriteRequested,
     PlaneWriteSucceeded,
     RunRequested,
     TaskCreated,
+    TaskMoved,
+    TaskUpdated,
 )
 from nexus_events.streams import INBOX
 from nexus_events.testing import dead_letters, eventually
@@ -193,3 +196,28 @@ async def test_assigning_the_bot_runs_the_configured_agent(
         lambda: _at_least(lambda: _events(bus, "cancel_requested"), 1), what="cancel requested"
     )
     assert cancel.address.run_id == run_id
+
+
+async def test_renaming_and_moving_the_work_item_edits_its_task(
+    bus: Bus, plane: FakePlane, sync: PlaneSyncApp
+) -> None:
+    item = plane.human_create_work_item("Old name", labels=["agent:coder"])
+    await _requested(bus)
+    plane.human_update(item, name="New name", state=plane.state_named("Done")["id"])
+
+    async def edits() -> list[Decoded] | None:
+        found = [d for d in await task_events(bus) if d.address.event in ("updated", "moved")]
+        return found if len(found) == 2 else None
+
+    changes = {d.address.event: d.event for d in await eventually(edits, what="task edits")}
+    assert isinstance(changes["updated"], TaskUpdated)
+    assert changes["updated"].title == "New name"
+    assert changes["updated"].updated_by == f"plane:{HUMAN['display_name']}"
+    assert isinstance(changes["moved"], TaskMoved)
+    assert changes["moved"].column is Column.DONE
+    # Already true on Plane: plane-sync writes nothing back for them.
+    await eventually(lambda: sync.runner and sync.runner.last_seq.get("NEXUS_TASKS", 0) >= 3,
+                     what="the mirror saw the edits")  # fmt: skip
+    assert sync.store is not None
+    assert (await sync.store.counts()).get("pending", 0) == 0
+    assert not [c for c in plane.calls if c[0] == "PATCH" and item in c[1]]

@@ -36,6 +36,8 @@ def test_task_writes_skip_tasks_filed_from_plane() -> None:
     assert task_writes(mine, "t1", 5, mirror=False) == []
     [move] = task_writes(TaskMoved(column=Column.DONE), "t1", 6, mirror=True)
     assert move.payload == {"column": "done"}
+    from_plane = TaskMoved(column=Column.DONE, moved_by="plane:ada")
+    assert task_writes(from_plane, "t1", 7, mirror=True) == []
 
 
 def _writes(event: object, name: str, run: RunState, seq: int = 1) -> list:  # type: ignore[type-arg]
