@@ -26,6 +26,7 @@ SECTIONS: list[tuple[str, str, str]] = [
     ("scheduler (`python -m nexus_scheduler`)", "nexus_scheduler.config", "SchedulerSettings"),
     ("runner (`python -m nexus_runner`)", "nexus_runner.config", "RunnerSettings"),
     ("memory (`python -m nexus_memory`)", "nexus_memory.config", "MemorySettings"),
+    ("plane-sync (`python -m nexus_plane_sync`)", "nexus_plane_sync.config", "PlaneSyncSettings"),
 ]
 
 

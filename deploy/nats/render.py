@@ -17,6 +17,7 @@ from nexus_events.streams import (
     CATALOG,
     INBOX,
     MEMORY,
+    PLANE,
     RUNS,
     SCHEDULES,
     STREAM_OF_FAMILY,
@@ -105,7 +106,27 @@ SERVICES: dict[str, Access] = {
         serves=tuple(s for s in subjects.QUERY_SUBJECTS if s.startswith("nexus.memory.")),
         erases_from=(MEMORY,),
     ),
+    # plane-sync: mirrors tasks and runs to Plane (reads both), files Plane's webhooks and
+    # its writes' intents/outcomes (NEXUS_PLANE), and turns webhooks into run requests,
+    # cancel requests, tasks and inbox messages.
+    "plane-sync": Access(
+        publishes=(
+            *_run("requested", "cancel_requested"),
+            *(subjects.task_events_filter(event=e) for e in ("created", "updated", "moved")),
+            subjects.family_filter(Family.INBOX),
+            subjects.family_filter(Family.PLANE),
+            subjects.dead_letter("plane-sync"),
+        ),
+        reads=(RUNS, TASKS, PLANE),
+        ensures_streams=True,
+        serves=(subjects.PLANE_STATUS, subjects.PLANE_RESYNC),
+    ),
 }
+
+
+def password_variable(user: str) -> str:
+    """The nats-server environment variable holding `user`'s password (`-` is not allowed)."""
+    return f"NEXUS_{user.upper().replace('-', '_')}_NATS_PASSWORD"
 
 
 def _stream_api(stream: str) -> list[str]:
@@ -175,7 +196,7 @@ def render() -> str:
         users.append(
             f"""    {{
       user: "{name}"
-      password: ${f"NEXUS_{name.upper()}_NATS_PASSWORD"}
+      password: ${password_variable(name)}
       permissions: {{
         publish: {{ allow: {_list(pub, "        ")} }}
         subscribe: {{ allow: {_list(sub, "        ")} }}{responses}

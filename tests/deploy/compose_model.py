@@ -18,6 +18,7 @@ NEXUS_SERVICES = {
     "core": "nexus_core",
     "core-mongodb": "nexus_core",
     "scheduler": "nexus_scheduler",
+    "plane-sync": "nexus_plane_sync",
 }
 # Standard OpenTelemetry SDK variables (read by nexus_events.telemetry / metrics setup).
 OTEL_VARS = {"OTEL_EXPORTER_OTLP_ENDPOINT", "OTEL_SERVICE_NAME", "OTEL_RESOURCE_ATTRIBUTES"}
@@ -84,6 +85,10 @@ def settings_classes(package: str) -> list[type[BaseSettings]]:
 
         # Local runs are child processes: they inherit the scheduler's environment.
         return [SchedulerSettings, RunnerSettings, *common]
+    if package == "nexus_plane_sync":
+        from nexus_plane_sync.config import PlaneSyncSettings
+
+        return [PlaneSyncSettings, *common]
     raise KeyError(package)
 
 

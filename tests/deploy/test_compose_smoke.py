@@ -44,6 +44,8 @@ REPLACED = {
 NOT_RUN = {
     "mongodb": "profile mongodb is not active (image-only service)",
     "core-mongodb": "profile mongodb is not active",
+    "plane-sync": "profile plane is not active (needs a Plane; services/plane-sync/tests run it"
+    " against tests/fakes/plane.py)",
     "otel-collector": "image-only service; OTEL_EXPORTER_OTLP_ENDPOINT is dropped",
     "prometheus": "image-only service",
     "tempo": "image-only service",

@@ -15,6 +15,7 @@ from nexus_cli.commands import (
     dlq,
     doctor,
     memory,
+    plane,
     projections,
     run_control,
     run_events,
@@ -59,6 +60,7 @@ app.add_typer(dlq.app, name="dlq")
 app.add_typer(memory.app, name="memory")
 app.add_typer(projections.app, name="projections")
 app.add_typer(context.app, name="context")
+app.add_typer(plane.app, name="plane")
 # `nexus --help` lists commands in registration order: run, ps, attach, events, logs,
 # cancel, approve, deny.
 runs.register(app)

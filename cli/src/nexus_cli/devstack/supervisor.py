@@ -63,6 +63,14 @@ class AppService:
     health_port_env: str = "NEXUS_HEALTH_PORT"
     needs_database: bool = True
     env: dict[str, str] = field(default_factory=dict)
+    # Started only when this variable is set in the stack's environment (None: always).
+    only_with: str | None = None
+    # Counted in the stack's readiness; a service that waits on something outside the stack
+    # (Plane, Slack) is not, so its absence never fails `nexus dev up`.
+    gates_readiness: bool = True
+
+    def enabled(self, env: dict[str, str]) -> bool:
+        return self.only_with is None or bool(env.get(self.only_with))
 
 
 # Started in this order, stopped in the reverse one: memory before the scheduler so a run's
@@ -76,6 +84,11 @@ APP_SERVICES: tuple[AppService, ...] = (
         health_host_env="NEXUS_SCHEDULER_HEALTH_HOST",
         health_port_env="NEXUS_SCHEDULER_HEALTH_PORT",
         needs_database=False,
+    ),
+    # plane-sync: only when Plane is configured (NEXUS_PLANE_URL and its other NEXUS_PLANE_*
+    # settings; docs/plane.md); it queues until Plane answers.
+    AppService(
+        "plane-sync", "nexus_plane_sync", only_with="NEXUS_PLANE_URL", gates_readiness=False
     ),
 )
 
@@ -202,7 +215,11 @@ class Supervisor:
         self.state.services = {
             "nats": self._entry("nats"),
             "postgres": self.pg_entry,
-            **{app.name: self._entry(app.name) for app in APP_SERVICES},
+            **{
+                app.name: self._entry(app.name)
+                for app in APP_SERVICES
+                if app.only_with is None or app.name in self.children
+            },
         }
         if "model" in self.children:
             self.state.services["model"] = self._entry("model")
@@ -311,6 +328,8 @@ class Supervisor:
                 "NEXUS_LLM_BASE_URL": service_env.get("NEXUS_RUNNER_LLM_BASE_URL", ""),
                 "NEXUS_LLM_API_KEY": service_env.get("NEXUS_RUNNER_LLM_API_KEY", "not-needed"),
             },
+            # Plane calls this port: keep one someone set, else the documented 8090.
+            "plane-sync": {"NEXUS_WEBHOOK_PORT": service_env.get("NEXUS_WEBHOOK_PORT", "8090")},
             "scheduler": {
                 "NEXUS_SCHEDULER_RUNTIME": "local",
                 "NEXUS_SCHEDULER_LOCAL_COMMAND": runner_cmd,
@@ -318,7 +337,8 @@ class Supervisor:
                 "NEXUS_SCHEDULER_REPLICA_ID": SCHEDULER_REPLICA,
             },
         }
-        for app in APP_SERVICES:
+        started = [app for app in APP_SERVICES if app.enabled(service_env)]
+        for app in started:
             port = probes.free_port()
             env = {
                 **service_env,
@@ -333,9 +353,9 @@ class Supervisor:
             child.entry.url = f"http://127.0.0.1:{port}"
         self.state.core_health_url = self.children["core"].entry.url
         self.state.scheduler_health_url = self.children["scheduler"].entry.url
-        for app in APP_SERVICES:
+        for app in started:
             await self.children[app.name].start()
-        names = ", ".join(app.name for app in APP_SERVICES)
+        names = ", ".join(app.name for app in started if app.gates_readiness)
         await _until(self._healthy, f"{names} to become ready", READY_TIMEOUT)
 
     async def _model_env(self, base_env: dict[str, str]) -> dict[str, str]:
@@ -386,6 +406,8 @@ class Supervisor:
                 )
         assert self.bus is not None
         for app in APP_SERVICES:
+            if not app.gates_readiness or app.name not in self.children:
+                continue
             url = self.children[app.name].entry.url
             if url is None or await probes.http_status(url + "/readyz") != 200:
                 return False

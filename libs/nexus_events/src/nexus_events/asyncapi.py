@@ -35,6 +35,10 @@ from nexus_events.events import (
     MemoryRecordRequest,
     MemorySearchReply,
     MemorySearchRequest,
+    PlaneResyncReply,
+    PlaneResyncRequest,
+    PlaneStatusReply,
+    PlaneStatusRequest,
     registered,
 )
 from nexus_events.events.base import Event
@@ -84,6 +88,7 @@ PARAMETERS: dict[str, str] = {
     "scope": "Memory scope (an agent, a task, ...).",
     "channel": "Chat channel (slack, telegram, webhook, ...).",
     "service": "Service that gave up on the message.",
+    "key": "plane-sync's key: the Nexus task id (writes) or the Plane work item id (webhooks).",
 }
 
 # Request and reply models of every query subject.
@@ -104,6 +109,8 @@ _QUERY_MODELS: dict[str, tuple[type[BaseModel], type[BaseModel]]] = {
     subjects.MEMORY_LIST: (MemoryListRequest, MemoryListReply),
     subjects.MEMORY_CONSOLIDATE: (MemoryConsolidateRequest, MemoryConsolidateReply),
     subjects.MEMORY_REBUILD: (MemoryRebuildRequest, MemoryRebuildReply),
+    subjects.PLANE_STATUS: (PlaneStatusRequest, PlaneStatusReply),
+    subjects.PLANE_RESYNC: (PlaneResyncRequest, PlaneResyncReply),
 }
 
 _SERVICE_TEXT: dict[Service, str] = {
@@ -112,7 +119,7 @@ _SERVICE_TEXT: dict[Service, str] = {
     Service.RUNNER: "The in-pod agent loop of one run.",
     Service.CLI: "The `nexus` operator CLI.",
     Service.MEMORY: "Long-term memory: hybrid search, extraction, consolidation, secret guard.",
-    Service.PLANE_SYNC: "Board and runs <-> Plane (planned).",
+    Service.PLANE_SYNC: "Tasks and runs <-> Plane work items, comments, agent runs; webhooks in.",
     Service.CHANNEL_GATEWAY: "Slack, Telegram, webhooks, approvals relay (planned).",
     Service.OPERATOR: "A person with the nats CLI: a bare JSON `nats pub` is a valid command.",
 }

@@ -66,11 +66,11 @@ MEMORY, PLANE = Service.MEMORY, Service.PLANE_SYNC
 GATEWAY, OPERATOR = Service.CHANNEL_GATEWAY, Service.OPERATOR
 
 _CORE, _SCHEDULER, _RUNNER, _CLI = Party(CORE), Party(SCHEDULER), Party(RUNNER), Party(CLI)
-_OPERATOR, _MEMORY = Party(OPERATOR), Party(MEMORY)
+_OPERATOR, _MEMORY, _PLANE = Party(OPERATOR), Party(MEMORY), Party(PLANE)
 
 # Every run event lands in core's projections (agent_runs, board) and in `nexus runs watch`;
 # plane-sync mirrors the lifecycle to Plane's agent runs (DESIGN §5 step 9).
-_RUN_READERS = (_CORE, _CLI, planned(PLANE))
+_RUN_READERS = (_CORE, _CLI, _PLANE)
 # The scheduler's admission state (nexus_scheduler.service.WATCHED_EVENTS).
 _ADMISSION = (*_RUN_READERS, _SCHEDULER)
 # Terminal events also end a run's chat thread and feed memory extraction (DESIGN §2).
@@ -86,7 +86,7 @@ EVENT_ROLES: dict[tuple[Family, str], EventRoles] = {
     (Family.RUN, "requested"): _run(
         # core re-publishes a `new` request under the id it generates; the scheduler fires
         # schedules; Plane and chat start runs too.
-        (_CLI, _CORE, _SCHEDULER, _OPERATOR, planned(PLANE), planned(GATEWAY)),
+        (_CLI, _CORE, _SCHEDULER, _OPERATOR, _PLANE, planned(GATEWAY)),
         _RUN_READERS,
     ),
     (Family.RUN, "prepared"): _run((_CORE,), (*_ADMISSION, _RUNNER)),
@@ -102,7 +102,7 @@ EVENT_ROLES: dict[tuple[Family, str], EventRoles] = {
     (Family.RUN, "approval_decided"): _run((_RUNNER,), _RUN_READERS),
     (Family.RUN, "cancel_requested"): _run(
         # The scheduler cancels the previous run of a schedule (overlap policy).
-        (_CLI, _SCHEDULER, _OPERATOR, planned(PLANE), planned(GATEWAY)),
+        (_CLI, _SCHEDULER, _OPERATOR, _PLANE, planned(GATEWAY)),
         (*_ADMISSION, _RUNNER),
     ),
     (Family.RUN, "cancelled"): _run((_RUNNER, _SCHEDULER), _TERMINAL),
@@ -114,10 +114,14 @@ EVENT_ROLES: dict[tuple[Family, str], EventRoles] = {
     # -- logs (NEXUS_LOGS) ----------------------------------------------------------------
     (Family.LOG, "line"): _run((_RUNNER,), (_CLI,)),
     # -- tasks (NEXUS_TASKS): the board projection ----------------------------------------
-    (Family.TASK, "created"): _run((_CLI, _OPERATOR, planned(PLANE)), (_CORE, planned(PLANE))),
-    (Family.TASK, "updated"): _run((_OPERATOR, planned(PLANE)), (_CORE, planned(PLANE))),
-    (Family.TASK, "moved"): _run((_OPERATOR, planned(PLANE)), (_CORE, planned(PLANE))),
-    (Family.TASK, "deleted"): _run((_OPERATOR, planned(PLANE)), (_CORE, planned(PLANE))),
+    # plane-sync mirrors every task to a work item, and files a work item that asks for a run
+    # as a task (external_source "plane").
+    (Family.TASK, "created"): _run((_CLI, _OPERATOR, _PLANE), (_CORE, _PLANE)),
+    # A person renaming or moving a Plane work item edits its task (updated_by/moved_by
+    # "plane:<person>").
+    (Family.TASK, "updated"): _run((_OPERATOR, _PLANE), (_CORE, _PLANE)),
+    (Family.TASK, "moved"): _run((_OPERATOR, _PLANE), (_CORE, _PLANE)),
+    (Family.TASK, "deleted"): _run((_OPERATOR, planned(PLANE)), (_CORE, _PLANE)),
     # -- catalog (NEXUS_CATALOG): core's catalog projection; `nexus agents history` -------
     (Family.CATALOG, "agent.applied"): _run((_CLI, _OPERATOR), (_CORE, _CLI)),
     (Family.CATALOG, "agent.deleted"): _run((_OPERATOR,), (_CORE, _CLI)),
@@ -125,9 +129,12 @@ EVENT_ROLES: dict[tuple[Family, str], EventRoles] = {
     (Family.CATALOG, "skill.deleted"): _run((_OPERATOR,), (_CORE,)),
     # -- inbox and route (NEXUS_INBOX) -----------------------------------------------------
     # Peer agents message a run too (sender_kind "agent").
-    (Family.INBOX, "message"): _run((_OPERATOR, planned(GATEWAY), planned(RUNNER)), (_RUNNER,)),
+    # A comment on a work item with a running run reaches that run (plane-sync).
+    (Family.INBOX, "message"): _run(
+        (_OPERATOR, _PLANE, planned(GATEWAY), planned(RUNNER)), (_RUNNER,)
+    ),
     (Family.INBOX, "approval_decision"): _run(
-        (_CLI, _OPERATOR, planned(GATEWAY), planned(PLANE)), (_RUNNER,)
+        (_CLI, _OPERATOR, _PLANE, planned(GATEWAY)), (_RUNNER,)
     ),
     # Delegation: a run or a chat hands work to an agent; core turns it into a run.
     (Family.ROUTE, "delegation"): _run(
@@ -150,6 +157,13 @@ EVENT_ROLES: dict[tuple[Family, str], EventRoles] = {
     # -- chat channels (NEXUS_CHANNELS) --------------------------------------------------------
     (Family.CHANNEL, "in"): _run((planned(GATEWAY),), (planned(GATEWAY),)),
     (Family.CHANNEL, "out"): _run((planned(GATEWAY),), (planned(GATEWAY),)),
+    # -- Plane (NEXUS_PLANE): plane-sync's webhooks in and its writes' intents/outcomes ------
+    # Webhooks are filed as received (verified, deduped), then acted on by plane-sync's own
+    # consumer; `nexus plane status` reads the write record.
+    (Family.PLANE, "webhook_received"): _run((_PLANE,), (_PLANE, _CLI)),
+    (Family.PLANE, "write_requested"): _run((_PLANE,), (_CLI, _OPERATOR)),
+    (Family.PLANE, "write_succeeded"): _run((_PLANE,), (_CLI, _OPERATOR)),
+    (Family.PLANE, "write_failed"): _run((_PLANE,), (_CLI, _OPERATOR)),
     # -- dead letters (NEXUS_DLQ): every Bus consumer files its own; `nexus dlq` reads -----
     (Family.DLQ, "dead_letter"): _run(
         (
@@ -157,7 +171,7 @@ EVENT_ROLES: dict[tuple[Family, str], EventRoles] = {
             _SCHEDULER,
             _RUNNER,
             _MEMORY,
-            planned(PLANE),
+            _PLANE,
             planned(GATEWAY),
         ),
         (_CLI, _OPERATOR),
@@ -186,4 +200,7 @@ QUERY_ROLES: dict[str, QueryRoles] = {
     subjects.MEMORY_LIST: QueryRoles(_MEMORY, _CORE_CLIENTS),
     subjects.MEMORY_CONSOLIDATE: QueryRoles(_MEMORY, _CORE_CLIENTS),
     subjects.MEMORY_REBUILD: QueryRoles(_MEMORY, _CORE_CLIENTS),
+    # `nexus plane status|resync`.
+    subjects.PLANE_STATUS: QueryRoles(_PLANE, _CORE_CLIENTS),
+    subjects.PLANE_RESYNC: QueryRoles(_PLANE, _CORE_CLIENTS),
 }

@@ -46,6 +46,7 @@ INBOX = "NEXUS_INBOX"
 SCHEDULES = "NEXUS_SCHEDULES"
 MEMORY = "NEXUS_MEMORY"
 CHANNELS = "NEXUS_CHANNELS"
+PLANE = "NEXUS_PLANE"
 DLQ = "NEXUS_DLQ"
 
 STREAM_OF_FAMILY: dict[Family, str] = {
@@ -58,6 +59,7 @@ STREAM_OF_FAMILY: dict[Family, str] = {
     Family.SCHEDULE: SCHEDULES,
     Family.MEMORY: MEMORY,
     Family.CHANNEL: CHANNELS,
+    Family.PLANE: PLANE,
     Family.DLQ: DLQ,
 }
 
@@ -76,6 +78,7 @@ class StreamSettings(BaseSettings):
     inbox_max_age_days: float = Field(7, ge=0)
     memory_max_age_days: float = Field(365, ge=0)
     channels_max_age_days: float = Field(7, ge=0)
+    plane_max_age_days: float = Field(30, ge=0)
     dlq_max_age_days: float = Field(30, ge=0)
     dlq_max_bytes: int = Field(-1)
 
@@ -112,6 +115,9 @@ def stream_configs(settings: StreamSettings | None = None) -> list[StreamConfig]
         cfg(SCHEDULES, [Family.SCHEDULE], 0),
         cfg(MEMORY, [Family.MEMORY], s.memory_max_age_days),
         cfg(CHANNELS, [Family.CHANNEL], s.channels_max_age_days),
+        # Webhook deliveries are deduped by their id (Nats-Msg-Id) beyond the window too:
+        # plane-sync keeps the ids it saw in PostgreSQL.
+        cfg(PLANE, [Family.PLANE], s.plane_max_age_days),
         cfg(
             DLQ,
             [Family.DLQ],
@@ -130,6 +136,8 @@ def _stored_subjects(family: Family) -> str:
     # and answer them with a PubAck, so memory events are matched token by token.
     if family is Family.MEMORY:
         return "nexus.memory.v1.*.*"
+    if family is Family.PLANE:  # likewise nexus.plane.v1.status and .resync
+        return "nexus.plane.v1.*.*"
     return subjects.family_filter(family)
 
 

@@ -33,6 +33,7 @@ class Family(StrEnum):
     SCHEDULE = "schedule"
     MEMORY = "memory"
     CHANNEL = "channel"
+    PLANE = "plane"
     DLQ = "dlq"
 
 
@@ -64,6 +65,9 @@ _SHAPES: dict[Family, _Shape] = {
     Family.MEMORY: _Shape(("nexus", "memory", "v1"), ("scope",), True),
     Family.CHANNEL: _Shape(("nexus", "channel", "v1"), ("channel",), True),
     Family.DLQ: _Shape(("nexus", "dlq", "v1"), ("service",), False),
+    # plane-sync's record: webhooks received, Plane writes intended and their outcomes. The
+    # key is the Nexus task id (writes) or the Plane work item id (webhooks).
+    Family.PLANE: _Shape(("nexus", "plane", "v1"), ("key",), True),
 }
 
 # Request/reply query subjects (not stored in any stream).
@@ -83,6 +87,9 @@ MEMORY_FORGET = "nexus.memory.v1.forget"
 MEMORY_LIST = "nexus.memory.v1.list"
 MEMORY_CONSOLIDATE = "nexus.memory.v1.consolidate"
 MEMORY_REBUILD = "nexus.memory.v1.rebuild"
+# One token after the prefix: NEXUS_PLANE stores `nexus.plane.v1.*.*` only, never these.
+PLANE_STATUS = "nexus.plane.v1.status"
+PLANE_RESYNC = "nexus.plane.v1.resync"
 QUERY_SUBJECTS = (
     CORE_RUNS_GET,
     CORE_RUNS_LIST,
@@ -100,6 +107,8 @@ QUERY_SUBJECTS = (
     MEMORY_LIST,
     MEMORY_CONSOLIDATE,
     MEMORY_REBUILD,
+    PLANE_STATUS,
+    PLANE_RESYNC,
 )
 
 
@@ -191,6 +200,11 @@ def channel_message(channel: str, direction: Direction | str) -> str:
     return _build(Family.CHANNEL, (channel,), direction.value)
 
 
+def plane_event(key: str, event: str) -> str:
+    """``nexus.plane.v1.<key>.<event>``: plane-sync's webhooks and write intents/outcomes."""
+    return _build(Family.PLANE, (key,), event)
+
+
 def dead_letter(service: str) -> str:
     """``nexus.dlq.v1.<service>``."""
     return _build(Family.DLQ, (service,), None)
@@ -214,6 +228,10 @@ def task_events_filter(task_id: str | None = None, event: str | None = None) -> 
 
 def memory_events_filter(scope: str | None = None, event: str | None = None) -> str:
     return _filter(Family.MEMORY, (scope,), event)
+
+
+def plane_events_filter(key: str | None = None, event: str | None = None) -> str:
+    return _filter(Family.PLANE, (key,), event)
 
 
 def catalog_events_filter(kind: CatalogKind | str | None = None) -> str:

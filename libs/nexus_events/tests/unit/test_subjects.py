@@ -78,6 +78,13 @@ BUILT = [
         {"channel": "telegram"},
         "out",
     ),
+    (
+        subjects.plane_event("task-1", "write_requested"),
+        "nexus.plane.v1.task-1.write_requested",
+        Family.PLANE,
+        {"key": "task-1"},
+        "write_requested",
+    ),
     (subjects.dead_letter("core"), "nexus.dlq.v1.core", Family.DLQ, {"service": "core"}, None),
 ]
 

@@ -1,0 +1,1 @@
+"""plane-sync: Nexus tasks and runs mirrored to Plane; Plane webhooks in."""

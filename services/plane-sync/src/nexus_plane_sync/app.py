@@ -1,0 +1,220 @@
+"""Wiring and lifecycle of plane-sync: start everything in order, stop it draining.
+
+Start: connect NATS (streams created if missing; core owns their settings), PostgreSQL
+(schema ``plane_sync``), the Plane client with the shared rate limit, decide comments or
+native agent runs (config or a probe), then the mirror (tasks and runs into the outbox), the
+outbox writer, the webhook ingress consumer, the webhook endpoint, the nats.micro endpoints
+and the health endpoint. Stop (SIGTERM): the webhook endpoint and queries first, then the
+consumers and the mirror finish their batch and the writer its write in hand, then close.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from typing import Any
+
+import asyncpg
+from nexus_events.bus import Bus, BusSettings, Consumer
+from nexus_events.events import PlaneStatusReply
+from nexus_events.health import HealthServer
+from nexus_events.projection import ProjectionRunner
+from nexus_events.streams import ensure_streams
+
+from nexus_plane_sync.board import AgentRunReporter, Board, CommentReporter, RunReporter, WorkItems
+from nexus_plane_sync.config import PlaneSyncSettings
+from nexus_plane_sync.endpoints import PlaneEndpoints
+from nexus_plane_sync.errors import PlaneUnavailable
+from nexus_plane_sync.ingress import PlaneIngress, ingress_spec
+from nexus_plane_sync.metrics import PlaneSyncMetrics
+from nexus_plane_sync.mirror import PlaneMirror
+from nexus_plane_sync.plane_api import PlaneApi
+from nexus_plane_sync.ratelimit import TokenBucket
+from nexus_plane_sync.store import PLANE_SCHEMA, PlaneStore
+from nexus_plane_sync.webhooks import WebhookServer
+from nexus_plane_sync.writer import OutboxWriter
+
+log = logging.getLogger(__name__)
+
+SOURCE = "plane-sync"
+
+
+class PlaneSyncApp:
+    """The plane-sync service. `bus` may be given (tests); otherwise it is created."""
+
+    def __init__(
+        self,
+        settings: PlaneSyncSettings,
+        *,
+        bus_settings: BusSettings | None = None,
+        bus: Bus | None = None,
+        schema: str = PLANE_SCHEMA,
+    ) -> None:
+        self.settings = settings
+        self.bus_settings = bus_settings
+        self.schema = schema
+        self._own_bus = bus is None
+        self._bus = bus
+        self._pool: asyncpg.Pool[Any] | None = None
+        self.metrics = PlaneSyncMetrics()
+        s = settings
+        self.bucket = TokenBucket(s.plane_rate_per_minute / 60.0, s.plane_burst)
+        self.api = PlaneApi(
+            s.plane_url, s.plane_api_key.get_secret_value(), s.plane_workspace,
+            s.plane_project_id, bucket=self.bucket, timeout=s.plane_timeout,
+            retries=s.plane_retries, retry_max=s.plane_retry_max,
+        )  # fmt: skip
+        self.store: PlaneStore | None = None
+        self.board: Board | None = None
+        self.mirror: PlaneMirror | None = None
+        self.runner: ProjectionRunner | None = None
+        self.writer: OutboxWriter | None = None
+        self.ingress: PlaneIngress | None = None
+        self.consumer: Consumer | None = None
+        self.webhooks: WebhookServer | None = None
+        self.endpoints: PlaneEndpoints | None = None
+        self.health: HealthServer | None = None
+        self._running = False
+
+    @property
+    def bus(self) -> Bus:
+        if self._bus is None:
+            raise RuntimeError("plane-sync is not started: no NATS connection")
+        return self._bus
+
+    @property
+    def pool(self) -> asyncpg.Pool[Any]:
+        if self._pool is None:
+            raise RuntimeError("plane-sync is not started: no PostgreSQL pool")
+        return self._pool
+
+    def ready(self) -> bool:
+        return (
+            self._running
+            and self._bus is not None
+            and self._bus.nc.is_connected
+            and not (self.runner is not None and self.runner.stuck)
+        )
+
+    async def _reporter(self, store: PlaneStore) -> RunReporter:
+        s = self.settings
+        native = s.plane_agent_runs == "on"
+        if s.plane_agent_runs == "auto":
+            try:
+                native = await self.api.has_agent_runs()
+            except PlaneUnavailable as exc:
+                log.warning("cannot probe Plane for agent runs (%s): using comments", exc)
+        if native:
+            return AgentRunReporter(self.api, store, s.plane_agent_slug)
+        return CommentReporter(self.api, store)
+
+    async def start(self) -> None:
+        s = self.settings
+        if self._bus is None:
+            self._bus = await Bus.connect(self.bus_settings, source=SOURCE)
+        await ensure_streams(self.bus.js, update=False)  # core owns stream settings
+        self._pool = await asyncpg.create_pool(s.database_url, min_size=2, max_size=s.db_pool_size)
+        self.store = store = PlaneStore(self.pool, self.schema)
+        await store.migrate()
+        items = WorkItems(
+            self.api, store, state_map=s.plane_state_map, mirror_tasks=s.plane_mirror_tasks
+        )
+        self.board = Board(items, await self._reporter(store))
+        self.mirror = PlaneMirror(
+            columns=s.plane_run_columns, progress=s.plane_progress_comments,
+            mirror_tasks=s.plane_mirror_tasks, schema=self.schema,
+        )  # fmt: skip
+        self.runner = ProjectionRunner(
+            self.bus, self.pool, self.mirror, batch=s.projection_batch,
+            fetch_timeout=s.fetch_timeout,
+        )  # fmt: skip
+        await self.runner.start()
+        self.writer = OutboxWriter(
+            self.bus, store, self.board, self.metrics, poll=s.outbox_poll,
+            not_ready_grace=s.plane_unknown_task_grace,
+        )  # fmt: skip
+        await self.writer.start()
+        self.ingress = PlaneIngress(
+            self.bus, store, self.api, self.metrics,
+            trigger_prefix=s.plane_trigger_prefix, bot_user_id=s.plane_bot_user_id,
+            assign_agent=s.plane_assign_agent, state_map=s.plane_state_map,
+        )  # fmt: skip
+        self.consumer = self.bus.consumer(
+            ingress_spec(f"{s.consumer_prefix}_webhooks", s.fetch_timeout), self.ingress
+        )
+        await self.consumer.start()
+        self.webhooks = WebhookServer(
+            self.bus, store, s.plane_webhook_secret.get_secret_value().encode(), self.metrics,
+            host=s.webhook_host, port=s.webhook_port, max_bytes=s.webhook_max_bytes,
+        )  # fmt: skip
+        await self.webhooks.start()
+        self.endpoints = PlaneEndpoints(self.bus, store, self.writer, self.status)
+        await self.endpoints.start()
+        if s.health_port is not None:
+            self.health = HealthServer(self.ready, s.health_host, s.health_port)
+            await self.health.start()
+        self._running = True
+        log.info(
+            "plane-sync started (%s, webhooks on port %d)", self.board.mode, self.webhooks.port
+        )
+
+    def status(self, counts: dict[str, int]) -> PlaneStatusReply:
+        assert self.board is not None
+        s = self.settings
+        return PlaneStatusReply(
+            plane_url=s.plane_url,
+            workspace=s.plane_workspace,
+            project_id=s.plane_project_id,
+            mode=self.board.mode,
+            plane_reachable=self.api.reachable,
+            pending_writes=counts.get("pending", 0),
+            failed_writes=counts.get("failed", 0),
+            done_writes=counts.get("done", 0),
+            coalesced_writes=counts.get("coalesced", 0),
+            tasks=counts.get("tasks", 0),
+            webhooks=dict(self.metrics.webhooks),
+            last_error=self.api.last_error,
+        )
+
+    async def stop(self) -> None:
+        """Drain: stop taking webhooks and queries, finish what is in hand, then close."""
+        self._running = False
+        if self.webhooks is not None:
+            await self.webhooks.stop()
+        if self.endpoints is not None:
+            await self.endpoints.stop()
+        if self.consumer is not None:
+            await self.consumer.stop()
+        if self.runner is not None:
+            await self.runner.stop()
+        if self.writer is not None:
+            await self.writer.stop()
+        if self.health is not None:
+            await self.health.stop()
+        await self.api.close()
+        if self._pool is not None:
+            with contextlib.suppress(asyncio.TimeoutError):
+                await asyncio.wait_for(self._pool.close(), timeout=10)
+            self._pool = None
+        if self._own_bus and self._bus is not None:
+            await self._bus.close()
+            self._bus = None
+        log.info("plane-sync stopped")
+
+    async def __aenter__(self) -> PlaneSyncApp:
+        await self.start()
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.stop()
+
+
+async def serve(settings: PlaneSyncSettings, stop: asyncio.Event) -> None:
+    """Run plane-sync until `stop` is set, then drain within `drain_timeout` seconds."""
+    app = PlaneSyncApp(settings)
+    await app.start()
+    try:
+        await stop.wait()
+    finally:
+        await asyncio.wait_for(app.stop(), timeout=settings.drain_timeout)

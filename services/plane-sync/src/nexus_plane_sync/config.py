@@ -1,0 +1,120 @@
+"""plane-sync's settings, from the environment (prefix ``NEXUS_``; NATS: ``NEXUS_NATS_*``).
+
+Plane's own settings are ``NEXUS_PLANE_*``. The API key and the webhook secret are secrets:
+give them from a Kubernetes Secret / compose environment, never from a file in the repo.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from nexus_events.events import Column
+from nexus_events.health import HealthPort
+from pydantic import Field, SecretStr
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+# Plane's default states of a new project; a project with renamed states maps them here.
+DEFAULT_STATE_MAP: dict[str, str] = {
+    Column.BACKLOG: "Backlog",
+    Column.TODO: "Todo",
+    Column.IN_PROGRESS: "In Progress",
+    Column.AWAITING_APPROVAL: "In Progress",
+    Column.REVIEW: "In Progress",
+    Column.DONE: "Done",
+    Column.FAILED: "Todo",
+}
+# Where a run's events move its work item (board columns, mapped to states above).
+DEFAULT_RUN_COLUMNS: dict[str, str] = {
+    "started": Column.IN_PROGRESS,
+    "approval_requested": Column.AWAITING_APPROVAL,
+    "approval_decided": Column.IN_PROGRESS,
+    "completed": Column.DONE,
+    "failed": Column.FAILED,
+    "timed_out": Column.FAILED,
+    "lost": Column.FAILED,
+    "cancelled": Column.TODO,
+}
+
+
+class PlaneSyncSettings(BaseSettings):
+    model_config = SettingsConfigDict(env_prefix="NEXUS_", extra="ignore")
+
+    database_url: str = Field(
+        "postgresql://postgres@127.0.0.1:5432/nexus", description="PostgreSQL DSN (asyncpg)."
+    )
+    db_pool_size: int = Field(4, gt=1, description="Most PostgreSQL connections.")
+    # -- Plane -------------------------------------------------------------------------------
+    plane_url: str = Field(..., description="Plane's base URL (the API is under /api/v1/).")
+    plane_api_key: SecretStr = Field(..., description="A Plane API key (X-API-Key); a secret.")
+    plane_workspace: str = Field(..., min_length=1, description="Workspace slug.")
+    plane_project_id: str = Field(..., min_length=1, description="Project of the work items.")
+    plane_webhook_secret: SecretStr = Field(
+        ..., description="The webhook's secret key (Plane shows it when the webhook is made)."
+    )
+    plane_agent_runs: Literal["auto", "on", "off"] = Field(
+        "auto",
+        description="Native agent runs (Plane Cloud/commercial): auto probes the server,"
+        " off always uses comments.",
+    )
+    plane_agent_slug: str = Field("nexus", description="Agent slug of native agent runs.")
+    plane_bot_user_id: str | None = Field(
+        None,
+        description="Plane user of the API key (its changes are echoes); asked of"
+        " /users/me/ when unset.",
+    )
+    plane_trigger_prefix: str = Field(
+        "agent:", min_length=1, description="A label `<prefix><agent id>` asks that agent to run."
+    )
+    plane_assign_agent: str | None = Field(
+        None,
+        pattern=r"^[A-Za-z0-9_-]{1,128}$",
+        description="Assigning a work item to the API key's user runs this agent (unassigning"
+        " cancels), like the label `<prefix><agent>`; unset: assignment triggers nothing.",
+    )
+    plane_mirror_tasks: bool = Field(
+        True, description="Create work items for tasks made outside Plane (CLI, nats pub)."
+    )
+    plane_state_map: dict[str, str] = Field(
+        default_factory=lambda: dict(DEFAULT_STATE_MAP),
+        description="Board column -> Plane state name (JSON).",
+    )
+    plane_run_columns: dict[str, str] = Field(
+        default_factory=lambda: dict(DEFAULT_RUN_COLUMNS),
+        description="Run event -> board column its work item moves to (JSON; absent: stays).",
+    )
+    plane_progress_comments: bool = Field(
+        True, description="Keep one comment per run edited with its turns and last tool."
+    )
+    plane_rate_per_minute: float = Field(
+        60.0, gt=0, description="Requests a minute to Plane (its default limit per key)."
+    )
+    plane_burst: int = Field(
+        1, ge=1, description="Requests that may go at once (more can overrun a sliding window)."
+    )
+    plane_timeout: float = Field(10.0, gt=0, description="Seconds for one Plane request.")
+    plane_retries: int = Field(4, ge=0, description="Retries of one request (5xx, timeouts).")
+    plane_retry_max: float = Field(
+        30.0, gt=0, description="Longest pause between retries (seconds)."
+    )
+    plane_unknown_task_grace: float = Field(
+        60.0,
+        gt=0,
+        description="Seconds a run's write waits for its task to be known before it fails"
+        " (a run on a task id nobody created).",
+    )
+    # -- webhook endpoint ---------------------------------------------------------------------
+    webhook_host: str = Field("0.0.0.0", description="Bind address of the webhook endpoint.")  # noqa: S104
+    webhook_port: int = Field(8090, ge=0, le=65535, description="Its port (0: any free port).")
+    webhook_max_bytes: int = Field(1 << 20, gt=0, description="Largest webhook body accepted.")
+    # -- service ---------------------------------------------------------------------------------
+    outbox_poll: float = Field(1.0, gt=0, description="Seconds between outbox checks when idle.")
+    projection_batch: int = Field(500, gt=0, description="Events per mirror transaction.")
+    fetch_timeout: float = Field(1.0, gt=0, le=30, description="Seconds one fetch waits.")
+    health_host: str = Field("127.0.0.1", description="Bind address of the health endpoint.")
+    health_port: HealthPort = Field(
+        8084, ge=0, le=65535, description="HTTP port of /healthz and /readyz (off: none)."
+    )
+    drain_timeout: float = Field(30.0, gt=0, description="Most seconds to drain on SIGTERM.")
+    consumer_prefix: str = Field(
+        "plane_sync", pattern=r"^[A-Za-z0-9_-]+$", description="Prefix of durable consumers."
+    )

@@ -1,0 +1,181 @@
+"""What each task and run event asks of Plane: pure functions from an event to writes.
+
+A `Write` is queued in the outbox (`store`), executed by the `writer` and recorded on the
+stream as intent and outcome. Its `write_id` is deterministic (derived from the event's stream
+sequence or the run's own ids), so applying an event twice queues nothing new; writes with the
+same `slot` coalesce while pending (the work item's fields, a run's progress comment): only the
+latest content is sent.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from nexus_events.events import (
+    ApprovalDecided,
+    ApprovalRequested,
+    Event,
+    RunCompleted,
+    RunStarted,
+    TaskCreated,
+    TaskDeleted,
+    TaskMoved,
+    TaskUpdated,
+    TerminalEvent,
+    ToolCalled,
+)
+from nexus_events.events import RunTurn as RunTurnEvent
+
+from nexus_plane_sync import render
+
+Op = Literal["work_item_upsert", "work_item_delete", "run_report"]
+PLANE_SOURCE = "plane"  # TaskCreated.external_source of tasks filed from Plane work items
+# updated_by / moved_by of task changes plane-sync files from Plane: already true there.
+FROM_PLANE = "plane:"
+
+
+@dataclass(frozen=True)
+class Write:
+    """One change to make on Plane."""
+
+    write_id: str
+    op: Op
+    task_id: str
+    run_id: str | None = None
+    slot: str | None = None
+    payload: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class RunState:
+    """What the mirror remembers of a run (plane_sync.runs)."""
+
+    run_id: str
+    task_id: str | None = None
+    agent_id: str | None = None
+    status: str = "requested"
+    turns: int = 0
+    last_tool: str | None = None
+
+
+def item_slot(task_id: str) -> str:
+    return f"item:{task_id}"
+
+
+def task_writes(event: Event, task_id: str, seq: int, *, mirror: bool) -> list[Write]:
+    """Work item writes for a task event: none for tasks filed from Plane (the item is theirs)
+    nor for changes that came from Plane (already true there)."""
+    if isinstance(event, TaskDeleted):
+        return [Write(f"item:{task_id}:delete", "work_item_delete", task_id)]
+    payload: dict[str, Any] | None = None
+    if isinstance(event, TaskCreated):
+        if event.external_source != PLANE_SOURCE and mirror:
+            payload = {}
+    elif isinstance(event, TaskUpdated) and not _from_plane(event):
+        payload = {}
+        if event.title is not None:
+            payload["name"] = event.title
+        if event.description is not None:
+            payload["description"] = event.description
+        if event.labels is not None:
+            payload["labels"] = list(event.labels)
+    elif isinstance(event, TaskMoved) and not _from_plane(event):
+        payload = {"column": event.column.value}
+    if payload is None:
+        return []
+    write_id = f"item:{task_id}:{seq}"
+    return [Write(write_id, "work_item_upsert", task_id, slot=item_slot(task_id), payload=payload)]
+
+
+def _from_plane(event: TaskUpdated | TaskMoved) -> bool:
+    who = event.updated_by if isinstance(event, TaskUpdated) else event.moved_by
+    return bool(who and who.startswith(FROM_PLANE))
+
+
+def run_writes(
+    event: Event,
+    name: str,
+    run: RunState,
+    seq: int,
+    *,
+    columns: dict[str, str],
+    progress: bool,
+) -> list[Write]:
+    """The run's reports on its task's work item, and the item's move, for one run event.
+
+    `run` is the state after the event. Runs without a task have no work item: nothing.
+    """
+    task = run.task_id
+    if task is None:
+        return []
+    rid = run.run_id
+    writes: list[Write] = []
+    report: dict[str, Any] | None = None
+    write_id = f"run:{rid}:{name}"
+    slot = None
+    if isinstance(event, RunStarted):
+        report = {
+            "kind": "started", "html": render.started(rid, run.agent_id),
+            "activity": "thought", "body": f"{run.agent_id or 'The agent'} started.",
+        }  # fmt: skip
+    elif isinstance(event, RunTurnEvent | ToolCalled) and progress:
+        report = {
+            "kind": "progress", "external_id": f"run:{rid}:progress",
+            "html": render.progress(rid, run.turns, run.last_tool, "working"),
+        }  # fmt: skip
+        write_id, slot = f"run:{rid}:progress:{seq}", f"progress:{rid}"
+    elif isinstance(event, ApprovalRequested):
+        write_id = f"run:{rid}:approval:{event.approval_id}"
+        report = {
+            "kind": "approval", "activity": "elicitation",
+            "html": render.approval(rid, event.approval_id, event.tool, event.summary, event.why),
+            "body": f"Approve {event.tool}? {event.summary}\nAnswer /approve"
+            f" {event.approval_id} or /deny {event.approval_id}.",
+        }  # fmt: skip
+    elif isinstance(event, RunCompleted):
+        outcome = event.result.model_dump(mode="json", exclude_none=True)
+        report = {
+            "kind": "result", "html": render.result(rid, outcome), "activity": "response",
+            "body": event.result.summary or "Completed.",
+        }  # fmt: skip
+    elif isinstance(event, TerminalEvent):
+        report = {
+            "kind": "ended", "activity": "error",
+            "html": render.ended(rid, event.status, event.reason, event.message),
+            "body": f"{event.status} ({event.reason}) {event.message}".strip(),
+        }  # fmt: skip
+    elif isinstance(event, ApprovalDecided):
+        report = None  # the decision came from a person; the move below says enough
+    if report is not None:
+        writes.append(Write(write_id, "run_report", task, rid, slot, report))
+    column = columns.get(name)
+    if column is not None:
+        writes.append(
+            Write(
+                f"item:{task}:run:{rid}:{seq}",
+                "work_item_upsert",
+                task,
+                slot=item_slot(task),
+                payload={"column": column},
+            )
+        )
+    return writes
+
+
+def evolve(run: RunState, event: Event, name: str) -> RunState:
+    """The run's state after `event` (terminal states are final)."""
+    terminal = run.status in ("completed", "failed", "cancelled", "timed_out", "lost")
+    if isinstance(event, RunTurnEvent):
+        run.turns = max(run.turns, event.turn)
+    elif isinstance(event, ToolCalled):
+        run.last_tool = event.tool
+    if not terminal and name in (
+        "started", "approval_requested", "approval_decided", "completed", "failed",
+        "cancelled", "timed_out", "lost", "cancel_requested",
+    ):  # fmt: skip
+        run.status = {
+            "approval_requested": "awaiting_approval", "approval_decided": "running",
+            "started": "running", "cancel_requested": "cancelling",
+        }.get(name, name)  # fmt: skip
+    return run

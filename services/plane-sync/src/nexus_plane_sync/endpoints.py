@@ -1,0 +1,79 @@
+"""The `nexus-plane-sync` nats.micro service: ``nexus.plane.v1.status`` and ``.resync``."""
+
+from __future__ import annotations
+
+import functools
+import uuid
+from collections.abc import Callable
+
+from nats.micro import add_service
+from nats.micro.service import EndpointConfig, Service, ServiceConfig
+from nexus_events import micro, subjects
+from nexus_events.bus import Bus
+from nexus_events.events import (
+    PlaneResyncReply,
+    PlaneResyncRequest,
+    PlaneStatusReply,
+    PlaneStatusRequest,
+)
+from nexus_events.micro import QueryError
+
+from nexus_plane_sync.store import PlaneStore
+from nexus_plane_sync.writer import OutboxWriter
+
+SERVICE_NAME = "nexus-plane-sync"
+SERVICE_VERSION = "0.1.0"
+
+endpoint_handler = functools.partial(micro.endpoint_handler, service="plane-sync")
+
+
+class PlaneEndpoints:
+    def __init__(
+        self,
+        bus: Bus,
+        store: PlaneStore,
+        writer: OutboxWriter,
+        status: Callable[[dict[str, int]], PlaneStatusReply],
+    ) -> None:
+        self.bus = bus
+        self.store = store
+        self.writer = writer
+        self._status = status
+        self.service: Service | None = None
+
+    async def start(self) -> None:
+        self.service = await add_service(
+            self.bus.nc,
+            ServiceConfig(
+                name=SERVICE_NAME,
+                version=SERVICE_VERSION,
+                description="Nexus plane-sync: status and resync of the Plane mirror",
+            ),
+        )
+        for name, subject, handler in (
+            ("status", subjects.PLANE_STATUS, endpoint_handler(PlaneStatusRequest, self.status)),
+            ("resync", subjects.PLANE_RESYNC, endpoint_handler(PlaneResyncRequest, self.resync)),
+        ):
+            await self.service.add_endpoint(
+                EndpointConfig(name=name, subject=subject, handler=handler)
+            )
+
+    async def stop(self) -> None:
+        if self.service is not None:
+            await self.service.stop()
+            self.service = None
+
+    async def status(self, _: PlaneStatusRequest) -> PlaneStatusReply:
+        return self._status(await self.store.counts())
+
+    async def resync(self, request: PlaneResyncRequest) -> PlaneResyncReply:
+        for task_id in request.task_ids:
+            if subjects.TOKEN_PATTERN.fullmatch(task_id) is None:
+                raise QueryError(
+                    400,
+                    f"invalid request: task_ids: {task_id!r} is not a task id",
+                    [{"loc": "task_ids", "msg": "not a task id"}],
+                )
+        queued = await self.store.requeue_tasks(request.task_ids, uuid.uuid4().hex[:12])
+        self.writer.wake()
+        return PlaneResyncReply(queued=queued)

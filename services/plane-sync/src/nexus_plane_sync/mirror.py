@@ -1,0 +1,149 @@
+"""The mirror: NEXUS_TASKS and NEXUS_RUNS followed into plane_sync's tables and outbox.
+
+A projection (`nexus_events.projection`): each batch updates ``tasks``/``runs`` and queues the
+writes it implies in the outbox in one transaction with the checkpoint, so a restart neither
+loses nor repeats a write; the writer then empties the outbox at Plane's pace. A NOTIFY at
+commit wakes the writer.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from typing import Any
+
+from nexus_events import subjects
+from nexus_events.codec import Decoded
+from nexus_events.events import (
+    RunPrepared,
+    RunRequested,
+    TaskCreated,
+    TaskDeleted,
+    TaskMoved,
+    TaskUpdated,
+)
+from nexus_events.projection import Conn, Source, quote_ident
+from nexus_events.streams import RUNS, TASKS
+from nexus_events.subjects import NEW_RUN_TOKEN, Family
+
+from nexus_plane_sync.decisions import RunState, Write, evolve, run_writes, task_writes
+from nexus_plane_sync.store import OUTBOX_CHANNEL, PLANE_SCHEMA, create_mirror_tables, enqueue
+
+# The run events the mirror reads (heartbeats, logs and tool results are not its business).
+RUN_EVENTS = (
+    "requested", "prepared", "started", "turn", "tool_called", "approval_requested",
+    "approval_decided", "cancel_requested", "completed", "failed", "cancelled", "timed_out",
+    "lost",
+)  # fmt: skip
+
+
+class PlaneMirror:
+    """The projection; `columns` maps run events to board columns, `progress` turns the
+    per-run progress comment on, `mirror_tasks` creates work items for Nexus tasks."""
+
+    name = "plane_mirror"
+
+    def __init__(
+        self,
+        *,
+        columns: dict[str, str],
+        progress: bool,
+        mirror_tasks: bool,
+        schema: str = PLANE_SCHEMA,
+    ) -> None:
+        self.schema = schema
+        self.columns = columns
+        self.progress = progress
+        self.mirror_tasks = mirror_tasks
+        self.sources: tuple[Source, ...] = (
+            Source(TASKS),
+            Source(RUNS, tuple(subjects.run_events_filter(event=e) for e in RUN_EVENTS)),
+        )
+        self.queued = 0
+
+    async def create(self, conn: Conn, schema: str) -> None:
+        await create_mirror_tables(conn, schema)
+
+    async def apply(self, conn: Conn, schema: str, batch: Sequence[Decoded]) -> None:
+        q = quote_ident(schema)
+        runs: dict[str, RunState] = {}
+        writes: list[tuple[Write, Any]] = []
+        for d in batch:
+            seq = d.envelope.stream_seq or 0
+            at = d.envelope.timestamp
+            if d.address.family is Family.TASK:
+                task_id = d.address.ids["task_id"]
+                await self._task(conn, q, task_id, d)
+                for w in task_writes(d.event, task_id, seq, mirror=self.mirror_tasks):
+                    writes.append((w, at))
+                continue
+            run_id = d.address.run_id
+            name = d.address.event
+            if run_id is None or name is None or run_id == NEW_RUN_TOKEN:
+                continue
+            run = runs.get(run_id) or await _load_run(conn, q, run_id)
+            if isinstance(d.event, RunRequested | RunPrepared):
+                if isinstance(d.event, RunRequested):
+                    run.task_id = run.task_id or d.event.task_id
+                    run.agent_id = run.agent_id or d.event.agent_id
+                else:
+                    run.task_id = run.task_id or d.event.config.task_id
+                    run.agent_id = run.agent_id or d.event.config.agent_id
+            runs[run_id] = evolve(run, d.event, name)
+            for w in run_writes(
+                d.event, name, run, seq, columns=self.columns, progress=self.progress
+            ):
+                writes.append((w, at))
+                if "column" in w.payload:
+                    await conn.execute(
+                        f"UPDATE {q}.tasks SET col = $2 WHERE task_id = $1",
+                        w.task_id, w.payload["column"],
+                    )  # fmt: skip
+        for run in runs.values():
+            await conn.execute(
+                f"INSERT INTO {q}.runs (run_id, task_id, agent_id, status, turns, last_tool)"
+                " VALUES ($1, $2, $3, $4, $5, $6) ON CONFLICT (run_id) DO UPDATE SET"
+                " task_id = EXCLUDED.task_id, agent_id = EXCLUDED.agent_id,"
+                " status = EXCLUDED.status, turns = EXCLUDED.turns, last_tool = EXCLUDED.last_tool",
+                run.run_id, run.task_id, run.agent_id, run.status, run.turns, run.last_tool,
+            )  # fmt: skip
+        queued = 0
+        for w, at in writes:
+            queued += await enqueue(conn, schema, [w], at)
+        if queued:
+            await conn.execute(f"NOTIFY {OUTBOX_CHANNEL}")
+            self.queued += queued
+
+    async def _task(self, conn: Conn, q: str, task_id: str, d: Decoded) -> None:
+        e = d.event
+        if isinstance(e, TaskCreated):
+            await conn.execute(
+                f"INSERT INTO {q}.tasks (task_id, title, description, col, labels,"
+                " external_source, external_id) VALUES ($1, $2, $3, $4, $5::jsonb, $6, $7)"
+                " ON CONFLICT (task_id) DO NOTHING",
+                task_id, e.title, e.description, e.column.value, json.dumps(e.labels),
+                e.external_source, e.external_id,
+            )  # fmt: skip
+        elif isinstance(e, TaskUpdated):
+            await conn.execute(
+                f"UPDATE {q}.tasks SET title = coalesce($2, title),"
+                " description = coalesce($3, description),"
+                " labels = coalesce($4::jsonb, labels) WHERE task_id = $1",
+                task_id, e.title, e.description,
+                None if e.labels is None else json.dumps(e.labels),
+            )  # fmt: skip
+        elif isinstance(e, TaskMoved):
+            await conn.execute(
+                f"UPDATE {q}.tasks SET col = $2 WHERE task_id = $1", task_id, e.column.value
+            )
+        elif isinstance(e, TaskDeleted):
+            await conn.execute(f"UPDATE {q}.tasks SET deleted = true WHERE task_id = $1", task_id)
+
+
+async def _load_run(conn: Conn, q: str, run_id: str) -> RunState:
+    row = await conn.fetchrow(f"SELECT * FROM {q}.runs WHERE run_id = $1", run_id)
+    if row is None:
+        return RunState(run_id)
+    return RunState(
+        run_id, row["task_id"], row["agent_id"], row["status"], row["turns"], row["last_tool"]
+    )

@@ -1,0 +1,44 @@
+"""`nexus plane status|resync` against a running plane-sync (typer's CliRunner, real NATS)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+
+from nexus_cli.main import app
+from nexus_events.bus import Bus
+from nexus_events.testing import eventually
+from tests.fakes.plane import FakePlane
+from tests.support.plane_sync import create_task
+from typer.testing import CliRunner, Result
+
+from nexus_plane_sync.app import PlaneSyncApp
+
+
+async def _nexus(nats_url: str, *args: str) -> Result:
+    def invoke() -> Result:
+        return CliRunner().invoke(app, ["--nats-url", nats_url, *args], catch_exceptions=False)
+
+    return await asyncio.to_thread(invoke)
+
+
+async def test_status_and_resync_from_the_cli(
+    bus: Bus, nats_url: str, plane: FakePlane, sync: PlaneSyncApp
+) -> None:
+    await create_task(bus, "t-cli", "From the CLI")
+    await eventually(lambda: plane.by_external_id("t-cli"), what="the work item")
+    status = await _nexus(nats_url, "plane", "status", "-o", "json")
+    assert status.exit_code == 0, status.output
+    data = json.loads(status.stdout)
+    assert (data["mode"], data["tasks"], data["plane_reachable"]) == ("comments", 1, True)
+    table = await _nexus(nats_url, "plane", "status")
+    assert "runs shown as" in table.stdout
+    resync = await _nexus(nats_url, "plane", "resync", "--task", "t-cli")
+    assert resync.exit_code == 0, resync.output
+    assert "1 work item write(s) queued" in resync.stdout
+    bad = await _nexus(nats_url, "plane", "resync", "--task", "no.dots")
+    assert bad.exit_code == 2
+    await sync.stop()
+    away = await _nexus(nats_url, "--timeout", "2", "plane", "status")
+    assert away.exit_code != 0
+    assert "plane-sync is not running" in away.output

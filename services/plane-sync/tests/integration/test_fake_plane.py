@@ -1,0 +1,125 @@
+"""The fake Plane speaks Plane's API: plane-sdk's own (synchronous) client lists, creates and
+updates against it, and it enforces what plane-sync relies on (409, 404, 401, 429, edition)."""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import hmac
+from collections.abc import AsyncIterator
+
+import httpx
+import pytest
+from aiohttp import web
+from plane.client import PlaneClient
+from plane.errors.errors import HttpError
+from plane.models.work_items import CreateWorkItem, CreateWorkItemComment, UpdateWorkItem
+from tests.fakes.http import LocalHttpServer
+from tests.fakes.plane import FakePlane
+
+
+@pytest.fixture
+async def plane() -> AsyncIterator[FakePlane]:
+    async with FakePlane() as fake:
+        yield fake
+
+
+def _sdk(plane: FakePlane, key: str | None = None) -> PlaneClient:
+    return PlaneClient(base_url=plane.url, api_key=key or plane.api_key)
+
+
+async def test_plane_sdk_creates_lists_and_updates(plane: FakePlane) -> None:
+    sdk = _sdk(plane)
+    ws, project = plane.workspace, plane.project_id
+
+    def work() -> tuple[str, list[str], str, int]:
+        created = sdk.work_items.create(
+            ws, project, CreateWorkItem(name="first", external_id="t1", external_source="nexus")
+        )
+        for i in range(3):
+            sdk.work_items.create(ws, project, CreateWorkItem(name=f"more {i}"))
+        assert created.id is not None
+        done = plane.state_named("Done")["id"]
+        sdk.work_items.update(ws, project, created.id, UpdateWorkItem(name="renamed", state=done))
+        page = sdk.work_items.list(ws, project, {"per_page": 3})
+        names = [r.name for r in page.results]  # type: ignore[attr-defined]
+        second = sdk.work_items.list(ws, project, {"per_page": 3, "cursor": page.next_cursor})
+        names += [r.name for r in second.results]  # type: ignore[attr-defined]
+        sdk.work_items.comments.create(
+            ws, project, created.id, CreateWorkItemComment(comment_html="<p>hi</p>")
+        )
+        states = sdk.states.list(ws, project)
+        return created.id, names, page.next_cursor, len(states.results)  # type: ignore[attr-defined]
+
+    item_id, names, cursor, n_states = await asyncio.to_thread(work)
+    assert sorted(names) == ["more 0", "more 1", "more 2", "renamed"]
+    assert cursor == "3:1:0"
+    assert plane.work_items[item_id]["state"] == plane.state_named("Done")["id"]
+    assert [c["comment_html"] for c in plane.comments_of(item_id)] == ["<p>hi</p>"]
+    assert n_states == 5
+
+
+async def test_duplicate_external_id_is_409_with_the_existing_id(plane: FakePlane) -> None:
+    sdk = _sdk(plane)
+    body = CreateWorkItem(name="x", external_id="t1", external_source="nexus")
+    first = await asyncio.to_thread(sdk.work_items.create, plane.workspace, plane.project_id, body)
+    with pytest.raises(HttpError) as err:
+        await asyncio.to_thread(sdk.work_items.create, plane.workspace, plane.project_id, body)
+    assert err.value.status_code == 409
+    assert err.value.response["id"] == first.id  # type: ignore[index]
+    async with httpx.AsyncClient(base_url=plane.url, headers={"X-API-Key": plane.api_key}) as c:
+        base = f"/api/v1/workspaces/{plane.workspace}/projects/{plane.project_id}/work-items/"
+        found = await c.get(base, params={"external_id": "t1", "external_source": "nexus"})
+        missing = await c.get(base, params={"external_id": "t2", "external_source": "nexus"})
+    assert found.json()["id"] == first.id
+    assert missing.status_code == 404
+
+
+async def test_wrong_key_is_401_and_the_rate_limit_is_429_with_reset(plane: FakePlane) -> None:
+    plane.rate_limit = 3
+    async with httpx.AsyncClient(base_url=plane.url) as c:
+        bad = await c.get("/api/v1/users/me/", headers={"X-API-Key": "nope"})
+        answers = [
+            await c.get("/api/v1/users/me/", headers={"X-API-Key": plane.api_key}) for _ in range(4)
+        ]
+    assert bad.status_code == 401
+    assert [a.status_code for a in answers] == [200, 200, 200, 429]
+    assert answers[2].headers["X-RateLimit-Remaining"] == "0"
+    assert int(answers[3].headers["X-RateLimit-Reset"]) > 0
+
+
+async def test_agent_runs_exist_only_in_the_commercial_edition(plane: FakePlane) -> None:
+    async with httpx.AsyncClient(base_url=plane.url, headers={"X-API-Key": plane.api_key}) as c:
+        path = f"/api/v1/workspaces/{plane.workspace}/runs/"
+        off = await c.post(path, json={"agent_slug": "nexus"})
+        plane.agent_runs = True
+        on = await c.post(path, json={"agent_slug": "nexus"})
+    assert off.status_code == 404
+    assert on.status_code == 201
+    assert on.json()["status"] == "created"
+
+
+async def test_webhooks_are_signed_one_per_changed_field() -> None:
+    got: list[tuple[dict[str, str], bytes]] = []
+
+    async def receive(request: web.Request) -> web.Response:
+        got.append((dict(request.headers), await request.read()))
+        return web.Response(status=200)
+
+    app = web.Application()
+    app.router.add_post("/hook", receive)
+    server = LocalHttpServer()
+    await server.serve(app)
+    try:
+        async with FakePlane() as plane:
+            plane.add_webhook(f"{server.url}/hook", "s3cret")
+            item = plane.human_create_work_item("t", labels=["agent:coder"])
+            plane.human_set_labels(item, [])
+            await plane.settle()
+    finally:
+        await server.close()
+    assert [h["X-Plane-Event"] for h, _ in got] == ["issue", "issue"]
+    for headers, body in got:
+        want = hmac.new(b"s3cret", body, hashlib.sha256).hexdigest()
+        assert headers["X-Plane-Signature"] == want
+    assert len({h["X-Plane-Delivery"] for h, _ in got}) == 2

@@ -1,0 +1,116 @@
+"""The webhook endpoint: forged, malformed and repeated deliveries are refused or ignored,
+counted, and nothing is filed twice."""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import json
+import uuid
+
+import httpx
+from nexus_events.bus import Bus
+from nexus_events.events import RunRequested
+from nexus_events.testing import eventually
+from tests.fakes.plane import HUMAN, FakePlane
+from tests.support.plane_sync import MakeSync, plane_events, run_events
+
+from nexus_plane_sync.app import PlaneSyncApp
+from nexus_plane_sync.webhooks import PATH
+
+SECRET = b"whsec-test"
+
+
+def _signed(body: bytes, secret: bytes = SECRET, delivery: str | None = None) -> dict[str, str]:
+    return {
+        "Content-Type": "application/json",
+        "X-Plane-Event": "issue",
+        "X-Plane-Delivery": delivery or str(uuid.uuid4()),
+        "X-Plane-Signature": hmac.new(secret, body, hashlib.sha256).hexdigest(),
+    }
+
+
+def _issue(name: str, labels: list[str]) -> bytes:
+    item = str(uuid.uuid4())
+    return json.dumps(
+        {
+            "event": "issue",
+            "action": "create",
+            "webhook_id": "w",
+            "workspace_id": "ws",
+            "data": {"id": item, "name": name, "labels": [{"name": n} for n in labels]},
+            "activity": {"actor": HUMAN, "field": None},
+        }
+    ).encode()
+
+
+async def test_forged_malformed_and_repeated_webhooks(bus: Bus, sync: PlaneSyncApp) -> None:
+    assert sync.webhooks is not None
+    url = f"http://127.0.0.1:{sync.webhooks.port}{PATH}"
+    body = _issue("real", ["agent:coder"])
+    async with httpx.AsyncClient() as client:
+        forged = await client.post(url, content=body, headers=_signed(body, b"wrong"))
+        unsigned = await client.post(url, content=body, headers={"X-Plane-Delivery": "d1"})
+        tampered_headers = _signed(body)
+        tampered = await client.post(url, content=body + b" ", headers=tampered_headers)
+        junk = b"not json"
+        not_json = await client.post(url, content=junk, headers=_signed(junk))
+        no_delivery = {k: v for k, v in _signed(body).items() if k != "X-Plane-Delivery"}
+        missing = await client.post(url, content=body, headers=no_delivery)
+        headers = _signed(body, delivery="delivery-1")
+        first = await client.post(url, content=body, headers=headers)
+        again = await client.post(url, content=body, headers=headers)
+    assert [forged.status_code, unsigned.status_code, tampered.status_code] == [401, 401, 401]
+    assert not_json.status_code == 400
+    assert missing.status_code == 400
+    assert (first.status_code, again.status_code) == (200, 200)
+    assert again.json() == {"duplicate": True}
+    counters = sync.metrics.webhooks
+    assert (counters["bad_signature"], counters["bad_request"]) == (3, 2)
+    assert (counters["accepted"], counters["duplicate"]) == (1, 1)
+    filed = await plane_events(bus, "webhook_received")
+    assert [e.delivery_id for e in filed] == ["delivery-1"]
+    await eventually(lambda: run_events(bus, "requested"), what="the one run requested")
+    assert len(await run_events(bus, "requested")) == 1
+
+
+async def test_a_replayed_delivery_is_ignored_after_a_restart(bus: Bus, make_sync: object) -> None:
+
+    assert callable(make_sync)
+    make: MakeSync = make_sync
+    first: PlaneSyncApp = await make()
+    assert first.webhooks is not None
+    url = f"http://127.0.0.1:{first.webhooks.port}{PATH}"
+    body = _issue("once", ["agent:coder"])
+    headers = _signed(body, delivery="delivery-old")
+    async with httpx.AsyncClient() as client:
+        assert (await client.post(url, content=body, headers=headers)).status_code == 200
+        await first.stop()
+        second: PlaneSyncApp = await make()
+        replay = await client.post(url, content=body, headers=headers)
+    assert replay.json() == {"duplicate": True}
+    assert second.metrics.webhooks["duplicate"] == 1
+    assert len(await plane_events(bus, "webhook_received")) == 1
+
+
+async def test_labels_given_as_ids_are_resolved_with_plane(
+    bus: Bus, plane: FakePlane, sync: PlaneSyncApp
+) -> None:
+    assert sync.webhooks is not None
+    label = plane.label("agent:reviewer")["id"]
+    item = str(uuid.uuid4())
+    body = json.dumps(
+        {
+            "event": "issue",
+            "action": "create",
+            "data": {"id": item, "name": "Review it", "labels": [label]},
+            "activity": {"actor": HUMAN},
+        }
+    ).encode()
+    async with httpx.AsyncClient() as client:
+        url = f"http://127.0.0.1:{sync.webhooks.port}{PATH}"
+        assert (await client.post(url, content=body, headers=_signed(body))).status_code == 200
+    [requested] = await eventually(lambda: run_events(bus, "requested"), what="the run")
+    assert isinstance(requested.event, RunRequested)
+    assert requested.event.agent_id == "reviewer"
+    assert requested.event.task_id == f"plane-{item}"

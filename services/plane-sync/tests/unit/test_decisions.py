@@ -1,0 +1,116 @@
+"""Pure parts of plane-sync: what events ask of Plane, the rate limit, signatures, HTML."""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+from datetime import UTC, datetime
+
+import httpx
+from nexus_events.events import (
+    ApprovalRequested,
+    Column,
+    RunCompleted,
+    RunFailed,
+    RunResult,
+    RunStarted,
+    RunTurn,
+    TaskCreated,
+    TaskMoved,
+)
+
+from nexus_plane_sync import render
+from nexus_plane_sync.config import DEFAULT_RUN_COLUMNS
+from nexus_plane_sync.decisions import RunState, evolve, run_writes, task_writes
+from nexus_plane_sync.plane_api import reset_seconds
+from nexus_plane_sync.ratelimit import TokenBucket
+from nexus_plane_sync.webhooks import key_of, verify
+
+
+def test_task_writes_skip_tasks_filed_from_plane() -> None:
+    mine = TaskCreated(title="x")
+    theirs = TaskCreated(title="x", external_id="wi", external_source="plane")
+    [write] = task_writes(mine, "t1", 5, mirror=True)
+    assert (write.write_id, write.op, write.slot) == ("item:t1:5", "work_item_upsert", "item:t1")
+    assert task_writes(theirs, "t1", 5, mirror=True) == []
+    assert task_writes(mine, "t1", 5, mirror=False) == []
+    [move] = task_writes(TaskMoved(column=Column.DONE), "t1", 6, mirror=True)
+    assert move.payload == {"column": "done"}
+    from_plane = TaskMoved(column=Column.DONE, moved_by="plane:ada")
+    assert task_writes(from_plane, "t1", 7, mirror=True) == []
+
+
+def _writes(event: object, name: str, run: RunState, seq: int = 1) -> list:  # type: ignore[type-arg]
+    return run_writes(event, name, run, seq, columns=DEFAULT_RUN_COLUMNS, progress=True)  # type: ignore[arg-type]
+
+
+def test_run_writes_report_and_move_the_item() -> None:
+    run = RunState("r1", "t1", "coder")
+    report, move = _writes(RunStarted(), "started", run)
+    assert (report.write_id, report.op, report.payload["kind"]) == (
+        "run:r1:started", "run_report", "started",
+    )  # fmt: skip
+    assert move.payload == {"column": "in_progress"}
+    approval = ApprovalRequested(
+        approval_id="a1", tool="shell", summary="rm x", expires_at=datetime.now(UTC)
+    )
+    ask = _writes(approval, "approval_requested", run)[0]
+    assert ask.write_id == "run:r1:approval:a1"
+    assert "/approve a1" in ask.payload["html"]
+    assert ask.payload["activity"] == "elicitation"
+    progress = _writes(RunTurn(turn=3), "turn", run, seq=9)
+    assert [(w.slot, w.write_id) for w in progress] == [("progress:r1", "run:r1:progress:9")]
+    done = _writes(RunCompleted(result=RunResult(pr_url="https://x/pr/1")), "completed", run)
+    assert "https://x/pr/1" in done[0].payload["html"]
+    failed = _writes(RunFailed(reason="llm_unavailable", message="503"), "failed", run)
+    assert "llm_unavailable" in failed[0].payload["html"]
+    assert _writes(RunStarted(), "started", RunState("r2")) == []  # no task, no work item
+
+
+def test_terminal_states_are_final() -> None:
+    run = RunState("r1", "t1")
+    evolve(run, RunStarted(), "started")
+    assert run.status == "running"
+    evolve(run, RunCompleted(), "completed")
+    evolve(run, RunStarted(), "started")
+    assert run.status == "completed"
+
+
+def test_the_bucket_spaces_calls_and_a_429_blocks_it() -> None:
+    now = [0.0]
+    bucket = TokenBucket(rate=2.0, burst=2, clock=lambda: now[0])
+    assert bucket.delay() == 0
+    bucket._tokens = 0.0
+    assert bucket.delay() == 0.5
+    now[0] = 0.5
+    assert bucket.delay() == 0
+    bucket.block_for(10)
+    assert bucket.delay() == 10
+    now[0] = 10.5
+    assert bucket.delay() == 0  # one call at the reset...
+    bucket._tokens -= 1
+    assert bucket.delay() == 0.5  # ...then the rate again
+
+
+def test_reset_header_as_unix_time_or_seconds() -> None:
+    assert reset_seconds(httpx.Headers({"X-RateLimit-Reset": "1700000030"}), 1_700_000_000) == 30
+    assert reset_seconds(httpx.Headers({"Retry-After": "7"}), 0) == 7
+    assert reset_seconds(httpx.Headers({}), 0) == 1
+
+
+def test_signatures_are_checked_on_the_raw_body() -> None:
+    body = b'{"a": 1}'
+    good = hmac.new(b"s", body, hashlib.sha256).hexdigest()
+    assert verify(b"s", body, good)
+    assert verify(b"s", body, good.upper())
+    assert not verify(b"s", body + b" ", good)
+    assert not verify(b"s", body, None)
+    assert not verify(b"t", body, good)
+
+
+def test_webhook_keys_and_comment_text() -> None:
+    assert key_of("issue", {"id": "abc-1"}) == "abc-1"
+    assert key_of("issue_comment", {"issue": "abc-2", "id": "c"}) == "abc-2"
+    assert key_of("issue", {"id": "has.dot"}) == "workspace"
+    assert render.plain_text("<p>/approve a1</p><p>ok &amp; go</p>") == "/approve a1\nok & go"
+    assert "&lt;script&gt;" in render.started("r1", "<script>")
