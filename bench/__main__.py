@@ -28,12 +28,14 @@ def _print(title: str, rows: list[Row]) -> None:
         print(f"  {name:<48} {figure}{vs}")
 
 
-async def _extra(nats_url: str, dsn: str) -> None:
+async def _extra(nats_url: str, dsn: str, only: set[str]) -> None:
     # Service benchmarks (bench/bench_<service>.py) expose `run(...)` returning rows.
     import bench
 
     for info in pkgutil.iter_modules(bench.__path__):
         if not info.name.startswith("bench_"):
+            continue
+        if only and info.name.removeprefix("bench_") not in only:
             continue
         module = importlib.import_module(f"bench.{info.name}")
         params = inspect.signature(module.run).parameters
@@ -46,16 +48,18 @@ async def _extra(nats_url: str, dsn: str) -> None:
         _print(info.name.removeprefix("bench_"), await module.run(**kwargs))
 
 
-async def main() -> None:
+async def main(only: set[str]) -> None:
+    """Every benchmark, or (`python -m bench memory core`) only the named service ones."""
     logging.basicConfig(level=logging.WARNING)
     # As the services run (core's __main__): startup objects frozen, fewer young collections.
     tune_gc(CoreSettings().effective_gc_threshold())
     with servers() as (nats, pg):
-        _print("bus (nats-server, same run)", await bus_bench.run(nats.url))
-        dsn = await pg.create_database("bench")
-        _print("projection (PostgreSQL, same run)", await projection_bench.run(nats.url, dsn))
-        await _extra(nats.url, await pg.create_database("bench"))
+        if not only:
+            _print("bus (nats-server, same run)", await bus_bench.run(nats.url))
+            dsn = await pg.create_database("bench")
+            _print("projection (PostgreSQL, same run)", await projection_bench.run(nats.url, dsn))
+        await _extra(nats.url, await pg.create_database("bench"), only)
 
 
 if __name__ == "__main__":
-    sys.exit(asyncio.run(main()))
+    sys.exit(asyncio.run(main(set(sys.argv[1:]))))
