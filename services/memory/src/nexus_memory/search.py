@@ -27,6 +27,10 @@ from nexus_memory.embedding import Embedder
 from nexus_memory.projection import MEMORY_SCHEMA
 
 DAY = 86400.0
+# Most rows matching any word of the query that the lexical retriever ranks: enough to hold
+# every relevant match of a specific word in a scope, small enough that a common word costs a
+# few milliseconds whatever the table's size.
+ANY_WORD_POOL = 2000
 
 
 @dataclass(frozen=True, slots=True)
@@ -97,7 +101,8 @@ def rank(rows: Sequence[Row], now: datetime, limit: int, w: Weights) -> list[Mem
 
 
 def _sql(q: str) -> str:
-    # $1 query vector, $2 query text, $3 scopes, $4 strict, $5 kinds, $6 candidates
+    # $1 query vector, $2 query text, $3 scopes, $4 strict, $5 kinds, $6 candidates,
+    # $7 most "any word" matches ranked
     where = (
         "scope = ANY($3::text[]) AND NOT forgotten"
         " AND (NOT $4::bool OR (valid_to IS NULL AND NOT stale))"
@@ -111,14 +116,31 @@ WITH sem AS (
           ORDER BY embedding <=> $1 LIMIT $6) s
 ),
 query AS (
-    SELECT replace(plainto_tsquery('english', $2)::text, '&', '|')::tsquery AS tq
+    SELECT plainto_tsquery('english', $2) AS every_word,
+           replace(plainto_tsquery('english', $2)::text, '&', '|')::tsquery AS any_word
+),
+-- Lexical candidates: memories with every word of the query first (selective, so the GIN
+-- index answers it), then memories with any of its words. "Any word" of a common word
+-- matches much of the table: only the first $7 such matches are ranked, so its cost is
+-- bounded by that, not by the table (an unbounded ranking scanned 100k rows per search).
+all_words AS (
+    SELECT memory_id, ts_rank(tsv, every_word, 1) AS rk, 0 AS tier
+    FROM {q}.memories, query
+    WHERE tsv @@ every_word AND {where}
+    ORDER BY rk DESC LIMIT $6
+),
+any_words AS (
+    SELECT memory_id, ts_rank(tsv, any_word, 1) AS rk, 1 AS tier
+    FROM (SELECT memory_id, tsv FROM {q}.memories, query
+          WHERE tsv @@ any_word AND {where} LIMIT $7) pool, query
+    ORDER BY rk DESC LIMIT $6
 ),
 lex AS (
-    SELECT memory_id, row_number() OVER (ORDER BY rk DESC, memory_id) AS r
-    FROM (SELECT memory_id, ts_rank(tsv, tq, 1) AS rk
-          FROM {q}.memories, query
-          WHERE tsv @@ tq AND {where}
-          ORDER BY rk DESC LIMIT $6) l
+    SELECT memory_id, row_number() OVER (ORDER BY tier, rk DESC, memory_id) AS r
+    FROM (SELECT DISTINCT ON (memory_id) memory_id, tier, rk
+          FROM (SELECT * FROM all_words UNION ALL SELECT * FROM any_words) c
+          ORDER BY memory_id, tier) best
+    ORDER BY tier, rk DESC, memory_id LIMIT $6
 )
 SELECT m.memory_id, m.scope, m.kind, m.text, m.source_run_id, m.recorded_at, m.access_count,
        (m.valid_to IS NULL AND NOT m.stale) AS current,
@@ -159,6 +181,7 @@ class MemorySearch:
             request.strict,
             request.kinds,
             candidates,
+            ANY_WORD_POOL,
         )
         rows = [Row(**dict(r)) for r in records]
         return rank(rows, now, request.limit, self.weights)
