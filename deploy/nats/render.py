@@ -13,8 +13,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from nexus_events import subjects
+from nexus_events.approvals import APPROVALS_BUCKET
 from nexus_events.streams import (
     CATALOG,
+    CHANNELS,
     INBOX,
     MEMORY,
     RUNS,
@@ -104,6 +106,23 @@ SERVICES: dict[str, Access] = {
         ensures_streams=True,
         serves=tuple(s for s in subjects.QUERY_SUBJECTS if s.startswith("nexus.memory.")),
         erases_from=(MEMORY,),
+    ),
+    # The channel gateway: verified chat messages and webhooks in, run requests and inbox
+    # messages out, replies (intent, outcome) and the pairing challenges; it follows runs it
+    # started for their progress and claims approval decisions in the shared KV bucket.
+    "channel-gateway": Access(
+        publishes=(
+            *_run("requested"),
+            subjects.family_filter(Family.INBOX),
+            *(
+                subjects.channel_events_filter(event=e)
+                for e in ("in", "out", "sent", "webhook", "pairing_requested", "approval_relayed")
+            ),
+            subjects.dead_letter("channel-gateway"),
+        ),
+        reads=(RUNS, CHANNELS),
+        ensures_streams=True,
+        kv_buckets=(APPROVALS_BUCKET,),
     ),
 }
 

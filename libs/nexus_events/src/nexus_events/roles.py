@@ -66,7 +66,7 @@ MEMORY, PLANE = Service.MEMORY, Service.PLANE_SYNC
 GATEWAY, OPERATOR = Service.CHANNEL_GATEWAY, Service.OPERATOR
 
 _CORE, _SCHEDULER, _RUNNER, _CLI = Party(CORE), Party(SCHEDULER), Party(RUNNER), Party(CLI)
-_OPERATOR, _MEMORY = Party(OPERATOR), Party(MEMORY)
+_OPERATOR, _MEMORY, _GATEWAY = Party(OPERATOR), Party(MEMORY), Party(GATEWAY)
 
 # Every run event lands in core's projections (agent_runs, board) and in `nexus runs watch`;
 # plane-sync mirrors the lifecycle to Plane's agent runs (DESIGN §5 step 9).
@@ -74,7 +74,7 @@ _RUN_READERS = (_CORE, _CLI, planned(PLANE))
 # The scheduler's admission state (nexus_scheduler.service.WATCHED_EVENTS).
 _ADMISSION = (*_RUN_READERS, _SCHEDULER)
 # Terminal events also end a run's chat thread and feed memory extraction (DESIGN §2).
-_TERMINAL = (*_ADMISSION, planned(GATEWAY), _MEMORY)
+_TERMINAL = (*_ADMISSION, _GATEWAY, _MEMORY)
 
 
 def _run(publishers: tuple[Party, ...], consumers: tuple[Party, ...]) -> EventRoles:
@@ -86,20 +86,21 @@ EVENT_ROLES: dict[tuple[Family, str], EventRoles] = {
     (Family.RUN, "requested"): _run(
         # core re-publishes a `new` request under the id it generates; the scheduler fires
         # schedules; Plane and chat start runs too.
-        (_CLI, _CORE, _SCHEDULER, _OPERATOR, planned(PLANE), planned(GATEWAY)),
-        _RUN_READERS,
+        (_CLI, _CORE, _SCHEDULER, _OPERATOR, planned(PLANE), _GATEWAY),
+        # The gateway reads `reply_to`: where the run's progress is posted.
+        (*_RUN_READERS, _GATEWAY),
     ),
     (Family.RUN, "prepared"): _run((_CORE,), (*_ADMISSION, _RUNNER)),
     (Family.RUN, "queued"): _run((_SCHEDULER,), _ADMISSION),
     (Family.RUN, "dispatched"): _run((_SCHEDULER,), _ADMISSION),
-    (Family.RUN, "started"): _run((_RUNNER,), _ADMISSION),
+    (Family.RUN, "started"): _run((_RUNNER,), (*_ADMISSION, _GATEWAY)),
     (Family.RUN, "heartbeat"): _run((_RUNNER,), _ADMISSION),
     (Family.RUN, "turn"): _run((_RUNNER,), _RUN_READERS),
     (Family.RUN, "tool_called"): _run((_RUNNER,), _RUN_READERS),
     (Family.RUN, "tool_result"): _run((_RUNNER,), _RUN_READERS),
     # Approvals are relayed to chat and to Plane (elicitation) for a person to answer.
-    (Family.RUN, "approval_requested"): _run((_RUNNER,), (*_RUN_READERS, planned(GATEWAY))),
-    (Family.RUN, "approval_decided"): _run((_RUNNER,), _RUN_READERS),
+    (Family.RUN, "approval_requested"): _run((_RUNNER,), (*_RUN_READERS, _GATEWAY)),
+    (Family.RUN, "approval_decided"): _run((_RUNNER,), (*_RUN_READERS, _GATEWAY)),
     (Family.RUN, "cancel_requested"): _run(
         # The scheduler cancels the previous run of a schedule (overlap policy).
         (_CLI, _SCHEDULER, _OPERATOR, planned(PLANE), planned(GATEWAY)),
@@ -125,9 +126,10 @@ EVENT_ROLES: dict[tuple[Family, str], EventRoles] = {
     (Family.CATALOG, "skill.deleted"): _run((_OPERATOR,), (_CORE,)),
     # -- inbox and route (NEXUS_INBOX) -----------------------------------------------------
     # Peer agents message a run too (sender_kind "agent").
-    (Family.INBOX, "message"): _run((_OPERATOR, planned(GATEWAY), planned(RUNNER)), (_RUNNER,)),
+    (Family.INBOX, "message"): _run((_OPERATOR, _GATEWAY, planned(RUNNER)), (_RUNNER,)),
+    # Chat and the CLI claim the decision first (nexus_events.approvals): one answer wins.
     (Family.INBOX, "approval_decision"): _run(
-        (_CLI, _OPERATOR, planned(GATEWAY), planned(PLANE)), (_RUNNER,)
+        (_CLI, _OPERATOR, _GATEWAY, planned(PLANE)), (_RUNNER,)
     ),
     # Delegation: a run or a chat hands work to an agent; core turns it into a run.
     (Family.ROUTE, "delegation"): _run(
@@ -148,8 +150,18 @@ EVENT_ROLES: dict[tuple[Family, str], EventRoles] = {
     (Family.MEMORY, "consolidated"): _run((_MEMORY,), (_MEMORY,)),
     (Family.MEMORY, "extracted"): _run((_MEMORY,), (_MEMORY,)),
     # -- chat channels (NEXUS_CHANNELS) --------------------------------------------------------
-    (Family.CHANNEL, "in"): _run((planned(GATEWAY),), (planned(GATEWAY),)),
-    (Family.CHANNEL, "out"): _run((planned(GATEWAY),), (planned(GATEWAY),)),
+    # The gateway publishes verified inbound messages and consumes them (pairing, commands),
+    # then sends its `out` intents and records each outcome (`sent`).
+    (Family.CHANNEL, "in"): _run((_GATEWAY, _OPERATOR), (_GATEWAY,)),
+    (Family.CHANNEL, "out"): _run((_GATEWAY,), (_GATEWAY,)),
+    (Family.CHANNEL, "sent"): _run((_GATEWAY,), (_OPERATOR,)),
+    # Generic webhooks land here for whoever subscribes to their source (operators, agents).
+    (Family.CHANNEL, "webhook"): _run((_GATEWAY,), (_OPERATOR,)),
+    # The allowlist is event-sourced: the gateway challenges, `nexus pair` decides.
+    (Family.CHANNEL, "pairing_requested"): _run((_GATEWAY,), (_GATEWAY, _CLI)),
+    (Family.CHANNEL, "pairing_approved"): _run((_CLI, _OPERATOR), (_GATEWAY, _CLI)),
+    (Family.CHANNEL, "pairing_revoked"): _run((_CLI, _OPERATOR), (_GATEWAY, _CLI)),
+    (Family.CHANNEL, "approval_relayed"): _run((_GATEWAY,), (_OPERATOR,)),
     # -- dead letters (NEXUS_DLQ): every Bus consumer files its own; `nexus dlq` reads -----
     (Family.DLQ, "dead_letter"): _run(
         (
@@ -158,7 +170,7 @@ EVENT_ROLES: dict[tuple[Family, str], EventRoles] = {
             _RUNNER,
             _MEMORY,
             planned(PLANE),
-            planned(GATEWAY),
+            _GATEWAY,
         ),
         (_CLI, _OPERATOR),
     ),

@@ -187,6 +187,12 @@ def channel_message(channel: str, direction: Direction | str) -> str:
     return _build(Family.CHANNEL, (channel,), direction.value)
 
 
+def channel_event(channel: str, event: str) -> str:
+    """``nexus.channel.v1.<channel>.<event>``: a channel fact other than a message in or out
+    (``sent``, ``webhook``, ``pairing_requested``, ``approval_relayed``, ...)."""
+    return _build(Family.CHANNEL, (channel,), event)
+
+
 def dead_letter(service: str) -> str:
     """``nexus.dlq.v1.<service>``."""
     return _build(Family.DLQ, (service,), None)
@@ -210,6 +216,11 @@ def task_events_filter(task_id: str | None = None, event: str | None = None) -> 
 
 def memory_events_filter(scope: str | None = None, event: str | None = None) -> str:
     return _filter(Family.MEMORY, (scope,), event)
+
+
+def channel_events_filter(channel: str | None = None, event: str | None = None) -> str:
+    """Channel events: all, those of one channel, and/or one direction or event name."""
+    return _filter(Family.CHANNEL, (channel,), event)
 
 
 def catalog_events_filter(kind: CatalogKind | str | None = None) -> str:
