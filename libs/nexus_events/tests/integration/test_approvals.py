@@ -12,9 +12,13 @@ async def test_concurrent_claims_have_one_winner_and_losers_learn_it(bus: Bus) -
     claims = await asyncio.gather(
         *(
             claim_approval(
-                bus.js, "run-1", "apr-1", "approve" if i % 2 else "deny",
-                decided_by=f"p{i}", surface="slack" if i % 2 else "cli",
-            )  # fmt: skip
+                bus.js,
+                "run-1",
+                "apr-1",
+                "approve" if i % 2 else "deny",
+                decided_by=f"p{i}",
+                surface="slack" if i % 2 else "cli",
+            )
             for i in range(8)
         )
     )
@@ -28,5 +32,8 @@ async def test_claims_of_other_approvals_are_independent(bus: Bus) -> None:
     first = await claim_approval(bus.js, "run-1", "apr-1", "approve", decided_by="a", surface="x")
     other = await claim_approval(bus.js, "run-1", "apr-2", "deny", decided_by="b", surface="y")
     again = await claim_approval(bus.js, "run-1", "apr-1", "deny", decided_by="c", surface="z")
-    assert first.won and other.won and not again.won
-    assert again.decision == "approve" and again.surface == "x"
+    assert first.won
+    assert other.won
+    assert not again.won
+    assert again.decision == "approve"
+    assert again.surface == "x"
