@@ -14,6 +14,7 @@ from nexus_cli.commands import (
     dev,
     dlq,
     doctor,
+    pair,
     projections,
     run_control,
     run_events,
@@ -57,6 +58,7 @@ app.add_typer(board.task_app, name="task")
 app.add_typer(dlq.app, name="dlq")
 app.add_typer(projections.app, name="projections")
 app.add_typer(context.app, name="context")
+app.add_typer(pair.app, name="pair")
 # `nexus --help` lists commands in registration order: run, ps, attach, events, logs,
 # cancel, approve, deny.
 runs.register(app)
