@@ -135,13 +135,13 @@ class GatewayApp:
             open_channels=frozenset(s.gateway_open_channels),
         )
         self.consumers = [
-            self.bus.consumer(router_spec(f"{prefix}_router", s.fetch_timeout), router),
+            self.bus.consumer(router_spec(f"{prefix}_router", s.fetch_timeout, s.ack_wait), router),
             self.bus.consumer(
-                notifier_spec(f"{prefix}_notifier", s.fetch_timeout),
+                notifier_spec(f"{prefix}_notifier", s.fetch_timeout, s.ack_wait),
                 Notifier(self.bus, self.store),
             ),
             self.bus.consumer(
-                sender_spec(f"{prefix}_sender", s.fetch_timeout),
+                sender_spec(f"{prefix}_sender", s.fetch_timeout, s.ack_wait),
                 Sender(self.bus, self.store, self.metrics, self.posters),
             ),
         ]

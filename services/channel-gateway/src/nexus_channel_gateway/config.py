@@ -57,6 +57,9 @@ class GatewaySettings(BaseSettings):
     )
     # -- service ---------------------------------------------------------------------------------
     fetch_timeout: float = Field(1.0, gt=0, le=30, description="Seconds one fetch waits.")
+    ack_wait: float = Field(
+        30.0, gt=0, description="Seconds before a message a dead gateway held is redelivered."
+    )
     health_host: str = Field("127.0.0.1", description="Bind address of the health endpoint.")
     health_port: HealthPort = Field(
         8085, ge=0, le=65535, description="Port of /healthz and /readyz (0: any; off: none)."

@@ -44,13 +44,14 @@ WATCHED = (
 MAX_TEXT = 3000
 
 
-def notifier_spec(durable: str, fetch_timeout: float) -> ConsumerSpec:
+def notifier_spec(durable: str, fetch_timeout: float, ack_wait: float = 30.0) -> ConsumerSpec:
     return ConsumerSpec(
         stream=RUNS,
         durable=durable,
         filter_subjects=tuple(subjects.run_events_filter(event=e) for e in WATCHED),
         batch=100,
         fetch_timeout=fetch_timeout,
+        ack_wait=ack_wait,
     )
 
 

@@ -38,7 +38,7 @@ log = logging.getLogger(__name__)
 PAIRING_EVENTS = ("pairing_requested", "pairing_approved", "pairing_revoked")
 
 
-def router_spec(durable: str, fetch_timeout: float) -> ConsumerSpec:
+def router_spec(durable: str, fetch_timeout: float, ack_wait: float = 30.0) -> ConsumerSpec:
     return ConsumerSpec(
         stream=CHANNELS,
         durable=durable,
@@ -48,6 +48,7 @@ def router_spec(durable: str, fetch_timeout: float) -> ConsumerSpec:
         ),
         batch=50,
         fetch_timeout=fetch_timeout,
+        ack_wait=ack_wait,
     )
 
 

@@ -30,7 +30,7 @@ MAX_DELIVER = 50
 BATCH = 20
 
 
-def sender_spec(durable: str, fetch_timeout: float) -> ConsumerSpec:
+def sender_spec(durable: str, fetch_timeout: float, ack_wait: float = 30.0) -> ConsumerSpec:
     return ConsumerSpec(
         stream=CHANNELS,
         durable=durable,
@@ -39,6 +39,7 @@ def sender_spec(durable: str, fetch_timeout: float) -> ConsumerSpec:
         max_deliver=MAX_DELIVER,
         backoff=(1.0, 5.0, 30.0),
         fetch_timeout=fetch_timeout,
+        ack_wait=ack_wait,
     )
 
 
