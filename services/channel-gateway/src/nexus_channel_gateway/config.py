@@ -9,7 +9,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from nexus_events.health import HealthPort
-from pydantic import Field, SecretStr
+from pydantic import Field, SecretStr, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 
@@ -68,6 +68,19 @@ class GatewaySettings(BaseSettings):
     consumer_prefix: str = Field(
         "channel_gateway", pattern=r"^[A-Za-z0-9_-]+$", description="Durable consumer prefix."
     )
+
+    @field_validator(
+        "slack_bot_token",
+        "slack_signing_secret",
+        "telegram_bot_token",
+        "telegram_secret_token",
+        "webhook_sources_file",
+        mode="before",
+    )
+    @classmethod
+    def _empty_is_unset(cls, value: object) -> object:
+        # compose passes `${NEXUS_SLACK_BOT_TOKEN:-}`: an empty value means the channel is off.
+        return None if value == "" else value
 
     @property
     def slack_enabled(self) -> bool:
