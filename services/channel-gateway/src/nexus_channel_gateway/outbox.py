@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+from collections.abc import Callable
 
 from nexus_events.bus import Bus
 from nexus_events.codec import Encoded
@@ -33,6 +34,8 @@ class InboundOutbox:
         self._queue: asyncio.Queue[tuple[str, Encoded]] = asyncio.Queue()
         self._tasks: list[asyncio.Task[None]] = []
         self.published = 0
+        # Called with the keys JetStream acknowledged (bench: request -> ack latency).
+        self.on_published: Callable[[list[str]], None] | None = None
 
     async def accept(self, verdict: Accepted) -> bool:
         """Store the message; False if it is a duplicate (a platform retry)."""
@@ -72,6 +75,8 @@ class InboundOutbox:
             if isinstance(r, BaseException):
                 log.warning("inbound %s not published yet (the sweep retries): %s", key, r)
         if done:
+            if self.on_published is not None:
+                self.on_published(done)
             await self.store.mark_published(done)
             self.published += len(done)
 

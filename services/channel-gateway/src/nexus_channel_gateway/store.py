@@ -110,6 +110,17 @@ class GatewayStore:
     async def accept(self, enc: Encoded, key: str, aliases: tuple[str, ...] = ()) -> bool:
         """Persist a verified inbound message under `key` (and its second keys); False if any
         key was seen before (a platform retry: already accepted, never processed twice)."""
+        if not aliases:
+            # One statement, one round trip (autocommit): the common webhook case.
+            inserted = await self.pool.fetchval(
+                f"INSERT INTO {self.s}.inbound (key, subject, body, headers)"
+                " VALUES ($1, $2, $3, $4::jsonb) ON CONFLICT DO NOTHING RETURNING true",
+                key,
+                enc.subject,
+                enc.body,
+                json.dumps(enc.headers),
+            )
+            return bool(inserted)
         async with self.pool.acquire() as conn:
             tx = conn.transaction()
             await tx.start()

@@ -95,6 +95,12 @@ def load_sources(path: Path) -> list[WebhookSource]:
     return sources
 
 
+def delivery_key(source: str, delivery: str) -> str:
+    """The dedupe key (and Nats-Msg-Id) of one delivery of a source: any delivery id the
+    sender chose becomes a safe token."""
+    return key_token("hook", source, hashlib.blake2b(delivery.encode(), digest_size=12).hexdigest())
+
+
 def _dig(payload: Any, path: str) -> Any:
     for part in path.split("."):
         if not isinstance(payload, dict):
@@ -197,7 +203,5 @@ class WebhookIngress:
             delivery_id=delivery,
             payload=payload,
         )
-        key = key_token(
-            "hook", s.name, hashlib.blake2b(delivery.encode(), digest_size=12).hexdigest()
-        )
+        key = delivery_key(s.name, delivery)
         return Accepted(s.name, key, subjects.channel_event(s.name, "webhook"), event)
