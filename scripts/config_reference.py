@@ -25,6 +25,11 @@ SECTIONS: list[tuple[str, str, str]] = [
     ("core (`python -m nexus_core`)", "nexus_core.config", "CoreSettings"),
     ("scheduler (`python -m nexus_scheduler`)", "nexus_scheduler.config", "SchedulerSettings"),
     ("runner (`python -m nexus_runner`)", "nexus_runner.config", "RunnerSettings"),
+    (
+        "channel gateway (`python -m nexus_channel_gateway`)",
+        "nexus_channel_gateway.config",
+        "GatewaySettings",
+    ),
 ]
 
 

@@ -30,9 +30,6 @@ class GatewaySettings(BaseSettings):
     slack_bot_token: SecretStr | None = Field(None, description="Bot token (xoxb-...).")
     slack_signing_secret: SecretStr | None = Field(None, description="Events API signing secret.")
     slack_base_url: str = Field("https://slack.com/api/", description="Web API base URL.")
-    slack_timestamp_window: int = Field(
-        300, gt=0, description="Seconds a signed request stays valid (Slack's advice: 5 min)."
-    )
     # -- Telegram ------------------------------------------------------------------------------
     telegram_bot_token: SecretStr | None = Field(None, description="Bot API token.")
     telegram_secret_token: SecretStr | None = Field(
@@ -46,7 +43,6 @@ class GatewaySettings(BaseSettings):
         None, description="YAML file of generic webhook sources (docs/channels.md)."
     )
     # -- behaviour -------------------------------------------------------------------------------
-    gateway_bot_name: str = Field("nexus", description="Name people address: `@nexus run ...`.")
     pairing_ttl: float = Field(3600.0, gt=0, description="Seconds a pairing code stays valid.")
     pairing_max_pending: int = Field(
         20, gt=0, description="Most pending pairing codes per channel (more are refused)."
