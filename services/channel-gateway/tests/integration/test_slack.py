@@ -13,6 +13,7 @@ from nexus_events.bus import Bus
 from nexus_events.events import (
     ApprovalDecision,
     ApprovalRequested,
+    InboxMessage,
     RunCompleted,
     RunFailed,
     RunRequested,
@@ -237,3 +238,32 @@ async def cli_decides(bus: Bus, run_id: str, approval_id: str, decision: str) ->
             msg_id=f"cli:approval:{run_id}:{approval_id}",
         )
     return claim.won
+
+
+async def test_a_reply_in_the_run_thread_goes_to_the_run_inbox(
+    bus: Bus, gateway: GatewayApp, slack: FakeSlack
+) -> None:
+    await pair(bus, "slack", "U1")
+    await eventually(lambda: gateway.store.allowed("slack", "U1"), what="pairing applied")  # type: ignore[union-attr]
+    ts = "1700000600.000100"
+    await post_event(url(gateway), event_callback("<@UBOT> run a: b", ts=ts), SIGNING_SECRET)
+    run_id = (await eventually(lambda: run_requests(bus), what="requested"))[0].address.run_id
+    assert run_id is not None
+    reply = event_callback(
+        "<@UBOT> also update the changelog", ts="1700000601.000100", thread_ts=ts, event_id="E2"
+    )
+    assert (await post_event(url(gateway), reply, SIGNING_SECRET))[0] == 200
+    messages = await eventually(lambda: inbox_of(bus, run_id), what="inbox message")
+    message = messages[0].event
+    assert isinstance(message, InboxMessage)
+    assert (message.text, message.sender, message.channel) == (
+        "also update the changelog",
+        "slack:U1",
+        "slack",
+    )
+    # Outside a run's thread the same words get the help line, not an inbox message.
+    stray = event_callback("<@UBOT> hello", ts="1700000602.000100", event_id="E3")
+    await post_event(url(gateway), stray, SIGNING_SECRET)
+    await eventually(lambda: slack.thread("C1", "1700000602.000100"), what="help line")
+    assert "run <agent>" in slack.thread("C1", "1700000602.000100")[0]
+    assert len(await inbox_of(bus, run_id)) == 1
