@@ -89,6 +89,7 @@ SERVICES: dict[str, Access] = {
         publishes=(
             subjects.family_filter(Family.RUN),
             subjects.family_filter(Family.LOG),
+            subjects.family_filter(Family.ROUTE),  # the `delegate` tool
             subjects.dead_letter("runner"),
         ),
         reads=(RUNS, INBOX),
@@ -120,7 +121,7 @@ SERVICES: dict[str, Access] = {
             ),
             subjects.dead_letter("channel-gateway"),
         ),
-        reads=(RUNS, CHANNELS),
+        reads=(RUNS, CHANNELS, INBOX),  # INBOX: delegations on agent.route.v1.<agent>
         ensures_streams=True,
         kv_buckets=(APPROVALS_BUCKET,),
     ),

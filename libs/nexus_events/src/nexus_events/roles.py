@@ -132,9 +132,9 @@ EVENT_ROLES: dict[tuple[Family, str], EventRoles] = {
         (_CLI, _OPERATOR, _GATEWAY, planned(PLANE)), (_RUNNER,)
     ),
     # Delegation: a run or a chat hands work to an agent; core turns it into a run.
-    (Family.ROUTE, "delegation"): _run(
-        (_OPERATOR, planned(RUNNER), planned(GATEWAY)), (planned(CORE),)
-    ),
+    # The runner's `delegate` tool asks; the gateway checks depth and cycles and requests the
+    # child run, then sends the child's ending to the parent's inbox (correlation id).
+    (Family.ROUTE, "delegation"): _run((_OPERATOR, _RUNNER), (_GATEWAY,)),
     # -- schedules (NEXUS_SCHEDULES): the scheduler folds the whole stream ----------------
     (Family.SCHEDULE, "defined"): _run((_OPERATOR,), (_SCHEDULER,)),
     (Family.SCHEDULE, "removed"): _run((_OPERATOR,), (_SCHEDULER,)),

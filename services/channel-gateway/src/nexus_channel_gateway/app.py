@@ -2,7 +2,8 @@
 
 Start: connect NATS, create missing streams (core owns their settings), connect PostgreSQL
 and migrate ``channels``, log in to the configured platforms (a wrong token fails the start),
-publish inbound left unpublished by a crash, start the consumers (router, notifier, sender),
+publish inbound left unpublished by a crash, start the consumers (router, notifier, sender,
+delegation),
 then the HTTP ingress and the health endpoint.
 Stop (SIGTERM): the ingress first (no new requests), then the outbox publishes what it holds,
 the consumers finish their batch, connections close.
@@ -23,6 +24,7 @@ from nexus_events.streams import ensure_streams
 from opentelemetry.sdk.metrics import MeterProvider as SdkMeterProvider
 
 from nexus_channel_gateway.config import GatewaySettings
+from nexus_channel_gateway.delegation import Delegator, delegation_spec
 from nexus_channel_gateway.ingress import Ingress, Verifier
 from nexus_channel_gateway.metrics import GatewayMetrics
 from nexus_channel_gateway.notifier import Notifier, notifier_spec
@@ -134,11 +136,15 @@ class GatewayApp:
             max_pending=s.pairing_max_pending,
             open_channels=frozenset(s.gateway_open_channels),
         )
+        delegator = Delegator(self.bus, self.store, self.metrics, max_depth=s.delegation_max_depth)
         self.consumers = [
             self.bus.consumer(router_spec(f"{prefix}_router", s.fetch_timeout, s.ack_wait), router),
             self.bus.consumer(
                 notifier_spec(f"{prefix}_notifier", s.fetch_timeout, s.ack_wait),
-                Notifier(self.bus, self.store),
+                Notifier(self.bus, self.store, delegator),
+            ),
+            self.bus.consumer(
+                delegation_spec(f"{prefix}_delegation", s.fetch_timeout, s.ack_wait), delegator
             ),
             self.bus.consumer(
                 sender_spec(f"{prefix}_sender", s.fetch_timeout, s.ack_wait),

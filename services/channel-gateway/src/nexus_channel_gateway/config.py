@@ -51,6 +51,9 @@ class GatewaySettings(BaseSettings):
         default_factory=list,
         description="Channels whose senders need no pairing (e.g. an internal webhook).",
     )
+    delegation_max_depth: int = Field(
+        3, ge=1, le=20, description="Longest chain of delegated runs below a root run."
+    )
     # -- service ---------------------------------------------------------------------------------
     fetch_timeout: float = Field(1.0, gt=0, le=30, description="Seconds one fetch waits.")
     ack_wait: float = Field(

@@ -1,6 +1,7 @@
 """The gateway's metrics (OpenTelemetry; Prometheus names in brackets): inbound requests by
 channel and outcome [nexus_gateway_inbound_total], sends by channel and status
-[nexus_gateway_sends_total], approval answers by outcome [nexus_gateway_approvals_total].
+[nexus_gateway_sends_total], approval answers by outcome [nexus_gateway_approvals_total],
+delegations by outcome [nexus_gateway_delegations_total].
 
 The counts are also kept in `counts` (the same numbers, in process): tests and the health
 log read them without an exporter.
@@ -15,6 +16,7 @@ from opentelemetry.metrics import MeterProvider, NoOpMeterProvider
 INBOUND = "nexus.gateway.inbound"
 SENDS = "nexus.gateway.sends"
 APPROVALS = "nexus.gateway.approvals"
+DELEGATIONS = "nexus.gateway.delegations"
 
 
 class GatewayMetrics:
@@ -28,6 +30,9 @@ class GatewayMetrics:
         )
         self._approvals = meter.create_counter(
             APPROVALS, unit="{answer}", description="Approval answers from chat by outcome."
+        )
+        self._delegations = meter.create_counter(
+            DELEGATIONS, unit="{delegation}", description="Delegations by outcome."
         )
         self.counts: Counter[tuple[str, str, str]] = Counter()
 
@@ -45,3 +50,8 @@ class GatewayMetrics:
         """outcome: decided, already_decided, unknown."""
         self._approvals.add(1, {"channel": channel, "outcome": outcome})
         self.counts["approval", channel, outcome] += 1
+
+    def delegation(self, outcome: str) -> None:
+        """outcome: started, refused."""
+        self._delegations.add(1, {"outcome": outcome})
+        self.counts["delegation", "route", outcome] += 1

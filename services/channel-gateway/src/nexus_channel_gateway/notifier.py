@@ -24,6 +24,7 @@ from nexus_events.events import (
 from nexus_events.streams import RUNS
 
 from nexus_channel_gateway.codes import short_code
+from nexus_channel_gateway.delegation import Delegator
 from nexus_channel_gateway.replies import say
 from nexus_channel_gateway.store import GatewayStore
 
@@ -78,10 +79,20 @@ def describe(run_id: str, name: str, event: Event) -> str | None:
     return None
 
 
+def child_outcome(run_id: str, agent: str, name: str, event: TerminalEvent) -> str:
+    """What the delegating run reads in its inbox when its child ends."""
+    if isinstance(event, RunCompleted):
+        summary = event.result.summary or "(no summary)"
+        return _clip(f"delegated run {run_id} ({agent}) completed: {summary}")
+    detail = f" ({event.message})" if event.message else ""
+    return _clip(f"delegated run {run_id} ({agent}) {name}: {event.reason}{detail}")
+
+
 class Notifier:
-    def __init__(self, bus: Bus, store: GatewayStore) -> None:
+    def __init__(self, bus: Bus, store: GatewayStore, delegator: Delegator | None = None) -> None:
         self.bus = bus
         self.store = store
+        self.delegator = delegator
 
     async def __call__(self, deliveries: list[Delivery]) -> None:
         for d in deliveries:
@@ -104,6 +115,10 @@ class Notifier:
                 run_id=run_id,
             )
             return
+        if isinstance(event, TerminalEvent) and self.delegator is not None:
+            held = await self.store.delegation(run_id)
+            if held is not None:
+                await self.delegator.ended(held, child_outcome(run_id, held.chain[-1], name, event))
         origin = await self.store.origin(run_id)
         if origin is None:
             return

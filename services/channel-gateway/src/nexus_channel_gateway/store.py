@@ -68,6 +68,15 @@ CREATE TABLE IF NOT EXISTS {s}.sends (
     platform_id text,
     updated_at timestamptz NOT NULL DEFAULT now()
 );
+-- Child runs requested by a delegation: where their ending goes, and the chain of agents
+-- from the root run (the cycle guard and the depth limit read it).
+CREATE TABLE IF NOT EXISTS {s}.delegations (
+    child_run_id text PRIMARY KEY,
+    parent_run_id text,
+    reply_to text,
+    correlation_id text NOT NULL,
+    chain text[] NOT NULL
+);
 CREATE TABLE IF NOT EXISTS {s}.allowlist (
     channel text NOT NULL,
     user_id text NOT NULL,
@@ -90,6 +99,15 @@ class RelayedApproval:
     run_id: str
     approval_id: str
     address: ChannelAddress
+
+
+@dataclass(frozen=True, slots=True)
+class Delegation:
+    child_run_id: str
+    parent_run_id: str | None
+    reply_to: str | None
+    correlation_id: str
+    chain: tuple[str, ...]  # agents from the root run to the child, both included
 
 
 class GatewayStore:
@@ -281,6 +299,34 @@ class GatewayStore:
             key,
             state,
             platform_id,
+        )
+
+    # -- delegations ---------------------------------------------------------------------------
+
+    async def record_delegation(self, d: Delegation) -> None:
+        await self.pool.execute(
+            f"INSERT INTO {self.s}.delegations"
+            " (child_run_id, parent_run_id, reply_to, correlation_id, chain)"
+            " VALUES ($1, $2, $3, $4, $5) ON CONFLICT (child_run_id) DO NOTHING",
+            d.child_run_id,
+            d.parent_run_id,
+            d.reply_to,
+            d.correlation_id,
+            list(d.chain),
+        )
+
+    async def delegation(self, child_run_id: str) -> Delegation | None:
+        row = await self.pool.fetchrow(
+            f"SELECT * FROM {self.s}.delegations WHERE child_run_id = $1", child_run_id
+        )
+        if row is None:
+            return None
+        return Delegation(
+            row["child_run_id"],
+            row["parent_run_id"],
+            row["reply_to"],
+            row["correlation_id"],
+            tuple(row["chain"]),
         )
 
     # -- pairing and the allowlist -----------------------------------------------------------

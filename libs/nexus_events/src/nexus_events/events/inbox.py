@@ -59,3 +59,6 @@ class RouteRequest(Command):
     task_id: str | None = Field(None, description="Task the work belongs to.")
     from_run_id: str | None = Field(None, description="The delegating run.")
     reply_to: str | None = Field(None, description="Run id whose inbox gets the result.")
+    from_agent_id: str | None = Field(
+        None, description="Agent of the delegating run (the start of the cycle guard's chain)."
+    )
