@@ -205,6 +205,12 @@ async def run_tests(ctx: ToolContext, args: a.RunTestsArgs) -> str:
     return out
 
 
+async def delegate(ctx: ToolContext, args: a.DelegateArgs) -> str:
+    if ctx.delegate is None:
+        raise ToolError("delegation is not available in this run")
+    return await ctx.delegate(args)
+
+
 async def finish(ctx: ToolContext, args: a.FinishArgs) -> str:
     ctx.finished = args
     return "run finished"
@@ -223,5 +229,6 @@ BUILTINS: dict[str, tuple[type[a.ToolArgs], Handler]] = {
     "git_diff": (a.GitDiffArgs, git_diff),
     "git_commit": (a.GitCommitArgs, git_commit),
     "run_tests": (a.RunTestsArgs, run_tests),
+    "delegate": (a.DelegateArgs, delegate),
     "finish": (a.FinishArgs, finish),
 }

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
@@ -14,7 +15,7 @@ from pydantic import ValidationError
 from nexus_runner.errors import PathEscape, ToolError
 from nexus_runner.git import Git
 from nexus_runner.safety import destructive_reason
-from nexus_runner.tools.args import FinishArgs, ToolArgs
+from nexus_runner.tools.args import DelegateArgs, FinishArgs, ToolArgs
 from nexus_runner.tools.builtin import BUILTINS
 from nexus_runner.tools.mcp import McpTools
 from nexus_runner.workspace import Workspace
@@ -38,6 +39,8 @@ class ToolContext:
     tests_passed: bool | None = None
     last_exit_code: int | None = None
     finished: FinishArgs | None = None
+    # The `delegate` tool's way out (nexus_runner.delegation); None: not available.
+    delegate: Callable[[DelegateArgs], Awaitable[str]] | None = None
 
 
 @dataclass(frozen=True)
@@ -172,6 +175,11 @@ class ToolRegistry:
                     return str(exc)
         if name == "git_commit" and not self.permissions.can_commit:
             return "this run is not permitted to commit"
+        if isinstance(args, DelegateArgs):
+            # The definition's allow-list: `tools: [{name: delegate, options: {agents: [..]}}]`.
+            allowed = self.granted["delegate"].options.get("agents")
+            if isinstance(allowed, list) and args.agent not in allowed:
+                return f"this agent may delegate only to: {', '.join(map(str, allowed)) or 'none'}"
         command = getattr(args, "command", None)
         if name == "run_shell" and isinstance(command, str):
             if _GIT_PUSH.search(command):
