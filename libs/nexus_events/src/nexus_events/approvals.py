@@ -54,19 +54,25 @@ async def claim_approval(
     *,
     decided_by: str | None,
     surface: str,
+    token: str | None = None,
 ) -> Claim:
     """Claim the decision of one approval; the returned `Claim` says whether the caller won
-    and, if not, the decision that did. Raises nats errors if the server is unreachable."""
+    and, if not, the decision that did. Raises nats errors if the server is unreachable.
+
+    `token` names the claimant's attempt (e.g. the chat message's dedupe key): claiming again
+    with the same token wins again, so a claimant that crashed between its claim and its
+    publish finishes the job on redelivery instead of being told it lost to itself.
+    """
     kv = await approvals_bucket(js)
     key = claim_key(run_id, approval_id)
-    body = {"decision": decision, "decided_by": decided_by, "surface": surface}
+    body = {"decision": decision, "decided_by": decided_by, "surface": surface, "token": token}
     try:
         await kv.create(key, json.dumps(body).encode())
     except KeyWrongLastSequenceError:
         entry = await kv.get(key)
         held = json.loads(entry.value or b"{}")
         return Claim(
-            won=False,
+            won=token is not None and held.get("token") == token,
             decision=str(held.get("decision", "")),
             decided_by=held.get("decided_by"),
             surface=held.get("surface"),

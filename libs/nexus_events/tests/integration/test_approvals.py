@@ -37,3 +37,18 @@ async def test_claims_of_other_approvals_are_independent(bus: Bus) -> None:
     assert not again.won
     assert again.decision == "approve"
     assert again.surface == "x"
+
+
+async def test_the_same_claimant_token_wins_again_after_a_crash(bus: Bus) -> None:
+    first = await claim_approval(
+        bus.js, "run-2", "apr-1", "approve", decided_by="a", surface="slack", token="msg-1"
+    )
+    again = await claim_approval(
+        bus.js, "run-2", "apr-1", "approve", decided_by="a", surface="slack", token="msg-1"
+    )
+    other = await claim_approval(
+        bus.js, "run-2", "apr-1", "deny", decided_by="b", surface="slack", token="msg-2"
+    )
+    assert first.won
+    assert again.won
+    assert not other.won

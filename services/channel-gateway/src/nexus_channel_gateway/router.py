@@ -200,6 +200,7 @@ class Router:
             answer.decision,
             decided_by=who,
             surface=channel,
+            token=key,  # a redelivery of this message after a crash finishes its own claim
         )
         if not claim.won:
             self.metrics.approval(channel, "already_decided")
