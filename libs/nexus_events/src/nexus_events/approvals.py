@@ -78,3 +78,10 @@ async def claim_approval(
             surface=held.get("surface"),
         )
     return Claim(won=True, decision=decision, decided_by=decided_by, surface=surface)
+
+
+async def release_approval(js: JetStreamContext, run_id: str, approval_id: str) -> None:
+    """Give a won claim back (the decision could not be published), so another surface can
+    decide; only the winner calls this, and nothing else writes a held key."""
+    kv = await approvals_bucket(js)
+    await kv.delete(claim_key(run_id, approval_id))

@@ -52,3 +52,16 @@ async def test_the_same_claimant_token_wins_again_after_a_crash(bus: Bus) -> Non
     assert first.won
     assert again.won
     assert not other.won
+
+
+async def test_a_released_claim_can_be_won_by_another_surface(bus: Bus) -> None:
+    from nexus_events.approvals import release_approval
+
+    first = await claim_approval(bus.js, "run-3", "apr-1", "deny", decided_by="a", surface="cli")
+    await release_approval(bus.js, "run-3", "apr-1")
+    second = await claim_approval(
+        bus.js, "run-3", "apr-1", "approve", decided_by="b", surface="slack"
+    )
+    assert first.won
+    assert second.won
+    assert second.decision == "approve"
