@@ -1,9 +1,11 @@
 """A fake Slack Web API and Events API sender, over real HTTP.
 
-Web API (what slack-sdk's ``AsyncWebClient(base_url=fake.api_url)`` calls): ``auth.test`` and
-``chat.postMessage``, both needing ``Authorization: Bearer <token>`` (else ``invalid_auth``
-like Slack). Posts are recorded in `posts`. `rate_limit(n, retry_after)` makes the next `n`
-``chat.postMessage`` calls answer 429 with ``Retry-After`` as Slack does.
+Web API (what slack-sdk's ``AsyncWebClient(base_url=fake.api_url)`` calls): ``auth.test``,
+``chat.postMessage`` (with message ``metadata``), ``conversations.replies`` and
+``conversations.history`` (metadata returned with ``include_all_metadata``), all needing
+``Authorization: Bearer <token>`` (else ``invalid_auth`` like Slack). Posts are recorded in
+`posts`. `rate_limit(n, retry_after)` makes the next `n` ``chat.postMessage`` calls answer
+429 with ``Retry-After`` as Slack does.
 
 Events API side: `signed_headers` / `post_event` sign a body the documented way
 (``v0=`` hex HMAC-SHA256 of ``v0:{timestamp}:{body}`` with the signing secret) and POST it to a
@@ -60,6 +62,10 @@ class FakeSlack(ServedFake):
         app = web.Application()
         app.router.add_post("/api/auth.test", self._auth_test)
         app.router.add_post("/api/chat.postMessage", self._post_message)
+        # slack-sdk reads conversations with GET and query parameters.
+        for verb in ("GET", "POST"):
+            app.router.add_route(verb, "/api/conversations.replies", self._replies)
+            app.router.add_route(verb, "/api/conversations.history", self._history)
         return app
 
     def _authorized(self, request: web.Request) -> bool:
@@ -67,6 +73,8 @@ class FakeSlack(ServedFake):
 
     @staticmethod
     async def _params(request: web.Request) -> dict[str, Any]:
+        if request.method == "GET":
+            return dict(request.query)
         if request.content_type == "application/json":
             body = await request.json()
             return dict(body) if isinstance(body, dict) else {}
@@ -100,6 +108,46 @@ class FakeSlack(ServedFake):
         return web.json_response(
             {"ok": True, "channel": channel, "ts": ts, "message": {"text": text, "ts": ts}}
         )
+
+    def _message(self, post: SlackPost, with_metadata: bool) -> dict[str, Any]:
+        body: dict[str, Any] = {
+            "type": "message",
+            "text": post.text,
+            "ts": post.ts,
+            "bot_id": "B1",
+            "user": self.bot_user,
+        }
+        if post.thread_ts:
+            body["thread_ts"] = post.thread_ts
+        metadata = post.raw.get("metadata")
+        if with_metadata and metadata:
+            body["metadata"] = json.loads(metadata) if isinstance(metadata, str) else metadata
+        return body
+
+    async def _replies(self, request: web.Request) -> web.Response:
+        if not self._authorized(request):
+            return web.json_response({"ok": False, "error": "invalid_auth"})
+        params = await self._params(request)
+        channel, ts = params.get("channel"), params.get("ts")
+        meta = str(params.get("include_all_metadata", "")).lower() in ("1", "true")
+        found = [
+            self._message(p, meta)
+            for p in self.posts
+            if p.channel == channel and (p.thread_ts == ts or p.ts == ts)
+        ]
+        return web.json_response({"ok": True, "messages": found, "has_more": False})
+
+    async def _history(self, request: web.Request) -> web.Response:
+        if not self._authorized(request):
+            return web.json_response({"ok": False, "error": "invalid_auth"})
+        params = await self._params(request)
+        meta = str(params.get("include_all_metadata", "")).lower() in ("1", "true")
+        found = [
+            self._message(p, meta)
+            for p in reversed(self.posts)
+            if p.channel == params.get("channel") and not p.thread_ts
+        ]
+        return web.json_response({"ok": True, "messages": found, "has_more": False})
 
     def thread(self, channel: str, thread_ts: str) -> list[str]:
         """Texts posted in one thread, in order."""

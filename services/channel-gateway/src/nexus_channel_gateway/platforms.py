@@ -27,15 +27,45 @@ class Rejected(Exception):  # noqa: N818 - a platform answer, not a bug
     pass
 
 
+def _slack_error(exc: SlackApiError) -> str:
+    """Slack's error code (``channel_not_found``) or, for a non-JSON answer, the status."""
+    data = exc.response.data
+    if isinstance(data, dict) and data.get("error"):
+        return str(data["error"])
+    return f"HTTP {exc.response.status_code}"
+
+
+def _retry_after(exc: SlackApiError) -> float:
+    with contextlib.suppress(TypeError, ValueError):
+        return float(exc.response.headers.get("Retry-After", 1))
+    return 1.0
+
+
 class Poster(Protocol):
-    async def post(self, conversation: str, thread: str | None, text: str) -> str:
-        """Post `text`; return the platform's message id."""
+    can_find: bool  # whether `find` can tell if a post went out
+
+    async def post(self, conversation: str, thread: str | None, text: str, key: str) -> str:
+        """Post `text` (tagged with the idempotency `key` where the platform keeps tags);
+        return the platform's message id."""
+        ...
+
+    async def find(self, conversation: str, thread: str | None, key: str) -> str | None:
+        """The id of a message posted earlier with `key`; None if there is none. Raises
+        `NotImplementedError` where the platform cannot tell (Telegram bots)."""
         ...
 
     async def close(self) -> None: ...
 
 
+# Slack message metadata event type carrying the idempotency key of a reply.
+METADATA_EVENT = "nexus_reply"
+# How far back a lookup reads the channel's top level (replies outside a thread).
+HISTORY_LIMIT = 100
+
+
 class SlackPoster:
+    can_find = True
+
     def __init__(self, token: str, base_url: str) -> None:
         self.client = AsyncWebClient(token=token, base_url=base_url)
 
@@ -44,25 +74,49 @@ class SlackPoster:
         answer = await self.client.auth_test()
         return str(answer["user_id"])
 
-    async def post(self, conversation: str, thread: str | None, text: str) -> str:
+    async def post(self, conversation: str, thread: str | None, text: str, key: str) -> str:
         try:
             answer = await self.client.chat_postMessage(
-                channel=conversation, text=text, thread_ts=thread
+                channel=conversation,
+                text=text,
+                thread_ts=thread,
+                metadata={"event_type": METADATA_EVENT, "event_payload": {"key": key}},
             )
         except SlackApiError as exc:
             if exc.response.status_code == 429:
-                delay = 1.0
-                with contextlib.suppress(TypeError, ValueError):
-                    delay = float(exc.response.headers.get("Retry-After", 1))
-                raise RateLimited(delay) from exc
-            raise Rejected(str(exc.response.get("error", exc))) from exc
+                raise RateLimited(_retry_after(exc)) from exc
+            raise Rejected(_slack_error(exc)) from exc
         return str(answer["ts"])
+
+    async def find(self, conversation: str, thread: str | None, key: str) -> str | None:
+        """Look for our message by its metadata: in the thread, else the channel's latest."""
+        try:
+            if thread is not None:
+                answer = await self.client.conversations_replies(
+                    channel=conversation, ts=thread, include_all_metadata=True
+                )
+            else:
+                answer = await self.client.conversations_history(
+                    channel=conversation, include_all_metadata=True, limit=HISTORY_LIMIT
+                )
+        except SlackApiError as exc:
+            if exc.response.status_code == 429:
+                raise RateLimited(_retry_after(exc)) from exc
+            raise Rejected(_slack_error(exc)) from exc
+        for message in answer.get("messages") or []:
+            metadata = message.get("metadata") or {}
+            payload = metadata.get("event_payload") or {}
+            if metadata.get("event_type") == METADATA_EVENT and payload.get("key") == key:
+                return str(message.get("ts"))
+        return None
 
     async def close(self) -> None:
         return None
 
 
 class TelegramPoster:
+    can_find = False
+
     def __init__(self, token: str, base_url: str) -> None:
         self.bot = Bot(token, base_url=base_url)
         self._ready = False
@@ -73,7 +127,7 @@ class TelegramPoster:
             self._ready = True
         return str(self.bot.id)
 
-    async def post(self, conversation: str, thread: str | None, text: str) -> str:
+    async def post(self, conversation: str, thread: str | None, text: str, key: str) -> str:
         await self.identity()
         reply = ReplyParameters(int(thread), allow_sending_without_reply=True) if thread else None
         try:
@@ -88,6 +142,10 @@ class TelegramPoster:
         except (BadRequest, Forbidden, InvalidToken) as exc:
             raise Rejected(str(exc)) from exc
         return str(message.message_id)
+
+    async def find(self, conversation: str, thread: str | None, key: str) -> str | None:
+        # The Bot API cannot read a chat's history: whether a post went out is unknowable.
+        raise NotImplementedError
 
     async def close(self) -> None:
         if self._ready:

@@ -4,8 +4,10 @@
 Once per key: a row in ``channels.sends`` says 'sending' before the platform call and 'sent'
 after it. A redelivery finds 'sent' and does nothing; a 429 clears the row (nothing was
 posted) and redelivers after the platform's Retry-After. A redelivery that finds 'sending'
-means the gateway died during the call: whether the platform posted is unknown, and posting
-again could duplicate, so the outcome is recorded as `unknown` (at most once, counted).
+means the gateway died (or the network failed) during the call: Slack is asked whether the
+message is there (each post carries its key in the message metadata) and it is posted only
+if not. The Telegram Bot API cannot read a chat back, so there the outcome is recorded as
+`unknown` and not posted again (at most once, counted).
 """
 
 from __future__ import annotations
@@ -72,51 +74,90 @@ class Sender:
         key = intent.idempotency_key or d.envelope.event_id
         state = await self.store.send_state(key)
         if state is not None and state[0] != "sending":
+            # Already done; the outcome event may not be (a crash right after the post), so
+            # publish it again: its Nats-Msg-Id makes the repeat a no-op when it is there.
             self.metrics.send(channel, "skipped")
-            return None
-        if state is not None:
-            log.warning("send %s was interrupted mid-call: recorded as unknown, not re-posted", key)
-            await self.store.mark_sent(key, None, "unknown")
-            await self._outcome(
-                channel, intent, key, status="unknown", platform_id=None, error=None, d=d
-            )
-            return None
-        poster = self.posters.get(channel)
-        if poster is None:
-            await self.store.mark_sent(key, None, "failed")
             await self._outcome(
                 channel,
                 intent,
                 key,
-                status="failed",
-                platform_id=None,
-                error="channel cannot send",
+                status=state[0],
+                platform_id=state[1],
+                error=None,
                 d=d,
+                count=False,
             )
             return None
+        poster = self.posters.get(channel)
+        if poster is None:
+            await self._failed(channel, intent, key, "channel cannot send", d)
+            return None
+        if state is not None:
+            handled, delay = await self._recover(channel, intent, key, poster, d)
+            if handled:
+                return delay
+        return await self._post(channel, intent, key, poster, d)
+
+    async def _recover(
+        self, channel: str, intent: ChannelMessageOut, key: str, poster: Poster, d: Delivery
+    ) -> tuple[bool, float | None]:
+        """Interrupted during the platform call: ask the platform whether it posted.
+        Returns (handled, delay); not handled means: post now."""
+        try:
+            found = await poster.find(intent.conversation, intent.thread, key)
+        except NotImplementedError:
+            log.warning("send %s was interrupted mid-call: recorded unknown, not re-posted", key)
+            await self.store.mark_sent(key, None, "unknown")
+            await self._outcome(
+                channel, intent, key, status="unknown", platform_id=None, error=None, d=d
+            )
+            return True, None
+        except RateLimited as exc:
+            return True, exc.retry_after
+        if found is None:
+            return False, None
+        await self._posted(channel, intent, key, found, d)
+        return True, None
+
+    async def _post(
+        self, channel: str, intent: ChannelMessageOut, key: str, poster: Poster, d: Delivery
+    ) -> float | None:
         await self.store.mark_sending(key)
         try:
-            platform_id = await poster.post(intent.conversation, intent.thread, intent.text)
+            platform_id = await poster.post(intent.conversation, intent.thread, intent.text, key)
         except RateLimited as exc:
             await self.store.clear_sending(key)
             self.metrics.send(channel, "rate_limited")
             return exc.retry_after
         except Rejected as exc:
-            await self.store.mark_sent(key, None, "failed")
-            await self._outcome(
-                channel, intent, key, status="failed", platform_id=None, error=str(exc), d=d
-            )
+            await self._failed(channel, intent, key, str(exc), d)
             return None
         except Exception:
-            await self.store.clear_sending(key)  # nothing reached the platform: retry
+            # The network: where the platform can be asked, the row stays 'sending' and the
+            # retry asks first whether the post went through; elsewhere, retry the post.
+            if not poster.can_find:
+                await self.store.clear_sending(key)
             raise
+        await self._posted(channel, intent, key, platform_id, d)
+        return None
+
+    async def _failed(
+        self, channel: str, intent: ChannelMessageOut, key: str, error: str, d: Delivery
+    ) -> None:
+        await self.store.mark_sent(key, None, "failed")
+        await self._outcome(
+            channel, intent, key, status="failed", platform_id=None, error=error, d=d
+        )
+
+    async def _posted(
+        self, channel: str, intent: ChannelMessageOut, key: str, platform_id: str, d: Delivery
+    ) -> None:
         await self.store.mark_sent(key, platform_id)
         if intent.run_id is not None:
             await self.store.remember_post(channel, intent.conversation, platform_id, intent.run_id)
         await self._outcome(
             channel, intent, key, status="sent", platform_id=platform_id, error=None, d=d
         )
-        return None
 
     async def _outcome(
         self,
@@ -128,8 +169,10 @@ class Sender:
         platform_id: str | None,
         error: str | None,
         d: Delivery,
+        count: bool = True,
     ) -> None:
-        self.metrics.send(channel, status)
+        if count:
+            self.metrics.send(channel, status)
         await self.bus.publish(
             subjects.channel_event(channel, "sent"),
             ChannelMessageSent(

@@ -267,3 +267,36 @@ async def test_a_reply_in_the_run_thread_goes_to_the_run_inbox(
     await eventually(lambda: slack.thread("C1", "1700000602.000100"), what="help line")
     assert "run <agent>" in slack.thread("C1", "1700000602.000100")[0]
     assert len(await inbox_of(bus, run_id)) == 1
+
+
+async def test_a_send_cut_mid_call_is_looked_up_before_it_is_posted_again(
+    bus: Bus, gateway: GatewayApp, slack: FakeSlack
+) -> None:
+    """What a kill during chat.postMessage leaves: the row says 'sending'. If Slack has the
+    message (its metadata carries the key) it is not posted again; if not, it is posted."""
+    from nexus_events.events import ChannelAddress
+
+    from nexus_channel_gateway.platforms import SlackPoster
+    from nexus_channel_gateway.replies import say
+
+    store = gateway.store
+    assert store is not None
+    reached = SlackPoster(slack.token, slack.api_url)
+    ts = await reached.post("C5", "1.1", "reached Slack before the kill", "key-reached")
+    await store.mark_sending("key-reached")
+    await store.mark_sending("key-lost")
+    here = ChannelAddress(channel="slack", conversation="C5", thread="1.1")
+    await say(bus, here, "reached Slack before the kill", key="key-reached", kind="notice")
+    await say(bus, here, "never reached Slack", key="key-lost", kind="notice")
+    outcomes = await eventually(
+        lambda: _at_least(channel_events(bus, "sent"), 2), what="two outcomes"
+    )
+    by_key = {d.event.idempotency_key: d.event for d in outcomes}  # type: ignore[attr-defined]
+    assert by_key["key-reached"].platform_message_id == ts
+    assert by_key["key-lost"].status == "sent"
+    assert slack.thread("C5", "1.1") == ["reached Slack before the kill", "never reached Slack"]
+
+
+async def _at_least(coro: object, n: int) -> object:
+    found = await coro  # type: ignore[misc]
+    return found if len(found) >= n else None
