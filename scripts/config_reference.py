@@ -27,6 +27,11 @@ SECTIONS: list[tuple[str, str, str]] = [
     ("runner (`python -m nexus_runner`)", "nexus_runner.config", "RunnerSettings"),
     ("memory (`python -m nexus_memory`)", "nexus_memory.config", "MemorySettings"),
     ("plane-sync (`python -m nexus_plane_sync`)", "nexus_plane_sync.config", "PlaneSyncSettings"),
+    (
+        "channel gateway (`python -m nexus_channel_gateway`)",
+        "nexus_channel_gateway.config",
+        "GatewaySettings",
+    ),
 ]
 
 

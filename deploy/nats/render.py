@@ -13,8 +13,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from nexus_events import subjects
+from nexus_events.approvals import APPROVALS_BUCKET
 from nexus_events.streams import (
     CATALOG,
+    CHANNELS,
     INBOX,
     MEMORY,
     PLANE,
@@ -88,6 +90,7 @@ SERVICES: dict[str, Access] = {
         publishes=(
             subjects.family_filter(Family.RUN),
             subjects.family_filter(Family.LOG),
+            subjects.family_filter(Family.ROUTE),  # the `delegate` tool
             subjects.dead_letter("runner"),
         ),
         reads=(RUNS, INBOX),
@@ -120,6 +123,23 @@ SERVICES: dict[str, Access] = {
         reads=(RUNS, TASKS, PLANE),
         ensures_streams=True,
         serves=(subjects.PLANE_STATUS, subjects.PLANE_RESYNC),
+    ),
+    # The channel gateway: verified chat messages and webhooks in, run requests and inbox
+    # messages out, replies (intent, outcome) and the pairing challenges; it follows runs it
+    # started for their progress and claims approval decisions in the shared KV bucket.
+    "channel-gateway": Access(
+        publishes=(
+            *_run("requested"),
+            subjects.family_filter(Family.INBOX),
+            *(
+                subjects.channel_events_filter(event=e)
+                for e in ("in", "out", "sent", "webhook", "pairing_requested", "approval_relayed")
+            ),
+            subjects.dead_letter("channel-gateway"),
+        ),
+        reads=(RUNS, CHANNELS, INBOX),  # INBOX: delegations on agent.route.v1.<agent>
+        ensures_streams=True,
+        kv_buckets=(APPROVALS_BUCKET,),
     ),
 }
 
@@ -182,6 +202,12 @@ def permissions(access: Access) -> tuple[list[str], list[str]]:
         pub.append(f"$JS.API.STREAM.MSG.DELETE.{stream}")
     # Dead letters are published by every Bus consumer: its own DLQ subject only.
     return sorted(dict.fromkeys(pub)), sorted(dict.fromkeys(sub))
+
+
+def password_variable(user: str) -> str:
+    """``NEXUS_<USER>_NATS_PASSWORD`` with dashes as underscores (channel-gateway ->
+    NEXUS_CHANNEL_GATEWAY_NATS_PASSWORD): an environment variable name a shell can set."""
+    return f"NEXUS_{user.upper().replace('-', '_')}_NATS_PASSWORD"
 
 
 def _list(items: list[str], indent: str) -> str:

@@ -15,6 +15,7 @@ from nexus_cli.commands import (
     dlq,
     doctor,
     memory,
+    pair,
     plane,
     projections,
     run_control,
@@ -61,6 +62,7 @@ app.add_typer(memory.app, name="memory")
 app.add_typer(projections.app, name="projections")
 app.add_typer(context.app, name="context")
 app.add_typer(plane.app, name="plane")
+app.add_typer(pair.app, name="pair")
 # `nexus --help` lists commands in registration order: run, ps, attach, events, logs,
 # cancel, approve, deny.
 runs.register(app)

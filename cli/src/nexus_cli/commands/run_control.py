@@ -3,11 +3,13 @@ and `nexus deny`."""
 
 from __future__ import annotations
 
+import contextlib
 import time
 from typing import Annotated
 
 import typer
 from nexus_events import subjects
+from nexus_events.approvals import claim_approval, release_approval
 from nexus_events.events import ApprovalDecision, CancelRequested
 from nexus_events.runstate import is_terminal
 from nexus_events.streams import RUNS
@@ -21,6 +23,38 @@ from nexus_cli.target import resolve_target
 
 CommentOpt = Annotated[str | None, typer.Option("--comment", "-m", help="A note for the agent.")]
 ApprovalArg = Annotated[str, typer.Argument(metavar="APPROVAL", help="Approval id.")]
+
+
+async def _claim(s: Session, run_id: str, approval: str, decision: str) -> None:
+    """Claim the decision; chat may answer the same approval at this moment, and the KV claim
+    lets exactly one surface publish a decision (nexus_events.approvals)."""
+    claim = await claim_approval(
+        s.bus.js, run_id, approval, decision, decided_by=whoami(), surface="cli"
+    )
+    if not claim.won:
+        by = f" by {claim.decided_by}" if claim.decided_by else ""
+        via = f" via {claim.surface}" if claim.surface else ""
+        raise CliError(
+            f"approval {approval} is already decided ({claim.decision}{by}{via})",
+            code=ExitCode.INVALID,
+        )
+
+
+async def _publish_or_release(
+    s: Session, run_id: str, approval: str, decided: ApprovalDecision
+) -> None:
+    """Publish the decision the claim won; if that fails, give the claim back so the
+    approval is not left held by a decision nobody will ever read."""
+    try:
+        await s.publish_guarded(
+            s.bus.publish(
+                subjects.inbox(run_id), decided, msg_id=f"cli:approval:{run_id}:{approval}"
+            )
+        )
+    except CliError:
+        with contextlib.suppress(Exception):
+            await release_approval(s.bus.js, run_id, approval)
+        raise
 
 
 def register(app: typer.Typer) -> None:
@@ -106,18 +140,15 @@ def register(app: typer.Typer) -> None:
                     raise CliError(
                         f"approval {approval} is already settled ({what})", code=ExitCode.INVALID
                     )
-                await s.publish_guarded(
-                    s.bus.publish(
-                        subjects.inbox(run_id),
-                        ApprovalDecision(
-                            approval_id=approval,
-                            decision=decision,
-                            decided_by=whoami(),
-                            comment=comment,
-                        ),
-                        msg_id=f"cli:approval:{run_id}:{approval}",
-                    )
+                await _claim(s, run_id, approval, decision)
+                answer = ApprovalDecision(
+                    approval_id=approval,
+                    decision=decision,
+                    decided_by=whoami(),
+                    comment=comment,
+                    surface="cli",
                 )
+                await _publish_or_release(s, run_id, approval, answer)
             verb = "approved" if decision == "approve" else "denied"
             message(
                 output,

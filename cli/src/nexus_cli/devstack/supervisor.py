@@ -63,14 +63,14 @@ class AppService:
     health_port_env: str = "NEXUS_HEALTH_PORT"
     needs_database: bool = True
     env: dict[str, str] = field(default_factory=dict)
-    # Started only when this variable is set in the stack's environment (None: always).
-    only_with: str | None = None
+    # Started only when one of these is set in the stack's environment (empty: always).
+    only_with: tuple[str, ...] = ()
     # Counted in the stack's readiness; a service that waits on something outside the stack
     # (Plane, Slack) is not, so its absence never fails `nexus dev up`.
     gates_readiness: bool = True
 
     def enabled(self, env: dict[str, str]) -> bool:
-        return self.only_with is None or bool(env.get(self.only_with))
+        return not self.only_with or any(env.get(name) for name in self.only_with)
 
 
 # Started in this order, stopped in the reverse one: memory before the scheduler so a run's
@@ -88,9 +88,27 @@ APP_SERVICES: tuple[AppService, ...] = (
     # plane-sync: only when Plane is configured (NEXUS_PLANE_URL and its other NEXUS_PLANE_*
     # settings; docs/plane.md); it queues until Plane answers.
     AppService(
-        "plane-sync", "nexus_plane_sync", only_with="NEXUS_PLANE_URL", gates_readiness=False
+        "plane-sync", "nexus_plane_sync", only_with=("NEXUS_PLANE_URL",), gates_readiness=False
+    ),
+    # The channel gateway: only when a channel is configured (docs/channels.md); without one
+    # it would only answer 404s.
+    AppService(
+        "channel-gateway",
+        "nexus_channel_gateway",
+        only_with=(
+            "NEXUS_SLACK_BOT_TOKEN",
+            "NEXUS_TELEGRAM_BOT_TOKEN",
+            "NEXUS_WEBHOOK_SOURCES_FILE",
+        ),
+        gates_readiness=False,
     ),
 )
+GATEWAY = next(app for app in APP_SERVICES if app.name == "channel-gateway")
+
+
+def gateway_configured(env: dict[str, str]) -> bool:
+    """Whether `nexus dev up` starts the channel gateway in this environment."""
+    return GATEWAY.enabled(env)
 
 
 def nats_server_binary() -> str:
@@ -218,7 +236,7 @@ class Supervisor:
             **{
                 app.name: self._entry(app.name)
                 for app in APP_SERVICES
-                if app.only_with is None or app.name in self.children
+                if not app.only_with or app.name in self.children
             },
         }
         if "model" in self.children:
@@ -330,6 +348,10 @@ class Supervisor:
             },
             # Plane calls this port: keep one someone set, else the documented 8090.
             "plane-sync": {"NEXUS_WEBHOOK_PORT": service_env.get("NEXUS_WEBHOOK_PORT", "8090")},
+            # Slack, Telegram and webhook sources call this port (8091: plane-sync has 8090).
+            "channel-gateway": {
+                "NEXUS_GATEWAY_PORT": service_env.get("NEXUS_GATEWAY_PORT", "8091"),
+            },
             "scheduler": {
                 "NEXUS_SCHEDULER_RUNTIME": "local",
                 "NEXUS_SCHEDULER_LOCAL_COMMAND": runner_cmd,

@@ -66,7 +66,8 @@ MEMORY, PLANE = Service.MEMORY, Service.PLANE_SYNC
 GATEWAY, OPERATOR = Service.CHANNEL_GATEWAY, Service.OPERATOR
 
 _CORE, _SCHEDULER, _RUNNER, _CLI = Party(CORE), Party(SCHEDULER), Party(RUNNER), Party(CLI)
-_OPERATOR, _MEMORY, _PLANE = Party(OPERATOR), Party(MEMORY), Party(PLANE)
+_OPERATOR, _MEMORY = Party(OPERATOR), Party(MEMORY)
+_PLANE, _GATEWAY = Party(PLANE), Party(GATEWAY)
 
 # Every run event lands in core's projections (agent_runs, board) and in `nexus runs watch`;
 # plane-sync mirrors the lifecycle to Plane's agent runs (DESIGN §5 step 9).
@@ -74,7 +75,7 @@ _RUN_READERS = (_CORE, _CLI, _PLANE)
 # The scheduler's admission state (nexus_scheduler.service.WATCHED_EVENTS).
 _ADMISSION = (*_RUN_READERS, _SCHEDULER)
 # Terminal events also end a run's chat thread and feed memory extraction (DESIGN §2).
-_TERMINAL = (*_ADMISSION, planned(GATEWAY), _MEMORY)
+_TERMINAL = (*_ADMISSION, _GATEWAY, _MEMORY)
 
 
 def _run(publishers: tuple[Party, ...], consumers: tuple[Party, ...]) -> EventRoles:
@@ -86,20 +87,21 @@ EVENT_ROLES: dict[tuple[Family, str], EventRoles] = {
     (Family.RUN, "requested"): _run(
         # core re-publishes a `new` request under the id it generates; the scheduler fires
         # schedules; Plane and chat start runs too.
-        (_CLI, _CORE, _SCHEDULER, _OPERATOR, _PLANE, planned(GATEWAY)),
-        _RUN_READERS,
+        (_CLI, _CORE, _SCHEDULER, _OPERATOR, _PLANE, _GATEWAY),
+        # The gateway reads `reply_to`: where the run's progress is posted.
+        (*_RUN_READERS, _GATEWAY),
     ),
     (Family.RUN, "prepared"): _run((_CORE,), (*_ADMISSION, _RUNNER)),
     (Family.RUN, "queued"): _run((_SCHEDULER,), _ADMISSION),
     (Family.RUN, "dispatched"): _run((_SCHEDULER,), _ADMISSION),
-    (Family.RUN, "started"): _run((_RUNNER,), _ADMISSION),
+    (Family.RUN, "started"): _run((_RUNNER,), (*_ADMISSION, _GATEWAY)),
     (Family.RUN, "heartbeat"): _run((_RUNNER,), _ADMISSION),
     (Family.RUN, "turn"): _run((_RUNNER,), _RUN_READERS),
     (Family.RUN, "tool_called"): _run((_RUNNER,), _RUN_READERS),
     (Family.RUN, "tool_result"): _run((_RUNNER,), _RUN_READERS),
     # Approvals are relayed to chat and to Plane (elicitation) for a person to answer.
-    (Family.RUN, "approval_requested"): _run((_RUNNER,), (*_RUN_READERS, planned(GATEWAY))),
-    (Family.RUN, "approval_decided"): _run((_RUNNER,), _RUN_READERS),
+    (Family.RUN, "approval_requested"): _run((_RUNNER,), (*_RUN_READERS, _GATEWAY)),
+    (Family.RUN, "approval_decided"): _run((_RUNNER,), (*_RUN_READERS, _GATEWAY)),
     (Family.RUN, "cancel_requested"): _run(
         # The scheduler cancels the previous run of a schedule (overlap policy).
         (_CLI, _SCHEDULER, _OPERATOR, _PLANE, planned(GATEWAY)),
@@ -129,17 +131,15 @@ EVENT_ROLES: dict[tuple[Family, str], EventRoles] = {
     (Family.CATALOG, "skill.deleted"): _run((_OPERATOR,), (_CORE,)),
     # -- inbox and route (NEXUS_INBOX) -----------------------------------------------------
     # Peer agents message a run too (sender_kind "agent").
-    # A comment on a work item with a running run reaches that run (plane-sync).
-    (Family.INBOX, "message"): _run(
-        (_OPERATOR, _PLANE, planned(GATEWAY), planned(RUNNER)), (_RUNNER,)
-    ),
-    (Family.INBOX, "approval_decision"): _run(
-        (_CLI, _OPERATOR, _PLANE, planned(GATEWAY)), (_RUNNER,)
-    ),
+    # A comment on a work item with a running run reaches that run (plane-sync); so does a
+    # reply in the run's chat thread (the gateway).
+    (Family.INBOX, "message"): _run((_OPERATOR, _PLANE, _GATEWAY, planned(RUNNER)), (_RUNNER,)),
+    # Chat and the CLI claim the decision first (nexus_events.approvals): one answer wins.
+    (Family.INBOX, "approval_decision"): _run((_CLI, _OPERATOR, _PLANE, _GATEWAY), (_RUNNER,)),
     # Delegation: a run or a chat hands work to an agent; core turns it into a run.
-    (Family.ROUTE, "delegation"): _run(
-        (_OPERATOR, planned(RUNNER), planned(GATEWAY)), (planned(CORE),)
-    ),
+    # The runner's `delegate` tool asks; the gateway checks depth and cycles and requests the
+    # child run, then sends the child's ending to the parent's inbox (correlation id).
+    (Family.ROUTE, "delegation"): _run((_OPERATOR, _RUNNER), (_GATEWAY,)),
     # -- schedules (NEXUS_SCHEDULES): the scheduler folds the whole stream ----------------
     (Family.SCHEDULE, "defined"): _run((_OPERATOR,), (_SCHEDULER,)),
     (Family.SCHEDULE, "removed"): _run((_OPERATOR,), (_SCHEDULER,)),
@@ -155,8 +155,18 @@ EVENT_ROLES: dict[tuple[Family, str], EventRoles] = {
     (Family.MEMORY, "consolidated"): _run((_MEMORY,), (_MEMORY,)),
     (Family.MEMORY, "extracted"): _run((_MEMORY,), (_MEMORY,)),
     # -- chat channels (NEXUS_CHANNELS) --------------------------------------------------------
-    (Family.CHANNEL, "in"): _run((planned(GATEWAY),), (planned(GATEWAY),)),
-    (Family.CHANNEL, "out"): _run((planned(GATEWAY),), (planned(GATEWAY),)),
+    # The gateway publishes verified inbound messages and consumes them (pairing, commands),
+    # then sends its `out` intents and records each outcome (`sent`).
+    (Family.CHANNEL, "in"): _run((_GATEWAY, _OPERATOR), (_GATEWAY,)),
+    (Family.CHANNEL, "out"): _run((_GATEWAY,), (_GATEWAY,)),
+    (Family.CHANNEL, "sent"): _run((_GATEWAY,), (_OPERATOR,)),
+    # Generic webhooks land here for whoever subscribes to their source (operators, agents).
+    (Family.CHANNEL, "webhook"): _run((_GATEWAY,), (_OPERATOR,)),
+    # The allowlist is event-sourced: the gateway challenges, `nexus pair` decides.
+    (Family.CHANNEL, "pairing_requested"): _run((_GATEWAY,), (_GATEWAY, _CLI)),
+    (Family.CHANNEL, "pairing_approved"): _run((_CLI, _OPERATOR), (_GATEWAY, _CLI)),
+    (Family.CHANNEL, "pairing_revoked"): _run((_CLI, _OPERATOR), (_GATEWAY, _CLI)),
+    (Family.CHANNEL, "approval_relayed"): _run((_GATEWAY,), (_OPERATOR,)),
     # -- Plane (NEXUS_PLANE): plane-sync's webhooks in and its writes' intents/outcomes ------
     # Webhooks are filed as received (verified, deduped), then acted on by plane-sync's own
     # consumer; `nexus plane status` reads the write record.
@@ -172,7 +182,7 @@ EVENT_ROLES: dict[tuple[Family, str], EventRoles] = {
             _RUNNER,
             _MEMORY,
             _PLANE,
-            planned(GATEWAY),
+            _GATEWAY,
         ),
         (_CLI, _OPERATOR),
     ),

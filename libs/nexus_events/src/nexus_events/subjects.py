@@ -205,6 +205,12 @@ def plane_event(key: str, event: str) -> str:
     return _build(Family.PLANE, (key,), event)
 
 
+def channel_event(channel: str, event: str) -> str:
+    """``nexus.channel.v1.<channel>.<event>``: a channel fact other than a message in or out
+    (``sent``, ``webhook``, ``pairing_requested``, ``approval_relayed``, ...)."""
+    return _build(Family.CHANNEL, (channel,), event)
+
+
 def dead_letter(service: str) -> str:
     """``nexus.dlq.v1.<service>``."""
     return _build(Family.DLQ, (service,), None)
@@ -232,6 +238,11 @@ def memory_events_filter(scope: str | None = None, event: str | None = None) -> 
 
 def plane_events_filter(key: str | None = None, event: str | None = None) -> str:
     return _filter(Family.PLANE, (key,), event)
+
+
+def channel_events_filter(channel: str | None = None, event: str | None = None) -> str:
+    """Channel events: all, those of one channel, and/or one direction or event name."""
+    return _filter(Family.CHANNEL, (channel,), event)
 
 
 def catalog_events_filter(kind: CatalogKind | str | None = None) -> str:

@@ -46,6 +46,7 @@ from opentelemetry import context as otel_context
 
 from nexus_runner.config import RunnerSettings
 from nexus_runner.control import RunControl, start_points
+from nexus_runner.delegation import Delegation
 from nexus_runner.errors import RunnerError, RunStopped, ToolError
 from nexus_runner.finishing import finish_run
 from nexus_runner.git import Author, Git
@@ -269,6 +270,13 @@ async def _execute_run(
             test_command=settings.acceptance_command or detect_test_command(ws.root),
             memory=RunMemory(
                 bus.nc, config.run_id, RunScopes.of(config), timeout=settings.remember_timeout
+            ),
+            delegate=Delegation(
+                bus,
+                control,
+                run_id=config.run_id,
+                agent_id=config.agent_id,
+                task_id=config.task_id,
             ),
         )
         # MCP servers live as long as the loop: closing kills their process groups, also

@@ -94,6 +94,8 @@ class RunControl:
         self._decisions: dict[str, ApprovalDecision] = {}
         self._waiters: dict[str, asyncio.Future[ApprovalDecision]] = {}
         self._seen_messages: set[str] = set()
+        # Delegations waited for (the `delegate` tool): the child's result by correlation id.
+        self._correlated: dict[str, asyncio.Future[InboxMessage]] = {}
         self._subs: list[Any] = []
 
     async def start(self, points: StartPoints | None = None) -> None:
@@ -160,6 +162,10 @@ class RunControl:
             key = event.message_id or f"seq:{msg.metadata.sequence.stream}"
             if key not in self._seen_messages:
                 self._seen_messages.add(key)
+                pending = self._correlated.get(event.correlation_id or "")
+                if pending is not None and not pending.done():
+                    pending.set_result(event)  # the tool call's output, not a new message
+                    return
                 self.messages.append(event)
                 self.received.append(event)
                 self.message_arrived.set()
@@ -191,3 +197,13 @@ class RunControl:
             return None
         finally:
             self._waiters.pop(approval_id, None)
+
+    def expect(self, correlation_id: str) -> asyncio.Future[InboxMessage]:
+        """A future for the inbox message carrying `correlation_id` (register it before the
+        request goes out, so a fast answer is not taken for an ordinary message)."""
+        waiter: asyncio.Future[InboxMessage] = asyncio.get_running_loop().create_future()
+        self._correlated[correlation_id] = waiter
+        return waiter
+
+    def forget(self, correlation_id: str) -> None:
+        self._correlated.pop(correlation_id, None)

@@ -10,7 +10,17 @@ from nexus_events.events.catalog import (
     SkillDefinition,
     SkillDeleted,
 )
-from nexus_events.events.channels import ChannelMessageIn, ChannelMessageOut
+from nexus_events.events.channels import (
+    ApprovalRelayed,
+    ChannelAddress,
+    ChannelMessageIn,
+    ChannelMessageOut,
+    ChannelMessageSent,
+    PairingApproved,
+    PairingRequested,
+    PairingRevoked,
+    WebhookReceived,
+)
 from nexus_events.events.dlq import DeadLetter
 from nexus_events.events.inbox import ApprovalDecision, InboxMessage, RouteRequest
 from nexus_events.events.logs import LogLine
@@ -105,11 +115,14 @@ __all__ = [
     "AgentDeleted",
     "ApprovalDecided",
     "ApprovalDecision",
+    "ApprovalRelayed",
     "ApprovalRequested",
     "Budgets",
     "CancelRequested",
+    "ChannelAddress",
     "ChannelMessageIn",
     "ChannelMessageOut",
+    "ChannelMessageSent",
     "Column",
     "Command",
     "DeadLetter",
@@ -141,6 +154,9 @@ __all__ = [
     "MemoryView",
     "ModelSpec",
     "Origin",
+    "PairingApproved",
+    "PairingRequested",
+    "PairingRevoked",
     "Permissions",
     "PlaneResyncReply",
     "PlaneResyncRequest",
@@ -187,6 +203,7 @@ __all__ = [
     "ToolCalled",
     "ToolGrant",
     "ToolResult",
+    "WebhookReceived",
     "WriteOp",
     "lookup",
     "parse_scope",

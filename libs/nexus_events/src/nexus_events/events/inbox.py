@@ -28,6 +28,10 @@ class InboxMessage(_InboxCommand):
     sender: str | None = Field(None, description="Who sends it (person or run id).")
     sender_kind: Literal["human", "agent"] = Field("human", description="Person or peer agent.")
     message_id: str | None = Field(None, description="Sender's id for dedupe/threads.")
+    channel: str | None = Field(None, description="Chat channel it came from (slack, ...).")
+    correlation_id: str | None = Field(
+        None, description="Ties a delegated run's result to the delegation that asked for it."
+    )
 
 
 @register
@@ -39,6 +43,9 @@ class ApprovalDecision(_InboxCommand):
     decision: Literal["approve", "deny"] = Field(..., description="The answer.")
     decided_by: str | None = Field(None, description="Who answers.")
     comment: str | None = Field(None, description="Optional note for the agent.")
+    surface: str | None = Field(
+        None, description="Where it was decided: cli, slack, telegram, plane, nats."
+    )
 
 
 @register
@@ -52,3 +59,6 @@ class RouteRequest(Command):
     task_id: str | None = Field(None, description="Task the work belongs to.")
     from_run_id: str | None = Field(None, description="The delegating run.")
     reply_to: str | None = Field(None, description="Run id whose inbox gets the result.")
+    from_agent_id: str | None = Field(
+        None, description="Agent of the delegating run (the start of the cycle guard's chain)."
+    )

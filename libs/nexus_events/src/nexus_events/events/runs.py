@@ -12,6 +12,7 @@ from typing import Any, ClassVar, Literal
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from nexus_events.events.base import Command, Event, register
+from nexus_events.events.channels import ChannelAddress
 from nexus_events.events.specs import (
     Budgets,
     McpServerSpec,
@@ -156,6 +157,9 @@ class RunRequested(_RunCommand):
     requested_by: str | None = Field(None, description="Person or service asking.")
     parent_run_id: str | None = Field(None, description="Run that delegated this one.")
     labels: dict[str, str] = Field(default_factory=dict, description="Free labels.")
+    reply_to: ChannelAddress | None = Field(
+        None, description="Chat thread that asked for the run: its progress is posted there."
+    )
 
     @field_validator("agent_id", "task_id", "parent_run_id")
     @classmethod

@@ -121,3 +121,18 @@ class FinishArgs(ToolArgs):
     details: dict[str, Any] = Field(
         default_factory=dict, description="Role-specific output (e.g. review verdict)."
     )
+
+
+class DelegateArgs(ToolArgs):
+    """Hand a piece of work to another agent: it runs as a child run of this one. With wait
+    (the default) the child's result comes back as this call's output; without, it arrives
+    later as a message."""
+
+    agent: str = Field(
+        ..., pattern=r"^[A-Za-z0-9_-]{1,128}$", description="Id of the agent to delegate to."
+    )
+    input: str = Field(..., min_length=1, description="What the other agent should do.")
+    wait: bool = Field(True, description="Wait for the child's result (else fire and forget).")
+    timeout: float = Field(
+        900.0, gt=0, le=7200, description="Seconds to wait for the result when waiting."
+    )

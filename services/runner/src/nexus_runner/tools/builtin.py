@@ -211,6 +211,12 @@ async def remember(ctx: ToolContext, args: a.RememberArgs) -> str:
     return await ctx.memory.remember(args, ctx.call_id)
 
 
+async def delegate(ctx: ToolContext, args: a.DelegateArgs) -> str:
+    if ctx.delegate is None:
+        raise ToolError("delegation is not available in this run")
+    return await ctx.delegate(args)
+
+
 async def finish(ctx: ToolContext, args: a.FinishArgs) -> str:
     ctx.finished = args
     return "run finished"
@@ -230,5 +236,6 @@ BUILTINS: dict[str, tuple[type[a.ToolArgs], Handler]] = {
     "git_commit": (a.GitCommitArgs, git_commit),
     "run_tests": (a.RunTestsArgs, run_tests),
     "remember": (a.RememberArgs, remember),
+    "delegate": (a.DelegateArgs, delegate),
     "finish": (a.FinishArgs, finish),
 }

@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import re
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
@@ -15,7 +16,7 @@ from pydantic import ValidationError
 from nexus_runner.errors import PathEscape, ToolError
 from nexus_runner.git import Git
 from nexus_runner.safety import destructive_reason
-from nexus_runner.tools.args import FinishArgs, RememberArgs, ToolArgs
+from nexus_runner.tools.args import DelegateArgs, FinishArgs, RememberArgs, ToolArgs
 from nexus_runner.tools.builtin import BUILTINS
 from nexus_runner.tools.mcp import McpTools
 from nexus_runner.workspace import Workspace
@@ -47,6 +48,8 @@ class ToolContext:
     # Id of the tool call being executed (calls run one at a time): what makes a call's
     # side effect idempotent, e.g. the id a `remember` records under.
     call_id: str = ""
+    # The `delegate` tool's way out (nexus_runner.delegation); None: not available.
+    delegate: Callable[[DelegateArgs], Awaitable[str]] | None = None
 
 
 @dataclass(frozen=True)
@@ -186,17 +189,30 @@ class ToolRegistry:
                     return str(exc)
         if name == "git_commit" and not self.permissions.can_commit:
             return "this run is not permitted to commit"
-        if isinstance(args, RememberArgs) and self.ctx.memory is not None:
-            try:  # a run writes only into its own scopes: refused before anything is sent
-                self.ctx.memory.scopes.resolve(args.scope)
-            except ToolError as exc:
-                return str(exc)
+        refused = self._reach_refusal(args)
+        if refused is not None:
+            return refused
         command = getattr(args, "command", None)
         if name == "run_shell" and isinstance(command, str):
             if _GIT_PUSH.search(command):
                 return "pushing is done by the runner when the run finishes, not from the shell"
             if _GIT_COMMIT.search(command) and not self.permissions.can_commit:
                 return "this run is not permitted to commit"
+        return None
+
+    def _reach_refusal(self, args: ToolArgs) -> str | None:
+        """Tools that reach beyond the run: only into its own memory scopes, only to the
+        agents its definition allows."""
+        if isinstance(args, RememberArgs) and self.ctx.memory is not None:
+            try:  # a run writes only into its own scopes: refused before anything is sent
+                self.ctx.memory.scopes.resolve(args.scope)
+            except ToolError as exc:
+                return str(exc)
+        if isinstance(args, DelegateArgs):
+            # The definition's allow-list: `tools: [{name: delegate, options: {agents: [..]}}]`.
+            allowed = self.granted["delegate"].options.get("agents")
+            if isinstance(allowed, list) and args.agent not in allowed:
+                return f"this agent may delegate only to: {', '.join(map(str, allowed)) or 'none'}"
         return None
 
     async def execute(self, decision: Decision) -> ToolOutcome:

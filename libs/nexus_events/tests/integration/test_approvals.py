@@ -1,0 +1,67 @@
+"""The approval claim (NATS KV create) lets exactly one surface decide, on the real server."""
+
+from __future__ import annotations
+
+import asyncio
+
+from nexus_events.approvals import claim_approval
+from nexus_events.bus import Bus
+
+
+async def test_concurrent_claims_have_one_winner_and_losers_learn_it(bus: Bus) -> None:
+    claims = await asyncio.gather(
+        *(
+            claim_approval(
+                bus.js,
+                "run-1",
+                "apr-1",
+                "approve" if i % 2 else "deny",
+                decided_by=f"p{i}",
+                surface="slack" if i % 2 else "cli",
+            )
+            for i in range(8)
+        )
+    )
+    winners = [c for c in claims if c.won]
+    assert len(winners) == 1
+    for loser in (c for c in claims if not c.won):
+        assert (loser.decision, loser.decided_by) == (winners[0].decision, winners[0].decided_by)
+
+
+async def test_claims_of_other_approvals_are_independent(bus: Bus) -> None:
+    first = await claim_approval(bus.js, "run-1", "apr-1", "approve", decided_by="a", surface="x")
+    other = await claim_approval(bus.js, "run-1", "apr-2", "deny", decided_by="b", surface="y")
+    again = await claim_approval(bus.js, "run-1", "apr-1", "deny", decided_by="c", surface="z")
+    assert first.won
+    assert other.won
+    assert not again.won
+    assert again.decision == "approve"
+    assert again.surface == "x"
+
+
+async def test_the_same_claimant_token_wins_again_after_a_crash(bus: Bus) -> None:
+    first = await claim_approval(
+        bus.js, "run-2", "apr-1", "approve", decided_by="a", surface="slack", token="msg-1"
+    )
+    again = await claim_approval(
+        bus.js, "run-2", "apr-1", "approve", decided_by="a", surface="slack", token="msg-1"
+    )
+    other = await claim_approval(
+        bus.js, "run-2", "apr-1", "deny", decided_by="b", surface="slack", token="msg-2"
+    )
+    assert first.won
+    assert again.won
+    assert not other.won
+
+
+async def test_a_released_claim_can_be_won_by_another_surface(bus: Bus) -> None:
+    from nexus_events.approvals import release_approval
+
+    first = await claim_approval(bus.js, "run-3", "apr-1", "deny", decided_by="a", surface="cli")
+    await release_approval(bus.js, "run-3", "apr-1")
+    second = await claim_approval(
+        bus.js, "run-3", "apr-1", "approve", decided_by="b", surface="slack"
+    )
+    assert first.won
+    assert second.won
+    assert second.decision == "approve"

@@ -1,0 +1,23 @@
+"""``python -m nexus_channel_gateway``: load the settings, run until SIGTERM/SIGINT, drain."""
+
+from __future__ import annotations
+
+import asyncio
+
+from nexus_events.process import run_service
+
+from nexus_channel_gateway.app import SOURCE, serve
+from nexus_channel_gateway.config import GatewaySettings
+
+
+def main() -> None:
+    settings = GatewaySettings()
+
+    async def run(stop: asyncio.Event) -> None:
+        await serve(settings, stop)
+
+    run_service(SOURCE, run)
+
+
+if __name__ == "__main__":
+    main()

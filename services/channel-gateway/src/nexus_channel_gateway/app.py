@@ -1,0 +1,219 @@
+"""Wiring and lifecycle of the channel gateway: start everything in order, stop it draining.
+
+Start: connect NATS, create missing streams (core owns their settings), connect PostgreSQL
+and migrate ``channels``, log in to the configured platforms (a wrong token fails the start),
+publish inbound left unpublished by a crash, start the consumers (router, notifier, sender,
+delegation),
+then the HTTP ingress and the health endpoint.
+Stop (SIGTERM): the ingress first (no new requests), then the outbox publishes what it holds,
+the consumers finish their batch, connections close.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from typing import Any
+
+import asyncpg
+from nexus_events.bus import Bus, BusSettings, Consumer
+from nexus_events.health import HealthServer
+from nexus_events.metrics import MetricsSettings, setup_metrics
+from nexus_events.streams import ensure_streams
+from opentelemetry.sdk.metrics import MeterProvider as SdkMeterProvider
+
+from nexus_channel_gateway.config import GatewaySettings
+from nexus_channel_gateway.delegation import Delegator, delegation_spec
+from nexus_channel_gateway.ingress import Ingress, Verifier
+from nexus_channel_gateway.metrics import GatewayMetrics
+from nexus_channel_gateway.notifier import Notifier, notifier_spec
+from nexus_channel_gateway.outbox import InboundOutbox
+from nexus_channel_gateway.platforms import Poster, SlackPoster, TelegramPoster
+from nexus_channel_gateway.router import Router, router_spec
+from nexus_channel_gateway.sender import Sender, sender_spec
+from nexus_channel_gateway.slack import SlackIngress
+from nexus_channel_gateway.store import CHANNELS_SCHEMA, GatewayStore
+from nexus_channel_gateway.telegram import TelegramIngress
+from nexus_channel_gateway.webhooks import WebhookIngress, load_sources
+
+log = logging.getLogger(__name__)
+
+SOURCE = "channel-gateway"
+
+
+class GatewayApp:
+    """The channel gateway. `bus` may be given (tests); otherwise connected at start."""
+
+    def __init__(
+        self,
+        settings: GatewaySettings | None = None,
+        *,
+        bus_settings: BusSettings | None = None,
+        bus: Bus | None = None,
+        metrics_settings: MetricsSettings | None = None,
+        schema: str = CHANNELS_SCHEMA,
+        sweep_interval: float = 5.0,
+    ) -> None:
+        self.settings = settings or GatewaySettings()
+        self.bus_settings = bus_settings
+        self.metrics_settings = metrics_settings
+        self.schema = schema
+        self.sweep_interval = sweep_interval
+        self._own_bus = bus is None
+        self._bus = bus
+        self._pool: asyncpg.Pool[Any] | None = None
+        self.meter_provider: SdkMeterProvider | None = None
+        self.metrics = GatewayMetrics()
+        self.store: GatewayStore | None = None
+        self.outbox: InboundOutbox | None = None
+        self.posters: dict[str, Poster] = {}
+        self.consumers: list[Consumer] = []
+        self.ingress: Ingress | None = None
+        self.health: HealthServer | None = None
+        self._running = False
+
+    @property
+    def bus(self) -> Bus:
+        if self._bus is None:
+            raise RuntimeError("channel gateway is not started: no NATS connection")
+        return self._bus
+
+    @property
+    def port(self) -> int:
+        """The ingress port (useful with gateway_port 0)."""
+        return 0 if self.ingress is None else self.ingress.port
+
+    def ready(self) -> bool:
+        return self._running and self._bus is not None and self._bus.nc.is_connected
+
+    async def _verifiers(self) -> tuple[Verifier | None, Verifier | None, dict[str, Verifier]]:
+        s = self.settings
+        slack = telegram = None
+        if s.slack_enabled:
+            assert s.slack_bot_token is not None
+            assert s.slack_signing_secret is not None
+            poster = SlackPoster(s.slack_bot_token.get_secret_value(), s.slack_base_url)
+            self.posters["slack"] = poster
+            bot_user = await poster.identity()
+            slack = SlackIngress(s.slack_signing_secret.get_secret_value(), bot_user=bot_user)
+        if s.telegram_enabled:
+            assert s.telegram_bot_token is not None
+            assert s.telegram_secret_token is not None
+            tg = TelegramPoster(s.telegram_bot_token.get_secret_value(), s.telegram_base_url)
+            self.posters["telegram"] = tg
+            bot_id = await tg.identity()
+            telegram = TelegramIngress(s.telegram_secret_token.get_secret_value(), bot_id)
+        hooks: dict[str, Verifier] = {}
+        if s.webhook_sources_file is not None:
+            sources = await asyncio.to_thread(load_sources, s.webhook_sources_file)
+            hooks = {src.name: WebhookIngress(src) for src in sources}
+        return slack, telegram, hooks
+
+    async def start(self) -> None:
+        s = self.settings
+        if self._bus is None:
+            self._bus = await Bus.connect(self.bus_settings, source=SOURCE)
+        await ensure_streams(self.bus.js, update=False)  # core owns stream settings
+        self._pool = await asyncpg.create_pool(s.database_url, min_size=1, max_size=s.db_pool_size)
+        self.store = GatewayStore(self._pool, self.schema)
+        await self.store.migrate()
+        if self.metrics_settings is not None or MetricsSettings().prometheus_port is not None:
+            self.meter_provider = setup_metrics(SOURCE, self.metrics_settings)
+            self.metrics = GatewayMetrics(self.meter_provider)
+        slack, telegram, hooks = await self._verifiers()
+        self.outbox = InboundOutbox(self.bus, self.store, self.sweep_interval)
+        recovered = await self.outbox.sweep()
+        if recovered:
+            log.info("published %d inbound messages left by the last run", recovered)
+        await self.outbox.start()
+        prefix = s.consumer_prefix
+        router = Router(
+            self.bus,
+            self.store,
+            self.metrics,
+            pairing_ttl=s.pairing_ttl,
+            max_pending=s.pairing_max_pending,
+            open_channels=frozenset(s.gateway_open_channels),
+        )
+        delegator = Delegator(self.bus, self.store, self.metrics, max_depth=s.delegation_max_depth)
+        self.consumers = [
+            self.bus.consumer(router_spec(f"{prefix}_router", s.fetch_timeout, s.ack_wait), router),
+            self.bus.consumer(
+                notifier_spec(f"{prefix}_notifier", s.fetch_timeout, s.ack_wait),
+                Notifier(self.bus, self.store, delegator),
+            ),
+            self.bus.consumer(
+                delegation_spec(f"{prefix}_delegation", s.fetch_timeout, s.ack_wait), delegator
+            ),
+            self.bus.consumer(
+                sender_spec(f"{prefix}_sender", s.fetch_timeout, s.ack_wait),
+                Sender(self.bus, self.store, self.metrics, self.posters),
+            ),
+        ]
+        for consumer in self.consumers:
+            await consumer.start()
+        self.ingress = Ingress(
+            self.outbox,
+            self.metrics,
+            max_body=s.gateway_max_body,
+            slack=slack,
+            telegram=telegram,
+            hooks=hooks,
+        )
+        await self.ingress.start(s.gateway_host, s.gateway_port)
+        if s.health_port is not None:
+            self.health = HealthServer(self.ready, s.health_host, s.health_port)
+            await self.health.start()
+        self._running = True
+        log.info(
+            "channel gateway listening on %s:%d (slack %s, telegram %s, webhook sources %s)",
+            s.gateway_host,
+            self.port,
+            slack is not None,
+            telegram is not None,
+            sorted(hooks) or "none",
+        )
+
+    async def stop(self) -> None:
+        """Drain: stop taking requests, publish what was accepted, finish batches, close."""
+        self._running = False
+        if self.ingress is not None:
+            await self.ingress.stop()
+        if self.outbox is not None:
+            await self.outbox.stop()
+        await asyncio.gather(*(c.stop() for c in self.consumers))
+        self.consumers.clear()
+        for poster in self.posters.values():
+            with contextlib.suppress(Exception):
+                await poster.close()
+        if self.health is not None:
+            await self.health.stop()
+        if self.meter_provider is not None:
+            self.meter_provider.shutdown()
+            self.meter_provider = None
+        if self._pool is not None:
+            with contextlib.suppress(asyncio.TimeoutError):
+                await asyncio.wait_for(self._pool.close(), timeout=10)
+            self._pool = None
+        if self._own_bus and self._bus is not None:
+            await self._bus.close()
+            self._bus = None
+        log.info("channel gateway stopped")
+
+    async def __aenter__(self) -> GatewayApp:
+        await self.start()
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.stop()
+
+
+async def serve(settings: GatewaySettings, stop: asyncio.Event) -> None:
+    """Run the gateway until `stop` is set, then drain within `drain_timeout` seconds."""
+    app = GatewayApp(settings)
+    await app.start()
+    try:
+        await stop.wait()
+    finally:
+        await asyncio.wait_for(app.stop(), timeout=settings.drain_timeout)

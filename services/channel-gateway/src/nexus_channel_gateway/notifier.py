@@ -1,0 +1,173 @@
+"""Progress of chat-started runs back to their thread: requested, started, approval asked
+(relayed under a short id), approval decided, and the ending with its reason.
+
+Every reply's idempotency key is derived from the run event (run, event, approval), so a
+redelivered run event publishes the same intent, which JetStream and the sender drop.
+"""
+
+from __future__ import annotations
+
+import logging
+
+from nexus_events import subjects
+from nexus_events.bus import Bus, ConsumerSpec, Delivery
+from nexus_events.events import (
+    ApprovalDecided,
+    ApprovalRelayed,
+    ApprovalRequested,
+    ChannelAddress,
+    Event,
+    RunCompleted,
+    RunRequested,
+    TerminalEvent,
+)
+from nexus_events.streams import RUNS
+
+from nexus_channel_gateway.codes import short_code
+from nexus_channel_gateway.delegation import Delegator
+from nexus_channel_gateway.replies import say
+from nexus_channel_gateway.store import GatewayStore
+
+log = logging.getLogger(__name__)
+
+WATCHED = (
+    "requested",
+    "started",
+    "approval_requested",
+    "approval_decided",
+    "completed",
+    "failed",
+    "cancelled",
+    "timed_out",
+    "lost",
+)
+# Longest result text posted; the rest is in `nexus attach`.
+MAX_TEXT = 3000
+
+
+def notifier_spec(durable: str, fetch_timeout: float, ack_wait: float = 30.0) -> ConsumerSpec:
+    return ConsumerSpec(
+        stream=RUNS,
+        durable=durable,
+        filter_subjects=tuple(subjects.run_events_filter(event=e) for e in WATCHED),
+        batch=100,
+        fetch_timeout=fetch_timeout,
+        ack_wait=ack_wait,
+    )
+
+
+def _clip(text: str) -> str:
+    return text if len(text) <= MAX_TEXT else text[: MAX_TEXT - 1] + "…"
+
+
+def describe(run_id: str, name: str, event: Event) -> str | None:
+    """The chat line for one run event (None: nothing to say)."""
+    if name == "started":
+        return f"▶️ Run `{run_id}` started."
+    if isinstance(event, RunCompleted):
+        extra = "".join(f"\n{part}" for part in (event.result.summary, event.result.pr_url) if part)
+        return _clip(f"✅ Run `{run_id}` completed.{extra}")
+    if isinstance(event, TerminalEvent):
+        verb = {
+            "failed": "failed",
+            "timed_out": "timed out",
+            "lost": "was lost",
+            "cancelled": "was cancelled",
+        }.get(name, name)
+        detail = f" ({event.message})" if event.message else ""
+        return _clip(f"❌ Run `{run_id}` {verb}: {event.reason}{detail}")
+    return None
+
+
+def child_outcome(run_id: str, agent: str, name: str, event: TerminalEvent) -> str:
+    """What the delegating run reads in its inbox when its child ends."""
+    if isinstance(event, RunCompleted):
+        summary = event.result.summary or "(no summary)"
+        return _clip(f"delegated run {run_id} ({agent}) completed: {summary}")
+    detail = f" ({event.message})" if event.message else ""
+    return _clip(f"delegated run {run_id} ({agent}) {name}: {event.reason}{detail}")
+
+
+class Notifier:
+    def __init__(self, bus: Bus, store: GatewayStore, delegator: Delegator | None = None) -> None:
+        self.bus = bus
+        self.store = store
+        self.delegator = delegator
+
+    async def __call__(self, deliveries: list[Delivery]) -> None:
+        for d in deliveries:
+            run_id, name = d.address.run_id, d.address.event
+            if run_id is None or name is None or run_id == subjects.NEW_RUN_TOKEN:
+                continue
+            await self.notify(run_id, name, d.event)
+
+    async def notify(self, run_id: str, name: str, event: Event) -> None:
+        if isinstance(event, RunRequested):
+            if event.reply_to is None:
+                return
+            await self.store.remember_origin(run_id, event.reply_to)
+            await say(
+                self.bus,
+                event.reply_to,
+                f"🆗 Run `{run_id}` of `{event.agent_id}` requested.",
+                key=f"{run_id}:requested",
+                kind="requested",
+                run_id=run_id,
+            )
+            return
+        if isinstance(event, TerminalEvent) and self.delegator is not None:
+            held = await self.store.delegation(run_id)
+            if held is not None:
+                await self.delegator.ended(held, child_outcome(run_id, held.chain[-1], name, event))
+        origin = await self.store.origin(run_id)
+        if origin is None:
+            return
+        if isinstance(event, ApprovalRequested):
+            await self._relay(run_id, event, origin)
+            return
+        if isinstance(event, ApprovalDecided):
+            text = f"Approval `{event.approval_id}`: {event.decision}" + (
+                f" by {event.decided_by}." if event.decided_by else "."
+            )
+            await say(
+                self.bus,
+                origin,
+                text,
+                key=f"{run_id}:decided:{event.approval_id}",
+                kind="notice",
+                run_id=run_id,
+                approval_id=event.approval_id,
+            )
+            return
+        line = describe(run_id, name, event)
+        if line is not None:
+            await say(self.bus, origin, line, key=f"{run_id}:{name}", kind=name, run_id=run_id)
+
+    async def _relay(self, run_id: str, event: ApprovalRequested, origin: ChannelAddress) -> None:
+        wanted = short_code(f"{run_id}.{event.approval_id}", length=5, salt="approval")
+        short = await self.store.relay_approval(wanted, run_id, event.approval_id, origin)
+        await self.bus.publish(
+            subjects.channel_event(origin.channel, "approval_relayed"),
+            ApprovalRelayed(
+                run_id=run_id,
+                approval_id=event.approval_id,
+                short_id=short,
+                conversation=origin.conversation,
+                thread=origin.thread,
+            ),
+            msg_id=f"relay:{run_id}:{event.approval_id}",
+        )
+        text = (
+            f"🔐 Run `{run_id}` asks to use `{event.tool}`: {event.summary}"
+            + (f"\nWhy: {event.why}" if event.why else "")
+            + f"\nAnswer `yes {short}` or `no {short}` (expires {event.expires_at:%H:%M} UTC)."
+        )
+        await say(
+            self.bus,
+            origin,
+            _clip(text),
+            key=f"{run_id}:approval:{event.approval_id}",
+            kind="approval",
+            run_id=run_id,
+            approval_id=event.approval_id,
+        )

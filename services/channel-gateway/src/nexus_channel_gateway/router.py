@@ -1,0 +1,259 @@
+"""What to do with each verified chat message and each pairing event (one consumer, so the
+allowlist is always as current as the stream position of the message being judged).
+
+A message from a sender off the allowlist gets a pairing challenge; otherwise it is a run
+request, an approval answer, or words for the run whose thread it is in.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+from datetime import UTC, datetime, timedelta
+
+from nexus_events import subjects
+from nexus_events.approvals import claim_approval
+from nexus_events.bus import Bus, ConsumerSpec, Delivery
+from nexus_events.events import (
+    ApprovalDecision,
+    ChannelAddress,
+    ChannelMessageIn,
+    InboxMessage,
+    Origin,
+    PairingApproved,
+    PairingRequested,
+    PairingRevoked,
+    RunRequested,
+)
+from nexus_events.streams import CHANNELS
+
+from nexus_channel_gateway import commands
+from nexus_channel_gateway.codes import short_code
+from nexus_channel_gateway.metrics import GatewayMetrics
+from nexus_channel_gateway.replies import say
+from nexus_channel_gateway.store import GatewayStore
+
+log = logging.getLogger(__name__)
+
+PAIRING_EVENTS = ("pairing_requested", "pairing_approved", "pairing_revoked")
+
+
+def router_spec(durable: str, fetch_timeout: float, ack_wait: float = 30.0) -> ConsumerSpec:
+    return ConsumerSpec(
+        stream=CHANNELS,
+        durable=durable,
+        filter_subjects=(
+            subjects.channel_events_filter(event="in"),
+            *(subjects.channel_events_filter(event=e) for e in PAIRING_EVENTS),
+        ),
+        batch=50,
+        fetch_timeout=fetch_timeout,
+        ack_wait=ack_wait,
+    )
+
+
+def run_id_for(key: str) -> str:
+    """The run a chat message starts: derived from its dedupe key, so a redelivered message
+    asks for the same run (and core drops the repeat)."""
+    return "run_" + hashlib.blake2b(key.encode(), digest_size=6).hexdigest()
+
+
+class Router:
+    def __init__(
+        self,
+        bus: Bus,
+        store: GatewayStore,
+        metrics: GatewayMetrics,
+        *,
+        pairing_ttl: float,
+        max_pending: int,
+        open_channels: frozenset[str] = frozenset(),
+    ) -> None:
+        self.bus = bus
+        self.store = store
+        self.metrics = metrics
+        self.pairing_ttl = pairing_ttl
+        self.max_pending = max_pending
+        self.open_channels = open_channels
+
+    async def __call__(self, deliveries: list[Delivery]) -> None:
+        for d in deliveries:
+            channel = d.address.ids["channel"]
+            event = d.event
+            if isinstance(event, ChannelMessageIn):
+                await self.message(channel, event, d.envelope.event_id)
+            elif isinstance(event, PairingRequested):
+                await self.store.pairing_requested(
+                    event.code, channel, event.user, event.conversation, event.expires_at
+                )
+            elif isinstance(event, PairingApproved):
+                await self.store.pairing_approved(channel, event.user, event.code)
+            elif isinstance(event, PairingRevoked):
+                await self.store.pairing_revoked(channel, event.user)
+
+    async def message(self, channel: str, msg: ChannelMessageIn, event_id: str) -> None:
+        key = msg.dedupe_key or event_id
+        here = ChannelAddress(
+            channel=channel, conversation=msg.conversation, thread=msg.thread or msg.message_id
+        )
+        if channel not in self.open_channels and not await self.store.allowed(channel, msg.user):
+            await self._challenge(channel, msg, key, here)
+            return
+        command = commands.parse(msg.text)
+        if isinstance(command, commands.RunCommand):
+            await self._run(channel, msg, key, here, command)
+        elif isinstance(command, commands.ApprovalAnswer):
+            await self._answer(channel, msg, key, here, command)
+        elif isinstance(command, commands.Invalid):
+            await say(self.bus, here, command.reason, key=f"reply:{key}", kind="notice")
+        else:
+            await self._to_run(channel, msg, key, here, command.text)
+
+    async def _challenge(
+        self, channel: str, msg: ChannelMessageIn, key: str, here: ChannelAddress
+    ) -> None:
+        self.metrics.inbound(channel, "unpaired")
+        now = datetime.now(UTC)
+        code = await self.store.pending_code(channel, msg.user, now)
+        if code is None:
+            if await self.store.pending_count(channel, now) >= self.max_pending:
+                self.metrics.inbound(channel, "pairing_full")
+                await say(
+                    self.bus,
+                    here,
+                    "Too many pairing requests are pending; try again later.",
+                    key=f"reply:{key}",
+                    kind="pairing",
+                )
+                return
+            code = short_code(key, salt="pairing")
+            expires = now + timedelta(seconds=self.pairing_ttl)
+            # Stored now (not only when the event comes back) so a burst of messages from
+            # one sender gets one code; the event is what `nexus pair` and a rebuild read.
+            await self.store.pairing_requested(code, channel, msg.user, msg.conversation, expires)
+            await self.bus.publish(
+                subjects.channel_event(channel, "pairing_requested"),
+                PairingRequested(
+                    conversation=msg.conversation,
+                    user=msg.user,
+                    code=code,
+                    expires_at=expires,
+                    user_name=msg.user_name,
+                ),
+                msg_id=f"pairing:{channel}:{code}",
+            )
+        await say(
+            self.bus,
+            here,
+            f"I don't know you yet. Ask an operator to run `nexus pair approve {code}`.",
+            key=f"reply:{key}",
+            kind="pairing",
+        )
+
+    async def _run(
+        self,
+        channel: str,
+        msg: ChannelMessageIn,
+        key: str,
+        here: ChannelAddress,
+        command: commands.RunCommand,
+    ) -> None:
+        run_id = run_id_for(key)
+        await self.store.remember_origin(run_id, here)
+        await self.bus.publish(
+            subjects.run_event(run_id, "requested"),
+            RunRequested(
+                agent_id=command.agent_id,
+                input=command.input,
+                origin=Origin.CHANNEL,
+                requested_by=f"{channel}:{msg.user}",
+                reply_to=here,
+                labels={"channel": channel},
+            ),
+            msg_id=f"channel:requested:{run_id}",
+        )
+
+    async def _answer(
+        self,
+        channel: str,
+        msg: ChannelMessageIn,
+        key: str,
+        here: ChannelAddress,
+        answer: commands.ApprovalAnswer,
+    ) -> None:
+        relayed = await self.store.approval(answer.short_id)
+        if relayed is None:
+            self.metrics.approval(channel, "unknown")
+            await say(
+                self.bus,
+                here,
+                f"There is no approval {answer.short_id}.",
+                key=f"reply:{key}",
+                kind="notice",
+            )
+            return
+        who = f"{channel}:{msg.user}"
+        claim = await claim_approval(
+            self.bus.js,
+            relayed.run_id,
+            relayed.approval_id,
+            answer.decision,
+            decided_by=who,
+            surface=channel,
+            token=key,  # a redelivery of this message after a crash finishes its own claim
+        )
+        if not claim.won:
+            self.metrics.approval(channel, "already_decided")
+            by = f" by {claim.decided_by}" if claim.decided_by else ""
+            text = f"Approval {answer.short_id} is already decided: {claim.decision}{by}."
+            await say(
+                self.bus, here, text, key=f"reply:{key}", kind="notice", run_id=relayed.run_id
+            )
+            return
+        await self.bus.publish(
+            subjects.inbox(relayed.run_id),
+            ApprovalDecision(
+                approval_id=relayed.approval_id,
+                decision=answer.decision,
+                decided_by=who,
+                surface=channel,
+            ),
+            msg_id=f"approval:{relayed.run_id}:{relayed.approval_id}",
+        )
+        self.metrics.approval(channel, "decided")
+        verb = "Approved" if answer.decision == "approve" else "Denied"
+        await say(
+            self.bus,
+            here,
+            f"{verb} {answer.short_id}.",
+            key=f"reply:{key}",
+            kind="notice",
+            run_id=relayed.run_id,
+        )
+
+    async def _to_run(
+        self, channel: str, msg: ChannelMessageIn, key: str, here: ChannelAddress, text: str
+    ) -> None:
+        run_id = None
+        if msg.thread is not None:
+            run_id = await self.store.run_in_thread(channel, msg.conversation, msg.thread)
+        if run_id is None or not text:
+            await say(
+                self.bus,
+                here,
+                "Say `run <agent>: <what to do>`, answer `yes <id>` / `no <id>`, or reply in a"
+                " run's thread to talk to it.",
+                key=f"reply:{key}",
+                kind="notice",
+            )
+            return
+        await self.bus.publish(
+            subjects.inbox(run_id),
+            InboxMessage(
+                text=text,
+                sender=f"{channel}:{msg.user}",
+                message_id=msg.message_id,
+                channel=channel,
+            ),
+            msg_id=f"inbox:{key}",
+        )

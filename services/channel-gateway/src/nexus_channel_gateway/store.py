@@ -1,0 +1,392 @@
+"""The gateway's PostgreSQL schema (``channels``): inbound outbox and dedupe keys, run origins,
+relayed approvals, send records, and the allowlist folded from pairing events.
+
+Every write is idempotent (ON CONFLICT), so a redelivered event changes nothing twice.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+import asyncpg
+from nexus_events.codec import Encoded
+from nexus_events.events import ChannelAddress
+from nexus_events.projection import quote_ident
+
+CHANNELS_SCHEMA = "channels"
+
+_MIGRATION = """
+CREATE SCHEMA IF NOT EXISTS {s};
+-- Verified inbound requests, kept until published (an outbox: a crash between the 2xx and
+-- the JetStream ack is recovered at start-up). `key` is the Nats-Msg-Id.
+CREATE TABLE IF NOT EXISTS {s}.inbound (
+    key text PRIMARY KEY,
+    subject text NOT NULL,
+    body bytea NOT NULL,
+    headers jsonb NOT NULL,
+    received_at timestamptz NOT NULL DEFAULT now(),
+    published_at timestamptz
+);
+CREATE INDEX IF NOT EXISTS inbound_unpublished ON {s}.inbound (received_at)
+    WHERE published_at IS NULL;
+-- Second keys of one inbound message (a platform resending it under a new delivery id).
+CREATE TABLE IF NOT EXISTS {s}.inbound_alias (
+    alias text PRIMARY KEY,
+    key text NOT NULL
+);
+CREATE TABLE IF NOT EXISTS {s}.origins (
+    run_id text PRIMARY KEY,
+    channel text NOT NULL,
+    conversation text NOT NULL,
+    thread text
+);
+CREATE INDEX IF NOT EXISTS origins_thread ON {s}.origins (channel, conversation, thread);
+-- Messages the gateway posted about a run: a reply to one of them (Telegram) reaches the run.
+CREATE TABLE IF NOT EXISTS {s}.posts (
+    channel text NOT NULL,
+    conversation text NOT NULL,
+    platform_id text NOT NULL,
+    run_id text NOT NULL,
+    PRIMARY KEY (channel, conversation, platform_id)
+);
+CREATE TABLE IF NOT EXISTS {s}.approvals (
+    short_id text PRIMARY KEY,
+    run_id text NOT NULL,
+    approval_id text NOT NULL,
+    channel text NOT NULL,
+    conversation text NOT NULL,
+    thread text,
+    UNIQUE (run_id, approval_id)
+);
+-- One row per outbound idempotency key: 'sending' before the platform call, 'sent' after.
+CREATE TABLE IF NOT EXISTS {s}.sends (
+    key text PRIMARY KEY,
+    state text NOT NULL,
+    platform_id text,
+    updated_at timestamptz NOT NULL DEFAULT now()
+);
+-- Child runs requested by a delegation: where their ending goes, and the chain of agents
+-- from the root run (the cycle guard and the depth limit read it).
+CREATE TABLE IF NOT EXISTS {s}.delegations (
+    child_run_id text PRIMARY KEY,
+    parent_run_id text,
+    reply_to text,
+    correlation_id text NOT NULL,
+    chain text[] NOT NULL
+);
+CREATE TABLE IF NOT EXISTS {s}.allowlist (
+    channel text NOT NULL,
+    user_id text NOT NULL,
+    PRIMARY KEY (channel, user_id)
+);
+CREATE TABLE IF NOT EXISTS {s}.pairing (
+    code text PRIMARY KEY,
+    channel text NOT NULL,
+    user_id text NOT NULL,
+    conversation text,
+    expires_at timestamptz NOT NULL,
+    state text NOT NULL DEFAULT 'pending'
+);
+"""
+
+
+@dataclass(frozen=True, slots=True)
+class RelayedApproval:
+    short_id: str
+    run_id: str
+    approval_id: str
+    address: ChannelAddress
+
+
+@dataclass(frozen=True, slots=True)
+class Delegation:
+    child_run_id: str
+    parent_run_id: str | None
+    reply_to: str | None
+    correlation_id: str
+    chain: tuple[str, ...]  # agents from the root run to the child, both included
+
+
+class GatewayStore:
+    """PostgreSQL access of the gateway; `migrate()` once at start-up."""
+
+    def __init__(self, pool: asyncpg.Pool[Any], schema: str = CHANNELS_SCHEMA) -> None:
+        self.pool = pool
+        self.s = quote_ident(schema)
+
+    async def migrate(self) -> None:
+        # Two gateways starting at once must not race on CREATE ... IF NOT EXISTS.
+        async with self.pool.acquire() as conn, conn.transaction():
+            await conn.execute("SELECT pg_advisory_xact_lock(hashtext('nexus-channels'))")
+            await conn.execute(_MIGRATION.format(s=self.s))
+
+    # -- inbound ---------------------------------------------------------------------------
+
+    async def accept(self, enc: Encoded, key: str, aliases: tuple[str, ...] = ()) -> bool:
+        """Persist a verified inbound message under `key` (and its second keys); False if any
+        key was seen before (a platform retry: already accepted, never processed twice)."""
+        if not aliases:
+            # One statement, one round trip (autocommit): the common webhook case.
+            inserted = await self.pool.fetchval(
+                f"INSERT INTO {self.s}.inbound (key, subject, body, headers)"
+                " VALUES ($1, $2, $3, $4::jsonb) ON CONFLICT DO NOTHING RETURNING true",
+                key,
+                enc.subject,
+                enc.body,
+                json.dumps(enc.headers),
+            )
+            return bool(inserted)
+        async with self.pool.acquire() as conn:
+            tx = conn.transaction()
+            await tx.start()
+            try:
+                fresh = await conn.fetchval(
+                    f"INSERT INTO {self.s}.inbound (key, subject, body, headers)"
+                    " VALUES ($1, $2, $3, $4::jsonb) ON CONFLICT DO NOTHING RETURNING true",
+                    key,
+                    enc.subject,
+                    enc.body,
+                    json.dumps(enc.headers),
+                )
+                for alias in aliases if fresh else ():
+                    fresh = await conn.fetchval(
+                        f"INSERT INTO {self.s}.inbound_alias (alias, key) VALUES ($1, $2)"
+                        " ON CONFLICT DO NOTHING RETURNING true",
+                        alias,
+                        key,
+                    )
+                    if not fresh:
+                        break  # seen under another id: roll this row back too
+            except BaseException:
+                await tx.rollback()
+                raise
+            if not fresh:
+                await tx.rollback()
+                return False
+            await tx.commit()
+        return True
+
+    async def mark_published(self, keys: list[str]) -> None:
+        await self.pool.execute(
+            f"UPDATE {self.s}.inbound SET published_at = now() WHERE key = ANY($1::text[])", keys
+        )
+
+    async def unpublished(self, limit: int = 500) -> list[tuple[str, Encoded]]:
+        rows = await self.pool.fetch(
+            f"SELECT key, subject, body, headers FROM {self.s}.inbound"
+            " WHERE published_at IS NULL ORDER BY received_at LIMIT $1",
+            limit,
+        )
+        return [
+            (r["key"], Encoded(r["subject"], bytes(r["body"]), json.loads(r["headers"])))
+            for r in rows
+        ]
+
+    # -- origins and threads ------------------------------------------------------------------
+
+    async def remember_origin(self, run_id: str, address: ChannelAddress) -> None:
+        await self.pool.execute(
+            f"INSERT INTO {self.s}.origins (run_id, channel, conversation, thread)"
+            " VALUES ($1, $2, $3, $4) ON CONFLICT (run_id) DO NOTHING",
+            run_id,
+            address.channel,
+            address.conversation,
+            address.thread,
+        )
+
+    async def origin(self, run_id: str) -> ChannelAddress | None:
+        row = await self.pool.fetchrow(
+            f"SELECT channel, conversation, thread FROM {self.s}.origins WHERE run_id = $1", run_id
+        )
+        return None if row is None else ChannelAddress(**dict(row))
+
+    async def run_in_thread(self, channel: str, conversation: str, thread: str) -> str | None:
+        """The run whose progress lives in this thread (a reply there goes to its inbox)."""
+        value = await self.pool.fetchval(
+            f"SELECT run_id FROM {self.s}.origins"
+            " WHERE channel = $1 AND conversation = $2 AND thread = $3"
+            f" UNION ALL SELECT run_id FROM {self.s}.posts"
+            " WHERE channel = $1 AND conversation = $2 AND platform_id = $3 LIMIT 1",
+            channel,
+            conversation,
+            thread,
+        )
+        return None if value is None else str(value)
+
+    async def remember_post(
+        self, channel: str, conversation: str, platform_id: str, run_id: str
+    ) -> None:
+        await self.pool.execute(
+            f"INSERT INTO {self.s}.posts (channel, conversation, platform_id, run_id)"
+            " VALUES ($1, $2, $3, $4) ON CONFLICT DO NOTHING",
+            channel,
+            conversation,
+            platform_id,
+            run_id,
+        )
+
+    # -- approvals ------------------------------------------------------------------------------
+
+    async def relay_approval(
+        self, short_id: str, run_id: str, approval_id: str, address: ChannelAddress
+    ) -> str:
+        """Record the short id of an approval; returns the short id in force (a redelivery
+        keeps the first one)."""
+        async with self.pool.acquire() as conn, conn.transaction():
+            held = await conn.fetchval(
+                f"SELECT short_id FROM {self.s}.approvals WHERE run_id = $1 AND approval_id = $2",
+                run_id,
+                approval_id,
+            )
+            if held is not None:
+                return str(held)
+            await conn.execute(
+                f"INSERT INTO {self.s}.approvals"
+                " (short_id, run_id, approval_id, channel, conversation, thread)"
+                " VALUES ($1, $2, $3, $4, $5, $6)",
+                short_id,
+                run_id,
+                approval_id,
+                address.channel,
+                address.conversation,
+                address.thread,
+            )
+        return short_id
+
+    async def approval(self, short_id: str) -> RelayedApproval | None:
+        row = await self.pool.fetchrow(
+            f"SELECT * FROM {self.s}.approvals WHERE short_id = $1", short_id
+        )
+        if row is None:
+            return None
+        return RelayedApproval(
+            row["short_id"],
+            row["run_id"],
+            row["approval_id"],
+            ChannelAddress(
+                channel=row["channel"], conversation=row["conversation"], thread=row["thread"]
+            ),
+        )
+
+    # -- sends -------------------------------------------------------------------------------------
+
+    async def send_state(self, key: str) -> tuple[str, str | None] | None:
+        row = await self.pool.fetchrow(
+            f"SELECT state, platform_id FROM {self.s}.sends WHERE key = $1", key
+        )
+        return None if row is None else (row["state"], row["platform_id"])
+
+    async def mark_sending(self, key: str) -> None:
+        await self.pool.execute(
+            f"INSERT INTO {self.s}.sends (key, state) VALUES ($1, 'sending')"
+            " ON CONFLICT (key) DO NOTHING",
+            key,
+        )
+
+    async def clear_sending(self, key: str) -> None:
+        """The platform refused before posting (e.g. 429): a later try may post."""
+        await self.pool.execute(
+            f"DELETE FROM {self.s}.sends WHERE key = $1 AND state = 'sending'", key
+        )
+
+    async def mark_sent(self, key: str, platform_id: str | None, state: str = "sent") -> None:
+        await self.pool.execute(
+            f"INSERT INTO {self.s}.sends (key, state, platform_id) VALUES ($1, $2, $3)"
+            " ON CONFLICT (key) DO UPDATE SET state = $2, platform_id = $3, updated_at = now()",
+            key,
+            state,
+            platform_id,
+        )
+
+    # -- delegations ---------------------------------------------------------------------------
+
+    async def record_delegation(self, d: Delegation) -> None:
+        await self.pool.execute(
+            f"INSERT INTO {self.s}.delegations"
+            " (child_run_id, parent_run_id, reply_to, correlation_id, chain)"
+            " VALUES ($1, $2, $3, $4, $5) ON CONFLICT (child_run_id) DO NOTHING",
+            d.child_run_id,
+            d.parent_run_id,
+            d.reply_to,
+            d.correlation_id,
+            list(d.chain),
+        )
+
+    async def delegation(self, child_run_id: str) -> Delegation | None:
+        row = await self.pool.fetchrow(
+            f"SELECT * FROM {self.s}.delegations WHERE child_run_id = $1", child_run_id
+        )
+        if row is None:
+            return None
+        return Delegation(
+            row["child_run_id"],
+            row["parent_run_id"],
+            row["reply_to"],
+            row["correlation_id"],
+            tuple(row["chain"]),
+        )
+
+    # -- pairing and the allowlist -----------------------------------------------------------
+
+    async def allowed(self, channel: str, user: str) -> bool:
+        value = await self.pool.fetchval(
+            f"SELECT true FROM {self.s}.allowlist WHERE channel = $1 AND user_id = $2",
+            channel,
+            user,
+        )
+        return bool(value)
+
+    async def pending_code(self, channel: str, user: str, now: datetime) -> str | None:
+        value = await self.pool.fetchval(
+            f"SELECT code FROM {self.s}.pairing WHERE channel = $1 AND user_id = $2"
+            " AND state = 'pending' AND expires_at > $3 ORDER BY expires_at DESC LIMIT 1",
+            channel,
+            user,
+            now,
+        )
+        return None if value is None else str(value)
+
+    async def pending_count(self, channel: str, now: datetime) -> int:
+        value = await self.pool.fetchval(
+            f"SELECT count(*) FROM {self.s}.pairing WHERE channel = $1"
+            " AND state = 'pending' AND expires_at > $2",
+            channel,
+            now,
+        )
+        return int(value or 0)
+
+    async def pairing_requested(
+        self, code: str, channel: str, user: str, conversation: str | None, expires_at: datetime
+    ) -> None:
+        await self.pool.execute(
+            f"INSERT INTO {self.s}.pairing (code, channel, user_id, conversation, expires_at)"
+            " VALUES ($1, $2, $3, $4, $5) ON CONFLICT (code) DO NOTHING",
+            code,
+            channel,
+            user,
+            conversation,
+            expires_at,
+        )
+
+    async def pairing_approved(self, channel: str, user: str, code: str | None) -> None:
+        async with self.pool.acquire() as conn, conn.transaction():
+            await conn.execute(
+                f"INSERT INTO {self.s}.allowlist (channel, user_id) VALUES ($1, $2)"
+                " ON CONFLICT DO NOTHING",
+                channel,
+                user,
+            )
+            await conn.execute(
+                f"UPDATE {self.s}.pairing SET state = 'approved'"
+                " WHERE channel = $1 AND user_id = $2 AND state = 'pending'",
+                channel,
+                user,
+            )
+
+    async def pairing_revoked(self, channel: str, user: str) -> None:
+        await self.pool.execute(
+            f"DELETE FROM {self.s}.allowlist WHERE channel = $1 AND user_id = $2", channel, user
+        )
