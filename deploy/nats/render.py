@@ -144,11 +144,6 @@ SERVICES: dict[str, Access] = {
 }
 
 
-def password_variable(user: str) -> str:
-    """The nats-server environment variable holding `user`'s password (`-` is not allowed)."""
-    return f"NEXUS_{user.upper().replace('-', '_')}_NATS_PASSWORD"
-
-
 def _stream_api(stream: str) -> list[str]:
     return [
         f"$JS.API.CONSUMER.CREATE.{stream}",

@@ -18,6 +18,7 @@ from nexus_events.streams import ensure_streams
 from nexus_events.testing import eventually, free_port, nats_server_binary
 from tests.fakes.slack_api import FakeSlack, event_callback, post_event
 from tests.support.gateway import SIGNING_SECRET, gateway_settings, inbox_of, pair, run_requests
+from tests.support.nats_render import load_renderer
 
 from nexus_channel_gateway.app import GatewayApp
 
@@ -33,8 +34,10 @@ def secured_nats(tmp_path: Path) -> Iterator[tuple[str, Path]]:
     port = free_port()
     log = tmp_path / "nats.log"
     env = {**os.environ, **PASSWORDS}
-    for name in ("CORE", "SCHEDULER", "RUNNER", "MEMORY"):
-        env.setdefault(f"NEXUS_{name}_NATS_PASSWORD", "x")
+    # Every other user of the rendered file needs its password variable to load it.
+    render = load_renderer()
+    for name in render.SERVICES:
+        env.setdefault(render.password_variable(name), "x")
     proc = subprocess.Popen(
         [nats_server_binary(), "-c", str(ROOT / "deploy/nats/nats.conf"), "-a", "127.0.0.1",
          "-p", str(port), "-m", str(free_port()), "-sd", str(tmp_path / "js"), "-l", str(log)],
