@@ -20,6 +20,7 @@ import hashlib
 import json
 import logging
 import re
+from collections import OrderedDict
 from collections.abc import AsyncGenerator
 from dataclasses import dataclass, field
 from typing import Any, cast
@@ -65,6 +66,9 @@ is worth keeping."""
 )
 TRANSCRIPT_CAP = 12000
 DELIVERIES = 5
+# Run ids remembered as extracted by this process: far more than the endings that can be in
+# flight at once; the table answers for older ones.
+FINISHED_KEPT = 10_000
 
 
 class Candidate(BaseModel):
@@ -168,6 +172,9 @@ class Extractor:
         self.limit = limit
         self.table = f"{quote_ident(schema)}.extractions"
         self._clients: dict[str | None, AsyncOpenAI] = {}
+        # Runs this process extracted: a second copy of an ending that arrives before the
+        # projection has applied the first one's `extracted` is recognised here (bounded).
+        self._finished: OrderedDict[str, None] = OrderedDict()
 
     async def __call__(self, deliveries: list[Delivery]) -> None:
         for d in deliveries:
@@ -177,7 +184,9 @@ class Extractor:
             await self.extract(run_id, d)
 
     async def extract(self, run_id: str, d: Delivery) -> None:
-        if await self.pool.fetchval(f"SELECT 1 FROM {self.table} WHERE run_id = $1", run_id):
+        if run_id in self._finished or await self.pool.fetchval(
+            f"SELECT 1 FROM {self.table} WHERE run_id = $1", run_id
+        ):
             return
         transcript = await self.transcript(run_id)
         if transcript.config is None:  # never assembled (unknown agent): nothing was done
@@ -233,6 +242,9 @@ class Extractor:
             ),
             msg_id=f"memory-extracted-{run_id}",
         )
+        self._finished[run_id] = None
+        while len(self._finished) > FINISHED_KEPT:
+            self._finished.popitem(last=False)
         self.metrics.extraction(status)
         log.info(
             "extraction of %s: %s (%d recorded, %d blocked)", run_id, status, len(recorded), blocked

@@ -30,7 +30,7 @@ DAY = 86400.0
 # Most rows matching any word of the query that the lexical retriever ranks: enough to hold
 # every relevant match of a specific word in a scope, small enough that a common word costs a
 # few milliseconds whatever the table's size.
-ANY_WORD_POOL = 2000
+ANY_WORD_POOL = 1000
 
 
 @dataclass(frozen=True, slots=True)
@@ -120,9 +120,10 @@ query AS (
            replace(plainto_tsquery('english', $2)::text, '&', '|')::tsquery AS any_word
 ),
 -- Lexical candidates: memories with every word of the query first (selective, so the GIN
--- index answers it), then memories with any of its words. "Any word" of a common word
--- matches much of the table: only the first $7 such matches are ranked, so its cost is
--- bounded by that, not by the table (an unbounded ranking scanned 100k rows per search).
+-- index answers it), then, if those are fewer than wanted, memories with any of its words.
+-- "Any word" of a common word matches much of the table: only the first $7 such matches
+-- are ranked, so its cost is bounded by that, not by the table (an unbounded ranking
+-- scanned 100k rows per search).
 all_words AS (
     SELECT memory_id, ts_rank(tsv, every_word, 1) AS rk, 0 AS tier
     FROM {q}.memories, query
@@ -133,6 +134,8 @@ any_words AS (
     SELECT memory_id, ts_rank(tsv, any_word, 1) AS rk, 1 AS tier
     FROM (SELECT memory_id, tsv FROM {q}.memories, query
           WHERE tsv @@ any_word AND {where} LIMIT $7) pool, query
+    -- Only when the every-word tier left room (a one-time filter: otherwise never scanned).
+    WHERE (SELECT count(*) FROM all_words) < $6
     ORDER BY rk DESC LIMIT $6
 ),
 lex AS (
@@ -170,9 +173,9 @@ class MemorySearch:
         self.candidates = candidates
         self.sql = _sql(quote_ident(schema))
 
-    async def search(self, request: MemorySearchRequest, now: datetime) -> list[MemoryItem]:
+    async def fetch_candidates(self, request: MemorySearchRequest) -> list[Row]:
+        """Both retrievers' candidates for `request`, unranked (what `rank` fuses)."""
         vector = (await self.embedder.embed([request.query]))[0]
-        candidates = max(self.candidates, request.limit)
         records = await self.pool.fetch(
             self.sql,
             vector,
@@ -180,8 +183,11 @@ class MemorySearch:
             request.scopes,
             request.strict,
             request.kinds,
-            candidates,
+            max(self.candidates, request.limit),
             ANY_WORD_POOL,
         )
-        rows = [Row(**dict(r)) for r in records]
+        return [Row(**dict(r)) for r in records]
+
+    async def search(self, request: MemorySearchRequest, now: datetime) -> list[MemoryItem]:
+        rows = await self.fetch_candidates(request)
         return rank(rows, now, request.limit, self.weights)
