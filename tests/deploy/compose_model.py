@@ -17,6 +17,7 @@ COMPOSE = ROOT / "deploy/compose.yaml"
 NEXUS_SERVICES = {
     "core": "nexus_core",
     "core-mongodb": "nexus_core",
+    "memory": "nexus_memory",
     "scheduler": "nexus_scheduler",
 }
 # Standard OpenTelemetry SDK variables (read by nexus_events.telemetry / metrics setup).
@@ -84,6 +85,10 @@ def settings_classes(package: str) -> list[type[BaseSettings]]:
 
         # Local runs are child processes: they inherit the scheduler's environment.
         return [SchedulerSettings, RunnerSettings, *common]
+    if package == "nexus_memory":
+        from nexus_memory.config import MemorySettings
+
+        return [MemorySettings, *common]
     raise KeyError(package)
 
 

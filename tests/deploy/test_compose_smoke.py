@@ -44,10 +44,11 @@ REPLACED = {
 NOT_RUN = {
     "mongodb": "profile mongodb is not active (image-only service)",
     "core-mongodb": "profile mongodb is not active",
-    "otel-collector": "image-only service; OTEL_EXPORTER_OTLP_ENDPOINT is dropped",
+    "otel-collector": "profile observability; OTEL_EXPORTER_OTLP_ENDPOINT is dropped",
     "prometheus": "image-only service",
-    "tempo": "image-only service",
-    "grafana": "image-only service",
+    "tempo": "profile observability",
+    "grafana": "profile observability",
+    "offline-model": "profile test; the test's scripted FakeOpenAI is the model here",
 }
 RUN_DEADLINE = 90.0
 
