@@ -64,6 +64,8 @@ command -v dockerd >/dev/null || need+=(docker.io)
 command -v docker-compose >/dev/null || need+=(docker-compose)
 command -v debootstrap >/dev/null || need+=(debootstrap)
 command -v ip >/dev/null || need+=(iproute2)
+# debootstrap checks Debian's Release signatures (a separate package outside Debian, e.g. Ubuntu).
+[ -s /usr/share/keyrings/debian-archive-keyring.gpg ] || need+=(debian-archive-keyring)
 if [ ${#need[@]} -gt 0 ]; then
   log "apt-get install ${need[*]}"
   export DEBIAN_FRONTEND=noninteractive
@@ -153,10 +155,13 @@ declare -A STAND_INS=([python:3.11-slim]=python [nats:2.11-alpine]=nats
   [pgvector/pgvector:pg17]=postgres [prom/prometheus:v3.0.1]=prometheus)
 suite_of() { case $1 in postgres) echo trixie ;; *) echo bookworm ;; esac; }
 debootstrap_tarball() {  # SUITE: $CACHE/debian-SUITE.tar, made once (the slow part of a cold run)
-  local suite=$1 tarball="$CACHE/debian-$1.tar"
+  local suite=$1 tarball="$CACHE/debian-$1.tar" script=/usr/share/debootstrap/scripts/$1
   [ -s "$tarball" ] && return
   rm -rf "$CACHE/root-$suite"
-  $NICE debootstrap --variant=minbase "$suite" "$CACHE/root-$suite" http://deb.debian.org/debian \
+  # An older debootstrap may lack the newer suite's script; Debian's own links it to sid's.
+  [ -e "$script" ] || script=/usr/share/debootstrap/scripts/sid
+  $NICE debootstrap --variant=minbase --keyring=/usr/share/keyrings/debian-archive-keyring.gpg \
+    "$suite" "$CACHE/root-$suite" http://deb.debian.org/debian "$script" \
     >"$CACHE/debootstrap-$suite.log" 2>&1 || return 1
   tar -C "$CACHE/root-$suite" -c . >"$tarball.tmp"
   mv "$tarball.tmp" "$tarball"
