@@ -6,7 +6,7 @@ UV ?= $(or $(shell command -v uv 2>/dev/null),$(TOOLS)/bin/uv)
 UV_BOOTSTRAP := $(if $(filter $(TOOLS)/bin/uv,$(UV)),$(TOOLS)/bin/uv)
 export XDG_RUNTIME_DIR ?= /tmp/nexus-xdg-$(shell id -u)
 
-.PHONY: setup test lint bench demo smoke contract-snapshot asyncapi clean
+.PHONY: setup test lint bench demo smoke compose-test contract-snapshot asyncapi clean
 
 setup: .venv/.synced
 
@@ -37,6 +37,11 @@ demo: setup
 # A smoke of the bus alone on a real embedded NATS + PostgreSQL.
 smoke: setup
 	$(UV) run --frozen python -m scripts.smoke
+
+# deploy/compose.yaml for real: its own dockerd, stand-in base images when no registry answers,
+# build, up, a run and a memory search through the stack, down -v (docs/deploy.md). As root.
+compose-test: setup
+	bash deploy/compose-test/run.sh
 
 contract-snapshot: setup
 	$(UV) run --frozen python -m tests.contract.snapshot --write

@@ -17,6 +17,7 @@ COMPOSE = ROOT / "deploy/compose.yaml"
 NEXUS_SERVICES = {
     "core": "nexus_core",
     "core-mongodb": "nexus_core",
+    "memory": "nexus_memory",
     "scheduler": "nexus_scheduler",
     "plane-sync": "nexus_plane_sync",
 }
@@ -89,6 +90,10 @@ def settings_classes(package: str) -> list[type[BaseSettings]]:
         from nexus_plane_sync.config import PlaneSyncSettings
 
         return [PlaneSyncSettings, *common]
+    if package == "nexus_memory":
+        from nexus_memory.config import MemorySettings
+
+        return [MemorySettings, *common]
     raise KeyError(package)
 
 

@@ -117,7 +117,7 @@ def test_config_files_mounted_by_compose_exist() -> None:
     for name, service in load()["services"].items():
         for volume in service.get("volumes", []):
             source = volume.split(":", 1)[0]
-            if source.startswith("./"):
+            if source.startswith(("./", "../")):
                 assert (ROOT / "deploy" / source).exists(), f"{name} mounts missing {source}"
 
 
@@ -136,3 +136,93 @@ def test_dockerfile_has_the_targets_compose_builds() -> None:
     for stage in ("service", "runner"):
         body = text.split(f"AS {stage}\n", 1)[1].split("\nFROM ", 1)[0]
         assert "USER 10001:10001" in body, stage
+
+
+OBSERVABILITY = {"otel-collector", "tempo", "grafana"}
+
+
+def test_observability_is_a_profile_nothing_depends_on() -> None:
+    """`docker compose up` starts the Nexus stack without the images no registry here has."""
+    services = load()["services"]
+    for name in OBSERVABILITY:
+        assert services[name]["profiles"] == ["observability"], name
+    # Prometheus has a Debian package (compose-test's stand-in): it stays in the default set.
+    assert "profiles" not in services["prometheus"]
+    assert "depends_on" not in services["prometheus"]
+    # The OTLP endpoint stays: with the profile on, traces flow; without, export just fails.
+    for name in NEXUS_SERVICES:
+        assert environment(services[name])["OTEL_EXPORTER_OTLP_ENDPOINT"].startswith(
+            "http://otel-collector:"
+        )
+
+
+def test_no_service_depends_on_one_its_profiles_may_leave_out() -> None:
+    services = load()["services"]
+    for name, service in services.items():
+        mine = set(service.get("profiles", []))
+        for dep in service.get("depends_on", {}):
+            theirs = set(services[dep].get("profiles", []))
+            # A dependency is started whenever this service is: it has no profile, or shares one.
+            assert not theirs or theirs & mine, f"{name} {mine} depends on {dep} {theirs}"
+
+
+def test_the_test_profile_serves_the_offline_model_to_the_runs() -> None:
+    services = load()["services"]
+    model = services["offline-model"]
+    assert model["profiles"] == ["test"]
+    mounted = model["volumes"][0].split(":")
+    assert mounted[1] == model["entrypoint"][1]
+    assert (ROOT / "deploy" / mounted[0]).resolve() == (
+        ROOT / "cli/src/nexus_cli/devstack/offline_model.py"
+    )
+    port = model["entrypoint"][model["entrypoint"].index("--port") + 1]
+    assert f":{port}/v1/models" in " ".join(model["healthcheck"]["test"])
+    # Same image as the scheduler, so `compose build` builds it once for both.
+    assert model["image"] == services["scheduler"]["image"]
+    assert model["build"] == services["scheduler"]["build"]
+    # The runs and memory's extraction follow one variable to their model server.
+    with_model = load({"NEXUS_RUNNER_LLM_BASE_URL": f"http://offline-model:{port}/v1"})["services"]
+    assert environment(with_model["scheduler"])["NEXUS_RUNNER_LLM_BASE_URL"].startswith(
+        "http://offline-model:"
+    )
+    assert environment(with_model["memory"])["NEXUS_LLM_BASE_URL"].startswith(
+        "http://offline-model:"
+    )
+
+
+def test_host_ports_move_with_variables() -> None:
+    moved = load({"NATS_PORT": "14222", "POSTGRES_PORT": "15432"})["services"]
+    assert moved["nats"]["ports"][0] == "14222:4222"
+    assert moved["postgres"]["ports"][0] == "15432:5432"
+    assert load()["services"]["nats"]["ports"][0] == "4222:4222"
+
+
+def test_dockerfile_builds_without_buildkit_or_ghcr() -> None:
+    """Docker's legacy builder and podman reject heredocs; ghcr.io may be out of reach."""
+    text = DOCKERFILE.read_text()
+    instructions = [line for line in text.splitlines() if line and not line.startswith("#")]
+    assert not [line for line in instructions if "<<" in line], "heredoc in the Dockerfile"
+    assert not [line for line in instructions if line.startswith("# syntax=")]
+    froms = re.findall(r"^FROM (\S+)", text, re.MULTILINE)
+    stages = set(re.findall(r"^FROM \S+ AS (\S+)$", text, re.MULTILINE))
+    external = {f for f in froms if f not in stages}
+    assert external == {"python:${PYTHON_VERSION}-slim"}, external
+    for source in re.findall(r"^COPY (?!--from)(\S+) ", text, re.MULTILINE):
+        assert (ROOT / source).exists(), source
+    assert "uv==${UV_VERSION}" in text
+
+
+def test_the_runner_image_owns_the_runs_volume_path() -> None:
+    """Docker copies an image directory's owner into an empty named volume: the scheduler's
+    `runs` volume is writable only if the image has /var/lib/nexus owned by the run user."""
+    services = load()["services"]
+    mount = next(v for v in services["scheduler"]["volumes"] if v.startswith("runs:"))
+    path = mount.split(":")[1]
+    env = environment(services["scheduler"])
+    for key in ("NEXUS_SCHEDULER_LOCAL_WORKDIR", "NEXUS_RUNNER_WORKSPACE_ROOT"):
+        assert env[key].startswith(path + "/"), key
+    body = DOCKERFILE.read_text().split("AS runner\n", 1)[1]
+    before_user = body.split("USER 10001:10001", 1)[0]
+    made = re.search(r"install -d -o 10001 -g 10001 ([^\n]+)", before_user)
+    assert made is not None, "runner stage does not create its volume path as the run user"
+    assert path in made.group(1).split()

@@ -44,14 +44,16 @@ REPLACED = {
 NOT_RUN = {
     "mongodb": "profile mongodb is not active (image-only service)",
     "core-mongodb": "profile mongodb is not active",
+    "otel-collector": "profile observability; OTEL_EXPORTER_OTLP_ENDPOINT is dropped",
+    "prometheus": "image-only service",
+    "tempo": "profile observability",
+    "grafana": "profile observability",
+    "offline-model": "profile test; the test's scripted FakeOpenAI is the model here",
     "plane-sync": "profile plane is not active (needs a Plane; services/plane-sync/tests run it"
     " against tests/fakes/plane.py)",
-    "otel-collector": "image-only service; OTEL_EXPORTER_OTLP_ENDPOINT is dropped",
-    "prometheus": "image-only service",
-    "tempo": "image-only service",
-    "grafana": "image-only service",
-    "channel-gateway": "no channel configured by default; its NATS user is exercised by"
-    " services/channel-gateway/tests/integration/test_nats_permissions.py",
+    "channel-gateway": "profile channels is not active (needs a channel's credentials); its"
+    " NATS user is exercised by services/channel-gateway/tests/integration/"
+    "test_nats_permissions.py",
 }
 RUN_DEADLINE = 90.0
 

@@ -1,0 +1,339 @@
+#!/usr/bin/env bash
+# make compose-test: deploy/compose.yaml for real, with Docker, on a machine with no image
+# registry (docs/deploy.md, "compose-test"). As root (it starts its own dockerd):
+#
+#   1. installs docker.io, docker-compose and debootstrap with apt-get when missing;
+#   2. starts its OWN dockerd (socket and exec root in a temp dir, data root in the cache, so a
+#      second run finds its images) and stops it at the end, on failure too;
+#   3. base images: the real ones when `docker pull` works, else stand-ins built from
+#      `debootstrap --variant=minbase` (bookworm, trixie) + deploy/compose-test/images/*;
+#   4. `docker-compose build` of the Nexus images, `up -d` with the `test` profile (the offline
+#      model), waits until every service's healthcheck says healthy;
+#   5. as an operator, with the host venv's `nexus` CLI as NATS user admin on the published
+#      port: applies an agent, runs it to completion, finds what memory learned from the run;
+#   6. checks the NATS server log has no permission violation and each service connected as
+#      its own user; `stop` (every Nexus service drains and exits 0), `down -v`.
+#
+# Environment: COMPOSE_TEST_CACHE (default .cache/compose-test: debootstrap tarballs, Docker
+# data root; delete it for a cold run), COMPOSE_TEST_PULL=0 (skip trying registries),
+# COMPOSE_TEST_KEEP_CACHE=0 (remove the Docker data root at the end).
+set -euo pipefail
+
+ROOT=$(cd "$(dirname "$0")/../.." && pwd)
+HERE="$ROOT/deploy/compose-test"
+CACHE=${COMPOSE_TEST_CACHE:-$ROOT/.cache/compose-test}
+PROJECT=nexus-compose-test
+AGENT=compose-smoke
+NICE="nice -n 10"
+STARTED=$SECONDS
+PHASE_NAME=""
+PHASE_START=$SECONDS
+PHASES=()
+
+log() { printf '[compose-test %s] %s\n' "$(date -u +%H:%M:%S)" "$*"; }
+die() { log "FAILED: $*"; exit 1; }
+phase() {
+  end_phase
+  PHASE_NAME=$1
+  PHASE_START=$SECONDS
+  log "== $1"
+}
+end_phase() {
+  if [ -n "$PHASE_NAME" ]; then
+    PHASES+=("$(printf '%-38s %5d s' "$PHASE_NAME" $((SECONDS - PHASE_START)))")
+    PHASE_NAME=""
+  fi
+}
+report_times() {
+  end_phase
+  log "phase times:"
+  for line in "${PHASES[@]}"; do printf '    %s\n' "$line"; done
+  printf '    %-38s %5d s\n' "total" $((SECONDS - STARTED))
+}
+
+[ "$(id -u)" = 0 ] || die "run as root: it starts its own dockerd (CI runs as root)"
+mkdir -p "$CACHE"
+# One run at a time per cache: two dockerds on one data root would corrupt it.
+exec 9>"$CACHE/lock"
+flock -n 9 || die "another compose-test holds $CACHE/lock"
+
+# ---- 1. tools ---------------------------------------------------------------------------
+phase "install docker/compose/debootstrap"
+need=()
+command -v dockerd >/dev/null || need+=(docker.io)
+command -v docker-compose >/dev/null || need+=(docker-compose)
+command -v debootstrap >/dev/null || need+=(debootstrap)
+command -v ip >/dev/null || need+=(iproute2)
+# debootstrap checks Debian's Release signatures (a separate package outside Debian, e.g. Ubuntu).
+[ -s /usr/share/keyrings/debian-archive-keyring.gpg ] || need+=(debian-archive-keyring)
+if [ ${#need[@]} -gt 0 ]; then
+  log "apt-get install ${need[*]}"
+  export DEBIAN_FRONTEND=noninteractive
+  apt-get update -qq
+  $NICE apt-get install -y -qq --no-install-recommends "${need[@]}" >/dev/null
+fi
+# The docker.io client matches its daemon (another client may be first on PATH).
+DOCKER=/usr/bin/docker
+[ -x "$DOCKER" ] || DOCKER=$(command -v docker)
+# Compose v2 (`docker compose`, has `up --wait`) when present, else the python docker-compose.
+if $DOCKER compose version >/dev/null 2>&1; then
+  COMPOSE=("$DOCKER" compose)
+else
+  COMPOSE=(docker-compose)
+fi
+[ -x "$ROOT/.venv/bin/nexus" ] || (cd "$ROOT" && make setup >/dev/null)
+NEXUS_CLI="$ROOT/.venv/bin/nexus"
+PY="$ROOT/.venv/bin/python"
+
+# ---- 2. our own dockerd -----------------------------------------------------------------
+phase "start dockerd"
+RUNDIR=$(mktemp -d /tmp/nexus-compose-test.XXXXXX)
+DATA_ROOT="$CACHE/docker"
+DOCKERD_PID=""
+UP=0
+# Its own bridge and address pools: installing docker.io may start the system's dockerd, which
+# owns docker0 and 172.17-31.x; two daemons on one bridge or pool would hand out the same IPs.
+BRIDGE=nxct0
+BRIDGE_CIDR=10.213.213.1/24
+ADDRESS_POOLS=base=10.214.0.0/16,size=24
+export DOCKER_HOST="unix://$RUNDIR/docker.sock"
+
+cleanup() {
+  local code=$?
+  set +e
+  if [ "$UP" = 1 ]; then
+    if [ "$code" != 0 ]; then
+      log "failure: service states and logs"
+      compose ps
+      compose logs --no-color --tail=80
+    fi
+    compose down -v --remove-orphans >/dev/null 2>&1
+  fi
+  if [ -n "$DOCKERD_PID" ] && kill -0 "$DOCKERD_PID" 2>/dev/null; then
+    # Superseded image versions older than 3 days. Not all dangling images: the legacy
+    # builder keeps each build stage (the installed venvs) as one, the next run's cache.
+    $DOCKER image prune -f --filter until=72h >/dev/null 2>&1
+    kill "$DOCKERD_PID"
+    for _ in $(seq 60); do kill -0 "$DOCKERD_PID" 2>/dev/null || break; sleep 0.5; done
+    kill -0 "$DOCKERD_PID" 2>/dev/null && kill -9 "$DOCKERD_PID"
+  fi
+  if [ "$code" != 0 ] && [ -f "$RUNDIR/dockerd.log" ]; then
+    log "dockerd log (tail):"
+    tail -20 "$RUNDIR/dockerd.log"
+  fi
+  ip link delete "$BRIDGE" >/dev/null 2>&1
+  rm -rf "$RUNDIR"
+  if [ "${COMPOSE_TEST_KEEP_CACHE:-1}" = 0 ]; then rm -rf "$DATA_ROOT"; fi
+  report_times
+  if [ "$code" = 0 ]; then log "OK"; else log "FAILED (exit $code)"; fi
+  exit "$code"
+}
+trap cleanup EXIT
+trap 'exit 130' INT TERM
+
+mkdir -p "$DATA_ROOT"
+ip link delete "$BRIDGE" >/dev/null 2>&1 || true  # left over by a killed run
+ip link add name "$BRIDGE" type bridge
+ip addr add "$BRIDGE_CIDR" dev "$BRIDGE"
+ip link set "$BRIDGE" up
+# Niced: builds and containers run as its children (2 shared cores; the client is idle).
+$NICE dockerd --data-root "$DATA_ROOT" --exec-root "$RUNDIR/exec" --pidfile "$RUNDIR/dockerd.pid" \
+  --host "$DOCKER_HOST" --bridge "$BRIDGE" --default-address-pool "$ADDRESS_POOLS" \
+  >"$RUNDIR/dockerd.log" 2>&1 9>&- &
+DOCKERD_PID=$!
+for _ in $(seq 120); do
+  $DOCKER info >/dev/null 2>&1 && break
+  kill -0 "$DOCKERD_PID" 2>/dev/null || die "dockerd exited: $(tail -5 "$RUNDIR/dockerd.log")"
+  sleep 0.5
+done
+$DOCKER info >/dev/null 2>&1 || die "dockerd did not answer on $DOCKER_HOST within 60 s"
+log "dockerd $($DOCKER version -f '{{.Server.Version}}') on $DOCKER_HOST, data root $DATA_ROOT"
+
+# ---- 3. base images: real, or stand-ins ---------------------------------------------------
+STAND_IN_LABEL=nexus.compose-test.stand-in
+declare -A STAND_INS=([python:3.11-slim]=python [nats:2.11-alpine]=nats
+  [pgvector/pgvector:pg17]=postgres [prom/prometheus:v3.0.1]=prometheus)
+suite_of() { case $1 in postgres) echo trixie ;; *) echo bookworm ;; esac; }
+debootstrap_tarball() {  # SUITE: $CACHE/debian-SUITE.tar, made once (the slow part of a cold run)
+  local suite=$1 tarball="$CACHE/debian-$1.tar" script=/usr/share/debootstrap/scripts/$1
+  [ -s "$tarball" ] && return
+  rm -rf "$CACHE/root-$suite"
+  # An older debootstrap may lack the newer suite's script; Debian's own links it to sid's.
+  [ -e "$script" ] || script=/usr/share/debootstrap/scripts/sid
+  $NICE debootstrap --variant=minbase --keyring=/usr/share/keyrings/debian-archive-keyring.gpg \
+    "$suite" "$CACHE/root-$suite" http://deb.debian.org/debian "$script" \
+    >"$CACHE/debootstrap-$suite.log" 2>&1 || return 1
+  tar -C "$CACHE/root-$suite" -c . >"$tarball.tmp"
+  mv "$tarball.tmp" "$tarball"
+  rm -rf "$CACHE/root-$suite"
+}
+is_stand_in() { [ -n "$($DOCKER image inspect -f "{{index .Config.Labels \"$STAND_IN_LABEL\"}}" "$1")" ]; }
+need_stand_in() {  # IMAGE: true unless the real image is here or can be pulled
+  if $DOCKER image inspect "$1" >/dev/null 2>&1; then
+    if is_stand_in "$1"; then return 0; fi
+    log "$1: the real image (pulled before)"
+    return 1
+  fi
+  if [ "${COMPOSE_TEST_PULL:-1}" != 0 ] && timeout 90 $DOCKER pull -q "$1" >/dev/null 2>&1; then
+    log "$1: pulled"
+    return 1
+  fi
+  return 0
+}
+build_stand_in() {  # IMAGE DIR: IMAGE built from deploy/compose-test/images/DIR
+  local image=$1 dir=$2 ctx="$RUNDIR/ctx-$2"
+  cp -r "$HERE/images/$dir" "$ctx"
+  cp /etc/ssl/certs/ca-certificates.crt "$ctx/host-ca-bundle.crt"
+  if [ "$dir" = nats ]; then
+    cp "$("$PY" -c 'from nexus_events.testing import nats_server_binary as n; print(n())')" "$ctx/nats-server"
+  fi
+  log "$image: stand-in from images/$dir"
+  $DOCKER build -q --label "$STAND_IN_LABEL=$dir" -f "$ctx/Containerfile" -t "$image" "$ctx" >/dev/null ||
+    die "building the stand-in $image"
+}
+# docker-compose 1.x builds with the `docker` on PATH: the one matching our daemon.
+compose() { (cd "$ROOT/deploy" && PATH="$(dirname "$DOCKER"):$PATH" "${COMPOSE[@]}" -p "$PROJECT" --profile test "$@"); }
+active() {  # active KIND: the services `up --profile test` starts ("all") or their pulled images
+  "$PY" - "$ROOT/deploy/compose.yaml" "$1" <<'EOF'
+import sys, yaml
+services = yaml.safe_load(open(sys.argv[1]))["services"]
+for name, s in services.items():
+    if set(s.get("profiles", [])) <= {"test"}:
+        if sys.argv[2] == "all":
+            print(name)
+        elif "build" not in s:
+            print(s["image"])
+EOF
+}
+
+phase "base images (pull or stand-ins)"
+# python:3.11-slim is the Dockerfile's base; the others are compose's images it does not build.
+wanted=(python:3.11-slim $(active images))
+stand_ins=()
+declare -A suites=()
+for image in "${wanted[@]}"; do
+  [ -n "${STAND_INS[$image]:-}" ] || die "compose uses $image, which has no stand-in here"
+  if need_stand_in "$image"; then
+    stand_ins+=("$image")
+    suites[$(suite_of "${STAND_INS[$image]}")]=1
+  fi
+done
+# Both debootstraps at once (mostly waiting on the network), then the imports.
+pids=()
+for suite in "${!suites[@]}"; do
+  [ -s "$CACHE/debian-$suite.tar" ] && continue
+  log "debootstrap --variant=minbase $suite"
+  debootstrap_tarball "$suite" & pids+=($!)
+done
+for pid in "${pids[@]}"; do wait "$pid" || die "debootstrap failed: see $CACHE/debootstrap-*.log"; done
+for suite in "${!suites[@]}"; do
+  $DOCKER image inspect "nexus-compose-test/debian:$suite" >/dev/null 2>&1 ||
+    $DOCKER import "$CACHE/debian-$suite.tar" "nexus-compose-test/debian:$suite" >/dev/null
+done
+for image in "${stand_ins[@]}"; do build_stand_in "$image" "${STAND_INS[$image]}"; done
+
+# ---- 4. the Nexus images, the stack ------------------------------------------------------
+free_port() { "$PY" -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
+export NATS_PORT NATS_MONITOR_PORT POSTGRES_PORT PROMETHEUS_PORT
+NATS_PORT=$(free_port) NATS_MONITOR_PORT=$(free_port) POSTGRES_PORT=$(free_port) PROMETHEUS_PORT=$(free_port)
+# The runs and memory's extraction ask the offline model (the `test` profile's service).
+export NEXUS_RUNNER_LLM_BASE_URL=http://offline-model:8090/v1
+ADMIN_PASSWORD=${NEXUS_ADMIN_NATS_PASSWORD:-admin-dev-password}
+
+phase "build Nexus images"
+compose build -q >"$RUNDIR/build.log" 2>&1 || { cat "$RUNDIR/build.log"; die "docker-compose build"; }
+for image in nexus/core:dev nexus/memory:dev nexus/runner:dev; do
+  $DOCKER image inspect "$image" >/dev/null || die "$image was not built"
+done
+
+phase "up -d, wait until healthy"
+UP=1
+compose down -v --remove-orphans >/dev/null 2>&1 || true  # a killed run's leftovers
+compose up -d --no-build
+services=$(active all)
+deadline=$((SECONDS + 300))
+while :; do
+  pending=()
+  for svc in $services; do
+    id=$(compose ps -q "$svc")
+    [ -n "$id" ] || die "service $svc has no container"
+    state=$($DOCKER inspect -f '{{.State.Status}} {{if .State.Health}}{{.State.Health.Status}}{{else}}none{{end}} {{.RestartCount}}' "$id")
+    read -r status health restarts <<<"$state"
+    [ "$health" != none ] || die "service $svc has no healthcheck"
+    [ "$restarts" = 0 ] || die "service $svc restarted ($restarts): $(compose logs --no-color --tail=20 "$svc")"
+    [ "$status" = running ] || die "service $svc is $status"
+    [ "$health" = healthy ] || pending+=("$svc:$health")
+  done
+  [ ${#pending[@]} -eq 0 ] && break
+  [ $SECONDS -lt $deadline ] || die "not healthy within 300 s: ${pending[*]}"
+  sleep 2
+done
+log "healthy: $(echo $services)"
+
+# ---- 5. a run and a memory search, as an operator ------------------------------------------
+phase "operator: agent, run, memory search"
+export NEXUS_NATS_URL="nats://admin:$ADMIN_PASSWORD@127.0.0.1:$NATS_PORT"
+cat >"$RUNDIR/agent.yaml" <<EOF
+id: $AGENT
+role: implementer
+description: compose-test's agent; the offline model's chat script answers it.
+model:
+  name: gpt-4o-mini
+system_prompt: "[offline-model:chat] You greet and finish."
+tools: [finish]
+EOF
+"$NEXUS_CLI" agents apply -f "$RUNDIR/agent.yaml"
+RUN_ID="run-compose-$(date +%s)"
+"$NEXUS_CLI" --timeout 10 run "$AGENT" --run-id "$RUN_ID" -i "Say hello." --follow --wait 300 ||
+  die "run $RUN_ID did not complete: $("$NEXUS_CLI" attach "$RUN_ID" 2>&1)"
+"$NEXUS_CLI" attach "$RUN_ID" -o json >"$RUNDIR/attach.json"
+"$PY" - "$RUNDIR/attach.json" <<'EOF'
+import json, sys
+snapshot = json.load(open(sys.argv[1]))
+assert snapshot["run"]["status"] == "completed", snapshot["run"]
+assert snapshot["phase"] == "completed", snapshot["phase"]
+EOF
+log "run $RUN_ID completed"
+# Memory extracts the run's lesson after it ends (asking the same model): wait for a hit.
+deadline=$((SECONDS + 120))
+while :; do
+  "$NEXUS_CLI" memory search "hello from the offline model" -s "agent:$AGENT" -o json \
+    >"$RUNDIR/memory.json" || true  # a timed-out ask is retried like an empty answer
+  if "$PY" - "$RUNDIR/memory.json" "$RUN_ID" <<'EOF'
+import json, sys
+found = json.load(open(sys.argv[1]))
+items = found["items"] if isinstance(found, dict) else found
+sys.exit(0 if any(sys.argv[2] in item["text"] for item in items) else 1)
+EOF
+  then break; fi
+  [ $SECONDS -lt $deadline ] || die "memory search found nothing from $RUN_ID: $(cat "$RUNDIR/memory.json")"
+  sleep 2
+done
+log "memory search finds what $RUN_ID taught: $("$PY" -c 'import json,sys; print(json.load(open(sys.argv[1]))["items"][0]["text"])' "$RUNDIR/memory.json")"
+
+# ---- 6. NATS users and permissions, clean drain, down -----------------------------------
+phase "checks, stop, down -v"
+"$PY" - "$NATS_MONITOR_PORT" <<'EOF'
+import json, sys, urllib.request
+url = f"http://127.0.0.1:{sys.argv[1]}/connz?state=all&auth=true&limit=1000"
+with urllib.request.urlopen(url, timeout=5) as resp:
+    conns = json.load(resp)["connections"]
+users = {}
+for c in conns:
+    users.setdefault(c.get("name", ""), set()).add(c.get("authorized_user", ""))
+print("    NATS connections (name: users):", {k: sorted(v) for k, v in sorted(users.items())})
+for service in ("core", "memory", "scheduler", "runner"):
+    assert users.get(service) == {service}, f"{service} connected as {users.get(service)}"
+assert users.get("nexus-cli") == {"admin"}, users.get("nexus-cli")
+EOF
+violations=$(compose logs --no-color nats | grep -c Violation || true)
+[ "$violations" = 0 ] || die "NATS permission violations: $(compose logs --no-color nats | grep Violation | head -20)"
+log "NATS log: no permission violation"
+compose stop -t 60 >/dev/null 2>&1
+for svc in core memory scheduler; do
+  code=$($DOCKER inspect -f '{{.State.ExitCode}}' "$(compose ps -q "$svc")")
+  [ "$code" = 0 ] || die "$svc exited $code on stop (not drained): $(compose logs --no-color --tail=30 "$svc")"
+done
+log "core, memory, scheduler drained and exited 0"
+compose down -v --remove-orphans >/dev/null 2>&1
+UP=0
