@@ -45,7 +45,12 @@ class MemorySettings(BaseSettings):
     memory_candidates: int = Field(
         50, gt=0, le=1000, description="Candidates each retriever gives the fusion."
     )
-    memory_rrf_k: int = Field(60, gt=0, description="Reciprocal-rank-fusion constant.")
+    # RRF's customary 60 was set for fusing lists of ~1,000 results; over 50 candidates per
+    # retriever it makes ranks 1 and 50 weigh almost the same, so an item both retrievers
+    # rank middling beats one that either ranks first (bench/bench_memory.py shows it).
+    memory_rrf_k: int = Field(
+        5, gt=0, description="Reciprocal-rank-fusion constant (small: the top ranks count)."
+    )
     memory_half_life_days: float = Field(
         30.0, gt=0, description="Recency half-life: a memory this old weighs half as much."
     )

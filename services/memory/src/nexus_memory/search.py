@@ -35,7 +35,7 @@ ANY_WORD_POOL = 1000
 
 @dataclass(frozen=True, slots=True)
 class Weights:
-    rrf_k: int = 60
+    rrf_k: int = 5
     half_life_days: float = 30.0
     kinds: Mapping[str, float] | None = None
     access: float = 0.1  # per natural-log unit of access count

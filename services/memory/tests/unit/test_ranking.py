@@ -27,7 +27,15 @@ def test_found_by_both_retrievers_beats_found_by_one() -> None:
     items = rank([row("one", sem=1, lex=None), row("both", sem=2, lex=2)], NOW, 10, Weights())
     assert [i.memory_id for i in items] == ["both", "one"]
     assert items[0].why is not None
-    assert items[0].why.fused == round(2 / 62, 6)
+    assert items[0].why.fused == round(2 / (5 + 2), 6)  # the default k is 5
+
+
+def test_a_small_rrf_constant_lets_a_first_place_beat_two_middling_ranks() -> None:
+    """Why k is small: with k=60 ranks 1 and 20 weigh almost alike, so an item two retrievers
+    rank 20th beats one a retriever ranks first; with k=5 the first place wins."""
+    rows = [row("first", sem=None, lex=1), row("middling", sem=20, lex=20)]
+    assert [i.memory_id for i in rank(rows, NOW, 10, Weights(rrf_k=60))][0] == "middling"
+    assert [i.memory_id for i in rank(rows, NOW, 10, Weights(rrf_k=5))][0] == "first"
 
 
 def test_recency_access_kind_and_currency_weigh_in() -> None:
