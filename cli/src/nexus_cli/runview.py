@@ -159,3 +159,41 @@ def describe(event: str, body: dict[str, Any]) -> str:  # noqa: PLR0911 - one ca
     if event == "approval_decided":
         return f"approval_decided {body.get('approval_id')}: {body.get('decision')}"
     return event
+
+
+def delegation_tree(runs: list[dict[str, Any]]) -> list[tuple[dict[str, Any], int]]:
+    """`runs` (newest first) with each delegated child right under its parent, and its depth.
+
+    A child whose parent is not in the list stays where it is, at depth 0; the order among
+    siblings, and among roots, is the input's.
+    """
+    ids = {r["run_id"] for r in runs}
+    children: dict[str, list[dict[str, Any]]] = {}
+    roots: list[dict[str, Any]] = []
+    for r in runs:
+        parent = r.get("parent_run_id")
+        if isinstance(parent, str) and parent in ids and parent != r["run_id"]:
+            children.setdefault(parent, []).append(r)
+        else:
+            roots.append(r)
+    out: list[tuple[dict[str, Any], int]] = []
+    seen: set[str] = set()
+
+    def walk(r: dict[str, Any], depth: int) -> None:
+        if r["run_id"] in seen:  # a cycle in bad data: show each run once
+            return
+        seen.add(r["run_id"])
+        out.append((r, depth))
+        for child in children.get(r["run_id"], []):
+            walk(child, depth + 1)
+
+    for r in roots:
+        walk(r, 0)
+    for r in runs:  # runs only reachable through a cycle
+        if r["run_id"] not in seen:
+            walk(r, 0)
+    return out
+
+
+def tree_label(run_id: str, depth: int) -> str:
+    return run_id if depth == 0 else "  " * (depth - 1) + "└ " + run_id

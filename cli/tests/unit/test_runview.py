@@ -92,3 +92,27 @@ def test_every_exit_code_is_documented() -> None:
     doc = (Path(__file__).parents[3] / "docs" / "cli.md").read_text()
     for code in ExitCode:
         assert f"\n| {int(code)} |" in doc, code
+
+
+def test_delegated_runs_sit_under_their_parent_in_ps() -> None:
+    from nexus_cli.runview import delegation_tree, tree_label
+
+    runs = [  # newest first, as runs.list answers
+        {"run_id": "child-b", "parent_run_id": "parent"},
+        {"run_id": "other", "parent_run_id": None},
+        {"run_id": "grandchild", "parent_run_id": "child-a"},
+        {"run_id": "child-a", "parent_run_id": "parent"},
+        {"run_id": "parent", "parent_run_id": None},
+        {"run_id": "orphan", "parent_run_id": "gone"},
+    ]
+    shown = [tree_label(r["run_id"], depth) for r, depth in delegation_tree(runs)]
+    assert shown == [
+        "other",
+        "parent",
+        "└ child-b",
+        "└ child-a",
+        "  └ grandchild",
+        "orphan",
+    ]
+    looped = [{"run_id": "x", "parent_run_id": "y"}, {"run_id": "y", "parent_run_id": "x"}]
+    assert sorted(r["run_id"] for r, _ in delegation_tree(looped)) == ["x", "y"]

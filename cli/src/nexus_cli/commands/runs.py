@@ -25,7 +25,7 @@ from nexus_cli.errors import CliError, ExitCode
 from nexus_cli.follow import follow
 from nexus_cli.options import Output, OutputOpt, RunArg, globals_of, run
 from nexus_cli.output import ago, console, emit, message, print_json
-from nexus_cli.runview import RunView, describe
+from nexus_cli.runview import RunView, delegation_tree, describe, tree_label
 from nexus_cli.target import resolve_target
 
 
@@ -220,7 +220,8 @@ def register(app: typer.Typer) -> None:  # noqa: PLR0915 - one place registers t
                 ("RUN", "AGENT", "TASK", "STATUS", "REASON", "TURNS", "COST", "LAST EVENT"),
                 [
                     (
-                        r["run_id"],
+                        # A delegated run sits under the run that delegated it.
+                        tree_label(r["run_id"], depth),
                         r["agent_id"],
                         r["task_id"],
                         r["status"],
@@ -229,7 +230,7 @@ def register(app: typer.Typer) -> None:  # noqa: PLR0915 - one place registers t
                         f"${r['cost_usd']:.4f}",
                         ago(r["last_event_at"]),
                     )
-                    for r in runs
+                    for r, depth in delegation_tree(runs)
                 ],
                 empty="no runs"
                 if (all_runs or status)
@@ -300,6 +301,8 @@ def _print_snapshot(row: dict[str, Any], snap: dict[str, Any]) -> None:
     )
     status = row["status"] + (f" ({row['reason']})" if row.get("reason") else "")
     console.print(f"  status   {status}", markup=False)
+    if row.get("parent_run_id"):
+        console.print(f"  parent   {row['parent_run_id']} (delegated it)", markup=False)
     console.print(f"  phase    {snap['phase'] or '-'}", markup=False)
     if row.get("message"):
         console.print(f"  message  {row['message']}", markup=False)
