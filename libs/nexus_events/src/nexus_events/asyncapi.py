@@ -120,7 +120,7 @@ _SERVICE_TEXT: dict[Service, str] = {
     Service.CLI: "The `nexus` operator CLI.",
     Service.MEMORY: "Long-term memory: hybrid search, extraction, consolidation, secret guard.",
     Service.PLANE_SYNC: "Tasks and runs <-> Plane work items, comments, agent runs; webhooks in.",
-    Service.CHANNEL_GATEWAY: "Slack, Telegram, webhooks, approvals relay (planned).",
+    Service.CHANNEL_GATEWAY: "Slack, Telegram, webhooks in; replies, approvals relay, pairing.",
     Service.OPERATOR: "A person with the nats CLI: a bare JSON `nats pub` is a valid command.",
 }
 

@@ -34,8 +34,8 @@ def test_a_small_rrf_constant_lets_a_first_place_beat_two_middling_ranks() -> No
     """Why k is small: with k=60 ranks 1 and 20 weigh almost alike, so an item two retrievers
     rank 20th beats one a retriever ranks first; with k=5 the first place wins."""
     rows = [row("first", sem=None, lex=1), row("middling", sem=20, lex=20)]
-    assert [i.memory_id for i in rank(rows, NOW, 10, Weights(rrf_k=60))][0] == "middling"
-    assert [i.memory_id for i in rank(rows, NOW, 10, Weights(rrf_k=5))][0] == "first"
+    assert [i.memory_id for i in rank(rows, NOW, 10, Weights(rrf_k=60))] == ["middling", "first"]
+    assert [i.memory_id for i in rank(rows, NOW, 10, Weights(rrf_k=5))] == ["first", "middling"]
 
 
 def test_recency_access_kind_and_currency_weigh_in() -> None:
