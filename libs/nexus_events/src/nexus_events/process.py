@@ -7,6 +7,7 @@ import asyncio
 import gc
 import signal
 from collections.abc import Awaitable, Callable
+from typing import Protocol
 
 from nexus_events.logs import setup_logging
 from nexus_events.telemetry import setup_telemetry, shutdown_telemetry
@@ -59,6 +60,24 @@ __all__ = [
     "gc_threshold_for_batch",
     "tune_gc",
 ]
+
+
+class Lifecycle(Protocol):
+    """A service app: `start` brings it up; `stop` drains it and closes what it opened."""
+
+    async def start(self) -> None: ...
+
+    async def stop(self) -> None: ...
+
+
+async def serve_until(app: Lifecycle, stop: asyncio.Event, drain_timeout: float) -> None:
+    """Start `app`, wait for `stop`, then drain it within `drain_timeout` seconds (a drain
+    that overruns raises TimeoutError rather than holding the process)."""
+    await app.start()
+    try:
+        await stop.wait()
+    finally:
+        await asyncio.wait_for(app.stop(), timeout=drain_timeout)
 
 
 def run_service(name: str, serve: Serve) -> None:

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import asyncio
 
-from nexus_events.process import run_service
+from nexus_events.process import run_service, serve_until
 
-from nexus_channel_gateway.app import SOURCE, serve
+from nexus_channel_gateway.app import SOURCE, GatewayApp
 from nexus_channel_gateway.config import GatewaySettings
 
 
@@ -14,7 +14,7 @@ def main() -> None:
     settings = GatewaySettings()
 
     async def run(stop: asyncio.Event) -> None:
-        await serve(settings, stop)
+        await serve_until(GatewayApp(settings), stop, settings.drain_timeout)
 
     run_service(SOURCE, run)
 

@@ -207,13 +207,3 @@ class GatewayApp:
 
     async def __aexit__(self, *exc: object) -> None:
         await self.stop()
-
-
-async def serve(settings: GatewaySettings, stop: asyncio.Event) -> None:
-    """Run the gateway until `stop` is set, then drain within `drain_timeout` seconds."""
-    app = GatewayApp(settings)
-    await app.start()
-    try:
-        await stop.wait()
-    finally:
-        await asyncio.wait_for(app.stop(), timeout=settings.drain_timeout)

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import asyncio
 
-from nexus_events.process import run_service, tune_gc
+from nexus_events.process import run_service, serve_until, tune_gc
 
-from nexus_core.app import serve
+from nexus_core.app import CoreApp
 from nexus_core.config import CoreSettings
 
 
@@ -15,7 +15,7 @@ def main() -> None:
     tune_gc(settings.effective_gc_threshold())
 
     async def run(stop: asyncio.Event) -> None:
-        await serve(settings, stop)
+        await serve_until(CoreApp(settings), stop, settings.drain_timeout)
 
     run_service("core", run)
 

@@ -247,13 +247,3 @@ class CoreApp:
 
     async def __aexit__(self, *exc: object) -> None:
         await self.stop()
-
-
-async def serve(settings: CoreSettings, stop: asyncio.Event) -> None:
-    """Run core until `stop` is set, then drain within `drain_timeout` seconds."""
-    app = CoreApp(settings)
-    await app.start()
-    try:
-        await stop.wait()
-    finally:
-        await asyncio.wait_for(app.stop(), timeout=settings.drain_timeout)

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import asyncio
 
-from nexus_events.process import run_service
+from nexus_events.process import run_service, serve_until
 
-from nexus_memory.app import serve
+from nexus_memory.app import MemoryApp
 from nexus_memory.config import MemorySettings
 
 
@@ -14,7 +14,7 @@ def main() -> None:
     settings = MemorySettings()
 
     async def run(stop: asyncio.Event) -> None:
-        await serve(settings, stop)
+        await serve_until(MemoryApp(settings), stop, settings.drain_timeout)
 
     run_service("memory", run)
 

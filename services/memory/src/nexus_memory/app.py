@@ -297,13 +297,3 @@ class MemoryApp:
 
     async def __aexit__(self, *exc: object) -> None:
         await self.stop()
-
-
-async def serve(settings: MemorySettings, stop: asyncio.Event) -> None:
-    """Run memory until `stop` is set, then drain within `drain_timeout` seconds."""
-    app = MemoryApp(settings)
-    await app.start()
-    try:
-        await stop.wait()
-    finally:
-        await asyncio.wait_for(app.stop(), timeout=settings.drain_timeout)

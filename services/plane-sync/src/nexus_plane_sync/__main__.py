@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import asyncio
 
-from nexus_events.process import run_service
+from nexus_events.process import run_service, serve_until
 
-from nexus_plane_sync.app import serve
+from nexus_plane_sync.app import PlaneSyncApp
 from nexus_plane_sync.config import PlaneSyncSettings
 
 
@@ -14,7 +14,7 @@ def main() -> None:
     settings = PlaneSyncSettings()  # required fields come from the environment
 
     async def run(stop: asyncio.Event) -> None:
-        await serve(settings, stop)
+        await serve_until(PlaneSyncApp(settings), stop, settings.drain_timeout)
 
     run_service("plane-sync", run)
 

@@ -208,13 +208,3 @@ class PlaneSyncApp:
 
     async def __aexit__(self, *exc: object) -> None:
         await self.stop()
-
-
-async def serve(settings: PlaneSyncSettings, stop: asyncio.Event) -> None:
-    """Run plane-sync until `stop` is set, then drain within `drain_timeout` seconds."""
-    app = PlaneSyncApp(settings)
-    await app.start()
-    try:
-        await stop.wait()
-    finally:
-        await asyncio.wait_for(app.stop(), timeout=settings.drain_timeout)
