@@ -50,8 +50,8 @@ class Poster(Protocol):
         ...
 
     async def find(self, conversation: str, thread: str | None, key: str) -> str | None:
-        """The id of a message posted earlier with `key`; None if there is none. Raises
-        `NotImplementedError` where the platform cannot tell (Telegram bots)."""
+        """The id of a message posted earlier with `key`; None if there is none. Only asked
+        of a platform whose `can_find` is true."""
         ...
 
     async def close(self) -> None: ...
@@ -144,8 +144,8 @@ class TelegramPoster:
         return str(message.message_id)
 
     async def find(self, conversation: str, thread: str | None, key: str) -> str | None:
-        # The Bot API cannot read a chat's history: whether a post went out is unknowable.
-        raise NotImplementedError
+        # The Bot API cannot read a chat's history (can_find is False): nothing to look up.
+        return None
 
     async def close(self) -> None:
         if self._ready:

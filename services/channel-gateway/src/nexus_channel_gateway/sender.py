@@ -103,15 +103,15 @@ class Sender:
     ) -> tuple[bool, float | None]:
         """Interrupted during the platform call: ask the platform whether it posted.
         Returns (handled, delay); not handled means: post now."""
-        try:
-            found = await poster.find(intent.conversation, intent.thread, key)
-        except NotImplementedError:
+        if not poster.can_find:  # whether it went out is unknowable: never post twice
             log.warning("send %s was interrupted mid-call: recorded unknown, not re-posted", key)
             await self.store.mark_sent(key, None, "unknown")
             await self._outcome(
                 channel, intent, key, status="unknown", platform_id=None, error=None, d=d
             )
             return True, None
+        try:
+            found = await poster.find(intent.conversation, intent.thread, key)
         except RateLimited as exc:
             return True, exc.retry_after
         if found is None:
