@@ -4,10 +4,12 @@ and garbage-collector tuning."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import gc
 import signal
+from abc import ABC, abstractmethod
 from collections.abc import Awaitable, Callable
-from typing import Protocol
+from typing import Any, Protocol, Self
 
 from nexus_events.logs import setup_logging
 from nexus_events.telemetry import setup_telemetry, shutdown_telemetry
@@ -68,6 +70,34 @@ class Lifecycle(Protocol):
     async def start(self) -> None: ...
 
     async def stop(self) -> None: ...
+
+
+class ServiceApp(ABC):
+    """Base of a service's app: `start` and `stop` (which drains), and `async with` over them."""
+
+    @abstractmethod
+    async def start(self) -> None: ...
+
+    @abstractmethod
+    async def stop(self) -> None: ...
+
+    async def __aenter__(self) -> Self:
+        await self.start()
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.stop()
+
+
+# Seconds a service waits for its PostgreSQL pool to close on stop: past it, connections still
+# held by a stuck query are abandoned rather than holding the process.
+POOL_CLOSE_TIMEOUT = 10.0
+
+
+async def close_pool(pool: Any) -> None:
+    """Close an asyncpg pool within `POOL_CLOSE_TIMEOUT` seconds (then give up on it)."""
+    with contextlib.suppress(TimeoutError):
+        await asyncio.wait_for(pool.close(), timeout=POOL_CLOSE_TIMEOUT)
 
 
 async def serve_until(app: Lifecycle, stop: asyncio.Event, drain_timeout: float) -> None:

@@ -20,6 +20,7 @@ import asyncpg
 from nexus_events.bus import Bus, BusSettings, Consumer
 from nexus_events.health import HealthServer
 from nexus_events.metrics import MetricsSettings, setup_metrics
+from nexus_events.process import ServiceApp, close_pool
 from nexus_events.streams import ensure_streams
 from opentelemetry.sdk.metrics import MeterProvider as SdkMeterProvider
 
@@ -42,7 +43,7 @@ log = logging.getLogger(__name__)
 SOURCE = "channel-gateway"
 
 
-class GatewayApp:
+class GatewayApp(ServiceApp):
     """The channel gateway. `bus` may be given (tests); otherwise connected at start."""
 
     def __init__(
@@ -193,17 +194,9 @@ class GatewayApp:
             self.meter_provider.shutdown()
             self.meter_provider = None
         if self._pool is not None:
-            with contextlib.suppress(asyncio.TimeoutError):
-                await asyncio.wait_for(self._pool.close(), timeout=10)
+            await close_pool(self._pool)
             self._pool = None
         if self._own_bus and self._bus is not None:
             await self._bus.close()
             self._bus = None
         log.info("channel gateway stopped")
-
-    async def __aenter__(self) -> GatewayApp:
-        await self.start()
-        return self
-
-    async def __aexit__(self, *exc: object) -> None:
-        await self.stop()

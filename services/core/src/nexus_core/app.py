@@ -9,7 +9,6 @@ consumer finishes its batch), then the projections commit their batch in hand, t
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 from typing import Any
 
@@ -18,6 +17,7 @@ from motor.motor_asyncio import AsyncIOMotorClient, AsyncIOMotorDatabase
 from nexus_events.bus import Bus, BusSettings, Consumer
 from nexus_events.health import HealthServer
 from nexus_events.metrics import MetricsSettings, RunMetrics, setup_metrics
+from nexus_events.process import ServiceApp, close_pool
 from nexus_events.projection import ProjectionRunner
 from nexus_events.streams import CATALOG, ensure_streams
 from opentelemetry.sdk.metrics import MeterProvider as SdkMeterProvider
@@ -47,7 +47,7 @@ log = logging.getLogger(__name__)
 SOURCE = "core"
 
 
-class CoreApp:
+class CoreApp(ServiceApp):
     """The core service. `bus`/`pool` may be given (tests); otherwise they are created.
 
     The catalog lives in PostgreSQL (schema core) unless `settings.catalog_url` is a
@@ -230,8 +230,7 @@ class CoreApp:
         if self.health is not None:
             await self.health.stop()
         if self._own_pool and self._pool is not None:
-            with contextlib.suppress(asyncio.TimeoutError):
-                await asyncio.wait_for(self._pool.close(), timeout=10)
+            await close_pool(self._pool)
             self._pool = None
         if self._mongo is not None:
             self._mongo.close()
@@ -240,10 +239,3 @@ class CoreApp:
             await self._bus.close()
             self._bus = None
         log.info("core stopped")
-
-    async def __aenter__(self) -> CoreApp:
-        await self.start()
-        return self
-
-    async def __aexit__(self, *exc: object) -> None:
-        await self.stop()

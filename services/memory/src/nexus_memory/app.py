@@ -22,6 +22,7 @@ from nexus_events.bus import Bus, BusSettings, Consumer
 from nexus_events.events import MemoryConsolidateReply, MemoryRebuildReply
 from nexus_events.health import HealthServer
 from nexus_events.metrics import MetricsSettings, setup_metrics
+from nexus_events.process import ServiceApp, close_pool
 from nexus_events.projection import ProjectionRunner, quote_ident, rebuild
 from nexus_events.streams import MEMORY, ensure_streams
 from opentelemetry.sdk.metrics import MeterProvider as SdkMeterProvider
@@ -72,7 +73,7 @@ async def stored_embedder(pool: asyncpg.Pool[Any], schema: str) -> str | None:
     return None
 
 
-class MemoryApp:
+class MemoryApp(ServiceApp):
     """The memory service. `bus` and `embedder` may be given (tests); otherwise created."""
 
     def __init__(
@@ -283,17 +284,9 @@ class MemoryApp:
             self.meter_provider.shutdown()
             self.meter_provider = None
         if self._pool is not None:
-            with contextlib.suppress(asyncio.TimeoutError):
-                await asyncio.wait_for(self._pool.close(), timeout=10)
+            await close_pool(self._pool)
             self._pool = None
         if self._own_bus and self._bus is not None:
             await self._bus.close()
             self._bus = None
         log.info("memory stopped")
-
-    async def __aenter__(self) -> MemoryApp:
-        await self.start()
-        return self
-
-    async def __aexit__(self, *exc: object) -> None:
-        await self.stop()

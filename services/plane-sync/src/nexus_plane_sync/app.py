@@ -10,8 +10,6 @@ consumers and the mirror finish their batch and the writer its write in hand, th
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 import logging
 from typing import Any
 
@@ -19,6 +17,7 @@ import asyncpg
 from nexus_events.bus import Bus, BusSettings, Consumer
 from nexus_events.events import PlaneStatusReply
 from nexus_events.health import HealthServer
+from nexus_events.process import ServiceApp, close_pool
 from nexus_events.projection import ProjectionRunner
 from nexus_events.streams import ensure_streams
 
@@ -40,7 +39,7 @@ log = logging.getLogger(__name__)
 SOURCE = "plane-sync"
 
 
-class PlaneSyncApp:
+class PlaneSyncApp(ServiceApp):
     """The plane-sync service. `bus` may be given (tests); otherwise it is created."""
 
     def __init__(
@@ -194,17 +193,9 @@ class PlaneSyncApp:
             await self.health.stop()
         await self.api.close()
         if self._pool is not None:
-            with contextlib.suppress(asyncio.TimeoutError):
-                await asyncio.wait_for(self._pool.close(), timeout=10)
+            await close_pool(self._pool)
             self._pool = None
         if self._own_bus and self._bus is not None:
             await self._bus.close()
             self._bus = None
         log.info("plane-sync stopped")
-
-    async def __aenter__(self) -> PlaneSyncApp:
-        await self.start()
-        return self
-
-    async def __aexit__(self, *exc: object) -> None:
-        await self.stop()
