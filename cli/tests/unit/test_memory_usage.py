@@ -3,29 +3,11 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
-from typer.testing import CliRunner, Result
 
+from cli.tests.unit.runner import nexus
 from nexus_cli.commands.memory import clip, why
 from nexus_cli.errors import ExitCode
-from nexus_cli.main import app
-
-
-@pytest.fixture
-def env(tmp_path: Path) -> dict[str, str]:
-    return {
-        "NEXUS_DEV_HOME": str(tmp_path / ".nexus"),
-        "NEXUS_CONTEXT_FILE": str(tmp_path / "contexts.yaml"),
-        "NEXUS_NATS_URL": "",
-        "NEXUS_CONTEXT": "",
-        "COLUMNS": "200",
-    }
-
-
-def nexus(env: dict[str, str], *args: str) -> Result:
-    return CliRunner().invoke(app, list(args), env=env, catch_exceptions=False)
 
 
 @pytest.mark.parametrize(
