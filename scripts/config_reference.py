@@ -15,7 +15,7 @@ from pydantic_core import PydanticUndefined
 from pydantic_settings import BaseSettings
 
 SECTIONS: list[tuple[str, str, str]] = [
-    ("every service: NATS", "nexus_events.bus", "BusSettings"),
+    ("every service: NATS", "nexus_events.connect", "BusSettings"),
     (
         "streams: core's settings win (`ensure_streams`; others only create missing streams)",
         "nexus_events.streams",

@@ -1,18 +1,29 @@
-"""Building dead letters that always fit in one NATS message, and their idempotency keys.
+"""Dead letters: building ones that always fit in one NATS message, and filing them.
 
 A poison message can be as large as the server's max_payload; a copy of it plus headers and
 the reason would not fit, and a dead letter that cannot be published would leave its consumer
 stuck on it. So the body is capped (its size and SHA-256 are kept, and the original stays in
 its stream at `stream_seq`), headers are capped, and when even that is refused a reference-only
-letter (no body, no headers) is the last resort. Pure functions: no I/O here.
+letter (no body, no headers) is the last resort. The builders are pure functions;
+`DeadLetterPublisher` (a part of `Bus`) files them on ``nexus.dlq.v1.<service>``.
 """
 
 from __future__ import annotations
 
 import base64
+import contextlib
 import hashlib
+import logging
 
+import nats.errors
+from nats.aio.msg import Msg
+
+from nexus_events import subjects
+from nexus_events.errors import PublishRejected
 from nexus_events.events.dlq import DeadLetter
+from nexus_events.publish import Publisher
+
+log = logging.getLogger(__name__)
 
 # Bytes of the original body kept in a dead letter: enough to read what it was, far below the
 # 1 MiB default max_payload even after base64 (4/3) and the rest of the letter.
@@ -115,9 +126,86 @@ def dead_letter_id(
     return f"dlq:{service}:{consumer or '-'}:{stream}:{stream_seq}:{reason}"
 
 
+class DeadLetterPublisher(Publisher):
+    """A `Publisher` that also files dead letters for its service."""
+
+    async def dead_letter(
+        self,
+        msg: Msg,
+        *,
+        reason: str,
+        error: str,
+        consumer: str | None = None,
+        num_delivered: int | None = None,
+    ) -> bool:
+        """Copy `msg` to ``nexus.dlq.v1.<source>`` with the reason (see `file_dead_letter`)."""
+        stream = seq = None
+        with contextlib.suppress(nats.errors.NotJSMessageError, ValueError, AttributeError):
+            stream, seq = msg.metadata.stream, msg.metadata.sequence.stream
+            if num_delivered is None:
+                num_delivered = msg.metadata.num_delivered
+        return await self.file_dead_letter(
+            build_dead_letter(
+                service=self.source,
+                subject=msg.subject,
+                data=msg.data,
+                headers=dict(msg.headers or {}),
+                reason=reason,
+                error=error,
+                consumer=consumer,
+                stream=stream,
+                stream_seq=seq,
+                num_delivered=num_delivered or 0,
+            )
+        )
+
+    async def file_dead_letter(self, letter: DeadLetter) -> bool:
+        """Publish `letter` (built with `nexus_events.dead_letters.build_dead_letter`, so it
+        fits); return whether it was stored.
+
+        Idempotent per original, service, consumer and reason. If the server still refuses
+        the letter, a reference-only letter (stream + sequence, size, digest) is tried, and if
+        that is refused too the failure is logged with the original's position and False
+        returned: a consumer must then go past the message rather than stop on it. Raises
+        `BusUnavailable` / `PublishFailed` when NATS is away (try again later).
+        """
+        dlq_subject = subjects.dead_letter(letter.service)
+        msg_id = dead_letter_id(
+            letter.service, letter.consumer, letter.stream, letter.stream_seq, letter.reason
+        )
+        where = {
+            "stream": letter.stream,
+            "stream_seq": letter.stream_seq,
+            "consumer": letter.consumer,
+        }
+        try:
+            await self.publish(dlq_subject, letter, msg_id=msg_id)
+        except PublishRejected as exc:
+            # The reason is the whole story; a traceback would only repeat it.
+            log.error("dead letter refused, storing a reference only: %s", exc, extra=where)  # noqa: TRY400
+            try:
+                await self.publish(dlq_subject, reference_only(letter), msg_id=msg_id)
+            except PublishRejected as again:
+                log.error(  # noqa: TRY400
+                    "could not dead-letter %s (%s) at all; the original stays in %s at %s: %s",
+                    letter.subject,
+                    letter.reason,
+                    letter.stream,
+                    letter.stream_seq,
+                    again,
+                    extra=where,
+                )
+                return False
+        log.warning(
+            "dead-lettered %s (%s): %s", letter.subject, letter.reason, letter.error, extra=where
+        )
+        return True
+
+
 __all__ = [
     "MAX_BODY_BYTES",
     "MAX_HEADERS_CHARS",
+    "DeadLetterPublisher",
     "build_dead_letter",
     "dead_letter_id",
     "reference_only",

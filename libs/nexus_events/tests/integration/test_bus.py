@@ -14,7 +14,7 @@ import pytest
 from nexus_events import subjects
 from nexus_events.bus import Bus, BusSettings, ConsumerSpec, Delivery, Outgoing
 from nexus_events.codec import Encoded
-from nexus_events.errors import BusUnavailable, PublishFailed
+from nexus_events.errors import BusError, BusUnavailable, PublishFailed
 from nexus_events.events import DeadLetter, RunHeartbeat, RunRequested, RunTurn
 from nexus_events.streams import DLQ, RUNS
 from nexus_events.testing import NatsServer, dead_letters
@@ -257,6 +257,15 @@ async def test_replay_last_per_subject_reads_the_newest_of_each_subject(bus: Bus
         (subjects.run_event("lp_a", "heartbeat"), last["lp_a"]),
         (subjects.run_event("lp_c", "heartbeat"), last["lp_c"]),
     ]
+
+
+async def test_replay_errors_are_the_bus_s_own_not_nats_py_s(nats_server: NatsServer):
+    bus = await Bus.connect(BusSettings(url=nats_server.url), source="replayer")
+    with pytest.raises(BusError, match="NO_SUCH_STREAM: no such stream"):
+        _ = [m async for m in bus.replay_raw("NO_SUCH_STREAM")]
+    await bus.close()
+    with pytest.raises(BusUnavailable, match="closed"):
+        _ = [m async for m in bus.replay_raw(RUNS)]
 
 
 async def test_nats_restart_mid_stream_loses_nothing(bus: Bus, nats_server: NatsServer):
