@@ -23,6 +23,7 @@ SECTIONS: list[tuple[str, str, str]] = [
     ),
     ("every service: metrics", "nexus_events.metrics", "MetricsSettings"),
     ("core (`python -m nexus_core`)", "nexus_core.config", "CoreSettings"),
+    ("core: the system's run metrics", "nexus_core.run_metrics", "RunMetricsSettings"),
     ("scheduler (`python -m nexus_scheduler`)", "nexus_scheduler.config", "SchedulerSettings"),
     ("runner (`python -m nexus_runner`)", "nexus_runner.config", "RunnerSettings"),
     ("memory (`python -m nexus_memory`)", "nexus_memory.config", "MemorySettings"),
@@ -58,9 +59,13 @@ def _default(field: Any) -> str:
 
 
 def table(cls: type[BaseSettings]) -> str:
+    """The fields `cls` adds: a subclass's table leaves out what its parent's table lists."""
     prefix = str(cls.model_config.get("env_prefix", ""))
     rows = ["| variable | default | what |", "|---|---|---|"]
+    inherited = {n for base in cls.__mro__[1:] for n in getattr(base, "model_fields", {})}
     for name, field in cls.model_fields.items():
+        if name in inherited:
+            continue
         what = (field.description or "").replace("|", "\\|")
         rows.append(f"| `{prefix}{name.upper()}` | {_default(field)} | {what} |")
     return "\n".join(rows)

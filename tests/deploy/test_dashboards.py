@@ -14,6 +14,7 @@ from typing import Any
 
 import pytest
 import yaml
+from nexus_core.run_metrics import INSTRUMENTS, PipelineSnapshot, RunMetrics
 from nexus_events import codec, subjects
 from nexus_events.codec import JsMeta
 from nexus_events.events.runs import (
@@ -25,7 +26,6 @@ from nexus_events.events.runs import (
     RunTurn,
     ToolResult,
 )
-from nexus_events.metrics import INSTRUMENTS, PipelineSnapshot, RunMetrics
 from nexus_memory.metrics import MemoryMetrics
 from opentelemetry.exporter.prometheus import PrometheusMetricReader
 from opentelemetry.sdk.metrics import MeterProvider

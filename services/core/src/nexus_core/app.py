@@ -16,7 +16,7 @@ import asyncpg
 from motor.motor_asyncio import AsyncIOMotorClient, AsyncIOMotorDatabase
 from nexus_events.bus import Bus, BusSettings, Consumer
 from nexus_events.health import HealthServer
-from nexus_events.metrics import MetricsSettings, RunMetrics, setup_metrics
+from nexus_events.metrics import setup_metrics
 from nexus_events.process import ServiceApp, close_pool
 from nexus_events.projection import ProjectionRunner
 from nexus_events.streams import CATALOG, ensure_streams
@@ -40,6 +40,7 @@ from nexus_core.mongo_catalog import (
 )
 from nexus_core.queries import CoreQueries
 from nexus_core.requests_store import RunRequestStore
+from nexus_core.run_metrics import RunMetrics, RunMetricsSettings
 from nexus_core.runs_projection import AgentRunsProjection
 
 log = logging.getLogger(__name__)
@@ -62,11 +63,11 @@ class CoreApp(ServiceApp):
         bus: Bus | None = None,
         pool: asyncpg.Pool[Any] | None = None,
         catalog_db: AsyncIOMotorDatabase[Document] | None = None,
-        metrics_settings: MetricsSettings | None = None,
+        metrics_settings: RunMetricsSettings | None = None,
     ) -> None:
         self.settings = settings or CoreSettings()
         # Core hosts the system's metrics (one process must: they follow one durable consumer).
-        self.metrics_settings = metrics_settings or MetricsSettings()
+        self.metrics_settings = metrics_settings or RunMetricsSettings()
         self.metrics: RunMetrics | None = None
         self.meter_provider: SdkMeterProvider | None = None
         self.bus_settings = bus_settings

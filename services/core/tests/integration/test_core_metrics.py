@@ -8,10 +8,10 @@ import asyncpg
 from nexus_events import subjects
 from nexus_events.bus import Bus
 from nexus_events.events import RunCompleted, RunRequested, RunStarted
-from nexus_events.metrics import MetricsSettings
 from nexus_events.streams import RUNS
 
 from nexus_core.app import CoreApp
+from nexus_core.run_metrics import RunMetricsSettings
 
 from .conftest import core_settings
 from .support import eventually
@@ -22,7 +22,7 @@ async def test_core_follows_the_run_stream_for_metrics(bus: Bus, core_pool: asyn
         core_settings(),
         bus=bus,
         pool=core_pool,
-        metrics_settings=MetricsSettings(durable="core_metrics", poll_interval=0.2),
+        metrics_settings=RunMetricsSettings(durable="core_metrics", poll_interval=0.2),
     )
     await app.start()
     try:
@@ -41,7 +41,7 @@ async def test_core_follows_the_run_stream_for_metrics(bus: Bus, core_pool: asyn
         await app.stop()
     assert app.metrics is None  # stopped and released with core
     disabled = CoreApp(
-        core_settings(), bus=bus, pool=core_pool, metrics_settings=MetricsSettings(enabled=False)
+        core_settings(), bus=bus, pool=core_pool, metrics_settings=RunMetricsSettings(enabled=False)
     )
     await disabled.start()
     try:

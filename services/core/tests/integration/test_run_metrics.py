@@ -9,14 +9,15 @@ from nexus_events import subjects
 from nexus_events.bus import Bus, Outgoing
 from nexus_events.dead_letters import build_dead_letter
 from nexus_events.events import RunHeartbeat
-from nexus_events.metrics import MetricsSettings, RunMetrics
 from nexus_events.projection import CHECKPOINT_TABLE
 from nexus_events.streams import RUNS
+from nexus_events.testing import eventually
 from opentelemetry.sdk.metrics import MeterProvider
 from opentelemetry.sdk.metrics.export import InMemoryMetricReader
 
+from nexus_core.run_metrics import RunMetrics, RunMetricsSettings
+
 from ..metrics_support import failed_run, hist_count, lifecycle, points, value
-from .polling import eventually
 
 
 async def _publish(bus: Bus, run_id: str, events: list[tuple[str, Any]]) -> None:
@@ -26,7 +27,7 @@ async def _publish(bus: Bus, run_id: str, events: list[tuple[str, Any]]) -> None
 async def test_metrics_follow_the_runs_stream(bus: Bus) -> None:
     reader = InMemoryMetricReader()
     metrics = RunMetrics(
-        bus, MeterProvider(metric_readers=[reader]), settings=MetricsSettings(poll_interval=0.1)
+        bus, MeterProvider(metric_readers=[reader]), settings=RunMetricsSettings(poll_interval=0.1)
     )
     await _publish(bus, "run_1", lifecycle())
     async with metrics:

@@ -6,9 +6,11 @@ from typing import Any
 
 from nexus_events import codec, subjects
 from nexus_events.codec import JsMeta
-from nexus_events.metrics import INSTRUMENTS, MetricsSettings, RunMetrics, setup_metrics
+from nexus_events.metrics import setup_metrics
 from opentelemetry.sdk.metrics import MeterProvider
 from opentelemetry.sdk.metrics.export import InMemoryMetricReader
+
+from nexus_core.run_metrics import INSTRUMENTS, RunMetrics, RunMetricsSettings
 
 from ..metrics_support import failed_run, hist_count, lifecycle, points, value
 
@@ -89,7 +91,7 @@ def test_a_redelivered_terminal_event_does_not_restart_the_clock() -> None:
 
 def test_setup_without_exporters_records_only_into_given_readers() -> None:
     reader = InMemoryMetricReader()
-    provider = setup_metrics("core", MetricsSettings(), readers=[reader], env={})
+    provider = setup_metrics("core", RunMetricsSettings(), readers=[reader], env={})
     RunMetrics(None, provider)  # type: ignore[arg-type]
     assert provider is not None
     assert len(INSTRUMENTS) == len(set(INSTRUMENTS))
