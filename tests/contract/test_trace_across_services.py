@@ -10,13 +10,11 @@ one turn. The run is requested inside a client span, as a CLI or API would.
 
 from __future__ import annotations
 
-import asyncio
 import json
-import time
 import uuid
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
 import asyncpg
 import pytest
@@ -27,14 +25,13 @@ from nexus_events.bus import Bus, BusSettings
 from nexus_events.catalog_commands import apply_agent, apply_skill
 from nexus_events.events import RunCompleted, RunRequested
 from nexus_events.streams import RUNS
+from nexus_events.testing import eventually
 from nexus_scheduler.app import SchedulerApp
 from nexus_scheduler.config import SchedulerSettings
 from nexus_scheduler.runtime.local import LocalProcessRuntime
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 from ..fakes.openai_server import FakeOpenAI, Reply, ToolCall
-
-T = TypeVar("T")
 
 AGENT_YAML = """
 id: tracer
@@ -68,18 +65,6 @@ async def pool(pg_dsn: str) -> AsyncIterator[asyncpg.Pool[Any]]:
         yield p
     finally:
         await p.close()
-
-
-async def eventually(
-    probe: Callable[[], Awaitable[T]], check: Callable[[T], bool], what: str, limit: float = 60
-) -> T:
-    deadline = time.monotonic() + limit
-    while True:
-        value = await probe()
-        if check(value):
-            return value
-        assert time.monotonic() < deadline, f"no {what} within {limit}s; last: {value!r}"
-        await asyncio.sleep(0.1)
 
 
 def _service_of(span: dict[str, Any]) -> str:
@@ -158,8 +143,8 @@ async def test_a_run_is_one_connected_trace_across_the_three_services(
         try:
             await apply_agent(bus, AGENT_YAML)
             await apply_skill(bus, SKILL_MD)
-            await eventually(core.catalog_fresh, bool, "fresh catalog", limit=10)
-            await eventually(_async(scheduler.leading.is_set), bool, "leadership", limit=10)
+            await eventually(core.catalog_fresh, what="fresh catalog", within=10)
+            await eventually(scheduler.leading.is_set, what="leadership", within=10)
 
             client = telemetry.tracer()
             with client.start_as_current_span(REQUEST_SPAN) as request:
@@ -175,17 +160,18 @@ async def test_a_run_is_one_connected_trace_across_the_three_services(
             events = await eventually(
                 terminal,
                 lambda evs: any(type(e).event_name in ("completed", "failed") for e in evs),
-                "terminal event",
+                what="terminal event",
+                within=60,
             )
             assert isinstance(events[-1], RunCompleted), [type(e).event_name for e in events]
 
             async def runner_gone() -> bool:
                 return not (await runtime.status(run_id)).live
 
-            await eventually(runner_gone, bool, "runner exit", limit=20)
+            await eventually(runner_gone, what="runner exit", within=20)
             # Core and the scheduler have handled the terminal event (their last spans).
             await eventually(
-                _async(lambda: _memory_spans(exporter)),
+                lambda: _memory_spans(exporter),
                 lambda spans: (
                     {
                         _service_of(s)
@@ -195,8 +181,8 @@ async def test_a_run_is_one_connected_trace_across_the_three_services(
                     }
                     >= {"core", "scheduler"}
                 ),
-                "core and scheduler spans of `completed`",
-                limit=20,
+                what="core and scheduler spans of `completed`",
+                within=20,
             )
         finally:
             await scheduler.stop()
@@ -274,10 +260,3 @@ async def test_a_run_is_one_connected_trace_across_the_three_services(
         s["attributes"].get("nexus.event") for s in run_spans if _service_of(s) == "core"
     }
     assert {"requested", "prepared", "tool_called", "completed"} <= core_events, core_events
-
-
-def _async(fn: Callable[[], T]) -> Callable[[], Awaitable[T]]:
-    async def probe() -> T:
-        return fn()
-
-    return probe

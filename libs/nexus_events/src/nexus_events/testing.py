@@ -59,23 +59,25 @@ def nats_server_binary() -> str:
 
 
 async def eventually(
-    check: Callable[[], Any | Awaitable[Any]],
+    probe: Callable[[], Any | Awaitable[Any]],
+    until: Callable[[Any], bool] | None = None,
     *,
     within: float = 10.0,
     interval: float = 0.02,
     what: str = "condition",
 ) -> Any:
-    """Poll `check` (sync or async) until it returns something truthy; return that value.
+    """Poll `probe` (sync or async) until its value satisfies `until` (default: is truthy);
+    return that value. The one way tests wait for something, instead of sleeping.
 
     Fails the test with `what` and the last value seen if the deadline passes first.
     """
     deadline = time.monotonic() + within
     last: Any = None
     while True:
-        last = check()
+        last = probe()
         if inspect.isawaitable(last):
             last = await last
-        if last:
+        if until(last) if until is not None else last:
             return last
         if time.monotonic() >= deadline:
             raise AssertionError(f"{what} not reached within {within}s (last: {last!r})")

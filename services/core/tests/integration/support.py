@@ -1,10 +1,11 @@
-"""Shared helpers of core's integration tests: polling with a deadline, sample documents."""
+"""Shared helpers of core's integration tests: sample documents, run events (waiting is
+`nexus_events.testing.eventually`, re-exported)."""
 
 from __future__ import annotations
 
-import asyncio
-from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
+
+from nexus_events.testing import eventually
 
 T = TypeVar("T")
 
@@ -19,18 +20,6 @@ permissions: {can_commit: true}
 """
 
 SKILL_MD = "---\nname: python\nversion: 1.0.0\n---\n# Python\nUse uv.\n"
-
-
-async def eventually(
-    probe: Callable[[], Awaitable[T]], check: Callable[[T], bool] = bool, limit: float = 10.0
-) -> T:
-    """Poll `probe` until `check(value)` holds; return that value or fail at the deadline."""
-    async with asyncio.timeout(limit):
-        while True:
-            value = await probe()
-            if check(value):
-                return value
-            await asyncio.sleep(0.02)
 
 
 async def run_events(bus: Any, run_id: str) -> list[Any]:

@@ -35,7 +35,7 @@ async def test_core_follows_the_run_stream_for_metrics(bus: Bus, core_pool: asyn
             info = await bus.js.consumer_info(RUNS, "core_metrics")
             return info.delivered.stream_seq >= last.seq and info.num_ack_pending == 0
 
-        await eventually(caught_up, limit=10)
+        await eventually(caught_up, within=10)
         assert app.metrics is not None
     finally:
         await app.stop()

@@ -61,16 +61,16 @@ async def test_huge_undecodable_bodies_do_not_wedge_the_projections(bus: Bus, co
         assert core.catalog is not None
         return await core.catalog.get_agent("implementer")
 
-    await eventually(catalog_has_agent, limit=20)
+    await eventually(catalog_has_agent, within=20)
 
     async def board() -> Any:
         return (await query(bus, "nexus.core.v1.board.get", {}))[1]
 
-    await eventually(board, lambda b: "T-after" in json.dumps(b), limit=20)
+    await eventually(board, lambda b: "T-after" in json.dumps(b), within=20)
     _, run = await eventually(
         lambda: query(bus, "nexus.core.v1.runs.get", {"run_id": "r-after"}),
         lambda r: r[0] is None,
-        limit=20,
+        within=20,
     )
     assert run["run_id"] == "r-after"
 
@@ -85,7 +85,7 @@ async def test_huge_undecodable_bodies_do_not_wedge_the_projections(bus: Bus, co
                 (RUNS, _feed(core, RUNS)),
             }
         ),
-        limit=20,
+        within=20,
     )
     digest = hashlib.sha256(blob).hexdigest()
     for letter in letters:
@@ -142,12 +142,12 @@ async def test_every_invalid_message_is_dead_lettered_once_per_consumer(bus: Bus
     async def seen() -> Counter[tuple[str | None, int | None, str | None]]:
         return Counter((x.stream, x.stream_seq, x.consumer) for x in await dead_letters(bus))
 
-    got = await eventually(seen, lambda c: all(c[k] >= 1 for k in expected), limit=20)
+    got = await eventually(seen, lambda c: all(c[k] >= 1 for k in expected), within=20)
     for key in expected:
         assert got[key] == 1, f"{key} dead-lettered {got[key]} times"
     # The valid task after the burst is on the board.
     await eventually(
         lambda: query(bus, "nexus.core.v1.board.get", {}),
         lambda r: "T-good" in json.dumps(r[1]),
-        limit=20,
+        within=20,
     )
