@@ -123,6 +123,7 @@ SERVICES: dict[str, Access] = {
         reads=(RUNS, TASKS, PLANE),
         ensures_streams=True,
         serves=(subjects.PLANE_STATUS, subjects.PLANE_RESYNC),
+        kv_buckets=(APPROVALS_BUCKET,),  # `/approve` claims the decision like every surface
     ),
     # The channel gateway: verified chat messages and webhooks in, run requests and inbox
     # messages out, replies (intent, outcome) and the pairing challenges; it follows runs it
@@ -139,6 +140,7 @@ SERVICES: dict[str, Access] = {
         ),
         reads=(RUNS, CHANNELS, INBOX),  # INBOX: delegations on agent.route.v1.<agent>
         ensures_streams=True,
+        serves=(subjects.CHANNEL_PAIRINGS,),
         kv_buckets=(APPROVALS_BUCKET,),
     ),
 }

@@ -1,5 +1,10 @@
-"""`nexus pair ls|approve|revoke`: the chat allowlist, folded from the pairing events on
-NEXUS_CHANNELS (the channel gateway challenges unknown senders; an operator decides here)."""
+"""`nexus pair ls|approve|revoke`: the chat allowlist (the channel gateway challenges unknown
+senders; an operator decides here).
+
+The book is asked of the gateway (``nexus.channels.v1.pairings``), whose tables keep pairings
+as long as they hold; when no gateway answers, it is folded from the pairing events
+NEXUS_CHANNELS still holds (7 days by default), and a note on stderr says so.
+"""
 
 from __future__ import annotations
 
@@ -11,8 +16,16 @@ from typing import Annotated, Any
 import typer
 from nexus_events import subjects
 from nexus_events.codec import Decoded
-from nexus_events.events import PairingApproved, PairingRequested, PairingRevoked
+from nexus_events.events import (
+    PairingApproved,
+    PairingRequested,
+    PairingRevoked,
+    PairingsReply,
+    PairingsRequest,
+)
 from nexus_events.streams import CHANNELS
+from pydantic import ValidationError
+from rich.console import Console
 
 from nexus_cli.client import Session, whoami
 from nexus_cli.errors import CliError, ExitCode
@@ -22,6 +35,10 @@ from nexus_cli.target import resolve_target
 
 app = typer.Typer(help="Chat pairing: who may talk to agents from Slack, Telegram, webhooks.")
 PAIRING_EVENTS = ("pairing_requested", "pairing_approved", "pairing_revoked")
+# Notes for the person beside a result meant for scripts (stdout stays the result).
+notes = Console(stderr=True, highlight=False, soft_wrap=True)
+# Longest wait for the gateway before falling back to the stream.
+GATEWAY_WAIT = 5.0
 
 
 @dataclass
@@ -35,6 +52,7 @@ class Pairing:
     expires_at: datetime | None = None
     name: str | None = None
     seq: int = 0  # stream sequence of the last event about it
+    order: int = 0  # position in the gateway's answer (0 when folded from the stream)
 
     def current_status(self, now: datetime) -> str:
         if self.status == "pending" and self.expires_at is not None and self.expires_at <= now:
@@ -85,7 +103,7 @@ def fold(events: Iterable[Decoded]) -> dict[tuple[str, str], Pairing]:
     return book
 
 
-async def _book(s: Session) -> dict[tuple[str, str], Pairing]:
+async def _stream_book(s: Session) -> dict[tuple[str, str], Pairing]:
     filters = [subjects.channel_events_filter(event=e) for e in PAIRING_EVENTS]
     decoded: list[Decoded] = []
     for subject in filters:
@@ -94,10 +112,50 @@ async def _book(s: Session) -> dict[tuple[str, str], Pairing]:
     return fold(decoded)
 
 
+def from_reply(reply: PairingsReply) -> dict[tuple[str, str], Pairing]:
+    """The gateway's answer as the book (its order kept: approvals, then codes)."""
+    book: dict[tuple[str, str], Pairing] = {}
+    for i, v in enumerate(reply.pairings):
+        status = "pending" if v.status == "expired" else v.status  # expiry is recomputed
+        # Approved senders first: a code of an approved sender never hides the approval.
+        if (v.channel, v.user) not in book:
+            book[v.channel, v.user] = Pairing(
+                v.channel, v.user, status, v.code, v.expires_at, v.name, v.seq or 0, i
+            )
+    return book
+
+
+async def _book(s: Session) -> dict[tuple[str, str], Pairing]:
+    """The book from the gateway; from the stream (with a note) when it does not answer."""
+    try:
+        data = await s.query(
+            subjects.CHANNEL_PAIRINGS,
+            PairingsRequest(include_expired=True).model_dump(),
+            service="channel-gateway",
+            wait=min(s.timeout, GATEWAY_WAIT),
+        )
+        return from_reply(PairingsReply.model_validate(data))
+    except CliError as exc:
+        if exc.code not in (ExitCode.UNAVAILABLE, ExitCode.TIMEOUT):
+            raise
+        reason = exc.message
+    except ValidationError:
+        reason = f"{subjects.CHANNEL_PAIRINGS} answered an unexpected body"
+    notes.print(
+        f"note: {reason}; using the pairing events NEXUS_CHANNELS still holds"
+        " (older pairings are not shown)",
+        markup=False,
+    )
+    return await _stream_book(s)
+
+
 @app.command("ls")
 def ls_cmd(
     ctx: typer.Context,
-    all_: Annotated[bool, typer.Option("--all", help="Also expired and revoked.")] = False,
+    all_: Annotated[
+        bool,
+        typer.Option("--all", help="Also expired codes (and, read from the stream, revoked)."),
+    ] = False,
     output: OutputOpt = Output.TABLE,
 ) -> None:
     """Pending pairing codes and paired senders."""
@@ -109,7 +167,7 @@ def ls_cmd(
         now = datetime.now(UTC)
         views = [
             p.view(now)
-            for p in sorted(book.values(), key=lambda p: p.seq)
+            for p in sorted(book.values(), key=lambda p: (p.order, p.seq))
             if all_ or p.current_status(now) in ("pending", "approved")
         ]
         emit(

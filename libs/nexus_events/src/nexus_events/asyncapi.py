@@ -35,6 +35,8 @@ from nexus_events.events import (
     MemoryRecordRequest,
     MemorySearchReply,
     MemorySearchRequest,
+    PairingsReply,
+    PairingsRequest,
     PlaneResyncReply,
     PlaneResyncRequest,
     PlaneStatusReply,
@@ -111,6 +113,7 @@ _QUERY_MODELS: dict[str, tuple[type[BaseModel], type[BaseModel]]] = {
     subjects.MEMORY_REBUILD: (MemoryRebuildRequest, MemoryRebuildReply),
     subjects.PLANE_STATUS: (PlaneStatusRequest, PlaneStatusReply),
     subjects.PLANE_RESYNC: (PlaneResyncRequest, PlaneResyncReply),
+    subjects.CHANNEL_PAIRINGS: (PairingsRequest, PairingsReply),
 }
 
 _SERVICE_TEXT: dict[Service, str] = {

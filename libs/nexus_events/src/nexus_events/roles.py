@@ -213,4 +213,6 @@ QUERY_ROLES: dict[str, QueryRoles] = {
     # `nexus plane status|resync`.
     subjects.PLANE_STATUS: QueryRoles(_PLANE, _CORE_CLIENTS),
     subjects.PLANE_RESYNC: QueryRoles(_PLANE, _CORE_CLIENTS),
+    # `nexus pair ls|approve|revoke`: the gateway's tables outlive the stream's 7 days.
+    subjects.CHANNEL_PAIRINGS: QueryRoles(_GATEWAY, _CORE_CLIENTS),
 }

@@ -90,6 +90,8 @@ MEMORY_REBUILD = "nexus.memory.v1.rebuild"
 # One token after the prefix: NEXUS_PLANE stores `nexus.plane.v1.*.*` only, never these.
 PLANE_STATUS = "nexus.plane.v1.status"
 PLANE_RESYNC = "nexus.plane.v1.resync"
+# Outside `nexus.channel.v1.>` (NEXUS_CHANNELS stores all of it): the gateway's own prefix.
+CHANNEL_PAIRINGS = "nexus.channels.v1.pairings"
 QUERY_SUBJECTS = (
     CORE_RUNS_GET,
     CORE_RUNS_LIST,
@@ -109,6 +111,7 @@ QUERY_SUBJECTS = (
     MEMORY_REBUILD,
     PLANE_STATUS,
     PLANE_RESYNC,
+    CHANNEL_PAIRINGS,
 )
 
 

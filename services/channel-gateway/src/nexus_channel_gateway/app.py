@@ -3,8 +3,7 @@
 Start: connect NATS, create missing streams (core owns their settings), connect PostgreSQL
 and migrate ``channels``, log in to the configured platforms (a wrong token fails the start),
 publish inbound left unpublished by a crash, start the consumers (router, notifier, sender,
-delegation),
-then the HTTP ingress and the health endpoint.
+delegation) and the pairings endpoint, then the HTTP ingress and the health endpoint.
 Stop (SIGTERM): the ingress first (no new requests), then the outbox publishes what it holds,
 the consumers finish their batch, connections close.
 """
@@ -26,6 +25,7 @@ from opentelemetry.sdk.metrics import MeterProvider as SdkMeterProvider
 
 from nexus_channel_gateway.config import GatewaySettings
 from nexus_channel_gateway.delegation import Delegator, delegation_spec
+from nexus_channel_gateway.endpoints import GatewayEndpoints
 from nexus_channel_gateway.ingress import Ingress, Verifier
 from nexus_channel_gateway.metrics import GatewayMetrics
 from nexus_channel_gateway.notifier import Notifier, notifier_spec
@@ -71,6 +71,7 @@ class GatewayApp(ServiceApp):
         self.posters: dict[str, Poster] = {}
         self.consumers: list[Consumer] = []
         self.ingress: Ingress | None = None
+        self.endpoints: GatewayEndpoints | None = None
         self.health: HealthServer | None = None
         self._running = False
 
@@ -142,7 +143,7 @@ class GatewayApp(ServiceApp):
             self.bus.consumer(router_spec(f"{prefix}_router", s.fetch_timeout, s.ack_wait), router),
             self.bus.consumer(
                 notifier_spec(f"{prefix}_notifier", s.fetch_timeout, s.ack_wait),
-                Notifier(self.bus, self.store, delegator),
+                Notifier(self.bus, self.store, delegator, approvers=s.channel_approvers),
             ),
             self.bus.consumer(
                 delegation_spec(f"{prefix}_delegation", s.fetch_timeout, s.ack_wait), delegator
@@ -154,6 +155,8 @@ class GatewayApp(ServiceApp):
         ]
         for consumer in self.consumers:
             await consumer.start()
+        self.endpoints = GatewayEndpoints(self.bus, self.store)
+        await self.endpoints.start()
         self.ingress = Ingress(
             self.outbox,
             self.metrics,
@@ -183,6 +186,9 @@ class GatewayApp(ServiceApp):
             await self.ingress.stop()
         if self.outbox is not None:
             await self.outbox.stop()
+        if self.endpoints is not None:
+            await self.endpoints.stop()
+            self.endpoints = None
         await asyncio.gather(*(c.stop() for c in self.consumers))
         self.consumers.clear()
         for poster in self.posters.values():

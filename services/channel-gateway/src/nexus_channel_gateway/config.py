@@ -7,10 +7,37 @@ secret, Telegram the bot token and the webhook secret token, generic webhooks a 
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Annotated, Self
 
+from nexus_events.errors import InvalidSubject
+from nexus_events.events import ChannelAddress
 from nexus_events.health import HealthPort
-from pydantic import Field, SecretStr, field_validator
-from pydantic_settings import BaseSettings, SettingsConfigDict
+from nexus_events.subjects import validate_token
+from pydantic import Field, SecretStr, ValidationError, field_validator, model_validator
+from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
+
+# Channels that can post (the approver chats must be on one of them).
+POSTING_CHANNELS = ("slack", "telegram")
+
+
+def parse_approvers(value: object) -> object:
+    """``slack:C0123,telegram:-1001`` -> addresses; each entry is CHANNEL:CONVERSATION."""
+    if not isinstance(value, str):
+        return value
+    approvers = []
+    for raw in value.split(","):
+        entry = raw.strip()
+        if not entry:
+            continue
+        channel, sep, conversation = entry.partition(":")
+        if not sep or not channel.strip() or not conversation.strip():
+            raise ValueError(f"{entry!r} is not CHANNEL:CONVERSATION (e.g. slack:C0123)")
+        try:
+            validate_token(channel.strip(), "channel")
+        except InvalidSubject as exc:
+            raise ValueError(str(exc)) from None
+        approvers.append({"channel": channel.strip(), "conversation": conversation.strip()})
+    return approvers
 
 
 class GatewaySettings(BaseSettings):
@@ -51,6 +78,12 @@ class GatewaySettings(BaseSettings):
         default_factory=list,
         description="Channels whose senders need no pairing (e.g. an internal webhook).",
     )
+    channel_approvers: Annotated[list[ChannelAddress], NoDecode] = Field(
+        default_factory=list,
+        description="Chats every approval request is also posted to and answerable from"
+        " (any run, not only chat-started ones): CHANNEL:CONVERSATION, comma-separated,"
+        " e.g. `slack:C0123,telegram:-1001`.",
+    )
     delegation_max_depth: int = Field(
         3, ge=1, le=20, description="Longest chain of delegated runs below a root run."
     )
@@ -81,6 +114,26 @@ class GatewaySettings(BaseSettings):
         # compose passes `${NEXUS_SLACK_BOT_TOKEN:-}`: an empty value means the channel is off.
         return None if value == "" else value
 
+    @field_validator("channel_approvers", mode="before")
+    @classmethod
+    def _approvers(cls, value: object) -> object:
+        return parse_approvers(value)
+
+    @model_validator(mode="after")
+    def _approvers_can_post(self) -> Self:
+        enabled = {"slack": self.slack_enabled, "telegram": self.telegram_enabled}
+        for a in self.channel_approvers:
+            if a.channel not in POSTING_CHANNELS:
+                raise ValueError(
+                    f"approver {a.channel}:{a.conversation}: only {' and '.join(POSTING_CHANNELS)}"
+                    " can post approvals"
+                )
+            if not enabled[a.channel]:
+                raise ValueError(
+                    f"approver {a.channel}:{a.conversation}: {a.channel} is not configured"
+                )
+        return self
+
     @property
     def slack_enabled(self) -> bool:
         return self.slack_bot_token is not None and self.slack_signing_secret is not None
@@ -88,3 +141,10 @@ class GatewaySettings(BaseSettings):
     @property
     def telegram_enabled(self) -> bool:
         return self.telegram_bot_token is not None and self.telegram_secret_token is not None
+
+
+def settings_error(exc: ValidationError) -> str:
+    """One line naming the first bad variable (``NEXUS_CHANNEL_APPROVERS: ...``)."""
+    first = exc.errors(include_url=False, include_input=False)[0]
+    name = "NEXUS_" + str(first["loc"][0]).upper() if first["loc"] else "settings"
+    return f"{name}: {first['msg'].removeprefix('Value error, ')}"

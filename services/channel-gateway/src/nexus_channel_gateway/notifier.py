@@ -1,13 +1,16 @@
 """Progress of chat-started runs back to their thread: requested, started, approval asked
-(relayed under a short id), approval decided, and the ending with its reason.
+(relayed under a short id), approval decided, and the ending with its reason. Approvals of
+every run, chat-started or not, also go to the configured approver chats under the same id.
 
-Every reply's idempotency key is derived from the run event (run, event, approval), so a
-redelivered run event publishes the same intent, which JetStream and the sender drop.
+Every reply's idempotency key is derived from the run event (run, event, approval, and the
+approver chat), so a redelivered run event publishes the same intent, which JetStream and the
+sender drop.
 """
 
 from __future__ import annotations
 
 import logging
+from collections.abc import Sequence
 
 from nexus_events import subjects
 from nexus_events.bus import Bus, ConsumerSpec, Delivery
@@ -88,11 +91,30 @@ def child_outcome(run_id: str, agent: str, name: str, event: TerminalEvent) -> s
     return _clip(f"delegated run {run_id} ({agent}) {name}: {event.reason}{detail}")
 
 
+def _chat(address: ChannelAddress) -> str:
+    return f"{address.channel}:{address.conversation}"
+
+
 class Notifier:
-    def __init__(self, bus: Bus, store: GatewayStore, delegator: Delegator | None = None) -> None:
+    """`approvers`: chats every approval request is posted to (top level, not a thread)."""
+
+    def __init__(
+        self,
+        bus: Bus,
+        store: GatewayStore,
+        delegator: Delegator | None = None,
+        approvers: Sequence[ChannelAddress] = (),
+    ) -> None:
         self.bus = bus
         self.store = store
         self.delegator = delegator
+        self.approvers = tuple(
+            ChannelAddress(channel=a.channel, conversation=a.conversation) for a in approvers
+        )
+
+    def _approvers_besides(self, origin: ChannelAddress | None) -> list[ChannelAddress]:
+        """The approver chats, but not the origin's chat: there the thread already asks."""
+        return [a for a in self.approvers if origin is None or _chat(a) != _chat(origin)]
 
     async def __call__(self, deliveries: list[Delivery]) -> None:
         for d in deliveries:
@@ -120,54 +142,82 @@ class Notifier:
             if held is not None:
                 await self.delegator.ended(held, child_outcome(run_id, held.chain[-1], name, event))
         origin = await self.store.origin(run_id)
-        if origin is None:
-            return
         if isinstance(event, ApprovalRequested):
             await self._relay(run_id, event, origin)
             return
         if isinstance(event, ApprovalDecided):
-            text = f"Approval `{event.approval_id}`: {event.decision}" + (
-                f" by {event.decided_by}." if event.decided_by else "."
-            )
-            await say(
-                self.bus,
-                origin,
-                text,
-                key=f"{run_id}:decided:{event.approval_id}",
-                kind="notice",
-                run_id=run_id,
-                approval_id=event.approval_id,
-            )
+            await self._decided(run_id, event, origin)
+            return
+        if origin is None:
             return
         line = describe(run_id, name, event)
         if line is not None:
             await say(self.bus, origin, line, key=f"{run_id}:{name}", kind=name, run_id=run_id)
 
-    async def _relay(self, run_id: str, event: ApprovalRequested, origin: ChannelAddress) -> None:
-        wanted = short_code(f"{run_id}.{event.approval_id}", length=5, salt="approval")
-        short = await self.store.relay_approval(wanted, run_id, event.approval_id, origin)
-        await self.bus.publish(
-            subjects.channel_event(origin.channel, "approval_relayed"),
-            ApprovalRelayed(
+    async def _decided(
+        self, run_id: str, event: ApprovalDecided, origin: ChannelAddress | None
+    ) -> None:
+        relayed = await self.store.relayed(run_id, event.approval_id)
+        short = f" {relayed.short_id}" if relayed is not None else ""
+        by = f" by {event.decided_by}" if event.decided_by else ""
+        via = f" via {event.surface}" if event.surface else ""
+        if origin is not None:
+            await say(
+                self.bus,
+                origin,
+                f"Approval `{event.approval_id}`: {event.decision}{by}.",
+                key=f"{run_id}:decided:{event.approval_id}",
+                kind="notice",
                 run_id=run_id,
                 approval_id=event.approval_id,
-                short_id=short,
-                conversation=origin.conversation,
-                thread=origin.thread,
-            ),
-            msg_id=f"relay:{run_id}:{event.approval_id}",
-        )
-        text = (
+            )
+        if relayed is None:
+            return  # never asked here (no approvers then): nothing to close
+        for chat in self._approvers_besides(origin):
+            await say(
+                self.bus,
+                chat,
+                f"Approval{short} of run `{run_id}`: {event.decision}{by}{via}.",
+                key=f"{run_id}:decided:{event.approval_id}:to:{_chat(chat)}",
+                kind="notice",
+                run_id=run_id,
+                approval_id=event.approval_id,
+            )
+
+    async def _relay(
+        self, run_id: str, event: ApprovalRequested, origin: ChannelAddress | None
+    ) -> None:
+        approvers = self._approvers_besides(origin)
+        targets = ([] if origin is None else [origin]) + approvers
+        if not targets:
+            return
+        wanted = short_code(f"{run_id}.{event.approval_id}", length=5, salt="approval")
+        short = await self.store.relay_approval(wanted, run_id, event.approval_id, targets[0])
+        text = _clip(
             f"🔐 Run `{run_id}` asks to use `{event.tool}`: {event.summary}"
             + (f"\nWhy: {event.why}" if event.why else "")
             + f"\nAnswer `yes {short}` or `no {short}` (expires {event.expires_at:%H:%M} UTC)."
         )
-        await say(
-            self.bus,
-            origin,
-            _clip(text),
-            key=f"{run_id}:approval:{event.approval_id}",
-            kind="approval",
-            run_id=run_id,
-            approval_id=event.approval_id,
-        )
+        for target in targets:
+            # The origin keeps its keys of before approvers existed (no repeat after upgrade).
+            suffix = "" if target is origin else f":to:{_chat(target)}"
+            await self.bus.publish(
+                subjects.channel_event(target.channel, "approval_relayed"),
+                ApprovalRelayed(
+                    run_id=run_id,
+                    approval_id=event.approval_id,
+                    short_id=short,
+                    conversation=target.conversation,
+                    thread=target.thread,
+                ),
+                msg_id=f"relay:{run_id}:{event.approval_id}{suffix}",
+            )
+            await say(
+                self.bus,
+                target,
+                text,
+                key=f"{run_id}:approval:{event.approval_id}{suffix}",
+                kind="approval",
+                run_id=run_id,
+                approval_id=event.approval_id,
+            )

@@ -84,10 +84,17 @@ class Router:
                 await self.message(channel, event, d.envelope.event_id)
             elif isinstance(event, PairingRequested):
                 await self.store.pairing_requested(
-                    event.code, channel, event.user, event.conversation, event.expires_at
+                    event.code,
+                    channel,
+                    event.user,
+                    event.conversation,
+                    event.expires_at,
+                    user_name=event.user_name,
                 )
             elif isinstance(event, PairingApproved):
-                await self.store.pairing_approved(channel, event.user, event.code)
+                await self.store.pairing_approved(
+                    channel, event.user, event.code, d.envelope.stream_seq
+                )
             elif isinstance(event, PairingRevoked):
                 await self.store.pairing_revoked(channel, event.user)
 
@@ -130,7 +137,9 @@ class Router:
             expires = now + timedelta(seconds=self.pairing_ttl)
             # Stored now (not only when the event comes back) so a burst of messages from
             # one sender gets one code; the event is what `nexus pair` and a rebuild read.
-            await self.store.pairing_requested(code, channel, msg.user, msg.conversation, expires)
+            await self.store.pairing_requested(
+                code, channel, msg.user, msg.conversation, expires, user_name=msg.user_name
+            )
             await self.bus.publish(
                 subjects.channel_event(channel, "pairing_requested"),
                 PairingRequested(

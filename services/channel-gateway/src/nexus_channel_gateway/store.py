@@ -90,6 +90,11 @@ CREATE TABLE IF NOT EXISTS {s}.pairing (
     expires_at timestamptz NOT NULL,
     state text NOT NULL DEFAULT 'pending'
 );
+-- What `nexus pair ls` shows beyond the stream's retention: the sender's name, and the stream
+-- sequence of the approval (a revocation's Nats-Msg-Id carries it).
+ALTER TABLE {s}.pairing ADD COLUMN IF NOT EXISTS user_name text;
+ALTER TABLE {s}.allowlist ADD COLUMN IF NOT EXISTS seq bigint;
+ALTER TABLE {s}.allowlist ADD COLUMN IF NOT EXISTS code text;
 """
 
 
@@ -99,6 +104,30 @@ class RelayedApproval:
     run_id: str
     approval_id: str
     address: ChannelAddress
+
+
+def _relayed(row: asyncpg.Record | None) -> RelayedApproval | None:
+    if row is None:
+        return None
+    return RelayedApproval(
+        row["short_id"],
+        row["run_id"],
+        row["approval_id"],
+        ChannelAddress(
+            channel=row["channel"], conversation=row["conversation"], thread=row["thread"]
+        ),
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class Pairing:
+    channel: str
+    user: str
+    status: str  # approved | pending | expired
+    code: str | None
+    expires_at: datetime | None
+    name: str | None
+    seq: int | None  # stream sequence of the approval
 
 
 @dataclass(frozen=True, slots=True)
@@ -260,16 +289,16 @@ class GatewayStore:
         row = await self.pool.fetchrow(
             f"SELECT * FROM {self.s}.approvals WHERE short_id = $1", short_id
         )
-        if row is None:
-            return None
-        return RelayedApproval(
-            row["short_id"],
-            row["run_id"],
-            row["approval_id"],
-            ChannelAddress(
-                channel=row["channel"], conversation=row["conversation"], thread=row["thread"]
-            ),
+        return _relayed(row)
+
+    async def relayed(self, run_id: str, approval_id: str) -> RelayedApproval | None:
+        """The relay record of one approval (None: it was never posted to a chat)."""
+        row = await self.pool.fetchrow(
+            f"SELECT * FROM {self.s}.approvals WHERE run_id = $1 AND approval_id = $2",
+            run_id,
+            approval_id,
         )
+        return _relayed(row)
 
     # -- sends -------------------------------------------------------------------------------------
 
@@ -359,25 +388,42 @@ class GatewayStore:
         return int(value or 0)
 
     async def pairing_requested(
-        self, code: str, channel: str, user: str, conversation: str | None, expires_at: datetime
+        self,
+        code: str,
+        channel: str,
+        user: str,
+        conversation: str | None,
+        expires_at: datetime,
+        *,
+        user_name: str | None = None,
     ) -> None:
         await self.pool.execute(
-            f"INSERT INTO {self.s}.pairing (code, channel, user_id, conversation, expires_at)"
-            " VALUES ($1, $2, $3, $4, $5) ON CONFLICT (code) DO NOTHING",
+            f"INSERT INTO {self.s}.pairing"
+            " (code, channel, user_id, conversation, expires_at, user_name)"
+            " VALUES ($1, $2, $3, $4, $5, $6)"
+            " ON CONFLICT (code) DO UPDATE SET user_name = coalesce("
+            f"{self.s}.pairing.user_name, EXCLUDED.user_name)",
             code,
             channel,
             user,
             conversation,
             expires_at,
+            user_name,
         )
 
-    async def pairing_approved(self, channel: str, user: str, code: str | None) -> None:
+    async def pairing_approved(
+        self, channel: str, user: str, code: str | None, seq: int | None = None
+    ) -> None:
         async with self.pool.acquire() as conn, conn.transaction():
             await conn.execute(
-                f"INSERT INTO {self.s}.allowlist (channel, user_id) VALUES ($1, $2)"
-                " ON CONFLICT DO NOTHING",
+                f"INSERT INTO {self.s}.allowlist (channel, user_id, seq, code)"
+                " VALUES ($1, $2, $3, $4) ON CONFLICT (channel, user_id) DO UPDATE SET"
+                f" seq = greatest({self.s}.allowlist.seq, EXCLUDED.seq),"
+                f" code = coalesce(EXCLUDED.code, {self.s}.allowlist.code)",
                 channel,
                 user,
+                seq,
+                code,
             )
             await conn.execute(
                 f"UPDATE {self.s}.pairing SET state = 'approved'"
@@ -390,3 +436,41 @@ class GatewayStore:
         await self.pool.execute(
             f"DELETE FROM {self.s}.allowlist WHERE channel = $1 AND user_id = $2", channel, user
         )
+
+    async def pairings(self, now: datetime, *, include_expired: bool) -> list[Pairing]:
+        """The allowlist, then the pending codes of senders not on it (oldest first)."""
+        rows = await self.pool.fetch(
+            f"SELECT a.channel, a.user_id, a.code, a.seq,"
+            f" (SELECT p.user_name FROM {self.s}.pairing p WHERE p.channel = a.channel"
+            "   AND p.user_id = a.user_id AND p.user_name IS NOT NULL"
+            "   ORDER BY p.expires_at DESC LIMIT 1) AS user_name"
+            f" FROM {self.s}.allowlist a ORDER BY a.seq NULLS FIRST, a.channel, a.user_id"
+        )
+        found = [
+            Pairing(
+                r["channel"], r["user_id"], "approved", r["code"], None, r["user_name"], r["seq"]
+            )
+            for r in rows
+        ]
+        rows = await self.pool.fetch(
+            f"SELECT p.code, p.channel, p.user_id, p.expires_at, p.user_name"
+            f" FROM {self.s}.pairing p WHERE p.state = 'pending'"
+            f" AND NOT EXISTS (SELECT 1 FROM {self.s}.allowlist a"
+            "   WHERE a.channel = p.channel AND a.user_id = p.user_id)"
+            " AND ($2 OR p.expires_at > $1) ORDER BY p.expires_at",
+            now,
+            include_expired,
+        )
+        found += [
+            Pairing(
+                r["channel"],
+                r["user_id"],
+                "pending" if r["expires_at"] > now else "expired",
+                r["code"],
+                r["expires_at"],
+                r["user_name"],
+                None,
+            )
+            for r in rows
+        ]
+        return found

@@ -1,9 +1,11 @@
 """The gateway as the `channel-gateway` NATS user of deploy/nats/nats.conf: a whole chat
-conversation (run request, progress, approval claim in KV, decision) without one permission
-violation, so the rendered permissions are enough and nothing more is asked."""
+conversation (run request, progress, approval claim in KV, decision) and a pairings request
+without one permission violation, so the rendered permissions are enough and nothing more is
+asked."""
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 from collections.abc import Iterator
@@ -100,6 +102,12 @@ async def test_a_conversation_needs_no_permission_the_config_lacks(
             await eventually(
                 lambda: any("completed" in t for t in slack.thread("C1", ts)), what="completed"
             )
+            # `nexus pair ls` (the admin user) asks the gateway's endpoint; it may answer.
+            reply = await admin.nc.request(subjects.CHANNEL_PAIRINGS, b"{}", timeout=10)
+            pairings = json.loads(reply.data)["pairings"]
+            assert [(p["channel"], p["user"], p["status"]) for p in pairings] == [
+                ("slack", "U1", "approved")
+            ]
         finally:
             await app.stop()
     finally:

@@ -4,8 +4,8 @@
   change) requests a run of that agent on the item's task (a task filed from the item first,
   ``external_source`` "plane"); losing the label cancels that agent's active runs there.
 - A comment on a work item with an active run: ``/approve <id> [note]`` and
-  ``/deny <id> [note]`` answer an approval, ``/stop`` cancels, anything else goes to the run's
-  inbox as a message from that person.
+  ``/deny <id> [note]`` answer an approval if no other surface did first (`answers`),
+  ``/stop`` cancels, anything else goes to the run's inbox as a message from that person.
 - A native agent run's ``stop`` signal cancels the Nexus run behind it.
 Echoes (changes made with plane-sync's own API key, comments it wrote) are recognised by the
 actor and by ``external_source`` and ignored, except that label state is still recorded.
@@ -23,7 +23,6 @@ from nexus_events import subjects
 from nexus_events.bus import Bus, ConsumerSpec, Delivery
 from nexus_events.errors import InvalidSubject
 from nexus_events.events import (
-    ApprovalDecision,
     CancelRequested,
     Column,
     InboxMessage,
@@ -38,6 +37,7 @@ from nexus_events.events import (
 from nexus_events.streams import PLANE
 
 from nexus_plane_sync import render
+from nexus_plane_sync.answers import answer_approval
 from nexus_plane_sync.decisions import FROM_PLANE, PLANE_SOURCE, RunState
 from nexus_plane_sync.errors import PlaneUnavailable
 from nexus_plane_sync.metrics import PlaneSyncMetrics
@@ -310,17 +310,15 @@ class PlaneIngress:
         decision = _DECISION.match(text)
         if decision is not None:
             verb, approval_id, note = decision.groups()
-            await self.bus.publish(
-                subjects.inbox(run.run_id),
-                ApprovalDecision(
-                    approval_id=approval_id,
-                    decision="approve" if verb.lower() == "approve" else "deny",
-                    decided_by=actor,
-                    comment=note.strip() or None,
-                ),
-                msg_id=f"plane:comment:{comment_id}",
-            )
-            self.metrics.webhooks["approvals"] += 1
+            try:
+                won = await answer_approval(
+                    self.bus, self.store, run_id=run.run_id, task_id=task_id,
+                    approval_id=approval_id, decision=verb.lower(), decided_by=actor,
+                    note=note.strip() or None, comment_id=comment_id,
+                )  # fmt: skip
+            except InvalidSubject as exc:
+                raise Unusable("invalid_approval_id", str(exc)) from None
+            self.metrics.webhooks["approvals" if won else "approvals_already_decided"] += 1
             return
         await self.bus.publish(
             subjects.inbox(run.run_id),

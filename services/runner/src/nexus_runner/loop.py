@@ -271,14 +271,18 @@ class AgentLoop:
         await self.pub.flush()  # stored before anyone is waited on
         answer = await self.control.wait_decision(approval_id, self.settings.approval_timeout)
         if answer is None:
-            verdict, by, comment = "expired", None, None
+            verdict, by, comment, surface = "expired", None, None, None
         else:
             verdict = "approved" if answer.decision == "approve" else "denied"
-            by, comment = answer.decided_by, answer.comment
+            by, comment, surface = answer.decided_by, answer.comment, answer.surface
         trace.get_current_span().set_attribute(APPROVAL, verdict)
         await self.pub.event(
             ApprovalDecided(
-                approval_id=approval_id, decision=verdict, decided_by=by, comment=comment
+                approval_id=approval_id,
+                decision=verdict,
+                decided_by=by,
+                comment=comment,
+                surface=surface,
             )
         )
         if verdict != "approved":

@@ -19,6 +19,9 @@ from nexus_events.events.channels import (
     PairingApproved,
     PairingRequested,
     PairingRevoked,
+    PairingsReply,
+    PairingsRequest,
+    PairingView,
     WebhookReceived,
 )
 from nexus_events.events.dlq import DeadLetter
@@ -157,6 +160,9 @@ __all__ = [
     "PairingApproved",
     "PairingRequested",
     "PairingRevoked",
+    "PairingView",
+    "PairingsReply",
+    "PairingsRequest",
     "Permissions",
     "PlaneResyncReply",
     "PlaneResyncRequest",

@@ -151,3 +151,44 @@ class ApprovalRelayed(Event):
     short_id: str = Field(..., description="Short id people answer with (unambiguous alphabet).")
     conversation: str = Field(..., description="Chat it was posted to.")
     thread: str | None = Field(None, description="Thread it was posted in.")
+
+
+# -- request/reply: nexus.channels.v1.pairings (nexus-channel-gateway) -------------------------
+
+
+class PairingsRequest(BaseModel):
+    """Body of ``nexus.channels.v1.pairings``: the gateway's allowlist and pairing codes."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    include_expired: bool = Field(
+        False, description="Also pending codes past their expiry (else only live ones)."
+    )
+
+
+class PairingView(BaseModel):
+    """One sender of one channel as the gateway's tables hold it (kept beyond the stream)."""
+
+    model_config = ConfigDict(frozen=True, extra="ignore")
+
+    channel: str = Field(..., description="Channel token: slack, telegram, a webhook source.")
+    user: str = Field(..., description="Sender's id in the channel.")
+    status: Literal["pending", "expired", "approved"] = Field(
+        ..., description="pending (a live code), expired (a code past expiry), approved."
+    )
+    code: str | None = Field(None, description="The pairing code (pending) or the one approved.")
+    expires_at: datetime | None = Field(None, description="When a pending code expires.")
+    name: str | None = Field(None, description="Sender's display name, if the channel said.")
+    seq: int | None = Field(
+        None, description="NEXUS_CHANNELS sequence of the approval (revocations key on it)."
+    )
+
+
+class PairingsReply(BaseModel):
+    """Paired senders and pairing codes; revoked senders are simply absent."""
+
+    model_config = ConfigDict(frozen=True, extra="ignore")
+
+    pairings: list[PairingView] = Field(
+        default_factory=list, description="Approved senders and pending (or expired) codes."
+    )

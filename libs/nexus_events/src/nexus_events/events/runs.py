@@ -267,6 +267,9 @@ class ApprovalDecided(_RunEvent):
     decision: Literal["approved", "denied", "expired"] = Field(..., description="Outcome.")
     decided_by: str | None = Field(None, description="Who decided.")
     comment: str | None = Field(None, description="Optional note for the agent.")
+    surface: str | None = Field(
+        None, description="Where it was decided (the decision's surface: cli, slack, plane ...)."
+    )
 
 
 @register

@@ -1,0 +1,66 @@
+"""The `nexus-channel-gateway` nats.micro service: ``nexus.channels.v1.pairings``, the
+allowlist and pairing codes from the gateway's tables (which outlive NEXUS_CHANNELS' 7 days)."""
+
+from __future__ import annotations
+
+import functools
+from datetime import UTC, datetime
+
+from nats.micro import add_service
+from nats.micro.service import EndpointConfig, Service, ServiceConfig
+from nexus_events import micro, subjects
+from nexus_events.bus import Bus
+from nexus_events.events import PairingsReply, PairingsRequest, PairingView
+
+from nexus_channel_gateway.store import GatewayStore
+
+SERVICE_NAME = "nexus-channel-gateway"
+SERVICE_VERSION = "0.1.0"
+
+endpoint_handler = functools.partial(micro.endpoint_handler, service="channel-gateway")
+
+
+class GatewayEndpoints:
+    def __init__(self, bus: Bus, store: GatewayStore) -> None:
+        self.bus = bus
+        self.store = store
+        self.service: Service | None = None
+
+    async def start(self) -> None:
+        self.service = await add_service(
+            self.bus.nc,
+            ServiceConfig(
+                name=SERVICE_NAME,
+                version=SERVICE_VERSION,
+                description="Nexus channel gateway: the chat allowlist and pairing codes",
+            ),
+        )
+        await self.service.add_endpoint(
+            EndpointConfig(
+                name="pairings",
+                subject=subjects.CHANNEL_PAIRINGS,
+                handler=endpoint_handler(PairingsRequest, self.pairings),
+            )
+        )
+
+    async def stop(self) -> None:
+        if self.service is not None:
+            await self.service.stop()
+            self.service = None
+
+    async def pairings(self, request: PairingsRequest) -> PairingsReply:
+        rows = await self.store.pairings(datetime.now(UTC), include_expired=request.include_expired)
+        return PairingsReply(
+            pairings=[
+                PairingView(
+                    channel=p.channel,
+                    user=p.user,
+                    status=p.status,
+                    code=p.code,
+                    expires_at=p.expires_at,
+                    name=p.name,
+                    seq=p.seq,
+                )
+                for p in rows
+            ]
+        )
