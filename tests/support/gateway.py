@@ -6,7 +6,8 @@ from typing import Any
 
 from nexus_channel_gateway.config import GatewaySettings
 from nexus_events import subjects
-from nexus_events.bus import Bus, Decoded
+from nexus_events.bus import Bus
+from nexus_events.codec import Decoded
 from nexus_events.events import PairingApproved
 from nexus_events.streams import CHANNELS, INBOX, RUNS
 
