@@ -7,16 +7,22 @@
 #      second run finds its images) and stops it at the end, on failure too;
 #   3. base images: the real ones when `docker pull` works, else stand-ins built from
 #      `debootstrap --variant=minbase` (bookworm, trixie) + deploy/compose-test/images/*;
-#   4. `docker-compose build` of the Nexus images, `up -d` with the `test` profile (the offline
-#      model), waits until every service's healthcheck says healthy;
+#   4. `docker-compose build` of the Nexus images, `up -d` with the profiles `test` (the offline
+#      model, the fake Plane, the fake Slack), `plane` and `channels` (plane-sync and the
+#      gateway, pointed at the fakes), waits until every service's healthcheck says healthy;
 #   5. as an operator, with the host venv's `nexus` CLI as NATS user admin on the published
 #      port: applies an agent, runs it to completion, finds what memory learned from the run;
-#   6. checks the NATS server log has no permission violation and each service connected as
-#      its own user; `stop` (every Nexus service drains and exits 0), `down -v`.
+#      then the Plane and Slack round trips of roundtrips.py (a labelled work item and a Slack
+#      mention each start a run whose result comes back to the fake);
+#   6. checks the NATS server log has no permission violation, each service connected as its
+#      own user and runs as the user its image says; `stop` (every Nexus service drains and
+#      exits 0), `down -v`.
 #
 # Environment: COMPOSE_TEST_CACHE (default .cache/compose-test: debootstrap tarballs, Docker
 # data root; delete it for a cold run), COMPOSE_TEST_PULL=0 (skip trying registries),
-# COMPOSE_TEST_KEEP_CACHE=0 (remove the Docker data root at the end).
+# COMPOSE_TEST_KEEP_CACHE=0 (remove the Docker data root at the end), COMPOSE_TEST_KEEP_UP=1
+# (leave the stack and dockerd running at the end, success or failure, to look at or re-run
+# steps; it prints how to reach them; stop with `kill $(cat RUNDIR/dockerd.pid)`).
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "$0")/../.." && pwd)
@@ -101,6 +107,17 @@ export DOCKER_HOST="unix://$RUNDIR/docker.sock"
 cleanup() {
   local code=$?
   set +e
+  if [ "${COMPOSE_TEST_KEEP_UP:-0}" = 1 ] && [ -n "$DOCKERD_PID" ]; then
+    [ "$code" = 0 ] || { compose ps; compose logs --no-color --tail=80; }
+    report_times
+    log "COMPOSE_TEST_KEEP_UP=1: stack and dockerd left running (exit $code):"
+    log "  export DOCKER_HOST=$DOCKER_HOST; cd $ROOT/deploy && docker-compose -p $PROJECT $PROFILES ps"
+    log "  ports: nats ${NATS_PORT:-}, plane-sync ${PLANE_SYNC_PORT:-}, gateway ${GATEWAY_PORT:-}," \
+      "fake Plane ${FAKE_PLANE_PORT:-}, fake Slack ${FAKE_SLACK_PORT:-}"
+    log "  when done: compose down -v; kill \$(cat $RUNDIR/dockerd.pid); ip link delete $BRIDGE;" \
+      "rm -rf $RUNDIR (the cache lock is released now)"
+    exit "$code"
+  fi
   if [ "$UP" = 1 ]; then
     if [ "$code" != 0 ]; then
       log "failure: service states and logs"
@@ -192,13 +209,15 @@ build_stand_in() {  # IMAGE DIR: IMAGE built from deploy/compose-test/images/DIR
     die "building the stand-in $image"
 }
 # docker-compose 1.x builds with the `docker` on PATH: the one matching our daemon.
-compose() { (cd "$ROOT/deploy" && PATH="$(dirname "$DOCKER"):$PATH" "${COMPOSE[@]}" -p "$PROJECT" --profile test "$@"); }
-active() {  # active KIND: the services `up --profile test` starts ("all") or their pulled images
+PROFILES="--profile test --profile plane --profile channels"
+# shellcheck disable=SC2086  # PROFILES is words on purpose
+compose() { (cd "$ROOT/deploy" && PATH="$(dirname "$DOCKER"):$PATH" "${COMPOSE[@]}" -p "$PROJECT" $PROFILES "$@"); }
+active() {  # active KIND: the services `up` with PROFILES starts ("all") or their pulled images
   "$PY" - "$ROOT/deploy/compose.yaml" "$1" <<'EOF'
 import sys, yaml
 services = yaml.safe_load(open(sys.argv[1]))["services"]
 for name, s in services.items():
-    if set(s.get("profiles", [])) <= {"test"}:
+    if set(s.get("profiles", [])) <= {"test", "plane", "channels"}:
         if sys.argv[2] == "all":
             print(name)
         elif "build" not in s:
@@ -234,40 +253,61 @@ for image in "${stand_ins[@]}"; do build_stand_in "$image" "${STAND_INS[$image]}
 
 # ---- 4. the Nexus images, the stack ------------------------------------------------------
 free_port() { "$PY" -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
-export NATS_PORT NATS_MONITOR_PORT POSTGRES_PORT PROMETHEUS_PORT
+export NATS_PORT NATS_MONITOR_PORT POSTGRES_PORT PROMETHEUS_PORT PLANE_SYNC_PORT GATEWAY_PORT \
+  FAKE_PLANE_PORT FAKE_SLACK_PORT
 NATS_PORT=$(free_port) NATS_MONITOR_PORT=$(free_port) POSTGRES_PORT=$(free_port) PROMETHEUS_PORT=$(free_port)
+PLANE_SYNC_PORT=$(free_port) GATEWAY_PORT=$(free_port) FAKE_PLANE_PORT=$(free_port) FAKE_SLACK_PORT=$(free_port)
 # The runs and memory's extraction ask the offline model (the `test` profile's service).
 export NEXUS_RUNNER_LLM_BASE_URL=http://offline-model:8090/v1
+# plane-sync and the gateway talk to the fakes (profile `test`); the fakes take the same key,
+# project and secrets from these variables. The same names as `nexus dev` and compose read.
+export NEXUS_PLANE_URL=http://fake-plane:8080 NEXUS_PLANE_API_KEY=compose-test-plane-key \
+  NEXUS_PLANE_WORKSPACE=nexus NEXUS_PLANE_PROJECT_ID=compose-test-project \
+  NEXUS_PLANE_WEBHOOK_SECRET=compose-test-webhook-secret NEXUS_PLANE_AGENT_RUNS=auto
+export NEXUS_SLACK_BASE_URL=http://fake-slack:8080/api/ NEXUS_SLACK_BOT_TOKEN=xoxb-compose-test \
+  NEXUS_SLACK_SIGNING_SECRET=compose-test-signing-secret
+# Where roundtrips.py reaches them from the host (published ports).
+export FAKE_PLANE_URL=http://127.0.0.1:$FAKE_PLANE_PORT FAKE_SLACK_URL=http://127.0.0.1:$FAKE_SLACK_PORT/api
+export GATEWAY_URL=http://127.0.0.1:$GATEWAY_PORT
 ADMIN_PASSWORD=${NEXUS_ADMIN_NATS_PASSWORD:-admin-dev-password}
 
 phase "build Nexus images"
 compose build -q >"$RUNDIR/build.log" 2>&1 || { cat "$RUNDIR/build.log"; die "docker-compose build"; }
-for image in nexus/core:dev nexus/memory:dev nexus/runner:dev; do
+for image in nexus/core:dev nexus/memory:dev nexus/runner:dev nexus/plane-sync:dev \
+  nexus/channel-gateway:dev; do
   $DOCKER image inspect "$image" >/dev/null || die "$image was not built"
 done
+
+wait_healthy() {  # SERVICE...: until each one's healthcheck says healthy (300 s)
+  local deadline=$((SECONDS + 300)) pending svc id state status health restarts
+  while :; do
+    pending=()
+    for svc in "$@"; do
+      id=$(compose ps -q "$svc")
+      [ -n "$id" ] || die "service $svc has no container"
+      state=$($DOCKER inspect -f '{{.State.Status}} {{if .State.Health}}{{.State.Health.Status}}{{else}}none{{end}} {{.RestartCount}}' "$id")
+      read -r status health restarts <<<"$state"
+      [ "$health" != none ] || die "service $svc has no healthcheck"
+      [ "$restarts" = 0 ] || die "service $svc restarted ($restarts): $(compose logs --no-color --tail=20 "$svc")"
+      [ "$status" = running ] || die "service $svc is $status"
+      [ "$health" = healthy ] || pending+=("$svc:$health")
+    done
+    [ ${#pending[@]} -eq 0 ] && break
+    [ $SECONDS -lt $deadline ] || die "not healthy within 300 s: ${pending[*]}"
+    sleep 2
+  done
+}
 
 phase "up -d, wait until healthy"
 UP=1
 compose down -v --remove-orphans >/dev/null 2>&1 || true  # a killed run's leftovers
+# The fakes first: plane-sync and the gateway ask them who they are when they start.
+compose up -d --no-build fake-plane fake-slack
+wait_healthy fake-plane fake-slack
 compose up -d --no-build
 services=$(active all)
-deadline=$((SECONDS + 300))
-while :; do
-  pending=()
-  for svc in $services; do
-    id=$(compose ps -q "$svc")
-    [ -n "$id" ] || die "service $svc has no container"
-    state=$($DOCKER inspect -f '{{.State.Status}} {{if .State.Health}}{{.State.Health.Status}}{{else}}none{{end}} {{.RestartCount}}' "$id")
-    read -r status health restarts <<<"$state"
-    [ "$health" != none ] || die "service $svc has no healthcheck"
-    [ "$restarts" = 0 ] || die "service $svc restarted ($restarts): $(compose logs --no-color --tail=20 "$svc")"
-    [ "$status" = running ] || die "service $svc is $status"
-    [ "$health" = healthy ] || pending+=("$svc:$health")
-  done
-  [ ${#pending[@]} -eq 0 ] && break
-  [ $SECONDS -lt $deadline ] || die "not healthy within 300 s: ${pending[*]}"
-  sleep 2
-done
+# shellcheck disable=SC2086  # one word per service
+wait_healthy $services
 log "healthy: $(echo $services)"
 
 # ---- 5. a run and a memory search, as an operator ------------------------------------------
@@ -311,6 +351,11 @@ EOF
 done
 log "memory search finds what $RUN_ID taught: $("$PY" -c 'import json,sys; print(json.load(open(sys.argv[1]))["items"][0]["text"])' "$RUNDIR/memory.json")"
 
+phase "operator: Plane round trip"
+(cd "$ROOT" && PYTHONPATH="$ROOT" "$PY" deploy/compose-test/roundtrips.py plane "$AGENT") || die "the Plane round trip"
+phase "operator: Slack round trip"
+(cd "$ROOT" && PYTHONPATH="$ROOT" "$PY" deploy/compose-test/roundtrips.py slack "$AGENT") || die "the Slack round trip"
+
 # ---- 6. NATS users and permissions, clean drain, down -----------------------------------
 phase "checks, stop, down -v"
 "$PY" - "$NATS_MONITOR_PORT" <<'EOF'
@@ -322,18 +367,33 @@ users = {}
 for c in conns:
     users.setdefault(c.get("name", ""), set()).add(c.get("authorized_user", ""))
 print("    NATS connections (name: users):", {k: sorted(v) for k, v in sorted(users.items())})
-for service in ("core", "memory", "scheduler", "runner"):
+for service in ("core", "memory", "scheduler", "runner", "plane-sync", "channel-gateway"):
     assert users.get(service) == {service}, f"{service} connected as {users.get(service)}"
 assert users.get("nexus-cli") == {"admin"}, users.get("nexus-cli")
 EOF
 violations=$(compose logs --no-color nats | grep -c Violation || true)
 [ "$violations" = 0 ] || die "NATS permission violations: $(compose logs --no-color nats | grep Violation | head -20)"
 log "NATS log: no permission violation"
+# Each container's PID 1 runs as the user its image sets: nexus (uid 10001) in the Nexus
+# images, and the stand-ins as the real images they stand in for (nats:2.11-alpine runs as
+# root; the postgres image drops to postgres; prom/prometheus is USER nobody).
+declare -A RUNS_AS=([nats]=root [postgres]=postgres [prometheus]=nobody)
+user_of() {  # SERVICE: the name of the user its container's PID 1 runs as
+  $DOCKER exec "$(compose ps -q "$1")" sh -c \
+    'awk -F: -v u="$(awk "/^Uid:/ {print \$2}" /proc/1/status)" "\$3 == u {print \$1}" /etc/passwd'
+}
+users=()
+for svc in $services; do
+  got=$(user_of "$svc")
+  [ "$got" = "${RUNS_AS[$svc]:-nexus}" ] || die "$svc runs as '$got', not ${RUNS_AS[$svc]:-nexus}"
+  users+=("$svc:$got")
+done
+log "users: ${users[*]}"
 compose stop -t 60 >/dev/null 2>&1
-for svc in core memory scheduler; do
+for svc in core memory scheduler plane-sync channel-gateway fake-plane fake-slack; do
   code=$($DOCKER inspect -f '{{.State.ExitCode}}' "$(compose ps -q "$svc")")
   [ "$code" = 0 ] || die "$svc exited $code on stop (not drained): $(compose logs --no-color --tail=30 "$svc")"
 done
-log "core, memory, scheduler drained and exited 0"
+log "core, memory, scheduler, plane-sync, channel-gateway and the fakes exited 0 on stop"
 compose down -v --remove-orphans >/dev/null 2>&1
 UP=0

@@ -190,11 +190,57 @@ def test_the_test_profile_serves_the_offline_model_to_the_runs() -> None:
     )
 
 
+def test_the_test_profile_serves_the_fakes_plane_sync_and_the_gateway_talk_to() -> None:
+    env = {
+        "NEXUS_PLANE_URL": "http://fake-plane:8080",
+        "NEXUS_PLANE_API_KEY": "k-1",
+        "NEXUS_PLANE_WORKSPACE": "ws-1",
+        "NEXUS_PLANE_PROJECT_ID": "p-1",
+        "NEXUS_PLANE_WEBHOOK_SECRET": "s-1",
+        "NEXUS_SLACK_BASE_URL": "http://fake-slack:8080/api/",
+        "NEXUS_SLACK_BOT_TOKEN": "xoxb-1",
+    }
+    services = load(env)["services"]
+    fake_plane, fake_slack = services["fake-plane"], services["fake-slack"]
+    for fake, talker in ((fake_plane, "plane-sync"), (fake_slack, "channel-gateway")):
+        assert fake["profiles"] == ["test"]
+        # The image of the service that talks to it (aiohttp, httpx), built once for both.
+        assert (fake["image"], fake["build"]) == (
+            services[talker]["image"],
+            services[talker]["build"],
+        )
+        assert fake["entrypoint"][:3] == ["python", "-m", "tests.fakes"]
+        assert "--port=8080" in fake["entrypoint"]
+        assert "8080" in " ".join(fake["healthcheck"]["test"])
+        mounts = {
+            v.split(":")[1]: (ROOT / "deploy" / v.split(":")[0]).resolve() for v in fake["volumes"]
+        }
+        assert mounts[f"{fake['working_dir']}/tests/fakes"] == ROOT / "tests" / "fakes"
+    # The fake Plane takes plane-sync's key, workspace, project and secret, and sends its
+    # webhooks to plane-sync's endpoint.
+    plane_sync = environment(services["plane-sync"])
+    args = fake_plane["entrypoint"]
+    assert f"--api-key={plane_sync['NEXUS_PLANE_API_KEY']}" in args
+    assert f"--workspace={plane_sync['NEXUS_PLANE_WORKSPACE']}" in args
+    assert f"--project-id={plane_sync['NEXUS_PLANE_PROJECT_ID']}" in args
+    assert f"--webhook-secret={plane_sync['NEXUS_PLANE_WEBHOOK_SECRET']}" in args
+    port = plane_sync["NEXUS_WEBHOOK_PORT"]
+    assert f"--webhook=http://plane-sync:{port}/webhooks/plane" in args
+    assert plane_sync["NEXUS_PLANE_URL"] == "http://fake-plane:8080"
+    gateway = environment(services["channel-gateway"])
+    assert f"--token={gateway['NEXUS_SLACK_BOT_TOKEN']}" in fake_slack["entrypoint"]
+    assert gateway["NEXUS_SLACK_BASE_URL"] == "http://fake-slack:8080/api/"
+
+
 def test_host_ports_move_with_variables() -> None:
     moved = load({"NATS_PORT": "14222", "POSTGRES_PORT": "15432"})["services"]
     assert moved["nats"]["ports"][0] == "14222:4222"
     assert moved["postgres"]["ports"][0] == "15432:5432"
     assert load()["services"]["nats"]["ports"][0] == "4222:4222"
+    moved = load({"PLANE_SYNC_PORT": "18090", "GATEWAY_PORT": "18091"})["services"]
+    assert moved["plane-sync"]["ports"][0] == "18090:8090"
+    assert moved["channel-gateway"]["ports"][0] == "18091:8090"
+    assert load()["services"]["channel-gateway"]["ports"][0] == "8091:8090"
 
 
 def test_dockerfile_builds_without_buildkit_or_ghcr() -> None:

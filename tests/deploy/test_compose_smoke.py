@@ -50,10 +50,12 @@ NOT_RUN = {
     "grafana": "profile observability",
     "offline-model": "profile test; the test's scripted FakeOpenAI is the model here",
     "plane-sync": "profile plane is not active (needs a Plane; services/plane-sync/tests run it"
-    " against tests/fakes/plane.py)",
+    " against tests/fakes/plane.py, make compose-test against fake-plane)",
     "channel-gateway": "profile channels is not active (needs a channel's credentials); its"
     " NATS user is exercised by services/channel-gateway/tests/integration/"
-    "test_nats_permissions.py",
+    "test_nats_permissions.py, its Slack round trip by make compose-test",
+    "fake-plane": "profile test; make compose-test's fake Plane (tests/fakes/plane.py)",
+    "fake-slack": "profile test; make compose-test's fake Slack (tests/fakes/slack_api.py)",
 }
 RUN_DEADLINE = 90.0
 

@@ -9,20 +9,22 @@ from aiohttp import web
 
 
 class LocalHttpServer:
-    """Serves one aiohttp app on 127.0.0.1 and a port the OS picks."""
+    """Serves one aiohttp app on 127.0.0.1 and a port the OS picks (tests), or on a given
+    address and port (``python -m tests.fakes``, a fake as a compose service)."""
 
-    def __init__(self) -> None:
+    def __init__(self, host: str = "127.0.0.1", port: int = 0) -> None:
         self._runner: web.AppRunner | None = None
-        self.port = 0
+        self.host = host
+        self.port = port
 
     @property
     def url(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
+        return f"http://{self.host}:{self.port}"
 
     async def serve(self, app: web.Application) -> None:
         self._runner = web.AppRunner(app, handle_signals=False)
         await self._runner.setup()
-        site = web.TCPSite(self._runner, "127.0.0.1", 0)
+        site = web.TCPSite(self._runner, self.host, self.port)
         await site.start()
         server = site._server
         assert server is not None
