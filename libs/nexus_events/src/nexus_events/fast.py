@@ -63,6 +63,11 @@ from nexus_events.errors import BusError, BusUnavailable, DecodeError
 from nexus_events.events.base import Event
 
 log = logging.getLogger(__name__)
+# FastStream's own logger: it logs every message at the broker's log_level (DEBUG below) and
+# each subscriber task's end at INFO ("callback for Task-N is being executed"); its warnings
+# and errors (failed acks, handler crashes it sees) still come through.
+broker_log = logging.getLogger(f"{__name__}.broker")
+broker_log.setLevel(logging.WARNING)
 
 F = TypeVar("F", bound=Callable[..., Awaitable[Any]])
 
@@ -246,8 +251,7 @@ def make_broker(
         "error_cb": on_error,
         "drain_timeout": drain_timeout,
         "graceful_timeout": graceful_timeout,
-        # FastStream logs every message at its log_level: keep that out of INFO.
-        "logger": log,
+        "logger": broker_log,
         "log_level": logging.DEBUG,
     }
     if settings.user:

@@ -20,7 +20,7 @@ import re
 from typing import Any
 
 from nexus_events import subjects
-from nexus_events.bus import Bus, ConsumerSpec, Delivery
+from nexus_events.bus import Bus, ConsumerSpec
 from nexus_events.errors import InvalidSubject
 from nexus_events.events import (
     ApprovalDecision,
@@ -35,6 +35,8 @@ from nexus_events.events import (
     TaskMoved,
     TaskUpdated,
 )
+from nexus_events.events.base import Event
+from nexus_events.fast import Reject, Retry
 from nexus_events.streams import PLANE
 
 from nexus_plane_sync import render
@@ -118,20 +120,19 @@ class PlaneIngress:
             self.bot_user_id = str(me.get("id")) if me.get("id") else None
         return self.bot_user_id
 
-    async def __call__(self, deliveries: list[Delivery]) -> None:
-        for d in deliveries:
-            event = d.event
-            if not isinstance(event, PlaneWebhookReceived):
-                d.reject("unexpected_event", f"{type(event).__name__} on the webhook consumer")
-                continue
-            try:
-                await self.handle(event)
-            except Unusable as exc:
-                self.metrics.webhooks["unusable"] += 1
-                d.reject(exc.reason, str(exc))
-            except PlaneUnavailable as exc:
-                log.warning("webhook %s waits for Plane: %s", event.delivery_id, exc)
-                d.retry(5.0)
+    async def on_webhook(self, event: Event) -> None:
+        """FastStream handler of the webhook durable (`nexus_events.fast`): one filed webhook
+        at a time, in stream order (subscribed with ``ordered=True``)."""
+        if not isinstance(event, PlaneWebhookReceived):
+            raise Reject("unexpected_event", f"{type(event).__name__} on the webhook consumer")
+        try:
+            await self.handle(event)
+        except Unusable as exc:
+            self.metrics.webhooks["unusable"] += 1
+            raise Reject(exc.reason, str(exc)) from None
+        except PlaneUnavailable as exc:
+            log.warning("webhook %s waits for Plane: %s", event.delivery_id, exc)
+            raise Retry(5.0, f"Plane unavailable: {exc}") from None
 
     async def handle(self, w: PlaneWebhookReceived) -> None:
         actor_id, actor_name = _actor(w.activity)
