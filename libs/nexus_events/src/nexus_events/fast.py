@@ -227,9 +227,19 @@ class Handlers:
         await self.broker.start()
 
     async def stop(self) -> None:
-        """Stop fetching, let handlers in flight finish (graceful timeout), close."""
-        await self.broker.stop()
-        self._connection = None
+        """Stop fetching, let handlers in flight finish (graceful timeout), close.
+
+        Never raises: with NATS away, FastStream's unsubscribe or drain fails; the connection
+        is then closed as it is (unsettled messages come back to the durable after ack_wait).
+        """
+        connection, self._connection = self._connection, None
+        try:
+            await self.broker.stop()
+        except Exception as exc:  # noqa: BLE001 - a failed drain must not stop the app's stop
+            log.warning("stopping the FastStream broker failed, closing: %r", exc)
+            if connection is not None and not connection.is_closed:
+                with contextlib.suppress(OSError, nats.errors.Error):
+                    await connection.close()
 
 
 def make_broker(

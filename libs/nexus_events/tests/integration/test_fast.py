@@ -254,3 +254,19 @@ async def test_stop_returns_promptly_while_fetching_an_empty_stream(bus: Bus):
     # Drain must not wait out nats-py's drain_timeout behind a pending fetch.
     assert time.monotonic() - started < 5.0
     assert not handlers.connected
+
+
+async def test_stop_returns_when_nats_is_gone(nats_server, bus: Bus):
+    s = spec()
+    handlers = Handlers(bus, graceful_timeout=2.0)
+
+    @handlers.durable(s)
+    async def handle(event: Event) -> None:
+        return None
+
+    await handlers.start()
+    nats_server.stop()
+    await eventually(lambda: not handlers.connected, what="the broker noticed", within=20)
+    started = time.monotonic()
+    await handlers.stop()
+    assert time.monotonic() - started < 10.0
