@@ -10,6 +10,7 @@ consumers and the mirror finish their batch and the writer its write in hand, th
 
 from __future__ import annotations
 
+import contextlib
 import logging
 from typing import Any
 
@@ -20,7 +21,7 @@ from nexus_events.fast import Handlers
 from nexus_events.health import HealthServer
 from nexus_events.process import ServiceApp, close_pool
 from nexus_events.projection import ProjectionRunner
-from nexus_events.streams import ensure_streams
+from nexus_events.streams import RUNS, TASKS, ensure_streams
 
 from nexus_plane_sync.board import AgentRunReporter, Board, CommentReporter, RunReporter, WorkItems
 from nexus_plane_sync.config import PlaneSyncSettings
@@ -38,6 +39,8 @@ from nexus_plane_sync.writer import OutboxWriter
 log = logging.getLogger(__name__)
 
 SOURCE = "plane-sync"
+# Most seconds a webhook waits for the mirror to apply what the ingress published before it.
+MIRROR_WAIT = 2.0
 
 
 class PlaneSyncApp(ServiceApp):
@@ -90,6 +93,17 @@ class PlaneSyncApp(ServiceApp):
             raise RuntimeError("plane-sync is not started: no PostgreSQL pool")
         return self._pool
 
+    async def mirrored(self, seqs: dict[str, int]) -> None:
+        """Wait (at most MIRROR_WAIT seconds) until the mirror applied these positions of the
+        streams it reads (the ingress's own writes) before the ingress reads its tables."""
+        if self.runner is None:
+            return
+        for stream in (TASKS, RUNS):
+            seq = seqs.get(stream)
+            if seq:
+                with contextlib.suppress(TimeoutError):
+                    await self.runner.wait_until(stream, seq, within=MIRROR_WAIT)
+
     def ready(self) -> bool:
         return (
             self._running
@@ -141,6 +155,7 @@ class PlaneSyncApp(ServiceApp):
             self.bus, store, self.api, self.metrics,
             trigger_prefix=s.plane_trigger_prefix, bot_user_id=s.plane_bot_user_id,
             assign_agent=s.plane_assign_agent, state_map=s.plane_state_map,
+            mirrored=self.mirrored,
         )  # fmt: skip
         # Its own connection; in-flight webhooks get half the drain timeout to finish.
         self.handlers = Handlers(self.bus, graceful_timeout=s.drain_timeout / 2)

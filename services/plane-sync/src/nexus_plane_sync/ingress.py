@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import logging
 import re
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 from nexus_events import subjects
@@ -95,6 +96,7 @@ class PlaneIngress:
         bot_user_id: str | None,
         assign_agent: str | None = None,
         state_map: dict[str, str] | None = None,
+        mirrored: Callable[[dict[str, int]], Awaitable[None]] | None = None,
     ) -> None:
         self.bus = bus
         self.store = store
@@ -103,6 +105,11 @@ class PlaneIngress:
         self.prefix = trigger_prefix
         self.bot_user_id = bot_user_id
         self.assign_agent = assign_agent
+        # Read-your-writes: the highest sequence this ingress published to each stream, and
+        # how to wait until the mirror (whose tables say which runs are active) applied it.
+        # Without it, a label removed right after it requested a run finds no run to cancel.
+        self.published: dict[str, int] = {}
+        self.mirrored = mirrored
         # Plane state name -> the first board column mapped to it (Column order).
         self.columns: dict[str, Column] = {}
         for column in Column:
@@ -125,6 +132,8 @@ class PlaneIngress:
         at a time, in stream order (subscribed with ``ordered=True``)."""
         if not isinstance(event, PlaneWebhookReceived):
             raise Reject("unexpected_event", f"{type(event).__name__} on the webhook consumer")
+        if self.mirrored is not None and self.published:
+            await self.mirrored(dict(self.published))
         try:
             await self.handle(event)
         except Unusable as exc:
@@ -150,6 +159,11 @@ class PlaneIngress:
                 await self._agent_run_signal(w, actor_name)
         else:
             self.metrics.webhooks["ignored"] += 1
+
+    async def _publish(self, subject: str, event: Event, *, msg_id: str) -> None:
+        ack = await self.bus.publish(subject, event, msg_id=msg_id)
+        if ack.seq > self.published.get(ack.stream, 0):
+            self.published[ack.stream] = ack.seq
 
     # -- work items ---------------------------------------------------------------------------
 
@@ -236,7 +250,7 @@ class PlaneIngress:
         else:
             return
         name = "updated" if isinstance(event, TaskUpdated) else "moved"
-        await self.bus.publish(
+        await self._publish(
             subjects.task_event(task_id, name), event, msg_id=f"plane:{name}:{w.delivery_id}"
         )
         self.metrics.webhooks[f"tasks_{name}"] += 1
@@ -249,7 +263,7 @@ class PlaneIngress:
             subject = subjects.run_event(run_id, "requested")
         except InvalidSubject as exc:
             raise Unusable("invalid_webhook", f"delivery id unusable as run id: {exc}") from None
-        await self.bus.publish(
+        await self._publish(
             subject,
             RunRequested(
                 agent_id=agent,
@@ -272,7 +286,7 @@ class PlaneIngress:
         except InvalidSubject as exc:
             raise Unusable("invalid_webhook", f"work item id unusable as task id: {exc}") from None
         title = str(data.get("name") or f"Plane work item {item}")[:255]
-        await self.bus.publish(
+        await self._publish(
             subject,
             TaskCreated(
                 title=title,
@@ -311,7 +325,7 @@ class PlaneIngress:
         decision = _DECISION.match(text)
         if decision is not None:
             verb, approval_id, note = decision.groups()
-            await self.bus.publish(
+            await self._publish(
                 subjects.inbox(run.run_id),
                 ApprovalDecision(
                     approval_id=approval_id,
@@ -323,7 +337,7 @@ class PlaneIngress:
             )
             self.metrics.webhooks["approvals"] += 1
             return
-        await self.bus.publish(
+        await self._publish(
             subjects.inbox(run.run_id),
             InboxMessage(text=text, sender=actor, sender_kind="human", message_id=comment_id),
             msg_id=f"plane:comment:{comment_id}",
@@ -346,7 +360,7 @@ class PlaneIngress:
         await self._cancel(run_id, actor, w.delivery_id)
 
     async def _cancel(self, run_id: str, actor: str | None, cause: str) -> None:
-        await self.bus.publish(
+        await self._publish(
             subjects.run_event(run_id, "cancel_requested"),
             CancelRequested(reason=Reason.USER_REQUESTED, requested_by=actor or "plane"),
             msg_id=f"plane:cancel:{run_id}:{cause}",
