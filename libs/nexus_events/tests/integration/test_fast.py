@@ -17,7 +17,7 @@ from nexus_events import subjects, telemetry
 from nexus_events.bus import Bus, ConsumerSpec
 from nexus_events.events import RunHeartbeat
 from nexus_events.events.base import Event
-from nexus_events.fast import Delivered, Handlers, Reject, Retry
+from nexus_events.fast import Delivered, Handlers, Reject, Retry, ensure_durable
 from nexus_events.streams import RUNS
 from nexus_events.testing import dead_letters, eventually
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
@@ -270,3 +270,35 @@ async def test_stop_returns_when_nats_is_gone(nats_server, bus: Bus):
     started = time.monotonic()
     await handlers.stop()
     assert time.monotonic() - started < 10.0
+
+
+async def test_a_last_delivery_that_timed_out_is_dead_lettered_from_the_advisory(bus: Bus):
+    """A process that died holding the message's last delivery: nothing redelivers it; the
+    server's MAX_DELIVERIES advisory makes the handlers dead-letter it."""
+    ack = await _beat(bus, "run_hung", 1)
+    s = spec(max_deliver=1, ack_wait=0.5)
+    await ensure_durable(bus.js, s)
+    # The dead process: takes the only delivery and never settles it.
+    sub = await bus.js.pull_subscribe_bind(s.durable, stream=s.stream)
+    [taken] = await sub.fetch(1, timeout=5)
+    assert taken.metadata.sequence.stream == ack.seq
+    await sub.unsubscribe()
+    handled: list[int] = []
+    handlers = Handlers(bus)
+
+    @handlers.durable(s)
+    async def handle(event: Event) -> None:
+        assert isinstance(event, RunHeartbeat)
+        handled.append(event.seq)
+
+    await handlers.start()
+    try:
+        [letter] = await eventually(lambda: dead_letters(bus), what="a dead letter", within=20)
+    finally:
+        await handlers.stop()
+    assert letter.reason == "max_deliver"
+    assert letter.stream_seq == ack.seq
+    assert letter.consumer == s.durable
+    assert "not acknowledged after 1 deliveries" in letter.error
+    assert handled == []
+    assert handlers.durables[0].dead_lettered == 1
