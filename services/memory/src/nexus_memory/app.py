@@ -18,8 +18,9 @@ from datetime import UTC, datetime
 from typing import Any
 
 import asyncpg
-from nexus_events.bus import Bus, BusSettings, Consumer
+from nexus_events.bus import Bus, BusSettings
 from nexus_events.events import MemoryConsolidateReply, MemoryRebuildReply
+from nexus_events.fast import Durable, Handlers
 from nexus_events.health import HealthServer
 from nexus_events.metrics import MetricsSettings, setup_metrics
 from nexus_events.process import ServiceApp, close_pool
@@ -100,7 +101,9 @@ class MemoryApp(ServiceApp):
         self.projection: MemoryProjection | None = None
         self.runner: ProjectionRunner | None = None
         self.stream_guard: StreamGuard | None = None
-        self.consumers: list[Consumer] = []
+        # The stream guard and extraction durables: FastStream subscribers (nexus_events.fast).
+        self.handlers: Handlers | None = None
+        self.consumers: list[Durable] = []
         self.extractor: Extractor | None = None
         self.tracker: AccessTracker | None = None
         self.consolidator: Consolidator | None = None
@@ -136,6 +139,7 @@ class MemoryApp(ServiceApp):
             self._running
             and self._bus is not None
             and self._bus.nc.is_connected
+            and (self.handlers is None or self.handlers.connected)
             and not (self.runner is not None and self.runner.stuck)
         )
 
@@ -164,12 +168,11 @@ class MemoryApp(ServiceApp):
             fetch_timeout=s.fetch_timeout,
         )  # fmt: skip
         await self.runner.start()
+        # Its own connection; in-flight handlers get half the drain timeout to finish.
+        self.handlers = handlers = Handlers(self.bus, graceful_timeout=s.drain_timeout / 2)
         self.stream_guard = StreamGuard(self.bus, self.guard, self.metrics)
-        self.consumers.append(
-            self.bus.consumer(
-                stream_guard_spec(f"{s.consumer_prefix}_stream_guard", s.fetch_timeout),
-                self.stream_guard,
-            )
+        handlers.durable(stream_guard_spec(f"{s.consumer_prefix}_stream_guard", s.fetch_timeout))(
+            self.stream_guard.on_recorded
         )
         writer = MemoryWriter(
             self.bus, self.pool, self.guard, self.metrics, schema=self.schema,
@@ -181,18 +184,13 @@ class MemoryApp(ServiceApp):
                 default_base_url=s.llm_base_url, api_key=s.llm_api_key, timeout=s.llm_timeout,
                 limit=s.memory_extraction_max, schema=self.schema,
             )  # fmt: skip
-            self.consumers.append(
-                self.bus.consumer(
-                    extraction_spec(
-                        f"{s.consumer_prefix}_extraction",
-                        s.memory_extraction_events,
-                        s.fetch_timeout,
-                    ),
-                    self.extractor,
+            handlers.durable(
+                extraction_spec(
+                    f"{s.consumer_prefix}_extraction", s.memory_extraction_events, s.fetch_timeout
                 )
-            )
-        for consumer in self.consumers:
-            await consumer.start()
+            )(self.extractor.on_ending)
+        self.consumers = handlers.durables
+        await handlers.start()
         self.tracker = AccessTracker(self.bus, s.memory_access_flush)
         await self.tracker.start()
         self.consolidator = Consolidator(
@@ -270,8 +268,10 @@ class MemoryApp(ServiceApp):
             with contextlib.suppress(asyncio.CancelledError):
                 await self._consolidation_task
             self._consolidation_task = None
-        await asyncio.gather(*(c.stop() for c in self.consumers))
-        self.consumers.clear()
+        if self.handlers is not None:
+            await self.handlers.stop()
+            self.handlers = None
+        self.consumers = []
         if self.tracker is not None:
             await self.tracker.stop()
         if self.extractor is not None:

@@ -15,6 +15,7 @@ marked `failed` rather than blocking the consumer.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import hashlib
 import json
@@ -28,7 +29,7 @@ from typing import Any, cast
 import asyncpg
 import openai
 from nexus_events import subjects
-from nexus_events.bus import Bus, ConsumerSpec, Delivery
+from nexus_events.bus import Bus, ConsumerSpec
 from nexus_events.codec import Decoded
 from nexus_events.errors import InvalidSubject
 from nexus_events.events import (
@@ -40,6 +41,8 @@ from nexus_events.events import (
     ToolCalled,
     scope_token,
 )
+from nexus_events.events.base import Event
+from nexus_events.fast import Delivered, Retry
 from nexus_events.projection import quote_ident
 from nexus_events.streams import RUNS
 from openai import AsyncOpenAI
@@ -147,7 +150,7 @@ def candidate_id(run_id: str, index: int) -> str:
 
 
 class Extractor:
-    """Batch handler of the extraction consumer."""
+    """The extraction consumer's FastStream handler (`on_ending`, see `nexus_events.fast`)."""
 
     def __init__(
         self,
@@ -175,15 +178,27 @@ class Extractor:
         # Runs this process extracted: a second copy of an ending that arrives before the
         # projection has applied the first one's `extracted` is recognised here (bounded).
         self._finished: OrderedDict[str, None] = OrderedDict()
+        # The messages of one fetch are handled concurrently: two copies of one run's ending
+        # wait for each other here, so the second finds the run done (one model call).
+        self._extracting: dict[str, tuple[asyncio.Lock, int]] = {}
 
-    async def __call__(self, deliveries: list[Delivery]) -> None:
-        for d in deliveries:
-            run_id = d.address.run_id
-            if run_id is None or not isinstance(d.event, TerminalEvent):
-                continue
-            await self.extract(run_id, d)
+    async def on_ending(self, event: Event, delivered: Delivered) -> None:
+        run_id = delivered.address.run_id
+        if run_id is None or not isinstance(event, TerminalEvent):
+            return
+        lock, users = self._extracting.get(run_id, (asyncio.Lock(), 0))
+        self._extracting[run_id] = (lock, users + 1)
+        try:
+            async with lock:
+                await self.extract(run_id, delivered)
+        finally:
+            lock, users = self._extracting[run_id]
+            if users == 1:
+                del self._extracting[run_id]
+            else:
+                self._extracting[run_id] = (lock, users - 1)
 
-    async def extract(self, run_id: str, d: Delivery) -> None:
+    async def extract(self, run_id: str, d: Decoded) -> None:
         if run_id in self._finished or await self.pool.fetchval(
             f"SELECT 1 FROM {self.table} WHERE run_id = $1", run_id
         ):
@@ -195,10 +210,9 @@ class Extractor:
         try:
             answer = await self.ask(config, transcript)
         except (openai.APIError, TimeoutError) as exc:
-            if d.num_delivered < DELIVERIES:
+            if d.envelope.num_delivered < DELIVERIES:
                 log.warning("extraction of %s: model unavailable (%s), retrying", run_id, exc)
-                d.retry()
-                return
+                raise Retry(reason=f"model unavailable: {exc}") from None
             await self._done(config, run_id, [], 0, "failed", error=str(exc)[:500])
             return
         recorded: list[str] = []

@@ -15,9 +15,12 @@ import logging
 
 import nats.js.errors
 from nexus_events import subjects
-from nexus_events.bus import Bus, ConsumerSpec, Delivery
+from nexus_events.bus import Bus, ConsumerSpec
+from nexus_events.codec import Decoded
 from nexus_events.dead_letters import build_dead_letter
 from nexus_events.events import MemoryRecorded
+from nexus_events.events.base import Event
+from nexus_events.fast import Delivered
 from nexus_events.streams import MEMORY
 
 from nexus_memory.guard import SecretGuard
@@ -39,7 +42,7 @@ def stream_guard_spec(durable: str, fetch_timeout: float = 1.0) -> ConsumerSpec:
 
 
 class StreamGuard:
-    """Batch handler of the stream guard consumer."""
+    """The stream guard's FastStream handler (`on_recorded`, see `nexus_events.fast`)."""
 
     def __init__(self, bus: Bus, guard: SecretGuard, metrics: MemoryMetrics) -> None:
         self.bus = bus
@@ -47,16 +50,14 @@ class StreamGuard:
         self.metrics = metrics
         self.erased = 0
 
-    async def __call__(self, deliveries: list[Delivery]) -> None:
-        for d in deliveries:
-            event = d.event
-            if not isinstance(event, MemoryRecorded):
-                continue
-            findings = [f.kind for f in self.guard.scan(guarded_text(event))]
-            if findings:
-                await self._erase(d, event, list(dict.fromkeys(findings)))
+    async def on_recorded(self, event: Event, delivered: Delivered) -> None:
+        if not isinstance(event, MemoryRecorded):
+            return
+        findings = [f.kind for f in self.guard.scan(guarded_text(event))]
+        if findings:
+            await self._erase(delivered, event, list(dict.fromkeys(findings)))
 
-    async def _erase(self, d: Delivery, event: MemoryRecorded, findings: list[str]) -> None:
+    async def _erase(self, d: Decoded, event: MemoryRecorded, findings: list[str]) -> None:
         body = event.model_dump(mode="json", exclude={"text", "tags", "key"})
         body["text"] = f"[withheld: {len(event.text)} characters]"
         seq = d.envelope.stream_seq
@@ -70,7 +71,7 @@ class StreamGuard:
             consumer="stream_guard",
             stream=MEMORY,
             stream_seq=seq,
-            num_delivered=d.num_delivered,
+            num_delivered=d.envelope.num_delivered,
         )
         await self.bus.file_dead_letter(letter)  # raises while NATS is away: redelivered
         if seq is not None:

@@ -10,16 +10,18 @@ consumers and the mirror finish their batch and the writer its write in hand, th
 
 from __future__ import annotations
 
+import contextlib
 import logging
 from typing import Any
 
 import asyncpg
-from nexus_events.bus import Bus, BusSettings, Consumer
+from nexus_events.bus import Bus, BusSettings
 from nexus_events.events import PlaneStatusReply
+from nexus_events.fast import Handlers
 from nexus_events.health import HealthServer
 from nexus_events.process import ServiceApp, close_pool
 from nexus_events.projection import ProjectionRunner
-from nexus_events.streams import ensure_streams
+from nexus_events.streams import RUNS, TASKS, ensure_streams
 
 from nexus_plane_sync.board import AgentRunReporter, Board, CommentReporter, RunReporter, WorkItems
 from nexus_plane_sync.config import PlaneSyncSettings
@@ -37,6 +39,8 @@ from nexus_plane_sync.writer import OutboxWriter
 log = logging.getLogger(__name__)
 
 SOURCE = "plane-sync"
+# Most seconds a webhook waits for the mirror to apply what the ingress published before it.
+MIRROR_WAIT = 2.0
 
 
 class PlaneSyncApp(ServiceApp):
@@ -70,7 +74,8 @@ class PlaneSyncApp(ServiceApp):
         self.runner: ProjectionRunner | None = None
         self.writer: OutboxWriter | None = None
         self.ingress: PlaneIngress | None = None
-        self.consumer: Consumer | None = None
+        # The webhook ingress durable, a FastStream subscriber (nexus_events.fast).
+        self.handlers: Handlers | None = None
         self.webhooks: WebhookServer | None = None
         self.endpoints: PlaneEndpoints | None = None
         self.health: HealthServer | None = None
@@ -88,11 +93,23 @@ class PlaneSyncApp(ServiceApp):
             raise RuntimeError("plane-sync is not started: no PostgreSQL pool")
         return self._pool
 
+    async def mirrored(self, seqs: dict[str, int]) -> None:
+        """Wait (at most MIRROR_WAIT seconds) until the mirror applied these positions of the
+        streams it reads (the ingress's own writes) before the ingress reads its tables."""
+        if self.runner is None:
+            return
+        for stream in (TASKS, RUNS):
+            seq = seqs.get(stream)
+            if seq:
+                with contextlib.suppress(TimeoutError):
+                    await self.runner.wait_until(stream, seq, within=MIRROR_WAIT)
+
     def ready(self) -> bool:
         return (
             self._running
             and self._bus is not None
             and self._bus.nc.is_connected
+            and (self.handlers is None or self.handlers.connected)
             and not (self.runner is not None and self.runner.stuck)
         )
 
@@ -138,11 +155,15 @@ class PlaneSyncApp(ServiceApp):
             self.bus, store, self.api, self.metrics,
             trigger_prefix=s.plane_trigger_prefix, bot_user_id=s.plane_bot_user_id,
             assign_agent=s.plane_assign_agent, state_map=s.plane_state_map,
+            mirrored=self.mirrored,
         )  # fmt: skip
-        self.consumer = self.bus.consumer(
-            ingress_spec(f"{s.consumer_prefix}_webhooks", s.fetch_timeout), self.ingress
-        )
-        await self.consumer.start()
+        # Its own connection; in-flight webhooks get half the drain timeout to finish.
+        self.handlers = Handlers(self.bus, graceful_timeout=s.drain_timeout / 2)
+        # Ordered: label changes of one work item must be handled in the order Plane sent them.
+        self.handlers.durable(
+            ingress_spec(f"{s.consumer_prefix}_webhooks", s.fetch_timeout), ordered=True
+        )(self.ingress.on_webhook)
+        await self.handlers.start()
         self.webhooks = WebhookServer(
             self.bus, store, s.plane_webhook_secret.get_secret_value().encode(), self.metrics,
             host=s.webhook_host, port=s.webhook_port, max_bytes=s.webhook_max_bytes,
@@ -183,8 +204,9 @@ class PlaneSyncApp(ServiceApp):
             await self.webhooks.stop()
         if self.endpoints is not None:
             await self.endpoints.stop()
-        if self.consumer is not None:
-            await self.consumer.stop()
+        if self.handlers is not None:
+            await self.handlers.stop()
+            self.handlers = None
         if self.runner is not None:
             await self.runner.stop()
         if self.writer is not None:

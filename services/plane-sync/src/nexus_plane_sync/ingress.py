@@ -17,10 +17,11 @@ from __future__ import annotations
 
 import logging
 import re
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 from nexus_events import subjects
-from nexus_events.bus import Bus, ConsumerSpec, Delivery
+from nexus_events.bus import Bus, ConsumerSpec
 from nexus_events.errors import InvalidSubject
 from nexus_events.events import (
     CancelRequested,
@@ -34,6 +35,8 @@ from nexus_events.events import (
     TaskMoved,
     TaskUpdated,
 )
+from nexus_events.events.base import Event
+from nexus_events.fast import Reject, Retry
 from nexus_events.streams import PLANE
 
 from nexus_plane_sync import render
@@ -93,6 +96,7 @@ class PlaneIngress:
         bot_user_id: str | None,
         assign_agent: str | None = None,
         state_map: dict[str, str] | None = None,
+        mirrored: Callable[[dict[str, int]], Awaitable[None]] | None = None,
     ) -> None:
         self.bus = bus
         self.store = store
@@ -101,6 +105,11 @@ class PlaneIngress:
         self.prefix = trigger_prefix
         self.bot_user_id = bot_user_id
         self.assign_agent = assign_agent
+        # Read-your-writes: the highest sequence this ingress published to each stream, and
+        # how to wait until the mirror (whose tables say which runs are active) applied it.
+        # Without it, a label removed right after it requested a run finds no run to cancel.
+        self.published: dict[str, int] = {}
+        self.mirrored = mirrored
         # Plane state name -> the first board column mapped to it (Column order).
         self.columns: dict[str, Column] = {}
         for column in Column:
@@ -118,20 +127,21 @@ class PlaneIngress:
             self.bot_user_id = str(me.get("id")) if me.get("id") else None
         return self.bot_user_id
 
-    async def __call__(self, deliveries: list[Delivery]) -> None:
-        for d in deliveries:
-            event = d.event
-            if not isinstance(event, PlaneWebhookReceived):
-                d.reject("unexpected_event", f"{type(event).__name__} on the webhook consumer")
-                continue
-            try:
-                await self.handle(event)
-            except Unusable as exc:
-                self.metrics.webhooks["unusable"] += 1
-                d.reject(exc.reason, str(exc))
-            except PlaneUnavailable as exc:
-                log.warning("webhook %s waits for Plane: %s", event.delivery_id, exc)
-                d.retry(5.0)
+    async def on_webhook(self, event: Event) -> None:
+        """FastStream handler of the webhook durable (`nexus_events.fast`): one filed webhook
+        at a time, in stream order (subscribed with ``ordered=True``)."""
+        if not isinstance(event, PlaneWebhookReceived):
+            raise Reject("unexpected_event", f"{type(event).__name__} on the webhook consumer")
+        if self.mirrored is not None and self.published:
+            await self.mirrored(dict(self.published))
+        try:
+            await self.handle(event)
+        except Unusable as exc:
+            self.metrics.webhooks["unusable"] += 1
+            raise Reject(exc.reason, str(exc)) from None
+        except PlaneUnavailable as exc:
+            log.warning("webhook %s waits for Plane: %s", event.delivery_id, exc)
+            raise Retry(5.0, f"Plane unavailable: {exc}") from None
 
     async def handle(self, w: PlaneWebhookReceived) -> None:
         actor_id, actor_name = _actor(w.activity)
@@ -149,6 +159,11 @@ class PlaneIngress:
                 await self._agent_run_signal(w, actor_name)
         else:
             self.metrics.webhooks["ignored"] += 1
+
+    async def _publish(self, subject: str, event: Event, *, msg_id: str) -> None:
+        ack = await self.bus.publish(subject, event, msg_id=msg_id)
+        if ack.seq > self.published.get(ack.stream, 0):
+            self.published[ack.stream] = ack.seq
 
     # -- work items ---------------------------------------------------------------------------
 
@@ -235,7 +250,7 @@ class PlaneIngress:
         else:
             return
         name = "updated" if isinstance(event, TaskUpdated) else "moved"
-        await self.bus.publish(
+        await self._publish(
             subjects.task_event(task_id, name), event, msg_id=f"plane:{name}:{w.delivery_id}"
         )
         self.metrics.webhooks[f"tasks_{name}"] += 1
@@ -248,7 +263,7 @@ class PlaneIngress:
             subject = subjects.run_event(run_id, "requested")
         except InvalidSubject as exc:
             raise Unusable("invalid_webhook", f"delivery id unusable as run id: {exc}") from None
-        await self.bus.publish(
+        await self._publish(
             subject,
             RunRequested(
                 agent_id=agent,
@@ -271,7 +286,7 @@ class PlaneIngress:
         except InvalidSubject as exc:
             raise Unusable("invalid_webhook", f"work item id unusable as task id: {exc}") from None
         title = str(data.get("name") or f"Plane work item {item}")[:255]
-        await self.bus.publish(
+        await self._publish(
             subject,
             TaskCreated(
                 title=title,
@@ -320,7 +335,7 @@ class PlaneIngress:
                 raise Unusable("invalid_approval_id", str(exc)) from None
             self.metrics.webhooks["approvals" if won else "approvals_already_decided"] += 1
             return
-        await self.bus.publish(
+        await self._publish(
             subjects.inbox(run.run_id),
             InboxMessage(text=text, sender=actor, sender_kind="human", message_id=comment_id),
             msg_id=f"plane:comment:{comment_id}",
@@ -343,7 +358,7 @@ class PlaneIngress:
         await self._cancel(run_id, actor, w.delivery_id)
 
     async def _cancel(self, run_id: str, actor: str | None, cause: str) -> None:
-        await self.bus.publish(
+        await self._publish(
             subjects.run_event(run_id, "cancel_requested"),
             CancelRequested(reason=Reason.USER_REQUESTED, requested_by=actor or "plane"),
             msg_id=f"plane:cancel:{run_id}:{cause}",
