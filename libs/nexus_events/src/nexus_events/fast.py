@@ -50,6 +50,12 @@ from faststream.exceptions import HandlerException, NackMessage, RejectMessage
 from faststream.message import StreamMessage
 from faststream.middlewares import AckPolicy
 from faststream.nats import JStream, NatsBroker, NatsMessage, NatsRouter, PullSub
+from faststream.nats.security import (
+    NatsCredentials,
+    NatsSecurity,
+    NatsToken,
+    NatsUserPassword,
+)
 from nats.aio.client import Client as NatsClient
 from nats.aio.msg import Msg
 from nats.js import JetStreamContext
@@ -57,6 +63,7 @@ from nats.js import JetStreamContext
 from nexus_events import codec, telemetry
 from nexus_events.bus import Bus, BusSettings
 from nexus_events.codec import Decoded, JsMeta
+from nexus_events.connect import connect_options
 from nexus_events.consume import ConsumerSpec
 from nexus_events.dead_letters import build_dead_letter
 from nexus_events.errors import BusError, BusUnavailable, DecodeError
@@ -245,32 +252,39 @@ class Handlers:
 def make_broker(
     settings: BusSettings, *, graceful_timeout: float = 15.0, drain_timeout: int = 5
 ) -> NatsBroker:
-    """A FastStream `NatsBroker` connecting the way `Bus.connect` does with `settings`."""
+    """A FastStream `NatsBroker` connecting the way `Bus.connect` does with `settings`.
+
+    The same nats-py options (`nexus_events.connect.connect_options`), except credentials:
+    FastStream takes those as a `security` object and refuses nats-py's ``user``/``password``.
+    """
 
     async def on_error(exc: Exception) -> None:
         log.warning("nats error (handlers): %s", exc)
 
-    options: dict[str, Any] = {
-        "servers": settings.url.split(","),
-        "name": settings.name,
-        "connect_timeout": settings.connect_timeout,
-        "reconnect_time_wait": settings.reconnect_time_wait,
-        "max_reconnect_attempts": settings.connect_attempts,
-        "ping_interval": settings.ping_interval,
-        "max_outstanding_pings": settings.max_outstanding_pings,
-        "error_cb": on_error,
-        "drain_timeout": drain_timeout,
-        "graceful_timeout": graceful_timeout,
-        "logger": broker_log,
-        "log_level": logging.DEBUG,
-    }
-    if settings.user:
-        options.update(user=settings.user, password=settings.password)
-    if settings.token:
-        options["token"] = settings.token
+    options = connect_options(settings)
+    for credential in ("user", "password", "token", "user_credentials"):
+        options.pop(credential, None)
+    options["error_cb"] = on_error
+    return NatsBroker(
+        **options,
+        security=broker_security(settings),
+        drain_timeout=drain_timeout,
+        graceful_timeout=graceful_timeout,
+        logger=broker_log,
+        log_level=logging.DEBUG,
+    )
+
+
+def broker_security(settings: BusSettings) -> NatsSecurity | None:
+    """`settings`' credentials as FastStream's security object (one kind: a .creds file, else
+    user and password, else a token), or None for an open server."""
     if settings.creds_file:
-        options["user_credentials"] = settings.creds_file
-    return NatsBroker(**options)
+        return NatsCredentials(settings.creds_file)
+    if settings.user:
+        return NatsUserPassword(settings.user, settings.password or "")
+    if settings.token:
+        return NatsToken(settings.token)
+    return None
 
 
 async def ensure_durable(js: JetStreamContext, spec: ConsumerSpec) -> None:

@@ -8,18 +8,20 @@ a restarted service resumes its durable without handling acked messages again.
 
 from __future__ import annotations
 
+import subprocess
 import time
 import uuid
 from collections import Counter
+from collections.abc import Iterator
 
 import pytest
 from nexus_events import subjects, telemetry
-from nexus_events.bus import Bus, ConsumerSpec
+from nexus_events.bus import Bus, BusSettings, ConsumerSpec
 from nexus_events.events import RunHeartbeat
 from nexus_events.events.base import Event
 from nexus_events.fast import Delivered, Handlers, Reject, Retry, ensure_durable
-from nexus_events.streams import RUNS
-from nexus_events.testing import dead_letters, eventually
+from nexus_events.streams import RUNS, ensure_streams
+from nexus_events.testing import dead_letters, eventually, free_port, nats_server_binary
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.trace import SpanKind
 
@@ -302,3 +304,55 @@ async def test_a_last_delivery_that_timed_out_is_dead_lettered_from_the_advisory
     assert "not acknowledged after 1 deliveries" in letter.error
     assert handled == []
     assert handlers.durables[0].dead_lettered == 1
+
+
+@pytest.fixture(params=["user", "token"])
+def secured_nats(tmp_path, request) -> Iterator[BusSettings]:
+    """A nats-server that wants a user and password, or a token; the settings that log in."""
+    if request.param == "user":
+        auth, login = (
+            'authorization { users = [{user: "svc", password: "pw"}] }',
+            {
+                "user": "svc",
+                "password": "pw",
+            },
+        )
+    else:
+        auth, login = 'authorization { token: "tok" }', {"token": "tok"}
+    conf = tmp_path / "nats.conf"
+    conf.write_text(f'jetstream {{ store_dir: "{tmp_path / "js"}" }}\n{auth}\n')
+    port = free_port()
+    proc = subprocess.Popen(
+        [nats_server_binary(), "-c", str(conf), "-a", "127.0.0.1", "-p", str(port)],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        yield BusSettings(url=f"nats://127.0.0.1:{port}", connect_attempts=40, **login)
+    finally:
+        proc.kill()
+        proc.wait(10)
+
+
+async def test_the_broker_connects_with_the_bus_settings_credentials(
+    secured_nats: BusSettings,
+) -> None:
+    """Every deployment gives each service a NATS user (deploy/nats): FastStream takes
+    credentials as a `security` object, so `BusSettings` must be translated, not passed on."""
+    bus = await Bus.connect(secured_nats, source="svc")
+    await ensure_streams(bus.js)
+    handlers = Handlers(bus, secured_nats)
+    seen: list[int] = []
+
+    @handlers.durable(spec())
+    async def handle(event: Event) -> None:
+        assert isinstance(event, RunHeartbeat)
+        seen.append(event.seq)
+
+    await handlers.start()
+    try:
+        await _beat(bus, "run_auth", 5)
+        await eventually(lambda: seen == [5], what="the heartbeat handled")
+    finally:
+        await handlers.stop()
+        await bus.close()
