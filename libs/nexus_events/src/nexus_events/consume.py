@@ -20,6 +20,7 @@ import nats
 import nats.errors
 import nats.js.errors
 from nats.aio.msg import Msg
+from nats.js import JetStreamContext
 from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy
 
 from nexus_events import codec, subjects, telemetry
@@ -124,6 +125,24 @@ class ConsumerSpec:
         return self.backoff[min(max(num_delivered, 1), len(self.backoff)) - 1]
 
 
+async def ensure_durable(js: JetStreamContext, spec: ConsumerSpec) -> None:
+    """Create the durable of `spec`, or update it keeping the start position it was made with
+    (the start of a durable cannot change). FastStream's pull_subscribe would only bind to an
+    existing one and silently ignore a changed config, so `nexus_events.fast` calls this too."""
+    config = spec.config()
+    try:
+        existing = await js.consumer_info(spec.stream, spec.durable)
+    except nats.js.errors.NotFoundError:
+        existing = None
+    if existing is not None:
+        config.deliver_policy = existing.config.deliver_policy
+        config.opt_start_seq = existing.config.opt_start_seq
+    try:
+        await js.add_consumer(spec.stream, config)
+    except nats.js.errors.APIError as exc:
+        raise BusError(f"cannot create consumer {spec.durable}: {exc}") from exc
+
+
 class Consumer:
     """A durable pull consumer loop: fetch a batch, decode, hand over, settle each message."""
 
@@ -139,19 +158,7 @@ class Consumer:
 
     async def start(self) -> None:
         """Create or update the durable consumer and start the fetch loop in a task."""
-        config = self.spec.config()
-        try:
-            existing = await self.bus.js.consumer_info(self.spec.stream, self.spec.durable)
-        except nats.js.errors.NotFoundError:
-            existing = None
-        if existing is not None:
-            # The start position of a durable cannot change; keep the one it was made with.
-            config.deliver_policy = existing.config.deliver_policy
-            config.opt_start_seq = existing.config.opt_start_seq
-        try:
-            await self.bus.js.add_consumer(self.spec.stream, config)
-        except nats.js.errors.APIError as exc:
-            raise BusError(f"cannot create consumer {self.spec.durable}: {exc}") from exc
+        await ensure_durable(self.bus.js, self.spec)
         # A message whose last delivery timed out (handler hung, process died) is never
         # redelivered; the server's advisory lets us dead-letter it anyway.
         self._advisories = await self.bus.nc.subscribe(

@@ -58,13 +58,12 @@ from faststream.nats.security import (
 )
 from nats.aio.client import Client as NatsClient
 from nats.aio.msg import Msg
-from nats.js import JetStreamContext
 
 from nexus_events import codec, telemetry
 from nexus_events.bus import Bus, BusSettings
 from nexus_events.codec import Decoded, JsMeta
 from nexus_events.connect import connect_options
-from nexus_events.consume import ConsumerSpec
+from nexus_events.consume import ConsumerSpec, ensure_durable
 from nexus_events.dead_letters import build_dead_letter
 from nexus_events.errors import BusError, BusUnavailable, DecodeError
 from nexus_events.events.base import Event
@@ -285,24 +284,6 @@ def broker_security(settings: BusSettings) -> NatsSecurity | None:
     if settings.token:
         return NatsToken(settings.token)
     return None
-
-
-async def ensure_durable(js: JetStreamContext, spec: ConsumerSpec) -> None:
-    """Create the durable of `spec`, or update it keeping the start position it was made
-    with (what `Consumer.start` does): FastStream's pull_subscribe would only bind to an
-    existing one and silently ignore a changed config."""
-    config = spec.config()
-    try:
-        existing = await js.consumer_info(spec.stream, spec.durable)
-    except nats.js.errors.NotFoundError:
-        existing = None
-    if existing is not None:
-        config.deliver_policy = existing.config.deliver_policy
-        config.opt_start_seq = existing.config.opt_start_seq
-    try:
-        await js.add_consumer(spec.stream, config)
-    except nats.js.errors.APIError as exc:
-        raise BusError(f"cannot create consumer {spec.durable}: {exc}") from exc
 
 
 def _settlement(bus: Bus, durable: Durable) -> Callable[..., BaseMiddleware]:
