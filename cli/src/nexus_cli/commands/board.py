@@ -10,6 +10,7 @@ from nexus_events import subjects
 from nexus_events.events import Column, TaskCreated
 from pydantic import ValidationError
 from rich.columns import Columns
+from rich.markup import escape
 from rich.panel import Panel
 
 from nexus_cli.client import Session, check_token, whoami
@@ -25,6 +26,29 @@ def _run_label(run: dict[str, Any] | None) -> str:
     if not run:
         return ""
     return f"{run['run_id']} {run.get('status') or '?'}"
+
+
+def child_lines(task: dict[str, Any]) -> list[str]:
+    """The task's delegated runs as lines under it, each below the run that delegated it and
+    indented by depth: ``  ↳ reviewer  run_abc  running``."""
+    children = task.get("child_runs") or []
+    known = {c["run_id"] for c in children}
+    below: dict[str | None, list[dict[str, Any]]] = {}
+    for c in children:  # oldest first, so siblings keep their order
+        parent = c["parent_run_id"] if c["parent_run_id"] in known else None
+        below.setdefault(parent, []).append(c)
+    lines: list[str] = []
+
+    def walk(parent: str | None, depth: int) -> None:
+        for c in below.pop(parent, []):
+            agent, status = c.get("agent_id") or "?", c.get("status") or "?"
+            lines.append(f"{'  ' * depth}↳ {agent}  {c['run_id']}  {status}")
+            walk(c["run_id"], depth + 1)
+
+    walk(None, 1)
+    for parent in list(below):  # parents that never resolve (a hand-made loop): still shown
+        walk(parent, 1)
+    return lines
 
 
 async def _board(ctx: typer.Context, column: str | None) -> dict[str, Any]:
@@ -62,6 +86,8 @@ def register(app: typer.Typer) -> None:
             if not tasks:
                 console.print("[dim]the board is empty; `nexus task create TITLE`[/]")
                 return
+            # Delegated runs need the room of their agent and indent beside id and status.
+            width = 44 if any(t.get("child_runs") for t in tasks) else 34
             panels = []
             for col in Column:
                 items = [t for t in tasks if t["column"] == col.value]
@@ -74,6 +100,7 @@ def register(app: typer.Typer) -> None:
                 lines = [
                     f"[bold]{t['task_id']}[/] {t['title']}"
                     + (f"\n  [dim]{_run_label(t['current_run'])}[/]" if t["current_run"] else "")
+                    + "".join(f"\n[dim]{escape(line)}[/]" for line in child_lines(t))
                     for t in items
                 ]
                 panels.append(
@@ -81,7 +108,7 @@ def register(app: typer.Typer) -> None:
                         "\n".join(lines) or "[dim]-[/]",
                         title=f"{col.value} ({len(items)})",
                         title_align="left",
-                        width=34,
+                        width=width,
                     )
                 )
             console.print(Columns(panels))

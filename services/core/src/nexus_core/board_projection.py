@@ -7,6 +7,12 @@ JetStream time), run events set the current run and the `run_column` its status 
 the time of that status). The board column is a generated column: whichever of the two is
 more recent (the run's on a tie). A cancelled run implies no column, so the task falls back to
 where the operator put it.
+
+A run delegated by another (`RunRequested.parent_run_id`) works on its parent's task but is
+not the task's own run: it is kept in `run_index` with its parent and agent, and never becomes
+the task's current run nor moves its column (a reviewer child finishing must not send the task
+to review while its parent still works). Whether a run is a child is fixed by its first event,
+`requested`, which comes first in NEXUS_RUNS; so this too is the same on any interleaving.
 """
 
 from __future__ import annotations
@@ -68,6 +74,11 @@ MIGRATIONS = (
         status text NOT NULL,
         requested_at timestamptz);
     """,
+    # Delegation: a child run's parent and agent (children are listed under their task).
+    """
+    ALTER TABLE {schema}.run_index ADD COLUMN parent_run_id text, ADD COLUMN agent_id text;
+    CREATE INDEX ON {schema}.run_index (task_id) WHERE parent_run_id IS NOT NULL;
+    """,
 )
 
 # The board column a run's status puts its task in; None: the status says nothing (cancelled).
@@ -91,6 +102,8 @@ class _RunRef:
     task_id: str
     status: str
     requested_at: datetime | None
+    parent_run_id: str | None = None
+    agent_id: str | None = None
     dirty: bool = False
 
 
@@ -133,6 +146,15 @@ def _task_of(ev: Event) -> str | None:
     if type(ev) is RunPrepared:
         return ev.config.task_id
     return None
+
+
+def _run_of(ev: Event) -> tuple[str | None, str | None]:
+    """The agent and the delegating run a run's first event names (parent: `requested` only)."""
+    if type(ev) is RunRequested:
+        return ev.agent_id, ev.parent_run_id
+    if type(ev) is RunPrepared:
+        return ev.config.agent_id, None
+    return None, None
 
 
 class BoardProjection:
@@ -213,10 +235,12 @@ class BoardProjection:
             }
         )
         refs: dict[str, _RunRef] = {
-            r["run_id"]: _RunRef(r["task_id"], r["status"], r["requested_at"])
+            r["run_id"]: _RunRef(
+                r["task_id"], r["status"], r["requested_at"], r["parent_run_id"], r["agent_id"]
+            )
             for r in await conn.fetch(
-                f"SELECT run_id, task_id, status, requested_at FROM {q}.run_index"
-                " WHERE run_id = ANY($1::text[])",
+                f"SELECT run_id, task_id, status, requested_at, parent_run_id, agent_id"
+                f" FROM {q}.run_index WHERE run_id = ANY($1::text[])",
                 run_ids,
             )
         }
@@ -248,14 +272,16 @@ class BoardProjection:
         dirty = sorted((rid, ref) for rid, ref in refs.items() if ref.dirty)
         if dirty:
             await conn.execute(
-                f"INSERT INTO {q}.run_index (run_id, task_id, status, requested_at)"
-                " SELECT * FROM jsonb_to_recordset($1::jsonb)"
-                " AS r(run_id text, task_id text, status text, requested_at timestamptz)"
+                f"INSERT INTO {q}.run_index (run_id, task_id, status, requested_at,"
+                " parent_run_id, agent_id) SELECT * FROM jsonb_to_recordset($1::jsonb)"
+                " AS r(run_id text, task_id text, status text, requested_at timestamptz,"
+                " parent_run_id text, agent_id text)"
                 " ON CONFLICT (run_id) DO UPDATE SET status = EXCLUDED.status",
                 json.dumps(
                     [
                         {"run_id": rid, "task_id": ref.task_id, "status": ref.status,
-                         "requested_at": _iso(ref.requested_at)}
+                         "requested_at": _iso(ref.requested_at),
+                         "parent_run_id": ref.parent_run_id, "agent_id": ref.agent_id}
                         for rid, ref in dirty
                     ]
                 ),
@@ -296,13 +322,18 @@ class BoardProjection:
             status = next_status(None, name)
             if status is None:
                 return None
-            ref = refs[run_id] = _RunRef(task_id, status.value, at, dirty=True)
+            agent_id, parent_run_id = _run_of(ev)
+            ref = refs[run_id] = _RunRef(
+                task_id, status.value, at, parent_run_id, agent_id, dirty=True
+            )
             new_run = True
         else:
             status = next_status(ref.status, name)
             if status is None:
                 return None
             ref.status, ref.dirty = status.value, True
+        if ref.parent_run_id is not None:
+            return None  # a delegated child: listed under the task, never its current run
         task = tasks.setdefault(ref.task_id, _TaskRuns())
         evolve_task_runs(task, run_id, status, at, new_run=new_run)
         return ref.task_id

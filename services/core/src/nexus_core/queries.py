@@ -257,7 +257,12 @@ class CoreQueries:
             where.append(f"t.board_column = ${len(args)}")
         rows = await self.pool.fetch(
             "SELECT t.*, (SELECT jsonb_object_agg(i.run_id, i.status)"
-            f" FROM {self.board}.run_index i WHERE i.task_id = t.task_id) AS statuses"
+            f" FROM {self.board}.run_index i WHERE i.task_id = t.task_id) AS statuses,"
+            " (SELECT jsonb_agg(jsonb_build_object('run_id', c.run_id, 'status', c.status,"
+            " 'agent_id', c.agent_id, 'parent_run_id', c.parent_run_id)"
+            " ORDER BY c.requested_at, c.run_id)"
+            f" FROM {self.board}.run_index c WHERE c.task_id = t.task_id"
+            " AND c.parent_run_id IS NOT NULL) AS children"
             f" FROM {self.board}.tasks t"
             + (" WHERE " + " AND ".join(where) if where else "")
             + " ORDER BY t.task_id",
@@ -278,6 +283,7 @@ class CoreQueries:
                 else {"run_id": current, "status": statuses.get(current)},
                 "past_runs": [{"run_id": x, "status": statuses.get(x)} for x in runs
                               if x != current],
+                "child_runs": json.loads(r["children"]) if r["children"] else [],
                 "updated_at": r["updated_at"].isoformat() if r["updated_at"] else None,
             })  # fmt: skip
         return {"tasks": tasks}

@@ -6,7 +6,8 @@
 - a run's reports go through a `RunReporter`: `CommentReporter` (every Plane edition: one
   comment per report, ``external_id`` = the write id, so a repeat is a 409) or
   `AgentRunReporter` (Plane's native agent runs: one run per Nexus run, an activity per report,
-  tagged with the write id in ``content_metadata`` and looked up before a retry posts again).
+  tagged with the write id in ``content_metadata`` and looked up before a retry posts again;
+  a delegated child run's reports are activities of its root run's Plane agent run).
 Every Plane id written is remembered (`PlaneStore.remember`), so a write done once is not
 done again after a restart.
 """
@@ -180,7 +181,8 @@ class AgentRunReporter:
         return "agent_activity"
 
     async def report(self, row: Pending, item: str) -> Outcome:
-        run_key = f"agentrun:{row.run_id}"
+        # A delegated child reports into its root run's Plane agent run (see `children`).
+        run_key = f"agentrun:{row.payload.get('agent_run_of') or row.run_id}"
         plane_run = await self.store.object(run_key)
         if plane_run is None:
             plane_run = await self.api.create_agent_run(self.agent_slug, item)

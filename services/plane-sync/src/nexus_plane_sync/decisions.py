@@ -57,6 +57,8 @@ class RunState:
     status: str = "requested"
     turns: int = 0
     last_tool: str | None = None
+    parent_run_id: str | None = None  # the run that delegated this one (see `children`)
+    root_run_id: str | None = None  # the top of its delegation chain: whose item it reports on
 
 
 def item_slot(task_id: str) -> str:

@@ -15,6 +15,7 @@ from typing import Any
 from nexus_events import subjects
 from nexus_events.codec import Decoded
 from nexus_events.events import (
+    Event,
     RunPrepared,
     RunRequested,
     TaskCreated,
@@ -26,6 +27,7 @@ from nexus_events.projection import Conn, Source, quote_ident
 from nexus_events.streams import RUNS, TASKS
 from nexus_events.subjects import NEW_RUN_TOKEN, Family
 
+from nexus_plane_sync.children import child_run_writes
 from nexus_plane_sync.decisions import RunState, Write, evolve, run_writes, task_writes
 from nexus_plane_sync.store import OUTBOX_CHANNEL, PLANE_SCHEMA, create_mirror_tables, enqueue
 
@@ -83,16 +85,9 @@ class PlaneMirror:
                 continue
             run = runs.get(run_id) or await _load_run(conn, q, run_id)
             if isinstance(d.event, RunRequested | RunPrepared):
-                if isinstance(d.event, RunRequested):
-                    run.task_id = run.task_id or d.event.task_id
-                    run.agent_id = run.agent_id or d.event.agent_id
-                else:
-                    run.task_id = run.task_id or d.event.config.task_id
-                    run.agent_id = run.agent_id or d.event.config.agent_id
+                await self._identify(conn, q, runs, run, d.event)
             runs[run_id] = evolve(run, d.event, name)
-            for w in run_writes(
-                d.event, name, run, seq, columns=self.columns, progress=self.progress
-            ):
+            for w in self._run_writes(d.event, name, run, seq):
                 writes.append((w, at))
                 if "column" in w.payload:
                     await conn.execute(
@@ -101,11 +96,14 @@ class PlaneMirror:
                     )  # fmt: skip
         for run in runs.values():
             await conn.execute(
-                f"INSERT INTO {q}.runs (run_id, task_id, agent_id, status, turns, last_tool)"
-                " VALUES ($1, $2, $3, $4, $5, $6) ON CONFLICT (run_id) DO UPDATE SET"
+                f"INSERT INTO {q}.runs (run_id, task_id, agent_id, status, turns, last_tool,"
+                " parent_run_id, root_run_id) VALUES ($1, $2, $3, $4, $5, $6, $7, $8)"
+                " ON CONFLICT (run_id) DO UPDATE SET"
                 " task_id = EXCLUDED.task_id, agent_id = EXCLUDED.agent_id,"
-                " status = EXCLUDED.status, turns = EXCLUDED.turns, last_tool = EXCLUDED.last_tool",
+                " status = EXCLUDED.status, turns = EXCLUDED.turns, last_tool = EXCLUDED.last_tool,"
+                " parent_run_id = EXCLUDED.parent_run_id, root_run_id = EXCLUDED.root_run_id",
                 run.run_id, run.task_id, run.agent_id, run.status, run.turns, run.last_tool,
+                run.parent_run_id, run.root_run_id,
             )  # fmt: skip
         queued = 0
         for w, at in writes:
@@ -113,6 +111,29 @@ class PlaneMirror:
         if queued:
             await conn.execute(f"NOTIFY {OUTBOX_CHANNEL}")
             self.queued += queued
+
+    def _run_writes(self, event: Event, name: str, run: RunState, seq: int) -> list[Write]:
+        if run.parent_run_id is not None:
+            return child_run_writes(event, name, run, seq)
+        return run_writes(event, name, run, seq, columns=self.columns, progress=self.progress)
+
+    @staticmethod
+    async def _identify(
+        conn: Conn, q: str, runs: dict[str, RunState], run: RunState, ev: RunRequested | RunPrepared
+    ) -> None:
+        """Fill in the run's task and agent, and for a delegated run its parent and the root of
+        the parent's chain (the parent's `requested` came earlier in NEXUS_RUNS, so the mirror
+        knows it if anyone does; an unknown parent is its own root)."""
+        if isinstance(ev, RunPrepared):
+            run.task_id = run.task_id or ev.config.task_id
+            run.agent_id = run.agent_id or ev.config.agent_id
+            return
+        run.task_id = run.task_id or ev.task_id
+        run.agent_id = run.agent_id or ev.agent_id
+        if run.parent_run_id is None and ev.parent_run_id is not None:
+            parent = runs.get(ev.parent_run_id) or await _load_run(conn, q, ev.parent_run_id)
+            run.parent_run_id = ev.parent_run_id
+            run.root_run_id = parent.root_run_id or ev.parent_run_id
 
     async def _task(self, conn: Conn, q: str, task_id: str, d: Decoded) -> None:
         e = d.event
@@ -145,5 +166,6 @@ async def _load_run(conn: Conn, q: str, run_id: str) -> RunState:
     if row is None:
         return RunState(run_id)
     return RunState(
-        run_id, row["task_id"], row["agent_id"], row["status"], row["turns"], row["last_tool"]
-    )
+        run_id, row["task_id"], row["agent_id"], row["status"], row["turns"], row["last_tool"],
+        row["parent_run_id"], row["root_run_id"],
+    )  # fmt: skip

@@ -1,4 +1,5 @@
-"""The HTML plane-sync writes into Plane: task descriptions and the run's progress comments.
+"""The HTML plane-sync writes into Plane: task descriptions, a run's progress comments and
+the reports of the runs it delegated.
 
 Plane stores rich text as HTML (``description_html``, ``comment_html``); everything from
 Nexus is escaped, so a task title or a model's summary can never inject markup.
@@ -64,6 +65,35 @@ def ended(run_id: str, status: str, reason: str, message: str) -> str:
     return (
         f"<p>{icon} Run {escape(status)} (reason <code>{escape(reason)}</code>).</p>"
         f"{detail}{_marker(run_id)}"
+    )
+
+
+def delegated(run_id: str, agent_id: str | None, parent_run_id: str) -> str:
+    who = escape(agent_id or "an agent")
+    return (
+        f"<p>↳ Delegated to <strong>{who}</strong> by run <code>{escape(parent_run_id)}</code>."
+        f"</p>{_marker(run_id)}"
+    )
+
+
+def child_result(run_id: str, agent_id: str | None, outcome: dict[str, Any]) -> str:
+    who = escape(agent_id or "The delegated agent")
+    parts = [f"<p>↳ <strong>{who}</strong> finished its delegated run.</p>"]
+    if outcome.get("summary"):
+        parts.append(paragraphs(str(outcome["summary"])))
+    if outcome.get("pr_url"):
+        url = escape(str(outcome["pr_url"]), quote=True)
+        parts.append(f'<p>Pull request: <a href="{url}">{url}</a></p>')
+    parts.append(_marker(run_id))
+    return "".join(parts)
+
+
+def child_ended(run_id: str, agent_id: str | None, status: str, reason: str, message: str) -> str:
+    who = escape(agent_id or "The delegated agent")
+    detail = f"<p>{escape(message)}</p>" if message else ""
+    return (
+        f"<p>↳ <strong>{who}</strong>: delegated run {escape(status)}"
+        f" (reason <code>{escape(reason)}</code>).</p>{detail}{_marker(run_id)}"
     )
 
 

@@ -48,6 +48,8 @@ async def create_mirror_tables(conn: Conn, schema: str) -> None:
             turns int NOT NULL DEFAULT 0,
             last_tool text);
         CREATE INDEX IF NOT EXISTS runs_task ON {q}.runs (task_id);
+        ALTER TABLE {q}.runs ADD COLUMN IF NOT EXISTS parent_run_id text,
+            ADD COLUMN IF NOT EXISTS root_run_id text;
         CREATE TABLE IF NOT EXISTS {q}.outbox (
             seq bigserial PRIMARY KEY,
             write_id text NOT NULL UNIQUE,
@@ -262,16 +264,21 @@ class PlaneStore:
         return None if value is None else str(value)
 
     async def active_runs(self, task_id: str) -> list[RunState]:
+        """The task's active runs, its own (root) runs first: a comment on the work item is
+        for the run that works on the task, not for a run it delegated."""
         rows = await self.pool.fetch(
             f"SELECT * FROM {self.q}.runs WHERE task_id = $1 AND status = ANY($2::text[])"
-            " ORDER BY run_id",
+            " ORDER BY parent_run_id IS NOT NULL, run_id",
             task_id,
             list(ACTIVE),
         )
         return [
-            RunState(r["run_id"], r["task_id"], r["agent_id"], r["status"], r["turns"])
+            RunState(
+                r["run_id"], r["task_id"], r["agent_id"], r["status"], r["turns"],
+                parent_run_id=r["parent_run_id"], root_run_id=r["root_run_id"],
+            )
             for r in rows
-        ]
+        ]  # fmt: skip
 
     # -- objects -----------------------------------------------------------------------------
 

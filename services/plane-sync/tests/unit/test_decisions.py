@@ -114,3 +114,34 @@ def test_webhook_keys_and_comment_text() -> None:
     assert key_of("issue", {"id": "has.dot"}) == "workspace"
     assert render.plain_text("<p>/approve a1</p><p>ok &amp; go</p>") == "/approve a1\nok & go"
     assert "&lt;script&gt;" in render.started("r1", "<script>")
+
+
+def test_a_child_run_reports_under_its_root_and_moves_nothing() -> None:
+    from nexus_events.events import RunRequested
+
+    from nexus_plane_sync.children import child_run_writes
+
+    child = RunState("c1", "t1", "reviewer", parent_run_id="p1", root_run_id="r0")
+    [asked] = child_run_writes(
+        RunRequested(agent_id="reviewer", task_id="t1", parent_run_id="p1"), "requested", child, 3
+    )
+    assert (asked.write_id, asked.op, asked.run_id) == ("run:c1:requested", "run_report", "c1")
+    assert asked.payload["agent_run_of"] == "r0"
+    assert "Delegated to <strong>reviewer</strong>" in asked.payload["html"]
+    assert child_run_writes(RunStarted(), "started", child, 4) == []
+    assert child_run_writes(RunTurn(turn=1), "turn", child, 5) == []
+    approval = ApprovalRequested(
+        approval_id="a9", tool="shell", summary="rm x", expires_at=datetime.now(UTC)
+    )
+    [ask] = child_run_writes(approval, "approval_requested", child, 6)
+    assert (ask.write_id, ask.payload["agent_run_of"]) == ("run:c1:approval:a9", "r0")
+    done = RunCompleted(result=RunResult(summary="fine"))
+    [result] = child_run_writes(done, "completed", child, 7)
+    assert result.payload["body"] == "reviewer (run c1): fine"
+    [failed] = child_run_writes(RunFailed(reason="stuck"), "failed", child, 8)
+    assert failed.payload["kind"] == "ended"
+    assert "stuck" in failed.payload["html"]
+    # Every write is a report: no work item move among them.
+    assert all(w.op == "run_report" for w in (asked, ask, result, failed))
+    # A run without a parent is no child (the root's own writes are run_writes').
+    assert child_run_writes(done, "completed", RunState("r0", "t1", "impl"), 9) == []

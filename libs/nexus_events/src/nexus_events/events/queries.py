@@ -208,6 +208,14 @@ class BoardRun(Reply):
     status: str | None = Field(..., description="Its status.")
 
 
+class BoardChildRun(BoardRun):
+    """A run delegated by one of the task's runs (or by another child): shown under the task,
+    never its current run."""
+
+    agent_id: str | None = Field(..., description="Agent the run was delegated to.")
+    parent_run_id: str = Field(..., description="The run that delegated it.")
+
+
 class BoardTask(Reply):
     task_id: str = Field(..., description="Task id.")
     title: str | None = Field(..., description="Title.")
@@ -216,6 +224,10 @@ class BoardTask(Reply):
     deleted: bool = Field(..., description="Deleted tasks are shown only on request.")
     current_run: BoardRun | None = Field(..., description="The task's current run.")
     past_runs: list[BoardRun] = Field(..., description="Its earlier runs.")
+    child_runs: list[BoardChildRun] = Field(
+        default_factory=list,
+        description="Runs its runs delegated (any depth), oldest first; they move no column.",
+    )
     updated_at: datetime | None = Field(..., description="Last change.")
 
 
