@@ -96,6 +96,10 @@ async def test_plane_decides_first_and_the_cli_is_told(
     assert run_id is not None
     await start_run(bus, run_id)
     await ask_approval(bus, run_id, "ap-8")
+    # A person answers what they see: the ask on the work item (so plane-sync knows the run).
+    await eventually(
+        lambda: any("/approve ap-8" in t for t in _texts(plane, item)), what="the approval ask"
+    )
     plane.human_comment(item, "/deny ap-8")
     await eventually(lambda: inbox(bus, run_id), what="Plane's decision")
     late = await asyncio.wait_for(
