@@ -4,7 +4,7 @@ up on their work items, people steer them from Plane."""
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
-from typing import TypeVar
+from typing import Any, TypeVar
 
 from nexus_events import subjects
 from nexus_events.bus import Bus
@@ -92,9 +92,15 @@ async def test_a_labelled_work_item_runs_and_shows_its_result(
     await plane.settle()
     await eventually(lambda: sync.metrics.webhooks["echo"] >= 3, what="echoes seen")
     assert len(await run_events(bus, "requested")) == 1
-    # Every write is an intent and an outcome with the same idempotency key.
+    # Every write is an intent and an outcome with the same idempotency key (an outcome is
+    # published just after Plane answered, so it may trail what Plane already shows).
     intents = await plane_events(bus, "write_requested")
-    outcomes = await plane_events(bus, "write_succeeded")
+
+    async def all_outcomes() -> list[Any]:
+        found = await plane_events(bus, "write_succeeded")
+        return found if len(found) >= len(intents) else []
+
+    outcomes = await eventually(all_outcomes, what="an outcome for every intent")
     assert all(isinstance(e, PlaneWriteRequested) for e in intents)
     assert all(isinstance(e, PlaneWriteSucceeded) for e in outcomes)
     assert {e.write_id for e in intents} == {e.write_id for e in outcomes}
