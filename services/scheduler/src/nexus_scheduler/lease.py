@@ -51,6 +51,12 @@ class Lease:
     def held(self) -> bool:
         return self._revision is not None
 
+    @property
+    def revision(self) -> int | None:
+        """The KV revision of our last write of the key (None: not held). It grows with every
+        write of the key, so a later holder's revision is always greater."""
+        return self._revision
+
     async def _bucket(self) -> KeyValue:
         if self._kv is None:
             try:
