@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+from datetime import datetime
 from pathlib import Path
 
 import nats.errors
@@ -287,7 +288,13 @@ class SchedulerApp:
         )
         await self._schedule_consumer.start()
         self._ticker = asyncio.create_task(self._tick_loop(service), name="scheduler:tick")
+        await service.act()
+        # Lost meanwhile (the rebuild outlasted a renewal that failed): the campaign steps
+        # down at its next round; nothing above acted without the fence.
+        if await self._fence():
+            self.leading.set()
         if self.settings.snapshots:
+            # After the takeover is done: the first snapshot must not delay leading.
             self.checkpointer = Checkpointer(
                 self.bus,
                 store,
@@ -301,11 +308,6 @@ class SchedulerApp:
             self._checkpoints = asyncio.create_task(
                 self._checkpoint_loop(self.checkpointer), name="scheduler:snapshot"
             )
-        await service.act()
-        # Lost meanwhile (the rebuild outlasted a renewal that failed): the campaign steps
-        # down at its next round; nothing above acted without the fence.
-        if await self._fence():
-            self.leading.set()
 
     async def _load_snapshot(self, store: SnapshotStore) -> Snapshot | None:
         """The newest snapshot; None (logged) if NATS does not give it: the rebuild then
@@ -316,11 +318,12 @@ class SchedulerApp:
             log.warning("scheduler snapshot not loaded (%s): rebuilding from the stream", exc)
             return None
 
-    async def _lease_revision(self) -> int | None:
-        """The lease revision held now; None (and stepping down) if the lease is lost."""
-        if self._lease is None or not await self._fence():
+    async def _lease_revision(self) -> tuple[int, datetime | None] | None:
+        """(revision, bucket creation time) of the lease held now; None (and stepping down)
+        if the lease is lost."""
+        if self._lease is None or not await self._fence() or self._lease.revision is None:
             return None
-        return self._lease.revision
+        return self._lease.revision, self._lease.epoch
 
     async def _checkpoint_loop(self, checkpointer: Checkpointer) -> None:
         # The first step comes at once: a takeover that read a long tail (or the whole

@@ -36,7 +36,7 @@ class Checkpointer:
         stream_created: datetime | None,
         written_seq: int,
         min_events: int,
-        lease_revision: Callable[[], Awaitable[int | None]],
+        lease_revision: Callable[[], Awaitable[tuple[int, datetime | None] | None]],
         clock: Clock,
     ) -> None:
         self.bus = bus
@@ -46,7 +46,7 @@ class Checkpointer:
         # Stream sequence of the newest snapshot stored (0: none).
         self.written_seq = written_seq
         self.min_events = min_events
-        # The lease revision held now, or None when the lease is not held (fenced).
+        # (revision, epoch) of the lease held now, or None when it is not held (fenced).
         self.lease_revision = lease_revision
         self.clock = clock
         # One step at a time: two would fold into the same state and fill the same slot.
@@ -68,10 +68,11 @@ class Checkpointer:
         if last - self.written_seq < self.min_events:
             return None
         await advance(self.bus, self.fold, last, self.clock)
-        revision = await self.lease_revision()
-        if revision is None:
+        lease = await self.lease_revision()
+        if lease is None:
             return None
-        written = await self.store.write(self.fold.snapshot(self.stream_created), revision)
+        revision, epoch = lease
+        written = await self.store.write(self.fold.snapshot(self.stream_created), revision, epoch)
         if written.head is not None:
             self.written_seq = written.head.stream_seq
             log.info(

@@ -11,7 +11,9 @@ one, how many chunks, their SHA-256, the stream sequence and the lease revision 
 - Fencing: the head moves by compare-and-set on the revision the writer read just before,
   and a writer whose lease revision is older than the head's refuses to write (a deposed
   leader cannot replace the snapshot of the leader after it). Lease revisions grow with
-  every write of the lease key, so the current holder's is always the newest.
+  every write of the lease key, so the current holder's is always the newest -- within one
+  lease bucket: the head also records the bucket's creation time, and a head written under
+  a lease bucket since deleted and created again is not compared by revision.
 - A snapshot is only ever a fold of a prefix of NEXUS_RUNS (`nexus_scheduler.snapshot`), so
   even one that slipped through from a deposed leader is a correct, older starting point;
   the fencing keeps writers from undoing each other's progress. A half-written slot (two
@@ -27,6 +29,7 @@ import asyncio
 import hashlib
 import logging
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Literal
 
 import nats.js.errors
@@ -54,6 +57,9 @@ class SnapshotHead(BaseModel):
     model_config = ConfigDict(frozen=True, extra="ignore")
 
     lease_revision: int = Field(ge=0, description="The writer's lease revision when it wrote.")
+    lease_epoch: datetime | None = Field(
+        None, description="Creation time of the lease bucket that revision is of."
+    )
     holder: str = Field(description="The writer's replica id.")
     stream_seq: int = Field(ge=0, description="NEXUS_RUNS sequence the snapshot reflects.")
     slot: Slot = Field(description="The chunk slot holding it.")
@@ -127,13 +133,18 @@ class SnapshotStore:
             log.warning("scheduler snapshot ignored: %s", exc)
             return None
 
-    async def write(self, snapshot: Snapshot, lease_revision: int) -> Written:
+    async def write(
+        self, snapshot: Snapshot, lease_revision: int, lease_epoch: datetime | None = None
+    ) -> Written:
         """Store `snapshot` as the current one, unless a newer lease holder wrote the head
         (refused) or the head moved while writing (raced): both are logged and return a
-        `Written` without a head."""
+        `Written` without a head. `lease_epoch` (the lease bucket's creation time): a head
+        written under another lease bucket (deleted and created again, its revisions
+        counting from 1 again) is not compared by revision."""
         data = await asyncio.to_thread(encode, snapshot)
         revision, head = await self.head()
-        if head is not None and head.lease_revision > lease_revision:
+        same_epoch = head is not None and head.lease_epoch == lease_epoch
+        if head is not None and same_epoch and head.lease_revision > lease_revision:
             reason = f"the snapshot is a newer leader's (lease {head.lease_revision})"
             log.warning("scheduler snapshot not written (lease %s): %s", lease_revision, reason)
             return Written(None, reason)
@@ -145,6 +156,7 @@ class SnapshotStore:
             await kv.put(chunk_key(slot, index), chunk)
         new = SnapshotHead(
             lease_revision=lease_revision,
+            lease_epoch=lease_epoch,
             holder=self.holder,
             stream_seq=snapshot.stream_seq,
             slot=slot,

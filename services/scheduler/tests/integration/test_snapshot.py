@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import logging
 import random
+from datetime import UTC, datetime
 
 import pytest
 from nexus_events import subjects
@@ -46,13 +47,15 @@ async def _stored_lifecycle(bus: Bus, after: int = 0) -> int:
     return sum(1 for n in names if n != "heartbeat")
 
 
-async def _snapshot_now(bus: Bus, store: SnapshotStore, lease_revision: int = 1) -> Snapshot:
+async def _snapshot_now(
+    bus: Bus, store: SnapshotStore, lease_revision: int = 1, lease_epoch: datetime | None = None
+) -> Snapshot:
     """What a leader's checkpointer writes: the lifecycle fold up to the stream's end."""
     info = await bus.js.stream_info(RUNS)
     fold = LifecycleFold()
     await advance(bus, fold, info.state.last_seq)
     snapshot = fold.snapshot(info.created)
-    written = await store.write(snapshot, lease_revision)
+    written = await store.write(snapshot, lease_revision, lease_epoch)
     assert written.head is not None
     return snapshot
 
@@ -115,14 +118,18 @@ async def test_a_deposed_leaders_snapshot_is_refused(bus: Bus) -> None:
         assert second.revision > deposed
 
         await _publish(bus, random_history(random.Random(2), 10))
-        newer = await _snapshot_now(bus, SnapshotStore(bus, BUCKET, "second"), second.revision)
+        assert first.epoch is not None
+        assert first.epoch == second.epoch  # one lease bucket: revisions compare
+        newer = await _snapshot_now(
+            bus, SnapshotStore(bus, BUCKET, "second"), second.revision, second.epoch
+        )
         await publish(bus, "another", RunCompleted())
         info = await bus.js.stream_info(RUNS)
         fold = LifecycleFold()
         await advance(bus, fold, info.state.last_seq)
         stale = fold.snapshot(info.created)
 
-        written = await SnapshotStore(bus, BUCKET, "first").write(stale, deposed)
+        written = await SnapshotStore(bus, BUCKET, "first").write(stale, deposed, first.epoch)
 
         assert written.head is None
         assert "newer leader" in written.reason
@@ -132,11 +139,33 @@ async def test_a_deposed_leaders_snapshot_is_refused(bus: Bus) -> None:
         assert head is not None
         assert head.holder == "second"
         # The current leader goes on writing over its own snapshot.
-        assert (await SnapshotStore(bus, BUCKET, "second").write(stale, second.revision)).head
+        again = await SnapshotStore(bus, BUCKET, "second").write(
+            stale, second.revision, second.epoch
+        )
+        assert again.head is not None
         assert await store.load() == stale
     finally:
         await first.release()
         await second.release()
+
+
+async def test_revisions_of_a_recreated_lease_bucket_are_not_compared(bus: Bus) -> None:
+    """Revisions count from 1 again in a new lease bucket: its holder may replace a snapshot
+    written under the old one with a higher revision; within one bucket it may not."""
+    old, new = datetime(2026, 1, 1, tzinfo=UTC), datetime(2026, 2, 1, tzinfo=UTC)
+    store = SnapshotStore(bus, BUCKET, "test")
+    await _publish(bus, random_history(random.Random(7), 5))
+    first = await _snapshot_now(bus, store, 1000, old)
+    await publish(bus, "another", RunCompleted())
+    info = await bus.js.stream_info(RUNS)
+    fold = LifecycleFold()
+    await advance(bus, fold, info.state.last_seq)
+    second = fold.snapshot(info.created)
+
+    assert (await store.write(second, 2, old)).head is None
+    assert await store.load() == first
+    assert (await store.write(second, 2, new)).head is not None
+    assert await store.load() == second
 
 
 async def test_a_snapshot_past_the_streams_end_or_of_another_stream_is_ignored(
