@@ -14,6 +14,8 @@ from nexus_events.bus import Bus, Outgoing, decode_msg
 from nexus_events.events import Event, RunCompleted
 from nexus_events.streams import RUNS
 from nexus_scheduler.admission import Limits, Timeouts
+from nexus_scheduler.checkpoint import Checkpointer
+from nexus_scheduler.clock import SystemClock
 from nexus_scheduler.lease import Lease
 from nexus_scheduler.rebuild import Rebuilt, advance, rebuild
 from nexus_scheduler.runtime.noop import NoopRuntime
@@ -147,6 +149,47 @@ async def test_a_deposed_leaders_snapshot_is_refused(bus: Bus) -> None:
     finally:
         await first.release()
         await second.release()
+
+
+async def test_the_checkpointer_writes_after_enough_events_and_only_under_the_lease(
+    bus: Bus,
+) -> None:
+    held: list[tuple[int, datetime | None] | None] = [None]
+
+    async def lease() -> tuple[int, datetime | None] | None:
+        return held[0]
+
+    store = SnapshotStore(bus, BUCKET, "test")
+    info = await bus.js.stream_info(RUNS)
+    checkpointer = Checkpointer(
+        bus,
+        store,
+        LifecycleFold(),
+        stream_created=info.created,
+        written_seq=0,
+        min_events=5,
+        lease_revision=lease,
+        clock=SystemClock(),
+    )
+    history = random_history(random.Random(8), 10)
+    await _publish(bus, history[:3])
+    assert await checkpointer.step() is None  # 3 new messages: not yet
+    await _publish(bus, history[3:])
+    assert await checkpointer.step() is None  # enough, but the lease is not held
+    assert await store.load() is None
+
+    held[0] = (7, None)
+    written = await checkpointer.step()
+
+    assert written is not None
+    assert written.head is not None
+    last = (await bus.js.stream_info(RUNS)).state.last_seq
+    assert written.head.stream_seq == checkpointer.written_seq == last
+    loaded = await store.load()
+    assert loaded is not None
+    slow, _ = await _rebuilt(bus, None)
+    assert [r.run_id for r in loaded.runs] == list(slow.state.runs)
+    assert await checkpointer.step() is None  # nothing new since
 
 
 async def test_revisions_of_a_recreated_lease_bucket_are_not_compared(bus: Bus) -> None:
