@@ -11,20 +11,26 @@ The limits are high enough that nothing queues: this measures the dispatch path 
 (consumer fetch, admission fold + decide, runtime start, `dispatched` publish).
 
 (c) takeover: NEXUS_RUNS holds 1,000,000 events (`BENCH_TAKEOVER_EVENTS`), almost all
-heartbeats of finished runs (100 events a run: 96 beats) plus 50 open runs. Timed: a new
-SchedulerApp from `start()` to leading (lease, rebuild, re-adoption, consumers), against
-raw nats-py reading the same stream once (an ack-less pull consumer, fetch(500)), and the
-old takeover's read (every watched event folded, heartbeats included), in the same run.
+heartbeats of finished runs (100 events a run: 96 beats) plus 50 open runs. A leader's
+snapshot was written `BENCH_TAKEOVER_TAIL` events (10,000: a minute of a busy system) before
+the end. Timed, each a new SchedulerApp from `start()` to leading (lease, rebuild,
+re-adoption, consumers): with snapshots off (the two-pass rebuild over the whole history)
+and on (snapshot + the tail), against raw nats-py reading the same stream once (an ack-less
+pull consumer, fetch(500)), in the same run. Also timed: the first snapshot (the fold of the
+whole history, as after a first start) and the next one (the fold of the tail since, as the
+leader writes every interval).
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import os
 import statistics
 import time
 import uuid
+from dataclasses import dataclass
 
 import nats
 import nats.errors
@@ -32,7 +38,7 @@ from nats.aio.msg import Msg
 from nats.js import JetStreamContext
 from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy, StreamConfig
 from nexus_events import subjects
-from nexus_events.bus import Bus, BusSettings, Outgoing, decode_msg
+from nexus_events.bus import Bus, BusSettings, Outgoing
 from nexus_events.events import (
     Event,
     ModelSpec,
@@ -44,17 +50,20 @@ from nexus_events.events import (
     RunStarted,
 )
 from nexus_events.streams import RUNS, ensure_streams
-from nexus_scheduler.admission import Limits, Timeouts
 from nexus_scheduler.app import SchedulerApp
 from nexus_scheduler.config import SchedulerSettings
+from nexus_scheduler.rebuild import advance
 from nexus_scheduler.runtime.base import RuntimeState, RuntimeStatus
 from nexus_scheduler.runtime.noop import NoopRuntime
-from nexus_scheduler.service import SchedulerService, watched_subjects
+from nexus_scheduler.snapshot import LifecycleFold
+from nexus_scheduler.snapshot_store import SnapshotStore
 
 N = 2_000
 WAIT = 30.0  # seconds one arrival (or the whole burst) may take before the bench fails
 # The takeover history: events on NEXUS_RUNS, events per finished run, open runs.
 HISTORY = int(os.environ.get("BENCH_TAKEOVER_EVENTS", "1000000"))
+# Events stored after the snapshot the new leader starts from.
+TAIL = int(os.environ.get("BENCH_TAKEOVER_TAIL", "10000"))
 RUN_EVENTS = 100  # prepared, dispatched, started, 96 heartbeats, completed
 OPEN_RUNS = 50
 TAKEOVER_WAIT = 600.0
@@ -225,20 +234,27 @@ def _outgoing(run_id: str, events: list[Event]) -> list[Outgoing]:
     return [Outgoing(subjects.run_event(run_id, e.event_name), e) for e in events]
 
 
-async def _publish_history(bus: Bus, tag: str) -> tuple[int, list[str]]:
-    """Fill NEXUS_RUNS with the takeover history; return (messages, open run ids)."""
-    open_runs = [f"open-{tag}-{i}" for i in range(OPEN_RUNS)]
-    finished = max(1, (HISTORY - OPEN_RUNS * 23) // RUN_EVENTS)
+async def _publish_runs(bus: Bus, tag: str, events: int, first: int = 0) -> int:
+    """Publish finished runs (RUN_EVENTS each) of about `events` events; return how many."""
     wave: list[Outgoing] = []
     total = 0
-    for i in range(finished):
+    for i in range(first, first + max(1, events // RUN_EVENTS)):
         run_id = f"old-{tag}-{i}"
-        wave += [
-            Outgoing(subjects.run_event(run_id, e.event_name), e) for e in _finished_run(run_id)
-        ]
+        wave += _outgoing(run_id, _finished_run(run_id))
         if len(wave) >= 20_000:
             total += len(await bus.publish_many(wave))
             wave = []
+    if wave:
+        total += len(await bus.publish_many(wave))
+    return total
+
+
+async def _publish_history(bus: Bus, tag: str) -> tuple[int, list[str]]:
+    """Fill NEXUS_RUNS with the takeover history before the snapshot; return (messages, open
+    run ids)."""
+    open_runs = [f"open-{tag}-{i}" for i in range(OPEN_RUNS)]
+    total = await _publish_runs(bus, tag, HISTORY - TAIL - OPEN_RUNS * 23)
+    wave: list[Outgoing] = []
     for run_id in open_runs:
         wave += _outgoing(run_id, [*_started(run_id), *(RunHeartbeat(seq=i) for i in range(20))])
     total += len(await bus.publish_many(wave))
@@ -272,34 +288,40 @@ async def _raw_replay(nats_url: str, total: int) -> float:
         await nc.close()
 
 
-async def _old_takeover_read(bus: Bus) -> float:
-    """Seconds of the old takeover's rebuild: every watched event folded, beats included."""
-    service = SchedulerService(bus, NoopRuntime(), limits=Limits(), timeouts=Timeouts())
+async def _write_snapshot(bus: Bus, store: SnapshotStore, fold: LifecycleFold) -> tuple[float, int]:
+    """What a leader's checkpointer does, timed: fold the lifecycle events since `fold`,
+    store the snapshot. Returns (seconds, encoded bytes)."""
     t0 = time.perf_counter()
-    async for msg in bus.replay_raw(RUNS, filter_subjects=watched_subjects()):
-        service.observe(decode_msg(msg), replay=True)
-    return time.perf_counter() - t0
+    info = await bus.js.stream_info(RUNS)
+    await advance(bus, fold, info.state.last_seq)
+    written = await store.write(fold.snapshot(info.created), lease_revision=1)
+    took = time.perf_counter() - t0
+    assert written.head is not None, written.reason
+    return took, written.head.size
 
 
-async def _takeover(nats_url: str) -> tuple[int, float, float, float]:
-    """(history size, takeover s, raw replay s, old takeover read s)."""
-    tag = uuid.uuid4().hex[:6]
-    bus = await Bus.connect(BusSettings(url=nats_url, name="bench-takeover"), source="bench")
-    await bus.js.purge_stream(RUNS)
-    total, open_runs = await _publish_history(bus, tag)
-    raw = await _raw_replay(nats_url, total)
-    old = await _old_takeover_read(bus)
+async def _timed_takeover(
+    nats_url: str, bus: Bus, tag: str, open_runs: list[str], *, snapshots: bool, bucket: str
+) -> tuple[float, int]:
+    """Seconds from start() to leading, and the lifecycle events the rebuild folded."""
+    name = f"{tag}-{'snap' if snapshots else 'nosnap'}"
     settings = SchedulerSettings(
-        replica_id=f"bench-{tag}",
+        replica_id=f"bench-{name}",
         runtime="noop",
         tick_seconds=3600,
-        lease_bucket=f"bench_takeover_{tag}",
-        consumer_name=f"bench-takeover-{tag}",
+        lease_bucket=f"bench_takeover_{name}",
+        consumer_name=f"bench-takeover-{name}",
+        snapshots=snapshots,
+        snapshot_bucket=bucket,
+        snapshot_min_events=10**9,  # the timed leader writes no snapshot of its own
         health_port=None,
     )
     runtime = NoopRuntime()  # the open runs still run: they are re-adopted
     runtime.states = {r: RuntimeStatus(RuntimeState.RUNNING) for r in open_runs}
     app = SchedulerApp(settings, bus_settings=BusSettings(url=nats_url), runtime=runtime)
+    replayed: list[int] = []
+    capture = _Capture(replayed)
+    logging.getLogger("nexus_scheduler.app").addHandler(capture)
     t0 = time.perf_counter()
     await app.start()
     try:
@@ -309,19 +331,77 @@ async def _takeover(nats_url: str) -> tuple[int, float, float, float]:
         running = sum(1 for e in app.service.state.active() if e.run_id in runtime.states)
         assert running == OPEN_RUNS, f"rebuilt {running} of {OPEN_RUNS} open runs"
     finally:
+        logging.getLogger("nexus_scheduler.app").removeHandler(capture)
         await app.stop()
         with contextlib.suppress(Exception):
             await bus.js.delete_key_value(settings.lease_bucket)
+    return took, replayed[0] if replayed else -1
+
+
+class _Capture(logging.Handler):
+    """Keeps the `replayed` count of the "leading: state rebuilt" record."""
+
+    def __init__(self, into: list[int]) -> None:
+        super().__init__(logging.INFO)
+        self.into = into
+
+    def emit(self, record: logging.LogRecord) -> None:
+        if record.getMessage() == "leading: state rebuilt":
+            self.into.append(int(record.__dict__["replayed"]))
+
+
+@dataclass(frozen=True)
+class Takeover:
+    events: int
+    raw: float
+    without: float
+    without_replayed: int
+    with_snapshot: float
+    with_replayed: int
+    first_write: float
+    next_write: float
+    snapshot_bytes: int
+
+
+async def _takeover(nats_url: str) -> Takeover:
+    tag = uuid.uuid4().hex[:6]
+    bus = await Bus.connect(BusSettings(url=nats_url, name="bench-takeover"), source="bench")
+    await bus.js.purge_stream(RUNS)
+    bucket = f"bench_snapshot_{tag}"
+    # Its INFO records carry the replayed counts: caught here, not printed.
+    app_log = logging.getLogger("nexus_scheduler.app")
+    level, propagate = app_log.level, app_log.propagate
+    app_log.setLevel(logging.INFO)
+    app_log.propagate = False
+    try:
+        total, open_runs = await _publish_history(bus, tag)
+        store, fold = SnapshotStore(bus, bucket, "bench-writer"), LifecycleFold()
+        first, _ = await _write_snapshot(bus, store, fold)
+        total += await _publish_runs(bus, tag, TAIL, first=10**7)
+        raw = await _raw_replay(nats_url, total)
+        without, without_n = await _timed_takeover(
+            nats_url, bus, tag, open_runs, snapshots=False, bucket=bucket
+        )
+        with_s, with_n = await _timed_takeover(
+            nats_url, bus, tag, open_runs, snapshots=True, bucket=bucket
+        )
+        # The next snapshot, as the leader writes it every interval: the tail only.
+        following, size = await _write_snapshot(bus, store, fold)
+    finally:
+        app_log.setLevel(level)
+        app_log.propagate = propagate
+        with contextlib.suppress(Exception):
+            await bus.js.delete_key_value(bucket)
         await bus.js.purge_stream(RUNS)
         await bus.close()
-    return total, took, raw, old
+    return Takeover(total, raw, without, without_n, with_s, with_n, first, following, size)
 
 
 async def run(nats_url: str) -> list[tuple[str, float, str, float]]:
     raw_p50, raw_p99, raw_rate = await _raw(nats_url)
     p50, p99, rate = await _scheduler(nats_url)
-    history, took, raw_replay, old = await _takeover(nats_url)
-    size = f"{history:,}-event history"
+    t = await _takeover(nats_url)
+    size = f"{t.events:,}-event history"
     return [
         ("raw publish->pull consume p50 (ms)", raw_p50, "", 1.0),
         ("raw publish->pull consume p99 (ms)", raw_p99, "", 1.0),
@@ -329,7 +409,15 @@ async def run(nats_url: str) -> list[tuple[str, float, str, float]]:
         ("prepared->dispatched p50 (ms)", p50, "raw publish->consume p50", p50 / raw_p50),
         ("prepared->dispatched p99 (ms)", p99, "raw publish->consume p99", p99 / raw_p99),
         ("dispatch throughput, 2,000 burst (runs/s)", rate, "raw burst", rate / raw_rate),
-        (f"raw nats-py read of a {size} (s)", raw_replay, "", 1.0),
-        (f"old takeover read, {size} (s)", old, "raw read", old / raw_replay),
-        (f"takeover start->leading, {size} (s)", took, "raw read", took / raw_replay),
-    ]
+        (f"raw nats-py read of a {size} (s)", t.raw, "", 1.0),
+        (f"takeover, no snapshot: {t.without_replayed:,} folded (s)", t.without, "raw read",
+         t.without / t.raw),
+        (f"takeover, snapshot+{TAIL:,} tail: {t.with_replayed:,} folded (s)", t.with_snapshot,
+         "no snapshot", t.with_snapshot / t.without),
+        ("  the same, against the raw read (s)", t.with_snapshot, "raw read",
+         t.with_snapshot / t.raw),
+        ("first snapshot: fold the history, write (s)", t.first_write, "raw read",
+         t.first_write / t.raw),
+        (f"next snapshot: fold the tail, write {t.snapshot_bytes:,} B (s)", t.next_write,
+         "raw read", t.next_write / t.raw),
+    ]  # fmt: skip

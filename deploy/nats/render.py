@@ -33,6 +33,7 @@ ROOT = Path(__file__).resolve().parents[2]
 OUTPUTS = (ROOT / "deploy/nats/nats.conf", ROOT / "deploy/k8s/base/nats/nats.conf")
 ALL_STREAMS = tuple(sorted(set(STREAM_OF_FAMILY.values())))
 SCHEDULER_LEASE_BUCKET = "nexus_scheduler"  # SchedulerSettings.lease_bucket
+SCHEDULER_SNAPSHOT_BUCKET = "nexus_scheduler_snapshot"  # SchedulerSettings.snapshot_bucket
 
 
 @dataclass(frozen=True)
@@ -80,7 +81,7 @@ SERVICES: dict[str, Access] = {
         ),
         reads=(RUNS, SCHEDULES),
         ensures_streams=True,
-        kv_buckets=(SCHEDULER_LEASE_BUCKET,),
+        kv_buckets=(SCHEDULER_LEASE_BUCKET, SCHEDULER_SNAPSHOT_BUCKET),
     ),
     # The agent loop: its run's events and logs; it reads its prepared event, its inbox,
     # cancel requests and an ending someone else published. NATS cannot scope a static user

@@ -1,10 +1,11 @@
 """Wiring and lifecycle: bus, runtime, leadership, replay, consumer, ticker; drain on stop.
 
 Replicas campaign for a KV lease; only the holder consumes and acts. On taking the lease a
-replica rebuilds admission from NEXUS_RUNS (so it neither loses queued runs nor exceeds the
-limits; heartbeats only of open runs, see `nexus_scheduler.rebuild`), re-adopts the runs its
-runtime still has (runs it does not know are marked `lost` only after the heartbeat window),
-then follows the stream.
+replica rebuilds admission from the newest snapshot and the NEXUS_RUNS events after it (so it
+neither loses queued runs nor exceeds the limits; heartbeats only of open runs, see
+`nexus_scheduler.rebuild`), re-adopts the runs its runtime still has (runs it does not know
+are marked `lost` only after the heartbeat window), then follows the stream, and writes a
+snapshot now and then (`nexus_scheduler.checkpoint`).
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+from datetime import datetime
 from pathlib import Path
 
 import nats.errors
@@ -20,6 +22,7 @@ from nexus_events.bus import Bus, BusSettings, Consumer, ConsumerSpec
 from nexus_events.health import HealthServer
 from nexus_events.streams import RUNS, SCHEDULES, ensure_streams
 
+from nexus_scheduler.checkpoint import Checkpointer
 from nexus_scheduler.clock import Clock, SystemClock
 from nexus_scheduler.config import SchedulerSettings
 from nexus_scheduler.handlers import create_run_handler, create_schedule_handler
@@ -28,6 +31,8 @@ from nexus_scheduler.rebuild import rebuild
 from nexus_scheduler.runtime.base import AgentRuntime
 from nexus_scheduler.schedules_service import ScheduleService
 from nexus_scheduler.service import SchedulerService, watched_subjects
+from nexus_scheduler.snapshot import Snapshot
+from nexus_scheduler.snapshot_store import SnapshotStore
 
 log = logging.getLogger(__name__)
 
@@ -81,6 +86,8 @@ class SchedulerApp:
         # lost it stops consuming before it can bounce the leader's messages again).
         self._wake = asyncio.Event()
         self._ticker: asyncio.Task[None] | None = None
+        self._checkpoints: asyncio.Task[None] | None = None
+        self.checkpointer: Checkpointer | None = None
         self.health: HealthServer | None = None
 
     @property
@@ -234,11 +241,14 @@ class SchedulerApp:
             fence=self._fence,
         )
         self.service = service
-        rebuilt = await rebuild(self.bus, service)
+        store = SnapshotStore(self.bus, self.settings.snapshot_bucket, self.settings.replica_id)
+        snapshot = await self._load_snapshot(store) if self.settings.snapshots else None
+        rebuilt = await rebuild(self.bus, service, snapshot)
         adopted = await service.recover()
         log.info(
             "leading: state rebuilt",
             extra={
+                "snapshot_seq": rebuilt.snapshot_seq,
                 "replayed": rebuilt.replayed,
                 "heartbeats": rebuilt.heartbeats,
                 "adopted": len(adopted),
@@ -283,9 +293,59 @@ class SchedulerApp:
         # down at its next round; nothing above acted without the fence.
         if await self._fence():
             self.leading.set()
+        if self.settings.snapshots:
+            # After the takeover is done: the first snapshot must not delay leading.
+            self.checkpointer = Checkpointer(
+                self.bus,
+                store,
+                rebuilt.fold,
+                stream_created=rebuilt.stream_created,
+                written_seq=rebuilt.snapshot_seq or 0,
+                min_events=self.settings.snapshot_min_events,
+                lease_revision=self._lease_revision,
+                clock=self.clock,
+            )
+            self._checkpoints = asyncio.create_task(
+                self._checkpoint_loop(self.checkpointer), name="scheduler:snapshot"
+            )
+
+    async def _load_snapshot(self, store: SnapshotStore) -> Snapshot | None:
+        """The newest snapshot; None (logged) if NATS does not give it: the rebuild then
+        reads the stream, which takes longer but is as right."""
+        try:
+            return await store.load()
+        except (nats.errors.Error, nats.js.errors.Error) as exc:
+            log.warning("scheduler snapshot not loaded (%s): rebuilding from the stream", exc)
+            return None
+
+    async def _lease_revision(self) -> tuple[int, datetime | None] | None:
+        """(revision, bucket creation time) of the lease held now; None (and stepping down)
+        if the lease is lost."""
+        if self._lease is None or not await self._fence() or self._lease.revision is None:
+            return None
+        return self._lease.revision, self._lease.epoch
+
+    async def _checkpoint_loop(self, checkpointer: Checkpointer) -> None:
+        # The first step comes at once: a takeover that read a long tail (or the whole
+        # stream, on a first start) saves the next one that work.
+        while not self._stopping.is_set():
+            try:
+                await checkpointer.step()
+            except Exception:  # a failed snapshot is retried at the next interval
+                log.exception("scheduler snapshot failed")
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(
+                    self._stopping.wait(), timeout=self.settings.snapshot_interval_seconds
+                )
 
     async def _step_down(self) -> None:
         self.leading.clear()
+        if self._checkpoints is not None:
+            self._checkpoints.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._checkpoints
+            self._checkpoints = None
+            self.checkpointer = None
         if self._renewal is not None:
             self._renewal.cancel()
             with contextlib.suppress(asyncio.CancelledError):

@@ -65,6 +65,26 @@ class SchedulerSettings(BaseSettings):
     lease_ttl_seconds: float = Field(15.0, gt=0, description="A dead leader is replaced after it.")
     consumer_name: str = Field("scheduler", description="Durable consumer on NEXUS_RUNS.")
 
+    # Snapshots of the admission state, so a takeover reads the events since the last one
+    # instead of the stream's history (nexus_scheduler.rebuild).
+    snapshots: bool = Field(
+        True,
+        description="Write admission snapshots and start takeovers from them (off: every"
+        " takeover reads the lifecycle events of the whole stream).",
+    )
+    snapshot_bucket: str = Field(
+        "nexus_scheduler_snapshot", description="JetStream KV bucket of the snapshots."
+    )
+    snapshot_interval_seconds: float = Field(
+        60.0, gt=0, description="How often the leader considers writing a snapshot."
+    )
+    snapshot_min_events: int = Field(
+        1000,
+        ge=1,
+        description="Write one only once NEXUS_RUNS grew by this many messages since the last"
+        " (a quiet stream is not snapshotted again and again).",
+    )
+
     # Schedules.
     schedule_jitter_cap_seconds: float = Field(
         60.0, ge=0, description="Most a fire is delayed by its schedule's fixed jitter."

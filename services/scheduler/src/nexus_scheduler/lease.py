@@ -20,6 +20,7 @@ import asyncio
 import contextlib
 import logging
 import time
+from datetime import datetime
 
 import nats.errors
 import nats.js.errors
@@ -39,6 +40,8 @@ class Lease:
         self.ttl = ttl
         self._kv: KeyValue | None = None
         self._revision: int | None = None
+        # Creation time of the lease bucket (None until first used).
+        self.epoch: datetime | None = None
         # The key as last known: the newest revision seen and who held it (None: deleted).
         self._seen_revision = 0
         self._owner: bytes | None = None
@@ -51,12 +54,21 @@ class Lease:
     def held(self) -> bool:
         return self._revision is not None
 
+    @property
+    def revision(self) -> int | None:
+        """The KV revision of our last write of the key (None: not held). It grows with every
+        write of the key, so a later holder's revision is always greater."""
+        return self._revision
+
     async def _bucket(self) -> KeyValue:
         if self._kv is None:
             try:
                 kv = await self.js.key_value(self.bucket)
             except nats.js.errors.BucketNotFoundError:
                 kv = await self.js.create_key_value(bucket=self.bucket, ttl=self.ttl, history=1)
+            # Revisions count from 1 again in a recreated bucket: the creation time tells
+            # whose revision is comparable with whose (`SnapshotStore.write`).
+            self.epoch = (await self.js.stream_info(f"KV_{self.bucket}")).created
             self._watcher = await kv.watch(LEADER_KEY)
             self._watch_task = asyncio.create_task(self._follow(self._watcher), name="lease:watch")
             self._kv = kv

@@ -42,6 +42,11 @@ def _has_span(ctx: otel_context.Context) -> bool:
     return trace.get_current_span(ctx).get_span_context().is_valid
 
 
+def valid_traceparent(traceparent: str, tracestate: str | None = None) -> bool:
+    """Whether `RunTraces.remember_headers` would keep a context for these headers."""
+    return _has_span(telemetry.extract(telemetry.envelope_headers(traceparent, tracestate)))
+
+
 class RunTraces:
     """Per run: the trace context the scheduler's actions for it continue."""
 
@@ -58,6 +63,12 @@ class RunTraces:
         """Keep `ctx` for the run unless one is known already (the first traced event wins)."""
         if run_id not in self._contexts and _has_span(ctx):
             self._contexts[run_id] = ctx
+
+    def restore(self, traced: Mapping[str, tuple[str, str | None]]) -> None:
+        """`remember` the (traceparent, tracestate) of each run (from a snapshot)."""
+        for run_id, (traceparent, tracestate) in traced.items():
+            headers = telemetry.envelope_headers(traceparent, tracestate)
+            self.remember(run_id, telemetry.extract(headers))
 
     def remember_headers(self, d: Decoded) -> None:
         """`remember` the trace in an event's headers (replay, or no tracer provider)."""
