@@ -2,10 +2,11 @@
 
 Start: connect NATS, create missing streams (core owns their settings), connect PostgreSQL
 and migrate ``channels``, log in to the configured platforms (a wrong token fails the start),
-publish inbound left unpublished by a crash, start the consumers (router, notifier, sender,
-delegation) and the pairings endpoint, then the HTTP ingress and the health endpoint.
+publish inbound left unpublished by a crash, start the durable handlers (router, notifier,
+sender, delegation: FastStream subscribers of `nexus_events.fast`, on their own connection)
+and the pairings endpoint, then the HTTP ingress and the health endpoint.
 Stop (SIGTERM): the ingress first (no new requests), then the outbox publishes what it holds,
-the consumers finish their batch, connections close.
+the handlers in flight finish (half the drain timeout), connections close.
 """
 
 from __future__ import annotations
@@ -16,7 +17,8 @@ import logging
 from typing import Any
 
 import asyncpg
-from nexus_events.bus import Bus, BusSettings, Consumer
+from nexus_events.bus import Bus, BusSettings
+from nexus_events.fast import Durable, Handlers
 from nexus_events.health import HealthServer
 from nexus_events.metrics import MetricsSettings, setup_metrics
 from nexus_events.process import ServiceApp, close_pool
@@ -69,7 +71,9 @@ class GatewayApp(ServiceApp):
         self.store: GatewayStore | None = None
         self.outbox: InboundOutbox | None = None
         self.posters: dict[str, Poster] = {}
-        self.consumers: list[Consumer] = []
+        # The router, notifier, delegation and sender durables: FastStream subscribers.
+        self.handlers: Handlers | None = None
+        self.consumers: list[Durable] = []
         self.ingress: Ingress | None = None
         self.endpoints: GatewayEndpoints | None = None
         self.health: HealthServer | None = None
@@ -87,7 +91,12 @@ class GatewayApp(ServiceApp):
         return 0 if self.ingress is None else self.ingress.port
 
     def ready(self) -> bool:
-        return self._running and self._bus is not None and self._bus.nc.is_connected
+        return (
+            self._running
+            and self._bus is not None
+            and self._bus.nc.is_connected
+            and (self.handlers is None or self.handlers.connected)
+        )
 
     async def _verifiers(self) -> tuple[Verifier | None, Verifier | None, dict[str, Verifier]]:
         s = self.settings
@@ -139,22 +148,27 @@ class GatewayApp(ServiceApp):
             open_channels=frozenset(s.gateway_open_channels),
         )
         delegator = Delegator(self.bus, self.store, self.metrics, max_depth=s.delegation_max_depth)
-        self.consumers = [
-            self.bus.consumer(router_spec(f"{prefix}_router", s.fetch_timeout, s.ack_wait), router),
-            self.bus.consumer(
-                notifier_spec(f"{prefix}_notifier", s.fetch_timeout, s.ack_wait),
-                Notifier(self.bus, self.store, delegator, approvers=s.channel_approvers),
-            ),
-            self.bus.consumer(
-                delegation_spec(f"{prefix}_delegation", s.fetch_timeout, s.ack_wait), delegator
-            ),
-            self.bus.consumer(
-                sender_spec(f"{prefix}_sender", s.fetch_timeout, s.ack_wait),
-                Sender(self.bus, self.store, self.metrics, self.posters),
-            ),
-        ]
-        for consumer in self.consumers:
-            await consumer.start()
+        # Its own connection; in-flight handlers get half the drain timeout to finish.
+        self.handlers = handlers = Handlers(self.bus, graceful_timeout=s.drain_timeout / 2)
+        # Ordered where order is seen: the router judges each message against the allowlist
+        # as of its stream position, the notifier turns a run's events into reply intents in
+        # their order, the sender posts them in that order. Route requests are independent.
+        handlers.durable(
+            router_spec(f"{prefix}_router", s.fetch_timeout, s.ack_wait), ordered=True
+        )(router.on_event)
+        notifier = Notifier(self.bus, self.store, delegator, approvers=s.channel_approvers)
+        handlers.durable(
+            notifier_spec(f"{prefix}_notifier", s.fetch_timeout, s.ack_wait), ordered=True
+        )(notifier.on_event)
+        handlers.durable(delegation_spec(f"{prefix}_delegation", s.fetch_timeout, s.ack_wait))(
+            delegator.on_request
+        )
+        sender = Sender(self.bus, self.store, self.metrics, self.posters)
+        handlers.durable(
+            sender_spec(f"{prefix}_sender", s.fetch_timeout, s.ack_wait), ordered=True
+        )(sender.on_intent)
+        self.consumers = handlers.durables
+        await handlers.start()
         self.endpoints = GatewayEndpoints(self.bus, self.store)
         await self.endpoints.start()
         self.ingress = Ingress(
@@ -189,8 +203,10 @@ class GatewayApp(ServiceApp):
         if self.endpoints is not None:
             await self.endpoints.stop()
             self.endpoints = None
-        await asyncio.gather(*(c.stop() for c in self.consumers))
-        self.consumers.clear()
+        if self.handlers is not None:
+            await self.handlers.stop()
+            self.handlers = None
+        self.consumers = []
         for poster in self.posters.values():
             with contextlib.suppress(Exception):
                 await poster.close()

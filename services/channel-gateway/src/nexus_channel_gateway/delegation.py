@@ -12,8 +12,9 @@ import hashlib
 import logging
 
 from nexus_events import subjects
-from nexus_events.bus import Bus, ConsumerSpec, Delivery
-from nexus_events.events import InboxMessage, Origin, RouteRequest, RunRequested
+from nexus_events.bus import Bus, ConsumerSpec
+from nexus_events.events import Event, InboxMessage, Origin, RouteRequest, RunRequested
+from nexus_events.fast import Delivered
 from nexus_events.streams import INBOX
 from nexus_events.subjects import Family
 
@@ -60,11 +61,15 @@ class Delegator:
         self.metrics = metrics
         self.max_depth = max_depth
 
-    async def __call__(self, deliveries: list[Delivery]) -> None:
-        for d in deliveries:
-            target = d.address.ids.get("agent_id")
-            if isinstance(d.event, RouteRequest) and target:
-                await self.route(target, d.event)
+    async def on_request(self, event: Event, delivered: Delivered) -> None:
+        """FastStream handler of the delegation durable (`nexus_events.fast`), not ordered:
+        route requests are independent of each other (one child run per correlation id,
+        recorded with ON CONFLICT DO NOTHING), and a child's own requests can only come after
+        its parent's was handled (the child exists only then), so the messages of a fetch are
+        handled concurrently."""
+        target = delivered.address.ids.get("agent_id")
+        if isinstance(event, RouteRequest) and target:
+            await self.route(target, event)
 
     async def _chain(self, request: RouteRequest) -> tuple[str, ...]:
         if request.from_run_id is not None:

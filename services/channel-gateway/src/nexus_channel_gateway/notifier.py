@@ -13,7 +13,7 @@ import logging
 from collections.abc import Sequence
 
 from nexus_events import subjects
-from nexus_events.bus import Bus, ConsumerSpec, Delivery
+from nexus_events.bus import Bus, ConsumerSpec
 from nexus_events.events import (
     ApprovalDecided,
     ApprovalRelayed,
@@ -24,6 +24,7 @@ from nexus_events.events import (
     RunRequested,
     TerminalEvent,
 )
+from nexus_events.fast import Delivered
 from nexus_events.streams import RUNS
 
 from nexus_channel_gateway.codes import short_code
@@ -116,12 +117,15 @@ class Notifier:
         """The approver chats, but not the origin's chat: there the thread already asks."""
         return [a for a in self.approvers if origin is None or _chat(a) != _chat(origin)]
 
-    async def __call__(self, deliveries: list[Delivery]) -> None:
-        for d in deliveries:
-            run_id, name = d.address.run_id, d.address.event
-            if run_id is None or name is None or run_id == subjects.NEW_RUN_TOKEN:
-                continue
-            await self.notify(run_id, name, d.event)
+    async def on_event(self, event: Event, delivered: Delivered) -> None:
+        """FastStream handler of the notifier durable (`nexus_events.fast`), subscribed with
+        ``ordered=True``: the reply intents it publishes are posted in stream order by the
+        sender, so a run's events must be turned into intents in their own order (requested,
+        started, approval asked and decided, the ending) for the thread to read right."""
+        run_id, name = delivered.address.run_id, delivered.address.event
+        if run_id is None or name is None or run_id == subjects.NEW_RUN_TOKEN:
+            return
+        await self.notify(run_id, name, event)
 
     async def notify(self, run_id: str, name: str, event: Event) -> None:
         if isinstance(event, RunRequested):

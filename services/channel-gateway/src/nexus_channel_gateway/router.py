@@ -13,11 +13,12 @@ from datetime import UTC, datetime, timedelta
 
 from nexus_events import subjects
 from nexus_events.approvals import claim_approval
-from nexus_events.bus import Bus, ConsumerSpec, Delivery
+from nexus_events.bus import Bus, ConsumerSpec
 from nexus_events.events import (
     ApprovalDecision,
     ChannelAddress,
     ChannelMessageIn,
+    Event,
     InboxMessage,
     Origin,
     PairingApproved,
@@ -25,6 +26,7 @@ from nexus_events.events import (
     PairingRevoked,
     RunRequested,
 )
+from nexus_events.fast import Delivered
 from nexus_events.streams import CHANNELS
 
 from nexus_channel_gateway import commands
@@ -76,27 +78,29 @@ class Router:
         self.max_pending = max_pending
         self.open_channels = open_channels
 
-    async def __call__(self, deliveries: list[Delivery]) -> None:
-        for d in deliveries:
-            channel = d.address.ids["channel"]
-            event = d.event
-            if isinstance(event, ChannelMessageIn):
-                await self.message(channel, event, d.envelope.event_id)
-            elif isinstance(event, PairingRequested):
-                await self.store.pairing_requested(
-                    event.code,
-                    channel,
-                    event.user,
-                    event.conversation,
-                    event.expires_at,
-                    user_name=event.user_name,
-                )
-            elif isinstance(event, PairingApproved):
-                await self.store.pairing_approved(
-                    channel, event.user, event.code, d.envelope.stream_seq
-                )
-            elif isinstance(event, PairingRevoked):
-                await self.store.pairing_revoked(channel, event.user)
+    async def on_event(self, event: Event, delivered: Delivered) -> None:
+        """FastStream handler of the router durable (`nexus_events.fast`), subscribed with
+        ``ordered=True``: a message is judged against the allowlist as of its own stream
+        position, so a pairing approved before it must be applied before it (and a person's
+        messages become run requests and replies in the order they were written)."""
+        channel = delivered.address.ids["channel"]
+        if isinstance(event, ChannelMessageIn):
+            await self.message(channel, event, delivered.envelope.event_id)
+        elif isinstance(event, PairingRequested):
+            await self.store.pairing_requested(
+                event.code,
+                channel,
+                event.user,
+                event.conversation,
+                event.expires_at,
+                user_name=event.user_name,
+            )
+        elif isinstance(event, PairingApproved):
+            await self.store.pairing_approved(
+                channel, event.user, event.code, delivered.envelope.stream_seq
+            )
+        elif isinstance(event, PairingRevoked):
+            await self.store.pairing_revoked(channel, event.user)
 
     async def message(self, channel: str, msg: ChannelMessageIn, event_id: str) -> None:
         key = msg.dedupe_key or event_id

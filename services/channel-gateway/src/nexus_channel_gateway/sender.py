@@ -12,12 +12,15 @@ if not. The Telegram Bot API cannot read a chat back, so there the outcome is re
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections.abc import Mapping
 
 from nexus_events import subjects
-from nexus_events.bus import Bus, ConsumerSpec, Delivery
-from nexus_events.events import ChannelMessageOut, ChannelMessageSent
+from nexus_events.bus import Bus, ConsumerSpec
+from nexus_events.codec import Decoded
+from nexus_events.events import ChannelMessageOut, ChannelMessageSent, Event
+from nexus_events.fast import Delivered, Retry
 from nexus_events.streams import CHANNELS
 
 from nexus_channel_gateway.metrics import GatewayMetrics
@@ -30,6 +33,11 @@ log = logging.getLogger(__name__)
 MAX_DELIVER = 50
 # Slack allows ~1 message per second per channel: keep a batch small, in order.
 BATCH = 20
+# A Retry-After up to this many seconds (in all, per delivery) is waited out in the handler:
+# the sender handles one intent at a time, so nothing posts before it and a thread keeps its
+# order. A longer one is a redelivery after it (the ack is not held that long; later intents
+# may then go first).
+HOLD_MAX = 10.0
 
 
 def sender_spec(durable: str, fetch_timeout: float, ack_wait: float = 30.0) -> ConsumerSpec:
@@ -58,18 +66,22 @@ class Sender:
         self.metrics = metrics
         self.posters = posters
 
-    async def __call__(self, deliveries: list[Delivery]) -> None:
-        for i, d in enumerate(deliveries):
-            if not isinstance(d.event, ChannelMessageOut):
-                continue
-            delay = await self.send(d.address.ids["channel"], d.event, d)
-            if delay is not None:
-                # Rate limited: this one and the rest of the batch wait (order in a thread).
-                for later in deliveries[i:]:
-                    later.retry(delay)
-                return
+    async def on_intent(self, event: Event, delivered: Delivered) -> None:
+        """FastStream handler of the sender durable (`nexus_events.fast`), subscribed with
+        ``ordered=True``: intents are posted one at a time in stream order, so a run's
+        progress reads in order in its thread (requested, started, the ending); a rate limit
+        holds the line (`HOLD_MAX`) rather than letting later intents overtake."""
+        if not isinstance(event, ChannelMessageOut):
+            return
+        channel = delivered.address.ids["channel"]
+        held = 0.0
+        while (delay := await self.send(channel, event, delivered)) is not None:
+            if held + delay > HOLD_MAX:
+                raise Retry(delay, f"{channel} rate limit: retry after {delay}s")
+            held += delay
+            await asyncio.sleep(delay)
 
-    async def send(self, channel: str, intent: ChannelMessageOut, d: Delivery) -> float | None:
+    async def send(self, channel: str, intent: ChannelMessageOut, d: Decoded) -> float | None:
         """Post one intent; returns a delay if the platform asks to wait."""
         key = intent.idempotency_key or d.envelope.event_id
         state = await self.store.send_state(key)
@@ -99,7 +111,7 @@ class Sender:
         return await self._post(channel, intent, key, poster, d)
 
     async def _recover(
-        self, channel: str, intent: ChannelMessageOut, key: str, poster: Poster, d: Delivery
+        self, channel: str, intent: ChannelMessageOut, key: str, poster: Poster, d: Decoded
     ) -> tuple[bool, float | None]:
         """Interrupted during the platform call: ask the platform whether it posted.
         Returns (handled, delay); not handled means: post now."""
@@ -120,7 +132,7 @@ class Sender:
         return True, None
 
     async def _post(
-        self, channel: str, intent: ChannelMessageOut, key: str, poster: Poster, d: Delivery
+        self, channel: str, intent: ChannelMessageOut, key: str, poster: Poster, d: Decoded
     ) -> float | None:
         await self.store.mark_sending(key)
         try:
@@ -142,7 +154,7 @@ class Sender:
         return None
 
     async def _failed(
-        self, channel: str, intent: ChannelMessageOut, key: str, error: str, d: Delivery
+        self, channel: str, intent: ChannelMessageOut, key: str, error: str, d: Decoded
     ) -> None:
         await self.store.mark_sent(key, None, "failed")
         await self._outcome(
@@ -150,7 +162,7 @@ class Sender:
         )
 
     async def _posted(
-        self, channel: str, intent: ChannelMessageOut, key: str, platform_id: str, d: Delivery
+        self, channel: str, intent: ChannelMessageOut, key: str, platform_id: str, d: Decoded
     ) -> None:
         await self.store.mark_sent(key, platform_id)
         if intent.run_id is not None:
@@ -168,7 +180,7 @@ class Sender:
         status: str,
         platform_id: str | None,
         error: str | None,
-        d: Delivery,
+        d: Decoded,
         count: bool = True,
     ) -> None:
         if count:
@@ -181,7 +193,7 @@ class Sender:
                 status=status,
                 platform_message_id=platform_id,
                 error=error,
-                attempts=d.num_delivered,
+                attempts=d.envelope.num_delivered,
                 run_id=intent.run_id,
             ),
             msg_id=f"sent:{key}",
