@@ -9,11 +9,15 @@ from __future__ import annotations
 
 import json
 import sys
-from collections.abc import Callable, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+import asyncpg
 import pytest
+from nexus_core.app import CoreApp
+from nexus_core.config import CoreSettings
+from nexus_events.bus import Bus
 from tests.support import devstack
 from tests.support.devstack import Result
 from typer.testing import CliRunner
@@ -40,3 +44,15 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
     runner = json.dumps([sys.executable, str(FAKE_RUNNER)])
     env = devstack.stack_env(tmp, {"NEXUS_SCHEDULER_LOCAL_COMMAND": runner})
     yield from devstack.running(Stack(tmp / ".nexus", tmp, env))
+
+
+@pytest.fixture
+async def core(bus: Bus, pg_pool: asyncpg.Pool[Any]) -> AsyncIterator[CoreApp]:
+    """A core on the test's NATS and database (no memory, no health port)."""
+    settings = CoreSettings(health_port=None, memory_enabled=False, fetch_timeout=0.2)
+    core = CoreApp(settings, bus=bus, pool=pg_pool)
+    await core.start()
+    try:
+        yield core
+    finally:
+        await core.stop()

@@ -3,51 +3,19 @@ nats-server and PostgreSQL."""
 
 from __future__ import annotations
 
-import asyncio
 import json
-from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
-import asyncpg
-import pytest
 from nexus_core.app import CoreApp
-from nexus_core.config import CoreSettings
 from nexus_events import subjects
 from nexus_events.bus import Bus
 from nexus_events.catalog_commands import apply_agent
 from nexus_events.events import Column, RunCompleted, RunResult, RunStarted, TaskCreated
 from nexus_events.testing import eventually
-from typer.testing import CliRunner, Result
-
-from nexus_cli.main import app
+from tests.support.cli import nexus
 
 AGENT = "id: {id}\nrole: {id}\nmodel: {{name: test-model}}\nsystem_prompt: You {id}.\n"
-
-
-@pytest.fixture
-async def core(bus: Bus, pg_pool: asyncpg.Pool[Any]) -> AsyncIterator[CoreApp]:
-    settings = CoreSettings(health_port=None, memory_enabled=False, fetch_timeout=0.2)
-    core = CoreApp(settings, bus=bus, pool=pg_pool)
-    await core.start()
-    try:
-        yield core
-    finally:
-        await core.stop()
-
-
-async def nexus(nats_url: str, tmp_path: Path, *args: str) -> Result:
-    env = {
-        "NEXUS_DEV_HOME": str(tmp_path / ".nexus"),
-        "NEXUS_CONTEXT_FILE": str(tmp_path / "contexts.yaml"),
-        "NEXUS_NATS_URL": nats_url,
-        "NEXUS_CONTEXT": "",
-        "COLUMNS": "200",
-    }
-    # The CLI runs its own event loop: a thread keeps this one free to serve core.
-    return await asyncio.to_thread(
-        CliRunner().invoke, app, list(args), env=env, catch_exceptions=False
-    )
 
 
 async def _request(bus: Bus, run_id: str, agent: str, parent: str | None = None) -> None:

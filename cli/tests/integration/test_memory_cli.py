@@ -4,7 +4,7 @@ PostgreSQL with pgvector: the CLI runs in a thread with its own event loop, as a
 
 from __future__ import annotations
 
-import asyncio
+import functools
 import json
 from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
@@ -17,11 +17,11 @@ from nexus_events.testing import eventually
 from nexus_memory.app import MemoryApp
 from nexus_memory.embedding import WordLlamaEmbedder
 from services.memory.tests.conftest import memory_settings
-from typer.testing import CliRunner, Result
+from tests.support.cli import nexus as run_nexus
+from typer.testing import Result
 
 from nexus_cli.commands import memory as memory_cmd
 from nexus_cli.errors import ExitCode
-from nexus_cli.main import app
 
 # Real-looking keys of two shapes the secret guard knows (an AWS key id, a GitHub token).
 AWS_KEY = "AKIA" + "Q3EGRTZ7N5KXW2PB"
@@ -60,21 +60,7 @@ async def memory(make_memory: MakeApp) -> MemoryApp:
 
 @pytest.fixture
 def nexus(nats_url: str, tmp_path: Path) -> Nexus:
-    env = {
-        "NEXUS_DEV_HOME": str(tmp_path / ".nexus"),
-        "NEXUS_CONTEXT_FILE": str(tmp_path / "contexts.yaml"),
-        "NEXUS_NATS_URL": nats_url,
-        "NEXUS_CONTEXT": "",
-        "COLUMNS": "250",
-    }
-
-    async def invoke(*args: str) -> Result:
-        # The CLI runs its own event loop: a thread keeps this one free to serve memory.
-        return await asyncio.to_thread(
-            CliRunner().invoke, app, list(args), env=env, catch_exceptions=False
-        )
-
-    return invoke
+    return functools.partial(run_nexus, nats_url, tmp_path, columns=250)
 
 
 async def ok_json(nexus: Nexus, *args: str) -> Any:

@@ -4,34 +4,19 @@ the CLI says so and folds what the stream still holds."""
 
 from __future__ import annotations
 
-import asyncio
 import json
 from pathlib import Path
 
-from nexus_cli.main import app as cli
 from nexus_events import subjects
 from nexus_events.bus import Bus
 from nexus_events.streams import CHANNELS
 from nexus_events.testing import eventually
 from tests.fakes.telegram_api import FakeTelegram, post_update, update
+from tests.support.cli import nexus
 from tests.support.gateway import TG_SECRET, pair
-from typer.testing import CliRunner, Result
+from typer.testing import Result
 
 from nexus_channel_gateway.app import GatewayApp
-
-
-async def nexus(nats_url: str, tmp_path: Path, *args: str) -> Result:
-    env = {
-        "NEXUS_DEV_HOME": str(tmp_path / ".nexus"),
-        "NEXUS_CONTEXT_FILE": str(tmp_path / "contexts.yaml"),
-        "NEXUS_NATS_URL": nats_url,
-        "NEXUS_CONTEXT": "",
-        "COLUMNS": "200",
-    }
-    # The CLI runs its own event loop: a thread keeps this one free to serve the gateway.
-    return await asyncio.to_thread(
-        CliRunner().invoke, cli, list(args), env=env, catch_exceptions=False
-    )
 
 
 def listed(result: Result) -> list[tuple[str, str, str, str | None]]:

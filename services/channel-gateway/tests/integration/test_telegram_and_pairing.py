@@ -3,38 +3,22 @@ an unknown sender is challenged, approved, can start runs, is revoked, is challe
 
 from __future__ import annotations
 
-import asyncio
 import json
 from pathlib import Path
 
 from nexus_cli.errors import ExitCode
-from nexus_cli.main import app as cli
 from nexus_events.bus import Bus
 from nexus_events.events import RunRequested
 from nexus_events.testing import eventually
 from tests.fakes.telegram_api import FakeTelegram, post_update, update
+from tests.support.cli import nexus
 from tests.support.gateway import TG_SECRET, channel_events, run_requests
-from typer.testing import CliRunner, Result
 
 from nexus_channel_gateway.app import GatewayApp
 
 
 def url(app: GatewayApp) -> str:
     return f"http://127.0.0.1:{app.port}/telegram/webhook"
-
-
-async def nexus(nats_url: str, tmp_path: Path, *args: str) -> Result:
-    env = {
-        "NEXUS_DEV_HOME": str(tmp_path / ".nexus"),
-        "NEXUS_CONTEXT_FILE": str(tmp_path / "contexts.yaml"),
-        "NEXUS_NATS_URL": nats_url,
-        "NEXUS_CONTEXT": "",
-        "COLUMNS": "200",
-    }
-    # The CLI runs its own event loop: a thread keeps this one free to serve the gateway.
-    return await asyncio.to_thread(
-        CliRunner().invoke, cli, list(args), env=env, catch_exceptions=False
-    )
 
 
 async def test_pairing_with_the_cli_then_a_run_from_telegram(
