@@ -22,6 +22,7 @@ from nexus_events.events import (
 from nexus_events.events.runs import RunResult
 from nexus_events.testing import eventually
 from tests.fakes.slack_api import FakeSlack, event_callback, post_event
+from tests.support.approvals import cli_decides
 from tests.support.gateway import SIGNING_SECRET, channel_events, inbox_of, pair, run_requests
 
 from nexus_channel_gateway.app import GatewayApp
@@ -220,24 +221,6 @@ async def test_approval_is_relayed_with_a_short_id_and_answered_from_slack(
     )
     await eventually(lambda: told_decided() == before + 1, what="late answer told")
     assert len(await inbox_of(bus, run_id)) == 1
-
-
-async def cli_decides(bus: Bus, run_id: str, approval_id: str, decision: str) -> bool:
-    """What `nexus approve|deny` does after its checks: claim, then publish if it won."""
-    from nexus_events.approvals import claim_approval
-
-    claim = await claim_approval(
-        bus.js, run_id, approval_id, decision, decided_by="alice", surface="cli"
-    )
-    if claim.won:
-        await bus.publish(
-            subjects.inbox(run_id),
-            ApprovalDecision(
-                approval_id=approval_id, decision=decision, decided_by="alice", surface="cli"
-            ),
-            msg_id=f"cli:approval:{run_id}:{approval_id}",
-        )
-    return claim.won
 
 
 async def test_a_reply_in_the_run_thread_goes_to_the_run_inbox(

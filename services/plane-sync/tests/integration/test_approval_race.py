@@ -6,12 +6,12 @@ from __future__ import annotations
 
 import asyncio
 
-from nexus_events import subjects
 from nexus_events.approvals import claim_approval
 from nexus_events.bus import Bus
 from nexus_events.events import ApprovalDecision, RunRequested
 from nexus_events.testing import eventually
 from tests.fakes.plane import HUMAN, FakePlane
+from tests.support.approvals import cli_decides
 from tests.support.plane_sync import ask_approval, inbox, run_events, start_run
 
 from nexus_plane_sync.app import PlaneSyncApp
@@ -19,22 +19,6 @@ from nexus_plane_sync.app import PlaneSyncApp
 
 def _texts(plane: FakePlane, item: str) -> list[str]:
     return [c["comment_html"] for c in plane.comments_of(item)]
-
-
-async def cli_decides(bus: Bus, run_id: str, approval_id: str, decision: str) -> bool:
-    """What `nexus approve|deny` does after its checks: claim, then publish if it won."""
-    claim = await claim_approval(
-        bus.js, run_id, approval_id, decision, decided_by="alice", surface="cli"
-    )
-    if claim.won:
-        await bus.publish(
-            subjects.inbox(run_id),
-            ApprovalDecision(
-                approval_id=approval_id, decision=decision, decided_by="alice", surface="cli"
-            ),
-            msg_id=f"cli:approval:{run_id}:{approval_id}",
-        )
-    return claim.won
 
 
 async def test_plane_and_the_cli_answering_at_once_make_one_decision(
