@@ -11,10 +11,13 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterable
 from typing import Any, TypeVar
 
+from nats.aio.client import Client as NatsClient
+from nats.micro import add_service
 from nats.micro.request import Request
+from nats.micro.service import EndpointConfig, Service, ServiceConfig
 from pydantic import BaseModel, ValidationError
 
 log = logging.getLogger(__name__)
@@ -25,6 +28,29 @@ LOGGED_BODY = 512
 
 M = TypeVar("M", bound=BaseModel)
 Handler = Callable[[Request], Awaitable[None]]
+
+
+# The version every Nexus nats.micro service reports (`nats micro info`).
+SERVICE_VERSION = "0.1.0"
+
+
+async def start_service(
+    nc: NatsClient, name: str, description: str, endpoints: Iterable[tuple[str, str, Handler]]
+) -> Service:
+    """Start the nats.micro service `name` with its (endpoint name, subject, handler) list;
+    stop it with `stop_service`."""
+    service = await add_service(
+        nc, ServiceConfig(name=name, version=SERVICE_VERSION, description=description)
+    )
+    for endpoint, subject, handler in endpoints:
+        await service.add_endpoint(EndpointConfig(name=endpoint, subject=subject, handler=handler))
+    return service
+
+
+async def stop_service(service: Service | None) -> None:
+    """Stop a service started by `start_service` (None: nothing was started)."""
+    if service is not None:
+        await service.stop()
 
 
 class QueryError(Exception):
@@ -113,4 +139,14 @@ async def _respond(request: Request, body: bytes, error: tuple[int, str] | None 
         log.warning("could not answer a request on %s", request.subject, exc_info=True)
 
 
-__all__ = ["LOGGED_BODY", "Handler", "QueryError", "endpoint_handler", "one_line", "parse_query"]
+__all__ = [
+    "LOGGED_BODY",
+    "SERVICE_VERSION",
+    "Handler",
+    "QueryError",
+    "endpoint_handler",
+    "one_line",
+    "parse_query",
+    "start_service",
+    "stop_service",
+]

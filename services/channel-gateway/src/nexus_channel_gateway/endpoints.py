@@ -6,8 +6,7 @@ from __future__ import annotations
 import functools
 from datetime import UTC, datetime
 
-from nats.micro import add_service
-from nats.micro.service import EndpointConfig, Service, ServiceConfig
+from nats.micro.service import Service
 from nexus_events import micro, subjects
 from nexus_events.bus import Bus
 from nexus_events.events import PairingsReply, PairingsRequest, PairingView
@@ -15,7 +14,6 @@ from nexus_events.events import PairingsReply, PairingsRequest, PairingView
 from nexus_channel_gateway.store import GatewayStore
 
 SERVICE_NAME = "nexus-channel-gateway"
-SERVICE_VERSION = "0.1.0"
 
 endpoint_handler = functools.partial(micro.endpoint_handler, service="channel-gateway")
 
@@ -27,26 +25,23 @@ class GatewayEndpoints:
         self.service: Service | None = None
 
     async def start(self) -> None:
-        self.service = await add_service(
-            self.bus.nc,
-            ServiceConfig(
-                name=SERVICE_NAME,
-                version=SERVICE_VERSION,
-                description="Nexus channel gateway: the chat allowlist and pairing codes",
+        endpoints: list[tuple[str, str, micro.Handler]] = [
+            (
+                "pairings",
+                subjects.CHANNEL_PAIRINGS,
+                endpoint_handler(PairingsRequest, self.pairings),
             ),
-        )
-        await self.service.add_endpoint(
-            EndpointConfig(
-                name="pairings",
-                subject=subjects.CHANNEL_PAIRINGS,
-                handler=endpoint_handler(PairingsRequest, self.pairings),
-            )
+        ]
+        self.service = await micro.start_service(
+            self.bus.nc,
+            SERVICE_NAME,
+            "Nexus channel gateway: the chat allowlist and pairing codes",
+            endpoints,
         )
 
     async def stop(self) -> None:
-        if self.service is not None:
-            await self.service.stop()
-            self.service = None
+        await micro.stop_service(self.service)
+        self.service = None
 
     async def pairings(self, request: PairingsRequest) -> PairingsReply:
         rows = await self.store.pairings(datetime.now(UTC), include_expired=request.include_expired)

@@ -19,8 +19,7 @@ from collections.abc import AsyncGenerator
 from typing import Any, cast
 
 import asyncpg
-from nats.micro import add_service
-from nats.micro.service import EndpointConfig, Service, ServiceConfig
+from nats.micro.service import Service
 from nexus_events import micro, subjects
 from nexus_events.bus import Bus
 from nexus_events.codec import Decoded
@@ -48,14 +47,12 @@ from nexus_core.runs_projection import RUNS_SCHEMA, AgentRunsProjection
 log = logging.getLogger(__name__)
 
 SERVICE_NAME = "nexus-core"
-SERVICE_VERSION = "0.1.0"
 # Queries validate, answer and fail as every nexus micro service does (nexus_events.micro).
 endpoint_handler = functools.partial(micro.endpoint_handler, service="core")
 
 __all__ = [
     "MAX_PAGE",
     "SERVICE_NAME",
-    "SERVICE_VERSION",
     "CoreQueries",
     "endpoint_handler",
     "run_view",
@@ -126,14 +123,6 @@ class CoreQueries:
         self.service: Service | None = None
 
     async def start(self) -> None:
-        self.service = await add_service(
-            self.bus.nc,
-            ServiceConfig(
-                name=SERVICE_NAME,
-                version=SERVICE_VERSION,
-                description="Nexus core: runs, board and catalog queries",
-            ),
-        )
         h = endpoint_handler
         endpoints: list[tuple[str, str, Handler]] = [
             ("runs-get", subjects.CORE_RUNS_GET, h(RunsGet, self.runs_get)),
@@ -155,15 +144,13 @@ class CoreQueries:
                 h(ProjectionRebuild, self.projections_rebuild),
             ),
         ]
-        for name, subject, handler in endpoints:
-            await self.service.add_endpoint(
-                EndpointConfig(name=name, subject=subject, handler=handler)
-            )
+        self.service = await micro.start_service(
+            self.bus.nc, SERVICE_NAME, "Nexus core: runs, board and catalog queries", endpoints
+        )
 
     async def stop(self) -> None:
-        if self.service is not None:
-            await self.service.stop()
-            self.service = None
+        await micro.stop_service(self.service)
+        self.service = None
 
     # -- projections -----------------------------------------------------------------
 

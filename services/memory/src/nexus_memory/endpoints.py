@@ -14,8 +14,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 import asyncpg
-from nats.micro import add_service
-from nats.micro.service import EndpointConfig, Service, ServiceConfig
+from nats.micro.service import Service
 from nexus_events import micro, subjects
 from nexus_events.bus import Bus
 from nexus_events.events import (
@@ -41,7 +40,6 @@ from nexus_memory.search import MemorySearch
 from nexus_memory.writer import AccessTracker, MemoryWriter
 
 SERVICE_NAME = "nexus-memory"
-SERVICE_VERSION = "0.1.0"
 
 endpoint_handler = functools.partial(micro.endpoint_handler, service="memory")
 
@@ -98,14 +96,6 @@ class MemoryEndpoints:
         self.service: Service | None = None
 
     async def start(self) -> None:
-        self.service = await add_service(
-            self.bus.nc,
-            ServiceConfig(
-                name=SERVICE_NAME,
-                version=SERVICE_VERSION,
-                description="Nexus memory: hybrid search and guarded writes",
-            ),
-        )
         h = endpoint_handler
         endpoints: list[tuple[str, str, Handler]] = [
             ("search", subjects.MEMORY_SEARCH, h(MemorySearchRequest, self.search)),
@@ -115,15 +105,13 @@ class MemoryEndpoints:
             ("consolidate", subjects.MEMORY_CONSOLIDATE, h(MemoryConsolidateRequest, self.cons)),
             ("rebuild", subjects.MEMORY_REBUILD, h(MemoryRebuildRequest, self.rebuild)),
         ]
-        for name, subject, handler in endpoints:
-            await self.service.add_endpoint(
-                EndpointConfig(name=name, subject=subject, handler=handler)
-            )
+        self.service = await micro.start_service(
+            self.bus.nc, SERVICE_NAME, "Nexus memory: hybrid search and guarded writes", endpoints
+        )
 
     async def stop(self) -> None:
-        if self.service is not None:
-            await self.service.stop()
-            self.service = None
+        await micro.stop_service(self.service)
+        self.service = None
 
     async def search(self, request: MemorySearchRequest) -> MemorySearchReply:
         if not request.scopes:

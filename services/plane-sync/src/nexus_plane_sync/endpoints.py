@@ -6,8 +6,7 @@ import functools
 import uuid
 from collections.abc import Callable
 
-from nats.micro import add_service
-from nats.micro.service import EndpointConfig, Service, ServiceConfig
+from nats.micro.service import Service
 from nexus_events import micro, subjects
 from nexus_events.bus import Bus
 from nexus_events.events import (
@@ -22,7 +21,6 @@ from nexus_plane_sync.store import PlaneStore
 from nexus_plane_sync.writer import OutboxWriter
 
 SERVICE_NAME = "nexus-plane-sync"
-SERVICE_VERSION = "0.1.0"
 
 endpoint_handler = functools.partial(micro.endpoint_handler, service="plane-sync")
 
@@ -42,26 +40,20 @@ class PlaneEndpoints:
         self.service: Service | None = None
 
     async def start(self) -> None:
-        self.service = await add_service(
-            self.bus.nc,
-            ServiceConfig(
-                name=SERVICE_NAME,
-                version=SERVICE_VERSION,
-                description="Nexus plane-sync: status and resync of the Plane mirror",
-            ),
-        )
-        for name, subject, handler in (
+        endpoints: list[tuple[str, str, micro.Handler]] = [
             ("status", subjects.PLANE_STATUS, endpoint_handler(PlaneStatusRequest, self.status)),
             ("resync", subjects.PLANE_RESYNC, endpoint_handler(PlaneResyncRequest, self.resync)),
-        ):
-            await self.service.add_endpoint(
-                EndpointConfig(name=name, subject=subject, handler=handler)
-            )
+        ]
+        self.service = await micro.start_service(
+            self.bus.nc,
+            SERVICE_NAME,
+            "Nexus plane-sync: status and resync of the Plane mirror",
+            endpoints,
+        )
 
     async def stop(self) -> None:
-        if self.service is not None:
-            await self.service.stop()
-            self.service = None
+        await micro.stop_service(self.service)
+        self.service = None
 
     async def status(self, _: PlaneStatusRequest) -> PlaneStatusReply:
         return self._status(await self.store.counts())
