@@ -9,10 +9,15 @@ import gc
 import signal
 from abc import ABC, abstractmethod
 from collections.abc import Awaitable, Callable
-from typing import Any, Protocol, Self
+from typing import TYPE_CHECKING, Any, Protocol, Self
 
 from nexus_events.logs import setup_logging
 from nexus_events.telemetry import setup_telemetry, shutdown_telemetry
+
+if TYPE_CHECKING:
+    import asyncpg
+
+    from nexus_events.bus import Bus
 
 # What a service's __main__ hands `run_service`: run until the event is set, then drain.
 Serve = Callable[[asyncio.Event], Awaitable[None]]
@@ -73,13 +78,45 @@ class Lifecycle(Protocol):
 
 
 class ServiceApp(ABC):
-    """Base of a service's app: `start` and `stop` (which drains), and `async with` over them."""
+    """Base of a service's app: `start` and `stop` (which drains), `async with` over them, and
+    the NATS connection and PostgreSQL pool it uses: handed in (a test's, shared; never
+    closed here) or opened by `start` (closed by `close_connections` at the end of `stop`)."""
+
+    def __init__(
+        self, name: str, *, bus: Bus | None = None, pool: asyncpg.Pool[Any] | None = None
+    ) -> None:
+        self.name = name
+        self._bus = bus
+        self._own_bus = bus is None
+        self._pool = pool
+        self._own_pool = pool is None
+
+    @property
+    def bus(self) -> Bus:
+        if self._bus is None:
+            raise RuntimeError(f"{self.name} is not started: no NATS connection")
+        return self._bus
+
+    @property
+    def pool(self) -> asyncpg.Pool[Any]:
+        if self._pool is None:
+            raise RuntimeError(f"{self.name} is not started: no PostgreSQL pool")
+        return self._pool
 
     @abstractmethod
     async def start(self) -> None: ...
 
     @abstractmethod
     async def stop(self) -> None: ...
+
+    async def close_connections(self) -> None:
+        """The end of every `stop`: close the pool, then the bus, each only if it is ours."""
+        if self._own_pool and self._pool is not None:
+            await close_pool(self._pool)
+            self._pool = None
+        if self._own_bus and self._bus is not None:
+            await self._bus.close()
+            self._bus = None
 
     async def __aenter__(self) -> Self:
         await self.start()

@@ -14,14 +14,13 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from typing import Any
 
 import asyncpg
 from nexus_events.bus import Bus, BusSettings
 from nexus_events.fast import Durable, Handlers
 from nexus_events.health import HealthServer
 from nexus_events.metrics import MetricsSettings, setup_metrics
-from nexus_events.process import ServiceApp, close_pool
+from nexus_events.process import ServiceApp
 from nexus_events.streams import ensure_streams
 from opentelemetry.sdk.metrics import MeterProvider as SdkMeterProvider
 
@@ -63,9 +62,7 @@ class GatewayApp(ServiceApp):
         self.metrics_settings = metrics_settings
         self.schema = schema
         self.sweep_interval = sweep_interval
-        self._own_bus = bus is None
-        self._bus = bus
-        self._pool: asyncpg.Pool[Any] | None = None
+        super().__init__("channel gateway", bus=bus)
         self.meter_provider: SdkMeterProvider | None = None
         self.metrics = GatewayMetrics()
         self.store: GatewayStore | None = None
@@ -78,12 +75,6 @@ class GatewayApp(ServiceApp):
         self.endpoints: GatewayEndpoints | None = None
         self.health: HealthServer | None = None
         self._running = False
-
-    @property
-    def bus(self) -> Bus:
-        if self._bus is None:
-            raise RuntimeError("channel gateway is not started: no NATS connection")
-        return self._bus
 
     @property
     def port(self) -> int:
@@ -215,10 +206,5 @@ class GatewayApp(ServiceApp):
         if self.meter_provider is not None:
             self.meter_provider.shutdown()
             self.meter_provider = None
-        if self._pool is not None:
-            await close_pool(self._pool)
-            self._pool = None
-        if self._own_bus and self._bus is not None:
-            await self._bus.close()
-            self._bus = None
+        await self.close_connections()
         log.info("channel gateway stopped")

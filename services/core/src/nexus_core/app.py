@@ -17,7 +17,7 @@ from motor.motor_asyncio import AsyncIOMotorClient, AsyncIOMotorDatabase
 from nexus_events.bus import Bus, BusSettings, Consumer
 from nexus_events.health import HealthServer
 from nexus_events.metrics import setup_metrics
-from nexus_events.process import ServiceApp, close_pool
+from nexus_events.process import ServiceApp
 from nexus_events.projection import ProjectionRunner
 from nexus_events.streams import CATALOG, ensure_streams
 from opentelemetry.sdk.metrics import MeterProvider as SdkMeterProvider
@@ -71,10 +71,7 @@ class CoreApp(ServiceApp):
         self.metrics: RunMetrics | None = None
         self.meter_provider: SdkMeterProvider | None = None
         self.bus_settings = bus_settings
-        self._own_bus = bus is None
-        self._own_pool = pool is None
-        self._bus = bus
-        self._pool = pool
+        super().__init__("core", bus=bus, pool=pool)
         self._catalog_db = catalog_db
         self._mongo: AsyncIOMotorClient[Document] | None = None
         self.catalog: CatalogStore | None = None
@@ -85,18 +82,6 @@ class CoreApp(ServiceApp):
         self.queries: CoreQueries | None = None
         self.health: HealthServer | None = None
         self._running = False
-
-    @property
-    def bus(self) -> Bus:
-        if self._bus is None:
-            raise RuntimeError("core is not started: no NATS connection")
-        return self._bus
-
-    @property
-    def pool(self) -> asyncpg.Pool[Any]:
-        if self._pool is None:
-            raise RuntimeError("core is not started: no PostgreSQL pool")
-        return self._pool
 
     def ready(self) -> bool:
         """Connected, running, and no projection stuck (failing over and over without
@@ -230,13 +215,8 @@ class CoreApp(ServiceApp):
         await asyncio.gather(*(r.stop() for r in runners if r is not None))
         if self.health is not None:
             await self.health.stop()
-        if self._own_pool and self._pool is not None:
-            await close_pool(self._pool)
-            self._pool = None
         if self._mongo is not None:
             self._mongo.close()
             self._mongo = None
-        if self._own_bus and self._bus is not None:
-            await self._bus.close()
-            self._bus = None
+        await self.close_connections()
         log.info("core stopped")

@@ -23,7 +23,7 @@ from nexus_events.events import MemoryConsolidateReply, MemoryRebuildReply
 from nexus_events.fast import Durable, Handlers
 from nexus_events.health import HealthServer
 from nexus_events.metrics import MetricsSettings, setup_metrics
-from nexus_events.process import ServiceApp, close_pool
+from nexus_events.process import ServiceApp
 from nexus_events.projection import ProjectionRunner, quote_ident, rebuild
 from nexus_events.streams import MEMORY, ensure_streams
 from opentelemetry.sdk.metrics import MeterProvider as SdkMeterProvider
@@ -91,9 +91,7 @@ class MemoryApp(ServiceApp):
         self.bus_settings = bus_settings
         self.metrics_settings = metrics_settings
         self.schema = schema
-        self._own_bus = bus is None
-        self._bus = bus
-        self._pool: asyncpg.Pool[Any] | None = None
+        super().__init__("memory", bus=bus)
         self.embedder = embedder
         self.guard = SecretGuard(self.settings.memory_secret_policy)
         self.meter_provider: SdkMeterProvider | None = None
@@ -112,18 +110,6 @@ class MemoryApp(ServiceApp):
         self._consolidation_task: asyncio.Task[None] | None = None
         self._rebuild_lock = asyncio.Lock()
         self._running = False
-
-    @property
-    def bus(self) -> Bus:
-        if self._bus is None:
-            raise RuntimeError("memory is not started: no NATS connection")
-        return self._bus
-
-    @property
-    def pool(self) -> asyncpg.Pool[Any]:
-        if self._pool is None:
-            raise RuntimeError("memory is not started: no PostgreSQL pool")
-        return self._pool
 
     async def caught_up(self, within: float = CATCH_UP_WAIT) -> None:
         """Wait (at most `within` seconds) until the projection has applied everything
@@ -283,10 +269,5 @@ class MemoryApp(ServiceApp):
         if self.meter_provider is not None:
             self.meter_provider.shutdown()
             self.meter_provider = None
-        if self._pool is not None:
-            await close_pool(self._pool)
-            self._pool = None
-        if self._own_bus and self._bus is not None:
-            await self._bus.close()
-            self._bus = None
+        await self.close_connections()
         log.info("memory stopped")

@@ -12,14 +12,13 @@ from __future__ import annotations
 
 import contextlib
 import logging
-from typing import Any
 
 import asyncpg
 from nexus_events.bus import Bus, BusSettings
 from nexus_events.events import PlaneStatusReply
 from nexus_events.fast import Handlers
 from nexus_events.health import HealthServer
-from nexus_events.process import ServiceApp, close_pool
+from nexus_events.process import ServiceApp
 from nexus_events.projection import ProjectionRunner
 from nexus_events.streams import RUNS, TASKS, ensure_streams
 
@@ -57,9 +56,7 @@ class PlaneSyncApp(ServiceApp):
         self.settings = settings
         self.bus_settings = bus_settings
         self.schema = schema
-        self._own_bus = bus is None
-        self._bus = bus
-        self._pool: asyncpg.Pool[Any] | None = None
+        super().__init__("plane-sync", bus=bus)
         self.metrics = PlaneSyncMetrics()
         s = settings
         self.bucket = TokenBucket(s.plane_rate_per_minute / 60.0, s.plane_burst)
@@ -80,18 +77,6 @@ class PlaneSyncApp(ServiceApp):
         self.endpoints: PlaneEndpoints | None = None
         self.health: HealthServer | None = None
         self._running = False
-
-    @property
-    def bus(self) -> Bus:
-        if self._bus is None:
-            raise RuntimeError("plane-sync is not started: no NATS connection")
-        return self._bus
-
-    @property
-    def pool(self) -> asyncpg.Pool[Any]:
-        if self._pool is None:
-            raise RuntimeError("plane-sync is not started: no PostgreSQL pool")
-        return self._pool
 
     async def mirrored(self, seqs: dict[str, int]) -> None:
         """Wait (at most MIRROR_WAIT seconds) until the mirror applied these positions of the
@@ -214,10 +199,5 @@ class PlaneSyncApp(ServiceApp):
         if self.health is not None:
             await self.health.stop()
         await self.api.close()
-        if self._pool is not None:
-            await close_pool(self._pool)
-            self._pool = None
-        if self._own_bus and self._bus is not None:
-            await self._bus.close()
-            self._bus = None
+        await self.close_connections()
         log.info("plane-sync stopped")
