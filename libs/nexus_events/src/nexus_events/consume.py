@@ -25,7 +25,6 @@ from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy
 
 from nexus_events import codec, subjects, telemetry
 from nexus_events.codec import Decoded, JsMeta
-from nexus_events.dead_letters import build_dead_letter
 from nexus_events.errors import BusError, DecodeError
 from nexus_events.events.base import Event
 
@@ -322,22 +321,7 @@ class Consumer:
     async def _on_max_deliveries(self, advisory: Msg) -> None:
         try:
             info = codec.parse_body(advisory.subject, advisory.data)
-            seq = int(info["stream_seq"])
-            raw = await self.bus.js.get_msg(self.spec.stream, seq)
-            await self.bus.file_dead_letter(
-                build_dead_letter(
-                    service=self.bus.source,
-                    subject=raw.subject or "",
-                    data=raw.data or b"",
-                    headers=dict(raw.headers or {}),
-                    reason="max_deliver",
-                    error=f"not acknowledged after {info.get('deliveries')} deliveries",
-                    consumer=self.spec.durable,
-                    stream=self.spec.stream,
-                    stream_seq=seq,
-                    num_delivered=int(info.get("deliveries", 0)),
-                )
-            )
+            await self.bus.dead_letter_unacknowledged(self.spec.stream, self.spec.durable, info)
             self.dead_lettered += 1
         except Exception:  # an advisory callback must never kill the subscription
             log.exception("could not dead-letter after a max-deliveries advisory")

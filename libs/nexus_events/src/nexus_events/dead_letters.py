@@ -14,6 +14,8 @@ import base64
 import contextlib
 import hashlib
 import logging
+from collections.abc import Mapping
+from typing import Any
 
 import nats.errors
 from nats.aio.msg import Msg
@@ -156,6 +158,29 @@ class DeadLetterPublisher(Publisher):
                 stream=stream,
                 stream_seq=seq,
                 num_delivered=num_delivered or 0,
+            )
+        )
+
+    async def dead_letter_unacknowledged(
+        self, stream: str, consumer: str, advisory: Mapping[str, Any]
+    ) -> bool:
+        """File the message a MAX_DELIVERIES advisory names (its last delivery timed out, so
+        the server never redelivers it), read back from `stream`; see `file_dead_letter`."""
+        seq = int(advisory["stream_seq"])
+        raw = await self.js.get_msg(stream, seq)
+        deliveries = advisory.get("deliveries")
+        return await self.file_dead_letter(
+            build_dead_letter(
+                service=self.source,
+                subject=raw.subject or "",
+                data=raw.data or b"",
+                headers=dict(raw.headers or {}),
+                reason="max_deliver",
+                error=f"not acknowledged after {deliveries} deliveries",
+                consumer=consumer,
+                stream=stream,
+                stream_seq=seq,
+                num_delivered=int(deliveries or 0),
             )
         )
 

@@ -64,7 +64,6 @@ from nexus_events.bus import Bus, BusSettings
 from nexus_events.codec import Decoded, JsMeta
 from nexus_events.connect import connect_options
 from nexus_events.consume import ConsumerSpec, ensure_durable
-from nexus_events.dead_letters import build_dead_letter
 from nexus_events.errors import BusError, BusUnavailable, DecodeError
 from nexus_events.events.base import Event
 
@@ -373,22 +372,7 @@ async def _keep_alive(raw: Msg, ack_wait: float) -> None:
 async def _dead_letter_advisory(bus: Bus, durable: Durable, info: dict[str, Any]) -> None:
     spec = durable.spec
     try:
-        seq = int(info["stream_seq"])
-        raw = await bus.js.get_msg(spec.stream, seq)
-        stored = await bus.file_dead_letter(
-            build_dead_letter(
-                service=bus.source,
-                subject=raw.subject or "",
-                data=raw.data or b"",
-                headers=dict(raw.headers or {}),
-                reason="max_deliver",
-                error=f"not acknowledged after {info.get('deliveries')} deliveries",
-                consumer=spec.durable,
-                stream=spec.stream,
-                stream_seq=seq,
-                num_delivered=int(info.get("deliveries", 0)),
-            )
-        )
+        stored = await bus.dead_letter_unacknowledged(spec.stream, spec.durable, info)
         if stored:
             durable.dead_lettered += 1
     except Exception:  # an advisory handler must never stop the subscription
