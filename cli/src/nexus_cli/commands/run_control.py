@@ -32,10 +32,8 @@ async def _claim(s: Session, run_id: str, approval: str, decision: str) -> None:
         s.bus.js, run_id, approval, decision, decided_by=whoami(), surface="cli"
     )
     if not claim.won:
-        by = f" by {claim.decided_by}" if claim.decided_by else ""
-        via = f" via {claim.surface}" if claim.surface else ""
         raise CliError(
-            f"approval {approval} is already decided ({claim.decision}{by}{via})",
+            f"approval {approval} is already decided ({claim.told()})",
             code=ExitCode.INVALID,
         )
 

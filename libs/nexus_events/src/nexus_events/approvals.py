@@ -33,6 +33,17 @@ class Claim:
     decided_by: str | None
     surface: str | None
 
+    def told(self) -> str:
+        """The decision as every surface tells it: ``deny by alice via cli``."""
+        return decided_as(self.decision, self.decided_by, self.surface)
+
+
+def decided_as(decision: str, decided_by: str | None, surface: str | None) -> str:
+    """``<decision>[ by <who>][ via <surface>]``, the words chat, Plane and the CLI use."""
+    by = f" by {decided_by}" if decided_by else ""
+    via = f" via {surface}" if surface else ""
+    return f"{decision}{by}{via}"
+
 
 async def approvals_bucket(js: JetStreamContext) -> KeyValue:
     """The claims bucket, created on first use (idempotent across services)."""

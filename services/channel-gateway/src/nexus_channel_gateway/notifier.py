@@ -13,6 +13,7 @@ import logging
 from collections.abc import Sequence
 
 from nexus_events import subjects
+from nexus_events.approvals import decided_as
 from nexus_events.bus import Bus, ConsumerSpec
 from nexus_events.events import (
     ApprovalDecided,
@@ -163,13 +164,12 @@ class Notifier:
     ) -> None:
         relayed = await self.store.relayed(run_id, event.approval_id)
         short = f" {relayed.short_id}" if relayed is not None else ""
-        by = f" by {event.decided_by}" if event.decided_by else ""
-        via = f" via {event.surface}" if event.surface else ""
         if origin is not None:
             await say(
                 self.bus,
                 origin,
-                f"Approval `{event.approval_id}`: {event.decision}{by}.",
+                f"Approval `{event.approval_id}`: "
+                f"{decided_as(event.decision, event.decided_by, None)}.",
                 key=f"{run_id}:decided:{event.approval_id}",
                 kind="notice",
                 run_id=run_id,
@@ -181,7 +181,8 @@ class Notifier:
             await say(
                 self.bus,
                 chat,
-                f"Approval{short} of run `{run_id}`: {event.decision}{by}{via}.",
+                f"Approval{short} of run `{run_id}`: "
+                f"{decided_as(event.decision, event.decided_by, event.surface)}.",
                 key=f"{run_id}:decided:{event.approval_id}:to:{_chat(chat)}",
                 kind="notice",
                 run_id=run_id,

@@ -12,7 +12,7 @@ import logging
 from datetime import UTC, datetime, timedelta
 
 from nexus_events import subjects
-from nexus_events.approvals import claim_approval
+from nexus_events.approvals import claim_approval, decided_as
 from nexus_events.bus import Bus, ConsumerSpec
 from nexus_events.events import (
     ApprovalDecision,
@@ -217,8 +217,8 @@ class Router:
         )
         if not claim.won:
             self.metrics.approval(channel, "already_decided")
-            by = f" by {claim.decided_by}" if claim.decided_by else ""
-            text = f"Approval {answer.short_id} is already decided: {claim.decision}{by}."
+            decided = decided_as(claim.decision, claim.decided_by, None)
+            text = f"Approval {answer.short_id} is already decided: {decided}."
             await say(
                 self.bus, here, text, key=f"reply:{key}", kind="notice", run_id=relayed.run_id
             )

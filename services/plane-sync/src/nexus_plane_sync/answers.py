@@ -56,9 +56,7 @@ async def answer_approval(
         )
         return True
     if task_id is not None:
-        by = f" by {claim.decided_by}" if claim.decided_by else ""
-        via = f" via {claim.surface}" if claim.surface else ""
-        text = f"Approval {approval_id} is already decided: {claim.decision}{by}{via}."
+        text = f"Approval {approval_id} is already decided: {claim.told()}."
         write = Write(
             f"run:{run_id}:already:{comment_id}",
             "run_report",
