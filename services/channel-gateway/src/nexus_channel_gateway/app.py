@@ -17,7 +17,7 @@ import logging
 
 import asyncpg
 from nexus_events.bus import Bus, BusSettings
-from nexus_events.fast import Durable, Handlers
+from nexus_events.fast import Handlers
 from nexus_events.health import HealthServer
 from nexus_events.metrics import MetricsSettings, setup_metrics
 from nexus_events.process import ServiceApp
@@ -70,7 +70,6 @@ class GatewayApp(ServiceApp):
         self.posters: dict[str, Poster] = {}
         # The router, notifier, delegation and sender durables: FastStream subscribers.
         self.handlers: Handlers | None = None
-        self.consumers: list[Durable] = []
         self.ingress: Ingress | None = None
         self.endpoints: GatewayEndpoints | None = None
         self.health: HealthServer | None = None
@@ -158,7 +157,6 @@ class GatewayApp(ServiceApp):
         handlers.durable(
             sender_spec(f"{prefix}_sender", s.fetch_timeout, s.ack_wait), ordered=True
         )(sender.on_intent)
-        self.consumers = handlers.durables
         await handlers.start()
         self.endpoints = GatewayEndpoints(self.bus, self.store)
         await self.endpoints.start()
@@ -197,7 +195,6 @@ class GatewayApp(ServiceApp):
         if self.handlers is not None:
             await self.handlers.stop()
             self.handlers = None
-        self.consumers = []
         for poster in self.posters.values():
             with contextlib.suppress(Exception):
                 await poster.close()

@@ -4,7 +4,7 @@ Start: connect NATS, create missing streams (core owns their settings), connect 
 (pgvector extension, vector codec, HNSW iterative scans), load the embedder, re-embed by
 replay if the tables hold another embedder's vectors, then the projection, the stream guard,
 extraction, consolidation, the `nexus-memory` endpoints and the health endpoint.
-Stop (SIGTERM): endpoints first, then the consumers finish their batch, access counts are
+Stop (SIGTERM): endpoints first, then the handlers finish what they hold, access counts are
 flushed, the projection commits its batch in hand, then connections close.
 """
 
@@ -20,7 +20,7 @@ from typing import Any
 import asyncpg
 from nexus_events.bus import Bus, BusSettings
 from nexus_events.events import MemoryConsolidateReply, MemoryRebuildReply
-from nexus_events.fast import Durable, Handlers
+from nexus_events.fast import Handlers
 from nexus_events.health import HealthServer
 from nexus_events.metrics import MetricsSettings, setup_metrics
 from nexus_events.process import ServiceApp
@@ -101,7 +101,6 @@ class MemoryApp(ServiceApp):
         self.stream_guard: StreamGuard | None = None
         # The stream guard and extraction durables: FastStream subscribers (nexus_events.fast).
         self.handlers: Handlers | None = None
-        self.consumers: list[Durable] = []
         self.extractor: Extractor | None = None
         self.tracker: AccessTracker | None = None
         self.consolidator: Consolidator | None = None
@@ -175,7 +174,6 @@ class MemoryApp(ServiceApp):
                     f"{s.consumer_prefix}_extraction", s.memory_extraction_events, s.fetch_timeout
                 )
             )(self.extractor.on_ending)
-        self.consumers = handlers.durables
         await handlers.start()
         self.tracker = AccessTracker(self.bus, s.memory_access_flush)
         await self.tracker.start()
@@ -245,7 +243,7 @@ class MemoryApp(ServiceApp):
         )
 
     async def stop(self) -> None:
-        """Drain: stop answering, let consumers finish their batch, flush, then close."""
+        """Drain: stop answering, let the handlers finish what they hold, flush, then close."""
         self._running = False
         if self.endpoints is not None:
             await self.endpoints.stop()
@@ -257,7 +255,6 @@ class MemoryApp(ServiceApp):
         if self.handlers is not None:
             await self.handlers.stop()
             self.handlers = None
-        self.consumers = []
         if self.tracker is not None:
             await self.tracker.stop()
         if self.extractor is not None:
