@@ -73,7 +73,8 @@ async def test_extraction_records_once_per_run_and_guards_its_output(
             ("repo-github-com-acme-demo-repo", "fact", "extraction", "run-x1"),
         ]
         # Let the second copy of the ending be handled, then check nothing more happened.
-        consumer = memory.consumers[-1]
+        assert memory.handlers is not None
+        consumer = memory.handlers.durables[-1]
         await eventually(lambda: consumer.processed >= 2, what="both endings handled")
         assert len(llm.requests) == 1
         prompt = llm.requests[0]["messages"][1]["content"]
