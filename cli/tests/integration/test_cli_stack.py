@@ -52,6 +52,7 @@ def test_up_again_is_idempotent_and_status_is_healthy(stack: Stack) -> None:
         "nats": "healthy",
         "postgres": "healthy",
         "core": "healthy",
+        "memory": "healthy",
         "scheduler": "healthy (leader)",
     }
 

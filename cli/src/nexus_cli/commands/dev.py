@@ -22,6 +22,7 @@ from nexus_cli.devstack.control import (
     stop_stack,
     wait_ready,
 )
+from nexus_cli.devstack.services import always_started, stack_services
 from nexus_cli.devstack.state import StackState, read_state
 from nexus_cli.errors import CliError, ExitCode
 from nexus_cli.options import Output, OutputOpt, guard, run
@@ -33,8 +34,6 @@ HomeOpt = Annotated[
     Path | None,
     typer.Option("--home", help="Stack directory (default $NEXUS_DEV_HOME or ./.nexus)."),
 ]
-SERVICES = ("nats", "postgres", "core", "scheduler")
-OPTIONAL_SERVICES = ("model",)  # the offline model server, with `up --offline-model`
 
 
 def _home(home: Path | None) -> Path:
@@ -175,10 +174,12 @@ async def _probe(state: StackState) -> dict[str, str]:
     core_url = state.core_health_url
     core = await probes.http_status(core_url + "/readyz") if core_url else 0
     health["core"] = {200: "healthy", 503: "not ready"}.get(core, "down")
-    memory = state.services.get("memory")
-    if memory is not None and memory.url:
-        status = await probes.http_status(memory.url + "/readyz")
-        health["memory"] = {200: "healthy", 503: "not ready"}.get(status, "down")
+    # memory, plane-sync, the channel gateway: their /readyz (core's URL is the one above).
+    for name in ("memory", "plane-sync", "channel-gateway"):
+        entry = state.services.get(name)
+        if entry is not None and entry.url:
+            status = await probes.http_status(entry.url + "/readyz")
+            health[name] = {200: "healthy", 503: "not ready"}.get(status, "down")
     health["scheduler"] = "down"
     model = state.services.get("model")
     if model is not None and model.url:
@@ -215,10 +216,13 @@ def status(home: HomeOpt = None, output: OutputOpt = Output.TABLE) -> None:
                 f"no dev stack in {where}", hint="`nexus dev up`", code=ExitCode.UNAVAILABLE
             )
         alive = state.supervisor_alive()
-        health = await _probe(state) if alive else dict.fromkeys(SERVICES, "down")
+        health = await _probe(state) if alive else {}
         now = time.time()
         services: list[dict[str, Any]] = []
-        for name in (*SERVICES, *(n for n in OPTIONAL_SERVICES if n in state.services)):
+        # Every service the supervisor recorded (plane-sync, the gateway and the offline model
+        # only when it started them), in its start order.
+        listed = [n for n in stack_services() if n in always_started() or n in state.services]
+        for name in listed:
             entry = state.services.get(name)
             services.append(
                 {
@@ -266,7 +270,10 @@ def status(home: HomeOpt = None, output: OutputOpt = Output.TABLE) -> None:
 def logs(
     service: Annotated[
         str | None,
-        typer.Argument(help="nats, postgres, core, memory, scheduler, model or supervisor."),
+        typer.Argument(
+            help="nats, postgres, core, memory, scheduler, plane-sync, channel-gateway, model"
+            " or supervisor."
+        ),
     ] = None,
     follow: Annotated[bool, typer.Option("--follow", "-f", help="Keep printing.")] = False,
     lines: Annotated[int, typer.Option("--lines", "-n", min=0, help="Lines of history.")] = 50,
@@ -276,7 +283,7 @@ def logs(
 
     def body() -> None:
         where = _home(home)
-        known = (*SERVICES, *OPTIONAL_SERVICES, "supervisor")
+        known = (*stack_services(), "supervisor")
         names = [service] if service else list(known)
         for name in names:
             if name not in known:

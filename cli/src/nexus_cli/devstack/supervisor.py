@@ -22,7 +22,6 @@ import sys
 import sysconfig
 import time
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass, field
 from pathlib import Path
 
 import asyncpg
@@ -32,6 +31,7 @@ from nexus_events.streams import ensure_streams
 
 from nexus_cli.devstack import probes
 from nexus_cli.devstack.postgres import EmbeddedPostgres
+from nexus_cli.devstack.services import APP_SERVICES, GATEWAY
 from nexus_cli.devstack.state import ServiceEntry, StackState, process_ref, write_state
 
 log = logging.getLogger("nexus.dev")
@@ -49,61 +49,6 @@ RESTART_DELAY = 0.5
 RESTART_DELAY_CAP = 10.0
 # How often the supervisor looks at PostgreSQL (not its child) and refreshes readiness.
 WATCH_PERIOD = 1.0
-
-
-@dataclass(frozen=True)
-class AppService:
-    """One Nexus service of the dev stack: ``python -m <module>`` with a health endpoint."""
-
-    name: str
-    module: str
-    # The service's Settings read its health endpoint from these (core and memory share the
-    # plain names; the scheduler's are prefixed).
-    health_host_env: str = "NEXUS_HEALTH_HOST"
-    health_port_env: str = "NEXUS_HEALTH_PORT"
-    needs_database: bool = True
-    env: dict[str, str] = field(default_factory=dict)
-    # Started only when one of these is set in the stack's environment (empty: always).
-    only_with: tuple[str, ...] = ()
-    # Counted in the stack's readiness; a service that waits on something outside the stack
-    # (Plane, Slack) is not, so its absence never fails `nexus dev up`.
-    gates_readiness: bool = True
-
-    def enabled(self, env: dict[str, str]) -> bool:
-        return not self.only_with or any(env.get(name) for name in self.only_with)
-
-
-# Started in this order, stopped in the reverse one: memory before the scheduler so a run's
-# assembly finds it, the scheduler last so nothing dispatches before its readers are up.
-APP_SERVICES: tuple[AppService, ...] = (
-    AppService("core", "nexus_core"),
-    AppService("memory", "nexus_memory"),
-    AppService(
-        "scheduler",
-        "nexus_scheduler",
-        health_host_env="NEXUS_SCHEDULER_HEALTH_HOST",
-        health_port_env="NEXUS_SCHEDULER_HEALTH_PORT",
-        needs_database=False,
-    ),
-    # plane-sync: only when Plane is configured (NEXUS_PLANE_URL and its other NEXUS_PLANE_*
-    # settings; docs/plane.md); it queues until Plane answers.
-    AppService(
-        "plane-sync", "nexus_plane_sync", only_with=("NEXUS_PLANE_URL",), gates_readiness=False
-    ),
-    # The channel gateway: only when a channel is configured (docs/channels.md); without one
-    # it would only answer 404s.
-    AppService(
-        "channel-gateway",
-        "nexus_channel_gateway",
-        only_with=(
-            "NEXUS_SLACK_BOT_TOKEN",
-            "NEXUS_TELEGRAM_BOT_TOKEN",
-            "NEXUS_WEBHOOK_SOURCES_FILE",
-        ),
-        gates_readiness=False,
-    ),
-)
-GATEWAY = next(app for app in APP_SERVICES if app.name == "channel-gateway")
 
 
 def gateway_configured(env: dict[str, str]) -> bool:
