@@ -1,6 +1,17 @@
 """A fake OpenAI-compatible server: ``POST /v1/chat/completions`` (JSON and SSE streaming)
 and ``POST /v1/embeddings`` (deterministic trigram vectors).
 
+Mirrors (docs/fakes.md): the openai client's models (``ChatCompletion``, ``ChatCompletionChunk``,
+``CreateEmbeddingResponse``) and OpenAI's API reference for what is always sent: a completion's
+``system_fingerprint``, ``service_tier``, a choice's ``logprobs``, a message's ``refusal`` and
+``annotations``, usage with its ``*_tokens_details``; with ``stream_options.include_usage``
+``"usage": null`` on every chunk but the last (whose ``choices`` is empty); SSE ``data:`` frames
+ending with ``data: [DONE]``; an ``x-request-id`` header; errors as
+``{"error": {"message", "type", "param", "code"}}`` (429: type ``requests``, code
+``rate_limit_exceeded``; 5xx: ``server_error``; 400: ``invalid_request_error``). Not OpenAI's
+but read by the runner: ``delta.reasoning_content`` (vLLM's and DeepSeek's reasoning stream).
+Checked by tests/fakes_contract/test_openai.py.
+
 A test scripts the conversation: each request takes the next `Step` from the script (a
 `Reply` with text and/or tool calls and usage, or an `Failure` such as a 429 with
 Retry-After or a 503). A step may also be a function of the request body, so a reply can
@@ -67,6 +78,21 @@ class Failure:
 
 
 Step = Reply | Failure
+
+# OpenAI's error ``type`` (and ``code``) by status; 4xx not listed are invalid requests.
+ERROR_KINDS: dict[int, tuple[str, str | None]] = {
+    401: ("invalid_request_error", "invalid_api_key"),
+    404: ("invalid_request_error", "model_not_found"),
+    429: ("requests", "rate_limit_exceeded"),
+}
+
+
+def error_body(status: int, message: str, param: str | None = None) -> dict[str, Any]:
+    """OpenAI's error object for `status`."""
+    kind, code = ERROR_KINDS.get(
+        status, ("server_error", None) if status >= 500 else ("invalid_request_error", None)
+    )
+    return {"error": {"message": message, "type": kind, "param": param, "code": code}}
 
 
 def trigram_vector(text: str, dim: int) -> list[float]:
@@ -150,28 +176,56 @@ class FakeOpenAI(ServedFake):
         return web.json_response({
             "object": "list", "data": data, "model": body.get("model", self.model),
             "usage": {"prompt_tokens": tokens, "total_tokens": tokens},
-        })  # fmt: skip
+        }, headers=self._headers())  # fmt: skip
+
+    def _headers(self) -> dict[str, str]:
+        return {"x-request-id": f"req_{next(self._ids)}"}
 
     async def _completions(self, request: web.Request) -> web.StreamResponse:
         body: dict[str, Any] = await request.json()
         self.requests.append(body)
+        # Missing is a 400 as at OpenAI; an empty list is let through (OpenAI refuses it too,
+        # but tests script failures with `messages=[]`).
+        for param in ("model", "messages"):
+            if param not in body:
+                answer = error_body(400, f"Missing required parameter: '{param}'.", param)
+                return web.json_response(answer, status=400, headers=self._headers())
         step = self._next_step(body)
         if isinstance(step, Failure):
             self.failures_sent += 1
-            headers = {}
+            headers = self._headers()
             if step.retry_after is not None:
                 headers["Retry-After"] = f"{step.retry_after:g}"
-            error = {"message": step.message, "type": "fake_error", "code": str(step.status)}
-            return web.json_response({"error": error}, status=step.status, headers=headers)
+            answer = error_body(step.status, step.message)
+            return web.json_response(answer, status=step.status, headers=headers)
         if body.get("stream"):
             return await self._stream(request, body, step)
-        return web.json_response(self._completion(body, step))
+        return web.json_response(self._completion(body, step), headers=self._headers())
 
-    def _usage(self, step: Reply) -> dict[str, int]:
+    def _usage(self, step: Reply) -> dict[str, Any]:
+        reasoning = len(step.reasoning) // 4  # a stand-in count, inside completion_tokens
         return {
             "prompt_tokens": step.prompt_tokens,
             "completion_tokens": step.completion_tokens,
             "total_tokens": step.prompt_tokens + step.completion_tokens,
+            "prompt_tokens_details": {"cached_tokens": 0, "audio_tokens": 0},
+            "completion_tokens_details": {
+                "reasoning_tokens": min(reasoning, step.completion_tokens),
+                "audio_tokens": 0,
+                "accepted_prediction_tokens": 0,
+                "rejected_prediction_tokens": 0,
+            },
+        }
+
+    def _envelope(self, kind: str, ident: str, body: dict[str, Any]) -> dict[str, Any]:
+        """The fields every completion and chunk has, in OpenAI's order."""
+        return {
+            "id": ident,
+            "object": kind,
+            "created": int(time.time()),
+            "model": body.get("model", self.model),
+            "service_tier": "default",
+            "system_fingerprint": "fp_fake",
         }
 
     def _finish(self, step: Reply) -> str:
@@ -181,7 +235,12 @@ class FakeOpenAI(ServedFake):
         return [c.id or f"call_{next(self._ids)}" for c in step.tool_calls]
 
     def _completion(self, body: dict[str, Any], step: Reply) -> dict[str, Any]:
-        message: dict[str, Any] = {"role": "assistant", "content": step.text or None}
+        message: dict[str, Any] = {
+            "role": "assistant",
+            "content": step.text or None,
+            "refusal": None,
+            "annotations": [],
+        }
         if step.tool_calls:
             message["tool_calls"] = [
                 {
@@ -191,38 +250,36 @@ class FakeOpenAI(ServedFake):
                 }
                 for c, call_id in zip(step.tool_calls, self._call_ids(step), strict=True)
             ]
+        choice = {"index": 0, "message": message, "logprobs": None}
         return {
-            "id": f"chatcmpl-{next(self._ids)}",
-            "object": "chat.completion",
-            "created": int(time.time()),
-            "model": body.get("model", self.model),
-            "choices": [{"index": 0, "message": message, "finish_reason": self._finish(step)}],
+            **self._envelope("chat.completion", f"chatcmpl-{next(self._ids)}", body),
+            "choices": [{**choice, "finish_reason": self._finish(step)}],
             "usage": self._usage(step),
         }
 
     async def _stream(
         self, request: web.Request, body: dict[str, Any], step: Reply
     ) -> web.StreamResponse:
-        resp = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+        headers = {"Content-Type": "text/event-stream; charset=utf-8", **self._headers()}
+        resp = web.StreamResponse(headers=headers)
         await resp.prepare(request)
         chunk_id = f"chatcmpl-{next(self._ids)}"
-        model = body.get("model", self.model)
+        # With include_usage, every chunk says "usage": null until the last one.
+        with_usage = bool((body.get("stream_options") or {}).get("include_usage"))
 
         def frame(delta: dict[str, Any], finish: str | None = None) -> dict[str, Any]:
-            return {
-                "id": chunk_id,
-                "object": "chat.completion.chunk",
-                "created": int(time.time()),
-                "model": model,
-                "choices": [{"index": 0, "delta": delta, "finish_reason": finish}],
-            }
+            choice = {"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish}
+            out = {**self._envelope("chat.completion.chunk", chunk_id, body), "choices": [choice]}
+            if with_usage:
+                out["usage"] = None
+            return out
 
         async def send(payload: dict[str, Any]) -> None:
             await resp.write(f"data: {json.dumps(payload)}\n\n".encode())
             if step.chunk_delay:
                 await asyncio.sleep(step.chunk_delay)
 
-        await send(frame({"role": "assistant", "content": ""}))
+        await send(frame({"role": "assistant", "content": "", "refusal": None}))
         size = max(step.chunk_size, 1)
         for i in range(0, len(step.reasoning), size):
             await send(frame({"reasoning_content": step.reasoning[i : i + size]}))
@@ -238,13 +295,14 @@ class FakeOpenAI(ServedFake):
             zip(step.tool_calls, self._call_ids(step), strict=True)
         ):
             head = {"index": index, "id": call_id, "type": "function"}
-            await send(frame({"tool_calls": [{**head, "function": {"name": call.name}}]}))
+            function = {"name": call.name, "arguments": ""}
+            await send(frame({"tool_calls": [{**head, "function": function}]}))
             args = call.arguments_json()
             for i in range(0, len(args), size):
                 piece = {"index": index, "function": {"arguments": args[i : i + size]}}
                 await send(frame({"tool_calls": [piece]}))
         await send(frame({}, self._finish(step)))
-        if (body.get("stream_options") or {}).get("include_usage"):
+        if with_usage:
             usage_frame = frame({})
             usage_frame["choices"] = []
             usage_frame["usage"] = self._usage(step)
@@ -254,4 +312,4 @@ class FakeOpenAI(ServedFake):
         return resp
 
 
-__all__ = ["Failure", "FakeOpenAI", "Reply", "Script", "Step", "ToolCall"]
+__all__ = ["Failure", "FakeOpenAI", "Reply", "Script", "Step", "ToolCall", "error_body"]
