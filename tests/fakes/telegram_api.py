@@ -1,18 +1,29 @@
 """A fake Telegram Bot API and webhook sender, over real HTTP.
 
 Bot API (what python-telegram-bot's ``Bot(token, base_url=fake.base_url)`` calls):
-``/bot<token>/getMe`` and ``/bot<token>/sendMessage``; a wrong token is a 404 like Telegram
-(``{"ok": false, "error_code": 404}``). `rate_limit(n, retry_after)` makes the next `n`
-sendMessage calls answer 429 with ``parameters.retry_after``. Sent messages are in `sent`.
+``/bot<token>/getMe`` and ``/bot<token>/sendMessage``. `rate_limit(n, retry_after)` makes the
+next `n` sendMessage calls answer 429 with ``parameters.retry_after``. Sent messages are in
+`sent`.
 
-Webhook side: `post_update` POSTs an Update with the ``X-Telegram-Bot-Api-Secret-Token``
-header, as Telegram does for a webhook set with a secret_token.
+Webhook side: `update` builds an Update and `post_update` POSTs it with the
+``X-Telegram-Bot-Api-Secret-Token`` header, as Telegram does for a webhook set with a
+secret_token.
+
+Mirrors (docs/fakes.md): the Bot API reference and python-telegram-bot's models and error
+mapping. Answers are ``{"ok": true, "result": ...}`` or ``{"ok": false, "error_code",
+"description"[, "parameters": {"retry_after"}]}`` with the same HTTP status: a well-formed
+token Telegram does not know is 401 ``Unauthorized`` (PTB: InvalidToken), a malformed one or an
+unknown method 404 ``Not Found``, a chat id that is no number 400 ``chat not found``. getMe's
+User has the getMe-only fields; a sent Message has ``from`` (the bot), a private chat's
+``first_name`` and, when replying, ``reply_to_message``. Checked against ``Update.de_json`` and
+friends (no unknown field) by tests/fakes_contract/test_telegram.py.
 """
 
 from __future__ import annotations
 
 import itertools
 import json
+import re
 import time
 from dataclasses import dataclass
 from typing import Any
@@ -23,6 +34,21 @@ from aiohttp import web
 from tests.fakes.http import LocalHttpServer, ServedFake
 
 SECRET_HEADER = "X-Telegram-Bot-Api-Secret-Token"
+# A token as BotFather issues it: Telegram answers 401 for an unknown one of this shape, 404
+# for anything else (python-telegram-bot's BaseRequest explains both).
+TOKEN_SHAPE = re.compile(r"\d+:[\w-]+")
+# The first name Telegram gives a private chat: the person's (the helpers use one person).
+PERSON = "Ada"
+
+
+def _failure(code: int, description: str, **extra: Any) -> web.Response:
+    body = {"ok": False, "error_code": code, "description": description, **extra}
+    return web.json_response(body, status=code)
+
+
+def private_chat(chat_id: int) -> dict[str, Any]:
+    """A private chat as Telegram sends it: named after the person in it."""
+    return {"id": chat_id, "first_name": PERSON, "type": "private"}
 
 
 @dataclass
@@ -65,54 +91,48 @@ class FakeTelegram(ServedFake):
             return dict(body) if isinstance(body, dict) else {}
         return {k: v for k, v in (await request.post()).items() if isinstance(v, str)}
 
+    def _bot_user(self) -> dict[str, Any]:
+        return {"id": self.bot_id, "is_bot": True, "first_name": "nexus", "username": "nexus_bot"}
+
     async def _call(self, request: web.Request) -> web.Response:
-        if request.match_info["token"] != self.token:
-            return web.json_response(
-                {"ok": False, "error_code": 404, "description": "Not Found"}, status=404
-            )
+        token = request.match_info["token"]
+        if token != self.token:
+            if TOKEN_SHAPE.fullmatch(token):
+                return _failure(401, "Unauthorized")
+            return _failure(404, "Not Found")
         method = request.match_info["method"]
         if method == "getMe":
-            return web.json_response(
-                {
-                    "ok": True,
-                    "result": {
-                        "id": self.bot_id,
-                        "is_bot": True,
-                        "first_name": "nexus",
-                        "username": "nexus_bot",
-                    },
-                }
-            )
+            me = {
+                **self._bot_user(),
+                "can_join_groups": True,
+                "can_read_all_group_messages": False,
+                "supports_inline_queries": False,
+                "can_connect_to_business": False,
+                "has_main_web_app": False,
+            }
+            return web.json_response({"ok": True, "result": me})
         if method == "sendMessage":
             return self._send(await self._params(request))
-        return web.json_response(
-            {"ok": False, "error_code": 404, "description": "Not Found: method not found"},
-            status=404,
-        )
+        return _failure(404, "Not Found")
 
     def _send(self, params: dict[str, Any]) -> web.Response:
         if self._limit_left > 0:
             self._limit_left -= 1
             self.rate_limited_calls += 1
-            return web.json_response(
-                {
-                    "ok": False,
-                    "error_code": 429,
-                    "description": f"Too Many Requests: retry after {self._retry_after}",
-                    "parameters": {"retry_after": self._retry_after},
-                },
-                status=429,
+            return _failure(
+                429,
+                f"Too Many Requests: retry after {self._retry_after}",
+                parameters={"retry_after": self._retry_after},
             )
         chat_id, text = params.get("chat_id"), params.get("text")
-        if chat_id is None or not text:
-            return web.json_response(
-                {
-                    "ok": False,
-                    "error_code": 400,
-                    "description": "Bad Request: message text is empty",
-                },
-                status=400,
-            )
+        if chat_id is None or chat_id == "":
+            return _failure(400, "Bad Request: chat_id is empty")
+        try:
+            chat = int(chat_id)
+        except ValueError:  # an @username of a chat this fake does not have
+            return _failure(400, "Bad Request: chat not found")
+        if not text:
+            return _failure(400, "Bad Request: message text is empty")
         reply = params.get("reply_to_message_id")
         if reply is None and params.get("reply_parameters"):
             rp = params["reply_parameters"]
@@ -122,12 +142,19 @@ class FakeTelegram(ServedFake):
         self.sent.append(
             TelegramMessage(str(chat_id), str(text), int(reply) if reply else None, message_id)
         )
-        result = {
+        now = int(time.time())
+        result: dict[str, Any] = {
             "message_id": message_id,
-            "date": int(time.time()),
-            "chat": {"id": int(chat_id), "type": "private"},
+            "from": self._bot_user(),
+            "chat": private_chat(chat),
+            "date": now,
             "text": text,
         }
+        if reply:
+            # Telegram includes the whole replied message; the fake knows only its id.
+            result["reply_to_message"] = {
+                "message_id": int(reply), "chat": private_chat(chat), "date": now,
+            }  # fmt: skip
         return web.json_response({"ok": True, "result": result})
 
     def replies_to(self, chat_id: str, message_id: int) -> list[str]:
@@ -144,18 +171,20 @@ def update(
     reply_to: int | None = None,
 ) -> dict[str, Any]:
     """A Bot API ``Update`` carrying one private text message."""
+    person = {"id": user_id, "is_bot": False, "first_name": PERSON, "language_code": "en"}
     message: dict[str, Any] = {
         "message_id": message_id,
+        "from": person,
+        "chat": private_chat(chat_id),
         "date": int(time.time()),
-        "chat": {"id": chat_id, "type": "private"},
-        "from": {"id": user_id, "is_bot": False, "first_name": "Ada"},
         "text": text,
     }
     if reply_to is not None:
         message["reply_to_message"] = {
             "message_id": reply_to,
+            "from": person,
+            "chat": private_chat(chat_id),
             "date": int(time.time()),
-            "chat": {"id": chat_id, "type": "private"},
             "text": "(earlier)",
         }
     return {"update_id": update_id, "message": message}
