@@ -6,6 +6,17 @@ side: give a Job a status, add its pod, append log lines, end the log. Every cha
 or a pod is sent to open watches of that kind as newline-delimited ``{"type", "object"}``
 frames. `hang(method, fragment)` makes matching requests wait without an answer (an API
 server that stopped responding) until `release_hung()` or the server closes.
+
+Mirrors (docs/fakes.md): kubernetes-asyncio's models (every body deserializes with no key the
+model lacks) and the API server where Nexus depends on it: a created Job gets the server's
+defaults (``generation``, ``backoffLimit`` 6, ``completions``/``parallelism`` 1,
+``completionMode``, ``suspend``, the controller-uid ``selector`` and template labels); its pods
+carry those labels and an ``ownerReference`` to it; errors are ``Status`` bodies with
+``details`` (``jobs.batch "x" not found``); a DELETE answers ``Status`` Success with
+``details`` (name, group, kind, uid), and a Job's pods and owned Secrets go only with a
+``propagationPolicy`` of Background or Foreground (batch/v1 orphans them by default); a list
+has ``metadata.resourceVersion`` and a watch from it sends only later changes (without one,
+the current objects as ADDED first). Checked by tests/fakes_contract/test_kube.py.
 """
 
 from __future__ import annotations
@@ -27,6 +38,19 @@ from aiohttp import web
 from tests.fakes.http import LocalHttpServer
 
 JOB_NAME_LABEL = "batch.kubernetes.io/job-name"
+CONTROLLER_UID_LABEL = "batch.kubernetes.io/controller-uid"
+# The API server's defaults for a batch/v1 Job's spec (where the client left them out).
+JOB_SPEC_DEFAULTS = {
+    "backoffLimit": 6,
+    "completions": 1,
+    "parallelism": 1,
+    "completionMode": "NonIndexed",
+    "suspend": False,
+    "podReplacementPolicy": "TerminatingOrFailed",
+}
+# Which resource a kind is, for Status details ("kind" there is the resource, as the server
+# sends it) and messages (`jobs.batch "x" not found`).
+RESOURCES = {"Job": ("batch", "jobs"), "Secret": ("", "secrets"), "Pod": ("", "pods")}
 
 # The parsed request body, stored by the recording middleware for the handlers. A typed key:
 # aiohttp warns once per process about a plain str key, and under filterwarnings=error that
@@ -38,8 +62,10 @@ def _now() -> str:
     return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
-def _status(code: int, reason: str, message: str) -> web.Response:
-    body = {
+def _status(
+    code: int, reason: str, message: str, details: dict[str, Any] | None = None
+) -> web.Response:
+    body: dict[str, Any] = {
         "kind": "Status",
         "apiVersion": "v1",
         "metadata": {},
@@ -48,7 +74,29 @@ def _status(code: int, reason: str, message: str) -> web.Response:
         "reason": reason,
         "code": code,
     }
+    if details is not None:
+        body["details"] = details
     return web.json_response(body, status=code)
+
+
+def _details(kind: str, name: str) -> dict[str, Any]:
+    group, resource = RESOURCES[kind]
+    return {"name": name, "kind": resource, **({"group": group} if group else {})}
+
+
+def _qualified(kind: str) -> str:
+    group, resource = RESOURCES[kind]
+    return f"{resource}.{group}" if group else resource
+
+
+def _not_found(kind: str, name: str) -> web.Response:
+    message = f'{_qualified(kind)} "{name}" not found'
+    return _status(404, "NotFound", message, _details(kind, name))
+
+
+def _already_exists(kind: str, name: str) -> web.Response:
+    message = f'{_qualified(kind)} "{name}" already exists'
+    return _status(409, "AlreadyExists", message, _details(kind, name))
 
 
 def _matches(obj: dict[str, Any], selector: str | None) -> bool:
@@ -88,7 +136,11 @@ class FakeKubeApi:
         self._logs: dict[tuple[str, str], _Log] = defaultdict(_Log)
         # (kind, namespace, label selector, queue) of each open watch.
         self._watchers: list[tuple[str, str, str | None, asyncio.Queue[dict[str, Any] | None]]] = []
+        # Every change as (resourceVersion, namespace, frame): a watch from a resourceVersion
+        # replays what came after it.
+        self._history: list[tuple[int, str, dict[str, Any]]] = []
         self._rv = itertools.count(1)
+        self._last_rv = 0
         self._http = LocalHttpServer()
         self._hangs: list[tuple[str, str]] = []
         self._failures: list[tuple[str, str]] = []
@@ -185,20 +237,28 @@ class FakeKubeApi:
         container_statuses: list[dict[str, Any]] | None = None,
     ) -> str:
         name = f"{job_name}-{uuid.uuid4().hex[:5]}"
-        # The Job controller gives a pod its template's labels plus the job-name ones.
+        # The Job controller gives a pod its template's labels (the job-name and controller-uid
+        # ones among them) and makes the Job its controlling owner.
         job = self.jobs.get((namespace, job_name))
         template = (job or {}).get("spec", {}).get("template", {}).get("metadata", {})
         labels = {**(template.get("labels") or {}), JOB_NAME_LABEL: job_name, "job-name": job_name}
-        pod = {
+        meta: dict[str, Any] = {
+            "name": name,
+            "generateName": f"{job_name}-",
+            "namespace": namespace,
+            "uid": str(uuid.uuid4()),
+            "labels": labels,
+            "creationTimestamp": _now(),
+        }
+        if job is not None:
+            meta["ownerReferences"] = [
+                {"apiVersion": "batch/v1", "kind": "Job", "name": job_name,
+                 "uid": job["metadata"]["uid"], "controller": True, "blockOwnerDeletion": True},
+            ]  # fmt: skip
+        pod: dict[str, Any] = {
             "apiVersion": "v1",
             "kind": "Pod",
-            "metadata": {
-                "name": name,
-                "namespace": namespace,
-                "uid": str(uuid.uuid4()),
-                "labels": labels,
-                "creationTimestamp": _now(),
-            },
+            "metadata": meta,
             "spec": {"containers": [{"name": "runner", "image": "x"}]},
             "status": {"phase": phase, "containerStatuses": container_statuses or []},
         }
@@ -233,10 +293,11 @@ class FakeKubeApi:
     # -- objects -----------------------------------------------------------------------------
 
     def _touch(self, obj: dict[str, Any]) -> None:
-        obj["metadata"]["resourceVersion"] = str(next(self._rv))
+        self._last_rv = next(self._rv)
+        obj["metadata"]["resourceVersion"] = str(self._last_rv)
 
     def _new(self, request: web.Request, kind: str) -> dict[str, Any]:
-        obj = copy.deepcopy(request[JSON_BODY])
+        obj: dict[str, Any] = copy.deepcopy(request[JSON_BODY])
         meta = obj.setdefault("metadata", {})
         meta["namespace"] = request.match_info["ns"]
         meta["uid"] = str(uuid.uuid4())
@@ -246,9 +307,14 @@ class FakeKubeApi:
         return obj
 
     def _notify(self, namespace: str, kind: str, obj: dict[str, Any]) -> None:
+        frame = {"type": kind, "object": copy.deepcopy(obj)}
+        self._history.append((int(obj["metadata"]["resourceVersion"]), namespace, frame))
         for watched, ns, selector, queue in self._watchers:
             if watched == obj.get("kind") and ns == namespace and _matches(obj, selector):
-                queue.put_nowait({"type": kind, "object": copy.deepcopy(obj)})
+                queue.put_nowait(copy.deepcopy(frame))
+
+    def _list_meta(self) -> dict[str, Any]:
+        return {"resourceVersion": str(self._last_rv)}
 
     # -- jobs --------------------------------------------------------------------------------
 
@@ -256,9 +322,9 @@ class FakeKubeApi:
         ns = request.match_info["ns"]
         name = request[JSON_BODY]["metadata"]["name"]
         if (ns, name) in self.jobs:
-            return _status(409, "AlreadyExists", f'jobs.batch "{name}" already exists')
+            return _already_exists("Job", name)
         job = self._new(request, "Job")
-        job.setdefault("status", {})
+        _default_job(job)
         self.jobs[(ns, name)] = job
         self._notify(ns, "ADDED", job)
         return web.json_response(job, status=201)
@@ -266,22 +332,38 @@ class FakeKubeApi:
     async def _get_job(self, request: web.Request) -> web.Response:
         key = (request.match_info["ns"], request.match_info["name"])
         if key not in self.jobs:
-            return _status(404, "NotFound", f'jobs.batch "{key[1]}" not found')
+            return _not_found("Job", key[1])
         return web.json_response(self.jobs[key])
 
     async def _delete_job(self, request: web.Request) -> web.Response:
         key = (request.match_info["ns"], request.match_info["name"])
         job = self.jobs.pop(key, None)
         if job is None:
-            return _status(404, "NotFound", f'jobs.batch "{key[1]}" not found')
-        # Owned secrets go with their Job (garbage collection by ownerReference).
+            return _not_found("Job", key[1])
+        body = request[JSON_BODY] if isinstance(request[JSON_BODY], dict) else {}
+        policy = request.query.get("propagationPolicy") or body.get("propagationPolicy")
         uid = job["metadata"]["uid"]
-        for skey, secret in list(self.secrets.items()):
-            owners = secret["metadata"].get("ownerReferences") or []
-            if any(o.get("uid") == uid for o in owners):
-                del self.secrets[skey]
+        self._touch(job)
         self._notify(key[0], "DELETED", job)
-        return web.json_response(job)
+        # The garbage collector removes dependents (the pods, Secrets owned by the Job) only
+        # with a propagation policy: batch/v1 orphans them by default. (It does so at once
+        # here; a real cluster takes a moment.)
+        if policy in ("Background", "Foreground"):
+            self._collect(key[0], uid)
+        details = {**_details("Job", key[1]), "uid": uid}
+        status = {"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success",
+                  "details": details}  # fmt: skip
+        return web.json_response(status)
+
+    def _collect(self, namespace: str, owner_uid: str) -> None:
+        for store in (self.secrets, self.pods):
+            for key, obj in list(store.items()):
+                owners = obj["metadata"].get("ownerReferences") or []
+                if key[0] == namespace and any(o.get("uid") == owner_uid for o in owners):
+                    del store[key]
+                    if obj.get("kind") == "Pod":
+                        self._touch(obj)
+                        self._notify(namespace, "DELETED", obj)
 
     async def _list_jobs(self, request: web.Request) -> web.StreamResponse:
         ns = request.match_info["ns"]
@@ -289,8 +371,9 @@ class FakeKubeApi:
         items = [j for (n, _), j in self.jobs.items() if n == ns and _matches(j, selector)]
         if request.query.get("watch") not in ("true", "1", "True"):
             return web.json_response(
-                {"kind": "JobList", "apiVersion": "batch/v1", "metadata": {}, "items": items}
-            )
+                {"kind": "JobList", "apiVersion": "batch/v1", "metadata": self._list_meta(),
+                 "items": items}
+            )  # fmt: skip
         return await self._watch(request, "Job", ns, selector, items)
 
     async def _watch(
@@ -302,8 +385,18 @@ class FakeKubeApi:
         items: list[dict[str, Any]],
     ) -> web.StreamResponse:
         queue: asyncio.Queue[dict[str, Any] | None] = asyncio.Queue()
-        for item in items:
-            queue.put_nowait({"type": "ADDED", "object": copy.deepcopy(item)})
+        since = request.query.get("resourceVersion")
+        if since and since != "0":
+            # From a resourceVersion: the changes after it, then live ones.
+            for rv, namespace, frame in self._history:
+                obj = frame["object"]
+                later = rv > int(since) and namespace == ns and obj.get("kind") == kind
+                if later and _matches(obj, selector):
+                    queue.put_nowait(copy.deepcopy(frame))
+        else:
+            # Without one: the current objects as ADDED, then live changes.
+            for item in items:
+                queue.put_nowait({"type": "ADDED", "object": copy.deepcopy(item)})
         watcher = (kind, ns, selector, queue)
         self._watchers.append(watcher)
         response = web.StreamResponse()
@@ -327,7 +420,7 @@ class FakeKubeApi:
         ns = request.match_info["ns"]
         name = request[JSON_BODY]["metadata"]["name"]
         if (ns, name) in self.secrets:
-            return _status(409, "AlreadyExists", f'secrets "{name}" already exists')
+            return _already_exists("Secret", name)
         secret = self._new(request, "Secret")
         self.secrets[(ns, name)] = secret
         return web.json_response(secret, status=201)
@@ -335,7 +428,7 @@ class FakeKubeApi:
     async def _get_secret(self, request: web.Request) -> web.Response:
         key = (request.match_info["ns"], request.match_info["name"])
         if key not in self.secrets:
-            return _status(404, "NotFound", f'secrets "{key[1]}" not found')
+            return _not_found("Secret", key[1])
         return web.json_response(self.secrets[key])
 
     # -- pods and logs -----------------------------------------------------------------------
@@ -346,13 +439,18 @@ class FakeKubeApi:
         items = [p for (n, _), p in self.pods.items() if n == ns and _matches(p, selector)]
         if request.query.get("watch") in ("true", "1", "True"):
             return await self._watch(request, "Pod", ns, selector, items)
-        body = {"kind": "PodList", "apiVersion": "v1", "metadata": {}, "items": items}
+        body = {
+            "kind": "PodList",
+            "apiVersion": "v1",
+            "metadata": self._list_meta(),
+            "items": items,
+        }
         return web.json_response(body)
 
     async def _pod_log(self, request: web.Request) -> web.StreamResponse:
         key = (request.match_info["ns"], request.match_info["name"])
         if key not in self.pods:
-            return _status(404, "NotFound", f'pods "{key[1]}" not found')
+            return _not_found("Pod", key[1])
         follow = request.query.get("follow") in ("true", "1", "True")
         log = self._logs[key]
         response = web.StreamResponse()
@@ -371,6 +469,23 @@ class FakeKubeApi:
                 break
         await response.write_eof()
         return response
+
+
+def _default_job(job: dict[str, Any]) -> None:
+    """What the API server adds to a Job it creates: generation, spec defaults, the
+    controller-uid selector and the labels the Job controller matches its pods by."""
+    meta, spec = job["metadata"], job.setdefault("spec", {})
+    meta["generation"] = 1
+    for key, value in JOB_SPEC_DEFAULTS.items():
+        spec.setdefault(key, value)
+    uid, name = meta["uid"], meta["name"]
+    spec.setdefault("selector", {"matchLabels": {CONTROLLER_UID_LABEL: uid}})
+    template = spec.setdefault("template", {}).setdefault("metadata", {})
+    template["labels"] = {
+        **(template.get("labels") or {}),
+        CONTROLLER_UID_LABEL: uid, JOB_NAME_LABEL: name, "controller-uid": uid, "job-name": name,
+    }  # fmt: skip
+    job.setdefault("status", {})
 
 
 async def _drain(
