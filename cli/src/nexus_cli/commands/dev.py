@@ -220,7 +220,7 @@ def status(home: HomeOpt = None, output: OutputOpt = Output.TABLE) -> None:
         now = time.time()
         services: list[dict[str, Any]] = []
         # Every service the supervisor recorded (plane-sync, the gateway and the offline model
-        # only when it started them), in its start order.
+        # only when it started them), in the order of stack_services().
         listed = [n for n in stack_services() if n in always_started() or n in state.services]
         for name in listed:
             entry = state.services.get(name)

@@ -67,7 +67,8 @@ GATEWAY = next(app for app in APP_SERVICES if app.name == "channel-gateway")
 
 
 def stack_services() -> tuple[str, ...]:
-    """Every service the supervisor may run, in its start order."""
+    """Every service the supervisor may run: the infrastructure, the Nexus services in their
+    start order, then the offline model (listed last, as `dev status` always showed it)."""
     return (*INFRA_SERVICES, *(app.name for app in APP_SERVICES), OFFLINE_MODEL)
 
 
