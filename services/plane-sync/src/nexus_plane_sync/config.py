@@ -10,6 +10,7 @@ from typing import Literal
 
 from nexus_events.events import Column
 from nexus_events.health import HealthPort
+from nexus_events.runstate import RunEvent
 from pydantic import Field, SecretStr
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
@@ -25,14 +26,14 @@ DEFAULT_STATE_MAP: dict[str, str] = {
 }
 # Where a run's events move its work item (board columns, mapped to states above).
 DEFAULT_RUN_COLUMNS: dict[str, str] = {
-    "started": Column.IN_PROGRESS,
-    "approval_requested": Column.AWAITING_APPROVAL,
-    "approval_decided": Column.IN_PROGRESS,
-    "completed": Column.DONE,
-    "failed": Column.FAILED,
-    "timed_out": Column.FAILED,
-    "lost": Column.FAILED,
-    "cancelled": Column.TODO,
+    RunEvent.STARTED: Column.IN_PROGRESS,
+    RunEvent.APPROVAL_REQUESTED: Column.AWAITING_APPROVAL,
+    RunEvent.APPROVAL_DECIDED: Column.IN_PROGRESS,
+    RunEvent.COMPLETED: Column.DONE,
+    RunEvent.FAILED: Column.FAILED,
+    RunEvent.TIMED_OUT: Column.FAILED,
+    RunEvent.LOST: Column.FAILED,
+    RunEvent.CANCELLED: Column.TODO,
 }
 
 
