@@ -7,6 +7,7 @@ import hmac
 from datetime import UTC, datetime
 
 import httpx
+import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 from nexus_events.events import (
@@ -26,9 +27,10 @@ from nexus_events.events import (
 )
 from nexus_events.runstate import LIVE, RunStatus, next_status
 from nexus_events.subjects import Family
+from pydantic import ValidationError
 
 from nexus_plane_sync import render
-from nexus_plane_sync.config import DEFAULT_RUN_COLUMNS
+from nexus_plane_sync.config import DEFAULT_RUN_COLUMNS, PlaneSyncSettings
 from nexus_plane_sync.decisions import ACTIVE_STATUSES, RunState, evolve, run_writes, task_writes
 from nexus_plane_sync.mirror import RUN_EVENTS
 from nexus_plane_sync.plane_api import reset_seconds
@@ -208,3 +210,17 @@ def test_a_row_written_by_an_older_mirror_still_evolves() -> None:
     evolve(run, RunCancelled(), "cancelled")
     assert run.status == "cancelled"
     assert set(ACTIVE_STATUSES) >= {s.value for s in LIVE}
+
+
+def test_run_columns_name_run_events_and_board_columns() -> None:
+    """A misspelt event in NEXUS_PLANE_RUN_COLUMNS would never move an item: refused at start."""
+    base = {
+        "plane_url": "http://plane", "plane_api_key": "k", "plane_workspace": "w",
+        "plane_project_id": "p", "plane_webhook_secret": "s",
+    }  # fmt: skip
+    ok = PlaneSyncSettings(**base, plane_run_columns={"completed": "review"})  # type: ignore[arg-type]
+    assert ok.plane_run_columns == {"completed": "review"}
+    with pytest.raises(ValidationError, match=r"'complete'.*not a run event"):
+        PlaneSyncSettings(**base, plane_run_columns={"complete": "done"})  # type: ignore[arg-type]
+    with pytest.raises(ValidationError, match=r"'finished'.*not a board column"):
+        PlaneSyncSettings(**base, plane_run_columns={"completed": "finished"})  # type: ignore[arg-type]
