@@ -189,8 +189,8 @@ def _stored_status(status: str) -> RunStatus | None:
 
 _STATUSES = {s.value: s for s in RunStatus}
 # Statuses plane-sync wrote before it used runstate, still in the rows of existing deployments:
-# `cancelling` was a live run asked to stop, which runstate keeps where it was (running, at the
-# latest: the request came from a Plane stop or a person, after the run had started).
+# `cancelling` was a live run asked to stop; how far it had got was not kept, so it reads as
+# running (live, so a Plane comment or stop still finds it; its ending comes next anyway).
 _LEGACY_STATUS = {"cancelling": RunStatus.RUNNING}
 # The runs a Plane comment or stop is for (`store.active_runs`): those that have not ended.
 ACTIVE_STATUSES: tuple[str, ...] = (*sorted(s.value for s in LIVE), *_LEGACY_STATUS)
