@@ -10,10 +10,13 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from nexus_events.services import SERVICES
 from pydantic import BaseModel
 from pydantic_core import PydanticUndefined
 from pydantic_settings import BaseSettings
 
+# (title, module, class) of each table: the settings every service shares, then each
+# service's own, from the service table (nexus_events.services).
 SECTIONS: list[tuple[str, str, str]] = [
     ("every service: NATS", "nexus_events.connect", "BusSettings"),
     (
@@ -22,16 +25,14 @@ SECTIONS: list[tuple[str, str, str]] = [
         "StreamSettings",
     ),
     ("every service: metrics", "nexus_events.metrics", "MetricsSettings"),
-    ("core (`python -m nexus_core`)", "nexus_core.config", "CoreSettings"),
-    ("core: the system's run metrics", "nexus_core.run_metrics", "RunMetricsSettings"),
-    ("scheduler (`python -m nexus_scheduler`)", "nexus_scheduler.config", "SchedulerSettings"),
-    ("runner (`python -m nexus_runner`)", "nexus_runner.config", "RunnerSettings"),
-    ("memory (`python -m nexus_memory`)", "nexus_memory.config", "MemorySettings"),
-    ("plane-sync (`python -m nexus_plane_sync`)", "nexus_plane_sync.config", "PlaneSyncSettings"),
-    (
-        "channel gateway (`python -m nexus_channel_gateway`)",
-        "nexus_channel_gateway.config",
-        "GatewaySettings",
+    *(
+        (
+            f"{spec.name} (`python -m {spec.module}`)" if i == 0 else f"{spec.name}: `{name}`",
+            module,
+            name,
+        )
+        for spec in SERVICES
+        for i, (module, name) in enumerate(path.split(":") for path in spec.settings)
     ),
 ]
 

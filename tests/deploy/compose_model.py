@@ -3,24 +3,21 @@ and the environment variable names each Nexus service's Settings classes read.""
 
 from __future__ import annotations
 
+import importlib
 import re
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 import yaml
+from nexus_events import services
 from pydantic_settings import BaseSettings
 
 ROOT = Path(__file__).resolve().parents[2]
 COMPOSE = ROOT / "deploy/compose.yaml"
-# Services built from this repository: compose name -> python package run by its entrypoint.
-NEXUS_SERVICES = {
-    "core": "nexus_core",
-    "core-mongodb": "nexus_core",
-    "memory": "nexus_memory",
-    "scheduler": "nexus_scheduler",
-    "plane-sync": "nexus_plane_sync",
-}
+# Services built from this repository: compose name -> python package run by its entrypoint;
+# each service of the table (nexus_events.services) and the variants compose runs it as
+# (core-mongodb), found by their entrypoint.
 # Standard OpenTelemetry SDK variables (read by nexus_events.telemetry / metrics setup).
 OTEL_VARS = {"OTEL_EXPORTER_OTLP_ENDPOINT", "OTEL_SERVICE_NAME", "OTEL_RESOURCE_ATTRIBUTES"}
 
@@ -69,32 +66,39 @@ def environment(service: dict[str, Any]) -> dict[str, str]:
     return {k: str(v) for k, v in env.items()}
 
 
+def nexus_services() -> dict[str, str]:
+    modules = {spec.module for spec in services.LONG_RUNNING}
+    found = {}
+    for name, service in load_raw()["services"].items():
+        entry = service.get("entrypoint", [])
+        if entry[:2] == ["python", "-m"] and entry[2] in modules:
+            found[name] = entry[2]
+    return found
+
+
 def settings_classes(package: str) -> list[type[BaseSettings]]:
-    """The Settings classes whose variables a service's process (and its children) read."""
+    """The Settings classes whose variables a service's process (and its children: the
+    scheduler's local runs) read, as the service table names them."""
     from nexus_events.bus import BusSettings
     from nexus_events.metrics import MetricsSettings
     from nexus_events.streams import StreamSettings
 
     common: list[type[BaseSettings]] = [BusSettings, StreamSettings, MetricsSettings]
-    if package == "nexus_core":
-        from nexus_core.config import CoreSettings
+    [spec] = [s for s in services.SERVICES if s.module == package]
+    paths = [
+        *spec.settings,
+        *(p for child in spec.spawns for p in services.service(child).settings),
+    ]
+    return [*(_load(path) for path in paths), *common]
 
-        return [CoreSettings, *common]
-    if package == "nexus_scheduler":
-        from nexus_runner.config import RunnerSettings
-        from nexus_scheduler.config import SchedulerSettings
 
-        # Local runs are child processes: they inherit the scheduler's environment.
-        return [SchedulerSettings, RunnerSettings, *common]
-    if package == "nexus_plane_sync":
-        from nexus_plane_sync.config import PlaneSyncSettings
+def _load(path: str) -> type[BaseSettings]:
+    module, name = path.split(":")
+    cls: type[BaseSettings] = getattr(importlib.import_module(module), name)
+    return cls
 
-        return [PlaneSyncSettings, *common]
-    if package == "nexus_memory":
-        from nexus_memory.config import MemorySettings
 
-        return [MemorySettings, *common]
-    raise KeyError(package)
+NEXUS_SERVICES = nexus_services()
 
 
 def env_names(cls: type[BaseSettings]) -> set[str]:

@@ -6,7 +6,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from nexus_events.runstate import TERMINAL_EVENTS, RunStatus, is_terminal, next_status
+from nexus_events.runstate import TERMINAL_EVENTS, RunEvent, RunStatus, is_terminal, next_status
 from rich.console import Group
 from rich.panel import Panel
 from rich.table import Table
@@ -16,7 +16,12 @@ from nexus_cli.output import duration
 
 # Events shown under "recent" in the live view.
 RECENT = 6
-# The run events after which a run has ended: its terminal statuses (nexus_events.runstate).
+# The status line's colour of an ended run (the rest are cyan).
+_COLOUR: dict[str, str] = {
+    RunStatus.COMPLETED: "green",
+    RunStatus.FAILED: "red",
+    RunStatus.CANCELLED: "yellow",
+}
 
 
 @dataclass
@@ -59,25 +64,25 @@ class RunView:
         if new is not None:
             self.status = new.value
         self.phase = event
-        if event == "requested":
+        if event == RunEvent.REQUESTED:
             self.agent_id = body.get("agent_id", self.agent_id)
-        elif event == "prepared":
+        elif event == RunEvent.PREPARED:
             self.agent_id = (body.get("config") or {}).get("agent_id", self.agent_id)
-        elif event == "queued":
+        elif event == RunEvent.QUEUED:
             self.queue_position = body.get("position")
-        elif event == "heartbeat" and body.get("phase"):
+        elif event == RunEvent.HEARTBEAT and body.get("phase"):
             self.phase = f"heartbeat: {body['phase']}"
-        elif event == "turn":
+        elif event == RunEvent.TURN:
             self.turns = max(self.turns, int(body.get("turn", 0)))
             self.tokens_in += int(body.get("tokens_in", 0))
             self.tokens_out += int(body.get("tokens_out", 0))
             self.cost_usd += float(body.get("cost_usd", 0.0))
-        elif event == "tool_called":
+        elif event == RunEvent.TOOL_CALLED:
             self.tool_calls += 1
             self.phase = f"tool: {body.get('tool')}"
-        elif event == "approval_requested":
+        elif event == RunEvent.APPROVAL_REQUESTED:
             self.pending_approvals[str(body.get("approval_id"))] = str(body.get("summary", ""))
-        elif event == "approval_decided":
+        elif event == RunEvent.APPROVAL_DECIDED:
             self.pending_approvals.pop(str(body.get("approval_id")), None)
         if event in TERMINAL_EVENTS:
             self.reason = body.get("reason")
@@ -113,9 +118,7 @@ class RunView:
         grid = Table.grid(padding=(0, 2))
         grid.add_column(style="bold")
         grid.add_column()
-        colour = {"completed": "green", "failed": "red", "cancelled": "yellow"}.get(
-            self.status, "cyan"
-        )
+        colour = _COLOUR.get(self.status, "cyan")
         grid.add_row(
             "status", f"[{colour}]{self.status}[/]" + (f" ({self.reason})" if self.reason else "")
         )
@@ -138,25 +141,25 @@ class RunView:
 
 def describe(event: str, body: dict[str, Any]) -> str:  # noqa: PLR0911 - one case per event
     """One line per event for logs and the live view."""
-    if event == "turn":
+    if event == RunEvent.TURN:
         tokens = f"{body.get('tokens_in', 0)}+{body.get('tokens_out', 0)}"
         return f"turn {body.get('turn')}: {tokens} tokens"
-    if event == "tool_called":
+    if event == RunEvent.TOOL_CALLED:
         return f"tool_called {body.get('tool')}" + (" (refused)" if body.get("refused") else "")
-    if event == "tool_result":
+    if event == RunEvent.TOOL_RESULT:
         return f"tool_result {body.get('tool')} ok={body.get('ok')}"
-    if event in TERMINAL_EVENTS and event != "completed":
+    if event in TERMINAL_EVENTS and event != RunEvent.COMPLETED:
         return f"{event}: {body.get('reason')} {body.get('message') or ''}".rstrip()
-    if event == "completed":
+    if event == RunEvent.COMPLETED:
         summary = (body.get("result") or {}).get("summary") or ""
         return f"completed: {summary}".rstrip(": ")
-    if event == "queued":
+    if event == RunEvent.QUEUED:
         return f"queued at position {body.get('position')} ({body.get('limit')} limit)"
-    if event == "dispatched":
+    if event == RunEvent.DISPATCHED:
         return f"dispatched to {body.get('runtime')} ({body.get('handle')})"
-    if event == "approval_requested":
+    if event == RunEvent.APPROVAL_REQUESTED:
         return f"approval_requested {body.get('approval_id')}: {body.get('summary')}"
-    if event == "approval_decided":
+    if event == RunEvent.APPROVAL_DECIDED:
         return f"approval_decided {body.get('approval_id')}: {body.get('decision')}"
     return event
 

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from nexus_events.services import LONG_RUNNING, ServiceSpec
+
 # Not Nexus services: started by the supervisor before them (nats, postgres) or with
 # `up --offline-model` after them (model).
 INFRA_SERVICES = ("nats", "postgres")
@@ -33,36 +35,31 @@ class AppService:
         return not self.only_with or any(env.get(name) for name in self.only_with)
 
 
-# Started in this order, stopped in the reverse one: memory before the scheduler so a run's
-# assembly finds it, the scheduler last so nothing dispatches before its readers are up.
-APP_SERVICES: tuple[AppService, ...] = (
-    AppService("core", "nexus_core"),
-    AppService("memory", "nexus_memory"),
-    AppService(
-        "scheduler",
-        "nexus_scheduler",
-        health_host_env="NEXUS_SCHEDULER_HEALTH_HOST",
-        health_port_env="NEXUS_SCHEDULER_HEALTH_PORT",
-        needs_database=False,
-    ),
-    # plane-sync: only when Plane is configured (NEXUS_PLANE_URL and its other NEXUS_PLANE_*
-    # settings; docs/plane.md); it queues until Plane answers.
-    AppService(
-        "plane-sync", "nexus_plane_sync", only_with=("NEXUS_PLANE_URL",), gates_readiness=False
-    ),
-    # The channel gateway: only when a channel is configured (docs/channels.md); without one
-    # it would only answer 404s.
-    AppService(
-        "channel-gateway",
-        "nexus_channel_gateway",
-        only_with=(
-            "NEXUS_SLACK_BOT_TOKEN",
-            "NEXUS_TELEGRAM_BOT_TOKEN",
-            "NEXUS_WEBHOOK_SOURCES_FILE",
-        ),
-        gates_readiness=False,
-    ),
-)
+# How a service's Settings name its health endpoint where they differ from the plain names
+# (core, memory, plane-sync and the gateway share those; the scheduler's are prefixed).
+_HEALTH_ENV = {
+    "scheduler": ("NEXUS_SCHEDULER_HEALTH_HOST", "NEXUS_SCHEDULER_HEALTH_PORT"),
+}
+
+
+def _app(spec: ServiceSpec) -> AppService:
+    host_env, port_env = _HEALTH_ENV.get(spec.name, ("NEXUS_HEALTH_HOST", "NEXUS_HEALTH_PORT"))
+    return AppService(
+        spec.name,
+        spec.module,
+        health_host_env=host_env,
+        health_port_env=port_env,
+        needs_database=spec.database,
+        only_with=spec.profile.enabled_by if spec.profile else (),
+        # An optional service waits on something outside the stack (Plane, Slack): its
+        # absence never fails `nexus dev up`.
+        gates_readiness=spec.profile is None,
+    )
+
+
+# The long-running services of the service table (nexus_events.services), in its order:
+# started in it, stopped in the reverse one.
+APP_SERVICES: tuple[AppService, ...] = tuple(_app(spec) for spec in LONG_RUNNING)
 GATEWAY = next(app for app in APP_SERVICES if app.name == "channel-gateway")
 
 

@@ -66,6 +66,7 @@ from nexus_events.events.queries import (
     SkillView,
 )
 from nexus_events.roles import EVENT_ROLES, QUERY_ROLES, Party, Service
+from nexus_events.services import SERVICES
 from nexus_events.streams import DAY, STREAM_OF_FAMILY, StreamSettings, stream_configs
 from nexus_events.subjects import Family
 
@@ -116,15 +117,11 @@ _QUERY_MODELS: dict[str, tuple[type[BaseModel], type[BaseModel]]] = {
     subjects.CHANNEL_PAIRINGS: (PairingsRequest, PairingsReply),
 }
 
-_SERVICE_TEXT: dict[Service, str] = {
-    Service.CORE: "Catalog, run assembly, projections (agent_runs, board), queries.",
-    Service.SCHEDULER: "Admission, dispatch, cancellation, timeouts, cron schedules.",
-    Service.RUNNER: "The in-pod agent loop of one run.",
+# The parties that are no deployed service; the services' lines are the service table's.
+_SERVICE_TEXT: dict[str, str] = {
     Service.CLI: "The `nexus` operator CLI.",
-    Service.MEMORY: "Long-term memory: hybrid search, extraction, consolidation, secret guard.",
-    Service.PLANE_SYNC: "Tasks and runs <-> Plane work items, comments, agent runs; webhooks in.",
-    Service.CHANNEL_GATEWAY: "Slack, Telegram, webhooks in; replies, approvals relay, pairing.",
     Service.OPERATOR: "A person with the nats CLI: a bare JSON `nats pub` is a valid command.",
+    **{spec.name: spec.summary for spec in SERVICES},
 }
 
 

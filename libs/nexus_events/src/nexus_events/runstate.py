@@ -7,7 +7,9 @@ and a run never moves backwards, so projections can apply duplicates and late ev
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from enum import StrEnum
+from types import MappingProxyType
 
 
 class RunStatus(StrEnum):
@@ -34,15 +36,66 @@ TERMINAL: frozenset[RunStatus] = frozenset(
     }
 )
 
+# The statuses of a run that has not ended (what an 'active runs' query asks for).
+LIVE: frozenset[RunStatus] = frozenset(RunStatus) - TERMINAL
+
+
+class RunEvent(StrEnum):
+    """The name of each run event: the last token of its subject and its model's
+    ``event_name`` (`nexus_events.events.runs` declares each model under one of these)."""
+
+    REQUESTED = "requested"
+    PREPARED = "prepared"
+    QUEUED = "queued"
+    DISPATCHED = "dispatched"
+    STARTED = "started"
+    HEARTBEAT = "heartbeat"
+    TURN = "turn"
+    TOOL_CALLED = "tool_called"
+    TOOL_RESULT = "tool_result"
+    APPROVAL_REQUESTED = "approval_requested"
+    APPROVAL_DECIDED = "approval_decided"
+    CANCEL_REQUESTED = "cancel_requested"
+    COMPLETED = "completed"
+    FAILED = "failed"
+    CANCELLED = "cancelled"
+    TIMED_OUT = "timed_out"
+    LOST = "lost"
+
+
+# The status each run event implies: live ones apply only forwards (see `next_status`), so a
+# `heartbeat` or `turn` means `running` only if the run had not got that far. `cancel_requested`
+# implies none: it asks, and the run's own events (`cancelled`, or another ending) say what
+# happened; until then the run is where it was. tests/unit/test_runstate.py checks that every
+# registered run event is here. Keyed by `RunEvent`, looked up by plain `str` too (a subject's
+# last token): a StrEnum member hashes and compares as its value.
+EVENT_STATUS: Mapping[str, RunStatus | None] = MappingProxyType(
+    {
+        RunEvent.REQUESTED: RunStatus.REQUESTED,
+        RunEvent.PREPARED: RunStatus.PREPARED,
+        RunEvent.QUEUED: RunStatus.QUEUED,
+        RunEvent.DISPATCHED: RunStatus.DISPATCHED,
+        RunEvent.STARTED: RunStatus.RUNNING,
+        RunEvent.HEARTBEAT: RunStatus.RUNNING,
+        RunEvent.TURN: RunStatus.RUNNING,
+        RunEvent.TOOL_CALLED: RunStatus.RUNNING,
+        RunEvent.TOOL_RESULT: RunStatus.RUNNING,
+        RunEvent.APPROVAL_REQUESTED: RunStatus.AWAITING_APPROVAL,
+        RunEvent.APPROVAL_DECIDED: RunStatus.RUNNING,
+        RunEvent.CANCEL_REQUESTED: None,
+        RunEvent.COMPLETED: RunStatus.COMPLETED,
+        RunEvent.FAILED: RunStatus.FAILED,
+        RunEvent.CANCELLED: RunStatus.CANCELLED,
+        RunEvent.TIMED_OUT: RunStatus.TIMED_OUT,
+        RunEvent.LOST: RunStatus.LOST,
+    }
+)
+
 # The run events that end a run (each names its terminal status): the one list every reader
 # of endings uses (consumer filters, followers, displays).
-TERMINAL_EVENTS: tuple[str, ...] = (
-    RunStatus.COMPLETED.value,
-    RunStatus.FAILED.value,
-    RunStatus.CANCELLED.value,
-    RunStatus.TIMED_OUT.value,
-    RunStatus.LOST.value,
-)
+TERMINAL_EVENTS: tuple[RunEvent, ...] = tuple(RunEvent(s) for s in RunStatus if s in TERMINAL)
+# The approval events toggle running <-> awaiting_approval (the one move between equal ranks).
+_TOGGLES = frozenset({RunEvent.APPROVAL_REQUESTED, RunEvent.APPROVAL_DECIDED})
 
 # Progress rank: a status change is applied only forwards. Running and awaiting_approval
 # share a rank because a run moves between them both ways.
@@ -53,27 +106,6 @@ _RANK = {
     RunStatus.DISPATCHED: 3,
     RunStatus.RUNNING: 4,
     RunStatus.AWAITING_APPROVAL: 4,
-}
-
-# Which status a run event implies; events absent here (turn, tool_called, heartbeat...)
-# imply `running` only if the run had not got that far.
-_EVENT_STATUS = {
-    "requested": RunStatus.REQUESTED,
-    "prepared": RunStatus.PREPARED,
-    "queued": RunStatus.QUEUED,
-    "dispatched": RunStatus.DISPATCHED,
-    "started": RunStatus.RUNNING,
-    "heartbeat": RunStatus.RUNNING,
-    "turn": RunStatus.RUNNING,
-    "tool_called": RunStatus.RUNNING,
-    "tool_result": RunStatus.RUNNING,
-    "approval_requested": RunStatus.AWAITING_APPROVAL,
-    "approval_decided": RunStatus.RUNNING,
-    "completed": RunStatus.COMPLETED,
-    "failed": RunStatus.FAILED,
-    "cancelled": RunStatus.CANCELLED,
-    "timed_out": RunStatus.TIMED_OUT,
-    "lost": RunStatus.LOST,
 }
 
 
@@ -102,7 +134,7 @@ def next_status(current: RunStatus | str | None, event_name: str) -> RunStatus |
     event never moves a run backwards (a late `queued` after `running` is ignored), except
     that `approval_requested`/`approval_decided` toggle between running and awaiting_approval.
     """
-    target = _EVENT_STATUS.get(event_name)
+    target = EVENT_STATUS.get(event_name)
     if target is None:
         return None
     if current is None:
@@ -114,6 +146,6 @@ def next_status(current: RunStatus | str | None, event_name: str) -> RunStatus |
         return target
     if _RANK[target] > _RANK[now]:
         return target
-    if _RANK[target] == _RANK[now] and target is not now and event_name.startswith("approval_"):
+    if _RANK[target] == _RANK[now] and target is not now and event_name in _TOGGLES:
         return target
     return None

@@ -153,3 +153,35 @@ def test_terminal_events_are_the_terminal_statuses_and_the_terminal_event_classe
     assert runstate.live_rank("running") == runstate.live_rank(RunStatus.AWAITING_APPROVAL)
     with pytest.raises(KeyError):
         runstate.live_rank(RunStatus.LOST)
+
+
+def test_every_registered_run_event_has_a_status_and_a_name() -> None:
+    """One vocabulary: each run event the contract registers is a `RunEvent`, is declared by
+    its model under that name, and says which status it implies (None only for a request that
+    changes no status by itself); `next_status` follows that table."""
+    from nexus_events import runstate
+    from nexus_events.events.runs import TerminalEvent
+
+    run_models = {name: cls for (family, name), cls in registered().items() if family is Family.RUN}
+    assert set(run_models) == {e.value for e in runstate.RunEvent}
+    assert set(runstate.EVENT_STATUS) == set(runstate.RunEvent)
+    for name, cls in run_models.items():
+        event = runstate.RunEvent(name)
+        assert cls.event_name == event
+        status = runstate.EVENT_STATUS[event]
+        if issubclass(cls, TerminalEvent):
+            assert status is not None
+            assert cls.status == status
+            assert status in TERMINAL
+        assert next_status(None, event) == status
+    # Only a request is status-less: it asks, and the run's own events say what happened.
+    assert [e for e, s in runstate.EVENT_STATUS.items() if s is None] == [
+        runstate.RunEvent.CANCEL_REQUESTED
+    ]
+    assert set(runstate.TERMINAL_EVENTS) == {
+        e for e, s in runstate.EVENT_STATUS.items() if s in TERMINAL
+    }
+    # Every status is reached by some event: no status without a way into it.
+    assert {s for s in runstate.EVENT_STATUS.values() if s is not None} == set(RunStatus)
+    assert set(RunStatus) == runstate.LIVE | TERMINAL
+    assert not runstate.LIVE & TERMINAL

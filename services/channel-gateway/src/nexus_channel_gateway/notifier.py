@@ -26,6 +26,7 @@ from nexus_events.events import (
     TerminalEvent,
 )
 from nexus_events.fast import Delivered
+from nexus_events.runstate import TERMINAL_EVENTS, RunEvent, RunStatus
 from nexus_events.streams import RUNS
 
 from nexus_channel_gateway.codes import short_code
@@ -35,17 +36,20 @@ from nexus_channel_gateway.store import GatewayStore
 
 log = logging.getLogger(__name__)
 
-WATCHED = (
-    "requested",
-    "started",
-    "approval_requested",
-    "approval_decided",
-    "completed",
-    "failed",
-    "cancelled",
-    "timed_out",
-    "lost",
+WATCHED: tuple[RunEvent, ...] = (
+    RunEvent.REQUESTED,
+    RunEvent.STARTED,
+    RunEvent.APPROVAL_REQUESTED,
+    RunEvent.APPROVAL_DECIDED,
+    *TERMINAL_EVENTS,
 )
+# How the chat line of an ending reads ("Run `r1` timed out: deadline_exceeded").
+_ENDED_AS: dict[str, str] = {
+    RunStatus.FAILED: "failed",
+    RunStatus.TIMED_OUT: "timed out",
+    RunStatus.LOST: "was lost",
+    RunStatus.CANCELLED: "was cancelled",
+}
 # Longest result text posted; the rest is in `nexus attach`.
 MAX_TEXT = 3000
 
@@ -67,18 +71,13 @@ def _clip(text: str) -> str:
 
 def describe(run_id: str, name: str, event: Event) -> str | None:
     """The chat line for one run event (None: nothing to say)."""
-    if name == "started":
+    if name == RunEvent.STARTED:
         return f"▶️ Run `{run_id}` started."
     if isinstance(event, RunCompleted):
         extra = "".join(f"\n{part}" for part in (event.result.summary, event.result.pr_url) if part)
         return _clip(f"✅ Run `{run_id}` completed.{extra}")
     if isinstance(event, TerminalEvent):
-        verb = {
-            "failed": "failed",
-            "timed_out": "timed out",
-            "lost": "was lost",
-            "cancelled": "was cancelled",
-        }.get(name, name)
+        verb = _ENDED_AS.get(event.status, event.status)
         detail = f" ({event.message})" if event.message else ""
         return _clip(f"❌ Run `{run_id}` {verb}: {event.reason}{detail}")
     return None
@@ -137,8 +136,8 @@ class Notifier:
                 self.bus,
                 event.reply_to,
                 f"🆗 Run `{run_id}` of `{event.agent_id}` requested.",
-                key=f"{run_id}:requested",
-                kind="requested",
+                key=f"{run_id}:{RunEvent.REQUESTED}",
+                kind=RunEvent.REQUESTED,
                 run_id=run_id,
             )
             return

@@ -42,6 +42,7 @@ from nexus_events.events.runs import (
 from nexus_events.follow import StreamFollower
 from nexus_events.metrics import METER_NAME, MetricsSettings
 from nexus_events.projection import CHECKPOINT_TABLE
+from nexus_events.runstate import RunEvent
 from nexus_events.streams import DLQ, RUNS, STREAM_OF_FAMILY
 from opentelemetry.metrics import CallbackOptions, Meter, MeterProvider, Observation
 from pydantic import Field
@@ -421,22 +422,13 @@ class RunMetrics:
 
 
 # Lifecycle steps counted by `nexus.runs` (heartbeats, turns and tools have their own metrics).
-_COUNTED_STATES = frozenset(
-    {
-        "requested",
-        "prepared",
-        "queued",
-        "dispatched",
-        "started",
-        "approval_requested",
-        "cancel_requested",
-        "completed",
-        "failed",
-        "cancelled",
-        "timed_out",
-        "lost",
-    }
-)
+_COUNTED_STATES = frozenset(RunEvent) - {
+    RunEvent.HEARTBEAT,
+    RunEvent.TURN,
+    RunEvent.TOOL_CALLED,
+    RunEvent.TOOL_RESULT,
+    RunEvent.APPROVAL_DECIDED,
+}
 
 
 __all__ = ["INSTRUMENTS", "PipelineSnapshot", "RunMetrics", "RunMetricsSettings"]

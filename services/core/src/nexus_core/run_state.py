@@ -35,11 +35,17 @@ from nexus_events.events import (
     RunTurn,
     TerminalEvent,
 )
-from nexus_events.runstate import is_terminal, live_rank, next_status
+from nexus_events.runstate import RunEvent, is_terminal, live_rank, next_status
 from pydantic import TypeAdapter
 
 # Events whose timestamp is recorded as the start of a phase.
-PHASES = ("requested", "prepared", "queued", "dispatched", "started")
+PHASES = (
+    RunEvent.REQUESTED,
+    RunEvent.PREPARED,
+    RunEvent.QUEUED,
+    RunEvent.DISPATCHED,
+    RunEvent.STARTED,
+)
 
 StatusKey = tuple[int, int, int, int]
 _TERMINAL = 2  # the class of a terminal event's status key: above every live status

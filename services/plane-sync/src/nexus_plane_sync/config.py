@@ -10,7 +10,8 @@ from typing import Literal
 
 from nexus_events.events import Column
 from nexus_events.health import HealthPort
-from pydantic import Field, SecretStr
+from nexus_events.runstate import RunEvent
+from pydantic import Field, SecretStr, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 # Plane's default states of a new project; a project with renamed states maps them here.
@@ -25,15 +26,17 @@ DEFAULT_STATE_MAP: dict[str, str] = {
 }
 # Where a run's events move its work item (board columns, mapped to states above).
 DEFAULT_RUN_COLUMNS: dict[str, str] = {
-    "started": Column.IN_PROGRESS,
-    "approval_requested": Column.AWAITING_APPROVAL,
-    "approval_decided": Column.IN_PROGRESS,
-    "completed": Column.DONE,
-    "failed": Column.FAILED,
-    "timed_out": Column.FAILED,
-    "lost": Column.FAILED,
-    "cancelled": Column.TODO,
+    RunEvent.STARTED: Column.IN_PROGRESS,
+    RunEvent.APPROVAL_REQUESTED: Column.AWAITING_APPROVAL,
+    RunEvent.APPROVAL_DECIDED: Column.IN_PROGRESS,
+    RunEvent.COMPLETED: Column.DONE,
+    RunEvent.FAILED: Column.FAILED,
+    RunEvent.TIMED_OUT: Column.FAILED,
+    RunEvent.LOST: Column.FAILED,
+    RunEvent.CANCELLED: Column.TODO,
 }
+_RUN_EVENT_NAMES = frozenset(e.value for e in RunEvent)
+_COLUMN_NAMES = frozenset(c.value for c in Column)
 
 
 class PlaneSyncSettings(BaseSettings):
@@ -102,6 +105,18 @@ class PlaneSyncSettings(BaseSettings):
         description="Seconds a run's write waits for its task to be known before it fails"
         " (a run on a task id nobody created).",
     )
+
+    @field_validator("plane_run_columns")
+    @classmethod
+    def _run_columns(cls, value: dict[str, str]) -> dict[str, str]:
+        # A misspelt event or column would silently never move a work item.
+        for event, column in value.items():
+            if event not in _RUN_EVENT_NAMES:
+                raise ValueError(f"{event!r} is not a run event ({', '.join(RunEvent)})")
+            if column not in _COLUMN_NAMES:
+                raise ValueError(f"{column!r} is not a board column ({', '.join(Column)})")
+        return value
+
     # -- webhook endpoint ---------------------------------------------------------------------
     webhook_host: str = Field("0.0.0.0", description="Bind address of the webhook endpoint.")  # noqa: S104
     webhook_port: int = Field(8090, ge=0, le=65535, description="Its port (0: any free port).")

@@ -26,6 +26,7 @@ from nexus_events.events import (
     ToolCalled,
 )
 from nexus_events.events import RunTurn as RunTurnEvent
+from nexus_events.runstate import LIVE, RunStatus, next_status
 
 from nexus_plane_sync import render
 
@@ -54,7 +55,7 @@ class RunState:
     run_id: str
     task_id: str | None = None
     agent_id: str | None = None
-    status: str = "requested"
+    status: str = RunStatus.REQUESTED.value
     turns: int = 0
     last_tool: str | None = None
     parent_run_id: str | None = None  # the run that delegated this one (see `children`)
@@ -166,18 +167,30 @@ def run_writes(
 
 
 def evolve(run: RunState, event: Event, name: str) -> RunState:
-    """The run's state after `event` (terminal states are final)."""
-    terminal = run.status in ("completed", "failed", "cancelled", "timed_out", "lost")
+    """The run's state after `event`: its status as `nexus_events.runstate` moves it (terminal
+    states final, never backwards), its turns and last tool from the event."""
     if isinstance(event, RunTurnEvent):
         run.turns = max(run.turns, event.turn)
     elif isinstance(event, ToolCalled):
         run.last_tool = event.tool
-    if not terminal and name in (
-        "started", "approval_requested", "approval_decided", "completed", "failed",
-        "cancelled", "timed_out", "lost", "cancel_requested",
-    ):  # fmt: skip
-        run.status = {
-            "approval_requested": "awaiting_approval", "approval_decided": "running",
-            "started": "running", "cancel_requested": "cancelling",
-        }.get(name, name)  # fmt: skip
+    current = _stored_status(run.status)
+    new = next_status(current, name) or current  # `or`: a legacy status is rewritten as known
+    if new is not None:
+        run.status = new.value
     return run
+
+
+def _stored_status(status: str) -> RunStatus | None:
+    """A status from plane_sync.runs as runstate knows it; a status of an older mirror that
+    runstate does not know is mapped, never raised on (that would stop the projection)."""
+    known = _STATUSES.get(status)
+    return known if known is not None else _LEGACY_STATUS.get(status)
+
+
+_STATUSES = {s.value: s for s in RunStatus}
+# Statuses plane-sync wrote before it used runstate, still in the rows of existing deployments:
+# `cancelling` was a live run asked to stop; how far it had got was not kept, so it reads as
+# running (live, so a Plane comment or stop still finds it; its ending comes next anyway).
+_LEGACY_STATUS = {"cancelling": RunStatus.RUNNING}
+# The runs a Plane comment or stop is for (`store.active_runs`): those that have not ended.
+ACTIVE_STATUSES: tuple[str, ...] = (*sorted(s.value for s in LIVE), *_LEGACY_STATUS)

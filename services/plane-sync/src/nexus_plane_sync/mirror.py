@@ -24,6 +24,7 @@ from nexus_events.events import (
     TaskUpdated,
 )
 from nexus_events.projection import Conn, Source, quote_ident
+from nexus_events.runstate import TERMINAL_EVENTS, RunEvent
 from nexus_events.streams import RUNS, TASKS
 from nexus_events.subjects import NEW_RUN_TOKEN, Family
 
@@ -32,10 +33,10 @@ from nexus_plane_sync.decisions import RunState, Write, evolve, run_writes, task
 from nexus_plane_sync.store import OUTBOX_CHANNEL, PLANE_SCHEMA, create_mirror_tables, enqueue
 
 # The run events the mirror reads (heartbeats, logs and tool results are not its business).
-RUN_EVENTS = (
-    "requested", "prepared", "started", "turn", "tool_called", "approval_requested",
-    "approval_decided", "cancel_requested", "completed", "failed", "cancelled", "timed_out",
-    "lost",
+RUN_EVENTS: tuple[RunEvent, ...] = (
+    RunEvent.REQUESTED, RunEvent.PREPARED, RunEvent.STARTED, RunEvent.TURN, RunEvent.TOOL_CALLED,
+    RunEvent.APPROVAL_REQUESTED, RunEvent.APPROVAL_DECIDED, RunEvent.CANCEL_REQUESTED,
+    *TERMINAL_EVENTS,
 )  # fmt: skip
 
 

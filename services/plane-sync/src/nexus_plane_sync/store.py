@@ -19,11 +19,11 @@ from typing import Any
 import asyncpg
 from nexus_events.projection import Conn, quote_ident
 
-from nexus_plane_sync.decisions import RunState, Write
+from nexus_plane_sync.decisions import ACTIVE_STATUSES, RunState, Write
 
 PLANE_SCHEMA = "plane_sync"
 OUTBOX_CHANNEL = "plane_sync_outbox"  # NOTIFY on commit of new writes: the writer wakes
-ACTIVE = ("requested", "running", "awaiting_approval", "cancelling")
+ACTIVE = ACTIVE_STATUSES  # the runs a Plane comment or stop is for
 
 
 async def create_mirror_tables(conn: Conn, schema: str) -> None:

@@ -7,9 +7,14 @@ import hmac
 from datetime import UTC, datetime
 
 import httpx
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 from nexus_events.events import (
     ApprovalRequested,
     Column,
+    Event,
+    RunCancelled,
     RunCompleted,
     RunFailed,
     RunResult,
@@ -17,11 +22,17 @@ from nexus_events.events import (
     RunTurn,
     TaskCreated,
     TaskMoved,
+    ToolCalled,
+    lookup,
 )
+from nexus_events.runstate import LIVE, RunStatus, next_status
+from nexus_events.subjects import Family
+from pydantic import ValidationError
 
 from nexus_plane_sync import render
-from nexus_plane_sync.config import DEFAULT_RUN_COLUMNS
-from nexus_plane_sync.decisions import RunState, evolve, run_writes, task_writes
+from nexus_plane_sync.config import DEFAULT_RUN_COLUMNS, PlaneSyncSettings
+from nexus_plane_sync.decisions import ACTIVE_STATUSES, RunState, evolve, run_writes, task_writes
+from nexus_plane_sync.mirror import RUN_EVENTS
 from nexus_plane_sync.plane_api import reset_seconds
 from nexus_plane_sync.ratelimit import TokenBucket
 from nexus_plane_sync.webhooks import key_of, verify
@@ -145,3 +156,71 @@ def test_a_child_run_reports_under_its_root_and_moves_nothing() -> None:
     assert all(w.op == "run_report" for w in (asked, ask, result, failed))
     # A run without a parent is no child (the root's own writes are run_writes').
     assert child_run_writes(done, "completed", RunState("r0", "t1", "impl"), 9) == []
+
+
+def _fold(names: list[str], start: str | None = None) -> str | None:
+    status: str | None = start
+    for name in names:
+        new = next_status(status, name)
+        status = status if new is None else new.value
+    return status
+
+
+def _event(name: str) -> Event:
+    """A run event of that name: the fields evolve reads set, the rest left out."""
+    if name == "turn":
+        return RunTurn(turn=1)
+    if name == "tool_called":
+        return ToolCalled(turn=1, call_id="c1", tool="shell")
+    return lookup(Family.RUN, name).model_construct()
+
+
+MIRRORED_RUNS = st.lists(st.sampled_from(sorted(str(e) for e in RUN_EVENTS)), max_size=12)
+
+
+@given(MIRRORED_RUNS)
+def test_the_mirrors_run_status_is_the_contracts(names: list[str]) -> None:
+    """plane-sync keeps no state machine of its own: a run's status after any sequence of the
+    events it reads is what `nexus_events.runstate` says (core's agent_runs agrees)."""
+    run = RunState("r1", "t1")
+    for name in names:
+        evolve(run, _event(name), name)
+    assert run.status == (_fold(names) or "requested")
+    assert run.status in {s.value for s in RunStatus}
+
+
+def test_a_run_asked_to_cancel_stays_active_until_it_ends() -> None:
+    run = RunState("r1", "t1")
+    for name in ("requested", "prepared", "cancel_requested"):
+        evolve(run, _event(name), name)
+    assert run.status == "prepared"
+    assert run.status in ACTIVE_STATUSES  # a Plane comment or stop still reaches it
+    evolve(run, RunCancelled(), "cancelled")
+    assert run.status == "cancelled"
+    assert run.status not in ACTIVE_STATUSES
+
+
+def test_a_row_written_by_an_older_mirror_still_evolves() -> None:
+    """Rows of plane-sync versions before runstate say `cancelling`: read as running (it was
+    a live run asked to stop), not as a status runstate rejects, which would wedge the mirror."""
+    run = RunState("r1", "t1", status="cancelling")
+    assert run.status in ACTIVE_STATUSES
+    evolve(run, RunTurn(turn=2), "turn")
+    assert run.status == "running"
+    evolve(run, RunCancelled(), "cancelled")
+    assert run.status == "cancelled"
+    assert set(ACTIVE_STATUSES) >= {s.value for s in LIVE}
+
+
+def test_run_columns_name_run_events_and_board_columns() -> None:
+    """A misspelt event in NEXUS_PLANE_RUN_COLUMNS would never move an item: refused at start."""
+    base = {
+        "plane_url": "http://plane", "plane_api_key": "k", "plane_workspace": "w",
+        "plane_project_id": "p", "plane_webhook_secret": "s",
+    }  # fmt: skip
+    ok = PlaneSyncSettings(**base, plane_run_columns={"completed": "review"})  # type: ignore[arg-type]
+    assert ok.plane_run_columns == {"completed": "review"}
+    with pytest.raises(ValidationError, match=r"'complete'.*not a run event"):
+        PlaneSyncSettings(**base, plane_run_columns={"complete": "done"})  # type: ignore[arg-type]
+    with pytest.raises(ValidationError, match=r"'finished'.*not a board column"):
+        PlaneSyncSettings(**base, plane_run_columns={"completed": "finished"})  # type: ignore[arg-type]

@@ -22,6 +22,7 @@ from nexus_events.events.specs import (
     RuntimeSpec,
     ToolGrant,
 )
+from nexus_events.runstate import RunEvent, RunStatus
 from nexus_events.subjects import Family, validate_token
 
 
@@ -147,7 +148,7 @@ class RunConfig(BaseModel):
 
 @register
 class RunRequested(_RunCommand):
-    event_name: ClassVar[str] = "requested"
+    event_name: ClassVar[str] = RunEvent.REQUESTED
 
     agent_id: str = Field(..., description="Id of the agent definition to run.")
     task_id: str | None = Field(None, description="Task the run works on.")
@@ -169,14 +170,14 @@ class RunRequested(_RunCommand):
 
 @register
 class RunPrepared(_RunEvent):
-    event_name: ClassVar[str] = "prepared"
+    event_name: ClassVar[str] = RunEvent.PREPARED
 
     config: RunConfig = Field(..., description="The fully assembled run configuration.")
 
 
 @register
 class RunQueued(_RunEvent):
-    event_name: ClassVar[str] = "queued"
+    event_name: ClassVar[str] = RunEvent.QUEUED
 
     position: int = Field(..., ge=1, description="1-based position in the admission queue.")
     limit: Literal["global", "agent", "task"] = Field(..., description="The limit that is full.")
@@ -184,7 +185,7 @@ class RunQueued(_RunEvent):
 
 @register
 class RunDispatched(_RunEvent):
-    event_name: ClassVar[str] = "dispatched"
+    event_name: ClassVar[str] = RunEvent.DISPATCHED
 
     runtime: str = Field(..., description="Runtime kind: kubernetes or local.")
     handle: str = Field(..., description="Runtime handle (Job name, process id).")
@@ -193,7 +194,7 @@ class RunDispatched(_RunEvent):
 
 @register
 class RunStarted(_RunEvent):
-    event_name: ClassVar[str] = "started"
+    event_name: ClassVar[str] = RunEvent.STARTED
 
     runner: str | None = Field(None, description="Runner host/pod name.")
     runner_version: str | None = Field(None, description="Runner version.")
@@ -201,7 +202,7 @@ class RunStarted(_RunEvent):
 
 @register
 class RunHeartbeat(_RunEvent):
-    event_name: ClassVar[str] = "heartbeat"
+    event_name: ClassVar[str] = RunEvent.HEARTBEAT
 
     seq: int = Field(..., ge=0, description="Heartbeat counter within the run.")
     turn: int = Field(0, ge=0, description="Current turn.")
@@ -210,7 +211,7 @@ class RunHeartbeat(_RunEvent):
 
 @register
 class RunTurn(_RunEvent):
-    event_name: ClassVar[str] = "turn"
+    event_name: ClassVar[str] = RunEvent.TURN
 
     turn: int = Field(..., ge=1, description="Turn number, from 1.")
     model: str | None = Field(None, description="Model that answered.")
@@ -223,7 +224,7 @@ class RunTurn(_RunEvent):
 
 @register
 class ToolCalled(_RunEvent):
-    event_name: ClassVar[str] = "tool_called"
+    event_name: ClassVar[str] = RunEvent.TOOL_CALLED
 
     turn: int = Field(..., ge=1, description="Turn of the call.")
     call_id: str = Field(..., description="The model's tool call id.")
@@ -237,7 +238,7 @@ class ToolCalled(_RunEvent):
 
 @register
 class ToolResult(_RunEvent):
-    event_name: ClassVar[str] = "tool_result"
+    event_name: ClassVar[str] = RunEvent.TOOL_RESULT
 
     turn: int = Field(..., ge=1, description="Turn of the call.")
     call_id: str = Field(..., description="The model's tool call id.")
@@ -250,7 +251,7 @@ class ToolResult(_RunEvent):
 
 @register
 class ApprovalRequested(_RunEvent):
-    event_name: ClassVar[str] = "approval_requested"
+    event_name: ClassVar[str] = RunEvent.APPROVAL_REQUESTED
 
     approval_id: str = Field(..., description="Id to answer with.")
     tool: str = Field(..., description="The gated tool.")
@@ -261,7 +262,7 @@ class ApprovalRequested(_RunEvent):
 
 @register
 class ApprovalDecided(_RunEvent):
-    event_name: ClassVar[str] = "approval_decided"
+    event_name: ClassVar[str] = RunEvent.APPROVAL_DECIDED
 
     approval_id: str = Field(..., description="The approval answered.")
     decision: Literal["approved", "denied", "expired"] = Field(..., description="Outcome.")
@@ -274,7 +275,7 @@ class ApprovalDecided(_RunEvent):
 
 @register
 class CancelRequested(_RunCommand):
-    event_name: ClassVar[str] = "cancel_requested"
+    event_name: ClassVar[str] = RunEvent.CANCEL_REQUESTED
 
     reason: str = Field(Reason.USER_REQUESTED, description="Why the run should stop.")
     requested_by: str | None = Field(None, description="Person or service asking.")
@@ -315,8 +316,8 @@ class TerminalEvent(_RunEvent):
 
 @register
 class RunCompleted(TerminalEvent):
-    event_name: ClassVar[str] = "completed"
-    status: ClassVar[str] = "completed"
+    event_name: ClassVar[str] = RunEvent.COMPLETED
+    status: ClassVar[str] = RunStatus.COMPLETED
 
     reason: str = Field(Reason.SUCCEEDED, description="Reason code.")
     result: RunResult = Field(default_factory=RunResult, description="Structured result.")
@@ -324,16 +325,16 @@ class RunCompleted(TerminalEvent):
 
 @register
 class RunFailed(TerminalEvent):
-    event_name: ClassVar[str] = "failed"
-    status: ClassVar[str] = "failed"
+    event_name: ClassVar[str] = RunEvent.FAILED
+    status: ClassVar[str] = RunStatus.FAILED
 
     detail: dict[str, Any] = Field(default_factory=dict, description="E.g. which budget.")
 
 
 @register
 class RunCancelled(TerminalEvent):
-    event_name: ClassVar[str] = "cancelled"
-    status: ClassVar[str] = "cancelled"
+    event_name: ClassVar[str] = RunEvent.CANCELLED
+    status: ClassVar[str] = RunStatus.CANCELLED
 
     reason: str = Field(Reason.USER_REQUESTED, description="Reason code.")
     cancelled_by: str | None = Field(None, description="Who asked.")
@@ -341,8 +342,8 @@ class RunCancelled(TerminalEvent):
 
 @register
 class RunTimedOut(TerminalEvent):
-    event_name: ClassVar[str] = "timed_out"
-    status: ClassVar[str] = "timed_out"
+    event_name: ClassVar[str] = RunEvent.TIMED_OUT
+    status: ClassVar[str] = RunStatus.TIMED_OUT
 
     reason: str = Field(Reason.DEADLINE_EXCEEDED, description="Reason code.")
     limit_seconds: int | None = Field(None, description="The deadline that passed.")
@@ -350,5 +351,5 @@ class RunTimedOut(TerminalEvent):
 
 @register
 class RunLost(TerminalEvent):
-    event_name: ClassVar[str] = "lost"
-    status: ClassVar[str] = "lost"
+    event_name: ClassVar[str] = RunEvent.LOST
+    status: ClassVar[str] = RunStatus.LOST
