@@ -41,10 +41,6 @@ SOURCE = "scheduler"
 
 
 def build_runtime(settings: SchedulerSettings) -> AgentRuntime:
-    if settings.runtime == "noop":
-        from nexus_scheduler.runtime.noop import NoopRuntime
-
-        return NoopRuntime()
     if settings.runtime == "kubernetes":
         from nexus_scheduler.runtime.kubernetes import KubernetesRuntime, KubernetesSettings
 

@@ -23,7 +23,7 @@ class SchedulerSettings(NexusSettings):
     replica_id: str = Field(
         default_factory=socket.gethostname, description="This replica's name in the lease."
     )
-    runtime: Literal["local", "kubernetes", "noop"] = Field("local", description="Where runs go.")
+    runtime: Literal["local", "kubernetes"] = Field("local", description="Where runs go.")
 
     # Admission limits; None = unlimited. Per-agent precedence: `agent_limits[agent]`, then
     # the agent definition's `max_concurrent_runs` (in the RunConfig), then
