@@ -112,6 +112,11 @@ class ServiceApp(ABC):
             raise RuntimeError(f"{self.name} is not started: no PostgreSQL pool")
         return self._pool
 
+    @property
+    def nats_connected(self) -> bool:
+        """Whether the service's NATS connection is up now (False before start)."""
+        return self._bus is not None and self._bus.nc.is_connected
+
     @abstractmethod
     async def open(self, stack: contextlib.AsyncExitStack) -> None:
         """Start the service's resources in order, each registering its cleanup on `stack`."""

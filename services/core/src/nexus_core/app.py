@@ -86,12 +86,7 @@ class CoreApp(ServiceApp):
     def ready(self) -> bool:
         """Connected, running, and no projection stuck (failing over and over without
         applying anything): a core whose views stopped moving must not look healthy."""
-        return (
-            self._running
-            and self._bus is not None
-            and self._bus.nc.is_connected
-            and not any(r.stuck for r in self.followers())
-        )
+        return self._running and self.nats_connected and not any(r.stuck for r in self.followers())
 
     def followers(self) -> list[ProjectionRunner | MongoCatalogRunner]:
         """The stream followers behind core's views (for readiness and metrics)."""

@@ -122,8 +122,7 @@ class MemoryApp(ServiceApp):
     def ready(self) -> bool:
         return (
             self._running
-            and self._bus is not None
-            and self._bus.nc.is_connected
+            and self.nats_connected
             and (self.handlers is None or self.handlers.connected)
             and not (self.runner is not None and self.runner.stuck)
         )

@@ -121,8 +121,7 @@ class SchedulerApp(ServiceApp):
         return (
             self._running
             and not self._stopping.is_set()
-            and self._bus is not None
-            and self._bus.nc.is_connected
+            and self.nats_connected
             and campaign is not None
             and not campaign.done()
         )
