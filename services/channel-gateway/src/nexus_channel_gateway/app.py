@@ -179,8 +179,8 @@ class GatewayApp(ServiceApp):
             telegram=telegram,
             hooks=hooks,
         )
+        stack.push_async_callback(self.ingress.stop)  # also undoes a start that failed
         await self.ingress.start(s.gateway_host, s.gateway_port)
-        stack.push_async_callback(self.ingress.stop)
         log.info(
             "channel gateway listening on %s:%d (slack %s, telegram %s, webhook sources %s)",
             s.gateway_host,
