@@ -54,9 +54,10 @@ from nexus_scheduler.app import SchedulerApp
 from nexus_scheduler.config import SchedulerSettings
 from nexus_scheduler.rebuild import advance
 from nexus_scheduler.runtime.base import RuntimeState, RuntimeStatus
-from nexus_scheduler.runtime.noop import NoopRuntime
 from nexus_scheduler.snapshot import LifecycleFold
 from nexus_scheduler.snapshot_store import SnapshotStore
+
+from tests.support.noop_runtime import NoopRuntime
 
 N = 2_000
 WAIT = 30.0  # seconds one arrival (or the whole burst) may take before the bench fails

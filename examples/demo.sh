@@ -26,7 +26,7 @@ export NEXUS_DEV_HOME="$DEMO/stack"
 export NEXUS_CONTEXT_FILE="$DEMO/contexts.yaml"
 export OTEL_SDK_DISABLED=true
 # The runner's process tree inherits this; a run is short, so heartbeats are frequent.
-export NEXUS_RUNNER_HEARTBEAT_INTERVAL="${NEXUS_RUNNER_HEARTBEAT_INTERVAL:-5}"
+export NEXUS_HEARTBEAT_INTERVAL="${NEXUS_HEARTBEAT_INTERVAL:-5}"
 
 nexus() { $UV run --frozen nexus "$@"; }
 say() { printf '\n\033[1;36m==> %s\033[0m\n' "$*"; }
@@ -51,8 +51,8 @@ mkdir -p "$DEMO/agents"
 # --- the model ----------------------------------------------------------------------------
 UP_FLAGS=()
 cp examples/agents/*.yaml "$DEMO/agents/"
-if [ -n "${NEXUS_LLM_BASE_URL:-}${OPENAI_API_KEY:-}${NEXUS_RUNNER_LLM_BASE_URL:-}" ]; then
-  URL="${NEXUS_RUNNER_LLM_BASE_URL:-${NEXUS_LLM_BASE_URL:-https://api.openai.com/v1 (OpenAI)}}"
+if [ -n "${NEXUS_LLM_BASE_URL:-}${OPENAI_API_KEY:-}" ]; then
+  URL="${NEXUS_LLM_BASE_URL:-https://api.openai.com/v1 (OpenAI)}"
   MODEL="${NEXUS_LLM_MODEL:-gpt-4o-mini}"
   if [ -n "${NEXUS_LLM_MODEL:-}" ]; then
     sed -i.bak "s|^  name: gpt-4o-mini$|  name: ${NEXUS_LLM_MODEL}|" "$DEMO"/agents/*.yaml

@@ -258,7 +258,7 @@ export NATS_PORT NATS_MONITOR_PORT POSTGRES_PORT PROMETHEUS_PORT PLANE_SYNC_PORT
 NATS_PORT=$(free_port) NATS_MONITOR_PORT=$(free_port) POSTGRES_PORT=$(free_port) PROMETHEUS_PORT=$(free_port)
 PLANE_SYNC_PORT=$(free_port) GATEWAY_PORT=$(free_port) FAKE_PLANE_PORT=$(free_port) FAKE_SLACK_PORT=$(free_port)
 # The runs and memory's extraction ask the offline model (the `test` profile's service).
-export NEXUS_RUNNER_LLM_BASE_URL=http://offline-model:8090/v1
+export NEXUS_LLM_BASE_URL=http://offline-model:8090/v1
 # plane-sync and the gateway talk to the fakes (profile `test`); the fakes take the same key,
 # project and secrets from these variables. The same names as `nexus dev` and compose read.
 export NEXUS_PLANE_URL=http://fake-plane:8080 NEXUS_PLANE_API_KEY=compose-test-plane-key \

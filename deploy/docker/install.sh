@@ -1,6 +1,9 @@
 #!/bin/sh
 # install.sh PKG...: a virtualenv at /app/.venv with the locked third-party deps of the given
 # services (uv export --frozen: exactly uv.lock) plus nexus_events and the services.
+# Each service's pyproject names the nexus-events extras it needs (e.g. the scheduler
+# `nexus-events[health]`, the runner none), and the export installs only those: the runner
+# image has no asyncpg, FastStream, Prometheus client or PyYAML.
 # Run by deploy/docker/Dockerfile's build stages from /src (the repository's sources).
 set -eu
 uv venv /app/.venv

@@ -119,9 +119,9 @@ async def test_a_run_is_one_connected_trace_across_the_three_services(
             kill_grace=2,
             env={
                 "NEXUS_NATS_URL": nats_url,
-                "NEXUS_RUNNER_WORKSPACE_ROOT": str(tmp_path / "workspaces"),
-                "NEXUS_RUNNER_LLM_BASE_URL": llm.base_url,
-                "NEXUS_RUNNER_HEARTBEAT_INTERVAL": "0.5",
+                "NEXUS_WORKSPACE_ROOT": str(tmp_path / "workspaces"),
+                "NEXUS_LLM_BASE_URL": llm.base_url,
+                "NEXUS_HEARTBEAT_INTERVAL": "0.5",
                 "OTEL_SDK_DISABLED": "false",
                 "OTEL_EXPORTER_OTLP_ENDPOINT": "",  # spans go to the file only
                 telemetry.SPANS_FILE_ENV: str(spans_file),

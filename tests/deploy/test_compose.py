@@ -26,7 +26,7 @@ DOCKERFILE = ROOT / "deploy/docker/Dockerfile"
 # Variables some Nexus service reads that no Settings class holds, with who reads them.
 EXTRA_VARS = {
     # The scheduler's local_command wrapper hands it to the runner as NEXUS_NATS_PASSWORD.
-    "RUNNER_NATS_PASSWORD": "NEXUS_SCHEDULER_LOCAL_COMMAND",
+    "RUNNER_NATS_PASSWORD": "NEXUS_LOCAL_COMMAND",
 }
 
 
@@ -79,8 +79,8 @@ def test_every_command_exists(name: str) -> None:
 
 def test_the_local_runtime_command_runs_the_runner() -> None:
     env = environment(load()["services"]["scheduler"])
-    assert env["NEXUS_SCHEDULER_RUNTIME"] == "local"
-    command = json.loads(env["NEXUS_SCHEDULER_LOCAL_COMMAND"])
+    assert env["NEXUS_RUNTIME"] == "local"
+    command = json.loads(env["NEXUS_LOCAL_COMMAND"])
     assert "exec python -m nexus_runner" in command[2]
     assert importlib.util.find_spec("nexus_runner.__main__") is not None
 
@@ -181,8 +181,8 @@ def test_the_test_profile_serves_the_offline_model_to_the_runs() -> None:
     assert model["image"] == services["scheduler"]["image"]
     assert model["build"] == services["scheduler"]["build"]
     # The runs and memory's extraction follow one variable to their model server.
-    with_model = load({"NEXUS_RUNNER_LLM_BASE_URL": f"http://offline-model:{port}/v1"})["services"]
-    assert environment(with_model["scheduler"])["NEXUS_RUNNER_LLM_BASE_URL"].startswith(
+    with_model = load({"NEXUS_LLM_BASE_URL": f"http://offline-model:{port}/v1"})["services"]
+    assert environment(with_model["scheduler"])["NEXUS_LLM_BASE_URL"].startswith(
         "http://offline-model:"
     )
     assert environment(with_model["memory"])["NEXUS_LLM_BASE_URL"].startswith(
@@ -265,7 +265,7 @@ def test_the_runner_image_owns_the_runs_volume_path() -> None:
     mount = next(v for v in services["scheduler"]["volumes"] if v.startswith("runs:"))
     path = mount.split(":")[1]
     env = environment(services["scheduler"])
-    for key in ("NEXUS_SCHEDULER_LOCAL_WORKDIR", "NEXUS_RUNNER_WORKSPACE_ROOT"):
+    for key in ("NEXUS_LOCAL_WORKDIR", "NEXUS_WORKSPACE_ROOT"):
         assert env[key].startswith(path + "/"), key
     body = DOCKERFILE.read_text().split("AS runner\n", 1)[1]
     before_user = body.split("USER 10001:10001", 1)[0]

@@ -2,7 +2,7 @@
 compose.yaml's own commands and environments, against a real nats-server started with
 deploy/nats/nats.conf (the per-service users and permissions) and a real PostgreSQL, and
 drive one run end to end: agent applied -> requested -> prepared -> dispatched -> started ->
-completed, the runner being started by the scheduler exactly as NEXUS_SCHEDULER_LOCAL_COMMAND
+completed, the runner being started by the scheduler exactly as NEXUS_LOCAL_COMMAND
 says, with the fake OpenAI server as the LLM; then memory extracts what the run learned
 (asking the same fake model) and a search finds it."""
 
@@ -165,14 +165,12 @@ def _mapped(
     if "NEXUS_DATABASE_URL" in env:
         assert "@postgres:5432/" in env["NEXUS_DATABASE_URL"]
         out["NEXUS_DATABASE_URL"] = pg_dsn  # embedded PostgreSQL listens on a unix socket
-    for prefix in ("NEXUS_", "NEXUS_SCHEDULER_"):
-        if f"{prefix}HEALTH_PORT" in env:
-            out[f"{prefix}HEALTH_HOST"] = "127.0.0.1"
-            out[f"{prefix}HEALTH_PORT"] = str(free_port())
-    for key in ("NEXUS_RUNNER_LLM_BASE_URL", "NEXUS_LLM_BASE_URL"):
-        if key in env:
-            out[key] = llm_url
-    for key in ("NEXUS_SCHEDULER_LOCAL_WORKDIR", "NEXUS_RUNNER_WORKSPACE_ROOT"):
+    if "NEXUS_HEALTH_PORT" in env:
+        out["NEXUS_HEALTH_HOST"] = "127.0.0.1"
+        out["NEXUS_HEALTH_PORT"] = str(free_port())
+    if "NEXUS_LLM_BASE_URL" in env:
+        out["NEXUS_LLM_BASE_URL"] = llm_url
+    for key in ("NEXUS_LOCAL_WORKDIR", "NEXUS_WORKSPACE_ROOT"):
         if key in env:
             out[key] = str(tmp / key.lower())
     out.pop("OTEL_EXPORTER_OTLP_ENDPOINT", None)  # no collector here (see NOT_RUN)
@@ -238,12 +236,12 @@ async def test_one_run_end_to_end_from_compose(
         await _until_ready(memory, int(memory.env["NEXUS_HEALTH_PORT"]), within=60)
         scheduler = procs["scheduler"]
         scheduler.start()
-        await _until_ready(scheduler, int(scheduler.env["NEXUS_SCHEDULER_HEALTH_PORT"]))
+        await _until_ready(scheduler, int(scheduler.env["NEXUS_HEALTH_PORT"]))
         agent = AgentDefinition.model_validate(
             {
                 "id": "smoke",
                 "role": "implementer",
-                "model": {"name": "gpt-4o-mini"},  # base_url from NEXUS_RUNNER_LLM_BASE_URL
+                "model": {"name": "gpt-4o-mini"},  # base_url from NEXUS_LLM_BASE_URL
                 "system_prompt": "You write files.",
                 "tools": ["write_file", "finish"],
             }

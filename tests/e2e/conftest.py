@@ -54,7 +54,7 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
     tmp = tmp_path_factory.mktemp("e2e")
     # The runner runs the demo repo's tests with `python -m pytest`: this interpreter's.
     path = f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}"
-    extra = {"PATH": path, "NEXUS_RUNNER_HEARTBEAT_INTERVAL": "2"}
+    extra = {"PATH": path, "NEXUS_HEARTBEAT_INTERVAL": "2"}
     env = devstack.stack_env(tmp, extra, drop=("NEXUS_", "OPENAI_"))
 
     def offline(up: devstack.Result) -> None:

@@ -76,7 +76,7 @@ def plane_stack(plane: ThreadedPlane, tmp_path_factory: pytest.TempPathFactory) 
             "NEXUS_WEBHOOK_HOST": "127.0.0.1",
             "NEXUS_WEBHOOK_PORT": str(webhook_port),
             "NEXUS_OUTBOX_POLL": "0.2",
-            "NEXUS_RUNNER_HEARTBEAT_INTERVAL": "2",
+            "NEXUS_HEARTBEAT_INTERVAL": "2",
         },
         drop=("NEXUS_", "OPENAI_"),
     )

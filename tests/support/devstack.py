@@ -153,9 +153,9 @@ def stack_env(
         {
             "NEXUS_DEV_HOME": str(tmp / ".nexus"),
             "NEXUS_CONTEXT_FILE": str(tmp / "contexts.yaml"),
-            "NEXUS_SCHEDULER_CANCEL_GRACE_SECONDS": "2",
-            "NEXUS_SCHEDULER_EXIT_GRACE_SECONDS": "1",
-            "NEXUS_SCHEDULER_TICK_SECONDS": "0.2",
+            "NEXUS_CANCEL_GRACE_SECONDS": "2",
+            "NEXUS_EXIT_GRACE_SECONDS": "1",
+            "NEXUS_TICK_SECONDS": "0.2",
             "OTEL_SDK_DISABLED": "true",
             "COLUMNS": "200",
         }

@@ -1,7 +1,7 @@
 """One real dev stack (`nexus dev up` as a process) shared by the CLI's integration tests.
 
 The runner is the stand-in `fake_runner.py` (configured through the scheduler's own
-NEXUS_SCHEDULER_LOCAL_COMMAND). Teardown runs `nexus dev down` and fails the run if any
+NEXUS_LOCAL_COMMAND). Teardown runs `nexus dev down` and fails the run if any
 process the stack started is still alive (`tests.support.devstack`).
 """
 
@@ -42,7 +42,7 @@ def eventually(probe: Callable[[], Any], check: Callable[[Any], bool], limit: fl
 def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
     tmp = tmp_path_factory.mktemp("stack")
     runner = json.dumps([sys.executable, str(FAKE_RUNNER)])
-    env = devstack.stack_env(tmp, {"NEXUS_SCHEDULER_LOCAL_COMMAND": runner})
+    env = devstack.stack_env(tmp, {"NEXUS_LOCAL_COMMAND": runner})
     yield from devstack.running(Stack(tmp / ".nexus", tmp, env))
 
 

@@ -103,7 +103,7 @@ def _config_checks(target: Target) -> list[Check]:
     else:
         checks.append(Check("runner", "ok", "nexus_runner importable"))
     state = read_state(target.dev_home) if target.dev_home is not None else None
-    model_vars = ("NEXUS_RUNNER_LLM_BASE_URL", "NEXUS_LLM_BASE_URL", "OPENAI_API_KEY")
+    model_vars = ("NEXUS_LLM_BASE_URL", "NEXUS_RUNNER_LLM_BASE_URL", "OPENAI_API_KEY")
     if state is not None and "model" in state.services:
         checks.append(Check("model", "ok", f"offline scripted model at {state.model_url}"))
     elif not any(os.environ.get(v) for v in model_vars):
@@ -111,7 +111,7 @@ def _config_checks(target: Target) -> list[Check]:
             Check(
                 "model",
                 "warn",
-                "no NEXUS_RUNNER_LLM_BASE_URL/NEXUS_LLM_BASE_URL/OPENAI_API_KEY:"
+                "no NEXUS_LLM_BASE_URL/OPENAI_API_KEY:"
                 " agents need a model base_url (or `nexus dev up --offline-model`)",
             )
         )

@@ -19,8 +19,7 @@ class AppService:
 
     name: str
     module: str
-    # The service's Settings read its health endpoint from these (core and memory share the
-    # plain names; the scheduler's are prefixed).
+    # The service's Settings read its health endpoint from these (one NEXUS_ prefix for all).
     health_host_env: str = "NEXUS_HEALTH_HOST"
     health_port_env: str = "NEXUS_HEALTH_PORT"
     needs_database: bool = True
@@ -35,20 +34,10 @@ class AppService:
         return not self.only_with or any(env.get(name) for name in self.only_with)
 
 
-# How a service's Settings name its health endpoint where they differ from the plain names
-# (core, memory, plane-sync and the gateway share those; the scheduler's are prefixed).
-_HEALTH_ENV = {
-    "scheduler": ("NEXUS_SCHEDULER_HEALTH_HOST", "NEXUS_SCHEDULER_HEALTH_PORT"),
-}
-
-
 def _app(spec: ServiceSpec) -> AppService:
-    host_env, port_env = _HEALTH_ENV.get(spec.name, ("NEXUS_HEALTH_HOST", "NEXUS_HEALTH_PORT"))
     return AppService(
         spec.name,
         spec.module,
-        health_host_env=host_env,
-        health_port_env=port_env,
         needs_database=spec.database,
         only_with=spec.profile.enabled_by if spec.profile else (),
         # An optional service waits on something outside the stack (Plane, Slack): its

@@ -281,16 +281,15 @@ class Supervisor:
         service_env = {**base_env, "NEXUS_NATS_URL": nats_url, **await self._model_env(base_env)}
         # Runners clone into the stack's directory (not a /tmp shared by every stack), where
         # `down` finds whatever they left running.
-        service_env.setdefault("NEXUS_RUNNER_WORKSPACE_ROOT", str(self.home / "runs" / WORKSPACES))
-        runner_cmd = os.environ.get("NEXUS_SCHEDULER_LOCAL_COMMAND") or json.dumps(
-            [sys.executable, "-m", "nexus_runner"]
+        # (The deprecated NEXUS_RUNNER_/NEXUS_SCHEDULER_ names still count where set.)
+        if not service_env.get("NEXUS_RUNNER_WORKSPACE_ROOT"):
+            service_env.setdefault("NEXUS_WORKSPACE_ROOT", str(self.home / "runs" / WORKSPACES))
+        runner_cmd = (
+            os.environ.get("NEXUS_LOCAL_COMMAND")
+            or os.environ.get("NEXUS_SCHEDULER_LOCAL_COMMAND")
+            or json.dumps([sys.executable, "-m", "nexus_runner"])
         )
         per_service = {
-            # Memory extraction asks the runs' model server, like the runners do.
-            "memory": {
-                "NEXUS_LLM_BASE_URL": service_env.get("NEXUS_RUNNER_LLM_BASE_URL", ""),
-                "NEXUS_LLM_API_KEY": service_env.get("NEXUS_RUNNER_LLM_API_KEY", "not-needed"),
-            },
             # Plane calls this port: keep one someone set, else the documented 8090.
             "plane-sync": {"NEXUS_WEBHOOK_PORT": service_env.get("NEXUS_WEBHOOK_PORT", "8090")},
             # Slack, Telegram and webhook sources call this port (8091: plane-sync has 8090).
@@ -298,10 +297,10 @@ class Supervisor:
                 "NEXUS_GATEWAY_PORT": service_env.get("NEXUS_GATEWAY_PORT", "8091"),
             },
             "scheduler": {
-                "NEXUS_SCHEDULER_RUNTIME": "local",
-                "NEXUS_SCHEDULER_LOCAL_COMMAND": runner_cmd,
-                "NEXUS_SCHEDULER_LOCAL_WORKDIR": str(self.home / "runs"),
-                "NEXUS_SCHEDULER_REPLICA_ID": SCHEDULER_REPLICA,
+                "NEXUS_RUNTIME": "local",
+                "NEXUS_LOCAL_COMMAND": runner_cmd,
+                "NEXUS_LOCAL_WORKDIR": str(self.home / "runs"),
+                "NEXUS_REPLICA_ID": SCHEDULER_REPLICA,
             },
         }
         started = [app for app in APP_SERVICES if app.enabled(service_env)]
@@ -327,8 +326,8 @@ class Supervisor:
 
     async def _model_env(self, base_env: dict[str, str]) -> dict[str, str]:
         """The runner's model settings: the offline model server (started here) with
-        NEXUS_DEV_OFFLINE_MODEL=1, else NEXUS_LLM_BASE_URL / OPENAI_API_KEY as the runner's
-        defaults unless NEXUS_RUNNER_LLM_* are set."""
+        NEXUS_DEV_OFFLINE_MODEL=1, else NEXUS_LLM_BASE_URL, and OPENAI_API_KEY as the key
+        unless NEXUS_LLM_API_KEY is set."""
         if os.environ.get("NEXUS_DEV_OFFLINE_MODEL", "").lower() in {"1", "true", "yes"}:
             port = probes.free_port()
             url = f"http://127.0.0.1:{port}"
@@ -341,13 +340,14 @@ class Supervisor:
             self.state.model_url = f"{url}/v1"
             await model.start()
             await _until(lambda: _http_ok(f"{url}/healthz"), "the offline model server to answer")
-            return {"NEXUS_RUNNER_LLM_BASE_URL": f"{url}/v1", "NEXUS_RUNNER_LLM_API_KEY": "offline"}
+            return {"NEXUS_LLM_BASE_URL": f"{url}/v1", "NEXUS_LLM_API_KEY": "offline"}
         env = {}
-        if os.environ.get("NEXUS_LLM_BASE_URL") and not os.environ.get("NEXUS_RUNNER_LLM_BASE_URL"):
-            env["NEXUS_RUNNER_LLM_BASE_URL"] = os.environ["NEXUS_LLM_BASE_URL"]
-        if os.environ.get("OPENAI_API_KEY") and not os.environ.get("NEXUS_RUNNER_LLM_API_KEY"):
-            env["NEXUS_RUNNER_LLM_API_KEY"] = os.environ["OPENAI_API_KEY"]
-        self.state.model_url = env.get("NEXUS_RUNNER_LLM_BASE_URL") or os.environ.get(
+        # The runners and memory extraction share NEXUS_LLM_*; the runner still reads the
+        # deprecated NEXUS_RUNNER_LLM_* itself.
+        key_set = os.environ.get("NEXUS_LLM_API_KEY") or os.environ.get("NEXUS_RUNNER_LLM_API_KEY")
+        if os.environ.get("OPENAI_API_KEY") and not key_set:
+            env["NEXUS_LLM_API_KEY"] = os.environ["OPENAI_API_KEY"]
+        self.state.model_url = os.environ.get("NEXUS_LLM_BASE_URL") or os.environ.get(
             "NEXUS_RUNNER_LLM_BASE_URL"
         )
         return env

@@ -4,6 +4,9 @@ Import the areas as modules (``from nexus_events import subjects``) or the commo
 from here.
 """
 
+import importlib as _importlib
+import typing as _typing
+
 from nexus_events.bus import Bus, BusSettings, Consumer, ConsumerSpec, Delivery, Outgoing
 from nexus_events.codec import Decoded, Envelope, decode, encode
 from nexus_events.errors import (
@@ -26,9 +29,26 @@ from nexus_events.errors import (
     UnregisteredEvent,
 )
 from nexus_events.events.base import Command, Event
-from nexus_events.projection import Projection, ProjectionRunner, Source, rebuild
 from nexus_events.runstate import RunStatus, next_status
 from nexus_events.streams import StreamSettings, ensure_streams
+
+if _typing.TYPE_CHECKING:
+    from nexus_events.projection import Projection, ProjectionRunner, Source, rebuild
+
+# Names whose module needs an extra (projection: asyncpg, ``nexus-events[postgres]``) are
+# imported on first use, so a package installed without it (the runner) imports this one.
+_LAZY = dict.fromkeys(
+    ("Projection", "ProjectionRunner", "Source", "rebuild"), "nexus_events.projection"
+)
+
+
+def __getattr__(name: str) -> object:
+    if name in _LAZY:
+        value = getattr(_importlib.import_module(_LAZY[name]), name)
+        globals()[name] = value
+        return value
+    raise AttributeError(f"module 'nexus_events' has no attribute {name!r}")
+
 
 __all__ = [
     "Bus",

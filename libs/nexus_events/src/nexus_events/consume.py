@@ -12,7 +12,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -142,6 +142,37 @@ async def ensure_durable(js: JetStreamContext, spec: ConsumerSpec) -> None:
         raise BusError(f"cannot create consumer {spec.durable}: {exc}") from exc
 
 
+@dataclass(frozen=True, slots=True)
+class GiveUp:
+    """A delivery to dead-letter (with `reason` and `error`) and terminate."""
+
+    reason: str
+    error: str
+
+
+def after_failure(
+    spec: ConsumerSpec, delivered: int, delay: float | None, error: str
+) -> float | GiveUp:
+    """What a delivery that failed (`error`) on its `delivered`-th attempt gets: a redelivery
+    after the returned seconds (`delay` if given, else the spec's backoff) or, from its
+    ``max_deliver``-th delivery on, `GiveUp` (reason ``max_deliver``, the last error).
+    The one retry policy of the bus `Consumer` and the FastStream handlers."""
+    if delivered >= spec.max_deliver:
+        return GiveUp("max_deliver", f"failed {delivered} deliveries; last: {error}")
+    return delay if delay is not None else spec.delay_for(delivered)
+
+
+async def keep_alive(msgs: Sequence[Msg], ack_wait: float) -> None:
+    """Tell the server every third of `ack_wait` that `msgs` are still being handled (until
+    cancelled): a handler outliving ack_wait would otherwise see its message redelivered
+    while it still runs. FastStream never sends ``in_progress`` itself."""
+    while True:
+        await asyncio.sleep(ack_wait / 3)
+        for msg in msgs:
+            with contextlib.suppress(nats.errors.Error):
+                await msg.in_progress()
+
+
 class Consumer:
     """A durable pull consumer loop: fetch a batch, decode, hand over, settle each message."""
 
@@ -220,7 +251,7 @@ class Consumer:
                 await self._settle_safely(msg, self._give_up(msg, exc.reason, str(exc)))
         if not deliveries:
             return
-        keepalive = asyncio.create_task(self._keep_alive(deliveries))
+        keepalive = asyncio.create_task(keep_alive([d.msg for d in deliveries], self.spec.ack_wait))
         try:
             failures = await self._hand_over(deliveries)
         finally:
@@ -287,14 +318,6 @@ class Consumer:
                 exc,
             )
 
-    async def _keep_alive(self, deliveries: list[Delivery]) -> None:
-        # FastStream-style handlers can outlive ack_wait; tell the server we are on it.
-        while True:
-            await asyncio.sleep(self.spec.ack_wait / 3)
-            for d in deliveries:
-                with contextlib.suppress(nats.errors.Error):
-                    await d.msg.in_progress()
-
     async def _settle(self, d: Delivery) -> None:
         assert d.outcome is not None
         if d.outcome[0] == "retry":
@@ -304,12 +327,11 @@ class Consumer:
             await self._give_up(d.msg, reason, error)
 
     async def _retry(self, d: Delivery, delay: float | None, error: str) -> None:
-        if d.num_delivered >= self.spec.max_deliver:
-            await self._give_up(
-                d.msg, "max_deliver", f"failed {d.num_delivered} deliveries; last: {error}"
-            )
-            return
-        await d.msg.nak(delay=delay if delay is not None else self.spec.delay_for(d.num_delivered))
+        step = after_failure(self.spec, d.num_delivered, delay, error)
+        if isinstance(step, GiveUp):
+            await self._give_up(d.msg, step.reason, step.error)
+        else:
+            await d.msg.nak(delay=step)
 
     async def _give_up(self, msg: Msg, reason: str, error: str) -> None:
         # Terminated even when the DLQ refused the letter (logged with the original's
@@ -333,5 +355,8 @@ __all__ = [
     "Consumer",
     "ConsumerSpec",
     "Delivery",
+    "GiveUp",
+    "after_failure",
     "decode_msg",
+    "keep_alive",
 ]

@@ -40,7 +40,7 @@ import contextlib
 import logging
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import Annotated, Any, TypeVar
+from typing import Annotated, Any, NoReturn, TypeVar
 
 import nats.errors
 import nats.js.errors
@@ -63,7 +63,7 @@ from nexus_events import codec, telemetry
 from nexus_events.bus import Bus, BusSettings
 from nexus_events.codec import Decoded, JsMeta
 from nexus_events.connect import connect_options
-from nexus_events.consume import ConsumerSpec, ensure_durable
+from nexus_events.consume import ConsumerSpec, GiveUp, after_failure, ensure_durable, keep_alive
 from nexus_events.errors import BusError, BusUnavailable, DecodeError
 from nexus_events.events.base import Event
 
@@ -316,7 +316,7 @@ class _Settlement(BaseMiddleware):
         assert msg.decoded is not None
         spec = self.durable.spec
         delivered = msg.decoded.envelope.num_delivered
-        keepalive = asyncio.create_task(_keep_alive(raw, spec.ack_wait))
+        keepalive = asyncio.create_task(keep_alive([raw], spec.ack_wait))
         try:
             with telemetry.consumer_span(
                 f"consume {spec.durable}", raw.headers, {"messaging.batch.message_count": 1}
@@ -339,14 +339,12 @@ class _Settlement(BaseMiddleware):
         raise AssertionError("unreachable: every branch above returns or raises")
 
     async def _retry(self, raw: Msg, delivered: int, delay: float | None, error: str) -> None:
-        spec = self.durable.spec
-        if delivered >= spec.max_deliver:
-            await self._give_up(
-                raw, "max_deliver", f"failed {delivered} deliveries; last: {error}", delivered
-            )
-        raise NackMessage(delay=delay if delay is not None else spec.delay_for(delivered))
+        step = after_failure(self.durable.spec, delivered, delay, error)
+        if isinstance(step, GiveUp):
+            await self._give_up(raw, step.reason, step.error, delivered)
+        raise NackMessage(delay=step)
 
-    async def _give_up(self, raw: Msg, reason: str, error: str, delivered: int) -> None:
+    async def _give_up(self, raw: Msg, reason: str, error: str, delivered: int) -> NoReturn:
         """Dead-letter and terminate (raises RejectMessage); a message whose letter cannot
         be stored while NATS is away is naked and comes back."""
         try:
@@ -359,14 +357,6 @@ class _Settlement(BaseMiddleware):
         if stored:
             self.durable.dead_lettered += 1
         raise RejectMessage()
-
-
-async def _keep_alive(raw: Msg, ack_wait: float) -> None:
-    # A handler outliving ack_wait would be redelivered while still running.
-    while True:
-        await asyncio.sleep(ack_wait / 3)
-        with contextlib.suppress(nats.errors.Error):
-            await raw.in_progress()
 
 
 async def _dead_letter_advisory(bus: Bus, durable: Durable, info: dict[str, Any]) -> None:

@@ -1,4 +1,5 @@
-"""A minimal HTTP health endpoint for probes: ``/healthz`` (alive) and ``/readyz`` (ready).
+"""The HTTP health endpoint for probes (aiohttp.web): ``/healthz`` (alive) and ``/readyz``
+(ready).
 
 Each service passes its own `ready()` (core: NATS connected and every component running;
 scheduler: NATS connected and campaigning for the lease). Port 0 picks a free port, which
@@ -7,16 +8,16 @@ scheduler: NATS connected and campaigning for the lease). Port 0 picks a free po
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 from collections.abc import Callable
 from typing import Annotated, Any
 
+from aiohttp import web
 from pydantic import BeforeValidator
 
 from nexus_events.errors import HealthUnavailable
 
-_REASONS = {200: "OK", 404: "Not Found", 503: "Service Unavailable"}
+# Seconds a stop waits for probe requests in flight (they answer at once) before closing.
+SHUTDOWN_TIMEOUT = 1.0
 _OFF = frozenset({"", "off", "none"})
 
 
@@ -34,59 +35,49 @@ HealthPort = Annotated[int | None, BeforeValidator(_off_is_none)]
 
 class HealthServer:
     """Serves ``/healthz`` (200 while the process answers) and ``/readyz`` (200 while `ready()`
-    holds, else 503) until stopped."""
+    holds, else 503) with aiohttp.web until stopped; any other path is 404."""
 
     def __init__(self, ready: Callable[[], bool], host: str, port: int) -> None:
         self.ready = ready
         self.host = host
         self.port = port
-        self._server: asyncio.Server | None = None
+        self._runner: web.AppRunner | None = None
 
     async def start(self) -> None:
         """Listen; raise `HealthUnavailable` if the address cannot be had."""
+        app = web.Application()
+        app.router.add_get("/healthz", self._live)
+        app.router.add_get("/readyz", self._readiness)
+        # No access log: probes every few seconds would drown the service's own lines.
+        runner = web.AppRunner(
+            app, access_log=None, handle_signals=False, shutdown_timeout=SHUTDOWN_TIMEOUT
+        )
+        await runner.setup()
+        site = web.TCPSite(runner, self.host, self.port)
         try:
-            self._server = await asyncio.start_server(self._handle, self.host, self.port)
+            await site.start()
         except OSError as exc:
+            await runner.cleanup()
             raise HealthUnavailable(
                 exc.errno,
                 f"health endpoint cannot listen on {self.host}:{self.port}: {exc.strerror or exc};"
                 " choose another port (0 = any free one) or turn it off",
             ) from exc
-        self.port = self._server.sockets[0].getsockname()[1]
+        self._runner = runner
+        self.port = runner.addresses[0][1]
 
     async def stop(self) -> None:
-        if self._server is not None:
-            self._server.close()
-            await self._server.wait_closed()
-            self._server = None
+        runner, self._runner = self._runner, None
+        if runner is not None:
+            await runner.cleanup()
 
-    async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        try:
-            async with asyncio.timeout(5):
-                line = await reader.readline()
-                while (await reader.readline()) not in (b"\r\n", b"\n", b""):
-                    pass
-            parts = line.decode("latin-1").split()
-            path = parts[1] if len(parts) > 1 else ""
-            if path == "/healthz":
-                status = 200
-            elif path == "/readyz":
-                status = 200 if self.ready() else 503
-            else:
-                status = 404
-            body = _REASONS[status].lower().encode()
-            writer.write(
-                f"HTTP/1.1 {status} {_REASONS[status]}\r\nContent-Type: text/plain\r\n"
-                f"Content-Length: {len(body)}\r\nConnection: close\r\n\r\n".encode()
-                + body
-            )
-            await writer.drain()
-        except (TimeoutError, OSError, UnicodeDecodeError):
-            pass
-        finally:
-            writer.close()
-            with contextlib.suppress(OSError):
-                await writer.wait_closed()
+    async def _live(self, _: web.Request) -> web.Response:
+        return web.Response(text="ok")
+
+    async def _readiness(self, _: web.Request) -> web.Response:
+        if self.ready():
+            return web.Response(text="ok")
+        return web.Response(status=503, text="service unavailable")
 
 
 __all__ = ["HealthPort", "HealthServer"]

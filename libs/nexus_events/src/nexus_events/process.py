@@ -1,15 +1,20 @@
-"""Process-wide concerns of long-running Nexus services: one way to run one (`run_service`)
-and garbage-collector tuning."""
+"""Process-wide concerns of long-running Nexus services: one way to run one (`run_service`:
+settings, logs, telemetry, signals, drain), one app skeleton (`ServiceApp`: start and stop
+over an exit stack) and garbage-collector tuning."""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
 import gc
+import logging
 import signal
+import sys
 from abc import ABC, abstractmethod
 from collections.abc import Awaitable, Callable
-from typing import TYPE_CHECKING, Any, Protocol, Self
+from typing import TYPE_CHECKING, Any, Protocol, Self, TypeVar
+
+from pydantic import ValidationError
 
 from nexus_events.logs import setup_logging
 from nexus_events.telemetry import setup_telemetry, shutdown_telemetry
@@ -18,9 +23,12 @@ if TYPE_CHECKING:
     import asyncpg
 
     from nexus_events.bus import Bus
+    from nexus_events.connect import BusSettings
 
-# What a service's __main__ hands `run_service`: run until the event is set, then drain.
-Serve = Callable[[asyncio.Event], Awaitable[None]]
+log = logging.getLogger(__name__)
+
+# A service's settings (a pydantic-settings class, loaded by `run_service`).
+S = TypeVar("S")
 
 # Net allocations of tracked objects between young-generation collections, at the least;
 # Python's default is 700.
@@ -61,14 +69,6 @@ def tune_gc(threshold: int = DEFAULT_GC_THRESHOLD) -> None:
     gc.set_threshold(threshold, older, oldest)
 
 
-__all__ = [
-    "DEFAULT_GC_THRESHOLD",
-    "GC_OBJECTS_PER_BATCH_EVENT",
-    "gc_threshold_for_batch",
-    "tune_gc",
-]
-
-
 class Lifecycle(Protocol):
     """A service app: `start` brings it up; `stop` drains it and closes what it opened."""
 
@@ -80,16 +80,25 @@ class Lifecycle(Protocol):
 class ServiceApp(ABC):
     """Base of a service's app: `start` and `stop` (which drains), `async with` over them, and
     the NATS connection and PostgreSQL pool it uses: handed in (a test's, shared; never
-    closed here) or opened by `start` (closed by `close_connections` at the end of `stop`)."""
+    closed here) or opened by `start`.
+
+    A subclass writes `open(stack)`: it starts its resources in order and registers each
+    one's cleanup on `stack` as soon as that resource is up (``stack.push_async_callback``).
+    `stop` unwinds the stack in reverse order, so what started last stops first (start the
+    health endpoint first and it answers until the very end of a drain); a start that fails
+    part-way closes what had started, in the same reverse order, before the error propagates.
+    A cleanup that raises does not keep the others from running (the error is raised after).
+    """
 
     def __init__(
         self, name: str, *, bus: Bus | None = None, pool: asyncpg.Pool[Any] | None = None
     ) -> None:
         self.name = name
         self._bus = bus
-        self._own_bus = bus is None
         self._pool = pool
-        self._own_pool = pool is None
+        self._stack: contextlib.AsyncExitStack | None = None
+        # Set once `open` finished, cleared first thing in `stop`: readiness starts here.
+        self._running = False
 
     @property
     def bus(self) -> Bus:
@@ -103,20 +112,70 @@ class ServiceApp(ABC):
             raise RuntimeError(f"{self.name} is not started: no PostgreSQL pool")
         return self._pool
 
-    @abstractmethod
-    async def start(self) -> None: ...
+    @property
+    def nats_connected(self) -> bool:
+        """Whether the service's NATS connection is up now (False before start)."""
+        return self._bus is not None and self._bus.nc.is_connected
 
     @abstractmethod
-    async def stop(self) -> None: ...
+    async def open(self, stack: contextlib.AsyncExitStack) -> None:
+        """Start the service's resources in order, each registering its cleanup on `stack`."""
 
-    async def close_connections(self) -> None:
-        """The end of every `stop`: close the pool, then the bus, each only if it is ours."""
-        if self._own_pool and self._pool is not None:
-            await close_pool(self._pool)
-            self._pool = None
-        if self._own_bus and self._bus is not None:
-            await self._bus.close()
-            self._bus = None
+    async def start(self) -> None:
+        """Run `open`; if it raises, close what it had started (reverse order) and re-raise."""
+        if self._stack is not None:
+            raise RuntimeError(f"{self.name} is already started")
+        stack = contextlib.AsyncExitStack()
+        self._stack = stack
+        try:
+            await self.open(stack)
+        except BaseException:
+            self._stack = None
+            await stack.aclose()
+            raise
+        self._running = True
+        log.info("%s started", self.name)
+
+    async def stop(self) -> None:
+        """Drain: not ready at once, then every cleanup in reverse order of start."""
+        self._running = False
+        stack, self._stack = self._stack, None
+        if stack is None:
+            return
+        await stack.aclose()
+        log.info("%s stopped", self.name)
+
+    async def connect_bus(
+        self, stack: contextlib.AsyncExitStack, settings: BusSettings | None, source: str
+    ) -> Bus:
+        """The bus handed in, else a new connection closed when `stack` unwinds."""
+        if self._bus is None:
+            from nexus_events.bus import Bus
+
+            self._bus = await Bus.connect(settings, source=source)
+            stack.push_async_callback(self._close_bus)
+        return self._bus
+
+    async def open_pool(
+        self,
+        stack: contextlib.AsyncExitStack,
+        create: Callable[[], Awaitable[asyncpg.Pool[Any]]],
+    ) -> asyncpg.Pool[Any]:
+        """The pool handed in, else one made by `create`, closed when `stack` unwinds."""
+        if self._pool is None:
+            self._pool = await create()
+            stack.push_async_callback(self._close_pool)
+        return self._pool
+
+    async def _close_bus(self) -> None:
+        bus, self._bus = self._bus, None
+        if bus is not None:
+            await bus.close()
+
+    async def _close_pool(self) -> None:
+        pool, self._pool = self._pool, None
+        if pool is not None:
+            await close_pool(pool)
 
     async def __aenter__(self) -> Self:
         await self.start()
@@ -137,9 +196,9 @@ async def close_pool(pool: Any) -> None:
         await asyncio.wait_for(pool.close(), timeout=POOL_CLOSE_TIMEOUT)
 
 
-async def serve_until(app: Lifecycle, stop: asyncio.Event, drain_timeout: float) -> None:
+async def serve_until(app: Lifecycle, stop: asyncio.Event, drain_timeout: float | None) -> None:
     """Start `app`, wait for `stop`, then drain it within `drain_timeout` seconds (a drain
-    that overruns raises TimeoutError rather than holding the process)."""
+    that overruns raises TimeoutError rather than holding the process; None: unbounded)."""
     await app.start()
     try:
         await stop.wait()
@@ -147,24 +206,67 @@ async def serve_until(app: Lifecycle, stop: asyncio.Event, drain_timeout: float)
         await asyncio.wait_for(app.stop(), timeout=drain_timeout)
 
 
-def run_service(name: str, serve: Serve) -> None:
-    """Run one service process the way every Nexus service runs: JSON logs (`setup_logging`),
-    telemetry (`setup_telemetry`, shut down at exit so buffered spans are exported), SIGTERM
-    and SIGINT set the stop event that `serve` waits on, and `serve` drains before returning.
+# A service's exit status when its settings are invalid (as the CLI's for invalid input).
+EXIT_BAD_SETTINGS = 2
 
-    Settings are read by the caller before this (a bad setting fails before anything starts).
+
+def settings_error(exc: ValidationError, prefix: str = "NEXUS_") -> str:
+    """One line naming the first bad variable (``NEXUS_CHANNEL_APPROVERS: ...``)."""
+    first = exc.errors(include_url=False, include_input=False)[0]
+    name = prefix + str(first["loc"][0]).upper() if first["loc"] else "settings"
+    return f"{name}: {first['msg'].removeprefix('Value error, ')}"
+
+
+def run_service(
+    name: str,
+    load: Callable[[], S],
+    make_app: Callable[[S], Lifecycle],
+    *,
+    drain_timeout: Callable[[S], float | None] = lambda _: None,
+    gc_threshold: Callable[[S], int] = lambda _: DEFAULT_GC_THRESHOLD,
+) -> None:
+    """Run one service process the way every Nexus service runs.
+
+    Settings first (`load`, e.g. the settings class): invalid ones end the process with one
+    line on stderr naming the variable and exit status `EXIT_BAD_SETTINGS`, before anything
+    starts. Then the collector is tuned (`tune_gc` with `gc_threshold(settings)`), JSON logs
+    (`setup_logging`) and telemetry (`setup_telemetry`, shut down at exit so buffered spans
+    are exported) are set up, and the app `make_app(settings)` is started; SIGTERM and SIGINT
+    stop it, draining within `drain_timeout(settings)` seconds (None: the app bounds its own
+    drain).
     """
+    try:
+        settings = load()
+    except ValidationError as exc:  # one line, not a traceback: a person fixes the variable
+        print(f"{name}: invalid settings: {settings_error(exc)}", file=sys.stderr)
+        raise SystemExit(EXIT_BAD_SETTINGS) from None
     setup_logging(name)
     setup_telemetry(name)
+    tune_gc(gc_threshold(settings))
 
     async def main() -> None:
         stop = asyncio.Event()
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(sig, stop.set)
-        await serve(stop)
+        await serve_until(make_app(settings), stop, drain_timeout(settings))
 
     try:
         asyncio.run(main())
     finally:
         shutdown_telemetry()
+
+
+__all__ = [
+    "DEFAULT_GC_THRESHOLD",
+    "EXIT_BAD_SETTINGS",
+    "GC_OBJECTS_PER_BATCH_EVENT",
+    "Lifecycle",
+    "ServiceApp",
+    "close_pool",
+    "gc_threshold_for_batch",
+    "run_service",
+    "serve_until",
+    "settings_error",
+    "tune_gc",
+]

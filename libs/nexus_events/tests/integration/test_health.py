@@ -35,3 +35,30 @@ async def test_a_taken_port_is_a_clear_error():
             await HealthServer(lambda: True, "127.0.0.1", port).start()
     assert isinstance(info.value, NexusError)
     assert isinstance(info.value, OSError)
+
+
+async def test_answers_http_clients_over_one_kept_alive_connection():
+    """A real HTTP client (aiohttp's, keep-alive and all) gets the probes' statuses and
+    bodies; requests on one connection follow readiness as it changes."""
+    import aiohttp
+
+    ready = False
+    server = HealthServer(lambda: ready, "127.0.0.1", 0)
+    await server.start()
+    base = f"http://127.0.0.1:{server.port}"
+    try:
+        connector = aiohttp.TCPConnector(limit=1)  # one connection, reused
+        async with aiohttp.ClientSession(connector=connector) as http:
+            async with http.get(f"{base}/healthz") as live:
+                assert (live.status, await live.text()) == (200, "ok")
+            async with http.get(f"{base}/readyz") as readyz:
+                assert (readyz.status, await readyz.text()) == (503, "service unavailable")
+            ready = True
+            async with http.get(f"{base}/readyz") as readyz:
+                assert (readyz.status, await readyz.text()) == (200, "ok")
+            async with http.head(f"{base}/readyz") as head:
+                assert head.status == 200
+            async with http.post(f"{base}/readyz") as post:
+                assert post.status == 405
+    finally:
+        await server.stop()

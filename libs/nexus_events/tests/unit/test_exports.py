@@ -31,7 +31,8 @@ def test_every_public_attribute_is_exported():
         for name, value in vars(nexus_events).items()
         if not name.startswith("_") and not isinstance(value, types.ModuleType)
     }
-    assert public == set(nexus_events.__all__)
+    # Those whose module needs an extra are there once used (nexus_events.__getattr__).
+    assert public | set(nexus_events._LAZY) == set(nexus_events.__all__)
 
 
 def test_exports_resolve_to_their_home_objects():

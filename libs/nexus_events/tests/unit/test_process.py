@@ -12,7 +12,12 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from nexus_events.process import DEFAULT_GC_THRESHOLD, gc_threshold_for_batch, tune_gc
+from nexus_events.process import (
+    DEFAULT_GC_THRESHOLD,
+    EXIT_BAD_SETTINGS,
+    gc_threshold_for_batch,
+    tune_gc,
+)
 
 
 @pytest.fixture
@@ -52,12 +57,14 @@ def test_run_service_drains_on_sigterm_and_logs_json(tmp_path: Path) -> None:
 import asyncio, logging, pathlib
 from nexus_events.process import run_service
 
-async def serve(stop: asyncio.Event) -> None:
-    logging.getLogger("svc").info("ready")
-    await stop.wait()
-    pathlib.Path({str(marker)!r}).write_text("yes")
+class Probe:
+    async def start(self) -> None:
+        logging.getLogger("svc").info("ready")
 
-run_service("probe", serve)
+    async def stop(self) -> None:
+        pathlib.Path({str(marker)!r}).write_text("yes")
+
+run_service("probe", dict, lambda settings: Probe(), drain_timeout=lambda s: 5.0)
 """
     env = {**os.environ, "OTEL_SDK_DISABLED": "true", "NEXUS_LOG_FORMAT": "json"}
     with subprocess.Popen(
@@ -69,3 +76,31 @@ run_service("probe", serve)
         proc.send_signal(signal.SIGTERM)
         assert proc.wait(timeout=20) == 0
     assert marker.read_text() == "yes"
+
+
+def test_invalid_settings_are_one_line_and_exit_2() -> None:
+    """A bad variable ends the process before anything starts: one line naming it, status 2
+    (`EXIT_BAD_SETTINGS`), no traceback."""
+    code = """
+from pydantic_settings import BaseSettings, SettingsConfigDict
+from nexus_events.process import run_service
+
+class Settings(BaseSettings):
+    model_config = SettingsConfigDict(env_prefix="NEXUS_")
+    probe_port: int = 1
+
+run_service("probe", Settings, lambda s: 1 / 0)
+"""
+    env = {**os.environ, "OTEL_SDK_DISABLED": "true", "NEXUS_PROBE_PORT": "many"}
+    done = subprocess.run(
+        [sys.executable, "-c", code],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert done.returncode == EXIT_BAD_SETTINGS == 2
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1, done.stderr
+    assert lines[0].startswith("probe: invalid settings: NEXUS_PROBE_PORT: ")

@@ -2,25 +2,14 @@
 
 from __future__ import annotations
 
-import asyncio
-
-from nexus_events.process import run_service, serve_until
-from pydantic import ValidationError
+from nexus_events.process import run_service
 
 from nexus_channel_gateway.app import SOURCE, GatewayApp
-from nexus_channel_gateway.config import GatewaySettings, settings_error
+from nexus_channel_gateway.config import GatewaySettings
 
 
 def main() -> None:
-    try:
-        settings = GatewaySettings()
-    except ValidationError as exc:  # one line, not a traceback: a person fixes the variable
-        raise SystemExit(f"channel-gateway: invalid settings: {settings_error(exc)}") from None
-
-    async def run(stop: asyncio.Event) -> None:
-        await serve_until(GatewayApp(settings), stop, settings.drain_timeout)
-
-    run_service(SOURCE, run)
+    run_service(SOURCE, GatewaySettings, GatewayApp, drain_timeout=lambda s: s.drain_timeout)
 
 
 if __name__ == "__main__":

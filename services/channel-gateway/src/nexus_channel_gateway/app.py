@@ -1,12 +1,13 @@
 """Wiring and lifecycle of the channel gateway: start everything in order, stop it draining.
 
-Start: connect NATS, create missing streams (core owns their settings), connect PostgreSQL
-and migrate ``channels``, log in to the configured platforms (a wrong token fails the start),
-publish inbound left unpublished by a crash, start the durable handlers (router, notifier,
-sender, delegation: FastStream subscribers of `nexus_events.fast`, on their own connection)
-and the pairings endpoint, then the HTTP ingress and the health endpoint.
-Stop (SIGTERM): the ingress first (no new requests), then the outbox publishes what it holds,
-the handlers in flight finish (half the drain timeout), connections close.
+Start: the health endpoint, connect NATS, create missing streams (core owns their settings),
+connect PostgreSQL and migrate ``channels``, log in to the configured platforms (a wrong
+token fails the start), publish inbound left unpublished by a crash, start the durable
+handlers (router, notifier, sender, delegation: FastStream subscribers of
+`nexus_events.fast`, on their own connection) and the pairings endpoint, then the HTTP
+ingress. Stop (SIGTERM) unwinds that in reverse (`ServiceApp`): the ingress first (no new
+requests), the handlers in flight finish (half the drain timeout), the outbox publishes what
+it holds, connections close, the health endpoint goes last.
 """
 
 from __future__ import annotations
@@ -73,7 +74,6 @@ class GatewayApp(ServiceApp):
         self.ingress: Ingress | None = None
         self.endpoints: GatewayEndpoints | None = None
         self.health: HealthServer | None = None
-        self._running = False
 
     @property
     def port(self) -> int:
@@ -83,8 +83,7 @@ class GatewayApp(ServiceApp):
     def ready(self) -> bool:
         return (
             self._running
-            and self._bus is not None
-            and self._bus.nc.is_connected
+            and self.nats_connected
             and (self.handlers is None or self.handlers.connected)
         )
 
@@ -111,23 +110,33 @@ class GatewayApp(ServiceApp):
             hooks = {src.name: WebhookIngress(src) for src in sources}
         return slack, telegram, hooks
 
-    async def start(self) -> None:
+    async def open(self, stack: contextlib.AsyncExitStack) -> None:
         s = self.settings
-        if self._bus is None:
-            self._bus = await Bus.connect(self.bus_settings, source=SOURCE)
+        # First up, last down: live (and not ready) through start-up and the whole drain.
+        if s.health_port is not None:
+            self.health = HealthServer(self.ready, s.health_host, s.health_port)
+            await self.health.start()
+            stack.push_async_callback(self.health.stop)
+        await self.connect_bus(stack, self.bus_settings, SOURCE)
         await ensure_streams(self.bus.js, update=False)  # core owns stream settings
-        self._pool = await asyncpg.create_pool(s.database_url, min_size=1, max_size=s.db_pool_size)
-        self.store = GatewayStore(self._pool, self.schema)
+        pool = await self.open_pool(
+            stack,
+            lambda: asyncpg.create_pool(s.database_url, min_size=1, max_size=s.db_pool_size),
+        )
+        self.store = GatewayStore(pool, self.schema)
         await self.store.migrate()
         if self.metrics_settings is not None or MetricsSettings().prometheus_port is not None:
             self.meter_provider = setup_metrics(SOURCE, self.metrics_settings)
+            stack.callback(self.meter_provider.shutdown)
             self.metrics = GatewayMetrics(self.meter_provider)
+        stack.push_async_callback(self._close_posters)
         slack, telegram, hooks = await self._verifiers()
         self.outbox = InboundOutbox(self.bus, self.store, self.sweep_interval)
         recovered = await self.outbox.sweep()
         if recovered:
             log.info("published %d inbound messages left by the last run", recovered)
         await self.outbox.start()
+        stack.push_async_callback(self.outbox.stop)
         prefix = s.consumer_prefix
         router = Router(
             self.bus,
@@ -158,8 +167,10 @@ class GatewayApp(ServiceApp):
             sender_spec(f"{prefix}_sender", s.fetch_timeout, s.ack_wait), ordered=True
         )(sender.on_intent)
         await handlers.start()
+        stack.push_async_callback(handlers.stop)
         self.endpoints = GatewayEndpoints(self.bus, self.store)
         await self.endpoints.start()
+        stack.push_async_callback(self.endpoints.stop)
         self.ingress = Ingress(
             self.outbox,
             self.metrics,
@@ -168,11 +179,8 @@ class GatewayApp(ServiceApp):
             telegram=telegram,
             hooks=hooks,
         )
+        stack.push_async_callback(self.ingress.stop)  # also undoes a start that failed
         await self.ingress.start(s.gateway_host, s.gateway_port)
-        if s.health_port is not None:
-            self.health = HealthServer(self.ready, s.health_host, s.health_port)
-            await self.health.start()
-        self._running = True
         log.info(
             "channel gateway listening on %s:%d (slack %s, telegram %s, webhook sources %s)",
             s.gateway_host,
@@ -182,26 +190,7 @@ class GatewayApp(ServiceApp):
             sorted(hooks) or "none",
         )
 
-    async def stop(self) -> None:
-        """Drain: stop taking requests, publish what was accepted, finish batches, close."""
-        self._running = False
-        if self.ingress is not None:
-            await self.ingress.stop()
-        if self.outbox is not None:
-            await self.outbox.stop()
-        if self.endpoints is not None:
-            await self.endpoints.stop()
-            self.endpoints = None
-        if self.handlers is not None:
-            await self.handlers.stop()
-            self.handlers = None
+    async def _close_posters(self) -> None:
         for poster in self.posters.values():
             with contextlib.suppress(Exception):
                 await poster.close()
-        if self.health is not None:
-            await self.health.stop()
-        if self.meter_provider is not None:
-            self.meter_provider.shutdown()
-            self.meter_provider = None
-        await self.close_connections()
-        log.info("channel gateway stopped")

@@ -13,7 +13,7 @@ from nexus_events.errors import InvalidSubject
 from nexus_events.events import ChannelAddress
 from nexus_events.health import HealthPort
 from nexus_events.subjects import validate_token
-from pydantic import Field, SecretStr, ValidationError, field_validator, model_validator
+from pydantic import Field, SecretStr, field_validator, model_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 # Channels that can post (the approver chats must be on one of them).
@@ -141,10 +141,3 @@ class GatewaySettings(BaseSettings):
     @property
     def telegram_enabled(self) -> bool:
         return self.telegram_bot_token is not None and self.telegram_secret_token is not None
-
-
-def settings_error(exc: ValidationError) -> str:
-    """One line naming the first bad variable (``NEXUS_CHANNEL_APPROVERS: ...``)."""
-    first = exc.errors(include_url=False, include_input=False)[0]
-    name = "NEXUS_" + str(first["loc"][0]).upper() if first["loc"] else "settings"
-    return f"{name}: {first['msg'].removeprefix('Value error, ')}"

@@ -4,9 +4,10 @@ error naming the variable."""
 from __future__ import annotations
 
 import pytest
+from nexus_events.process import settings_error
 from pydantic import ValidationError
 
-from nexus_channel_gateway.config import GatewaySettings, settings_error
+from nexus_channel_gateway.config import GatewaySettings
 
 ON = {
     "slack_bot_token": "xoxb-1",

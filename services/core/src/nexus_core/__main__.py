@@ -2,22 +2,20 @@
 
 from __future__ import annotations
 
-import asyncio
-
-from nexus_events.process import run_service, serve_until, tune_gc
+from nexus_events.process import run_service
 
 from nexus_core.app import CoreApp
 from nexus_core.config import CoreSettings
 
 
 def main() -> None:
-    settings = CoreSettings()
-    tune_gc(settings.effective_gc_threshold())
-
-    async def run(stop: asyncio.Event) -> None:
-        await serve_until(CoreApp(settings), stop, settings.drain_timeout)
-
-    run_service("core", run)
+    run_service(
+        "core",
+        CoreSettings,
+        CoreApp,
+        drain_timeout=lambda s: s.drain_timeout,
+        gc_threshold=lambda s: s.effective_gc_threshold(),
+    )
 
 
 if __name__ == "__main__":

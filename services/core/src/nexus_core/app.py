@@ -1,19 +1,21 @@
 """Wiring and lifecycle of the core service: start everything in order, stop it draining.
 
-Start: connect NATS and PostgreSQL, ensure streams, apply migrations, start the catalog,
-agent_runs and board projections, the run assembly consumer, the queries and the health
-endpoint. Stop (SIGTERM): stop taking work first (health not ready, queries, assembly
-consumer finishes its batch), then the projections commit their batch in hand, then close.
+Start: the health endpoint, connect NATS and PostgreSQL, ensure streams, apply migrations,
+start the catalog, agent_runs and board projections, the run assembly consumer, the queries
+and the metrics. Stop (SIGTERM) unwinds that in reverse (`ServiceApp`): not ready at once,
+metrics, queries, the assembly consumer finishes its batch, then the projections commit
+their batch in hand, connections close, and the health endpoint goes last.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 from typing import Any
 
 import asyncpg
-from motor.motor_asyncio import AsyncIOMotorClient, AsyncIOMotorDatabase
+from motor.motor_asyncio import AsyncIOMotorDatabase
 from nexus_events.bus import Bus, BusSettings, Consumer
 from nexus_events.health import HealthServer
 from nexus_events.metrics import setup_metrics
@@ -73,7 +75,6 @@ class CoreApp(ServiceApp):
         self.bus_settings = bus_settings
         super().__init__("core", bus=bus, pool=pool)
         self._catalog_db = catalog_db
-        self._mongo: AsyncIOMotorClient[Document] | None = None
         self.catalog: CatalogStore | None = None
         self.catalog_runner: ProjectionRunner | MongoCatalogRunner | None = None
         # agent_runs and board follow NEXUS_RUNS together: one reader, one transaction.
@@ -81,23 +82,17 @@ class CoreApp(ServiceApp):
         self.assembly: Consumer | None = None
         self.queries: CoreQueries | None = None
         self.health: HealthServer | None = None
-        self._running = False
 
     def ready(self) -> bool:
         """Connected, running, and no projection stuck (failing over and over without
         applying anything): a core whose views stopped moving must not look healthy."""
-        return (
-            self._running
-            and self._bus is not None
-            and self._bus.nc.is_connected
-            and not any(r.stuck for r in self.followers())
-        )
+        return self._running and self.nats_connected and not any(r.stuck for r in self.followers())
 
     def followers(self) -> list[ProjectionRunner | MongoCatalogRunner]:
         """The stream followers behind core's views (for readiness and metrics)."""
         return [r for r in (self.catalog_runner, self.views_runner) if r is not None]
 
-    async def start(self) -> None:
+    async def open(self, stack: contextlib.AsyncExitStack) -> None:
         s = self.settings
         mongo = is_mongodb_url(s.catalog_url) or self._catalog_db is not None
         if s.catalog_url is not None and not mongo and not s.catalog_url.startswith("postgres"):
@@ -105,25 +100,29 @@ class CoreApp(ServiceApp):
                 f"catalog backend {s.catalog_url.split(':', 1)[0]!r} is not supported; use a "
                 "mongodb:// URL, or leave NEXUS_CATALOG_URL unset to use PostgreSQL"
             )
-        if self._bus is None:
-            self._bus = await Bus.connect(self.bus_settings, source=SOURCE)
-        if self._pool is None:
-            self._pool = await asyncpg.create_pool(
-                s.database_url, min_size=1, max_size=s.db_pool_size
-            )
+        # First up, last down: live (and not ready) through start-up and the whole drain.
+        if s.health_port is not None:
+            self.health = HealthServer(self.ready, s.health_host, s.health_port)
+            await self.health.start()
+            stack.push_async_callback(self.health.stop)
+        bus = await self.connect_bus(stack, self.bus_settings, SOURCE)
+        pool = await self.open_pool(
+            stack,
+            lambda: asyncpg.create_pool(s.database_url, min_size=1, max_size=s.db_pool_size),
+        )
         # Core owns the stream settings (NEXUS_STREAMS_*); other services only create.
-        await ensure_streams(self.bus.js)
-        requests = RunRequestStore(self.pool)
+        await ensure_streams(bus.js)
+        requests = RunRequestStore(pool)
         await requests.migrate()
         batch = s.projection_batch
-        bus, pool = self.bus, self.pool
         catalog: CatalogStore
         if mongo:
             db = self._catalog_db
             if db is None:
                 assert s.catalog_url is not None
-                self._mongo = connect_mongo(s.catalog_url)
-                db = default_database(self._mongo)
+                client = connect_mongo(s.catalog_url)
+                stack.callback(client.close)
+                db = default_database(client)
             store = MongoCatalogStore(db)
             catalog = store
             self.catalog_runner = MongoCatalogRunner(
@@ -146,37 +145,42 @@ class CoreApp(ServiceApp):
             batch=batch,
             fetch_timeout=s.fetch_timeout,
         )
+        # Those started stop together (each commits its batch in hand), after all below.
+        started: list[ProjectionRunner | MongoCatalogRunner] = []
+        stack.push_async_callback(_stop_all, started)
         for runner in (self.catalog_runner, self.views_runner):
             await runner.start()
+            started.append(runner)
         handler = AssemblyHandler(
-            bus=self.bus,
+            bus=bus,
             catalog=catalog,
             requests=requests,
-            memory=MemoryClient(self.bus.nc, timeout=s.memory_timeout, enabled=s.memory_enabled),
+            memory=MemoryClient(bus.nc, timeout=s.memory_timeout, enabled=s.memory_enabled),
             catalog_caught_up=self.catalog_caught_up,
             concurrency=s.assembly_concurrency,
         )
-        self.assembly = self.bus.consumer(
+        self.assembly = bus.consumer(
             assembly_consumer_spec(f"{s.consumer_prefix}_assembly", s.fetch_timeout), handler
         )
         await self.assembly.start()
-        self.queries = CoreQueries(self.bus, self.pool, catalog)
+        stack.push_async_callback(self.assembly.stop)
+        self.queries = CoreQueries(bus, pool, catalog)
         await self.queries.start()
+        stack.push_async_callback(self.queries.stop)
         if self.metrics_settings.enabled:
-            self.meter_provider = setup_metrics("core", self.metrics_settings)
+            self.meter_provider = provider = setup_metrics("core", self.metrics_settings)
+            stack.callback(provider.shutdown)
             self.metrics = RunMetrics(
-                self.bus,
-                self.meter_provider,
-                pool=self.pool,
-                settings=self.metrics_settings,
+                bus, provider, pool=pool, settings=self.metrics_settings,
                 followers=self.followers(),
-            )
+            )  # fmt: skip
             await self.metrics.start()
-        if s.health_port is not None:
-            self.health = HealthServer(self.ready, s.health_host, s.health_port)
-            await self.health.start()
-        self._running = True
-        log.info("core started")
+            stack.push_async_callback(self._stop_metrics)
+
+    async def _stop_metrics(self) -> None:
+        metrics, self.metrics = self.metrics, None  # released with core
+        if metrics is not None:
+            await metrics.stop()
 
     async def catalog_fresh(self) -> bool:
         """Whether the catalog projection has applied everything in NEXUS_CATALOG."""
@@ -198,25 +202,6 @@ class CoreApp(ServiceApp):
             return False
         return True
 
-    async def stop(self) -> None:
-        """Drain: stop taking requests, finish batches in hand, then close connections."""
-        self._running = False
-        if self.queries is not None:
-            await self.queries.stop()
-        if self.assembly is not None:
-            await self.assembly.stop()
-        if self.metrics is not None:
-            await self.metrics.stop()
-            self.metrics = None
-        if self.meter_provider is not None:
-            self.meter_provider.shutdown()
-            self.meter_provider = None
-        runners = (self.views_runner, self.catalog_runner)
-        await asyncio.gather(*(r.stop() for r in runners if r is not None))
-        if self.health is not None:
-            await self.health.stop()
-        if self._mongo is not None:
-            self._mongo.close()
-            self._mongo = None
-        await self.close_connections()
-        log.info("core stopped")
+
+async def _stop_all(runners: list[ProjectionRunner | MongoCatalogRunner]) -> None:
+    await asyncio.gather(*(r.stop() for r in runners))

@@ -2,21 +2,14 @@
 
 from __future__ import annotations
 
-import asyncio
-
-from nexus_events.process import run_service, serve_until
+from nexus_events.process import run_service
 
 from nexus_memory.app import MemoryApp
 from nexus_memory.config import MemorySettings
 
 
 def main() -> None:
-    settings = MemorySettings()
-
-    async def run(stop: asyncio.Event) -> None:
-        await serve_until(MemoryApp(settings), stop, settings.drain_timeout)
-
-    run_service("memory", run)
+    run_service("memory", MemorySettings, MemoryApp, drain_timeout=lambda s: s.drain_timeout)
 
 
 if __name__ == "__main__":

@@ -1,11 +1,12 @@
 """Wiring and lifecycle of the memory service: start everything in order, stop it draining.
 
-Start: connect NATS, create missing streams (core owns their settings), connect PostgreSQL
-(pgvector extension, vector codec, HNSW iterative scans), load the embedder, re-embed by
-replay if the tables hold another embedder's vectors, then the projection, the stream guard,
-extraction, consolidation, the `nexus-memory` endpoints and the health endpoint.
-Stop (SIGTERM): endpoints first, then the handlers finish what they hold, access counts are
-flushed, the projection commits its batch in hand, then connections close.
+Start: the health endpoint, connect NATS, create missing streams (core owns their settings),
+connect PostgreSQL (pgvector extension, vector codec, HNSW iterative scans), load the
+embedder, re-embed by replay if the tables hold another embedder's vectors, then the
+projection, the stream guard and extraction, consolidation and the `nexus-memory` endpoints.
+Stop (SIGTERM) unwinds that in reverse (`ServiceApp`): endpoints first, access counts are
+flushed, the handlers finish what they hold, the projection commits its batch in hand, then
+connections close and the health endpoint goes last.
 """
 
 from __future__ import annotations
@@ -108,7 +109,6 @@ class MemoryApp(ServiceApp):
         self.health: HealthServer | None = None
         self._consolidation_task: asyncio.Task[None] | None = None
         self._rebuild_lock = asyncio.Lock()
-        self._running = False
 
     async def caught_up(self, within: float = CATCH_UP_WAIT) -> None:
         """Wait (at most `within` seconds) until the projection has applied everything
@@ -122,22 +122,26 @@ class MemoryApp(ServiceApp):
     def ready(self) -> bool:
         return (
             self._running
-            and self._bus is not None
-            and self._bus.nc.is_connected
+            and self.nats_connected
             and (self.handlers is None or self.handlers.connected)
             and not (self.runner is not None and self.runner.stuck)
         )
 
-    async def start(self) -> None:
+    async def open(self, stack: contextlib.AsyncExitStack) -> None:
         s = self.settings
-        if self._bus is None:
-            self._bus = await Bus.connect(self.bus_settings, source=SOURCE)
+        # First up, last down: live (and not ready) through start-up and the whole drain.
+        if s.health_port is not None:
+            self.health = HealthServer(self.ready, s.health_host, s.health_port)
+            await self.health.start()
+            stack.push_async_callback(self.health.stop)
+        await self.connect_bus(stack, self.bus_settings, SOURCE)
         await ensure_streams(self.bus.js, update=False)  # core owns stream settings
-        self._pool = await connect_pool(s.database_url, s.db_pool_size)
+        await self.open_pool(stack, lambda: connect_pool(s.database_url, s.db_pool_size))
         if self.embedder is None:
             self.embedder = await make_embedder(s)
         if self.metrics_settings is not None or MetricsSettings().prometheus_port is not None:
             self.meter_provider = setup_metrics(SOURCE, self.metrics_settings)
+            stack.callback(self.meter_provider.shutdown)
             self.metrics = MemoryMetrics(self.meter_provider)
         self.projection = MemoryProjection(self.embedder, self.guard, schema=self.schema)
         held = await stored_embedder(self.pool, self.schema)
@@ -153,6 +157,7 @@ class MemoryApp(ServiceApp):
             fetch_timeout=s.fetch_timeout,
         )  # fmt: skip
         await self.runner.start()
+        stack.push_async_callback(self.runner.stop)
         # Its own connection; in-flight handlers get half the drain timeout to finish.
         self.handlers = handlers = Handlers(self.bus, graceful_timeout=s.drain_timeout / 2)
         self.stream_guard = StreamGuard(self.bus, self.guard, self.metrics)
@@ -169,14 +174,17 @@ class MemoryApp(ServiceApp):
                 default_base_url=s.llm_base_url, api_key=s.llm_api_key, timeout=s.llm_timeout,
                 limit=s.memory_extraction_max, schema=self.schema,
             )  # fmt: skip
+            stack.push_async_callback(self.extractor.close)
             handlers.durable(
                 extraction_spec(
                     f"{s.consumer_prefix}_extraction", s.memory_extraction_events, s.fetch_timeout
                 )
             )(self.extractor.on_ending)
         await handlers.start()
+        stack.push_async_callback(handlers.stop)
         self.tracker = AccessTracker(self.bus, s.memory_access_flush)
         await self.tracker.start()
+        stack.push_async_callback(self.tracker.stop)
         self.consolidator = Consolidator(
             self.bus,
             self.pool,
@@ -188,6 +196,7 @@ class MemoryApp(ServiceApp):
                 self._consolidate_every(s.memory_consolidation_interval),
                 name="memory-consolidation",
             )
+            stack.push_async_callback(_cancel, self._consolidation_task)
         search = MemorySearch(
             self.pool,
             self.embedder,
@@ -204,11 +213,8 @@ class MemoryApp(ServiceApp):
             schema=self.schema,
         )  # fmt: skip
         await self.endpoints.start()
-        if s.health_port is not None:
-            self.health = HealthServer(self.ready, s.health_host, s.health_port)
-            await self.health.start()
-        self._running = True
-        log.info("memory started (embedder %s)", self.embedder.name)
+        stack.push_async_callback(self.endpoints.stop)
+        log.info("memory embedder: %s", self.embedder.name)
 
     async def consolidate(self, scopes: list[str] | None = None) -> MemoryConsolidateReply:
         """One consolidation pass now (over `scopes`, else all)."""
@@ -242,29 +248,8 @@ class MemoryApp(ServiceApp):
             dimension=self.embedder.dimension,
         )
 
-    async def stop(self) -> None:
-        """Drain: stop answering, let the handlers finish what they hold, flush, then close."""
-        self._running = False
-        if self.endpoints is not None:
-            await self.endpoints.stop()
-        if self._consolidation_task is not None:
-            self._consolidation_task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._consolidation_task
-            self._consolidation_task = None
-        if self.handlers is not None:
-            await self.handlers.stop()
-            self.handlers = None
-        if self.tracker is not None:
-            await self.tracker.stop()
-        if self.extractor is not None:
-            await self.extractor.close()
-        if self.runner is not None:
-            await self.runner.stop()
-        if self.health is not None:
-            await self.health.stop()
-        if self.meter_provider is not None:
-            self.meter_provider.shutdown()
-            self.meter_provider = None
-        await self.close_connections()
-        log.info("memory stopped")
+
+async def _cancel(task: asyncio.Task[None]) -> None:
+    task.cancel()
+    with contextlib.suppress(asyncio.CancelledError):
+        await task

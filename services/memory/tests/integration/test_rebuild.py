@@ -120,7 +120,9 @@ async def test_killed_mid_ingest_catches_up_to_the_same_rows(
         proc.send_signal(signal.SIGKILL)
         await proc.wait()
         proc = await spawn()
-        await eventually(lambda: http_status(port, "/readyz"), within=60, what="restarted")
+        await eventually(
+            lambda: http_status(port, "/readyz"), lambda s: s == 200, within=60, what="restarted"
+        )
         await eventually(lambda: _between(projected, n, n), within=60, what="caught up")
         proc.send_signal(signal.SIGTERM)
         assert await asyncio.wait_for(proc.wait(), 30) == 0

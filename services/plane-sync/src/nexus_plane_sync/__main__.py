@@ -2,21 +2,17 @@
 
 from __future__ import annotations
 
-import asyncio
-
-from nexus_events.process import run_service, serve_until
+from nexus_events.process import run_service
 
 from nexus_plane_sync.app import PlaneSyncApp
 from nexus_plane_sync.config import PlaneSyncSettings
 
 
 def main() -> None:
-    settings = PlaneSyncSettings()  # required fields come from the environment
-
-    async def run(stop: asyncio.Event) -> None:
-        await serve_until(PlaneSyncApp(settings), stop, settings.drain_timeout)
-
-    run_service("plane-sync", run)
+    # Required fields come from the environment: a missing one is one line and exit 2.
+    run_service(
+        "plane-sync", PlaneSyncSettings, PlaneSyncApp, drain_timeout=lambda s: s.drain_timeout
+    )
 
 
 if __name__ == "__main__":

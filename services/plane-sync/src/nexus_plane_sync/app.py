@@ -1,11 +1,12 @@
 """Wiring and lifecycle of plane-sync: start everything in order, stop it draining.
 
-Start: connect NATS (streams created if missing; core owns their settings), PostgreSQL
-(schema ``plane_sync``), the Plane client with the shared rate limit, decide comments or
-native agent runs (config or a probe), then the mirror (tasks and runs into the outbox), the
-outbox writer, the webhook ingress consumer, the webhook endpoint, the nats.micro endpoints
-and the health endpoint. Stop (SIGTERM): the webhook endpoint and queries first, then the
-consumers and the mirror finish their batch and the writer its write in hand, then close.
+Start: the health endpoint, connect NATS (streams created if missing; core owns their
+settings), PostgreSQL (schema ``plane_sync``), the Plane client with the shared rate limit,
+decide comments or native agent runs (config or a probe), then the mirror (tasks and runs
+into the outbox), the outbox writer, the webhook ingress consumer, the webhook endpoint and
+the nats.micro endpoints. Stop (SIGTERM) unwinds that in reverse (`ServiceApp`): queries and
+the webhook endpoint first, then the consumer finishes what it holds, the writer its write in
+hand and the mirror its batch, then connections close and the health endpoint goes last.
 """
 
 from __future__ import annotations
@@ -76,7 +77,6 @@ class PlaneSyncApp(ServiceApp):
         self.webhooks: WebhookServer | None = None
         self.endpoints: PlaneEndpoints | None = None
         self.health: HealthServer | None = None
-        self._running = False
 
     async def mirrored(self, seqs: dict[str, int]) -> None:
         """Wait (at most MIRROR_WAIT seconds) until the mirror applied these positions of the
@@ -92,8 +92,7 @@ class PlaneSyncApp(ServiceApp):
     def ready(self) -> bool:
         return (
             self._running
-            and self._bus is not None
-            and self._bus.nc.is_connected
+            and self.nats_connected
             and (self.handlers is None or self.handlers.connected)
             and not (self.runner is not None and self.runner.stuck)
         )
@@ -110,12 +109,20 @@ class PlaneSyncApp(ServiceApp):
             return AgentRunReporter(self.api, store, s.plane_agent_slug)
         return CommentReporter(self.api, store)
 
-    async def start(self) -> None:
+    async def open(self, stack: contextlib.AsyncExitStack) -> None:
         s = self.settings
-        if self._bus is None:
-            self._bus = await Bus.connect(self.bus_settings, source=SOURCE)
+        # First up, last down: live (and not ready) through start-up and the whole drain.
+        if s.health_port is not None:
+            self.health = HealthServer(self.ready, s.health_host, s.health_port)
+            await self.health.start()
+            stack.push_async_callback(self.health.stop)
+        stack.push_async_callback(self.api.close)
+        await self.connect_bus(stack, self.bus_settings, SOURCE)
         await ensure_streams(self.bus.js, update=False)  # core owns stream settings
-        self._pool = await asyncpg.create_pool(s.database_url, min_size=2, max_size=s.db_pool_size)
+        await self.open_pool(
+            stack,
+            lambda: asyncpg.create_pool(s.database_url, min_size=2, max_size=s.db_pool_size),
+        )
         self.store = store = PlaneStore(self.pool, self.schema)
         await store.migrate()
         items = WorkItems(
@@ -131,11 +138,13 @@ class PlaneSyncApp(ServiceApp):
             fetch_timeout=s.fetch_timeout,
         )  # fmt: skip
         await self.runner.start()
+        stack.push_async_callback(self.runner.stop)
         self.writer = OutboxWriter(
             self.bus, store, self.board, self.metrics, poll=s.outbox_poll,
             not_ready_grace=s.plane_unknown_task_grace,
         )  # fmt: skip
         await self.writer.start()
+        stack.push_async_callback(self.writer.stop)
         self.ingress = PlaneIngress(
             self.bus, store, self.api, self.metrics,
             trigger_prefix=s.plane_trigger_prefix, bot_user_id=s.plane_bot_user_id,
@@ -149,20 +158,17 @@ class PlaneSyncApp(ServiceApp):
             ingress_spec(f"{s.consumer_prefix}_webhooks", s.fetch_timeout), ordered=True
         )(self.ingress.on_webhook)
         await self.handlers.start()
+        stack.push_async_callback(self.handlers.stop)
         self.webhooks = WebhookServer(
             self.bus, store, s.plane_webhook_secret.get_secret_value().encode(), self.metrics,
             host=s.webhook_host, port=s.webhook_port, max_bytes=s.webhook_max_bytes,
         )  # fmt: skip
         await self.webhooks.start()
+        stack.push_async_callback(self.webhooks.stop)
         self.endpoints = PlaneEndpoints(self.bus, store, self.writer, self.status)
         await self.endpoints.start()
-        if s.health_port is not None:
-            self.health = HealthServer(self.ready, s.health_host, s.health_port)
-            await self.health.start()
-        self._running = True
-        log.info(
-            "plane-sync started (%s, webhooks on port %d)", self.board.mode, self.webhooks.port
-        )
+        stack.push_async_callback(self.endpoints.stop)
+        log.info("plane-sync: %s, webhooks on port %d", self.board.mode, self.webhooks.port)
 
     def status(self, counts: dict[str, int]) -> PlaneStatusReply:
         assert self.board is not None
@@ -181,23 +187,3 @@ class PlaneSyncApp(ServiceApp):
             webhooks=dict(self.metrics.webhooks),
             last_error=self.api.last_error,
         )
-
-    async def stop(self) -> None:
-        """Drain: stop taking webhooks and queries, finish what is in hand, then close."""
-        self._running = False
-        if self.webhooks is not None:
-            await self.webhooks.stop()
-        if self.endpoints is not None:
-            await self.endpoints.stop()
-        if self.handlers is not None:
-            await self.handlers.stop()
-            self.handlers = None
-        if self.runner is not None:
-            await self.runner.stop()
-        if self.writer is not None:
-            await self.writer.stop()
-        if self.health is not None:
-            await self.health.stop()
-        await self.api.close()
-        await self.close_connections()
-        log.info("plane-sync stopped")

@@ -267,10 +267,6 @@ class PlaneApi:
     async def delete_work_item(self, item: str) -> None:
         await self.call("DELETE", self._items(item), ok=(404,))
 
-    async def get_work_item(self, item: str) -> dict[str, Any]:
-        body: dict[str, Any] = (await self.call("GET", self._items(item))).json()
-        return body
-
     # -- comments ------------------------------------------------------------------------------
 
     async def create_comment(self, item: str, html: str, external_id: str) -> Created:

@@ -84,12 +84,6 @@ class RunHandle:
         self.stop(RunStopped("cancelled", Reason.TERMINATED, "the runner received SIGTERM"))
 
 
-async def load_config_from_bus(bus: Bus, run_id: str) -> RunConfig:
-    """The config of the run's latest ``prepared`` event."""
-    config, _ = await load_prepared_from_bus(bus, run_id)
-    return config
-
-
 async def load_prepared_from_bus(
     bus: Bus, run_id: str
 ) -> tuple[RunConfig, otel_context.Context | None]:

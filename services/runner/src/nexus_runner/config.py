@@ -1,11 +1,13 @@
-"""The runner's settings: one pydantic-settings class, env prefix ``NEXUS_RUNNER_``."""
+"""The runner's settings: one pydantic-settings class, env prefix ``NEXUS_`` (formerly
+``NEXUS_RUNNER_``, still read with a warning)."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
+from nexus_events.settings import ENV_PREFIX, NexusSettings
 from pydantic import BaseModel, ConfigDict, Field, SecretStr
-from pydantic_settings import BaseSettings, SettingsConfigDict
+from pydantic_settings import SettingsConfigDict
 
 
 class Price(BaseModel):
@@ -18,7 +20,7 @@ class Price(BaseModel):
 
 
 # Public list prices (USD per 1M tokens) of common models; unknown models cost 0 unless the
-# operator adds them (NEXUS_RUNNER_PRICES='{"my-model": {...}}').
+# operator adds them (NEXUS_PRICES='{"my-model": {...}}').
 DEFAULT_PRICES: dict[str, Price] = {
     "gpt-4o": Price(input_per_mtok=2.5, output_per_mtok=10.0),
     "gpt-4o-mini": Price(input_per_mtok=0.15, output_per_mtok=0.6),
@@ -27,10 +29,11 @@ DEFAULT_PRICES: dict[str, Price] = {
 }
 
 
-class RunnerSettings(BaseSettings):
-    """Everything tunable about the runner. Env: NEXUS_RUNNER_<FIELD>."""
+class RunnerSettings(NexusSettings):
+    """Everything tunable about the runner. Env: NEXUS_<FIELD>."""
 
-    model_config = SettingsConfigDict(env_prefix="NEXUS_RUNNER_", extra="ignore")
+    model_config = SettingsConfigDict(env_prefix=ENV_PREFIX, extra="ignore")
+    old_env_prefix = "NEXUS_RUNNER_"
 
     # In a pod the workspace is an emptyDir mounted at /tmp; locally override it.
     workspace_root: Path = Field(

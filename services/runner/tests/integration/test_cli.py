@@ -19,8 +19,8 @@ async def _run_cli(args: list[str], nats_url: str, tmp_path: Path) -> int:
     env = {
         **os.environ,
         "NEXUS_NATS_URL": nats_url,
-        "NEXUS_RUNNER_WORKSPACE_ROOT": str(tmp_path / "runs"),
-        "NEXUS_RUNNER_HEARTBEAT_INTERVAL": "0.5",
+        "NEXUS_WORKSPACE_ROOT": str(tmp_path / "runs"),
+        "NEXUS_HEARTBEAT_INTERVAL": "0.5",
     }
     proc = await asyncio.create_subprocess_exec(
         sys.executable, "-m", "nexus_runner", *args, env=env

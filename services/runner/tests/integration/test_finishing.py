@@ -51,9 +51,9 @@ def github_settings(
     settings: RunnerSettings, monkeypatch: pytest.MonkeyPatch, gh: Any, **extra: Any
 ) -> RunnerSettings:
     """The fixture's settings plus the GitHub ones read from the environment, as in a pod."""
-    monkeypatch.setenv("NEXUS_RUNNER_GITHUB_API_URL", gh.api_url)
-    monkeypatch.setenv("NEXUS_RUNNER_GITHUB_TOKEN", TOKEN)
-    monkeypatch.setenv("NEXUS_RUNNER_GITHUB_REPOSITORY", "acme/calc")
+    monkeypatch.setenv("NEXUS_GITHUB_API_URL", gh.api_url)
+    monkeypatch.setenv("NEXUS_GITHUB_TOKEN", TOKEN)
+    monkeypatch.setenv("NEXUS_GITHUB_REPOSITORY", "acme/calc")
     fields = settings.model_dump(exclude={"github_token", "github_api_url", "github_repository"})
     fields.update(extra)
     result = RunnerSettings(**fields)

@@ -115,8 +115,8 @@ def _cli_env(nats_url: str, tmp_path: Path, spans: Path) -> dict[str, str]:
     env.update(
         {
             "NEXUS_NATS_URL": nats_url,
-            "NEXUS_RUNNER_WORKSPACE_ROOT": str(tmp_path / "runs"),
-            "NEXUS_RUNNER_HEARTBEAT_INTERVAL": "0.5",
+            "NEXUS_WORKSPACE_ROOT": str(tmp_path / "runs"),
+            "NEXUS_HEARTBEAT_INTERVAL": "0.5",
             "OTEL_SDK_DISABLED": "false",
             "OTEL_EXPORTER_OTLP_ENDPOINT": "",
             telemetry.SPANS_FILE_ENV: str(spans),

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
-
 from nexus_events.process import run_service
 
 from nexus_scheduler.app import SchedulerApp
@@ -11,15 +9,8 @@ from nexus_scheduler.config import SchedulerSettings
 
 
 def main() -> None:
-    settings = SchedulerSettings()
-
-    async def run(stop: asyncio.Event) -> None:
-        app = SchedulerApp(settings)
-        await app.start()
-        await stop.wait()
-        await app.stop()
-
-    run_service("scheduler", run)
+    # No outer bound on the drain: SchedulerApp bounds its own (drain_timeout_seconds).
+    run_service("scheduler", SchedulerSettings, SchedulerApp)
 
 
 if __name__ == "__main__":

@@ -18,8 +18,9 @@ from pathlib import Path
 
 import nats.errors
 import nats.js.errors
-from nexus_events.bus import Bus, BusSettings, Consumer, ConsumerSpec
+from nexus_events.bus import BusSettings, Consumer, ConsumerSpec
 from nexus_events.health import HealthServer
+from nexus_events.process import ServiceApp
 from nexus_events.streams import RUNS, SCHEDULES, ensure_streams
 
 from nexus_scheduler.checkpoint import Checkpointer
@@ -40,10 +41,6 @@ SOURCE = "scheduler"
 
 
 def build_runtime(settings: SchedulerSettings) -> AgentRuntime:
-    if settings.runtime == "noop":
-        from nexus_scheduler.runtime.noop import NoopRuntime
-
-        return NoopRuntime()
     if settings.runtime == "kubernetes":
         from nexus_scheduler.runtime.kubernetes import KubernetesRuntime, KubernetesSettings
 
@@ -59,7 +56,9 @@ def build_runtime(settings: SchedulerSettings) -> AgentRuntime:
     )
 
 
-class SchedulerApp:
+class SchedulerApp(ServiceApp):
+    """The scheduler service: campaigns for the lease and, leading, admits and dispatches."""
+
     def __init__(
         self,
         settings: SchedulerSettings,
@@ -68,6 +67,7 @@ class SchedulerApp:
         runtime: AgentRuntime | None = None,
         clock: Clock | None = None,
     ) -> None:
+        super().__init__("scheduler")
         self.settings = settings
         self.bus_settings = bus_settings or BusSettings()
         self.runtime = runtime or build_runtime(settings)
@@ -76,7 +76,6 @@ class SchedulerApp:
         self.service: SchedulerService | None = None
         self.schedules: ScheduleService | None = None
         self._schedule_consumer: Consumer | None = None
-        self._bus: Bus | None = None
         self._lease: Lease | None = None
         self._consumer: Consumer | None = None
         self._stopping = asyncio.Event()
@@ -90,43 +89,46 @@ class SchedulerApp:
         self.checkpointer: Checkpointer | None = None
         self.health: HealthServer | None = None
 
-    @property
-    def bus(self) -> Bus:
-        if self._bus is None:
-            raise RuntimeError("SchedulerApp is not started")
-        return self._bus
-
-    async def start(self) -> None:
-        self._bus = await Bus.connect(self.bus_settings, source=SOURCE)
-        await ensure_streams(self._bus.js, update=False)  # core owns stream settings
-        await self.runtime.start()
-        self._lease = Lease(
-            self._bus.js,
-            self.settings.lease_bucket,
-            self.settings.replica_id,
-            self.settings.lease_ttl_seconds,
-        )
-        self._campaign = asyncio.create_task(self._campaign_loop(), name="scheduler:lease")
+    async def open(self, stack: contextlib.AsyncExitStack) -> None:
+        # First up, last down: liveness holds through start-up and the whole drain.
         if self.settings.health_port is not None:
             self.health = HealthServer(
                 self.ready, self.settings.health_host, self.settings.health_port
             )
             await self.health.start()
+            stack.push_async_callback(self.health.stop)
+        bus = await self.connect_bus(stack, self.bus_settings, SOURCE)
+        await ensure_streams(bus.js, update=False)  # core owns stream settings
+        await self.runtime.start()
+        stack.push_async_callback(self._close_runtime)
+        self._lease = lease = Lease(
+            bus.js,
+            self.settings.lease_bucket,
+            self.settings.replica_id,
+            self.settings.lease_ttl_seconds,
+        )
+        stack.push_async_callback(lease.release)
+        self._campaign = asyncio.create_task(self._campaign_loop(), name="scheduler:lease")
+        stack.push_async_callback(self._drain_bounded)
+
+    async def _close_runtime(self) -> None:
+        await self.runtime.close()  # the runtime as it is at stop (tests swap its close)
 
     def ready(self) -> bool:
         """Connected to NATS and campaigning for the lease (leading or standing by), not
         stopping: a standby replica is ready to take over."""
         campaign = self._campaign
         return (
-            not self._stopping.is_set()
-            and self._bus is not None
-            and self._bus.nc.is_connected
+            self._running
+            and not self._stopping.is_set()
+            and self.nats_connected
             and campaign is not None
             and not campaign.done()
         )
 
     async def stop(self) -> None:
-        """Drain: stop consuming after the batch in hand, finish starts, hand the lease over.
+        """Drain: stop consuming after the batch in hand, finish starts, hand the lease over
+        (then, unwinding the start: the runtime, NATS, and the health endpoint last).
 
         The drain is bounded by `drain_timeout_seconds`: past it (a runtime start that
         hangs, a rebuild in progress) what is left is cancelled, a warning says so, and the
@@ -135,6 +137,9 @@ class SchedulerApp:
         """
         self._stopping.set()
         self._wake.set()
+        await super().stop()
+
+    async def _drain_bounded(self) -> None:
         timeout = self.settings.drain_timeout_seconds
         try:
             async with asyncio.timeout(timeout):
@@ -153,14 +158,6 @@ class SchedulerApp:
                 log.error(  # noqa: TRY400 - a timeout, not an error to trace
                     "abandoning the drain took over %gs too; closing anyway", timeout
                 )
-        if self._lease is not None:
-            await self._lease.release()
-        await self.runtime.close()
-        if self._bus is not None:
-            await self._bus.close()
-        if self.health is not None:
-            await self.health.stop()  # last: liveness holds while draining
-            self.health = None
 
     async def _drain(self) -> None:
         if self._campaign is not None:

@@ -1,4 +1,5 @@
-"""Scheduler settings (env prefix NEXUS_SCHEDULER_; NATS settings come from NEXUS_NATS_)."""
+"""Scheduler settings (env prefix NEXUS_, formerly NEXUS_SCHEDULER_, still read with a
+warning; NATS settings come from NEXUS_NATS_)."""
 
 from __future__ import annotations
 
@@ -8,19 +9,21 @@ from pathlib import Path
 from typing import Literal
 
 from nexus_events.health import HealthPort
+from nexus_events.settings import ENV_PREFIX, NexusSettings
 from pydantic import Field
-from pydantic_settings import BaseSettings, SettingsConfigDict
+from pydantic_settings import SettingsConfigDict
 
 from nexus_scheduler.admission import Limits, Timeouts
 
 
-class SchedulerSettings(BaseSettings):
-    model_config = SettingsConfigDict(env_prefix="NEXUS_SCHEDULER_", extra="ignore")
+class SchedulerSettings(NexusSettings):
+    model_config = SettingsConfigDict(env_prefix=ENV_PREFIX, extra="ignore")
+    old_env_prefix = "NEXUS_SCHEDULER_"
 
     replica_id: str = Field(
         default_factory=socket.gethostname, description="This replica's name in the lease."
     )
-    runtime: Literal["local", "kubernetes", "noop"] = Field("local", description="Where runs go.")
+    runtime: Literal["local", "kubernetes"] = Field("local", description="Where runs go.")
 
     # Admission limits; None = unlimited. Per-agent precedence: `agent_limits[agent]`, then
     # the agent definition's `max_concurrent_runs` (in the RunConfig), then

@@ -22,7 +22,6 @@ from nexus_events import subjects, telemetry
 from nexus_events.bus import Bus
 from nexus_events.codec import Decoded
 from nexus_events.events import (
-    Event,
     Reason,
     RunCancelled,
     RunDispatched,
@@ -400,7 +399,3 @@ def ending_for(status: RuntimeStatus) -> TerminalEvent:
             detail={"runtime_reason": status.reason} if status.reason else {},
         )
     return RunLost(reason=Reason.RUNTIME_GONE, message=f"runtime reports {detail}")
-
-
-def is_watched(event: Event) -> bool:
-    return event.event_name in WATCHED_EVENTS

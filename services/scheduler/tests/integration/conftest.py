@@ -14,7 +14,8 @@ from nexus_scheduler.app import SchedulerApp
 from nexus_scheduler.clock import ManualClock
 from nexus_scheduler.config import SchedulerSettings
 from nexus_scheduler.runtime.base import AgentRuntime
-from nexus_scheduler.runtime.noop import NoopRuntime
+
+from tests.support.noop_runtime import NoopRuntime
 
 from ..factories import prepared
 from ..waiting import eventually
@@ -37,7 +38,6 @@ async def make_app(nats_url: str, clock: ManualClock) -> AsyncIterator[AppFactor
     ) -> SchedulerApp:
         values: dict[str, Any] = {
             "replica_id": f"replica-{uuid.uuid4().hex[:6]}",
-            "runtime": "noop",
             "tick_seconds": 3600,
             "lease_ttl_seconds": 3,
             "cancel_grace_seconds": 30,

@@ -13,7 +13,8 @@ from nexus_events.events import (
 )
 from nexus_scheduler.clock import ManualClock
 from nexus_scheduler.runtime.base import RuntimeState, RuntimeStatus
-from nexus_scheduler.runtime.noop import NoopRuntime
+
+from tests.support.noop_runtime import NoopRuntime
 
 from ..factories import config
 from ..waiting import eventually

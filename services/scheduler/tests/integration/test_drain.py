@@ -11,7 +11,8 @@ from nexus_events.bus import Bus
 from nexus_events.events import RunConfig
 from nexus_scheduler.lease import LEADER_KEY
 from nexus_scheduler.runtime.base import RunHandle
-from nexus_scheduler.runtime.noop import NoopRuntime
+
+from tests.support.noop_runtime import NoopRuntime
 
 from ..factories import config
 from ..waiting import eventually
@@ -49,6 +50,7 @@ async def test_stop_gives_up_after_the_drain_timeout_and_says_so(
     await eventually(lambda: _started(runtime, 2), what="both starts under way")
 
     caplog.set_level(logging.WARNING, logger="nexus_scheduler.app")
+    own_bus = app.bus
     await asyncio.wait_for(app.stop(), timeout=15)
 
     [record] = [r for r in caplog.records if "drain did not finish" in r.getMessage()]
@@ -59,8 +61,7 @@ async def test_stop_gives_up_after_the_drain_timeout_and_says_so(
     kv = await bus.js.key_value(app.settings.lease_bucket)
     with pytest.raises(nats.js.errors.KeyNotFoundError):
         await kv.get(LEADER_KEY)
-    assert app._bus is not None
-    assert app._bus.nc.is_closed
+    assert own_bus.nc.is_closed
 
 
 async def test_a_drain_within_the_timeout_waits_for_the_starts(

@@ -8,6 +8,7 @@ import os
 import signal
 import sys
 import uuid
+from pathlib import Path
 
 from nexus_events.testing import free_port, http_status
 from nexus_scheduler.app import SchedulerApp
@@ -57,15 +58,16 @@ async def test_not_ready_once_stopping_while_still_alive(make_app: AppFactory):
     await stopping
 
 
-async def test_process_serves_probes_and_drains_on_sigterm(nats_url: str):
+async def test_process_serves_probes_and_drains_on_sigterm(nats_url: str, tmp_path: Path):
     port = free_port()
     env = {
         **os.environ,
         "NEXUS_NATS_URL": nats_url,
-        "NEXUS_SCHEDULER_RUNTIME": "noop",
-        "NEXUS_SCHEDULER_REPLICA_ID": f"proc-{uuid.uuid4().hex[:6]}",
-        "NEXUS_SCHEDULER_HEALTH_PORT": str(port),
-        "NEXUS_SCHEDULER_LEASE_TTL_SECONDS": "3",
+        "NEXUS_RUNTIME": "local",  # no run is requested: nothing is started
+        "NEXUS_LOCAL_WORKDIR": str(tmp_path),
+        "NEXUS_REPLICA_ID": f"proc-{uuid.uuid4().hex[:6]}",
+        "NEXUS_HEALTH_PORT": str(port),
+        "NEXUS_LEASE_TTL_SECONDS": "3",
         "OTEL_SDK_DISABLED": "true",
     }
     proc = await asyncio.create_subprocess_exec(sys.executable, "-m", "nexus_scheduler", env=env)

@@ -17,8 +17,9 @@ from nexus_events.events import ScheduleDefined
 from nexus_events.streams import SCHEDULES
 from nexus_scheduler.clock import ManualClock
 from nexus_scheduler.lease import LEADER_KEY
-from nexus_scheduler.runtime.noop import NoopRuntime
 from nexus_scheduler.service import SchedulerService
+
+from tests.support.noop_runtime import NoopRuntime
 
 from ..factories import config
 from ..waiting import eventually

@@ -253,7 +253,7 @@ async def test_killed_real_runner_leaves_no_tool_process(
             kill_grace=3,
             env={
                 "NEXUS_NATS_URL": nats_url,
-                "NEXUS_RUNNER_WORKSPACE_ROOT": str(tmp_path / "workspaces"),
+                "NEXUS_WORKSPACE_ROOT": str(tmp_path / "workspaces"),
             },
         )
         app = await make_app(runtime, exit_grace_seconds=5)

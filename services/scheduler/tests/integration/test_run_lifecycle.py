@@ -19,7 +19,8 @@ from nexus_scheduler.app import SchedulerApp
 from nexus_scheduler.clock import ManualClock
 from nexus_scheduler.runtime.base import RunHandle, RuntimeState
 from nexus_scheduler.runtime.local import LocalProcessRuntime
-from nexus_scheduler.runtime.noop import NoopRuntime
+
+from tests.support.noop_runtime import NoopRuntime
 
 from ..factories import config
 from ..waiting import eventually

@@ -18,9 +18,10 @@ from nexus_events.events import (
 from nexus_events.events.schedules import ScheduleMissed
 from nexus_events.streams import SCHEDULES
 from nexus_scheduler.clock import ManualClock
-from nexus_scheduler.runtime.noop import NoopRuntime
 from nexus_scheduler.schedule import OverlapPolicy, jitter, run_id_for
 from nexus_scheduler.schedules_service import MAX_MISSED_EVENTS, SUPERSEDED, ScheduleService
+
+from tests.support.noop_runtime import NoopRuntime
 
 from ..factories import config
 from ..waiting import eventually

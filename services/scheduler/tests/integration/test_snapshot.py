@@ -18,10 +18,11 @@ from nexus_scheduler.checkpoint import Checkpointer
 from nexus_scheduler.clock import SystemClock
 from nexus_scheduler.lease import Lease
 from nexus_scheduler.rebuild import Rebuilt, advance, rebuild
-from nexus_scheduler.runtime.noop import NoopRuntime
 from nexus_scheduler.service import SchedulerService, watched_subjects
 from nexus_scheduler.snapshot import LifecycleFold, Snapshot
 from nexus_scheduler.snapshot_store import HEAD_KEY, SnapshotStore
+
+from tests.support.noop_runtime import NoopRuntime
 
 from ..histories import comparable, random_history
 from .conftest import AppFactory, publish

@@ -28,8 +28,9 @@ from nexus_events.events import (
 from nexus_events.streams import RUNS
 from nexus_scheduler.admission import AdmissionState, Limits, Timeouts
 from nexus_scheduler.rebuild import rebuild
-from nexus_scheduler.runtime.noop import NoopRuntime
 from nexus_scheduler.service import SchedulerService, watched_subjects
+
+from tests.support.noop_runtime import NoopRuntime
 
 from ..factories import config
 from .conftest import AppFactory

@@ -13,10 +13,11 @@ from nexus_events.events import CancelRequested, RunConfig, RunPrepared
 from nexus_events.streams import RUNS
 from nexus_scheduler.runtime.base import RunHandle
 from nexus_scheduler.runtime.kubernetes import KubernetesSettings, build_job
-from nexus_scheduler.runtime.noop import NoopRuntime
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.trace import SpanKind
+
+from tests.support.noop_runtime import NoopRuntime
 
 from ..factories import config
 from ..waiting import eventually

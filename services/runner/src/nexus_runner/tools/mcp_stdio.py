@@ -41,11 +41,6 @@ def kill_group(pgid: int, sig: signal.Signals) -> bool:
     return True
 
 
-def group_alive(pgid: int) -> bool:
-    """Whether any process of group `pgid` still exists (zombies count until reaped)."""
-    return kill_group(pgid, signal.Signals(0))
-
-
 async def stop_group(process: anyio.abc.Process) -> None:
     """SIGTERM the process's group, wait a little for the leader, then SIGKILL the group."""
     pgid = process.pid  # the leader of a new session: its pid is the group id

@@ -1,11 +1,11 @@
-"""A runtime that starts nothing: for tests and the dispatch benchmark."""
+"""A runtime that starts nothing: for the scheduler's tests and the dispatch benchmark (not a
+runtime an operator can choose)."""
 
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
 
 from nexus_events.events import RunConfig
-
 from nexus_scheduler.runtime.base import RunHandle, RuntimeState, RuntimeStatus
 
 
