@@ -335,26 +335,26 @@ class PlaneStore:
         names = [k for k, v in counts.items() if v]
         if not names:
             return False
-        async with self.pool.acquire() as conn, conn.transaction():
-            if delivery_id is not None:
-                seen = await conn.fetchval(
-                    f"SELECT counted FROM {self.q}.deliveries WHERE delivery_id = $1 FOR UPDATE",
-                    delivery_id,
-                )
-                if seen:
-                    return False
-                await conn.execute(
-                    f"UPDATE {self.q}.deliveries SET counted = true WHERE delivery_id = $1",
-                    delivery_id,
-                )
-            await conn.execute(
-                f"INSERT INTO {self.q}.webhook_counts AS c (name, n)"
-                " SELECT * FROM unnest($1::text[], $2::bigint[])"
-                " ON CONFLICT (name) DO UPDATE SET n = c.n + EXCLUDED.n",
-                names,
-                [counts[k] for k in names],
-            )
-        return True
+        add = (
+            f"INSERT INTO {self.q}.webhook_counts AS c (name, n)"
+            " SELECT * FROM unnest($1::text[], $2::bigint[]) {where}"
+            " ON CONFLICT (name) DO UPDATE SET n = c.n + EXCLUDED.n RETURNING 1"
+        )
+        if delivery_id is None:
+            await self.pool.execute(add.format(where=""), names, [counts[k] for k in names])
+            return True
+        # One statement (one round trip per delivery): mark the delivery counted and add, or
+        # add nothing if it was marked already. Every part sees the rows as they were before.
+        rows = await self.pool.fetch(
+            f"WITH mark AS (UPDATE {self.q}.deliveries SET counted = true"
+            "   WHERE delivery_id = $3 AND NOT counted RETURNING 1),"
+            f" known AS (SELECT 1 FROM {self.q}.deliveries WHERE delivery_id = $3) "
+            + add.format(
+                where="WHERE EXISTS (SELECT 1 FROM mark) OR NOT EXISTS (SELECT 1 FROM known)"
+            ),
+            names, [counts[k] for k in names], delivery_id,
+        )  # fmt: skip
+        return bool(rows)
 
     async def webhook_counts(self) -> dict[str, int]:
         rows = await self.pool.fetch(f"SELECT name, n FROM {self.q}.webhook_counts")

@@ -172,3 +172,14 @@ async def test_ignored_deliveries_are_counted_by_reason_and_kept_across_a_restar
     text = " ".join(table.stdout.split())  # the table wraps long cells
     assert "webhooks ignored comment_without_run 1, event_not_followed 1," in text
     assert "unknown_action 1" in text
+
+
+async def test_a_redelivered_webhook_is_counted_once(sync: PlaneSyncApp) -> None:
+    store = sync.store
+    assert store is not None
+    assert await store.first_delivery("d-once")
+    assert await store.count_webhooks({"ignored:test": 1, "messages_test": 2}, "d-once")
+    assert not await store.count_webhooks({"ignored:test": 1}, "d-once")  # redelivered
+    assert await store.count_webhooks({"ignored:test": 1}, "d-pruned-or-never-recorded")
+    counts = await store.webhook_counts()
+    assert (counts["ignored:test"], counts["messages_test"]) == (2, 2)
