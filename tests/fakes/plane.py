@@ -1,23 +1,39 @@
 """A fake Plane (makeplane/plane REST API v1) over real HTTP, that also sends signed webhooks.
 
-Follows Plane's public API closely enough for plane-sdk's own client and for plane-sync:
-- ``/api/v1/workspaces/{slug}/projects/{project}/work-items/`` (and the older ``issues/``):
-  list (cursor ``per_page:page:is_prev``, ``next_cursor``/``next_page_results``), create
-  (``external_id`` + ``external_source`` already used: 409 with the existing ``id``), GET by
-  ``?external_id=&external_source=`` (one object or 404), retrieve, PATCH (labels/assignees
-  replace the set; foreign labels dropped), DELETE; ``.../comments/`` likewise (409 on a
-  repeated external id); ``states/``, ``labels/``, ``members/``; ``/api/v1/users/me/``.
-- ``X-API-Key`` (or ``Authorization: Bearer``) auth, else 401; a rate limit per key (60 a
-  minute by default) answered by 429 with ``X-RateLimit-Remaining``/``X-RateLimit-Reset``
-  (epoch seconds) and ``Retry-After``; every answer carries the rate headers.
+Rebuilt from Plane's own source, makeplane/plane ``apps/api`` at commit
+4ca6d6c7b807ad09bb571af2c43e85bf47c3ec6b (2026-05-19), read, not copied: the webhook sender
+``plane/bgtasks/webhook_task.py``, the serializers ``plane/api/serializers/{issue,state,user}.py``
+and ``plane/app/serializers/issue.py``, the views ``plane/api/views/{issue,state,member,user}.py``
+(REST) and ``plane/app/views/issue/{base,comment}.py`` (what the web app sends), the key check
+``plane/api/middleware/api_authentication.py``, the throttle ``plane/api/rate_limit.py`` with
+``plane/api/views/base.py`` and ``plane/authentication/adapter/exception.py``. The payload
+shapes are in `tests.fakes.plane_shapes`; recorded examples in
+services/plane-sync/tests/fixtures/plane_webhooks/.
+
+- REST: ``/api/v1/workspaces/{slug}/projects/{project}/work-items/`` (and ``issues/``): list
+  (cursor ``per_page:page:is_prev``), create (``external_id`` + ``external_source`` already
+  used: 409 with the existing ``id``), GET by ``?external_id=&external_source=``, retrieve,
+  PATCH (labels/assignees replace the set), DELETE; ``.../comments/`` likewise;
+  ``states/``, ``labels/``, ``members/``; ``/api/v1/users/me/``. Work items answer in the
+  API's shape: ``state``, ``labels``, ``assignees`` as ids.
+- Auth: ``X-API-Key`` only (Plane's API has no bearer tokens): missing 401 "Authentication
+  credentials were not provided.", wrong 401 "Given API token is not valid".
+- Rate limit per key (DRF SimpleRateThrottle, 60 a minute): an allowed call carries
+  ``X-RateLimit-Remaining`` and ``X-RateLimit-Reset`` = now + 60 s (not the window's end);
+  a refused one is 429 with only ``Retry-After`` (DRF's wait, rounded up) and the body
+  ``{"error_code": 5900, "error_message": "RATE_LIMIT_EXCEEDED"}``.
+- Webhooks, as ``webhook_task.py`` sends them: action ``created`` / ``updated`` (one delivery
+  per changed key, ``activity.field`` named as the caller sent it: ``state_id``,
+  ``label_ids``, ``assignee_ids``, ``description_html``, ``name`` from the web app — the
+  ``human_*`` methods —, ``state``, ``labels``, ... from the REST API); ``data`` is the
+  object after the change, an issue with ``state`` as ``{id, name, color, group}`` and labels
+  and assignees expanded; ``activity.actor`` a user object. Deleting a work item or a comment
+  sends no webhook (at that commit only projects send ``deleted``, with ``data`` = ``{id}``).
 - Faults: `down` (every call 503), `fail_next` (the next N calls answer a status),
   `delay` (seconds before answering: client timeouts).
 - Edition switch `agent_runs`: with it, ``/api/v1/workspaces/{slug}/runs/`` and their
-  ``activities/`` exist (Plane Cloud/commercial); without it they are 404 (open source).
-- Webhooks: every change (through the API or by a "person" with the ``human_*`` methods) is
-  POSTed to each registered webhook with ``X-Plane-Event``, ``X-Plane-Delivery`` (a uuid per
-  send) and ``X-Plane-Signature`` = hex HMAC-SHA256(secret, raw body); an update sends one
-  delivery per changed field, as Plane does. Failed sends are recorded, not retried.
+  ``activities/`` exist (Plane Cloud/commercial, not in the open source: these routes and
+  their ``agent_run_*`` webhooks are not checked against source); without it they are 404.
 """
 
 from __future__ import annotations
@@ -26,6 +42,7 @@ import asyncio
 import hashlib
 import hmac
 import json
+import math
 import time
 import uuid
 from collections import deque
@@ -35,6 +52,7 @@ from typing import Any
 import httpx
 from aiohttp import web
 
+from tests.fakes import plane_shapes as shapes
 from tests.fakes.http import LocalHttpServer, ServedFake
 
 DEFAULT_STATES = (
@@ -44,8 +62,21 @@ DEFAULT_STATES = (
     ("Done", "completed"),
     ("Cancelled", "cancelled"),
 )
-BOT = {"id": "bot-user", "display_name": "nexus-bot", "email": "bot@example.com"}
-HUMAN = {"id": "human-user", "display_name": "ada", "email": "ada@example.com"}
+# Users as UserLiteSerializer shows them (ids are uuids in Plane).
+BOT = {
+    "id": "5b0c5c39-0000-4000-8000-00000000b07a", "first_name": "Nexus", "last_name": "Bot",
+    "email": "bot@example.com", "avatar": "", "avatar_url": None, "display_name": "nexus-bot",
+}  # fmt: skip
+HUMAN = {
+    "id": "5b0c5c39-0000-4000-8000-0000000000ad", "first_name": "Ada", "last_name": "Lovelace",
+    "email": "ada@example.com", "avatar": "", "avatar_url": None, "display_name": "ada",
+}  # fmt: skip
+# The keys of a work item the API's IssueSerializer shows (an API PATCH of one of them that
+# changes it sends a webhook; other keys send none).
+API_ISSUE_KEYS = (
+    "name", "description_html", "state", "priority", "labels", "assignees", "external_id",
+    "external_source", "target_date", "start_date", "parent", "estimate_point", "is_draft",
+)  # fmt: skip
 
 
 def _now() -> str:
@@ -86,6 +117,7 @@ class FakePlane(ServedFake):
     delay: float = 0.0
     bot: dict[str, str] = field(default_factory=lambda: dict(BOT))
     project_id: str = field(default_factory=_id)
+    workspace_id: str = field(default_factory=_id)
     work_items: dict[str, dict[str, Any]] = field(default_factory=dict)
     comments: dict[str, dict[str, Any]] = field(default_factory=dict)
     states: list[dict[str, Any]] = field(default_factory=list)
@@ -105,7 +137,14 @@ class FakePlane(ServedFake):
     def __post_init__(self) -> None:
         if not self.states:
             self.states = [
-                {"id": _id(), "name": n, "group": g, "color": "#60646C", "project": self.project_id}
+                {
+                    "id": _id(),
+                    "name": n,
+                    "group": g,
+                    "color": "#60646C",
+                    "project": self.project_id,
+                    "workspace": self.workspace_id,
+                }
                 for n, g in DEFAULT_STATES
             ]
 
@@ -137,7 +176,10 @@ class FakePlane(ServedFake):
         for lab in self.labels:
             if lab["name"] == name:
                 return lab
-        lab = {"id": _id(), "name": name, "color": "#888888", "project": self.project_id}
+        lab = {
+            "id": _id(), "name": name, "color": "#888888", "project": self.project_id,
+            "workspace": self.workspace_id,
+        }  # fmt: skip
         self.labels.append(lab)
         return lab
 
@@ -149,47 +191,73 @@ class FakePlane(ServedFake):
             (w for w in self.work_items.values() if w.get("external_id") == external_id), None
         )
 
-    # -- a person using Plane's UI (changes that send webhooks, actor = HUMAN) -------------
+    # -- a person using Plane's web app (changes that send webhooks, actor = HUMAN) ---------
+    # The web app names its edits as IssueDetailSerializer does (state_id, label_ids,
+    # assignee_ids); the REST API as IssueSerializer does (state, labels, assignees).
 
     def human_create_work_item(self, name: str, labels: list[str] = (), **extra: Any) -> str:  # type: ignore[assignment]
         item = self._new_work_item(
             {"name": name, "labels": [self.label(n)["id"] for n in labels], **extra}, HUMAN
         )
-        self._emit("issue", "create", self._expand(item), HUMAN)
+        self._emit("issue", "created", self._expand(item), HUMAN)
         return str(item["id"])
 
     def human_set_labels(self, work_item_id: str, labels: list[str]) -> None:
-        item = self.work_items[work_item_id]
-        old = list(item["labels"])
-        item["labels"] = [self.label(n)["id"] for n in labels]
-        item["updated_by"] = HUMAN["id"]
-        self._emit(
-            "issue", "update", self._expand(item), HUMAN,
-            field="labels", old=old, new=item["labels"],
-        )  # fmt: skip
+        self._human_edit(work_item_id, {"labels": [self.label(n)["id"] for n in labels]})
 
     def human_update(self, work_item_id: str, **fields: Any) -> None:
-        """A person edits fields (name, state, description_html): one delivery per field."""
-        item = self.work_items[work_item_id]
-        item["updated_by"] = HUMAN["id"]
-        for name, value in fields.items():
-            old, item[name] = item.get(name), value
-            self._emit("issue", "update", self._expand(item), HUMAN, field=name, old=old, new=value)
+        """A person edits fields (``name``, ``state``, ``description_html``, ...; ``state``
+        is a state id): one delivery per changed field, as Plane sends them."""
+        self._human_edit(work_item_id, fields)
 
     def human_assign(self, work_item_id: str, user_ids: list[str]) -> None:
-        item = self.work_items[work_item_id]
-        old = list(item["assignees"])
-        item["assignees"] = list(user_ids)
-        item["updated_by"] = HUMAN["id"]
-        self._emit(
-            "issue", "update", self._expand(item), HUMAN,
-            field="assignees", old=old, new=item["assignees"],
-        )  # fmt: skip
+        self._human_edit(work_item_id, {"assignees": list(user_ids)})
 
     def human_comment(self, work_item_id: str, text: str) -> str:
         comment = self._new_comment(work_item_id, {"comment_html": f"<p>{text}</p>"}, HUMAN)
-        self._emit("issue_comment", "create", comment, HUMAN)
+        self._emit("issue_comment", "created", self._comment_data(comment), HUMAN)
         return str(comment["id"])
+
+    def human_edit_comment(self, comment_id: str, text: str) -> None:
+        comment = self.comments[comment_id]
+        old, comment["comment_html"] = comment["comment_html"], f"<p>{text}</p>"
+        comment["edited_at"] = comment["updated_at"] = _now()
+        comment["updated_by"] = HUMAN["id"]
+        self._emit(
+            "issue_comment", "updated", self._comment_data(comment), HUMAN,
+            field="comment_html", old=old, new=comment["comment_html"],
+        )  # fmt: skip
+
+    def human_delete_work_item(self, work_item_id: str) -> None:
+        """Plane sends no webhook for a deleted work item (nor for a deleted comment)."""
+        del self.work_items[work_item_id]
+
+    def _human_edit(self, work_item_id: str, fields: dict[str, Any]) -> None:
+        web = {shapes.WEB_APP_FIELD.get(k, k): k for k in fields}
+        self._edit(self.work_items[work_item_id], fields, HUMAN, keys=web)
+
+    def _edit(
+        self,
+        item: dict[str, Any],
+        fields: dict[str, Any],
+        actor: dict[str, Any],
+        *,
+        keys: dict[str, str] | None = None,
+    ) -> None:
+        """Change `fields` of `item` and send one webhook per changed one (model_activity),
+        named by `keys` (the caller's name -> the item's attribute; default the same)."""
+        changed = []
+        for key, name in (keys or {k: k for k in fields}).items():
+            value = fields[name]
+            if name == "labels":
+                known = {lab["id"] for lab in self.labels}
+                value = [v for v in fields[name] if v in known]
+            if item.get(name) != value:
+                changed.append((key, item.get(name), value))
+                item[name] = value
+        item["updated_at"], item["updated_by"] = _now(), actor["id"]
+        for key, old, new in changed:
+            self._emit("issue", "updated", self._expand(item), actor, field=key, old=old, new=new)
 
     def human_stop_run(self, run_id: str) -> None:
         """A person presses stop on a native agent run: a prompt activity, signal `stop`."""
@@ -240,27 +308,26 @@ class FakePlane(ServedFake):
         if self._fail:
             return web.json_response({"error": "injected"}, status=self._fail.popleft())
         key = request.headers.get("X-Api-Key")
-        bearer = request.headers.get("Authorization", "")
-        if key != self.api_key and bearer != f"Bearer {self.api_key}":
-            return web.json_response({"detail": "Invalid API key"}, status=401)
+        if not key:
+            return web.json_response(
+                {"detail": "Authentication credentials were not provided."}, status=401
+            )
+        if key != self.api_key:
+            return web.json_response({"detail": "Given API token is not valid"}, status=401)
         if request.match_info.get("slug") not in (None, self.workspace):
             return web.json_response({"error": "Workspace not found"}, status=404)
         if request.match_info.get("project") not in (None, self.project_id):
             return web.json_response({"error": "Project not found"}, status=404)
-        hits = self._hits.setdefault(self.api_key, deque())
+        # DRF's SimpleRateThrottle: the key's calls of the last window; a refusal records none.
+        hits = self._hits.setdefault(key, deque())
         now = time.time()
         while hits and hits[0] <= now - self.rate_window:
             hits.popleft()
-        reset = int((hits[0] if hits else now) + self.rate_window) + 1
         if len(hits) >= self.rate_limit:
+            left = self.rate_window - (now - hits[0])
+            wait = math.ceil(left / (self.rate_limit - len(hits) + 1))
             return web.json_response(
-                {"detail": "Request was throttled."},
-                status=429,
-                headers={
-                    "X-RateLimit-Remaining": "0",
-                    "X-RateLimit-Reset": str(reset),
-                    "Retry-After": str(max(1, int(reset - now))),
-                },
+                shapes.rate_limited(), status=429, headers={"Retry-After": str(wait)}
             )
         hits.append(now)
         try:
@@ -269,8 +336,9 @@ class FakePlane(ServedFake):
             response = web.Response(
                 status=exc.status, text=exc.text, content_type="application/json"
             )
-        response.headers["X-RateLimit-Remaining"] = str(self.rate_limit - len(hits))
-        response.headers["X-RateLimit-Reset"] = str(reset)
+        # plane/api/rate_limit.py: the reset is always a full window from now.
+        response.headers["X-RateLimit-Remaining"] = str(max(0, self.rate_limit - len(hits)))
+        response.headers["X-RateLimit-Reset"] = str(int(now + self.rate_window))
         return response
 
     async def _me(self, request: web.Request) -> web.Response:
@@ -308,7 +376,7 @@ class FakePlane(ServedFake):
                         status=409,
                     )  # fmt: skip
         item = self._new_work_item(body, self.bot)
-        self._emit("issue", "create", self._expand(item), self.bot)
+        self._emit("issue", "created", self._expand(item), self.bot)
         return web.json_response(item, status=201)
 
     async def _get_item(self, request: web.Request) -> web.Response:
@@ -317,35 +385,19 @@ class FakePlane(ServedFake):
     async def _patch_item(self, request: web.Request) -> web.Response:
         item = self._item(request)
         body = await _json(request)
-        changed = []
-        for name in ("name", "description_html", "state", "priority", "labels", "assignees",
-                     "external_id", "external_source", "target_date", "start_date"):  # fmt: skip
-            if name in body:
-                value = body[name]
-                if name == "labels":
-                    known = {lab["id"] for lab in self.labels}
-                    value = [v for v in value if v in known]
-                if item.get(name) != value:
-                    changed.append((name, item.get(name), value))
-                    item[name] = value
-        item["updated_at"], item["updated_by"] = _now(), self.bot["id"]
-        for name, old, new in changed:
-            self._emit(
-                "issue", "update", self._expand(item), self.bot, field=name, old=old, new=new
-            )
+        self._edit(item, {k: v for k, v in body.items() if k in API_ISSUE_KEYS}, self.bot)
         return web.json_response(item)
 
     async def _delete_item(self, request: web.Request) -> web.Response:
         item = self._item(request)
-        del self.work_items[item["id"]]
-        self._emit("issue", "delete", {"id": item["id"]}, self.bot)
+        del self.work_items[item["id"]]  # no webhook: Plane sends none for this
         return web.Response(status=204)
 
     # comments
 
     async def _list_comments(self, request: web.Request) -> web.Response:
         item = self._item(request)
-        return _page(self.comments_of(item["id"]), request.query)
+        return _page([self._comment_data(c) for c in self.comments_of(item["id"])], request.query)
 
     async def _create_comment(self, request: web.Request) -> web.Response:
         item = self._item(request)
@@ -360,8 +412,8 @@ class FakePlane(ServedFake):
                         status=409,
                     )  # fmt: skip
         comment = self._new_comment(item["id"], body, self.bot)
-        self._emit("issue_comment", "create", comment, self.bot)
-        return web.json_response(comment, status=201)
+        self._emit("issue_comment", "created", self._comment_data(comment), self.bot)
+        return web.json_response(self._comment_data(comment), status=201)
 
     async def _patch_comment(self, request: web.Request) -> web.Response:
         self._item(request)
@@ -369,12 +421,15 @@ class FakePlane(ServedFake):
         if comment is None:
             raise web.HTTPNotFound(text='{"error": "Comment not found"}')
         body = await _json(request)
-        if "comment_html" in body:
-            comment["comment_html"] = body["comment_html"]
+        if "comment_html" in body and body["comment_html"] != comment["comment_html"]:
+            old, comment["comment_html"] = comment["comment_html"], body["comment_html"]
             comment["edits"] = comment.get("edits", 0) + 1
-            comment["updated_at"] = _now()
-            self._emit("issue_comment", "update", comment, self.bot, field="comment")
-        return web.json_response(comment)
+            comment["edited_at"] = comment["updated_at"] = _now()
+            self._emit(
+                "issue_comment", "updated", self._comment_data(comment), self.bot,
+                field="comment_html", old=old, new=comment["comment_html"],
+            )  # fmt: skip
+        return web.json_response(self._comment_data(comment))
 
     # states, labels, members
 
@@ -453,17 +508,22 @@ class FakePlane(ServedFake):
         return item
 
     def _new_work_item(self, body: dict[str, Any], actor: dict[str, str]) -> dict[str, Any]:
+        """A work item in the REST shape (the API's IssueSerializer)."""
         self._sequence += 1
         known = {lab["id"] for lab in self.labels}
         item = {
             "id": _id(), "name": body["name"], "description_html": body.get("description_html")
-            or "<p></p>", "state": body.get("state") or self.states[0]["id"],
-            "priority": body.get("priority") or "none",
+            or "<p></p>", "description_binary": None, "state": body.get("state")
+            or self.states[0]["id"], "priority": body.get("priority") or "none",
             "labels": [v for v in body.get("labels") or [] if v in known],
             "assignees": list(body.get("assignees") or []), "sequence_id": self._sequence,
             "external_id": body.get("external_id"), "external_source": body.get("external_source"),
-            "project": self.project_id, "workspace": self.workspace, "created_at": _now(),
-            "updated_at": _now(), "created_by": actor["id"], "updated_by": actor["id"],
+            "parent": body.get("parent"), "estimate_point": None, "point": None,
+            "start_date": body.get("start_date"), "target_date": body.get("target_date"),
+            "sort_order": 65535.0 * self._sequence, "completed_at": None, "archived_at": None,
+            "is_draft": False, "type": None, "project": self.project_id,
+            "workspace": self.workspace_id, "created_at": _now(), "updated_at": _now(),
+            "deleted_at": None, "created_by": actor["id"], "updated_by": actor["id"],
         }  # fmt: skip
         self.work_items[item["id"]] = item
         return item
@@ -473,13 +533,20 @@ class FakePlane(ServedFake):
     ) -> dict[str, Any]:
         comment = {
             "id": _id(), "issue": work_item_id, "project": self.project_id,
-            "workspace": self.workspace, "comment_html": body.get("comment_html") or "<p></p>",
-            "external_id": body.get("external_id"), "external_source": body.get("external_source"),
-            "access": body.get("access") or "INTERNAL", "actor": actor["id"],
-            "created_by": actor["id"], "created_at": _now(), "updated_at": _now(),
+            "workspace": self.workspace_id, "comment_html": body.get("comment_html") or "<p></p>",
+            "description": None, "attachments": [], "external_id": body.get("external_id"),
+            "external_source": body.get("external_source"), "access": body.get("access")
+            or "INTERNAL", "actor": actor["id"], "parent": None, "edited_at": None,
+            "created_by": actor["id"], "updated_by": actor["id"], "created_at": _now(),
+            "updated_at": _now(), "deleted_at": None,
         }  # fmt: skip
         self.comments[comment["id"]] = comment
         return comment
+
+    @staticmethod
+    def _comment_data(comment: dict[str, Any]) -> dict[str, Any]:
+        """IssueCommentSerializer: the comment without the fake's own bookkeeping."""
+        return {k: v for k, v in comment.items() if k != "edits"}
 
     def _new_activity(
         self, run: dict[str, Any], body: dict[str, Any], actor: dict[str, str]
@@ -495,9 +562,13 @@ class FakePlane(ServedFake):
         return activity
 
     def _expand(self, item: dict[str, Any]) -> dict[str, Any]:
-        # Webhook payloads carry labels expanded (id, name, color).
-        labels = {lab["id"]: lab for lab in self.labels}
-        return {**item, "labels": [labels[i] for i in item["labels"] if i in labels]}
+        """A work item as a webhook carries it (IssueExpandSerializer)."""
+        return shapes.issue_expand(
+            item,
+            states={st["id"]: st for st in self.states},
+            labels={lab["id"]: lab for lab in self.labels},
+            users={u["id"]: u for u in (self.bot, HUMAN)},
+        )
 
     # -- webhooks ------------------------------------------------------------------------
 
@@ -506,20 +577,18 @@ class FakePlane(ServedFake):
         event: str,
         action: str,
         data: dict[str, Any],
-        actor: dict[str, str],
+        actor: dict[str, Any],
         *,
         field: str | None = None,
         old: Any = None,
         new: Any = None,
     ) -> None:
         for hook in self.webhooks:
-            payload = {
-                "event": event, "action": action, "webhook_id": hook.id,
-                "workspace_id": self.workspace, "data": data,
-                "activity": {
-                    "actor": actor, "field": field, "old_value": old, "new_value": new,
-                },
-            }  # fmt: skip
+            payload = shapes.webhook_body(
+                event, action, webhook_id=hook.id, workspace_id=self.workspace_id, data=data,
+                actor=actor, field=field, old=old, new=new,
+            )  # fmt: skip
+            # Plane signs json.dumps(payload) and posts the same text (requests' json=).
             body = json.dumps(payload).encode()
             task = asyncio.get_running_loop().create_task(self._send(hook, event, body))
             self._sends.add(task)

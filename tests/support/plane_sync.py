@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -92,3 +93,14 @@ async def create_task(bus: Bus, task_id: str, title: str, **extra: Any) -> None:
 
 
 MakeSync = Callable[..., Awaitable[Any]]  # conftest's make_sync: start a PlaneSyncApp
+
+
+async def nexus_cli(nats_url: str, *args: str) -> Any:
+    """Run the `nexus` CLI (typer's CliRunner) against `nats_url`; its `Result`."""
+    from nexus_cli.main import app  # the CLI is only needed by the tests that use it
+    from typer.testing import CliRunner
+
+    def invoke() -> Any:
+        return CliRunner().invoke(app, ["--nats-url", nats_url, *args], catch_exceptions=False)
+
+    return await asyncio.to_thread(invoke)

@@ -18,6 +18,8 @@ from nexus_cli.options import Output, OutputOpt, globals_of, run
 from nexus_cli.output import emit, message
 from nexus_cli.target import resolve_target
 
+IGNORED = "ignored:"  # plane-sync's key prefix of an ignored delivery's reason
+
 app = typer.Typer(help="Plane, the human-facing board: plane-sync's status and a resync.")
 
 
@@ -33,13 +35,18 @@ async def _ask(s: Session, subject: str, body: dict[str, Any]) -> dict[str, Any]
 
 @app.command("status")
 def status_cmd(ctx: typer.Context, output: OutputOpt = Output.TABLE) -> None:
-    """Where plane-sync writes, whether Plane answers, writes queued/done/failed, webhooks."""
+    """Where plane-sync writes, whether Plane answers, writes queued/done/failed, webhooks
+    (totals, kept across restarts) and the ignored ones by reason."""
     g = globals_of(ctx)
 
     async def body() -> None:
         async with Session(resolve_target(g), g.timeout) as s:
             reply = await _ask(s, subjects.PLANE_STATUS, {})
         hooks = reply.get("webhooks") or {}
+        # Totals kept in plane-sync's database (a restart keeps them); an ignored delivery
+        # is counted as "ignored:<reason>" and shown on its own line.
+        ignored = {k.removeprefix(IGNORED): v for k, v in hooks.items() if k.startswith(IGNORED)}
+        handled = {k: v for k, v in hooks.items() if not k.startswith(IGNORED)}
         rows = [
             ("plane", reply.get("plane_url")),
             ("workspace / project", f"{reply.get('workspace')} / {reply.get('project_id')}"),
@@ -50,12 +57,17 @@ def status_cmd(ctx: typer.Context, output: OutputOpt = Output.TABLE) -> None:
             ("writes failed", reply.get("failed_writes")),
             ("edits coalesced", reply.get("coalesced_writes")),
             ("tasks", reply.get("tasks")),
-            ("webhooks", ", ".join(f"{k} {v}" for k, v in sorted(hooks.items())) or "none"),
+            ("webhooks", _counts(handled)),
+            ("webhooks ignored", _counts(ignored)),
             ("last error", reply.get("last_error") or "-"),
         ]
         emit(output, reply, ("", ""), rows)
 
     run(output, body)
+
+
+def _counts(counts: dict[str, Any]) -> str:
+    return ", ".join(f"{k} {v}" for k, v in sorted(counts.items())) or "none"
 
 
 @app.command("resync")

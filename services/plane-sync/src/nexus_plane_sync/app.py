@@ -13,15 +13,18 @@ from __future__ import annotations
 
 import contextlib
 import logging
+from collections import Counter
 
 import asyncpg
 from nexus_events.bus import Bus, BusSettings
 from nexus_events.events import PlaneStatusReply
 from nexus_events.fast import Handlers
 from nexus_events.health import HealthServer
+from nexus_events.metrics import MetricsSettings, setup_metrics
 from nexus_events.process import ServiceApp
 from nexus_events.projection import ProjectionRunner
 from nexus_events.streams import RUNS, TASKS, ensure_streams
+from opentelemetry.sdk.metrics import MeterProvider as SdkMeterProvider
 
 from nexus_plane_sync.board import AgentRunReporter, Board, CommentReporter, RunReporter, WorkItems
 from nexus_plane_sync.config import PlaneSyncSettings
@@ -53,11 +56,14 @@ class PlaneSyncApp(ServiceApp):
         bus_settings: BusSettings | None = None,
         bus: Bus | None = None,
         schema: str = PLANE_SCHEMA,
+        metrics_settings: MetricsSettings | None = None,
     ) -> None:
         self.settings = settings
         self.bus_settings = bus_settings
         self.schema = schema
         super().__init__("plane-sync", bus=bus)
+        self.metrics_settings = metrics_settings
+        self.meter_provider: SdkMeterProvider | None = None
         self.metrics = PlaneSyncMetrics()
         s = settings
         self.bucket = TokenBucket(s.plane_rate_per_minute / 60.0, s.plane_burst)
@@ -125,6 +131,11 @@ class PlaneSyncApp(ServiceApp):
         )
         self.store = store = PlaneStore(self.pool, self.schema)
         await store.migrate()
+        # Exported (OTLP / Prometheus) when configured, as the other services do.
+        if self.metrics_settings is not None or MetricsSettings().prometheus_port is not None:
+            self.meter_provider = provider = setup_metrics(SOURCE, self.metrics_settings)
+            stack.callback(provider.shutdown)
+            self.metrics = PlaneSyncMetrics(provider)
         items = WorkItems(
             self.api, store, state_map=s.plane_state_map, mirror_tasks=s.plane_mirror_tasks
         )
@@ -170,9 +181,14 @@ class PlaneSyncApp(ServiceApp):
         stack.push_async_callback(self.endpoints.stop)
         log.info("plane-sync: %s, webhooks on port %d", self.board.mode, self.webhooks.port)
 
-    def status(self, counts: dict[str, int]) -> PlaneStatusReply:
+    def status(self, counts: dict[str, int], webhooks: dict[str, int]) -> PlaneStatusReply:
+        """`webhooks`: the saved totals (they outlive a restart), plus what the endpoint
+        counted and has not saved yet."""
         assert self.board is not None
         s = self.settings
+        totals = Counter(webhooks)
+        if self.webhooks is not None:
+            totals.update(self.webhooks.unsaved)
         return PlaneStatusReply(
             plane_url=s.plane_url,
             workspace=s.plane_workspace,
@@ -184,6 +200,6 @@ class PlaneSyncApp(ServiceApp):
             done_writes=counts.get("done", 0),
             coalesced_writes=counts.get("coalesced", 0),
             tasks=counts.get("tasks", 0),
-            webhooks=dict(self.metrics.webhooks),
+            webhooks=dict(totals),
             last_error=self.api.last_error,
         )

@@ -31,7 +31,7 @@ class PlaneEndpoints:
         bus: Bus,
         store: PlaneStore,
         writer: OutboxWriter,
-        status: Callable[[dict[str, int]], PlaneStatusReply],
+        status: Callable[[dict[str, int], dict[str, int]], PlaneStatusReply],
     ) -> None:
         self.bus = bus
         self.store = store
@@ -56,7 +56,7 @@ class PlaneEndpoints:
         self.service = None
 
     async def status(self, _: PlaneStatusRequest) -> PlaneStatusReply:
-        return self._status(await self.store.counts())
+        return self._status(await self.store.counts(), await self.store.webhook_counts())
 
     async def resync(self, request: PlaneResyncRequest) -> PlaneResyncReply:
         for task_id in request.task_ids:

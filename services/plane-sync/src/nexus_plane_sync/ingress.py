@@ -11,12 +11,23 @@ Echoes (changes made with plane-sync's own API key, comments it wrote) are recog
 actor and by ``external_source`` and ignored, except that label state is still recorded.
 Every command's ``Nats-Msg-Id`` derives from the delivery or the Plane object, so a redelivered
 webhook publishes nothing twice. A webhook that cannot be understood is dead-lettered.
+
+The payloads are Plane's (makeplane/plane ``apps/api/plane/bgtasks/webhook_task.py``): action
+``created`` / ``updated`` / ``deleted`` (Plane before v0.20 said ``create`` / ``update`` /
+``delete``: still read); an issue's ``data`` is the work item after the change with ``state``
+an object ``{id, name, color, group}`` and labels expanded; an ``updated`` delivery names one
+changed field in ``activity.field`` as the caller sent it (the web app: ``name``,
+``description_html``, ``state_id``, ``label_ids``, ``assignee_ids``; the API: ``state``,
+``labels``, ...). Every delivery is counted by what it came to (`PlaneSyncMetrics`, persisted
+by `PlaneStore.count_webhooks`); one that made no command is counted as ``ignored:<reason>``
+and logged at debug, or at warning when its action, event or shape is unknown.
 """
 
 from __future__ import annotations
 
 import logging
 import re
+from collections import Counter
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -43,7 +54,7 @@ from nexus_plane_sync import render
 from nexus_plane_sync.answers import answer_approval
 from nexus_plane_sync.decisions import FROM_PLANE, PLANE_SOURCE, RunState
 from nexus_plane_sync.errors import PlaneUnavailable
-from nexus_plane_sync.metrics import PlaneSyncMetrics
+from nexus_plane_sync.metrics import IGNORED_PREFIX, PlaneSyncMetrics
 from nexus_plane_sync.plane_api import EXTERNAL_SOURCE, PlaneApi
 from nexus_plane_sync.store import PlaneStore
 
@@ -51,6 +62,21 @@ log = logging.getLogger(__name__)
 
 _DECISION = re.compile(r"^/(approve|deny)\s+(\S+)\s*(.*)$", re.DOTALL | re.IGNORECASE)
 _STOP = re.compile(r"^/(stop|cancel)\b", re.IGNORECASE)
+
+# Plane's verbs, and the HTTP-method words Plane before v0.20 sent (harmless to keep).
+_ACTIONS = {
+    "created": "create", "updated": "update", "deleted": "delete",
+    "create": "create", "update": "update", "delete": "delete",
+}  # fmt: skip
+# Events Plane sends that plane-sync has no use for (webhook_task.py's SERIALIZER_MAPPER).
+_NOT_FOLLOWED = frozenset(
+    ("project", "cycle", "module", "cycle_issue", "module_issue", "user", "intake_issue")
+)
+# A work item's edited field, as the web app, the API (and older payloads) name it.
+_NAME = frozenset(("name",))
+_DESCRIPTION = frozenset(("description_html", "description", "description_stripped"))
+_STATE = frozenset(("state_id", "state"))
+_TRIGGERS = frozenset(("labels", "label_ids", "assignees", "assignee_ids"))
 
 
 class Unusable(ValueError):  # noqa: N818 - a verdict on the webhook
@@ -109,6 +135,7 @@ class PlaneIngress:
         # how to wait until the mirror (whose tables say which runs are active) applied it.
         # Without it, a label removed right after it requested a run finds no run to cancel.
         self.published: dict[str, int] = {}
+        self._counts: Counter[str] = Counter()  # the outcome of the delivery in hand
         self.mirrored = mirrored
         # Plane state name -> the first board column mapped to it (Column order).
         self.columns: dict[str, Column] = {}
@@ -134,31 +161,67 @@ class PlaneIngress:
             raise Reject("unexpected_event", f"{type(event).__name__} on the webhook consumer")
         if self.mirrored is not None and self.published:
             await self.mirrored(dict(self.published))
+        # What this delivery came to; one delivery at a time (ordered), so one tally.
+        self._counts = Counter[str]()
         try:
             await self.handle(event)
         except Unusable as exc:
-            self.metrics.webhooks["unusable"] += 1
+            log.warning(
+                "webhook %s (%s %s) dead-lettered: %s",
+                event.delivery_id, event.event, event.action, exc,
+            )  # fmt: skip
+            await self._tally(event, Counter(unusable=1))
             raise Reject(exc.reason, str(exc)) from None
         except PlaneUnavailable as exc:
             log.warning("webhook %s waits for Plane: %s", event.delivery_id, exc)
             raise Retry(5.0, f"Plane unavailable: {exc}") from None
+        if not self._counts:  # every path counts; this only guards a path that forgot
+            self._ignore(event, "no_change")
+        await self._tally(event, self._counts)
+
+    async def _tally(self, w: PlaneWebhookReceived, counts: Counter[str]) -> None:
+        """Count the delivery's outcome once (in the database, then in this process)."""
+        if await self.store.count_webhooks(dict(counts), w.delivery_id):
+            for name, n in counts.items():
+                self.metrics.webhook(name, n)
+
+    def _count(self, outcome: str) -> None:
+        self._counts[outcome] += 1
+
+    def _ignore(self, w: PlaneWebhookReceived, reason: str, *, unknown: bool = False) -> None:
+        """The delivery makes no Nexus command: count why; an unknown action, event or
+        shape is a warning (Plane sent something this code was not written for)."""
+        self._count(IGNORED_PREFIX + reason)
+        level = logging.WARNING if unknown else logging.DEBUG
+        log.log(
+            level, "webhook %s (%s %s, field %s) ignored: %s",
+            w.delivery_id, w.event, w.action, w.activity.get("field"), reason,
+        )  # fmt: skip
 
     async def handle(self, w: PlaneWebhookReceived) -> None:
+        if w.event not in ("issue", "issue_comment") and not w.event.startswith("agent_run"):
+            known = w.event in _NOT_FOLLOWED
+            self._ignore(w, "event_not_followed" if known else "unknown_event", unknown=not known)
+            return
         actor_id, actor_name = _actor(w.activity)
         echo = actor_id is not None and actor_id == await self.bot()
-        if w.event == "issue":
-            await self._issue(w, echo, actor_name)
-        elif w.event == "issue_comment":
-            if echo or w.data.get("external_source") == EXTERNAL_SOURCE:
-                self.metrics.webhooks["echo"] += 1
-                return
-            if w.action == "create":
-                await self._comment(w, actor_name)
-        elif w.event.startswith("agent_run"):
-            if not echo:
+        if w.event.startswith("agent_run"):  # commercial editions; action not checked
+            if echo:
+                self._ignore(w, "echo")
+            else:
                 await self._agent_run_signal(w, actor_name)
-        else:
-            self.metrics.webhooks["ignored"] += 1
+            return
+        action = _ACTIONS.get(w.action)
+        if action is None:
+            self._ignore(w, "unknown_action", unknown=True)
+        elif w.event == "issue":
+            await self._issue(w, action, echo, actor_name)
+        elif echo or w.data.get("external_source") == EXTERNAL_SOURCE:
+            self._ignore(w, "echo")
+        elif action == "create":
+            await self._comment(w, actor_name)
+        else:  # an edited or deleted comment: the run already had it (or never will)
+            self._ignore(w, f"comment_{action}d")
 
     async def _publish(self, subject: str, event: Event, *, msg_id: str) -> None:
         ack = await self.bus.publish(subject, event, msg_id=msg_id)
@@ -167,10 +230,13 @@ class PlaneIngress:
 
     # -- work items ---------------------------------------------------------------------------
 
-    async def _labels(self, data: dict[str, Any]) -> list[str]:
+    async def _labels(self, data: dict[str, Any]) -> list[str] | None:
+        """The work item's label names (None: the payload does not say)."""
         raw = data.get("labels")
         if raw is None:
-            raw = data.get("label_ids", [])
+            raw = data.get("label_ids")
+        if raw is None:
+            return None
         if not isinstance(raw, list):
             raise Unusable("invalid_webhook", "issue webhook whose labels are not a list")
         names = [str(x["name"]) for x in raw if isinstance(x, dict) and "name" in x]
@@ -192,58 +258,64 @@ class PlaneIngress:
     def _agents(self, labels: list[str]) -> set[str]:
         return {lab[len(self.prefix) :] for lab in labels if lab.startswith(self.prefix)}
 
-    async def _triggers(self, w: PlaneWebhookReceived) -> list[str]:
-        """The work item's labels, plus the assignment trigger as a label when it is on."""
-        if w.action == "delete":
+    async def _triggers(self, w: PlaneWebhookReceived, action: str) -> list[str] | None:
+        """The work item's labels, plus the assignment trigger as a label when it is on
+        (None: the payload does not carry the labels)."""
+        if action == "delete":
             return []
         labels = await self._labels(w.data)
+        if labels is None:
+            return None
         if self.assign_agent is not None and await self._assigned_to_us(w.data):
             # Assignment to our user counts as the agent's trigger label (set and unset).
             labels.append(f"{self.prefix}{self.assign_agent}")
         return labels
 
-    async def _issue(self, w: PlaneWebhookReceived, echo: bool, actor: str | None) -> None:
+    async def _issue(
+        self, w: PlaneWebhookReceived, action: str, echo: bool, actor: str | None
+    ) -> None:
         item = w.data.get("id")
         if not isinstance(item, str) or not item:
             raise Unusable("invalid_webhook", "issue webhook without data.id")
-        labels = await self._triggers(w)
-        before = await self.store.swap_labels(item, labels)
+        labels = await self._triggers(w, action)
+        if labels is None:
+            # Not Plane's shape: leave the labels as last seen (no run started or stopped).
+            log.warning("webhook %s: issue without labels; triggers unchanged", w.delivery_id)
+            now = was = set()
+        else:
+            before = await self.store.swap_labels(item, labels)
+            now, was = self._agents(labels), self._agents(before or [])
         if echo:
-            self.metrics.webhooks["echo"] += 1
+            self._ignore(w, "echo")
             return
-        now, was = self._agents(labels), self._agents(before or [])
         task_id = await self.store.task_of_work_item(item)
         if task_id is not None:
             for run in await self.store.active_runs(task_id):
                 if run.agent_id in was - now:
                     await self._cancel(run.run_id, actor, w.delivery_id)
-        added = sorted(now - was)
-        for agent in added:
-            try:
-                subjects.validate_token(agent, "agent id")
-            except InvalidSubject as exc:
-                raise Unusable("invalid_agent_label", str(exc)) from None
+        added = _valid_agents(now - was)
         if added and task_id is None:
-            task_id = await self._file_task(item, w.data, labels, actor)
-        if task_id is not None and w.action == "update":
+            task_id = await self._file_task(item, w.data, labels or [], actor)
+        if task_id is not None and action == "update":
             await self._edit_task(w, task_id, actor)
         for agent in added:
             assert task_id is not None
             await self._request_run(w, item, task_id, agent, actor)
+        if not self._counts:
+            self._ignore(w, _why_not(action, task_id, w.activity.get("field")))
 
     async def _edit_task(self, w: PlaneWebhookReceived, task_id: str, actor: str | None) -> None:
         """A person renamed, re-described or moved the work item: the task follows."""
         field = w.activity.get("field")
         who = f"{FROM_PLANE}{actor or 'someone'}"
-        if field == "name" and w.data.get("name"):
+        if field in _NAME and w.data.get("name"):
             event: TaskUpdated | TaskMoved = TaskUpdated(
                 title=str(w.data["name"])[:255], updated_by=who
             )
-        elif field == "description":
+        elif field in _DESCRIPTION:
             event = TaskUpdated(description=_description(w.data), updated_by=who)
-        elif field == "state" and isinstance(w.data.get("state"), str):
-            name = await self.api.state_name(w.data["state"])
-            column = self.columns.get(name or "")
+        elif field in _STATE:
+            column = await self._column(w)
             if column is None:
                 return
             event = TaskMoved(column=column, moved_by=who)
@@ -253,7 +325,22 @@ class PlaneIngress:
         await self._publish(
             subjects.task_event(task_id, name), event, msg_id=f"plane:{name}:{w.delivery_id}"
         )
-        self.metrics.webhooks[f"tasks_{name}"] += 1
+        self._count(f"tasks_{name}")
+
+    async def _column(self, w: PlaneWebhookReceived) -> Column | None:
+        """The board column of the work item's state (None: counted as ignored)."""
+        state = w.data.get("state")
+        if isinstance(state, dict) and isinstance(state.get("name"), str):
+            name: str | None = state["name"]  # Plane: StateLiteSerializer {id, name, ...}
+        elif isinstance(state, str):
+            name = await self.api.state_name(state)  # older payloads: the state's id
+        else:
+            self._ignore(w, "unknown_state_shape", unknown=True)
+            return None
+        column = self.columns.get((name or "").casefold())
+        if column is None:
+            self._ignore(w, "state_not_mapped")
+        return column
 
     async def _request_run(
         self, w: PlaneWebhookReceived, item: str, task_id: str, agent: str, actor: str | None
@@ -275,7 +362,7 @@ class PlaneIngress:
             ),
             msg_id=f"plane:requested:{run_id}",
         )
-        self.metrics.webhooks["runs_requested"] += 1
+        self._count("runs_requested")
 
     async def _file_task(
         self, item: str, data: dict[str, Any], labels: list[str], actor: str | None
@@ -312,11 +399,12 @@ class PlaneIngress:
             str(w.data.get("comment_html") or w.data.get("comment_stripped") or "")
         )
         if not text:
+            self._ignore(w, "empty_comment")
             return
         task_id = await self.store.task_of_work_item(item)
         runs = [] if task_id is None else await self.store.active_runs(task_id)
         if not runs:
-            self.metrics.webhooks["comment_without_run"] += 1
+            self._ignore(w, "comment_without_run")
             return
         run = _pick(runs)
         if _STOP.match(text):
@@ -333,27 +421,28 @@ class PlaneIngress:
                 )  # fmt: skip
             except InvalidSubject as exc:
                 raise Unusable("invalid_approval_id", str(exc)) from None
-            self.metrics.webhooks["approvals" if won else "approvals_already_decided"] += 1
+            self._count("approvals" if won else "approvals_already_decided")
             return
         await self._publish(
             subjects.inbox(run.run_id),
             InboxMessage(text=text, sender=actor, sender_kind="human", message_id=comment_id),
             msg_id=f"plane:comment:{comment_id}",
         )
-        self.metrics.webhooks["messages"] += 1
+        self._count("messages")
 
     # -- native agent runs --------------------------------------------------------------------
 
     async def _agent_run_signal(self, w: PlaneWebhookReceived, actor: str | None) -> None:
         signal = w.data.get("signal") or (w.data.get("activity") or {}).get("signal")
         if signal != "stop":
+            self._ignore(w, "not_a_stop_signal")
             return
         plane_run = w.data.get("agent_run") or w.data.get("id")
         run_id = None
         if isinstance(plane_run, str):
             run_id = await self.store.key_of(plane_run, "agentrun:")
         if run_id is None:
-            self.metrics.webhooks["stop_without_run"] += 1
+            self._ignore(w, "stop_without_run")
             return
         await self._cancel(run_id, actor, w.delivery_id)
 
@@ -363,12 +452,34 @@ class PlaneIngress:
             CancelRequested(reason=Reason.USER_REQUESTED, requested_by=actor or "plane"),
             msg_id=f"plane:cancel:{run_id}:{cause}",
         )
-        self.metrics.webhooks["cancels"] += 1
+        self._count("cancels")
 
 
 def _pick(runs: list[RunState]) -> RunState:
     """The run a comment is for: the one waiting for an answer, else the first active."""
     return next((r for r in runs if r.status == "awaiting_approval"), runs[0])
+
+
+def _valid_agents(agents: set[str]) -> list[str]:
+    """The agents of added trigger labels, sorted; a label that names no agent id is an
+    unusable webhook (dead-lettered)."""
+    for agent in agents:
+        try:
+            subjects.validate_token(agent, "agent id")
+        except InvalidSubject as exc:
+            raise Unusable("invalid_agent_label", str(exc)) from None
+    return sorted(agents)
+
+
+def _why_not(action: str, task_id: str | None, field: object) -> str:
+    """Why a work item delivery made no command (nothing else said why)."""
+    if action == "create":
+        return "no_trigger_label"
+    if action == "delete":
+        return "work_item_deleted"
+    if task_id is None:
+        return "not_a_task"
+    return "no_trigger_change" if field in _TRIGGERS else "field_not_followed"
 
 
 def _description(data: dict[str, Any]) -> str:

@@ -2,7 +2,7 @@
 
 Every call waits for a token of the shared `TokenBucket`, retries transient failures (network
 errors, timeouts, 5xx, 429) with exponential backoff and jitter (tenacity), honours a 429's
-``X-RateLimit-Reset``/``Retry-After`` by blocking the bucket, and translates the rest:
+``Retry-After`` by blocking the bucket, and translates the rest:
 `PlaneUnavailable` when Plane stays away, `PlaneRejected` for a 4xx. A 409 on a create is
 not an error: Plane answers it with the id of the object that has the same external id, which
 is how creates are idempotent.
@@ -49,9 +49,12 @@ class Created:
 
 
 def reset_seconds(headers: httpx.Headers, now: float | None = None) -> float:
-    """Seconds until Plane's rate limit resets, from a 429's headers (1 if it says nothing)."""
+    """Seconds to wait after a 429 (1 if it says nothing). Plane's 429 carries only
+    ``Retry-After`` (Django REST framework's throttle wait, plane/api/rate_limit.py); its
+    ``X-RateLimit-Reset`` is on allowed answers only and always now + 60 s, so it is read
+    only when a 429 has no ``Retry-After`` (a proxy in front may add one)."""
     now = time.time() if now is None else now
-    for name in ("X-RateLimit-Reset", "Retry-After"):
+    for name in ("Retry-After", "X-RateLimit-Reset"):
         value = headers.get(name)
         if value is None:
             continue

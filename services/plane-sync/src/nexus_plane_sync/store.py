@@ -7,6 +7,9 @@
   ``agentrun:<run>``, ``activity:<write id>``), so a write is never made twice.
 - ``deliveries``: webhook delivery ids seen (dedupe beyond JetStream's window).
 - ``seen_labels``: each work item's labels as last seen, to tell which label a webhook added.
+- ``webhook_counts``: webhook deliveries by outcome since the schema was made (what
+  `nexus plane status` shows: a restart keeps them); ``deliveries.counted`` marks a delivery
+  whose outcome was counted, so a redelivered one is not counted twice.
 """
 
 from __future__ import annotations
@@ -90,6 +93,11 @@ async def create_service_tables(conn: Conn, schema: str) -> None:
         CREATE TABLE IF NOT EXISTS {q}.seen_labels (
             work_item_id text PRIMARY KEY,
             labels jsonb NOT NULL DEFAULT '[]');
+        CREATE TABLE IF NOT EXISTS {q}.webhook_counts (
+            name text PRIMARY KEY,
+            n bigint NOT NULL DEFAULT 0);
+        ALTER TABLE {q}.deliveries ADD COLUMN IF NOT EXISTS counted boolean NOT NULL
+            DEFAULT false;
         """
     )
 
@@ -319,6 +327,38 @@ class PlaneStore:
         await self.pool.execute(
             f"DELETE FROM {self.q}.deliveries WHERE delivery_id = $1", delivery_id
         )
+
+    async def count_webhooks(self, counts: dict[str, int], delivery_id: str | None = None) -> bool:
+        """Add `counts` to the persisted webhook counters. With `delivery_id`: once per
+        delivery (a redelivery after a crash is not counted again; a delivery whose id was
+        pruned or never recorded counts). Returns whether they were added."""
+        names = [k for k, v in counts.items() if v]
+        if not names:
+            return False
+        add = (
+            f"INSERT INTO {self.q}.webhook_counts AS c (name, n)"
+            " SELECT * FROM unnest($1::text[], $2::bigint[]) {where}"
+            " ON CONFLICT (name) DO UPDATE SET n = c.n + EXCLUDED.n RETURNING 1"
+        )
+        if delivery_id is None:
+            await self.pool.execute(add.format(where=""), names, [counts[k] for k in names])
+            return True
+        # One statement (one round trip per delivery): mark the delivery counted and add, or
+        # add nothing if it was marked already. Every part sees the rows as they were before.
+        rows = await self.pool.fetch(
+            f"WITH mark AS (UPDATE {self.q}.deliveries SET counted = true"
+            "   WHERE delivery_id = $3 AND NOT counted RETURNING 1),"
+            f" known AS (SELECT 1 FROM {self.q}.deliveries WHERE delivery_id = $3) "
+            + add.format(
+                where="WHERE EXISTS (SELECT 1 FROM mark) OR NOT EXISTS (SELECT 1 FROM known)"
+            ),
+            names, [counts[k] for k in names], delivery_id,
+        )  # fmt: skip
+        return bool(rows)
+
+    async def webhook_counts(self) -> dict[str, int]:
+        rows = await self.pool.fetch(f"SELECT name, n FROM {self.q}.webhook_counts")
+        return {r["name"]: int(r["n"]) for r in rows}
 
     async def swap_labels(self, work_item_id: str, labels: list[str]) -> list[str] | None:
         """Store the labels now seen on a work item; return those seen before (None: new)."""

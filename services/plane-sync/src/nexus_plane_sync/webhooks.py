@@ -9,16 +9,22 @@ timestamp, so the persisted ids are the replay window); the payload is then publ
 JetStream has it. Acting on it is the ingress consumer's job, off the request path.
 Bad requests get a 4xx and are counted: 401 bad signature, 400 missing headers or not JSON,
 413 too large; 503 if NATS cannot take it (the delivery id is released, a resend can go).
+The counts are saved to PostgreSQL (`PlaneStore.count_webhooks`) every `FLUSH_EVERY` seconds
+and on stop, not per request: a flood of forged requests costs no database write each.
 """
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import hashlib
 import hmac
 import json
 import logging
 import time
+from collections import Counter
 
+import asyncpg
 from aiohttp import web
 from nexus_events import subjects
 from nexus_events.bus import Bus
@@ -32,6 +38,7 @@ log = logging.getLogger(__name__)
 
 PATH = "/webhooks/plane"
 WORKSPACE_KEY = "workspace"  # subject key of webhooks about no particular work item
+FLUSH_EVERY = 5.0  # seconds between saves of the endpoint's counters
 
 
 def signature(secret: bytes, body: bytes) -> str:
@@ -73,6 +80,8 @@ class WebhookServer:
         self.port = port
         self.max_bytes = max_bytes
         self._runner: web.AppRunner | None = None
+        self.unsaved: Counter[str] = Counter()  # counted, not yet in PostgreSQL
+        self._flusher: asyncio.Task[None] | None = None
 
     async def start(self) -> None:
         app = web.Application(client_max_size=self.max_bytes)
@@ -84,14 +93,39 @@ class WebhookServer:
         server = site._server
         if server is not None and self.port == 0:
             self.port = server.sockets[0].getsockname()[1]  # type: ignore[attr-defined]
+        self._flusher = asyncio.get_running_loop().create_task(self._flush_every())
 
     async def stop(self) -> None:
         if self._runner is not None:
             await self._runner.cleanup()
             self._runner = None
+        if self._flusher is not None:
+            self._flusher.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._flusher
+            self._flusher = None
+        await self.flush()
 
-    def _refuse(self, status: int, why: str, counter: str) -> web.Response:
-        self.metrics.webhooks[counter] += 1
+    def _count(self, outcome: str) -> None:
+        self.metrics.webhook(outcome)
+        self.unsaved[outcome] += 1
+
+    async def flush(self) -> None:
+        """Save the counts not saved yet (kept for the next try if PostgreSQL is away)."""
+        counts, self.unsaved = self.unsaved, Counter()
+        try:
+            await self.store.count_webhooks(dict(counts))
+        except (OSError, asyncpg.PostgresError) as exc:
+            self.unsaved.update(counts)
+            log.warning("webhook counters not saved: %s", exc)
+
+    async def _flush_every(self) -> None:
+        while True:
+            await asyncio.sleep(FLUSH_EVERY)
+            await self.flush()
+
+    async def _refuse(self, status: int, why: str, counter: str) -> web.Response:
+        self._count(counter)
         log.warning("webhook refused (%d): %s", status, why)
         return web.json_response({"error": why}, status=status)
 
@@ -99,21 +133,22 @@ class WebhookServer:
         try:
             body = await request.read()
         except web.HTTPRequestEntityTooLarge:
-            return self._refuse(413, "body too large", "too_large")
+            return await self._refuse(413, "body too large", "too_large")
         if not verify(self.secret, body, request.headers.get("X-Plane-Signature")):
-            return self._refuse(401, "bad or missing X-Plane-Signature", "bad_signature")
+            return await self._refuse(401, "bad or missing X-Plane-Signature", "bad_signature")
         delivery = request.headers.get("X-Plane-Delivery", "")
         event = request.headers.get("X-Plane-Event", "")
         if not (0 < len(delivery) <= 128) or not (0 < len(event) <= 64):
-            return self._refuse(400, "missing X-Plane-Delivery or X-Plane-Event", "bad_request")
+            why = "missing X-Plane-Delivery or X-Plane-Event"
+            return await self._refuse(400, why, "bad_request")
         try:
             payload = json.loads(body)
         except (json.JSONDecodeError, UnicodeDecodeError):
-            return self._refuse(400, "body is not JSON", "bad_request")
+            return await self._refuse(400, "body is not JSON", "bad_request")
         if not isinstance(payload, dict):
-            return self._refuse(400, "body is not a JSON object", "bad_request")
+            return await self._refuse(400, "body is not a JSON object", "bad_request")
         if not await self.store.first_delivery(delivery):
-            self.metrics.webhooks["duplicate"] += 1
+            self._count("duplicate")
             return web.json_response({"duplicate": True})
         data = payload.get("data") if isinstance(payload.get("data"), dict) else {}
         activity = payload.get("activity") if isinstance(payload.get("activity"), dict) else {}
@@ -135,8 +170,8 @@ class WebhookServer:
             )
         except BusError as exc:
             await self.store.forget_delivery(delivery)
-            return self._refuse(503, f"cannot file the delivery: {exc}", "unavailable")
-        self.metrics.webhooks["accepted"] += 1
+            return await self._refuse(503, f"cannot file the delivery: {exc}", "unavailable")
+        self._count("accepted")
         return web.json_response({"ok": True})
 
 

@@ -2,24 +2,15 @@
 
 from __future__ import annotations
 
-import asyncio
 import json
 
-from nexus_cli.main import app
 from nexus_events.bus import Bus
 from nexus_events.testing import eventually
 from tests.fakes.plane import FakePlane
 from tests.support.plane_sync import create_task
-from typer.testing import CliRunner, Result
+from tests.support.plane_sync import nexus_cli as _nexus
 
 from nexus_plane_sync.app import PlaneSyncApp
-
-
-async def _nexus(nats_url: str, *args: str) -> Result:
-    def invoke() -> Result:
-        return CliRunner().invoke(app, ["--nats-url", nats_url, *args], catch_exceptions=False)
-
-    return await asyncio.to_thread(invoke)
 
 
 async def test_status_and_resync_from_the_cli(

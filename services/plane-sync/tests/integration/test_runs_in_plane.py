@@ -90,7 +90,7 @@ async def test_a_labelled_work_item_runs_and_shows_its_result(
     assert "Fixed the failing test." in result
     # Our own writes come back as webhooks: recognised as echoes, no second run.
     await plane.settle()
-    await eventually(lambda: sync.metrics.webhooks["echo"] >= 3, what="echoes seen")
+    await eventually(lambda: sync.metrics.webhooks["ignored:echo"] >= 3, what="echoes seen")
     assert len(await run_events(bus, "requested")) == 1
     # Every write is an intent and an outcome with the same idempotency key (an outcome is
     # published just after Plane answered, so it may trail what Plane already shows).
@@ -145,6 +145,27 @@ async def test_comments_reach_the_run_answer_approvals_and_stop_it(
     assert cancel.event.requested_by == HUMAN["display_name"]
 
 
+async def test_deny_in_a_comment_decides_the_approval(
+    bus: Bus, plane: FakePlane, sync: PlaneSyncApp
+) -> None:
+    item = plane.human_create_work_item("Drop the old tables", labels=["agent:coder"])
+    [(run_id, _)] = await _requested(bus)
+    await start_run(bus, run_id)
+    await ask_approval(bus, run_id, "ap-2")
+    await eventually(
+        lambda: any("/deny ap-2" in t for t in _texts(plane, item)), what="the approval comment"
+    )
+    plane.human_comment(item, "/deny ap-2 not on a Friday")
+    [decision] = await eventually(
+        lambda: _at_least(lambda: _inbox(bus, run_id), 1), what="the decision"
+    )
+    assert isinstance(decision.event, ApprovalDecision)
+    assert (decision.event.approval_id, decision.event.decision) == ("ap-2", "deny")
+    assert (decision.event.comment, decision.event.decided_by) == (
+        "not on a Friday", HUMAN["display_name"],
+    )  # fmt: skip
+
+
 async def test_removing_the_label_cancels_the_run(
     bus: Bus, plane: FakePlane, sync: PlaneSyncApp
 ) -> None:
@@ -171,7 +192,7 @@ async def test_a_work_item_label_that_is_no_agent_id_is_dead_lettered(
     assert letters[0].reason == "invalid_agent_label"
     assert letters[0].consumer == "plane_sync_webhooks"
     assert await run_events(bus, "requested") == []
-    assert sync.metrics.webhooks["unusable"] == 1
+    await eventually(lambda: sync.metrics.webhooks["unusable"] == 1, what="counted unusable")
 
 
 async def _events(bus: Bus, name: str) -> list[Decoded]:
@@ -204,26 +225,40 @@ async def test_assigning_the_bot_runs_the_configured_agent(
     assert cancel.address.run_id == run_id
 
 
-async def test_renaming_and_moving_the_work_item_edits_its_task(
+async def test_renaming_describing_and_moving_the_work_item_edits_its_task(
     bus: Bus, plane: FakePlane, sync: PlaneSyncApp
 ) -> None:
     item = plane.human_create_work_item("Old name", labels=["agent:coder"])
     await _requested(bus)
-    plane.human_update(item, name="New name", state=plane.state_named("Done")["id"])
+    # The web app's edits: deliveries with field name, description_html and state_id.
+    plane.human_update(
+        item, name="New name", description_html="<p>Now <em>with</em> details</p>",
+        state=plane.state_named("Done")["id"],
+    )  # fmt: skip
 
     async def edits() -> list[Decoded] | None:
         found = [d for d in await task_events(bus) if d.address.event in ("updated", "moved")]
-        return found if len(found) == 2 else None
+        return found if len(found) == 3 else None
 
-    changes = {d.address.event: d.event for d in await eventually(edits, what="task edits")}
-    assert isinstance(changes["updated"], TaskUpdated)
-    assert changes["updated"].title == "New name"
-    assert changes["updated"].updated_by == f"plane:{HUMAN['display_name']}"
-    assert isinstance(changes["moved"], TaskMoved)
-    assert changes["moved"].column is Column.DONE
-    # Already true on Plane: plane-sync writes nothing back for them.
-    await eventually(lambda: sync.runner and sync.runner.last_seq.get("NEXUS_TASKS", 0) >= 3,
-                     what="the mirror saw the edits")  # fmt: skip
+    changes = [(d.address.event, d.event) for d in await eventually(edits, what="task edits")]
+    updates = [e for name, e in changes if name == "updated" and isinstance(e, TaskUpdated)]
+    assert {u.title for u in updates} == {"New name", None}
+    assert {u.description for u in updates} == {"Now with details", None}
+    assert {u.updated_by for u in updates} == {f"plane:{HUMAN['display_name']}"}
+    [moved] = [e for name, e in changes if name == "moved"]
+    assert isinstance(moved, TaskMoved)
+    assert moved.column is Column.DONE
+    # The board (plane-sync's mirror of the tasks) has them.
+    assert sync.store is not None
+    store = sync.store
+
+    async def board() -> bool:
+        row = await store.task(f"plane-{item}")
+        return row is not None and (row["title"], row["description"], row["col"]) == (
+            "New name", "Now with details", "done",
+        )  # fmt: skip
+
+    await eventually(board, what="the task renamed, described and moved on the board")
     assert sync.store is not None
     assert (await sync.store.counts()).get("pending", 0) == 0
     assert not [c for c in plane.calls if c[0] == "PATCH" and item in c[1]]

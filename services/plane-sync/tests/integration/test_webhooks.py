@@ -6,14 +6,16 @@ from __future__ import annotations
 import hashlib
 import hmac
 import json
+import logging
 import uuid
 
 import httpx
+from _pytest.logging import LogCaptureFixture
 from nexus_events.bus import Bus
 from nexus_events.events import RunRequested
-from nexus_events.testing import eventually
+from nexus_events.testing import dead_letters, eventually
 from tests.fakes.plane import HUMAN, FakePlane
-from tests.support.plane_sync import MakeSync, plane_events, run_events
+from tests.support.plane_sync import MakeSync, nexus_cli, plane_events, run_events
 
 from nexus_plane_sync.app import PlaneSyncApp
 from nexus_plane_sync.webhooks import PATH
@@ -35,7 +37,7 @@ def _issue(name: str, labels: list[str]) -> bytes:
     return json.dumps(
         {
             "event": "issue",
-            "action": "create",
+            "action": "created",
             "webhook_id": "w",
             "workspace_id": "ws",
             "data": {"id": item, "name": name, "labels": [{"name": n} for n in labels]},
@@ -102,7 +104,7 @@ async def test_labels_given_as_ids_are_resolved_with_plane(
     body = json.dumps(
         {
             "event": "issue",
-            "action": "create",
+            "action": "created",
             "data": {"id": item, "name": "Review it", "labels": [label]},
             "activity": {"actor": HUMAN},
         }
@@ -114,3 +116,70 @@ async def test_labels_given_as_ids_are_resolved_with_plane(
     assert isinstance(requested.event, RunRequested)
     assert requested.event.agent_id == "reviewer"
     assert requested.event.task_id == f"plane-{item}"
+
+
+async def _post(sync: PlaneSyncApp, payload: dict[str, object]) -> None:
+    assert sync.webhooks is not None
+    body = json.dumps(payload).encode()
+    headers = {**_signed(body), "X-Plane-Event": str(payload["event"])}
+    url = f"http://127.0.0.1:{sync.webhooks.port}{PATH}"
+    async with httpx.AsyncClient() as client:
+        assert (await client.post(url, content=body, headers=headers)).status_code == 200
+
+
+async def test_ignored_deliveries_are_counted_by_reason_and_kept_across_a_restart(
+    bus: Bus, nats_url: str, plane: FakePlane, make_sync: MakeSync, caplog: LogCaptureFixture
+) -> None:
+    first: PlaneSyncApp = await make_sync()
+    item = plane.human_create_work_item("No agent here", labels=["backend"])
+    plane.human_comment(item, "anyone?")
+    plane.human_update(item, priority="high")
+    await plane.settle()
+    activity = {"actor": HUMAN, "field": None}
+    await _post(first, {"event": "cycle", "action": "created", "data": {"id": "c1"}})
+    with caplog.at_level(logging.WARNING, logger="nexus_plane_sync.ingress"):
+        archived = {"event": "issue", "action": "archived", "data": {"id": item}}
+        await _post(first, {**archived, "activity": activity})
+        # Unreadable: an issue without its id is dead-lettered (and counted).
+        await _post(first, {"event": "issue", "action": "updated", "data": {"name": "x"}})
+        want = {
+            "ignored:no_trigger_label": 1, "ignored:comment_without_run": 1,
+            "ignored:not_a_task": 1, "ignored:event_not_followed": 1,
+            "ignored:unknown_action": 1, "unusable": 1, "accepted": 6,
+        }  # fmt: skip
+
+        def counted() -> bool:
+            return all(first.metrics.webhooks[k] == n for k, n in want.items())
+
+        await eventually(counted, what="every delivery counted")
+    assert any("unknown_action" in r.getMessage() for r in caplog.records)
+    assert any("dead-lettered" in r.getMessage() for r in caplog.records)
+    [letter] = await dead_letters(bus)
+    assert letter.reason == "invalid_webhook"
+
+    async def status() -> dict[str, int]:
+        answer = await nexus_cli(nats_url, "plane", "status", "-o", "json")
+        assert answer.exit_code == 0, answer.output
+        hooks: dict[str, int] = json.loads(answer.stdout)["webhooks"]
+        return hooks
+
+    assert (await status()).items() >= want.items()
+    # A restart keeps the totals (PostgreSQL), and the table lists the ignored by reason.
+    await first.stop()
+    await make_sync()
+    assert (await status()).items() >= want.items()
+    table = await nexus_cli(nats_url, "plane", "status")
+    text = " ".join(table.stdout.split())  # the table wraps long cells
+    assert "webhooks ignored comment_without_run 1, event_not_followed 1," in text
+    assert "unknown_action 1" in text
+
+
+async def test_a_redelivered_webhook_is_counted_once(sync: PlaneSyncApp) -> None:
+    store = sync.store
+    assert store is not None
+    assert await store.first_delivery("d-once")
+    assert await store.count_webhooks({"ignored:test": 1, "messages_test": 2}, "d-once")
+    assert not await store.count_webhooks({"ignored:test": 1}, "d-once")  # redelivered
+    assert await store.count_webhooks({"ignored:test": 1}, "d-pruned-or-never-recorded")
+    counts = await store.webhook_counts()
+    assert (counts["ignored:test"], counts["messages_test"]) == (2, 2)
