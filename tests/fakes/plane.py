@@ -186,9 +186,10 @@ class FakePlane(ServedFake):
             field="assignees", old=old, new=item["assignees"],
         )  # fmt: skip
 
-    def human_comment(self, work_item_id: str, text: str) -> str:
-        comment = self._new_comment(work_item_id, {"comment_html": f"<p>{text}</p>"}, HUMAN)
-        self._emit("issue_comment", "create", comment, HUMAN)
+    def human_comment(self, work_item_id: str, text: str, actor: dict[str, str] = HUMAN) -> str:
+        """A person (`HUMAN` unless another member is named) comments on a work item."""
+        comment = self._new_comment(work_item_id, {"comment_html": f"<p>{text}</p>"}, actor)
+        self._emit("issue_comment", "create", comment, actor)
         return str(comment["id"])
 
     def human_stop_run(self, run_id: str) -> None:

@@ -14,6 +14,7 @@ origin thread in ``requested``), and a refused answer is recorded as ``approval_
 
 from __future__ import annotations
 
+import contextlib
 import json
 from collections.abc import Collection, Sequence
 from dataclasses import dataclass, field
@@ -133,6 +134,8 @@ async def held_claim(js: JetStreamContext, run_id: str, approval_id: str) -> Cla
     )
 
 
+# Longest delegation chain followed to its root (the gateway allows 20 at most).
+MAX_DELEGATION_CHAIN = 20
 # The run events an approval's record is made of (one bounded replay of one run).
 _RECORD_EVENTS = ("requested", "prepared", "approval_requested", "approval_decided")
 
@@ -190,6 +193,7 @@ async def run_approvals(bus: Bus, run_id: str) -> list[ApprovalRecord]:
             got.asked.setdefault(event.approval_id, event)
         elif isinstance(event, ApprovalDecided):
             got.decided.setdefault(event.approval_id, event)
+    requested = await _root_request(bus, got.requested)
     config = got.prepared.config if got.prepared is not None else None
     approvers = config.permissions.approvers if config is not None else None
     return [
@@ -198,12 +202,32 @@ async def run_approvals(bus: Bus, run_id: str) -> list[ApprovalRecord]:
             approval_id=aid,
             asked=asked,
             decided=got.decided.get(aid),
-            requested=got.requested,
+            requested=requested,
             agent_approvers=None if approvers is None else tuple(approvers),
             agent_id=config.agent_id if config is not None else None,
         )
         for aid, asked in got.asked.items()
     ]
+
+
+async def _root_request(bus: Bus, requested: RunRequested | None) -> RunRequested | None:
+    """The request of the run at the root of a delegation chain: a delegated run was asked
+    for by the person who asked for its root, from where they asked (its `requester`)."""
+    for _ in range(MAX_DELEGATION_CHAIN):
+        if requested is None or requested.parent_run_id is None:
+            return requested
+        parent = subjects.run_event(requested.parent_run_id, "requested")
+        found = None
+        # Read to the end (no break): the replay removes its consumer when it finishes.
+        async for msg in bus.replay_raw(RUNS, filter_subject=parent):
+            with contextlib.suppress(DecodeError):
+                event = decode_msg(msg).event
+                if isinstance(event, RunRequested) and found is None:
+                    found = event
+        if found is None:
+            return requested  # the parent's request is gone (retention): the child's own
+        requested = found
+    return requested
 
 
 async def approval_record(bus: Bus, run_id: str, approval_id: str) -> ApprovalRecord:
