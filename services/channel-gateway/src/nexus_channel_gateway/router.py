@@ -15,7 +15,7 @@ from collections.abc import Sequence
 from datetime import UTC, datetime, timedelta
 
 from nexus_events import subjects
-from nexus_events.approvals import approval_record, claim_approval, decided_as, record_refusal
+from nexus_events.approvals import approval_record, claim_approval, record_refusal
 from nexus_events.approver_policy import DEFAULT_PRINCIPALS, Answer, may_decide
 from nexus_events.bus import Bus, ConsumerSpec
 from nexus_events.events import (
@@ -229,8 +229,8 @@ class Router:
         )
         if not claim.won:
             self.metrics.approval(channel, "already_decided")
-            decided = decided_as(claim.decision, claim.decided_by, None)
-            text = f"Approval {answer.short_id} is already decided: {decided}."
+            # Who decided and where, as the CLI and Plane tell their losers.
+            text = f"Approval {answer.short_id} is already decided: {claim.told()}."
             await say(
                 self.bus, here, text, key=f"reply:{key}", kind="notice", run_id=relayed.run_id
             )
