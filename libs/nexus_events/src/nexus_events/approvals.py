@@ -160,6 +160,7 @@ class ApprovalRecord:
         requested = self.requested
         return ApproverPolicy(
             principals=tuple(default if self.agent_approvers is None else self.agent_approvers),
+            run_id=self.run_id,
             requester=requested.requested_by if requested else None,
             origin_surface=str(requested.origin) if requested else None,
             origin=requested.reply_to if requested else None,

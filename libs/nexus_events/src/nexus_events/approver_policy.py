@@ -113,7 +113,9 @@ class Answer:
 
     `who` is the answer's principal form: ``slack:U1`` (chat), ``nats:alice`` (CLI), or the
     Plane actor's id; `aliases` are further names of the same person (a Plane email and
-    display name); `chat`/`thread` say where a chat answer was written.
+    display name); `chat` says where a chat answer was written (`thread` None: at the top
+    level, not in a thread); `in_run` is the run whose thread it replies in, if the gateway
+    knows one (the run's request or any message the gateway posted for it).
     """
 
     surface: str
@@ -121,6 +123,7 @@ class Answer:
     aliases: frozenset[str] = frozenset()
     roles: frozenset[str] = frozenset()
     chat: ChannelAddress | None = None
+    in_run: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -130,6 +133,7 @@ class ApproverPolicy:
     thread of a chat-started run; `origin_surface`: cli, plane, channel ...)."""
 
     principals: tuple[str, ...]
+    run_id: str | None = None
     requester: str | None = None
     origin_surface: str | None = None
     origin: ChannelAddress | None = None
@@ -160,10 +164,6 @@ def _names(answer: Answer) -> frozenset[str]:
     return frozenset({answer.who, *answer.aliases})
 
 
-def _same_thread(a: ChannelAddress, b: ChannelAddress) -> bool:
-    return (a.channel, a.conversation, a.thread) == (b.channel, b.conversation, b.thread)
-
-
 def _is_requester(policy: ApproverPolicy, answer: Answer) -> bool:
     if not policy.requester or policy.requester not in _names(answer):
         return False
@@ -171,11 +171,22 @@ def _is_requester(policy: ApproverPolicy, answer: Answer) -> bool:
         return policy.origin_surface == CLI
     if answer.surface == PLANE:
         return policy.origin_surface == PLANE
-    # A chat requester counts in the thread the run was asked from, nowhere else.
-    return (
-        policy.origin is not None
-        and answer.chat is not None
-        and _same_thread(answer.chat, policy.origin)
+    return _in_origin_thread(policy, answer)
+
+
+def _in_origin_thread(policy: ApproverPolicy, answer: Answer) -> bool:
+    """A chat requester counts in the run's own thread, nowhere else: the thread it was asked
+    from, a reply to one of its messages (Telegram threads by replies), or the top level of
+    their one-to-one chat with the bot (a Telegram private chat's id is the user's id)."""
+    chat, origin = answer.chat, policy.origin
+    if chat is None or origin is None:
+        return False
+    if (chat.channel, chat.conversation) != (origin.channel, origin.conversation):
+        return False
+    if chat.thread is None:
+        return answer.who == f"{chat.channel}:{chat.conversation}"
+    return chat.thread == origin.thread or (
+        answer.in_run is not None and answer.in_run == policy.run_id
     )
 
 

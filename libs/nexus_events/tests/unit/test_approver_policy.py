@@ -39,6 +39,21 @@ def policy(
     )
 
 
+TG_ORIGIN = ChannelAddress(channel="telegram", conversation="7", thread="10")
+TG_POLICY = ApproverPolicy(
+    principals=DEFAULT_PRINCIPALS,
+    run_id="run_a",
+    requester="telegram:7",
+    origin_surface="channel",
+    origin=TG_ORIGIN,
+)
+
+
+def tg(thread: str | None, in_run: str | None = None, user: str = "7") -> Answer:
+    where = ChannelAddress(channel="telegram", conversation="7", thread=thread)
+    return Answer(surface="telegram", who=f"telegram:{user}", chat=where, in_run=in_run)
+
+
 PLANE_ADA = Answer(surface="plane", who="human-user", aliases=frozenset({"ada", "ada@x.io"}))
 CLI_ALICE = Answer(surface="cli", who="nats:alice", aliases=frozenset({"alice"}))
 
@@ -51,6 +66,12 @@ TABLE = [
     ("default: the requester in another run's thread", policy(), chat("U1", "C1", "200.2"), False),
     ("default: someone else in the origin thread", policy(), chat("U2", "C1", "100.1"), False),
     ("default: a paired user's DM", policy(), chat("U2", "D2"), False),
+    ("default: the requester at the top of the channel", policy(), chat("U1", "C1"), False),
+    ("telegram requester: a reply to the request", TG_POLICY, tg("10"), True),
+    ("telegram requester: a reply to the run's ask", TG_POLICY, tg("55", "run_a"), True),
+    ("telegram requester: their private chat", TG_POLICY, tg(None), True),
+    ("telegram requester: a reply in another run", TG_POLICY, tg("66", "run_b"), False),
+    ("telegram: someone else's reply in the run", TG_POLICY, tg("10", user="8"), False),
     ("default: the CLI", policy(), CLI_ALICE, False),
     ("default: Plane", policy(), PLANE_ADA, False),
     ("default: the CLI requester", policy(requester="alice", origin="cli"), CLI_ALICE, True),

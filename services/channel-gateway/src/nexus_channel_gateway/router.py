@@ -214,9 +214,14 @@ class Router:
             )
             return
         who = f"{channel}:{msg.user}"
-        if not await self._may_decide(
-            relayed, answer, Answer(surface=channel, who=who, chat=here), key
-        ):
+        # Where it was written: the thread as the platform gave it (None: top level), and
+        # the run that thread belongs to, if any (the requester counts only in their run's).
+        written = ChannelAddress(channel=channel, conversation=msg.conversation, thread=msg.thread)
+        in_run = None
+        if msg.thread is not None:
+            in_run = await self.store.run_in_thread(channel, msg.conversation, msg.thread)
+        person = Answer(surface=channel, who=who, chat=written, in_run=in_run)
+        if not await self._may_decide(relayed, answer, person, key, here):
             return
         claim = await claim_approval(
             self.bus.js,
@@ -257,7 +262,12 @@ class Router:
         )
 
     async def _may_decide(
-        self, relayed: RelayedApproval, answer: commands.ApprovalAnswer, person: Answer, key: str
+        self,
+        relayed: RelayedApproval,
+        answer: commands.ApprovalAnswer,
+        person: Answer,
+        key: str,
+        here: ChannelAddress,
     ) -> bool:
         """Check the answer against the approval's policy before anything is claimed; a
         refused answer is told why, recorded as `approval_refused`, and decides nothing."""
@@ -275,10 +285,9 @@ class Router:
             verdict,
             key=key,
         )
-        assert person.chat is not None  # a chat answer always says where it was written
         await say(
             self.bus,
-            person.chat,
+            here,
             f"You may not decide approval {answer.short_id}: {verdict.reason}.",
             key=f"reply:{key}",
             kind="notice",

@@ -206,3 +206,28 @@ async def test_the_agents_policy_leaves_out_an_approver_chat_and_an_allowed_appr
 async def _at_least(coro: object, n: int) -> object:
     found = await coro  # type: ignore[misc]
     return found if len(found) >= n else None
+
+
+async def test_a_telegram_requester_decides_from_their_private_chat(
+    bus: Bus, make_gateway: object, telegram: FakeTelegram
+) -> None:
+    # Telegram has no threads: the requester's own chat with the bot is their run's place.
+    gateway: GatewayApp = await make_gateway()  # type: ignore[operator]
+    await pair(bus, "telegram", "7")
+    await eventually(lambda: gateway.store.allowed("telegram", "7"), what="paired")  # type: ignore[union-attr]
+    asked = update("run ops: restart the worker", update_id=1, chat_id=7, user_id=7, message_id=10)
+    assert (await post_update(telegram_url(gateway), asked, TG_SECRET))[0] == 200
+    run_id = (await eventually(lambda: run_requests(bus), what="requested"))[0].address.run_id
+    assert run_id is not None
+    short = await ask(bus, run_id, "apr-t")
+    await eventually(
+        lambda: [m for m in telegram.sent if m.chat_id == "7" and f"yes {short}" in m.text],
+        what="asked in the private chat",
+    )
+    answer = update(f"yes {short}", update_id=2, chat_id=7, user_id=7, message_id=12)
+    assert (await post_update(telegram_url(gateway), answer, TG_SECRET))[0] == 200
+    decisions = await eventually(lambda: inbox_of(bus, run_id), what="the decision")
+    decision = decisions[0].event
+    assert isinstance(decision, ApprovalDecision)
+    assert (decision.decision, decision.decided_by) == ("approve", "telegram:7")
+    assert await refusals(bus, run_id) == []
