@@ -118,7 +118,7 @@ SERVICES: dict[str, Access] = {
     # cancel requests, tasks and inbox messages.
     "plane-sync": Access(
         publishes=(
-            *_run("requested", "cancel_requested"),
+            *_run("requested", "cancel_requested", "approval_refused"),
             *(subjects.task_events_filter(event=e) for e in ("created", "updated", "moved")),
             subjects.family_filter(Family.INBOX),
             subjects.family_filter(Family.PLANE),
@@ -134,7 +134,7 @@ SERVICES: dict[str, Access] = {
     # started for their progress and claims approval decisions in the shared KV bucket.
     "channel-gateway": Access(
         publishes=(
-            *_run("requested"),
+            *_run("requested", "approval_refused"),
             subjects.family_filter(Family.INBOX),
             *(
                 subjects.channel_events_filter(event=e)

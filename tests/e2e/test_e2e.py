@@ -260,7 +260,9 @@ def test_approve_a_gated_call(stack: Stack) -> None:
     assert snap["run"]["result"]["summary"] == "The approved command ran."
     settled = stack.nexus("deny", run_id, approval)
     assert settled.code == 2
-    assert "already settled" in settled.stderr
+    # issue 30: the loser is told who decided and where.
+    assert "is already decided: approve by " in settled.stderr
+    assert settled.stderr.rstrip().endswith(" via cli")
 
 
 @pytest.mark.usefixtures("catalog")

@@ -213,9 +213,10 @@ class FakePlane(ServedFake):
     def human_assign(self, work_item_id: str, user_ids: list[str]) -> None:
         self._human_edit(work_item_id, {"assignees": list(user_ids)})
 
-    def human_comment(self, work_item_id: str, text: str) -> str:
-        comment = self._new_comment(work_item_id, {"comment_html": f"<p>{text}</p>"}, HUMAN)
-        self._emit("issue_comment", "created", self._comment_data(comment), HUMAN)
+    def human_comment(self, work_item_id: str, text: str, actor: dict[str, str] = HUMAN) -> str:
+        """A person (`HUMAN` unless another member is named) comments on a work item."""
+        comment = self._new_comment(work_item_id, {"comment_html": f"<p>{text}</p>"}, actor)
+        self._emit("issue_comment", "created", self._comment_data(comment), actor)
         return str(comment["id"])
 
     def human_edit_comment(self, comment_id: str, text: str) -> None:

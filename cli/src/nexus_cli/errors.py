@@ -9,6 +9,7 @@ Exit codes (docs/cli.md):
 3    not found (run, agent, skill, dead letter, context, memory)
 4    unavailable (NATS, PostgreSQL, a service, or the dev stack is down)
 5    timed out waiting
+6    refused: the approver policy does not let you decide this approval (docs/approvals.md)
 130  interrupted (Ctrl-C)
 ==== =====================================================================
 """
@@ -32,6 +33,7 @@ class ExitCode(IntEnum):
     NOT_FOUND = 3
     UNAVAILABLE = 4
     TIMEOUT = 5
+    REFUSED = 6
     INTERRUPTED = 130
 
 

@@ -9,6 +9,7 @@ import typer
 
 from nexus_cli.commands import (
     agents,
+    approvals,
     board,
     context,
     dev,
@@ -63,6 +64,7 @@ app.add_typer(projections.app, name="projections")
 app.add_typer(context.app, name="context")
 app.add_typer(plane.app, name="plane")
 app.add_typer(pair.app, name="pair")
+app.add_typer(approvals.app, name="approvals")
 # `nexus --help` lists commands in registration order: run, ps, attach, events, logs,
 # cancel, approve, deny.
 runs.register(app)

@@ -63,7 +63,8 @@ class RunView:
         new = next_status(current, event)
         if new is not None:
             self.status = new.value
-        self.phase = event
+        if event != RunEvent.APPROVAL_REFUSED:  # a refused answer leaves the run where it was
+            self.phase = event
         if event == RunEvent.REQUESTED:
             self.agent_id = body.get("agent_id", self.agent_id)
         elif event == RunEvent.PREPARED:
@@ -161,6 +162,10 @@ def describe(event: str, body: dict[str, Any]) -> str:  # noqa: PLR0911 - one ca
         return f"approval_requested {body.get('approval_id')}: {body.get('summary')}"
     if event == RunEvent.APPROVAL_DECIDED:
         return f"approval_decided {body.get('approval_id')}: {body.get('decision')}"
+    if event == RunEvent.APPROVAL_REFUSED:
+        return (
+            f"approval_refused {body.get('approval_id')}: {body.get('answered_by')} may not decide"
+        )
     return event
 
 

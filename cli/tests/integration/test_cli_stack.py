@@ -154,7 +154,8 @@ def test_approve_a_gated_call(stack: Stack, tmp_path: Path) -> None:
     eventually(lambda: _status(stack, run_id), lambda s: s == "completed")
     settled = stack.nexus("deny", run_id, "ap1")
     assert settled.code == 2
-    assert "already settled" in settled.stderr
+    assert "already decided: approve by " in settled.stderr
+    assert " via cli" in settled.stderr
 
 
 def test_task_board_and_run_on_a_task(stack: Stack, tmp_path: Path) -> None:

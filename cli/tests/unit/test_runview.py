@@ -116,3 +116,12 @@ def test_delegated_runs_sit_under_their_parent_in_ps() -> None:
     ]
     looped = [{"run_id": "x", "parent_run_id": "y"}, {"run_id": "y", "parent_run_id": "x"}]
     assert sorted(r["run_id"] for r, _ in delegation_tree(looped)) == ["x", "y"]
+
+
+def test_a_refused_answer_is_shown_and_leaves_the_run_waiting():
+    view = RunView("run_1")
+    view.apply("approval_requested", {"approval_id": "ap1", "summary": "rm"}, None)
+    view.apply("approval_refused", {"approval_id": "ap1", "answered_by": "slack:U2"}, None)
+    assert (view.status, view.phase) == ("awaiting_approval", "approval_requested")
+    assert view.pending_approvals == {"ap1": "rm"}
+    assert view.recent[-1] == "approval_refused ap1: slack:U2 may not decide"

@@ -1,5 +1,5 @@
 """Steering a run under way: `nexus cancel`, and settling its approvals with `nexus approve`
-and `nexus deny`."""
+and `nexus deny` (only as an approver the approval's policy allows: `commands.approvals`)."""
 
 from __future__ import annotations
 
@@ -9,12 +9,12 @@ from typing import Annotated
 
 import typer
 from nexus_events import subjects
-from nexus_events.approvals import claim_approval, release_approval
+from nexus_events.approvals import approval_record, claim_approval, release_approval
 from nexus_events.events import ApprovalDecision, CancelRequested
 from nexus_events.runstate import is_terminal
-from nexus_events.streams import RUNS
 
 from nexus_cli.client import Session, check_token, whoami
+from nexus_cli.commands.approvals import check_may_decide, cli_user, settled_as
 from nexus_cli.commands.runs import watch_run
 from nexus_cli.errors import CliError, ExitCode
 from nexus_cli.options import Output, OutputOpt, RunArg, globals_of, run
@@ -25,17 +25,19 @@ CommentOpt = Annotated[str | None, typer.Option("--comment", "-m", help="A note 
 ApprovalArg = Annotated[str, typer.Argument(metavar="APPROVAL", help="Approval id.")]
 
 
-async def _claim(s: Session, run_id: str, approval: str, decision: str) -> None:
+def already_decided(approval: str, told: str) -> CliError:
+    """The loser's line, as chat and Plane tell it: who decided and where (exit 2)."""
+    return CliError(f"approval {approval} is already decided: {told}", code=ExitCode.INVALID)
+
+
+async def _claim(s: Session, run_id: str, approval: str, decision: str, who: str) -> None:
     """Claim the decision; chat may answer the same approval at this moment, and the KV claim
     lets exactly one surface publish a decision (nexus_events.approvals)."""
     claim = await claim_approval(
-        s.bus.js, run_id, approval, decision, decided_by=whoami(), surface="cli"
+        s.bus.js, run_id, approval, decision, decided_by=who, surface="cli"
     )
     if not claim.won:
-        raise CliError(
-            f"approval {approval} is already decided ({claim.told()})",
-            code=ExitCode.INVALID,
-        )
+        raise already_decided(approval, claim.told())
 
 
 async def _publish_or_release(
@@ -116,33 +118,26 @@ def register(app: typer.Typer) -> None:
         async def body() -> None:
             check_token(run_id, "run id")
             check_token(approval, "approval id")
-            check_token(run_id, "run id")
             async with Session(resolve_target(g), g.timeout) as s:
                 row = await s.get_run(run_id)
-                asked = decided = None
-                async for d in s.bus.replay(RUNS, run_id=run_id):
-                    body = d.event.model_dump(mode="json")
-                    if body.get("approval_id") == approval:
-                        if d.address.event == "approval_requested":
-                            asked = body
-                        elif d.address.event == "approval_decided":
-                            decided = body
-                if asked is None:
+                record = await approval_record(s.bus, run_id, approval)
+                if record.asked is None:
                     raise CliError(
                         f"run {run_id} has no approval {approval!r}",
-                        hint=f"`nexus attach {run_id}` shows pending approvals",
+                        hint=f"`nexus approvals ls --run {run_id}` shows pending approvals",
                         code=ExitCode.NOT_FOUND,
                     )
-                if decided is not None or is_terminal(row["status"]):
-                    what = decided["decision"] if decided else f"run {row['status']}"
-                    raise CliError(
-                        f"approval {approval} is already settled ({what})", code=ExitCode.INVALID
-                    )
-                await _claim(s, run_id, approval, decision)
+                # Who may decide comes first: a refused answer is recorded even when late.
+                await check_may_decide(s, record, decision)
+                told = await settled_as(s, record, row["status"])
+                if told is not None:
+                    raise already_decided(approval, told)
+                who = cli_user(s.target)
+                await _claim(s, run_id, approval, decision, who)
                 answer = ApprovalDecision(
                     approval_id=approval,
                     decision=decision,
-                    decided_by=whoami(),
+                    decided_by=who,
                     comment=comment,
                     surface="cli",
                 )

@@ -5,17 +5,38 @@ before it publishes its `ApprovalDecision` on the run's inbox: ``create`` succee
 one claimant (compare-and-set on "no such key"), so two people answering at once produce one
 decision, and the loser learns who won. A bare ``nats pub`` bypasses the claim; the runner
 still takes only the first decision it reads (stream order), so the run sees one answer.
+
+Before it claims, a surface asks who may decide (`nexus_events.approver_policy`): the run's
+own events say it (`approval_record`: the agent's policy in ``prepared``, the requester and
+origin thread in ``requested``), and a refused answer is recorded as ``approval_refused``
+(`record_refusal`) and claims nothing.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
-from dataclasses import dataclass
+from collections.abc import Collection, Sequence
+from dataclasses import dataclass, field
 
 from nats.js import JetStreamContext
-from nats.js.errors import BucketNotFoundError, KeyWrongLastSequenceError
+from nats.js.errors import BucketNotFoundError, KeyNotFoundError, KeyWrongLastSequenceError
 from nats.js.kv import KeyValue
 
+from nexus_events import subjects
+from nexus_events.approver_policy import Answer, ApproverPolicy, Verdict
+from nexus_events.bus import Bus
+from nexus_events.consume import decode_msg
+from nexus_events.errors import DecodeError
+from nexus_events.events import (
+    ApprovalDecided,
+    ApprovalRefused,
+    ApprovalRequested,
+    RunPrepared,
+    RunRequested,
+)
+from nexus_events.runstate import RunEvent
+from nexus_events.streams import RUNS
 from nexus_events.subjects import validate_token
 
 # KV bucket of approval claims. Entries outlive any approval (the runner's expiry is minutes
@@ -96,3 +117,144 @@ async def release_approval(js: JetStreamContext, run_id: str, approval_id: str) 
     decide; only the winner calls this, and nothing else writes a held key."""
     kv = await approvals_bucket(js)
     await kv.delete(claim_key(run_id, approval_id))
+
+
+async def held_claim(js: JetStreamContext, run_id: str, approval_id: str) -> Claim | None:
+    """The claim that decided an approval (`won` False: it is nobody's to win now), or None."""
+    kv = await approvals_bucket(js)
+    try:
+        entry = await kv.get(claim_key(run_id, approval_id))
+    except KeyNotFoundError:
+        return None
+    held = json.loads(entry.value or b"{}")
+    return Claim(
+        won=False,
+        decision=str(held.get("decision", "")),
+        decided_by=held.get("decided_by"),
+        surface=held.get("surface"),
+    )
+
+
+# Longest delegation chain followed to its root (the gateway allows 20 at most).
+MAX_DELEGATION_CHAIN = 20
+# The run events an approval's record is made of (one bounded replay of one run).
+_RECORD_EVENTS = ("requested", "prepared", "approval_requested", "approval_decided")
+
+
+@dataclass(frozen=True, slots=True)
+class ApprovalRecord:
+    """One approval as the run's events tell it: asked, decided, and for whom."""
+
+    run_id: str
+    approval_id: str
+    asked: ApprovalRequested | None = None
+    decided: ApprovalDecided | None = None
+    requested: RunRequested | None = None
+    agent_approvers: tuple[str, ...] | None = None
+    agent_id: str | None = None
+
+    def policy(
+        self, default: Sequence[str], approver_chats: Collection[tuple[str, str]] = ()
+    ) -> ApproverPolicy:
+        """The approval's policy: the agent's principals, else `default`, with this run's
+        requester and origin; `approver_chats` are the gateway's (channel, chat) pairs."""
+        requested = self.requested
+        return ApproverPolicy(
+            principals=tuple(default if self.agent_approvers is None else self.agent_approvers),
+            run_id=self.run_id,
+            requester=requested.requested_by if requested else None,
+            origin_surface=str(requested.origin) if requested else None,
+            origin=requested.reply_to if requested else None,
+            approver_chats=frozenset(approver_chats),
+            from_agent=self.agent_approvers is not None,
+        )
+
+
+@dataclass(slots=True)
+class _Gathered:
+    asked: dict[str, ApprovalRequested] = field(default_factory=dict)
+    decided: dict[str, ApprovalDecided] = field(default_factory=dict)
+    requested: RunRequested | None = None
+    prepared: RunPrepared | None = None
+
+
+async def run_approvals(bus: Bus, run_id: str) -> list[ApprovalRecord]:
+    """Every approval a run asked for, in the order asked (one replay of the run's events)."""
+    got = _Gathered()
+    filters = [subjects.run_events_filter(run_id, e) for e in _RECORD_EVENTS]
+    async for msg in bus.replay_raw(RUNS, filter_subjects=filters):
+        try:
+            event = decode_msg(msg).event
+        except DecodeError:
+            continue  # the live consumers dead-letter it; it says nothing about approvals
+        if isinstance(event, RunRequested) and got.requested is None:
+            got.requested = event
+        elif isinstance(event, RunPrepared):
+            got.prepared = event  # the last attempt's config is the one the run works under
+        elif isinstance(event, ApprovalRequested):
+            got.asked.setdefault(event.approval_id, event)
+        elif isinstance(event, ApprovalDecided):
+            got.decided.setdefault(event.approval_id, event)
+    requested = await _root_request(bus, got.requested)
+    config = got.prepared.config if got.prepared is not None else None
+    approvers = config.permissions.approvers if config is not None else None
+    return [
+        ApprovalRecord(
+            run_id=run_id,
+            approval_id=aid,
+            asked=asked,
+            decided=got.decided.get(aid),
+            requested=requested,
+            agent_approvers=None if approvers is None else tuple(approvers),
+            agent_id=config.agent_id if config is not None else None,
+        )
+        for aid, asked in got.asked.items()
+    ]
+
+
+async def _root_request(bus: Bus, requested: RunRequested | None) -> RunRequested | None:
+    """The request of the run at the root of a delegation chain: a delegated run was asked
+    for by the person who asked for its root, from where they asked (its `requester`)."""
+    for _ in range(MAX_DELEGATION_CHAIN):
+        if requested is None or requested.parent_run_id is None:
+            return requested
+        parent = subjects.run_event(requested.parent_run_id, "requested")
+        found = None
+        # Read to the end (no break): the replay removes its consumer when it finishes.
+        async for msg in bus.replay_raw(RUNS, filter_subject=parent):
+            with contextlib.suppress(DecodeError):
+                event = decode_msg(msg).event
+                if isinstance(event, RunRequested) and found is None:
+                    found = event
+        if found is None:
+            return requested  # the parent's request is gone (retention): the child's own
+        requested = found
+    return requested
+
+
+async def approval_record(bus: Bus, run_id: str, approval_id: str) -> ApprovalRecord:
+    """One approval's record; `asked` is None if the run never asked for it."""
+    for record in await run_approvals(bus, run_id):
+        if record.approval_id == approval_id:
+            return record
+    return ApprovalRecord(run_id=run_id, approval_id=approval_id)
+
+
+async def record_refusal(
+    bus: Bus, record: ApprovalRecord, decision: str, answer: Answer, verdict: Verdict, *, key: str
+) -> None:
+    """Publish the audit event of a refused answer; `key` (the answer's dedupe key) makes a
+    redelivered answer record it once."""
+    where = None if answer.chat is None else f"{answer.chat.channel}:{answer.chat.conversation}"
+    await bus.publish(
+        subjects.run_event(record.run_id, RunEvent.APPROVAL_REFUSED),
+        ApprovalRefused(
+            approval_id=record.approval_id,
+            decision="approve" if decision == "approve" else "deny",
+            answered_by=answer.who,
+            surface=answer.surface,
+            where=where,
+            reason=verdict.reason,
+        ),
+        msg_id=f"refused:{answer.surface}:{key}",
+    )

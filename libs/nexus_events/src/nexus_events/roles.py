@@ -102,6 +102,9 @@ EVENT_ROLES: dict[tuple[Family, str], EventRoles] = {
     # Approvals are relayed to chat and to Plane (elicitation) for a person to answer.
     (Family.RUN, "approval_requested"): _run((_RUNNER,), (*_RUN_READERS, _GATEWAY)),
     (Family.RUN, "approval_decided"): _run((_RUNNER,), (*_RUN_READERS, _GATEWAY)),
+    # An answer the approver policy refused (docs/approvals.md), recorded by the surface that
+    # refused it: the audit trail `nexus events RUN` shows.
+    (Family.RUN, "approval_refused"): _run((_GATEWAY, _PLANE, _CLI), (_CORE, _CLI)),
     (Family.RUN, "cancel_requested"): _run(
         # The scheduler cancels the previous run of a schedule (overlap policy).
         (_CLI, _SCHEDULER, _OPERATOR, _PLANE, planned(GATEWAY)),

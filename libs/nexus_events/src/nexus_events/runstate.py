@@ -55,6 +55,7 @@ class RunEvent(StrEnum):
     TOOL_RESULT = "tool_result"
     APPROVAL_REQUESTED = "approval_requested"
     APPROVAL_DECIDED = "approval_decided"
+    APPROVAL_REFUSED = "approval_refused"
     CANCEL_REQUESTED = "cancel_requested"
     COMPLETED = "completed"
     FAILED = "failed"
@@ -82,6 +83,8 @@ EVENT_STATUS: Mapping[str, RunStatus | None] = MappingProxyType(
         RunEvent.TOOL_RESULT: RunStatus.RUNNING,
         RunEvent.APPROVAL_REQUESTED: RunStatus.AWAITING_APPROVAL,
         RunEvent.APPROVAL_DECIDED: RunStatus.RUNNING,
+        # An answer the approver policy refused: the audit record, the approval still waits.
+        RunEvent.APPROVAL_REFUSED: None,
         RunEvent.CANCEL_REQUESTED: None,
         RunEvent.COMPLETED: RunStatus.COMPLETED,
         RunEvent.FAILED: RunStatus.FAILED,

@@ -38,7 +38,15 @@ def test_run_events_are_the_documented_ones():
         "requested", "prepared", "queued", "dispatched", "started", "heartbeat", "turn",
         "tool_called", "tool_result", "approval_requested", "approval_decided",
         "cancel_requested", "cancelled", "completed", "failed", "timed_out", "lost",
+        # issue 30: the audit record of an answer the approver policy refused.
+        "approval_refused",
     }  # fmt: skip
+
+
+def test_a_refused_answer_leaves_the_run_waiting():
+    assert fold([*LIFECYCLE, "approval_requested", "approval_refused"]) == (
+        RunStatus.AWAITING_APPROVAL
+    )
 
 
 def test_happy_path():

@@ -145,6 +145,8 @@ class GatewayApp(ServiceApp):
             pairing_ttl=s.pairing_ttl,
             max_pending=s.pairing_max_pending,
             open_channels=frozenset(s.gateway_open_channels),
+            approver_chats=frozenset((a.channel, a.conversation) for a in s.channel_approvers),
+            default_approvers=s.approvers_default,
         )
         delegator = Delegator(self.bus, self.store, self.metrics, max_depth=s.delegation_max_depth)
         # Its own connection; in-flight handlers get half the drain timeout to finish.

@@ -47,7 +47,7 @@ class GatewayMetrics:
         self.counts["send", channel, status] += 1
 
     def approval(self, channel: str, outcome: str) -> None:
-        """outcome: decided, already_decided, unknown."""
+        """outcome: decided, already_decided, refused (approver policy), unknown."""
         self._approvals.add(1, {"channel": channel, "outcome": outcome})
         self.counts["approval", channel, outcome] += 1
 

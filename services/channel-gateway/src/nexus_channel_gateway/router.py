@@ -2,17 +2,21 @@
 allowlist is always as current as the stream position of the message being judged).
 
 A message from a sender off the allowlist gets a pairing challenge; otherwise it is a run
-request, an approval answer, or words for the run whose thread it is in.
+request, an approval answer, or words for the run whose thread it is in. Being paired is not
+being an approver: an answer counts only if the approval's policy lets its sender decide from
+where it was written (`nexus_events.approver_policy`), else it is refused, told why, audited.
 """
 
 from __future__ import annotations
 
 import hashlib
 import logging
+from collections.abc import Sequence
 from datetime import UTC, datetime, timedelta
 
 from nexus_events import subjects
-from nexus_events.approvals import claim_approval, decided_as
+from nexus_events.approvals import approval_record, claim_approval, record_refusal
+from nexus_events.approver_policy import DEFAULT_PRINCIPALS, Answer, may_decide
 from nexus_events.bus import Bus, ConsumerSpec
 from nexus_events.events import (
     ApprovalDecision,
@@ -33,7 +37,7 @@ from nexus_channel_gateway import commands
 from nexus_channel_gateway.codes import short_code
 from nexus_channel_gateway.metrics import GatewayMetrics
 from nexus_channel_gateway.replies import say
-from nexus_channel_gateway.store import GatewayStore
+from nexus_channel_gateway.store import GatewayStore, RelayedApproval
 
 log = logging.getLogger(__name__)
 
@@ -70,8 +74,12 @@ class Router:
         pairing_ttl: float,
         max_pending: int,
         open_channels: frozenset[str] = frozenset(),
+        approver_chats: frozenset[tuple[str, str]] = frozenset(),
+        default_approvers: Sequence[str] = DEFAULT_PRINCIPALS,
     ) -> None:
         self.bus = bus
+        self.approver_chats = approver_chats
+        self.default_approvers = tuple(default_approvers)
         self.store = store
         self.metrics = metrics
         self.pairing_ttl = pairing_ttl
@@ -206,6 +214,15 @@ class Router:
             )
             return
         who = f"{channel}:{msg.user}"
+        # Where it was written: the thread as the platform gave it (None: top level), and
+        # the run that thread belongs to, if any (the requester counts only in their run's).
+        written = ChannelAddress(channel=channel, conversation=msg.conversation, thread=msg.thread)
+        in_run = None
+        if msg.thread is not None:
+            in_run = await self.store.run_in_thread(channel, msg.conversation, msg.thread)
+        person = Answer(surface=channel, who=who, chat=written, in_run=in_run)
+        if not await self._may_decide(relayed, answer, person, key, here):
+            return
         claim = await claim_approval(
             self.bus.js,
             relayed.run_id,
@@ -217,8 +234,8 @@ class Router:
         )
         if not claim.won:
             self.metrics.approval(channel, "already_decided")
-            decided = decided_as(claim.decision, claim.decided_by, None)
-            text = f"Approval {answer.short_id} is already decided: {decided}."
+            # Who decided and where, as the CLI and Plane tell their losers.
+            text = f"Approval {answer.short_id} is already decided: {claim.told()}."
             await say(
                 self.bus, here, text, key=f"reply:{key}", kind="notice", run_id=relayed.run_id
             )
@@ -243,6 +260,40 @@ class Router:
             kind="notice",
             run_id=relayed.run_id,
         )
+
+    async def _may_decide(
+        self,
+        relayed: RelayedApproval,
+        answer: commands.ApprovalAnswer,
+        person: Answer,
+        key: str,
+        here: ChannelAddress,
+    ) -> bool:
+        """Check the answer against the approval's policy before anything is claimed; a
+        refused answer is told why, recorded as `approval_refused`, and decides nothing."""
+        record = await approval_record(self.bus, relayed.run_id, relayed.approval_id)
+        policy = record.policy(self.default_approvers, self.approver_chats)
+        verdict = may_decide(policy, person)
+        if verdict.allowed:
+            return True
+        self.metrics.approval(person.surface, "refused")
+        await record_refusal(
+            self.bus,
+            record,
+            answer.decision,
+            person,
+            verdict,
+            key=key,
+        )
+        await say(
+            self.bus,
+            here,
+            f"You may not decide approval {answer.short_id}: {verdict.reason}.",
+            key=f"reply:{key}",
+            kind="notice",
+            run_id=relayed.run_id,
+        )
+        return False
 
     async def _to_run(
         self, channel: str, msg: ChannelMessageIn, key: str, here: ChannelAddress, text: str

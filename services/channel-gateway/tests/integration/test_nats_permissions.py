@@ -16,7 +16,7 @@ import pytest
 from nexus_events import subjects
 from nexus_events.bus import Bus, BusSettings
 from nexus_events.events import ApprovalRequested, RunCompleted, RunStarted
-from nexus_events.streams import ensure_streams
+from nexus_events.streams import RUNS, ensure_streams
 from nexus_events.testing import eventually, free_port, nats_server_binary
 from tests.fakes.slack_api import FakeSlack, event_callback, post_event
 from tests.support.gateway import SIGNING_SECRET, gateway_settings, inbox_of, pair, run_requests
@@ -92,6 +92,21 @@ async def test_a_conversation_needs_no_permission_the_config_lacks(
                 lambda: [t for t in slack.thread("C1", ts) if "yes " in t], what="asked"
             )
             short = asked[0].split("yes ")[1].split("`")[0]
+            # A paired non-approver answering from a DM is refused and audited (approval_refused
+            # on NEXUS_RUNS, after a replay of the run): both within the gateway's permissions.
+            await pair(admin, "slack", "U2")
+            await eventually(lambda: app.store.allowed("slack", "U2"), what="U2 paired")  # type: ignore[union-attr]
+            dm = event_callback(
+                f"yes {short}", user="U2", channel="D2", kind="message",
+                ts="1700002000.500100", event_id="E-dm",
+            )  # fmt: skip
+            await post_event(endpoint, dm, SIGNING_SECRET)
+            await eventually(
+                lambda: [t for t in slack.thread("D2", "1700002000.500100") if "may not" in t],
+                what="the refusal",
+            )
+            refused = subjects.run_events_filter(run_id, "approval_refused")
+            assert [d async for d in admin.replay(RUNS, filter_subject=refused)]
             await post_event(
                 endpoint,
                 event_callback(f"yes {short}", ts="1700002001.000100", thread_ts=ts, event_id="E2"),
@@ -106,7 +121,8 @@ async def test_a_conversation_needs_no_permission_the_config_lacks(
             reply = await admin.nc.request(subjects.CHANNEL_PAIRINGS, b"{}", timeout=10)
             pairings = json.loads(reply.data)["pairings"]
             assert [(p["channel"], p["user"], p["status"]) for p in pairings] == [
-                ("slack", "U1", "approved")
+                ("slack", "U1", "approved"),
+                ("slack", "U2", "approved"),
             ]
         finally:
             await app.stop()

@@ -202,7 +202,7 @@ async def test_approval_is_relayed_with_a_short_id_and_answered_from_slack(
     assert isinstance(decision, ApprovalDecision)
     if cli_won:
         assert (decision.decision, decision.surface) == ("deny", "cli")
-        assert "already decided: deny" in told[0]
+        assert "already decided: deny by alice via cli." in told[0]
     else:
         assert (decision.decision, decision.surface) == ("approve", "slack")
         assert told[0].startswith("Approved")

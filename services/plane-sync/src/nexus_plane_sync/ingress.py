@@ -418,6 +418,7 @@ class PlaneIngress:
                     self.bus, self.store, run_id=run.run_id, task_id=task_id,
                     approval_id=approval_id, decision=verb.lower(), decided_by=actor,
                     note=note.strip() or None, comment_id=comment_id,
+                    actor=w.activity.get("actor"),
                 )  # fmt: skip
             except InvalidSubject as exc:
                 raise Unusable("invalid_approval_id", str(exc)) from None

@@ -67,6 +67,7 @@ from nexus_events.events.plane import (
 )
 from nexus_events.events.runs import (
     ApprovalDecided,
+    ApprovalRefused,
     ApprovalRequested,
     CancelRequested,
     MemoryContext,
@@ -118,6 +119,7 @@ __all__ = [
     "AgentDeleted",
     "ApprovalDecided",
     "ApprovalDecision",
+    "ApprovalRefused",
     "ApprovalRelayed",
     "ApprovalRequested",
     "Budgets",

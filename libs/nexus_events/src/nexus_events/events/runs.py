@@ -274,6 +274,21 @@ class ApprovalDecided(_RunEvent):
 
 
 @register
+class ApprovalRefused(_RunEvent):
+    """An answer the approver policy refused (docs/approvals.md): the audit record; the
+    approval is untouched and still waits for someone who may decide it."""
+
+    event_name: ClassVar[str] = RunEvent.APPROVAL_REFUSED
+
+    approval_id: str = Field(..., description="The approval the answer was for.")
+    decision: Literal["approve", "deny"] = Field(..., description="What the answer said.")
+    answered_by: str = Field(..., description="Who answered (slack:U1, nats:alice, a Plane user).")
+    surface: str = Field(..., description="Where: slack, telegram, plane, cli ...")
+    where: str | None = Field(None, description="The chat it was written in (slack:C0123).")
+    reason: str = Field(..., description="Why it was refused, as the person was told.")
+
+
+@register
 class CancelRequested(_RunCommand):
     event_name: ClassVar[str] = RunEvent.CANCEL_REQUESTED
 

@@ -11,6 +11,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from nexus_events.approver_policy import parse_principals
 from nexus_events.subjects import validate_token
 
 
@@ -39,6 +40,17 @@ class Permissions(Spec):
     network_egress: list[str] = Field(
         default_factory=list, description="Hosts the run may reach besides NATS and the LLM."
     )
+    approvers: list[str] | None = Field(
+        None,
+        description="Who may decide this agent's approvals (docs/approvals.md), e.g."
+        " ['chat:slack:C0123', 'slack:U1', 'requester', 'nats:ops']; None = the deployment's"
+        " default (NEXUS_APPROVERS_DEFAULT, else approver-chats and the requester).",
+    )
+
+    @field_validator("approvers")
+    @classmethod
+    def _approvers(cls, value: list[str] | None) -> list[str] | None:
+        return None if value is None else list(parse_principals(value))
 
 
 class Budgets(Spec):
