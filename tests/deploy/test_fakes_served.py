@@ -76,7 +76,7 @@ async def test_served_plane_sends_a_persons_work_item_signed_and_answers_its_api
             want = hmac.new(SECRET.encode(), body, hashlib.sha256).hexdigest()
             assert headers["X-Plane-Signature"] == want
             payload = json.loads(body)
-            assert (payload["event"], payload["action"]) == ("issue", "create")
+            assert (payload["event"], payload["action"]) == ("issue", "created")
             assert payload["data"]["id"] == item
             assert [label["name"] for label in payload["data"]["labels"]] == ["agent:hello"]
             assert payload["activity"]["actor"]["display_name"] == "ada"  # a person, no echo

@@ -28,7 +28,6 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-from functools import lru_cache
 from typing import TYPE_CHECKING, Annotated
 
 from pydantic import Field, field_validator
@@ -85,26 +84,21 @@ def parse_default(value: object) -> object:
 
 
 class ApproverDefaults(BaseSettings):
-    """The deployment's default policy, one variable every surface reads alike."""
+    """The deployment's default policy, one variable every surface reads alike; the gateway's
+    and plane-sync's settings extend it, so a bad value stops them at start-up."""
 
     model_config = SettingsConfigDict(env_prefix="NEXUS_", extra="ignore")
 
     approvers_default: Annotated[tuple[str, ...], NoDecode] = Field(
         DEFAULT_PRINCIPALS,
-        description="Who decides approvals of agents that name no `approvers`:"
-        " comma-separated principals (docs/approvals.md), default `approver-chats,requester`.",
+        description="Who decides approvals of agents that name no `approvers`"
+        " (docs/approvals.md): comma-separated principals; every surface reads this variable.",
     )
 
     @field_validator("approvers_default", mode="before")
     @classmethod
     def _parse(cls, value: object) -> object:
         return parse_default(value)
-
-
-@lru_cache(maxsize=1)
-def default_principals() -> tuple[str, ...]:
-    """``NEXUS_APPROVERS_DEFAULT`` of this process (read once), else `DEFAULT_PRINCIPALS`."""
-    return ApproverDefaults().approvers_default
 
 
 @dataclass(frozen=True, slots=True)

@@ -165,7 +165,7 @@ def test_terminal_events_are_the_terminal_statuses_and_the_terminal_event_classe
 
 def test_every_registered_run_event_has_a_status_and_a_name() -> None:
     """One vocabulary: each run event the contract registers is a `RunEvent`, is declared by
-    its model under that name, and says which status it implies (None only for a request that
+    its model under that name, and says which status it implies (None only for an event that
     changes no status by itself); `next_status` follows that table."""
     from nexus_events import runstate
     from nexus_events.events.runs import TerminalEvent
@@ -182,9 +182,11 @@ def test_every_registered_run_event_has_a_status_and_a_name() -> None:
             assert cls.status == status
             assert status in TERMINAL
         assert next_status(None, event) == status
-    # Only a request is status-less: it asks, and the run's own events say what happened.
+    # Status-less: a request (it asks, and the run's own events say what happened) and the
+    # audit record of a refused answer (the approval still waits).
     assert [e for e, s in runstate.EVENT_STATUS.items() if s is None] == [
-        runstate.RunEvent.CANCEL_REQUESTED
+        runstate.RunEvent.APPROVAL_REFUSED,
+        runstate.RunEvent.CANCEL_REQUESTED,
     ]
     assert set(runstate.TERMINAL_EVENTS) == {
         e for e, s in runstate.EVENT_STATUS.items() if s in TERMINAL

@@ -9,13 +9,13 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Annotated, Self
 
-from nexus_events.approver_policy import DEFAULT_PRINCIPALS, parse_default
+from nexus_events.approver_policy import ApproverDefaults
 from nexus_events.errors import InvalidSubject
 from nexus_events.events import ChannelAddress
 from nexus_events.health import HealthPort
 from nexus_events.subjects import validate_token
 from pydantic import Field, SecretStr, field_validator, model_validator
-from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
+from pydantic_settings import NoDecode, SettingsConfigDict
 
 # Channels that can post (the approver chats must be on one of them).
 POSTING_CHANNELS = ("slack", "telegram")
@@ -41,7 +41,7 @@ def parse_approvers(value: object) -> object:
     return approvers
 
 
-class GatewaySettings(BaseSettings):
+class GatewaySettings(ApproverDefaults):
     model_config = SettingsConfigDict(env_prefix="NEXUS_", extra="ignore")
 
     database_url: str = Field(
@@ -85,11 +85,6 @@ class GatewaySettings(BaseSettings):
         " (any run, not only chat-started ones): CHANNEL:CONVERSATION, comma-separated,"
         " e.g. `slack:C0123,telegram:-1001`.",
     )
-    approvers_default: Annotated[tuple[str, ...], NoDecode] = Field(
-        DEFAULT_PRINCIPALS,
-        description="Who decides approvals of agents that name no `approvers`"
-        " (docs/approvals.md): comma-separated principals; every surface reads this variable.",
-    )
     delegation_max_depth: int = Field(
         3, ge=1, le=20, description="Longest chain of delegated runs below a root run."
     )
@@ -124,11 +119,6 @@ class GatewaySettings(BaseSettings):
     @classmethod
     def _approvers(cls, value: object) -> object:
         return parse_approvers(value)
-
-    @field_validator("approvers_default", mode="before")
-    @classmethod
-    def _default_approvers(cls, value: object) -> object:
-        return parse_default(value)
 
     @model_validator(mode="after")
     def _approvers_can_post(self) -> Self:

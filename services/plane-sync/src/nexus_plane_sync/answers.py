@@ -17,7 +17,7 @@ from typing import Any
 
 from nexus_events import subjects
 from nexus_events.approvals import approval_record, claim_approval, record_refusal
-from nexus_events.approver_policy import PLANE, Answer, default_principals, may_decide
+from nexus_events.approver_policy import PLANE, Answer, may_decide
 from nexus_events.bus import Bus
 from nexus_events.events import ApprovalDecision
 from nexus_events.subjects import validate_token
@@ -41,18 +41,20 @@ async def answer_approval(
     note: str | None,
     comment_id: str,
     actor: Any = None,
+    default_approvers: tuple[str, ...],
 ) -> bool:
     """Claim, then publish the decision; True if this comment decided the approval.
 
     The claim's token is the comment: a redelivered webhook finishes its own claim instead of
     being told it lost to itself. Raises `InvalidSubject` for an approval id that cannot be
     one (the caller dead-letters the webhook) and nats errors while NATS is away (retried).
+    `default_approvers` is the policy of agents that name none (NEXUS_APPROVERS_DEFAULT).
     """
     key = f"plane:comment:{comment_id}"
     validate_token(approval_id, "approval id")  # a bad id is the webhook's fault: dead letter
     person = plane_answer(actor, decided_by)
     record = await approval_record(bus, run_id, approval_id)
-    verdict = may_decide(record.policy(default_principals()), person)
+    verdict = may_decide(record.policy(default_approvers), person)
     if not verdict.allowed:
         await record_refusal(bus, record, decision, person, verdict, key=key)
         if task_id is not None:

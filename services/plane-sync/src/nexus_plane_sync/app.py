@@ -160,7 +160,7 @@ class PlaneSyncApp(ServiceApp):
             self.bus, store, self.api, self.metrics,
             trigger_prefix=s.plane_trigger_prefix, bot_user_id=s.plane_bot_user_id,
             assign_agent=s.plane_assign_agent, state_map=s.plane_state_map,
-            mirrored=self.mirrored,
+            mirrored=self.mirrored, default_approvers=s.approvers_default,
         )  # fmt: skip
         # Its own connection; in-flight webhooks get half the drain timeout to finish.
         self.handlers = Handlers(self.bus, graceful_timeout=s.drain_timeout / 2)

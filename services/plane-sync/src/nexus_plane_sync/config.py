@@ -8,11 +8,12 @@ from __future__ import annotations
 
 from typing import Literal
 
+from nexus_events.approver_policy import ApproverDefaults
 from nexus_events.events import Column
 from nexus_events.health import HealthPort
 from nexus_events.runstate import RunEvent
 from pydantic import Field, SecretStr, field_validator
-from pydantic_settings import BaseSettings, SettingsConfigDict
+from pydantic_settings import SettingsConfigDict
 
 # Plane's default states of a new project; a project with renamed states maps them here.
 DEFAULT_STATE_MAP: dict[str, str] = {
@@ -39,7 +40,7 @@ _RUN_EVENT_NAMES = frozenset(e.value for e in RunEvent)
 _COLUMN_NAMES = frozenset(c.value for c in Column)
 
 
-class PlaneSyncSettings(BaseSettings):
+class PlaneSyncSettings(ApproverDefaults):
     model_config = SettingsConfigDict(env_prefix="NEXUS_", extra="ignore")
 
     database_url: str = Field(

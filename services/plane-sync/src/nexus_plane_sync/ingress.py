@@ -32,6 +32,7 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 from nexus_events import subjects
+from nexus_events.approver_policy import DEFAULT_PRINCIPALS
 from nexus_events.bus import Bus, ConsumerSpec
 from nexus_events.errors import InvalidSubject
 from nexus_events.events import (
@@ -123,6 +124,7 @@ class PlaneIngress:
         assign_agent: str | None = None,
         state_map: dict[str, str] | None = None,
         mirrored: Callable[[dict[str, int]], Awaitable[None]] | None = None,
+        default_approvers: tuple[str, ...] = DEFAULT_PRINCIPALS,
     ) -> None:
         self.bus = bus
         self.store = store
@@ -131,6 +133,7 @@ class PlaneIngress:
         self.prefix = trigger_prefix
         self.bot_user_id = bot_user_id
         self.assign_agent = assign_agent
+        self.default_approvers = default_approvers
         # Read-your-writes: the highest sequence this ingress published to each stream, and
         # how to wait until the mirror (whose tables say which runs are active) applied it.
         # Without it, a label removed right after it requested a run finds no run to cancel.
@@ -418,7 +421,7 @@ class PlaneIngress:
                     self.bus, self.store, run_id=run.run_id, task_id=task_id,
                     approval_id=approval_id, decision=verb.lower(), decided_by=actor,
                     note=note.strip() or None, comment_id=comment_id,
-                    actor=w.activity.get("actor"),
+                    actor=w.activity.get("actor"), default_approvers=self.default_approvers,
                 )  # fmt: skip
             except InvalidSubject as exc:
                 raise Unusable("invalid_approval_id", str(exc)) from None
