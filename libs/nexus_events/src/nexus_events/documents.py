@@ -18,7 +18,7 @@ from nexus_events.events import AgentDefinition, SkillDefinition
 
 WHOLE = "(document)"
 # Front matter keys that are SkillDefinition fields; any other key goes to `metadata`.
-_SKILL_FIELDS = ("name", "version", "description")
+_SKILL_FIELDS = ("name", "version", "description", "hooks")
 _FRONT_MATTER = re.compile(r"\A---[ \t]*\r?\n(.*?)\r?\n---[ \t]*(?:\r?\n|\Z)(.*)\Z", re.DOTALL)
 
 
@@ -92,8 +92,10 @@ def parse_skill(text: str, *, name: str | None = None) -> SkillDefinition:
 
 def render_skill(skill: SkillDefinition) -> str:
     """The markdown document of `skill` (front matter + content); `parse_skill` reads it back."""
-    front = {"name": skill.name, "version": skill.version}
+    front: dict[str, Any] = {"name": skill.name, "version": skill.version}
     if skill.description:
         front["description"] = skill.description
+    if skill.hooks.before_tool_call or skill.hooks.after_tool_call:
+        front["hooks"] = skill.hooks.model_dump(exclude_defaults=True)
     head = yaml.safe_dump({**front, **skill.metadata}, sort_keys=False).strip()
     return f"---\n{head}\n---\n{skill.content}\n"

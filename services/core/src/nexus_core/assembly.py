@@ -53,6 +53,7 @@ def assemble(
     docs: list[SkillDoc] = []
     revisions = {f"agent/{definition.id}": agent.revision}
     missing: list[str] = []
+    hooks = definition.hooks  # the agent's rules first, then each skill's, in skill order
     for ref in definition.skills:
         key = skill_key(ref.name, ref.version)
         stored = skills.get(key)
@@ -65,6 +66,7 @@ def assemble(
             )
         )
         revisions[f"skill/{stored.skill.name}"] = stored.revision
+        hooks = hooks.merged(stored.skill.hooks)
     if missing:
         return AssemblyFailure(
             Reason.UNKNOWN_SKILL,
@@ -90,6 +92,7 @@ def assemble(
         runtime=definition.runtime,
         catalog_revisions=revisions,
         max_concurrent_runs=definition.max_concurrent_runs,
+        hooks=hooks,
     )
 
 

@@ -276,7 +276,7 @@ async def _execute_run(
         # MCP servers live as long as the loop: closing kills their process groups, also
         # when the run is cancelled.
         async with McpTools.started(list(config.mcp_servers), settings, ws.root, pub.log) as mcp:
-            tools = ToolRegistry(list(config.tools), config.permissions, ctx, mcp)
+            tools = ToolRegistry(list(config.tools), config.permissions, ctx, mcp, config.hooks)
             llm = _llm_client(config, settings, client)
             note = " ".join([f"You work in a git checkout on branch {branch}.", *mcp.notes])
             loop = AgentLoop(

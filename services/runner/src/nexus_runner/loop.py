@@ -222,6 +222,7 @@ class AgentLoop:
                 arguments=self._event_args(decision),
                 refused=refused,
                 refusal_reason=decision.reason if refused else None,
+                guard=decision.guard,
             )
         )
         started = time.monotonic()
@@ -248,6 +249,7 @@ class AgentLoop:
                 output=output,
                 truncated=cut,
                 duration_ms=int((time.monotonic() - started) * 1000),
+                guard=outcome.guard,
             )
         )
         model_output, _ = truncate(outcome.output, self.settings.output_cap)

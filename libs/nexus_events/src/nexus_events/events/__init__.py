@@ -70,6 +70,7 @@ from nexus_events.events.runs import (
     ApprovalRefused,
     ApprovalRequested,
     CancelRequested,
+    GuardNote,
     MemoryContext,
     MemoryItem,
     MemoryMatch,
@@ -102,6 +103,8 @@ from nexus_events.events.schedules import (
 )
 from nexus_events.events.specs import (
     Budgets,
+    HookRule,
+    Hooks,
     McpServerSpec,
     ModelSpec,
     Permissions,
@@ -132,6 +135,9 @@ __all__ = [
     "Command",
     "DeadLetter",
     "Event",
+    "GuardNote",
+    "HookRule",
+    "Hooks",
     "InboxMessage",
     "LogLine",
     "McpServerSpec",

@@ -14,6 +14,7 @@ from pydantic import Field, field_validator
 from nexus_events.events.base import Command, register
 from nexus_events.events.specs import (
     Budgets,
+    Hooks,
     McpServerSpec,
     ModelSpec,
     Permissions,
@@ -51,6 +52,9 @@ class AgentDefinition(Spec):
     max_concurrent_runs: int | None = Field(
         None, gt=0, description="Admission limit for this agent; None = scheduler default."
     )
+    hooks: Hooks = Field(
+        default_factory=Hooks, description="Policy hooks on tool calls (docs/guardrails.md)."
+    )
 
     @field_validator("id")
     @classmethod
@@ -73,6 +77,9 @@ class SkillDefinition(Spec):
     description: str = Field("", description="One line on what the skill teaches.")
     content: str = Field(..., description="The markdown body given to the model.")
     metadata: dict[str, Any] = Field(default_factory=dict, description="Other front matter.")
+    hooks: Hooks = Field(
+        default_factory=Hooks, description="Policy hooks added to every agent using the skill."
+    )
 
     @field_validator("name")
     @classmethod

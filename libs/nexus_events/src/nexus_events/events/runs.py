@@ -15,6 +15,7 @@ from nexus_events.events.base import Command, Event, register
 from nexus_events.events.channels import ChannelAddress
 from nexus_events.events.specs import (
     Budgets,
+    Hooks,
     McpServerSpec,
     ModelSpec,
     Permissions,
@@ -138,6 +139,9 @@ class RunConfig(BaseModel):
         default_factory=dict, description="Catalog revision used per item, e.g. 'agent/x': 3."
     )
     attempt: int = Field(1, ge=1, description="Attempt number of this run.")
+    hooks: Hooks = Field(
+        default_factory=Hooks, description="Policy hooks: the agent's, then its skills'."
+    )
     max_concurrent_runs: int | None = Field(
         None,
         gt=0,
@@ -222,6 +226,17 @@ class RunTurn(_RunEvent):
     duration_ms: int | None = Field(None, ge=0, description="Latency of the model call.")
 
 
+class GuardNote(BaseModel):
+    """How the guard (auto-approve dial, command classifier, policy hooks) judged a call."""
+
+    model_config = ConfigDict(frozen=True, extra="ignore")
+
+    decision: Literal["allow", "ask", "deny", "redact"] = Field(..., description="Its verdict.")
+    rule: str | None = Field(None, description="Hook rule or table entry that decided.")
+    reason: str = Field("", description="Why.")
+    command_class: str | None = Field(None, description="Class of a shell command.")
+
+
 @register
 class ToolCalled(_RunEvent):
     event_name: ClassVar[str] = RunEvent.TOOL_CALLED
@@ -234,6 +249,7 @@ class ToolCalled(_RunEvent):
     )
     refused: bool = Field(False, description="True if the call was refused.")
     refusal_reason: str | None = Field(None, description="Why it was refused.")
+    guard: GuardNote | None = Field(None, description="The guard's verdict on the call.")
 
 
 @register
@@ -247,6 +263,9 @@ class ToolResult(_RunEvent):
     output: str = Field("", description="Output, truncated and with secrets redacted.")
     truncated: bool = Field(False, description="True if output was cut.")
     duration_ms: int | None = Field(None, ge=0, description="Tool run time.")
+    guard: GuardNote | None = Field(
+        None, description="An after_tool_call hook's verdict on the output, if one matched."
+    )
 
 
 @register

@@ -29,6 +29,12 @@ class ModelSpec(Spec):
     max_output_tokens: int = Field(4096, gt=0, description="Upper bound of tokens per reply.")
 
 
+# How much a run may do without asking (docs/guardrails.md): `off` asks for every call,
+# `curated` runs reads and writes inside the workspace only, `all_but_destructive` runs all
+# but destructive calls. Destructive calls ask whatever the dial.
+AutoApprove = Literal["off", "curated", "all_but_destructive"]
+
+
 class Permissions(Spec):
     can_commit: bool = Field(False, description="The runner may create commits.")
     can_push: bool = Field(False, description="The runner may push its branch.")
@@ -39,6 +45,11 @@ class Permissions(Spec):
     )
     network_egress: list[str] = Field(
         default_factory=list, description="Hosts the run may reach besides NATS and the LLM."
+    )
+    auto_approve: AutoApprove = Field(
+        "all_but_destructive",
+        description="Which tool calls run without a human: off (none), curated (reads and"
+        " writes inside the workspace), all_but_destructive (all but destructive ones).",
     )
     approvers: list[str] | None = Field(
         None,
@@ -189,3 +200,107 @@ class McpServerSpec(Spec):
             if self.command is not None or self.args or self.env:
                 raise ValueError("command, args and env are only for a stdio server")
         return self
+
+
+# Classes of a shell command as the runner's guard sees it (docs/guardrails.md).
+CommandClass = Literal[
+    "read_only", "workspace_write", "outside_workspace", "network", "destructive"
+]
+_REGEX_PREFIX = "re:"
+
+
+def _check_pattern(value: str, what: str) -> str:
+    """A glob, or a regular expression written ``re:<pattern>``: refused here if it does not
+    compile, so a bad rule stops `agents apply`, not a run."""
+    if value.startswith(_REGEX_PREFIX):
+        try:
+            re.compile(value[len(_REGEX_PREFIX) :])
+        except re.error as exc:
+            raise ValueError(f"{what}: not a valid regular expression: {exc}") from None
+    return value
+
+
+class HookRule(Spec):
+    """One declarative policy rule: every matcher given must match; the first rule of the
+    strictest decision wins (deny over ask over allow)."""
+
+    name: str | None = Field(None, description="Rule name recorded with the decision.")
+    tool: str = Field("*", min_length=1, description="Tool name glob (or re:<regex>).")
+    args: dict[str, str] = Field(
+        default_factory=dict,
+        description="Argument name -> glob (or re:<regex>) its value must match.",
+    )
+    path: str | None = Field(
+        None, description="Glob (or re:<regex>) on the call's path argument, workspace-relative."
+    )
+    command_class: list[CommandClass] = Field(
+        default_factory=list, description="Shell command classes the rule applies to."
+    )
+    decision: Literal["allow", "ask", "deny", "redact"] = Field(
+        ..., description="before: allow, ask or deny; after: deny (withhold) or redact."
+    )
+    redact: list[str] = Field(
+        default_factory=list, description="after: regular expressions redacted from the output."
+    )
+    reason: str = Field("", description="Why, recorded in the event and told to the model.")
+
+    @field_validator("tool", "path")
+    @classmethod
+    def _glob_or_regex(cls, value: str | None) -> str | None:
+        return None if value is None else _check_pattern(value, "pattern")
+
+    @field_validator("args")
+    @classmethod
+    def _arg_patterns(cls, value: dict[str, str]) -> dict[str, str]:
+        for key, pattern in value.items():
+            _check_pattern(pattern, f"args.{key}")
+        return value
+
+    @field_validator("redact")
+    @classmethod
+    def _redact_patterns(cls, value: list[str]) -> list[str]:
+        for pattern in value:
+            _check_pattern(_REGEX_PREFIX + pattern, "redact")
+        return value
+
+    @model_validator(mode="after")
+    def _redact_has_patterns(self) -> HookRule:
+        if self.decision == "redact" and not self.redact:
+            raise ValueError("decision redact needs redact: [patterns]")
+        return self
+
+    def label(self, index: int) -> str:
+        return self.name or f"#{index + 1}"
+
+
+class Hooks(Spec):
+    """Policy hooks of an agent (or a skill, merged into its agents' at assembly)."""
+
+    before_tool_call: list[HookRule] = Field(
+        default_factory=list, description="Rules judging a call before it runs."
+    )
+    after_tool_call: list[HookRule] = Field(
+        default_factory=list, description="Rules judging a call's output before it is recorded."
+    )
+
+    @field_validator("before_tool_call")
+    @classmethod
+    def _before(cls, value: list[HookRule]) -> list[HookRule]:
+        for i, rule in enumerate(value):
+            if rule.decision == "redact":
+                raise ValueError(f"rule {rule.label(i)}: redact applies after_tool_call only")
+        return value
+
+    @field_validator("after_tool_call")
+    @classmethod
+    def _after(cls, value: list[HookRule]) -> list[HookRule]:
+        for i, rule in enumerate(value):
+            if rule.decision not in ("redact", "deny"):
+                raise ValueError(f"rule {rule.label(i)}: after_tool_call decides redact or deny")
+        return value
+
+    def merged(self, other: Hooks) -> Hooks:
+        return Hooks(
+            before_tool_call=[*self.before_tool_call, *other.before_tool_call],
+            after_tool_call=[*self.after_tool_call, *other.after_tool_call],
+        )

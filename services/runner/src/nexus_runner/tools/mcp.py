@@ -109,6 +109,9 @@ class McpTool:
     description: str
     parameters: dict[str, Any]
     auto_approved: bool
+    # The server's MCP tool annotations (None: not annotated); the guard reads them.
+    read_only_hint: bool | None = None
+    destructive_hint: bool | None = None
 
     def spec(self) -> dict[str, Any]:
         return {
@@ -383,6 +386,10 @@ class McpTools:
                     description=(tool.description or tool.name)[:1024],
                     parameters=parameters_schema(tool.input_schema),
                     auto_approved=granted(server.spec.auto_approve, tool.name),
+                    read_only_hint=tool.annotations.read_only_hint if tool.annotations else None,
+                    destructive_hint=(
+                        tool.annotations.destructive_hint if tool.annotations else None
+                    ),
                 )
 
     def available(self, function: str) -> McpTool | None:

@@ -10,12 +10,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
-from nexus_events.events.specs import Permissions, ToolGrant
+from nexus_events.events import GuardNote
+from nexus_events.events.specs import Hooks, Permissions, ToolGrant
 from pydantic import ValidationError
 
 from nexus_runner.errors import PathEscape, ToolError
 from nexus_runner.git import Git
-from nexus_runner.safety import destructive_reason
+from nexus_runner.guard import hooks as guard_hooks
+from nexus_runner.guard.policy import judge_builtin, judge_mcp
+from nexus_runner.guard.shell import classify
 from nexus_runner.tools.args import DelegateArgs, FinishArgs, RememberArgs, ToolArgs
 from nexus_runner.tools.builtin import BUILTINS
 from nexus_runner.tools.mcp import McpTools
@@ -52,22 +55,34 @@ class ToolContext:
     delegate: Callable[[DelegateArgs], Awaitable[str]] | None = None
 
 
+Action = Literal["run", "refuse", "approve", "invalid"]
+_VERDICTS: dict[Action, Literal["allow", "ask", "deny"]] = {
+    "run": "allow",
+    "approve": "ask",
+    "refuse": "deny",
+    "invalid": "deny",
+}
+
+
 @dataclass(frozen=True)
 class Decision:
     """How a call will be handled: run it, refuse it, or ask for approval first."""
 
     tool: str
-    action: Literal["run", "refuse", "approve", "invalid"]
+    action: Action
     args: ToolArgs | None = None
     raw: dict[str, Any] = field(default_factory=dict)
     reason: str = ""
     call_id: str = ""
+    # How the guard judged the call (dial, command class, hooks); None: not judged.
+    guard: GuardNote | None = None
 
 
 @dataclass(frozen=True)
 class ToolOutcome:
     ok: bool
     output: str
+    guard: GuardNote | None = None  # an after_tool_call hook's verdict on the output
 
 
 def detect_test_command(root: Path) -> str | None:
@@ -97,6 +112,7 @@ class ToolRegistry:
         permissions: Permissions,
         context: ToolContext,
         mcp: McpTools | None = None,
+        hooks: Hooks | None = None,
     ) -> None:
         self.granted = {g.name: g for g in grants if g.name in BUILTINS}
         self.unknown = sorted(g.name for g in grants if g.name not in BUILTINS)
@@ -105,6 +121,7 @@ class ToolRegistry:
         self.permissions = permissions
         self.ctx = context
         self.mcp = mcp or McpTools([])
+        self.hooks = hooks or Hooks()
         self._builtin_specs = self._specs_of_builtins()
 
     def specs(self) -> list[dict[str, Any]]:
@@ -160,14 +177,53 @@ class ToolRegistry:
         refusal = self._refusal(name, args)
         if refusal is not None:
             return Decision(name, "refuse", args, raw, refusal)
-        if name in self.permissions.approval_required_tools:
-            return Decision(name, "approve", args, raw, f"{name} requires approval")
         command = getattr(args, "command", None)
-        if name == "run_shell" and isinstance(command, str):
-            why = destructive_reason(command)
-            if why is not None:
-                return Decision(name, "approve", args, raw, f"destructive command: {why}")
-        return Decision(name, "run", args, raw)
+        verdict = judge_builtin(
+            name,
+            command if name == "run_shell" and isinstance(command, str) else None,
+            self.permissions.auto_approve,
+            self.ctx.workspace.root,
+        )
+        return self._guarded(
+            Decision(name, "approve" if verdict.action == "ask" else "run", args, raw),
+            verdict.reason,
+            verdict.command_class,
+            destructive=verdict.command_class == "destructive",
+        )
+
+    def _guarded(
+        self, decision: Decision, reason: str, command_class: str | None, *, destructive: bool
+    ) -> Decision:
+        """The dial's decision with the before_tool_call hooks applied: deny refuses, ask
+        asks, allow lifts the dial's ask (never a destructive command's, never a tool the
+        permissions gate)."""
+        name = decision.tool
+        gated = name in self.permissions.approval_required_tools
+        if gated:
+            reason = f"{name} requires approval"
+        hook = guard_hooks.before(self.hooks, name, decision.raw, command_class)
+        action: Action = "approve" if gated else decision.action
+        rule = None
+        if hook is not None:
+            rule, reason = hook.rule, hook.reason
+            if hook.decision == "deny":
+                action = "refuse"
+                reason = f"denied by policy: {hook.reason}"
+            elif hook.decision == "ask":
+                action = "approve"
+            elif not destructive and not gated:
+                action = "run"
+        if action == "approve" and not reason:
+            reason = f"{name} requires approval"
+        note = GuardNote(
+            decision=_VERDICTS[action], rule=rule, reason=reason, command_class=command_class
+        )
+        return dataclasses.replace(
+            decision,
+            action=action,
+            reason=reason,
+            guard=note,
+        )
 
     def _decide_mcp(self, name: str, raw: dict[str, Any]) -> Decision:
         """MCP tools: granted per server in the definition; they ask a human unless the
@@ -175,9 +231,19 @@ class ToolRegistry:
         tool = self.mcp.available(name)
         if tool is None:
             return Decision(name, "refuse", raw=raw, reason=f"tool {name!r} has been withdrawn")
-        if not tool.auto_approved or name in self.permissions.approval_required_tools:
-            return Decision(name, "approve", raw=raw, reason=f"MCP tool {name} requires approval")
-        return Decision(name, "run", raw=raw)
+        verdict = judge_mcp(
+            listed=tool.auto_approved,
+            read_only_hint=tool.read_only_hint,
+            destructive_hint=tool.destructive_hint,
+            mode=self.permissions.auto_approve,
+        )
+        reason = f"MCP tool {name} requires approval: {verdict.reason}" if verdict.reason else ""
+        return self._guarded(
+            Decision(name, "approve" if verdict.action == "ask" else "run", raw=raw),
+            reason if verdict.action == "ask" else verdict.reason,
+            None,
+            destructive=tool.destructive_hint is True and not tool.read_only_hint,
+        )
 
     def _refusal(self, name: str, args: ToolArgs) -> str | None:
         for attr in _PATH_FIELDS:
@@ -194,9 +260,12 @@ class ToolRegistry:
             return refused
         command = getattr(args, "command", None)
         if name == "run_shell" and isinstance(command, str):
-            if _GIT_PUSH.search(command):
+            # On the parse tree too: `gi''t push` is a push; the regexes catch what bashlex
+            # cannot parse.
+            git = classify(command, self.ctx.workspace.root).git
+            if _GIT_PUSH.search(command) or "push" in git:
                 return "pushing is done by the runner when the run finishes, not from the shell"
-            if _GIT_COMMIT.search(command) and not self.permissions.can_commit:
+            if (_GIT_COMMIT.search(command) or "commit" in git) and not self.permissions.can_commit:
                 return "this run is not permitted to commit"
         return None
 
@@ -216,6 +285,20 @@ class ToolRegistry:
         return None
 
     async def execute(self, decision: Decision) -> ToolOutcome:
+        """Run an accepted call, then its after_tool_call hooks on the output."""
+        outcome = await self._execute(decision)
+        if not self.hooks.after_tool_call:
+            return outcome
+        command_class = decision.guard.command_class if decision.guard else None
+        output, hook = guard_hooks.after(
+            self.hooks, decision.tool, decision.raw, command_class, outcome.output
+        )
+        if hook is None:
+            return outcome
+        note = GuardNote(decision=hook.decision, rule=hook.rule, reason=hook.reason)
+        return ToolOutcome(outcome.ok and hook.decision != "deny", output, note)
+
+    async def _execute(self, decision: Decision) -> ToolOutcome:
         """Run an accepted call; tool errors become a failed outcome, never an exception."""
         if decision.tool in self.mcp.tools:
             result = await self.mcp.call(decision.tool, decision.raw)
