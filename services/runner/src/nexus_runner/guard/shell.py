@@ -8,6 +8,7 @@ cannot parse is destructive: the guard fails closed.
 
 from __future__ import annotations
 
+import functools
 import os
 import posixpath
 from dataclasses import dataclass, field
@@ -668,6 +669,7 @@ def _classify(  # noqa: PLR0911 - each way of failing closed says why
     return walker.result()
 
 
+@functools.lru_cache(maxsize=256)  # decide asks twice per call (dial, push/commit refusal)
 def classify(command: str, workspace: Path | None = None) -> Classification:
     """The class of `command` run in `workspace` (absolute paths under it are inside)."""
     return _classify(command, workspace, 0)
