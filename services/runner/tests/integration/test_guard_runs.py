@@ -4,14 +4,12 @@ decision recorded in the tool_called / tool_result events."""
 from __future__ import annotations
 
 import asyncio
-import contextlib
 from typing import Any
 
 import pytest
-from nexus_events import subjects
 from nexus_events.bus import Bus
-from nexus_events.events.inbox import ApprovalDecision
 from nexus_events.events.runs import (
+    ApprovalDecided,
     ApprovalRequested,
     RunCompleted,
     ToolCalled,
@@ -30,32 +28,14 @@ def step(name: str, **args: Any) -> Reply:
     return Reply(tool_calls=(ToolCall(name, args),))
 
 
-async def _deny_every_approval(bus: Bus, run_id: str) -> None:
-    """Deny each approval the run asks for, as it is stored (cancelled when the run ends)."""
-    seen: set[str] = set()
-    while True:
-        for event in await run_events(bus, run_id):
-            if isinstance(event, ApprovalRequested) and event.approval_id not in seen:
-                seen.add(event.approval_id)
-                decision = ApprovalDecision(
-                    approval_id=event.approval_id, decision="deny", decided_by="ops"
-                )
-                await bus.publish(subjects.inbox(run_id), decision)
-        await asyncio.sleep(0.05)
-
-
 async def _run(
     bus: Bus, runner_bus: Bus, settings: RunnerSettings, script: list[Reply], **config: Any
 ) -> tuple[list[Any], FakeOpenAI, str]:
+    # Nobody answers: every approval the run asks for expires quickly and its call is not run.
+    settings = settings.model_copy(update={"approval_timeout": 0.3})
     async with FakeOpenAI([*script, step("finish", summary="done")]) as llm:
         run_config = make_config(llm.base_url, **config)
-        denier = asyncio.create_task(_deny_every_approval(bus, run_config.run_id))
-        try:
-            terminal = await asyncio.wait_for(execute_run(run_config, settings, runner_bus), 60)
-        finally:
-            denier.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await denier
+        terminal = await asyncio.wait_for(execute_run(run_config, settings, runner_bus), 90)
     assert isinstance(terminal, RunCompleted), terminal
     return await run_events(bus, run_config.run_id), llm, run_config.run_id
 
@@ -67,7 +47,7 @@ COMMANDS = [
     "echo bHM= | base64 -d | sh",  # destructive: text piped into a shell
     "gi''t push origin HEAD",  # a push from the shell: refused whatever the dial
 ]
-# What happens to each command under each dial: allow (ran), ask (asked, denied), deny.
+# What happens to each command under each dial: allow (ran), ask (asked, expired), deny.
 EXPECTED = {
     "off": ["ask", "ask", "ask", "ask", "deny"],
     "curated": ["allow", "ask", "ask", "ask", "deny"],
@@ -87,6 +67,8 @@ async def test_the_auto_approve_dial(
     assert called[4].refused
     asked = [e for e in events if isinstance(e, ApprovalRequested)]
     assert len(asked) == EXPECTED[mode].count("ask")
+    decided = [e.decision for e in events if isinstance(e, ApprovalDecided)]
+    assert decided == ["expired"] * len(asked)
     classes = [e.guard.command_class if e.guard else None for e in called[:4]]
     assert classes == ["read_only", "outside_workspace", "network", "destructive"]
     destructive = next(a for a in asked if "base64" in a.summary)

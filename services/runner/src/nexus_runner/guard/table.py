@@ -205,6 +205,9 @@ def markdown_table() -> str:
         ("git, network sub-commands", GIT_NETWORK, "asks under curated"),
         ("git, destructive sub-commands", GIT_DESTRUCTIVE, "asks whatever the dial"),
     ]
+    from nexus_runner.guard.shell import HANDLED  # noqa: PLC0415 - shell imports this module
+
+    rows.append(("(own rules, see below)", HANDLED, "by their arguments"))
     lines = ["| class | programs | decision |", "|---|---|---|"]
     lines += [f"| {c} | {' '.join(f'`{p}`' for p in sorted(ps))} | {d} |" for c, ps, d in rows]
     return "\n".join(lines)
