@@ -668,6 +668,7 @@ def _classify(  # noqa: PLR0911 - each way of failing closed says why
         return Classification("destructive", (f"cannot be judged ({type(exc).__name__})",))
     return walker.result()
 
+
 # Programs judged by their arguments (the docs table lists them).
 HANDLED: Final = frozenset(_HANDLERS)
 
