@@ -2,7 +2,8 @@
 
 Run as ``python -m tests.fakes.mcp_server`` (or the file path); the real `mcp` client talks to
 it over stdin/stdout. Its tools cover what the runner must handle: a plain result, a tool
-error, a call that never returns, a process that dies mid-call, and output carrying a secret.
+error, a call that never returns, a process that dies mid-call, output carrying a secret, and
+tools annotated read-only (`peek`) and destructive (`wipe`).
 Every process it starts writes its pid to ``mcp-pids.txt`` in its working directory, so a
 test can check none is left after the run.
 """
@@ -15,6 +16,7 @@ import sys
 from pathlib import Path
 
 from mcp.server.mcpserver import MCPServer
+from mcp.types import ToolAnnotations
 
 server = MCPServer("nexus-fake")
 PID_FILE = "mcp-pids.txt"
@@ -61,6 +63,22 @@ def leak() -> str:
 @server.tool(description="The names of the environment variables this server sees.")
 def env_names() -> str:
     return ",".join(sorted(os.environ))
+
+
+@server.tool(
+    description="Reads nothing; annotated read-only.",
+    annotations=ToolAnnotations(read_only_hint=True),
+)
+def peek() -> str:
+    return "peeked"
+
+
+@server.tool(
+    description="Pretends to delete everything; annotated destructive.",
+    annotations=ToolAnnotations(read_only_hint=False, destructive_hint=True),
+)
+def wipe() -> str:
+    return "wiped"
 
 
 def main() -> None:
