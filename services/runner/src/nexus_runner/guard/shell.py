@@ -191,7 +191,7 @@ class _Walker:
 
     def redirect(self, node: Any) -> None:
         target = node.output
-        if isinstance(target, int) or node.type in ("<<", "<<<", ">&", "<&"):
+        if isinstance(target, int) or node.type in ("<<", "<<<"):
             return
         word = self.word(target)
         self._merge(self.substitutions(target))
@@ -252,6 +252,8 @@ class _Walker:
 
     def path(self, word: _Word, *, write: bool, verb: str) -> None:
         text = word.text
+        if text.startswith(table.NETWORK_PATHS):
+            self.flag("network", f"{verb} {text} (a network connection)")
         if text in table.HARMLESS_PATHS or "://" in text or text.startswith("/dev/fd/"):
             return
         where = self._outside(word)
@@ -532,9 +534,8 @@ class _Walker:
         texts = [a.text for a in args]
         flag = table.INLINE_CODE.get(name)
         if flag is not None and flag in texts:
-            index = texts.index(flag)
-            code = texts[index + 1] if index + 1 < len(texts) else ""
-            self.inline(name, code)
+            # All of it, not only the code: `perl -MIO::Socket -e …` loads the module by flag.
+            self.inline(name, " ".join(texts))
             return
         if name in ("python", "python3") and "-m" in texts:
             index = texts.index("-m")

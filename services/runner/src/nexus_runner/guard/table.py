@@ -94,6 +94,20 @@ INLINE_CODE: Final = {
 }
 SHELLS: Final = _words("bash sh zsh dash ksh")
 INLINE_NETWORK: Final = (
+    "require('http",
+    'require("http',
+    "require('net",
+    'require("net',
+    "require('dns",
+    'require("dns',
+    "http.get",
+    "https.get",
+    "http.request",
+    "https.request",
+    "from http import",
+    "file_get_contents(",
+    "fsockopen",
+    "curl_exec",
     "urllib",
     "socket",
     "requests",
@@ -167,6 +181,8 @@ SENSITIVE_ROOTS: Final = (
     "/opt",
     "/srv",
 )
+# bash's own network "files": a redirection to one opens a connection.
+NETWORK_PATHS: Final = ("/dev/tcp/", "/dev/udp/")
 # Absolute paths any command may use: not an escape.
 HARMLESS_PATHS: Final = _words(
     "/dev/null /dev/stdin /dev/stdout /dev/stderr /dev/zero /dev/urandom /dev/random /dev/tty"
