@@ -2,7 +2,7 @@
 
 Destructive calls ask whatever the dial. Under `curated`, reads and writes inside the
 workspace run; shell commands that leave the workspace or reach the network ask. Under
-`off` every call but `finish` asks; under `all_but_destructive` only destructive ones do.
+`off` every call but `finish` (and `exit_plan_mode`, an approval itself) asks; under `all_but_destructive` only destructive ones do.
 """
 
 from __future__ import annotations
@@ -14,13 +14,8 @@ from typing import Literal
 from nexus_runner.guard.shell import Classification, classify
 
 Mode = Literal["off", "curated", "all_but_destructive"]
-# Built-in tools that act on nothing outside the run's workspace, its memory or its children.
-_CONTAINED = frozenset(
-    [
-        *("read_file", "list_files", "search_files", "git_status", "git_diff", "write_file"),
-        *("edit_file", "git_commit", "run_tests", "remember", "delegate"),
-    ]
-)
+# Tools that end the run or hand it to a human themselves: asking first would ask twice.
+_ALWAYS_RUN = frozenset(["finish", "exit_plan_mode"])
 
 
 @dataclass(frozen=True)
@@ -31,8 +26,12 @@ class Verdict:
 
 
 def judge_builtin(tool: str, command: str | None, mode: Mode, workspace: Path | None) -> Verdict:
-    """The dial's verdict on a built-in tool call (`command`: run_shell's command)."""
-    if tool == "finish":
+    """The dial's verdict on a built-in tool call (`command`: run_shell's command).
+
+    Built-in tools other than the shell cannot act outside the workspace (their paths are
+    refused before this), the run's memory scopes or its allowed delegates: `curated` runs
+    them."""
+    if tool in _ALWAYS_RUN:
         return Verdict("run")
     found: Classification | None = None
     if command is not None:
@@ -45,8 +44,6 @@ def judge_builtin(tool: str, command: str | None, mode: Mode, workspace: Path | 
     cls_name = found.command_class if found else None
     if mode == "off":
         return Verdict("ask", "auto_approve is off: every call asks", cls_name)
-    if command is None and tool not in _CONTAINED and mode == "curated":
-        return Verdict("ask", f"{tool} is not in the curated table", None)
     return Verdict("run", "", cls_name)
 
 
