@@ -2,7 +2,8 @@
 
 Destructive calls ask whatever the dial. Under `curated`, reads and writes inside the
 workspace run; shell commands that leave the workspace or reach the network ask. Under
-`off` every call but `finish` (and `exit_plan_mode`, an approval itself) asks; under `all_but_destructive` only destructive ones do.
+`off` every call but `finish` (and `exit_plan_mode`, an approval itself) asks; under
+`all_but_destructive` only destructive ones do.
 """
 
 from __future__ import annotations
