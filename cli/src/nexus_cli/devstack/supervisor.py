@@ -2,8 +2,9 @@
 
 Started in the background by `nexus dev up` (its own session, so a Ctrl-C in the terminal does
 not reach it). It starts nats-server (JetStream, store HOME/nats), PostgreSQL (HOME/pg),
-ensures the streams, then the Nexus services of ``APP_SERVICES`` (core, memory, and the
-scheduler with the local runtime, runs under HOME/runs), each writing to
+ensures the streams, then the Nexus services of ``APP_SERVICES`` (core, memory, the
+scheduler with the local runtime, runs under HOME/runs, and the channel gateway, which runs
+delegation; plane-sync when Plane is configured), each writing to
 HOME/logs/<name>.log. It keeps HOME/state.json current, restarts a service that exits on its
 own (with a growing backoff, noted in the state and in the logs), and on SIGTERM stops
 everything in reverse order, letting each service drain.
@@ -90,25 +91,30 @@ APP_SERVICES: tuple[AppService, ...] = (
     AppService(
         "plane-sync", "nexus_plane_sync", only_with=("NEXUS_PLANE_URL",), gates_readiness=False
     ),
-    # The channel gateway: only when a channel is configured (docs/channels.md); without one
-    # it would only answer 404s.
-    AppService(
-        "channel-gateway",
-        "nexus_channel_gateway",
-        only_with=(
-            "NEXUS_SLACK_BOT_TOKEN",
-            "NEXUS_TELEGRAM_BOT_TOKEN",
-            "NEXUS_WEBHOOK_SOURCES_FILE",
-        ),
-        gates_readiness=False,
-    ),
+    # The channel gateway: always, because delegation between agents (agent.route.v1) runs in
+    # it; its webhook ingress matters only when a channel is configured (docs/channels.md).
+    # Not counted in readiness: with Slack or Telegram on, its start waits on them.
+    AppService("channel-gateway", "nexus_channel_gateway", gates_readiness=False),
 )
 GATEWAY = next(app for app in APP_SERVICES if app.name == "channel-gateway")
+# Any of these set turns a chat channel or webhook source on (docs/channels.md).
+CHANNEL_SETTINGS = (
+    "NEXUS_SLACK_BOT_TOKEN",
+    "NEXUS_TELEGRAM_BOT_TOKEN",
+    "NEXUS_WEBHOOK_SOURCES_FILE",
+)
 
 
-def gateway_configured(env: dict[str, str]) -> bool:
-    """Whether `nexus dev up` starts the channel gateway in this environment."""
-    return GATEWAY.enabled(env)
+def channels_configured(env: dict[str, str]) -> bool:
+    """Whether a chat channel or webhook source is configured: the gateway's ingress then
+    listens on its documented port (8091) instead of any free one."""
+    return any(env.get(name) for name in CHANNEL_SETTINGS)
+
+
+def gateway_port(env: dict[str, str]) -> str:
+    """The gateway's ingress port in the dev stack: one someone set, else 8091 when something
+    outside calls it, else any free port (0), so a plain stack never fights over 8091."""
+    return env.get("NEXUS_GATEWAY_PORT") or ("8091" if channels_configured(env) else "0")
 
 
 def nats_server_binary() -> str:
@@ -349,9 +355,7 @@ class Supervisor:
             # Plane calls this port: keep one someone set, else the documented 8090.
             "plane-sync": {"NEXUS_WEBHOOK_PORT": service_env.get("NEXUS_WEBHOOK_PORT", "8090")},
             # Slack, Telegram and webhook sources call this port (8091: plane-sync has 8090).
-            "channel-gateway": {
-                "NEXUS_GATEWAY_PORT": service_env.get("NEXUS_GATEWAY_PORT", "8091"),
-            },
+            "channel-gateway": {"NEXUS_GATEWAY_PORT": gateway_port(service_env)},
             "scheduler": {
                 "NEXUS_SCHEDULER_RUNTIME": "local",
                 "NEXUS_SCHEDULER_LOCAL_COMMAND": runner_cmd,
