@@ -49,12 +49,14 @@ class QuietFetch:
     ) -> list[Msg]:
         try:
             msgs = await self._fetch(batch, timeout, heartbeat)
-        except (TimeoutError, nats.errors.ConnectionClosedError) as exc:
-            if isinstance(exc, nats.errors.ConnectionClosedError):
-                raise  # the broker is stopping: FastStream ends its loop on this
+        except nats.errors.ConnectionClosedError:
+            raise  # the broker is stopping: FastStream ends its loop on this
+        except TimeoutError:  # nats-py's own and the plain one alike
             self.idle += 1
             return []
         except nats.errors.Error as exc:
+            # Logged again only after a fetch delivered something: an outage alternating
+            # between errors and timeouts must not repeat the same line each fetch.
             self.failures += 1
             error = f"{type(exc).__name__}: {exc}"
             if error != self._reported:

@@ -59,13 +59,23 @@ def ci_headers(body: bytes, delivery: str, ts: int | None = None) -> dict[str, s
     }
 
 
-async def test_generic_sources_verify_dedupe_and_publish(
-    bus: Bus, make_gateway: object, tmp_path: Path, monkeypatch: object
-) -> None:
+async def sources_gateway(
+    make_gateway: object, tmp_path: Path, monkeypatch: object, **overrides: object
+) -> GatewayApp:
+    """A gateway serving the `SOURCES` file (the ci source's secret in its environment)."""
     monkeypatch.setenv("TEST_CI_SECRET", "ci-secret")  # type: ignore[attr-defined]
     path = tmp_path / "sources.yaml"
     path.write_text(SOURCES)
-    gateway: GatewayApp = await make_gateway(webhook_sources_file=path)  # type: ignore[operator]
+    gateway: GatewayApp = await make_gateway(  # type: ignore[operator]
+        webhook_sources_file=path, **overrides
+    )
+    return gateway
+
+
+async def test_generic_sources_verify_dedupe_and_publish(
+    bus: Bus, make_gateway: object, tmp_path: Path, monkeypatch: object
+) -> None:
+    gateway = await sources_gateway(make_gateway, tmp_path, monkeypatch)
     port = gateway.port
     body = json.dumps({"ref": "main"}).encode()
     for _ in range(3):  # the sender retries one delivery
@@ -111,12 +121,7 @@ async def _at_least(coro: object, n: int) -> object:
 async def test_an_oversized_body_is_413_with_one_warning_line(
     make_gateway: object, tmp_path: Path, monkeypatch: object, caplog: object
 ) -> None:
-    monkeypatch.setenv("TEST_CI_SECRET", "ci-secret")  # type: ignore[attr-defined]
-    path = tmp_path / "sources.yaml"
-    path.write_text(SOURCES)
-    gateway: GatewayApp = await make_gateway(  # type: ignore[operator]
-        webhook_sources_file=path, gateway_max_body=1000
-    )
+    gateway = await sources_gateway(make_gateway, tmp_path, monkeypatch, gateway_max_body=1000)
     big = b"x" * 5000
 
     async def chunked() -> AsyncIterator[bytes]:

@@ -1,9 +1,10 @@
 """Wiring and lifecycle of the core service: start everything in order, stop it draining.
 
 Start: connect NATS and PostgreSQL, ensure streams, apply migrations, start the catalog,
-agent_runs and board projections, the run assembly consumer, the queries and the health
-endpoint. Stop (SIGTERM): stop taking work first (health not ready, queries, assembly
-consumer finishes its batch), then the projections commit their batch in hand, then close.
+agent_runs and board projections, the run assembly consumer, the poison sweepers of
+NEXUS_INBOX and NEXUS_CHANNELS, the queries and the health endpoint. Stop (SIGTERM): stop
+taking work first (health not ready, queries, assembly consumer finishes its batch, the
+sweepers theirs), then the projections commit their batch in hand, then close.
 """
 
 from __future__ import annotations
@@ -38,6 +39,7 @@ from nexus_core.mongo_catalog import (
 from nexus_core.mongo_catalog import (
     connect as connect_mongo,
 )
+from nexus_core.poison_sweeper import accept, sweeper_specs
 from nexus_core.queries import CoreQueries
 from nexus_core.requests_store import RunRequestStore
 from nexus_core.run_metrics import RunMetrics, RunMetricsSettings
@@ -79,6 +81,8 @@ class CoreApp(ServiceApp):
         # agent_runs and board follow NEXUS_RUNS together: one reader, one transaction.
         self.views_runner: ProjectionRunner | None = None
         self.assembly: Consumer | None = None
+        # Durable readers of NEXUS_INBOX and NEXUS_CHANNELS that dead-letter their poison.
+        self.sweepers: list[Consumer] = []
         self.queries: CoreQueries | None = None
         self.health: HealthServer | None = None
         self._running = False
@@ -160,6 +164,9 @@ class CoreApp(ServiceApp):
             assembly_consumer_spec(f"{s.consumer_prefix}_assembly", s.fetch_timeout), handler
         )
         await self.assembly.start()
+        for spec in sweeper_specs(s.consumer_prefix, s.fetch_timeout):
+            self.sweepers.append(self.bus.consumer(spec, accept))
+            await self.sweepers[-1].start()
         self.queries = CoreQueries(self.bus, self.pool, catalog)
         await self.queries.start()
         if self.metrics_settings.enabled:
@@ -205,6 +212,9 @@ class CoreApp(ServiceApp):
             await self.queries.stop()
         if self.assembly is not None:
             await self.assembly.stop()
+        for sweeper in self.sweepers:
+            await sweeper.stop()
+        self.sweepers.clear()
         if self.metrics is not None:
             await self.metrics.stop()
             self.metrics = None
