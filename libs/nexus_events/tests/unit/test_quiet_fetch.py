@@ -22,6 +22,7 @@ def failing(*errors: BaseException) -> Any:
 
 
 async def test_timeouts_of_either_kind_are_empty_fetches(caplog: pytest.LogCaptureFixture):
+    caplog.set_level(logging.DEBUG, logger="nexus_events.quiet_fetch")
     fetch = QuietFetch(failing(TimeoutError(), nats.errors.TimeoutError()), "d1")
     assert await fetch(10, 0.01) == []
     assert await fetch(10, 0.01) == []
@@ -34,6 +35,8 @@ async def test_a_real_failure_logs_one_line_per_distinct_error_and_waits(
 ):
     deleted = nats.js.errors.APIError(code=400, description="consumer deleted")
     other = nats.errors.NoRespondersError()
+    # Whatever level an earlier test left on the root logger, warnings here are emitted.
+    caplog.set_level(logging.WARNING, logger="nexus_events.quiet_fetch")
     fetch = QuietFetch(failing(deleted, deleted, deleted, other), "d2")
     started = time.monotonic()
     for _ in range(4):
