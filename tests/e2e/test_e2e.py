@@ -151,6 +151,9 @@ _POISON_SUBJECTS = (
     "nexus.agent.run.v1.poison.heartbeat",
     "nexus.agent.run.v1.poison.exploded",
     "nexus.schedule.v1.poison.defined",
+    # Read by nobody else here (no live run, no chat channel): core's poison sweeper.
+    "agent.inbox.v1.poison",
+    "nexus.channel.v1.poison.in",
 )
 
 

@@ -9,6 +9,8 @@ import signal
 from pathlib import Path
 
 import nats
+import nats.js.errors
+from nexus_channel_gateway.delegation import child_run_id
 
 from .conftest import Stack, eventually
 
@@ -285,3 +287,36 @@ def test_a_crashed_service_is_restarted_and_reported(stack: Stack) -> None:
     assert "core exited with code -9; restart #1" in log.stdout
     # The restarted core answers queries again.
     assert stack.nexus("agents", "ls").code == 0
+
+
+def test_delegation_works_on_a_plain_stack(stack: Stack) -> None:
+    """No chat channel is configured here, yet a route request becomes a child run: the
+    gateway (which runs delegation) is part of every dev stack."""
+    correlation = "plain-stack-1"
+    child = child_run_id(correlation)
+    request = {"correlation_id": correlation, "input": "review it", "from_run_id": "run_plain"}
+
+    async def route() -> None:
+        nc = await nats.connect(stack.state()["nats_url"])
+        try:
+            await nc.jetstream().publish("agent.route.v1.reviewer", json.dumps(request).encode())
+        finally:
+            await nc.close()
+
+    async def requested() -> dict[str, object] | None:
+        nc = await nats.connect(stack.state()["nats_url"])
+        try:
+            msg = await nc.jetstream().get_last_msg(
+                "NEXUS_RUNS", f"nexus.agent.run.v1.{child}.requested"
+            )
+            return dict(json.loads(msg.data or b"{}"))
+        except nats.js.errors.NotFoundError:
+            return None
+        finally:
+            await nc.close()
+
+    asyncio.run(route())
+    body = eventually(lambda: asyncio.run(requested()), lambda b: b is not None, limit=60)
+    assert body["agent_id"] == "reviewer"
+    assert body["parent_run_id"] == "run_plain"
+    assert body["labels"] == {"correlation_id": correlation, "delegation_depth": "1"}

@@ -392,8 +392,12 @@ class McpTools:
             return None
         return tool
 
+    def names(self) -> list[str]:
+        """The function names of the granted tools still offered (not withdrawn)."""
+        return [name for name in self.tools if self.available(name) is not None]
+
     def specs(self) -> list[dict[str, Any]]:
-        return [t.spec() for name, t in self.tools.items() if self.available(name) is not None]
+        return [self.tools[name].spec() for name in self.names()]
 
     async def call(self, function: str, arguments: dict[str, Any]) -> McpOutcome:
         tool = self.available(function)

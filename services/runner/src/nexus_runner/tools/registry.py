@@ -145,7 +145,8 @@ class ToolRegistry:
         if name in self.mcp.tools:
             return self._decide_mcp(name, raw)
         if name not in self.granted:
-            offered = ", ".join(sorted(self.granted))
+            # Everything the model may call now: built-ins and the MCP tools still offered.
+            offered = ", ".join(sorted(self.granted) + sorted(self.mcp.names()))
             return Decision(
                 name, "refuse", raw=raw, reason=f"tool {name!r} is not granted; use: {offered}"
             )
