@@ -11,7 +11,8 @@ from nexus_events.events import PairingApproved, PairingRequested, PairingRevoke
 from nexus_events.events.base import Event
 
 from nexus_cli.commands.pair import fold
-from nexus_cli.devstack.supervisor import GATEWAY, gateway_port
+from nexus_cli.devstack.services import GATEWAY
+from nexus_cli.devstack.supervisor import gateway_port
 
 NOW = datetime(2026, 11, 24, 12, 0, tzinfo=UTC)
 
