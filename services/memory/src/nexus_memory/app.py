@@ -14,6 +14,7 @@ import asyncio
 import contextlib
 import logging
 import time
+from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any
 
@@ -86,8 +87,10 @@ class MemoryApp(ServiceApp):
         embedder: Embedder | None = None,
         metrics_settings: MetricsSettings | None = None,
         schema: str = MEMORY_SCHEMA,
+        clock: Callable[[], datetime] = lambda: datetime.now(UTC),
     ) -> None:
         self.settings = settings or MemorySettings()
+        self.clock = clock  # "now" of consolidation's decay (tests move it instead of sleeping)
         self.bus_settings = bus_settings
         self.metrics_settings = metrics_settings
         self.schema = schema
@@ -213,7 +216,7 @@ class MemoryApp(ServiceApp):
     async def consolidate(self, scopes: list[str] | None = None) -> MemoryConsolidateReply:
         """One consolidation pass now (over `scopes`, else all)."""
         assert self.consolidator is not None
-        return await self.consolidator.run(scopes or [], datetime.now(UTC))
+        return await self.consolidator.run(scopes or [], self.clock())
 
     async def _consolidate_every(self, interval: float) -> None:
         while True:
