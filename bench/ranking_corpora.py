@@ -338,11 +338,17 @@ METHODS = ("vector", "lexical", "hybrid")
 
 def single_retriever(rows: Sequence[Row], signal: str, weights: Weights, limit: int) -> list[str]:
     """The service's ranking of its own candidates with the other retriever's ranks removed
-    (same weights): what vector-only or lexical-only search would answer."""
+    (same recency, access and kind weights; lexical ranks not weighted by coverage, so
+    lexical-only is the retriever's own order): what vector-only or lexical-only search
+    would answer."""
     if signal == "vector":
         kept = [replace(r, lexical_rank=None, coverage=None) for r in rows if r.semantic_rank]
     else:
-        kept = [replace(r, semantic_rank=None, similarity=None) for r in rows if r.lexical_rank]
+        kept = [
+            replace(r, semantic_rank=None, similarity=None, coverage=None)
+            for r in rows
+            if r.lexical_rank
+        ]
     return [i.memory_id for i in rank(kept, datetime.now(UTC), limit, weights)]
 
 

@@ -108,6 +108,7 @@ class MemoryApp(ServiceApp):
         self.tracker: AccessTracker | None = None
         self.consolidator: Consolidator | None = None
         self.endpoints: MemoryEndpoints | None = None
+        self.search: MemorySearch | None = None
         self.health: HealthServer | None = None
         self._consolidation_task: asyncio.Task[None] | None = None
         self._rebuild_lock = asyncio.Lock()
@@ -191,7 +192,7 @@ class MemoryApp(ServiceApp):
                 self._consolidate_every(s.memory_consolidation_interval),
                 name="memory-consolidation",
             )
-        search = MemorySearch(
+        self.search = search = MemorySearch(
             self.pool,
             self.embedder,
             Weights(

@@ -32,6 +32,7 @@ from nexus_events.projection import quote_ident
 
 from nexus_memory.embedding import Embedder
 from nexus_memory.identifiers import held, identifiers
+from nexus_memory.lexicon import CommonWords
 from nexus_memory.projection import MEMORY_SCHEMA
 
 DAY = 86400.0
@@ -131,7 +132,8 @@ def rank(
 
 def _sql(q: str) -> str:
     # $1 query vector, $2 query text, $3 scopes, $4 strict, $5 kinds, $6 candidates,
-    # $7 most "any word" matches ranked, $8 the query's identifiers
+    # $7 most "any word" matches ranked, $8 the query's identifiers, $9 lexemes too common
+    # for the any-word tier (lexicon.py)
     where = (
         "scope = ANY($3::text[]) AND NOT forgotten"
         " AND (NOT $4::bool OR (valid_to IS NULL AND NOT stale))"
@@ -148,9 +150,15 @@ query AS (
     SELECT plainto_tsquery('english', $2) AS every_word,
            replace(plainto_tsquery('english', $2)::text, '&', '|')::tsquery AS any_word,
            tsvector_to_array(to_tsvector('english', $2)) AS words,
+           rare.any_word AS rare_word, rare.every_word AS rare_words,
            (SELECT string_agg('(' || p::text || ')', ' & ')
             FROM unnest($8::text[]) t, phraseto_tsquery('english', t) p
             WHERE p::text <> '')::tsquery AS ident
+    FROM (SELECT string_agg(quote_literal(w), ' | ')::tsquery AS any_word,
+                 string_agg(quote_literal(w), ' & ')::tsquery AS every_word
+          FROM unnest(tsvector_to_array(to_tsvector('english', $2))) w
+          -- (quote_literal writes E'...' for a backslash, which tsquery cannot read)
+          WHERE w <> ALL($9::text[]) AND strpos(w, chr(92)) = 0) rare
 ),
 -- Memories holding the query's identifiers as phrases (ERR_CONN_RESET: err <-> conn <-> reset),
 -- so an exact identifier is a candidate even when the query's other words are common.
@@ -163,21 +171,26 @@ ident AS (
 ),
 -- Lexical candidates: memories with every word of the query first (selective, so the GIN
 -- index answers it), then, if those are fewer than wanted, memories with any of its words.
--- "Any word" of a common word matches much of the table: only the first $7 such matches
--- are ranked, so its cost is bounded by that, not by the table (an unbounded ranking
--- scanned 100k rows per search).
+-- "Any word" leaves out the table's most common words (a bitmap of much of the table, for
+-- little evidence) and ranks only the first $7 matches, so its cost is bounded by that, not
+-- by the table (an unbounded ranking scanned 100k rows per search).
 all_words AS (
     SELECT memory_id, ts_rank(tsv, every_word, 1) AS rk, 1 AS tier
     FROM {q}.memories, query
-    WHERE tsv @@ every_word AND {where}
+    -- The index is asked for the query's rarer words (short posting lists) when it has
+    -- any; every word is then checked on those rows only (IS TRUE: not an index condition).
+    WHERE tsv @@ coalesce(rare_words, every_word) AND (tsv @@ every_word) IS TRUE
+      AND {where}
     ORDER BY rk DESC LIMIT $6
 ),
 any_words AS (
     SELECT memory_id, ts_rank(tsv, any_word, 1) AS rk, 2 AS tier
     FROM (SELECT memory_id, tsv FROM {q}.memories, query
-          WHERE tsv @@ any_word AND {where} LIMIT $7) pool, query
-    -- Only when the every-word tier left room (a one-time filter: otherwise never scanned).
+          WHERE tsv @@ rare_word AND {where} LIMIT $7) pool, query
+    -- Only when the every-word tier left room and a word is left (one-time filters:
+    -- otherwise never scanned).
     WHERE (SELECT count(*) FROM all_words) < $6
+      AND (SELECT rare_word FROM query) IS NOT NULL
     ORDER BY rk DESC LIMIT $6
 ),
 lex AS (
@@ -218,6 +231,7 @@ class MemorySearch:
         self.weights = weights
         self.candidates = candidates
         self.sql = _sql(quote_ident(schema))
+        self.common_words = CommonWords(pool, schema)
 
     async def fetch_candidates(self, request: MemorySearchRequest) -> list[Row]:
         """Both retrievers' candidates for `request`, unranked (what `rank` fuses)."""
@@ -232,6 +246,7 @@ class MemorySearch:
             max(self.candidates, request.limit),
             ANY_WORD_POOL,
             identifiers(request.query),
+            await self.common_words.get(),
         )
         return [Row(**dict(r)) for r in records]
 

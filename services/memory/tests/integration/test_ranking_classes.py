@@ -6,8 +6,10 @@ from __future__ import annotations
 
 import asyncio
 
+import pytest
 from bench.ranking_corpora import CLASSES, HELD_OUT, evaluate, shortfalls
 from nexus_events import subjects
+from nexus_events.events import MemorySearchRequest
 
 from nexus_memory.app import MemoryApp
 from nexus_memory.search import MemorySearch, Weights
@@ -63,3 +65,31 @@ async def test_hybrid_matches_the_better_retriever_per_class_on_held_out(memory:
     for q in HELD_OUT.queries:
         if q.kind == "identifier":
             assert (await _hybrid(memory, q.text))[0] == q.target, q
+
+
+async def test_common_words_leave_only_the_any_word_tier(
+    memory: MemoryApp, monkeypatch: pytest.MonkeyPatch
+):
+    """In a large table the most common lexemes (lexicon.py) are not asked of the index for
+    "any word" matches; memories holding every word are still found through the rarer ones."""
+    ids = {
+        "both": await record(memory.bus, "Run the tests with make test", SCOPE),
+        "common only": await record(memory.bus, "Run the linter every night", SCOPE),
+        "rare only": await record(memory.bus, "Flaky tests are quarantined", SCOPE),
+    }
+    await applied(memory)
+    search = MemorySearch(memory.pool, memory.embedder, Weights())
+    request = MemorySearchRequest(query="run tests", scopes=[SCOPE], limit=10)
+
+    async def lexical(common: list[str]) -> set[str]:
+        async def words() -> list[str]:
+            return common
+
+        monkeypatch.setattr(search.common_words, "get", words)
+        rows = await search.fetch_candidates(request)
+        found = {r.memory_id for r in rows if r.lexical_rank is not None}
+        return {name for name, mid in ids.items() if mid in found}
+
+    assert await lexical([]) == {"both", "common only", "rare only"}
+    assert await lexical(["run"]) == {"both", "rare only"}
+    assert await lexical(["run", "test"]) == {"both"}  # every word common: the full AND

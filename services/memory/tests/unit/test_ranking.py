@@ -9,6 +9,7 @@ from nexus_events.events import ModelSpec, RepoSpec, RunConfig
 from nexus_memory.consolidation import Thresholds, decide, negates
 from nexus_memory.extraction import candidate_id, memory_scope, parse_answer
 from nexus_memory.identifiers import held, identifiers
+from nexus_memory.lexicon import common
 from nexus_memory.search import Row, Weights, rank
 
 NOW = datetime(2026, 11, 22, tzinfo=UTC)
@@ -153,3 +154,10 @@ def test_consolidation_rules() -> None:
     assert negates("we no longer deploy on Fridays")
     assert negates("don't use nose")
     assert not negates("notes live in docs/")
+
+
+def test_common_lexemes_are_cut_only_in_a_large_table() -> None:
+    elems, freqs = ["test", "run", "kafka"], [0.2, 0.011, 0.004, 0.004, 0.2, 0.0]
+    assert common(elems, freqs, rows=100_000) == ["test", "run"]
+    assert common(elems, freqs, rows=5_000) == []  # small: results independent of ANALYZE
+    assert common(None, None, rows=100_000) == []  # never analysed
