@@ -51,9 +51,8 @@ from nexus_events.streams import MEMORY, ensure_streams
 from nexus_memory.app import MemoryApp
 from nexus_memory.config import MemorySettings
 from nexus_memory.embedding import WordLlamaEmbedder
-from nexus_memory.identifiers import identifiers
 from nexus_memory.projection import content_hash
-from nexus_memory.search import ANY_WORD_POOL, MemorySearch, Row, Weights, rank
+from nexus_memory.search import MemorySearch, Row, Weights, rank
 from pgvector.asyncpg import register_vector
 
 from bench.memory_corpus import (
@@ -530,10 +529,8 @@ async def _latency(
 
     probe = queries[1]
     async with app.pool.acquire() as conn:  # the service's session settings (iterative scan)
-        hybrid_plan = await _explain(
-            conn, search.sql, vectors[probe], probe, SEARCH_SCOPES, True, [], search.candidates,
-            ANY_WORD_POOL, identifiers(probe),
-        )  # fmt: skip
+        request = MemorySearchRequest(query=probe, scopes=SEARCH_SCOPES, limit=K)
+        hybrid_plan = await _explain(conn, search.sql, *await search.arguments(request))
         raw_plan = await _explain(conn, RAW_VECTOR, vectors[probe])
     _note(
         f"{label}: {count:,} rows; sequential searches (scopes {', '.join(SEARCH_SCOPES)};"
@@ -620,7 +617,7 @@ async def run(nats_url: str, dsn: str) -> Rows:
         rows += await _copy_rest(raw, embedder, texts[SMALL:])
         rows += await _latency(app, search, raw, f"{LARGE / 1000:g}k")
         # The corpora's scopes are still there: judged again with 100k memories around them
-        # (the common-word cut of lexicon.py applies from 20k).
+        # (the common-word cut of lexicon.py applies from 5k memories).
         scope = parse_scope(f"repo:rank-{HELD_OUT.name}")
         rows += await _judge(app, search, HELD_OUT, scope, f" at {LARGE / 1000:g}k")
     finally:

@@ -333,7 +333,7 @@ class ClassScores:
 
 # -- evaluation -------------------------------------------------------------------------------
 
-METHODS = ("vector", "lexical", "hybrid")
+METHODS = ("vector", "lexical", "plain RRF", "hybrid")
 
 
 def single_retriever(rows: Sequence[Row], signal: str, weights: Weights, limit: int) -> list[str]:
@@ -363,7 +363,9 @@ async def evaluate(
     limit: int = 10,
 ) -> Scores:
     """recall@1 and MRR per query class of vector-only, lexical-only (the service's SQL and
-    `rank`, one retriever removed) and hybrid (`hybrid`: the service's answer)."""
+    `rank`, one retriever removed), plain RRF (`rank` on the same candidates without the
+    coverage weighting and identifier bonus: the fusion before issue 29) and hybrid
+    (`hybrid`: the service's answer)."""
     scores: Scores = {m: {c: ClassScores() for c in CLASSES} for m in METHODS}
     for q in corpus.queries:
         request = MemorySearchRequest(query=q.text, scopes=[scope], limit=limit)
@@ -371,6 +373,9 @@ async def evaluate(
         for signal in ("vector", "lexical"):
             ranked = single_retriever(rows, signal, search.weights, limit)
             scores[signal][q.kind].add(ranked, q.target)
+        plain = replace(search.weights, coverage_power=0.0, identifier=0.0)
+        ranked = [i.memory_id for i in rank(rows, datetime.now(UTC), limit, plain)]
+        scores["plain RRF"][q.kind].add(ranked, q.target)
         scores["hybrid"][q.kind].add(await hybrid(q.text), q.target)
     return scores
 

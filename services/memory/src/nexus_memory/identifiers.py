@@ -17,7 +17,7 @@ from collections.abc import Sequence
 _WORD = re.compile(r"[A-Za-z0-9](?:[A-Za-z0-9_.:=-]*[A-Za-z0-9])?")
 _DIGIT = re.compile(r"\d")
 _LETTER = re.compile(r"[A-Za-z]")
-_INNER_CAPITAL = re.compile(r"[a-z][A-Z]")  # KubePodCrashLooping, DataFreshnessBreached
+_INNER_CAPITAL = re.compile(r"[a-z][A-Z]")
 
 
 def _shaped(word: str) -> bool:
@@ -25,12 +25,14 @@ def _shaped(word: str) -> bool:
         return True
     if _DIGIT.search(word) and _LETTER.search(word):
         return True
-    return bool(_INNER_CAPITAL.search(word))
+    # Two capitals inside: KubePodCrashLooping, DataFreshnessBreached; one is a name
+    # (GitHub, PostgreSQL, iPhone), which boosting would favour every memory naming it.
+    return len(_INNER_CAPITAL.findall(word)) >= 2
 
 
 def identifiers(query: str) -> list[str]:
     """The identifier-shaped words of `query`, in order, without repeats: a word with an
-    underscore, with letters and digits, or with a capital after a lower-case letter.
+    underscore, with letters and digits, or with two capitals after lower-case letters.
     ``=value`` suffixes are cut (``FLAG=0`` names ``FLAG``); plain words, numbers and
     acronyms (``CI``, ``429``) are not identifiers."""
     out: list[str] = []

@@ -19,7 +19,7 @@ from typing import Any
 import asyncpg
 
 SHARE = 0.01  # a lexeme held by more than 1% of memories
-FROM_ROWS = 20_000  # estimated rows (pg_class.reltuples) before any is left out
+FROM_ROWS = 5_000  # estimated rows (pg_class.reltuples) before any is left out
 REFRESH = 60.0  # seconds between reads of the statistics
 
 _STATS = """
