@@ -11,8 +11,9 @@ from pathlib import Path
 import nats
 import nats.js.errors
 from nexus_channel_gateway.delegation import child_run_id
+from nexus_events.testing import eventually_blocking
 
-from .conftest import Stack, eventually
+from .conftest import Stack
 
 AGENT_YAML = """\
 id: implementer
@@ -101,7 +102,7 @@ def test_run_bg_then_events_attach_logs_ps(stack: Stack, tmp_path: Path) -> None
     assert names[0] == "requested"
     assert names[-1] == "completed"
     assert {"prepared", "dispatched", "started", "turn", "tool_called"} <= set(names)
-    snap = eventually(
+    snap = eventually_blocking(
         lambda: stack.nexus("attach", run_id, "-o", "json").json(),
         lambda s: s["run"]["status"] == "completed",
     )
@@ -137,7 +138,7 @@ def test_unknown_agent_is_a_failed_run(stack: Stack) -> None:
 def test_cancel_a_running_run(stack: Stack, tmp_path: Path) -> None:
     _apply_examples(stack, tmp_path)
     run_id = stack.nexus("run", "implementer", "-i", "hang", "--bg").stdout.strip()
-    eventually(lambda: _status(stack, run_id), lambda s: s == "running")
+    eventually_blocking(lambda: _status(stack, run_id), lambda s: s == "running")
     assert run_id in [r["run_id"] for r in stack.nexus("ps", "-o", "json").json()["runs"]]
     cancelled = stack.nexus("cancel", run_id, "--wait", "-o", "json")
     assert cancelled.code == 0, cancelled.stderr
@@ -150,11 +151,11 @@ def test_cancel_a_running_run(stack: Stack, tmp_path: Path) -> None:
 def test_approve_a_gated_call(stack: Stack, tmp_path: Path) -> None:
     _apply_examples(stack, tmp_path)
     run_id = stack.nexus("run", "implementer", "-i", "needs approval", "--bg").stdout.strip()
-    eventually(lambda: _status(stack, run_id), lambda s: s == "awaiting_approval")
+    eventually_blocking(lambda: _status(stack, run_id), lambda s: s == "awaiting_approval")
     assert stack.nexus("approve", run_id, "nope").code == 3
     approved = stack.nexus("approve", run_id, "ap1", "-m", "go ahead")
     assert approved.code == 0, approved.stderr
-    eventually(lambda: _status(stack, run_id), lambda s: s == "completed")
+    eventually_blocking(lambda: _status(stack, run_id), lambda s: s == "completed")
     settled = stack.nexus("deny", run_id, "ap1")
     assert settled.code == 2
     assert "already decided: approve by " in settled.stderr
@@ -172,7 +173,7 @@ def test_task_board_and_run_on_a_task(stack: Stack, tmp_path: Path) -> None:
         tasks = stack.nexus("board", "-o", "json").json()["tasks"]
         return next((t for t in tasks if t["task_id"] == "T-board"), None)
 
-    task = eventually(
+    task = eventually_blocking(
         board_task,
         lambda t: bool(t and t["current_run"] and t["current_run"]["status"] == "completed"),
     )
@@ -204,7 +205,7 @@ def test_dead_letters_ls_show_replay(stack: Stack) -> None:
             await nc.close()
 
     asyncio.run(publish_garbage())
-    letters = eventually(
+    letters = eventually_blocking(
         lambda: stack.nexus("dlq", "ls", "-o", "json").json()["dead_letters"],
         lambda ls: any(x["subject"].endswith("run_garbage.requested") for x in ls),
     )
@@ -235,7 +236,7 @@ def test_a_huge_poison_message_is_listed_per_consumer_and_replayed_whole(stack: 
     def mine(ls: list[dict[str, object]]) -> list[dict[str, object]]:
         return [x for x in ls if x["stream_seq"] == seq and x["stream"] == "NEXUS_RUNS"]
 
-    letters = eventually(
+    letters = eventually_blocking(
         lambda: mine(stack.nexus("dlq", "ls", "-o", "json").json()["dead_letters"]),
         # core's views and metrics consumers and the scheduler all read NEXUS_RUNS
         lambda ls: len({(x["service"], x["consumer"]) for x in ls}) >= 3,
@@ -280,7 +281,9 @@ def test_a_crashed_service_is_restarted_and_reported(stack: Stack) -> None:
         services = stack.nexus("dev", "status", "-o", "json").json()["services"]
         return next(s for s in services if s["name"] == "core")
 
-    entry = eventually(core, lambda c: c["restarts"] >= 1 and c["health"] == "healthy", limit=60)
+    entry = eventually_blocking(
+        core, lambda c: c["restarts"] >= 1 and c["health"] == "healthy", within=60
+    )
     assert entry["last_exit_code"] == -signal.SIGKILL
     assert entry["pid"] != core_pid
     log = stack.nexus("dev", "logs", "core", "-n", "200")
@@ -317,7 +320,7 @@ def test_delegation_works_on_a_plain_stack(stack: Stack) -> None:
             await nc.close()
 
     asyncio.run(route())
-    body = eventually(lambda: asyncio.run(requested()), lambda b: b is not None, limit=60)
+    body = eventually_blocking(lambda: asyncio.run(requested()), lambda b: b is not None, within=60)
     assert body["agent_id"] == "reviewer"
     assert body["parent_run_id"] == "run_plain"
     assert body["labels"] == {"correlation_id": correlation, "delegation_depth": "1"}
