@@ -25,6 +25,7 @@ from nexus_runner.config import RunnerSettings
 
 from .conftest import git
 from .support import make_config, run_events, wait_for
+from .test_mcp import server
 
 PLAN = "1. Read calc.py.\n2. Change `a - b` to `a + b` in add().\n3. Run the tests."
 READS = {"read_file", "list_files", "search_files", "git_status", "git_diff"}
@@ -194,3 +195,30 @@ async def test_write_tools_in_plan_mode_are_refused_and_point_to_exit_plan_mode(
     assert not (ws / "x.txt").exists()
     assert not (ws / "y.txt").exists()
     assert (ws / "z.txt").read_text() == "now"
+
+
+async def test_mcp_tools_annotated_read_only_are_offered_in_plan_mode(
+    bus: Bus, runner_bus: Bus, settings: RunnerSettings
+) -> None:
+    script = [
+        Reply(tool_calls=(tc("mcp_fake__lookup", word="plan"),)),
+        Reply(tool_calls=(tc("mcp_fake__echo", text="not yet"),)),
+        Reply(tool_calls=(tc("exit_plan_mode", plan=PLAN),)),
+    ]
+    mcp = server(tools=["echo", "lookup"], env={})
+    terminal, events, llm, _ = await _plan_run(
+        bus, runner_bus, settings, script, "deny", mcp_servers=[mcp]
+    )
+    assert terminal.reason == Reason.PLAN_NOT_APPROVED
+    first = offered(llm.requests[0])
+    assert "mcp_fake__lookup" in first
+    assert "mcp_fake__echo" not in first
+    calls = [(c.tool, c.refused) for c in events if isinstance(c, ToolCalled)]
+    assert calls == [
+        ("mcp_fake__lookup", False),
+        ("mcp_fake__echo", True),
+        ("exit_plan_mode", False),
+    ]
+    results = {e.tool: e for e in events if isinstance(e, ToolResult)}
+    assert results["mcp_fake__lookup"].ok
+    assert "plan: a word" in results["mcp_fake__lookup"].output
