@@ -2,7 +2,8 @@
 
 Run as ``python -m tests.fakes.mcp_server`` (or the file path); the real `mcp` client talks to
 it over stdin/stdout. Its tools cover what the runner must handle: a plain result, a tool
-error, a call that never returns, a process that dies mid-call, and output carrying a secret.
+error, a call that never returns, a process that dies mid-call, output carrying a secret, and
+a tool annotated read-only (``readOnlyHint``).
 Every process it starts writes its pid to ``mcp-pids.txt`` in its working directory, so a
 test can check none is left after the run.
 """
@@ -15,6 +16,7 @@ import sys
 from pathlib import Path
 
 from mcp.server.mcpserver import MCPServer
+from mcp.types import ToolAnnotations
 
 server = MCPServer("nexus-fake")
 PID_FILE = "mcp-pids.txt"
@@ -56,6 +58,14 @@ def leak() -> str:
     sys.stderr.write(f"leaking {token}\n")
     sys.stderr.flush()
     return f"the token is {token}"
+
+
+@server.tool(
+    description="Look a word up (annotated read-only: offered in plan mode).",
+    annotations=ToolAnnotations(read_only_hint=True),
+)
+def lookup(word: str) -> str:
+    return f"{word}: a word"
 
 
 @server.tool(description="The names of the environment variables this server sees.")

@@ -90,6 +90,7 @@ def assemble(
         runtime=definition.runtime,
         catalog_revisions=revisions,
         max_concurrent_runs=definition.max_concurrent_runs,
+        plan_mode=definition.plan_mode if request.plan_mode is None else request.plan_mode,
     )
 
 

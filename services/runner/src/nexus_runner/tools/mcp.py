@@ -109,6 +109,8 @@ class McpTool:
     description: str
     parameters: dict[str, Any]
     auto_approved: bool
+    # The server annotates it read-only (MCP `readOnlyHint`): offered in plan mode.
+    read_only: bool = False
 
     def spec(self) -> dict[str, Any]:
         return {
@@ -383,6 +385,7 @@ class McpTools:
                     description=(tool.description or tool.name)[:1024],
                     parameters=parameters_schema(tool.input_schema),
                     auto_approved=granted(server.spec.auto_approve, tool.name),
+                    read_only=bool(tool.annotations and tool.annotations.read_only_hint),
                 )
 
     def available(self, function: str) -> McpTool | None:
@@ -396,8 +399,13 @@ class McpTools:
         """The function names of the granted tools still offered (not withdrawn)."""
         return [name for name in self.tools if self.available(name) is not None]
 
-    def specs(self) -> list[dict[str, Any]]:
-        return [self.tools[name].spec() for name in self.names()]
+    def specs(self, *, read_only: bool = False) -> list[dict[str, Any]]:
+        """Specs of the available tools (`read_only`: only those annotated read-only)."""
+        return [
+            self.tools[name].spec()
+            for name in self.names()
+            if self.tools[name].read_only or not read_only
+        ]
 
     async def call(self, function: str, arguments: dict[str, Any]) -> McpOutcome:
         tool = self.available(function)

@@ -15,6 +15,7 @@ from pydantic import ValidationError
 
 from nexus_runner.errors import PathEscape, ToolError
 from nexus_runner.git import Git
+from nexus_runner.plan import READ_TOOLS
 from nexus_runner.safety import destructive_reason
 from nexus_runner.tools.args import DelegateArgs, FinishArgs, RememberArgs, ToolArgs
 from nexus_runner.tools.builtin import BUILTINS
@@ -107,10 +108,22 @@ class ToolRegistry:
         self.mcp = mcp or McpTools([])
         self._builtin_specs = self._specs_of_builtins()
 
-    def specs(self) -> list[dict[str, Any]]:
+    def specs(self, *, read_only: bool = False) -> list[dict[str, Any]]:
         """The granted tools in the chat-completions ``tools`` format (read every turn: MCP
-        tools of a server that kept crashing drop out)."""
+        tools of a server that kept crashing drop out). `read_only`: plan mode's set, only
+        the tools that read (`reads`)."""
+        if read_only:
+            builtins = [s for s in self._builtin_specs if s["function"]["name"] in READ_TOOLS]
+            return builtins + self.mcp.specs(read_only=True)
         return self._builtin_specs + self.mcp.specs()
+
+    def reads(self, name: str) -> bool:
+        """Whether `name` is a tool plan mode offers: a granted built-in that only reads, or
+        an MCP tool its server annotates read-only (``readOnlyHint``)."""
+        if name in self.mcp.tools:
+            tool = self.mcp.available(name)
+            return tool is not None and tool.read_only
+        return name in READ_TOOLS and name in self.granted
 
     def _specs_of_builtins(self) -> list[dict[str, Any]]:
         specs = []
