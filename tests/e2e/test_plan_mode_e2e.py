@@ -8,8 +8,9 @@ from typing import Any
 
 import pytest
 from nexus_cli.devstack.offline_model import PLAN
+from nexus_events.testing import eventually_blocking as eventually
 
-from tests.e2e.conftest import Stack, eventually
+from tests.e2e.conftest import Stack
 
 pytestmark = pytest.mark.timeout(150)
 

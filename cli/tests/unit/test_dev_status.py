@@ -7,7 +7,8 @@ import json
 import os
 from pathlib import Path
 
-from cli.tests.unit.runner import nexus
+from tests.support.cli import invoke as nexus
+
 from nexus_cli.devstack.state import ServiceEntry, StackState, process_ref, write_state
 
 # What a supervisor with Plane and a channel configured records (supervisor.APP_SERVICES).
