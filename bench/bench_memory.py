@@ -9,15 +9,19 @@ nats-server and PostgreSQL, with the WordLlama embedder. In order:
    other retriever's ranks removed (same candidates, same fusion and weights). Measured as
    recorded, then again after the service's own consolidation pass; with a diagnosis of what
    hybrid lost, and of `rank` with other RRF constants on the same candidates.
-2. Ingest: 10,000 memories through MEMORY_RECORD requests (guard, publish), timed until the
+2. Ranking per query class: the labelled corpora of `bench.ranking_corpora` (a tuning set
+   the fusion's constants were chosen on, and a held-out set they never saw), each recorded
+   into a scope of its own; recall@1 and MRR per class (paraphrase, keyword, identifier) of
+   vector-only, lexical-only and hybrid, and whether every exact identifier ranks first.
+3. Ingest: 10,000 memories through MEMORY_RECORD requests (guard, publish), timed until the
    projection's checkpoint reaches the last one (embed, guard, insert, HNSW + GIN upkeep),
    against WordLlama embedding the same texts alone and hand-written asyncpg inserting the
    same rows into a table of the same shape.
-3. Search latency at 10k: request -> reply over NATS, and the same search in-process, against
+4. Search latency at 10k: request -> reply over NATS, and the same search in-process, against
    raw asyncpg queries on the same table (pgvector-only ``ORDER BY embedding <=> $1 LIMIT 10``,
    tsvector-only), with `EXPLAIN` of whether the plans name the HNSW / GIN indexes.
-4. The other 90,000 memories published as `recorded` events and applied by the running
-   service's projection (its own batch apply), timed the same way; then latency at 100k.
+5. The other 90,000 memories embedded and COPYed into the service's table (bounded: the
+   projection's per-row path is measured by step 3), then latency at 100k.
 
 Access counting is set to flush once an hour, so the searches of the benchmark do not change
 the ranking of the ones after them. `NEXUS_BENCH_MEMORY_SCALE` (default 1) scales the
@@ -39,8 +43,8 @@ from typing import Any
 
 import asyncpg
 from nexus_events import subjects
-from nexus_events.bus import Bus, BusSettings, Outgoing
-from nexus_events.events import MemoryRecorded, MemorySearchRequest
+from nexus_events.bus import Bus, BusSettings
+from nexus_events.events import MemorySearchRequest
 from nexus_events.events.memory import parse_scope
 from nexus_events.projection import Conn
 from nexus_events.streams import MEMORY, ensure_streams
@@ -48,7 +52,7 @@ from nexus_memory.app import MemoryApp
 from nexus_memory.config import MemorySettings
 from nexus_memory.embedding import WordLlamaEmbedder
 from nexus_memory.projection import content_hash
-from nexus_memory.search import ANY_WORD_POOL, MemorySearch, Row, Weights, rank
+from nexus_memory.search import MemorySearch, Row, Weights, rank
 from pgvector.asyncpg import register_vector
 
 from bench.memory_corpus import (
@@ -59,6 +63,16 @@ from bench.memory_corpus import (
     load_texts,
     ndcg_at,
     recall_at,
+)
+from bench.ranking_corpora import (
+    CLASSES,
+    HELD_OUT,
+    TUNING,
+    Corpus,
+    Scores,
+    evaluate,
+    shortfalls,
+    single_retriever,
 )
 
 SCALE = float(os.environ.get("NEXUS_BENCH_MEMORY_SCALE", "1"))
@@ -151,19 +165,6 @@ async def _candidates(search: MemorySearch, query: str, scopes: list[str]) -> li
     return await search.fetch_candidates(MemorySearchRequest(query=query, scopes=scopes, limit=K))
 
 
-def _one_signal(rows: list[Row], signal: str, weights: Weights) -> list[str]:
-    """The service's ranking with the other retriever's ranks removed."""
-    if signal == "vector":
-        rows = [replace(r, lexical_rank=None) for r in rows if r.semantic_rank is not None]
-    else:
-        rows = [
-            replace(r, semantic_rank=None, similarity=None)
-            for r in rows
-            if r.lexical_rank is not None
-        ]
-    return [item.memory_id for item in rank(rows, datetime.now(UTC), K, weights)]
-
-
 @dataclass
 class _Losses:
     """Relevant memories one retriever alone ranked in its top 10 but hybrid did not."""
@@ -215,8 +216,8 @@ async def _evaluate(
         rows = await _candidates(search, query, [QUALITY_SCOPE])
         ranked = {
             "hybrid": [i["memory_id"] for i in reply["items"]],
-            "vector": _one_signal(rows, "vector", search.weights),
-            "lexical": _one_signal(rows, "lexical", search.weights),
+            "vector": single_retriever(rows, "vector", search.weights, K),
+            "lexical": single_retriever(rows, "lexical", search.weights, K),
         }
         for name, ids in ranked.items():
             scores[name].append((recall_at(ids, grades, K), ndcg_at(ids, grades, K)))
@@ -318,6 +319,63 @@ async def _quality(app: MemoryApp, search: MemorySearch) -> Rows:
 _KEYWORD_QUERIES = {q for q, _ in QUERIES[:15]}  # memory_corpus lists them first
 
 
+# -- ranking per query class --------------------------------------------------------------
+
+
+async def _classes(app: MemoryApp, search: MemorySearch) -> Rows:
+    rows: Rows = []
+    for corpus in (TUNING, HELD_OUT):
+        scope = parse_scope(f"repo:rank-{corpus.name}")
+        await _record_all(app.bus, list(corpus.memories.items()), scope)
+        await _applied(app)
+        rows += await _judge(app, search, corpus, scope)
+    return rows
+
+
+async def _judge(
+    app: MemoryApp, search: MemorySearch, corpus: Corpus, scope: str, at: str = ""
+) -> Rows:
+    async def hybrid(query: str) -> list[str]:
+        body = {"query": query, "scopes": [scope], "limit": K, "strict": True}
+        return [
+            i["memory_id"] for i in (await _ask(app.bus, subjects.MEMORY_SEARCH, body))["items"]
+        ]
+
+    scores: Scores = await evaluate(corpus, search, scope, hybrid, K)
+    role = "tuning" if corpus is TUNING else "held out"
+    counts = {c: sum(q.kind == c for q in corpus.queries) for c in CLASSES}
+    _note(
+        f"ranking, {corpus.name} ({role}){at}: {len(corpus.memories)} memories, queries "
+        + ", ".join(f"{n} {c}" for c, n in counts.items())
+        + "; recall@1 / MRR@10"
+    )
+    for c in CLASSES:
+        _note(
+            f"  {c:<10} "
+            + "  ".join(
+                f"{m} {scores[m][c].recall_at_1:.2f} / {scores[m][c].mrr:.3f}" for m in scores
+            )
+        )
+    firsts = 0
+    identifier_queries = [q for q in corpus.queries if q.kind == "identifier"]
+    for q in identifier_queries:
+        firsts += (await hybrid(q.text))[:1] == [q.target]
+    short = shortfalls(scores)
+    _note(
+        f"  exact identifier first in {firsts} of {len(identifier_queries)};"
+        f" hybrid >= the better single retriever in every class: {'yes' if not short else 'NO'}"
+        + (f" ({'; '.join(short)})" if short else "")
+    )
+    out: Rows = []
+    for c in CLASSES:
+        best = max(("vector", "lexical"), key=lambda m: scores[m][c].key())
+        h, b = scores["hybrid"][c].mrr, scores[best][c].mrr
+        out.append(
+            (f"{corpus.name}{at} {c} hybrid MRR@10", h, f"{best}-only {b:.3f}", h / b if b else 0.0)
+        )
+    return out
+
+
 # -- ingest ---------------------------------------------------------------------------------
 
 
@@ -381,34 +439,39 @@ async def _raw_insert(
     return rate
 
 
-async def _publish_rest(app: MemoryApp, texts: list[str], embed_rate: float) -> Rows:
-    """The rest of the table as `recorded` events applied by the service's projection."""
-    offset = SMALL
+async def _copy_rest(raw: asyncpg.Pool[Any], embedder: WordLlamaEmbedder, texts: list[str]) -> Rows:
+    """The rest of the table, embedded and COPYed straight into the service's table with the
+    HNSW index rebuilt after (the service's own write path is what the ingest step measures;
+    row by row to 100k took minutes on 2 cores)."""
     t0 = time.perf_counter()
-    chunk = 5_000
-    for start in range(0, len(texts), chunk):
-        await app.bus.publish_many(
-            [
-                Outgoing(
-                    subjects.memory_event(SCOPE, "recorded"),
-                    MemoryRecorded(memory_id=f"b-{offset + start + i:07d}", text=t),
-                    msg_id=f"memory-recorded-b-{offset + start + i:07d}",
-                )
-                for i, t in enumerate(texts[start : start + chunk])
-            ]
-        )
-    published = time.perf_counter() - t0
-    await _applied(app)
-    elapsed = time.perf_counter() - t0
-    rate = len(texts) / elapsed
-    _note(
-        f"load: {len(texts):,} more memories published as `recorded` events ({published:.1f} s)"
-        f" and applied by the running service's projection (its own batch apply) in"
-        f" {elapsed:.1f} s"
-    )
-    return [
-        ("publish `recorded` -> projected (memories/s)", rate, "embed alone", rate / embed_rate)
+    vectors = await embedder.embed(texts)
+    now = datetime.now(UTC)
+    records = [
+        (f"b-{SMALL + i:07d}", SCOPE, "fact", t, "manual", content_hash(t), v, now, -1 - i)
+        for i, (t, v) in enumerate(zip(texts, vectors, strict=True))
     ]
+    async with raw.acquire() as conn:
+        await conn.execute("DROP INDEX memory.memories_embedding")
+        await conn.copy_records_to_table(
+            "memories",
+            schema_name="memory",
+            columns=[
+                "memory_id", "scope", "kind", "text", "source", "content_hash", "embedding",
+                "recorded_at", "seq",
+            ],
+            records=records,
+        )  # fmt: skip
+        await conn.execute("SET maintenance_work_mem = '512MB'")
+        await conn.execute(
+            "CREATE INDEX memories_embedding ON memory.memories"
+            " USING hnsw (embedding vector_cosine_ops)"
+        )  # as projection.py creates it
+    elapsed = time.perf_counter() - t0
+    _note(
+        f"load: {len(texts):,} more memories embedded and COPYed into {TABLE}, HNSW index"
+        f" rebuilt, in {elapsed:.1f} s"
+    )
+    return [("embed + COPY + HNSW build to 100k (memories/s)", len(texts) / elapsed, "", 0.0)]
 
 
 # -- latency --------------------------------------------------------------------------------
@@ -423,6 +486,9 @@ async def _latency(
     app: MemoryApp, search: MemorySearch, raw: asyncpg.Pool[Any], label: str
 ) -> Rows:
     await raw.execute(f"ANALYZE {TABLE}")  # as autovacuum would after a load
+    for common in (search.common_words, app.search.common_words if app.search else None):
+        if common is not None:
+            common.expire()  # the new statistics at the next search (a minute otherwise)
     count = await raw.fetchval(f"SELECT count(*) FROM {TABLE}")
     queries = latency_queries(SEARCHES)
     vectors = {q: (await search.embedder.embed([q]))[0] for q in set(queries)}
@@ -463,10 +529,8 @@ async def _latency(
 
     probe = queries[1]
     async with app.pool.acquire() as conn:  # the service's session settings (iterative scan)
-        hybrid_plan = await _explain(
-            conn, search.sql, vectors[probe], probe, SEARCH_SCOPES, True, [], search.candidates,
-            ANY_WORD_POOL,
-        )  # fmt: skip
+        request = MemorySearchRequest(query=probe, scopes=SEARCH_SCOPES, limit=K)
+        hybrid_plan = await _explain(conn, search.sql, *await search.arguments(request))
         raw_plan = await _explain(conn, RAW_VECTOR, vectors[probe])
     _note(
         f"{label}: {count:,} rows; sequential searches (scopes {', '.join(SEARCH_SCOPES)};"
@@ -546,12 +610,16 @@ async def run(nats_url: str, dsn: str) -> Rows:
             candidates=settings.memory_candidates,
         )
         rows += await _quality(app, search)
+        rows += await _classes(app, search)
         texts = load_texts(LARGE)
         rows += await _ingest(app, raw, embedder, texts[:SMALL])
         rows += await _latency(app, search, raw, f"{SMALL / 1000:g}k")
-        embed_rate = next(r[1] for r in rows if r[0].startswith("WordLlama embed"))
-        rows += await _publish_rest(app, texts[SMALL:], embed_rate)
+        rows += await _copy_rest(raw, embedder, texts[SMALL:])
         rows += await _latency(app, search, raw, f"{LARGE / 1000:g}k")
+        # The corpora's scopes are still there: judged again with 100k memories around them
+        # (the common-word cut of lexicon.py applies from 5k memories).
+        scope = parse_scope(f"repo:rank-{HELD_OUT.name}")
+        rows += await _judge(app, search, HELD_OUT, scope, f" at {LARGE / 1000:g}k")
     finally:
         if raw is not None:
             await raw.close()

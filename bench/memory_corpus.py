@@ -104,8 +104,8 @@ _NAMED = [
     "staging", "the orders database",
 ]  # fmt: skip
 _OTHER = ["billing-svc", "catalog-svc", "notify-svc", "users-svc", "cart-svc", "search-api"]
-_TEAMS = ["platform", "checkout", "identity", "growth", "data", "infra"]
-_DISTRACTOR_TEMPLATES = [
+TEAMS = ["platform", "checkout", "identity", "growth", "data", "infra"]
+DISTRACTOR_TEMPLATES = [
     "{e} exposes Prometheus metrics on port {port}",
     "The {e} on-call rotation changes every {n} days",
     "Alerts for {e} go to the #{slug}-alerts Slack channel",
@@ -133,11 +133,11 @@ def distractors(count: int, seed: int = 11) -> list[str]:
     out = []
     for i in range(count):
         entity = rng.choice(_NAMED if i % 3 else _OTHER)
-        template = rng.choice(_DISTRACTOR_TEMPLATES)
+        template = rng.choice(DISTRACTOR_TEMPLATES)
         text = template.format(
             e=entity,
             slug=_slug(entity),
-            team=rng.choice(_TEAMS),
+            team=rng.choice(TEAMS),
             n=rng.randint(2, 9),
             port=rng.randint(8000, 9999),
         ).replace("The the ", "The ")  # templates that start "The {e}" with e = "the ..."
@@ -166,7 +166,7 @@ _TOOLS = [
     "sentry",
 ]  # fmt: skip
 _LOAD_TEMPLATES = [
-    *_DISTRACTOR_TEMPLATES,
+    *DISTRACTOR_TEMPLATES,
     "{e} caches {thing} lookups for {n} seconds in Redis",
     "{e} retries {thing} calls {n} times with exponential backoff",
     "{e} owns the {thing} table; other services read it through its API",
@@ -192,7 +192,7 @@ def load_texts(count: int, seed: int = 7) -> list[str]:
         text = template.format(
             e=entity,
             slug=entity,
-            team=rng.choice(_TEAMS),
+            team=rng.choice(TEAMS),
             thing=rng.choice(_THINGS),
             tool=rng.choice(_TOOLS),
             tool2=rng.choice(_TOOLS),

@@ -67,7 +67,8 @@ SERVICES: dict[str, Access] = {
             subjects.family_filter(Family.CATALOG),
             subjects.dead_letter("core"),
         ),
-        reads=(RUNS, TASKS, CATALOG),
+        # INBOX and CHANNELS: the poison sweeper (nexus_core.poison_sweeper).
+        reads=(RUNS, TASKS, CATALOG, INBOX, CHANNELS),
         ensures_streams=True,
         serves=tuple(s for s in subjects.QUERY_SUBJECTS if s.startswith("nexus.core.")),
         requests=(subjects.MEMORY_SEARCH,),

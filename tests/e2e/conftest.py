@@ -14,10 +14,9 @@ import os
 import shutil
 import subprocess
 import sys
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import psutil
 import pytest
@@ -43,10 +42,6 @@ class Stack(devstack.Stack):
             if cwd.startswith(runs):
                 pids[f"runner:{proc.pid}"] = proc.pid
         return pids
-
-
-def eventually(probe: Callable[[], Any], check: Callable[[Any], bool], limit: float = 30) -> Any:
-    return devstack.eventually(probe, check, limit, interval=0.25)
 
 
 @pytest.fixture(scope="package")

@@ -13,8 +13,9 @@ import uuid
 from pathlib import Path
 
 import pytest
+from nexus_events.testing import eventually_blocking
 
-from tests.e2e.conftest import EXAMPLES, RUN_WAIT, Stack, eventually
+from tests.e2e.conftest import EXAMPLES, RUN_WAIT, Stack
 from tests.support import devstack
 
 pytestmark = pytest.mark.timeout(150)
@@ -60,7 +61,7 @@ def _follow_implementer(stack: Stack, task_id: str, repo: Path, run_id: str) -> 
 
 
 def _approval_id(stack: Stack, run_id: str) -> str:
-    events = eventually(
+    events = eventually_blocking(
         lambda: stack.events(run_id),
         lambda evs: any(e["event"] == "approval_requested" for e in evs),
     )
@@ -128,7 +129,7 @@ def test_memory_learns_from_a_run_and_the_next_run_gets_it(stack: Stack, demo_re
         items: list[dict[str, object]] = found.json()["items"]
         return [i for i in items if i.get("source_run_id") == first]
 
-    lessons = eventually(learned, bool, limit=RUN_WAIT)
+    lessons = eventually_blocking(learned, bool, within=RUN_WAIT)
     assert first in str(lessons[0]["text"])  # the offline model names the run it learned from
     second = f"e2e-recall-{uuid.uuid4().hex[:6]}"
     _follow_implementer(stack, "E2E-MEM", demo_repo, second)
@@ -151,6 +152,9 @@ _POISON_SUBJECTS = (
     "nexus.agent.run.v1.poison.heartbeat",
     "nexus.agent.run.v1.poison.exploded",
     "nexus.schedule.v1.poison.defined",
+    # Read by nobody else here (no live run, no chat channel): core's poison sweeper.
+    "agent.inbox.v1.poison",
+    "nexus.channel.v1.poison.in",
 )
 
 
@@ -208,10 +212,10 @@ def test_a_burst_of_poison_stops_nothing(stack: Stack, demo_repo: Path, tmp_path
 @pytest.mark.usefixtures("catalog")
 def test_bg_then_attach_and_logs(stack: Stack, demo_repo: Path) -> None:
     run_id = _bg(stack, "implementer", "--repo", str(demo_repo), "--input", "fix it")
-    snap = eventually(
+    snap = eventually_blocking(
         lambda: stack.nexus("attach", run_id, "-o", "json").json(),
         lambda s: s["run"]["status"] in {"completed", "failed", "cancelled"},
-        limit=RUN_WAIT,
+        within=RUN_WAIT,
     )
     assert snap["run"]["status"] == "completed", snap
     assert snap["run"]["result"]["branch"] == f"nexus/{run_id}"
@@ -230,10 +234,10 @@ def test_cancel_a_running_run(stack: Stack, demo_repo: Path) -> None:
     run_id = _bg(
         stack, "implementer", "--repo", str(demo_repo), "--input", "[offline-model:slow] wait"
     )
-    eventually(
+    eventually_blocking(
         lambda: stack.events(run_id),
         lambda evs: any(e["event"] == "tool_called" for e in evs),
-        limit=RUN_WAIT,
+        within=RUN_WAIT,
     )
     stack.remember_processes()
     assert run_id in [r["run_id"] for r in stack.nexus("ps", "-o", "json").json()["runs"]]
@@ -253,7 +257,7 @@ def test_approve_a_gated_call(stack: Stack) -> None:
     assert stack.nexus("approve", run_id, "apr-nope").code == 3
     approved = stack.nexus("approve", run_id, approval, "-m", "go ahead")
     assert approved.code == 0, approved.stderr
-    snap = eventually(
+    snap = eventually_blocking(
         lambda: stack.nexus("attach", run_id, "-o", "json").json(),
         lambda s: s["run"]["status"] == "completed",
     )
@@ -271,7 +275,7 @@ def test_deny_a_gated_call(stack: Stack) -> None:
     approval = _approval_id(stack, run_id)
     denied = stack.nexus("deny", run_id, approval, "-m", "not today")
     assert denied.code == 0, denied.stderr
-    snap = eventually(
+    snap = eventually_blocking(
         lambda: stack.nexus("attach", run_id, "-o", "json").json(),
         lambda s: s["run"]["status"] == "completed",
     )
@@ -290,26 +294,28 @@ def test_core_killed_mid_run_is_restarted_and_the_run_completes(
         stack, "implementer", "--task", "E2E-CRASH", "--repo", str(demo_repo),
         "--input", "[offline-model:steady] fix it",
     )  # fmt: skip
-    eventually(
+    eventually_blocking(
         lambda: stack.events(run_id),
         lambda evs: any(e["event"] == "tool_called" for e in evs),
-        limit=RUN_WAIT,
+        within=RUN_WAIT,
     )
     stack.remember_processes()
     core = stack.state()["services"]["core"]
     os.kill(core["pid"], signal.SIGKILL)
-    restarted = eventually(
+    restarted = eventually_blocking(
         lambda: stack.state()["services"]["core"],
         lambda c: c["restarts"] >= core["restarts"] + 1 and c["state"] == "running",
     )
     assert restarted["pid"] != core["pid"]
     assert restarted["last_exit_code"] == -signal.SIGKILL
-    eventually(lambda: stack.nexus("dev", "status").code, lambda code: code == 0, limit=60)
+    eventually_blocking(
+        lambda: stack.nexus("dev", "status").code, lambda code: code == 0, within=60
+    )
     stack.remember_processes()
-    snap = eventually(
+    snap = eventually_blocking(
         lambda: stack.nexus("attach", run_id, "-o", "json"),
         lambda r: r.code == 0 and r.json()["run"]["status"] in {"completed", "failed"},
-        limit=RUN_WAIT,
+        within=RUN_WAIT,
     ).json()
     assert snap["run"]["status"] == "completed", snap
     assert "return a + b" in _branch_file(demo_repo, f"nexus/{run_id}", "calc.py")

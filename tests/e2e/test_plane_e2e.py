@@ -16,9 +16,9 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 import pytest
-from nexus_events.testing import free_port
+from nexus_events.testing import eventually_blocking, free_port
 
-from tests.e2e.conftest import RUN_WAIT, Stack, eventually
+from tests.e2e.conftest import RUN_WAIT, Stack
 from tests.e2e.test_e2e import GATEKEEPER
 from tests.fakes.plane import FakePlane
 from tests.support import devstack
@@ -101,10 +101,10 @@ def test_a_labelled_work_item_runs_is_approved_from_a_comment_and_lands(
         return plane.plane.human_create_work_item("run it", labels=["agent:gatekeeper"])
 
     item = plane.call(create)
-    asked = eventually(
+    asked = eventually_blocking(
         lambda: _comments(plane, item),
         lambda texts: any("/approve " in t for t in texts),
-        limit=RUN_WAIT,
+        within=RUN_WAIT,
     )
     assert "started working" in asked[0]
     found = re.search(r"/approve ([A-Za-z0-9_-]+)", next(t for t in asked if "/approve" in t))
@@ -115,17 +115,17 @@ def test_a_labelled_work_item_runs_is_approved_from_a_comment_and_lands(
 
     plane.call(approve)
     done = plane.plane.state_named("Done")["id"]
-    texts = eventually(
+    texts = eventually_blocking(
         lambda: _comments(plane, item),
         lambda texts: (
             any("Run completed" in t for t in texts)
             and plane.plane.work_items[item]["state"] == done
         ),
-        limit=RUN_WAIT,
+        within=RUN_WAIT,
     )
     result = next(t for t in texts if "Run completed" in t)
     assert "The approved command ran." in result
-    status = eventually(
+    status = eventually_blocking(
         lambda: stack.nexus("plane", "status", "-o", "json"),
         lambda r: r.code == 0 and r.json()["pending_writes"] == 0,
     )

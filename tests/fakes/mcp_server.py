@@ -3,7 +3,7 @@
 Run as ``python -m tests.fakes.mcp_server`` (or the file path); the real `mcp` client talks to
 it over stdin/stdout. Its tools cover what the runner must handle: a plain result, a tool
 error, a call that never returns, a process that dies mid-call, output carrying a secret, and
-tools annotated read-only (`peek`) and destructive (`wipe`).
+tools annotated read-only (``lookup``) and destructive (``wipe``).
 Every process it starts writes its pid to ``mcp-pids.txt`` in its working directory, so a
 test can check none is left after the run.
 """
@@ -60,17 +60,17 @@ def leak() -> str:
     return f"the token is {token}"
 
 
+@server.tool(
+    description="Look a word up (annotated read-only: offered in plan mode).",
+    annotations=ToolAnnotations(read_only_hint=True),
+)
+def lookup(word: str) -> str:
+    return f"{word}: a word"
+
+
 @server.tool(description="The names of the environment variables this server sees.")
 def env_names() -> str:
     return ",".join(sorted(os.environ))
-
-
-@server.tool(
-    description="Reads nothing; annotated read-only.",
-    annotations=ToolAnnotations(read_only_hint=True),
-)
-def peek() -> str:
-    return "peeked"
 
 
 @server.tool(

@@ -21,7 +21,6 @@ from pathlib import Path
 from typing import Any
 
 import psutil
-import pytest
 
 
 @dataclass
@@ -125,23 +124,6 @@ def running(
                     stack.seen[label].kill()
             assert down.code == 0, down.stderr
             assert not leaked, f"processes left running after dev down: {leaked}"
-
-
-def eventually(
-    probe: Callable[[], Any],
-    check: Callable[[Any], bool],
-    limit: float = 20,
-    interval: float = 0.1,
-) -> Any:
-    """Retry `probe` until `check(value)`; fail with the last value at the deadline."""
-    deadline = time.monotonic() + limit
-    while True:
-        value = probe()
-        if check(value):
-            return value
-        if time.monotonic() > deadline:
-            pytest.fail(f"condition not met within {limit}s; last value: {value!r}")
-        time.sleep(interval)
 
 
 def stack_env(

@@ -97,10 +97,6 @@ MakeSync = Callable[..., Awaitable[Any]]  # conftest's make_sync: start a PlaneS
 
 async def nexus_cli(nats_url: str, *args: str) -> Any:
     """Run the `nexus` CLI (typer's CliRunner) against `nats_url`; its `Result`."""
-    from nexus_cli.main import app  # the CLI is only needed by the tests that use it
-    from typer.testing import CliRunner
+    from tests.support.cli import invoke  # the CLI is only needed by the tests that use it
 
-    def invoke() -> Any:
-        return CliRunner().invoke(app, ["--nats-url", nats_url, *args], catch_exceptions=False)
-
-    return await asyncio.to_thread(invoke)
+    return await asyncio.to_thread(invoke, {}, "--nats-url", nats_url, *args)

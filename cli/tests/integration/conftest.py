@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import json
 import sys
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -19,10 +19,8 @@ from nexus_core.app import CoreApp
 from nexus_core.config import CoreSettings
 from nexus_events.bus import Bus
 from tests.support import devstack
+from tests.support.cli import invoke
 from tests.support.devstack import Result
-from typer.testing import CliRunner
-
-from nexus_cli.main import app
 
 FAKE_RUNNER = Path(__file__).with_name("fake_runner.py")
 
@@ -30,12 +28,8 @@ FAKE_RUNNER = Path(__file__).with_name("fake_runner.py")
 class Stack(devstack.Stack):
     def nexus(self, *args: str) -> Result:  # type: ignore[override]
         """Run the CLI in this process (typer's CliRunner) with the stack's environment."""
-        result = CliRunner().invoke(app, list(args), env=self.env, catch_exceptions=False)
+        result = invoke(self.env, *args)
         return Result(result.exit_code, result.stdout, result.stderr)
-
-
-def eventually(probe: Callable[[], Any], check: Callable[[Any], bool], limit: float = 20) -> Any:
-    return devstack.eventually(probe, check, limit, interval=0.1)
 
 
 @pytest.fixture(scope="package")

@@ -9,8 +9,11 @@ import signal
 from pathlib import Path
 
 import nats
+import nats.js.errors
+from nexus_channel_gateway.delegation import child_run_id
+from nexus_events.testing import eventually_blocking
 
-from .conftest import Stack, eventually
+from .conftest import Stack
 
 AGENT_YAML = """\
 id: implementer
@@ -54,6 +57,7 @@ def test_up_again_is_idempotent_and_status_is_healthy(stack: Stack) -> None:
         "core": "healthy",
         "memory": "healthy",
         "scheduler": "healthy (leader)",
+        "channel-gateway": "healthy",  # every dev stack runs it: delegation
     }
 
 
@@ -98,7 +102,7 @@ def test_run_bg_then_events_attach_logs_ps(stack: Stack, tmp_path: Path) -> None
     assert names[0] == "requested"
     assert names[-1] == "completed"
     assert {"prepared", "dispatched", "started", "turn", "tool_called"} <= set(names)
-    snap = eventually(
+    snap = eventually_blocking(
         lambda: stack.nexus("attach", run_id, "-o", "json").json(),
         lambda s: s["run"]["status"] == "completed",
     )
@@ -134,7 +138,7 @@ def test_unknown_agent_is_a_failed_run(stack: Stack) -> None:
 def test_cancel_a_running_run(stack: Stack, tmp_path: Path) -> None:
     _apply_examples(stack, tmp_path)
     run_id = stack.nexus("run", "implementer", "-i", "hang", "--bg").stdout.strip()
-    eventually(lambda: _status(stack, run_id), lambda s: s == "running")
+    eventually_blocking(lambda: _status(stack, run_id), lambda s: s == "running")
     assert run_id in [r["run_id"] for r in stack.nexus("ps", "-o", "json").json()["runs"]]
     cancelled = stack.nexus("cancel", run_id, "--wait", "-o", "json")
     assert cancelled.code == 0, cancelled.stderr
@@ -147,11 +151,11 @@ def test_cancel_a_running_run(stack: Stack, tmp_path: Path) -> None:
 def test_approve_a_gated_call(stack: Stack, tmp_path: Path) -> None:
     _apply_examples(stack, tmp_path)
     run_id = stack.nexus("run", "implementer", "-i", "needs approval", "--bg").stdout.strip()
-    eventually(lambda: _status(stack, run_id), lambda s: s == "awaiting_approval")
+    eventually_blocking(lambda: _status(stack, run_id), lambda s: s == "awaiting_approval")
     assert stack.nexus("approve", run_id, "nope").code == 3
     approved = stack.nexus("approve", run_id, "ap1", "-m", "go ahead")
     assert approved.code == 0, approved.stderr
-    eventually(lambda: _status(stack, run_id), lambda s: s == "completed")
+    eventually_blocking(lambda: _status(stack, run_id), lambda s: s == "completed")
     settled = stack.nexus("deny", run_id, "ap1")
     assert settled.code == 2
     assert "already decided: approve by " in settled.stderr
@@ -169,7 +173,7 @@ def test_task_board_and_run_on_a_task(stack: Stack, tmp_path: Path) -> None:
         tasks = stack.nexus("board", "-o", "json").json()["tasks"]
         return next((t for t in tasks if t["task_id"] == "T-board"), None)
 
-    task = eventually(
+    task = eventually_blocking(
         board_task,
         lambda t: bool(t and t["current_run"] and t["current_run"]["status"] == "completed"),
     )
@@ -201,7 +205,7 @@ def test_dead_letters_ls_show_replay(stack: Stack) -> None:
             await nc.close()
 
     asyncio.run(publish_garbage())
-    letters = eventually(
+    letters = eventually_blocking(
         lambda: stack.nexus("dlq", "ls", "-o", "json").json()["dead_letters"],
         lambda ls: any(x["subject"].endswith("run_garbage.requested") for x in ls),
     )
@@ -232,7 +236,7 @@ def test_a_huge_poison_message_is_listed_per_consumer_and_replayed_whole(stack: 
     def mine(ls: list[dict[str, object]]) -> list[dict[str, object]]:
         return [x for x in ls if x["stream_seq"] == seq and x["stream"] == "NEXUS_RUNS"]
 
-    letters = eventually(
+    letters = eventually_blocking(
         lambda: mine(stack.nexus("dlq", "ls", "-o", "json").json()["dead_letters"]),
         # core's views and metrics consumers and the scheduler all read NEXUS_RUNS
         lambda ls: len({(x["service"], x["consumer"]) for x in ls}) >= 3,
@@ -277,7 +281,9 @@ def test_a_crashed_service_is_restarted_and_reported(stack: Stack) -> None:
         services = stack.nexus("dev", "status", "-o", "json").json()["services"]
         return next(s for s in services if s["name"] == "core")
 
-    entry = eventually(core, lambda c: c["restarts"] >= 1 and c["health"] == "healthy", limit=60)
+    entry = eventually_blocking(
+        core, lambda c: c["restarts"] >= 1 and c["health"] == "healthy", within=60
+    )
     assert entry["last_exit_code"] == -signal.SIGKILL
     assert entry["pid"] != core_pid
     log = stack.nexus("dev", "logs", "core", "-n", "200")
@@ -285,3 +291,36 @@ def test_a_crashed_service_is_restarted_and_reported(stack: Stack) -> None:
     assert "core exited with code -9; restart #1" in log.stdout
     # The restarted core answers queries again.
     assert stack.nexus("agents", "ls").code == 0
+
+
+def test_delegation_works_on_a_plain_stack(stack: Stack) -> None:
+    """No chat channel is configured here, yet a route request becomes a child run: the
+    gateway (which runs delegation) is part of every dev stack."""
+    correlation = "plain-stack-1"
+    child = child_run_id(correlation)
+    request = {"correlation_id": correlation, "input": "review it", "from_run_id": "run_plain"}
+
+    async def route() -> None:
+        nc = await nats.connect(stack.state()["nats_url"])
+        try:
+            await nc.jetstream().publish("agent.route.v1.reviewer", json.dumps(request).encode())
+        finally:
+            await nc.close()
+
+    async def requested() -> dict[str, object] | None:
+        nc = await nats.connect(stack.state()["nats_url"])
+        try:
+            msg = await nc.jetstream().get_last_msg(
+                "NEXUS_RUNS", f"nexus.agent.run.v1.{child}.requested"
+            )
+            return dict(json.loads(msg.data or b"{}"))
+        except nats.js.errors.NotFoundError:
+            return None
+        finally:
+            await nc.close()
+
+    asyncio.run(route())
+    body = eventually_blocking(lambda: asyncio.run(requested()), lambda b: b is not None, within=60)
+    assert body["agent_id"] == "reviewer"
+    assert body["parent_run_id"] == "run_plain"
+    assert body["labels"] == {"correlation_id": correlation, "delegation_depth": "1"}

@@ -8,8 +8,8 @@ import sys
 from pathlib import Path
 
 import pytest
+from tests.support.cli import invoke as nexus
 
-from cli.tests.unit.runner import nexus
 from nexus_cli.devstack.state import ServiceEntry, StackState, process_ref, read_state, write_state
 from nexus_cli.errors import ExitCode
 

@@ -7,7 +7,8 @@ import json
 import os
 from pathlib import Path
 
-from cli.tests.unit.runner import nexus
+from tests.support.cli import invoke as nexus
+
 from nexus_cli.devstack.state import ServiceEntry, StackState, process_ref, write_state
 
 # What a supervisor with Plane and a channel configured records (supervisor.APP_SERVICES).
@@ -51,11 +52,12 @@ def test_status_lists_every_supervised_service_with_restarts(env: dict[str, str]
 def test_status_leaves_out_services_the_stack_did_not_start(env: dict[str, str]) -> None:
     home = Path(env["NEXUS_DEV_HOME"])
     state = _stack(home)
-    del state.services["plane-sync"], state.services["channel-gateway"]
+    del state.services["plane-sync"]
     write_state(home, state)
     result = nexus(env, "dev", "status", "-o", "json")
     names = [s["name"] for s in json.loads(result.stdout)["services"]]
-    assert names == ["nats", "postgres", "core", "memory", "scheduler"]
+    # The gateway runs on every dev stack (delegation); plane-sync only with Plane configured.
+    assert names == ["nats", "postgres", "core", "memory", "scheduler", "channel-gateway"]
 
 
 def test_logs_of_every_supervised_service(env: dict[str, str]) -> None:

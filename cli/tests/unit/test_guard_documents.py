@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from nexus_cli.errors import ExitCode
+from tests.support.cli import invoke as nexus
 
-from .runner import nexus
+from nexus_cli.errors import ExitCode
 
 HEAD = "id: a\nrole: implementer\nmodel: {name: m}\nsystem_prompt: hi\n"
 

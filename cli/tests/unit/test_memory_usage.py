@@ -4,8 +4,8 @@
 from __future__ import annotations
 
 import pytest
+from tests.support.cli import invoke as nexus
 
-from cli.tests.unit.runner import nexus
 from nexus_cli.commands.memory import clip, why
 from nexus_cli.errors import ExitCode
 

@@ -11,7 +11,8 @@ from nexus_events.events import PairingApproved, PairingRequested, PairingRevoke
 from nexus_events.events.base import Event
 
 from nexus_cli.commands.pair import fold
-from nexus_cli.devstack.supervisor import gateway_configured
+from nexus_cli.devstack.services import GATEWAY
+from nexus_cli.devstack.supervisor import gateway_port
 
 NOW = datetime(2026, 11, 24, 12, 0, tzinfo=UTC)
 
@@ -43,9 +44,12 @@ def test_fold_follows_requests_approvals_revocations_and_expiry() -> None:
     }
 
 
-def test_dev_stack_starts_the_gateway_only_when_a_channel_is_configured() -> None:
-    assert not gateway_configured({})
-    assert not gateway_configured({"NEXUS_SLACK_BOT_TOKEN": ""})
-    assert gateway_configured({"NEXUS_SLACK_BOT_TOKEN": "xoxb-1"})
-    assert gateway_configured({"NEXUS_TELEGRAM_BOT_TOKEN": "1:a"})
-    assert gateway_configured({"NEXUS_WEBHOOK_SOURCES_FILE": "/etc/nexus/hooks.yaml"})
+def test_dev_stack_always_starts_the_gateway_and_gives_it_8091_only_with_a_channel() -> None:
+    # Delegation runs in the gateway: a plain stack (no channel at all) needs it too.
+    assert GATEWAY.enabled({})
+    assert gateway_port({}) == "0"
+    assert gateway_port({"NEXUS_SLACK_BOT_TOKEN": ""}) == "0"
+    assert gateway_port({"NEXUS_SLACK_BOT_TOKEN": "xoxb-1"}) == "8091"
+    assert gateway_port({"NEXUS_TELEGRAM_BOT_TOKEN": "1:a"}) == "8091"
+    assert gateway_port({"NEXUS_WEBHOOK_SOURCES_FILE": "/etc/nexus/hooks.yaml"}) == "8091"
+    assert gateway_port({"NEXUS_GATEWAY_PORT": "9000"}) == "9000"

@@ -1,19 +1,15 @@
-"""Say which MongoDB the catalog backend tests run against (a real server or mongomock-motor)."""
+"""Say which MongoDB the catalog backend tests run against (a real server, SecantusDB or
+mongomock-motor)."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from .integration.support import MONGODB_URL_ENV, mongodb_mode
+from .integration.mongo_server import mongo_choice
 
 
 def _line() -> str:
-    if mongodb_mode() == "mongodb-real":
-        return f"core catalog: MongoDB backend tested against a real server ({MONGODB_URL_ENV})"
-    return (
-        "core catalog: MongoDB backend tested against mongomock-motor, not a real server"
-        f" (set {MONGODB_URL_ENV}=mongodb://... for one)"
-    )
+    return f"core catalog: MongoDB backend tested against {mongo_choice().why}"
 
 
 def pytest_report_header(config: Any) -> str:

@@ -4,6 +4,7 @@ PostgreSQL from nexus_events.testing, and a started MemoryApp."""
 from __future__ import annotations
 
 from collections.abc import AsyncIterator, Awaitable, Callable
+from datetime import datetime
 from typing import Any
 
 import pytest
@@ -36,11 +37,13 @@ def memory_settings(pg_dsn: str, **overrides: Any) -> MemorySettings:
 
 @pytest.fixture
 async def make_memory(bus: Bus, pg_dsn: str, embedder: WordLlamaEmbedder) -> AsyncIterator[MakeApp]:
-    """Start MemoryApps on the test's bus and database; all are stopped at the end."""
+    """Start MemoryApps on the test's bus and database (`clock`: the app's "now"); all are
+    stopped at the end."""
     apps: list[MemoryApp] = []
 
-    async def make(**overrides: Any) -> MemoryApp:
-        app = MemoryApp(memory_settings(pg_dsn, **overrides), bus=bus, embedder=embedder)
+    async def make(clock: Callable[[], datetime] | None = None, **overrides: Any) -> MemoryApp:
+        settings = memory_settings(pg_dsn, **overrides)
+        app = MemoryApp(settings, bus=bus, embedder=embedder, **({"clock": clock} if clock else {}))
         await app.start()
         apps.append(app)
         return app

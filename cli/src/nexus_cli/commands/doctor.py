@@ -13,7 +13,7 @@ import nats.js.errors
 import typer
 from nexus_events.bus import Bus, BusSettings
 from nexus_events.errors import BusUnavailable
-from nexus_events.streams import drift, stream_configs
+from nexus_events.streams import DLQ, LOGS, drift, stream_configs
 
 from nexus_cli.devstack import probes
 from nexus_cli.devstack.state import read_state
@@ -25,6 +25,12 @@ from nexus_cli.target import Target, resolve_target
 Level = Literal["ok", "warn", "fail"]
 # Pending messages on a consumer above which doctor warns about lag.
 LAG_WARN = 1000
+# Streams no durable consumer reads by design, and who reads them instead: doctor names them
+# without a warning. Any other stream without one keeps invalid messages unreported.
+UNREAD_BY_DESIGN = {
+    DLQ: "the dead-letter sink itself, read by `nexus dlq`",
+    LOGS: "runners' log lines, read live by `nexus logs` and `attach`",
+}
 
 
 @dataclass
@@ -43,21 +49,27 @@ async def _nats_checks(bus: Bus, checks: list[Check]) -> None:
             checks.append(Check(f"stream {name}", "fail", "missing (services ensure it at start)"))
             continue
         diff = drift(info.config, wanted)
-        checks.append(
-            Check(
-                f"stream {name}",
-                "warn" if diff else "ok",
-                f"{info.state.messages} msgs, last seq {info.state.last_seq}"
-                + (f"; drifted: {', '.join(diff)}" if diff else ""),
-            )
-        )
         try:
             consumers = await bus.js.consumers_info(name)
         except nats.js.errors.Error:
-            continue
-        for c in consumers:
-            if not c.config.durable_name:
-                continue
+            consumers = None
+        durables = [c for c in consumers or [] if c.config.durable_name]
+        level: Level = "warn" if diff else "ok"
+        detail = f"{info.state.messages} msgs, last seq {info.state.last_seq}" + (
+            f"; drifted: {', '.join(diff)}" if diff else ""
+        )
+        if consumers is not None and not durables:
+            if name in UNREAD_BY_DESIGN:
+                detail += f"; no durable reader ({UNREAD_BY_DESIGN[name]})"
+            else:
+                # Its reader's service is not deployed (or not up yet): poison stays unseen.
+                level = "warn"
+                detail += (
+                    "; no durable reader: a message here that does not decode is stored and"
+                    " never dead-lettered"
+                )
+        checks.append(Check(f"stream {name}", level, detail))
+        for c in durables:
             lag = c.num_pending or 0
             checks.append(
                 Check(

@@ -145,6 +145,14 @@ def register(app: typer.Typer) -> None:  # noqa: PLR0915 - one place registers t
         wait: Annotated[
             float | None, typer.Option(help="With --follow: most seconds to wait.")
         ] = None,
+        plan_mode: Annotated[
+            bool | None,
+            typer.Option(
+                "--plan-mode/--no-plan-mode",
+                help="Start in plan mode (read tools until a plan is approved) or not;"
+                " default: as the agent definition says.",
+            ),
+        ] = None,
         output: OutputOpt = Output.TABLE,
     ) -> None:
         """Request a run of AGENT and print its id; --follow shows it live (the default on a
@@ -171,6 +179,7 @@ def register(app: typer.Typer) -> None:  # noqa: PLR0915 - one place registers t
                 origin=Origin.CLI,
                 requested_by=whoami(),
                 labels=_labels(label or []),
+                plan_mode=plan_mode,
             )
             following = follow_run or (not background and sys.stdout.isatty())
             async with Session(resolve_target(g), g.timeout) as s:

@@ -20,6 +20,8 @@ name ``offline-NAME``, else it is ``fix``:
 - ``slow``: a long shell command (``sleep 600``), then finish: a run to cancel.
 - ``approval``: one gated ``run_shell`` call, then finish saying whether it was approved.
 - ``chat``: no tools: says hello and finishes.
+- ``plan``: for a run in plan mode: lists the files, submits a plan with ``exit_plan_mode``;
+  once it is approved (the run ends if not), writes PLAN.md and finishes.
 
 A request from memory's extraction (its instruction carries ``[nexus-memory-extraction]``)
 gets JSON naming what the finished run taught: its result summary, in the repository's scope
@@ -139,6 +141,21 @@ def _approval_steps() -> list[Step]:
     ]
 
 
+PLAN = "1. Change add() in calc.py to return a + b.\n2. Run the tests."
+
+
+def _plan_steps() -> list[Step]:
+    return [
+        lambda t: Reply("Looking around before planning.", (Call("list_files", {"path": "."}),)),
+        lambda t: Reply("Here is my plan.", (Call("exit_plan_mode", {"plan": PLAN}),)),
+        lambda t: Reply(
+            "The plan is approved; writing it down.",
+            (Call("write_file", {"path": "PLAN.md", "content": PLAN + "\n"}),),
+        ),
+        lambda t: _finish("Wrote the approved plan to PLAN.md.", files=["PLAN.md"]),
+    ]
+
+
 def _chat_steps() -> list[Step]:
     return [lambda t: _finish("Hello from the offline model.")]
 
@@ -149,6 +166,7 @@ SCRIPTS: dict[str, Callable[[], list[Step]]] = {
     "slow": _slow_steps,
     "approval": _approval_steps,
     "chat": _chat_steps,
+    "plan": _plan_steps,
 }
 
 

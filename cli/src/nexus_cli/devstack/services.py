@@ -34,12 +34,19 @@ class AppService:
         return not self.only_with or any(env.get(name) for name in self.only_with)
 
 
+# Started by every dev stack whatever the table's profile says: delegation between agents
+# (agent.route.v1) runs in the gateway; its chat/webhook ingress matters only with a channel.
+ALWAYS_IN_DEV = frozenset({"channel-gateway"})
+
+
 def _app(spec: ServiceSpec) -> AppService:
     return AppService(
         spec.name,
         spec.module,
         needs_database=spec.database,
-        only_with=spec.profile.enabled_by if spec.profile else (),
+        only_with=spec.profile.enabled_by
+        if spec.profile and spec.name not in ALWAYS_IN_DEV
+        else (),
         # An optional service waits on something outside the stack (Plane, Slack): its
         # absence never fails `nexus dev up`.
         gates_readiness=spec.profile is None,

@@ -2,8 +2,9 @@
 
 Started in the background by `nexus dev up` (its own session, so a Ctrl-C in the terminal does
 not reach it). It starts nats-server (JetStream, store HOME/nats), PostgreSQL (HOME/pg),
-ensures the streams, then the Nexus services of ``APP_SERVICES`` (core, memory, and the
-scheduler with the local runtime, runs under HOME/runs), each writing to
+ensures the streams, then the Nexus services of ``APP_SERVICES`` (core, memory, the
+scheduler with the local runtime, runs under HOME/runs, and the channel gateway, which runs
+delegation; plane-sync when Plane is configured), each writing to
 HOME/logs/<name>.log. It keeps HOME/state.json current, restarts a service that exits on its
 own (with a growing backoff, noted in the state and in the logs), and on SIGTERM stops
 everything in reverse order, letting each service drain.
@@ -27,11 +28,12 @@ from pathlib import Path
 import asyncpg
 import psutil
 from nexus_events.bus import Bus, BusSettings
+from nexus_events.services import CHANNELS
 from nexus_events.streams import ensure_streams
 
 from nexus_cli.devstack import probes
 from nexus_cli.devstack.postgres import EmbeddedPostgres
-from nexus_cli.devstack.services import APP_SERVICES, GATEWAY
+from nexus_cli.devstack.services import APP_SERVICES
 from nexus_cli.devstack.state import ServiceEntry, StackState, process_ref, write_state
 
 log = logging.getLogger("nexus.dev")
@@ -51,9 +53,20 @@ RESTART_DELAY_CAP = 10.0
 WATCH_PERIOD = 1.0
 
 
-def gateway_configured(env: dict[str, str]) -> bool:
-    """Whether `nexus dev up` starts the channel gateway in this environment."""
-    return GATEWAY.enabled(env)
+# Any of these set turns a chat channel or webhook source on (docs/channels.md).
+CHANNEL_SETTINGS = CHANNELS.enabled_by
+
+
+def channels_configured(env: dict[str, str]) -> bool:
+    """Whether a chat channel or webhook source is configured: the gateway's ingress then
+    listens on its documented port (8091) instead of any free one."""
+    return any(env.get(name) for name in CHANNEL_SETTINGS)
+
+
+def gateway_port(env: dict[str, str]) -> str:
+    """The gateway's ingress port in the dev stack: one someone set, else 8091 when something
+    outside calls it, else any free port (0), so a plain stack never fights over 8091."""
+    return env.get("NEXUS_GATEWAY_PORT") or ("8091" if channels_configured(env) else "0")
 
 
 def nats_server_binary() -> str:
@@ -293,9 +306,7 @@ class Supervisor:
             # Plane calls this port: keep one someone set, else the documented 8090.
             "plane-sync": {"NEXUS_WEBHOOK_PORT": service_env.get("NEXUS_WEBHOOK_PORT", "8090")},
             # Slack, Telegram and webhook sources call this port (8091: plane-sync has 8090).
-            "channel-gateway": {
-                "NEXUS_GATEWAY_PORT": service_env.get("NEXUS_GATEWAY_PORT", "8091"),
-            },
+            "channel-gateway": {"NEXUS_GATEWAY_PORT": gateway_port(service_env)},
             "scheduler": {
                 "NEXUS_RUNTIME": "local",
                 "NEXUS_LOCAL_COMMAND": runner_cmd,

@@ -27,7 +27,9 @@ moved from `Consumer` resumes its durable where it was):
 - a delivery whose last attempt timed out is dead-lettered from the server's MAX_DELIVERIES
   advisory; handlers outliving a third of ``ack_wait`` are kept alive with ``in_progress``
   (FastStream itself never sends it);
-- the handler runs in a CONSUMER span continuing the trace in the message's headers.
+- the handler runs in a CONSUMER span continuing the trace in the message's headers;
+- an idle fetch that times out logs nothing, a failing one a single warning line
+  (`nexus_events.quiet_fetch`).
 
 Streams are provisioned by `nexus_events.streams`: subscribers declare ``JStream(..,
 declare=False)`` so FastStream never rewrites a stream's config.
@@ -66,6 +68,7 @@ from nexus_events.connect import connect_options
 from nexus_events.consume import ConsumerSpec, GiveUp, after_failure, ensure_durable, keep_alive
 from nexus_events.errors import BusError, BusUnavailable, DecodeError
 from nexus_events.events.base import Event
+from nexus_events.quiet_fetch import quiet_fetches
 
 log = logging.getLogger(__name__)
 # FastStream's own logger: it logs every message at the broker's log_level (DEBUG below) and
@@ -226,6 +229,8 @@ class Handlers:
             self._connection = await self.broker.connect()
         except (OSError, nats.errors.Error) as exc:
             raise BusUnavailable(f"cannot connect to NATS at {self.settings.url}: {exc}") from exc
+        # Before the subscribers exist: an idle fetch that times out must not log an ERROR.
+        quiet_fetches(self.broker.config.connection_state.stream)
         # Like Bus.connect: the first connect tried `connect_attempts` times, now reconnect
         # for as long as the settings say.
         self._connection.options["max_reconnect_attempts"] = self.settings.max_reconnect_attempts

@@ -16,7 +16,10 @@ A follower never stops on one message: messages that do not decode are dead-lett
 (`dead_letter_poison`, once per process however often a batch is re-read) and gone past even
 when the DLQ refuses them. A follower that keeps failing says so: `stuck` turns true after
 `STUCK_AFTER` failures in a row with nothing applied in between, and `restarts`,
-`consecutive_failures` and `last_error` tell readiness probes and metrics why.
+`consecutive_failures` and `last_error` tell readiness probes and metrics why. The count
+starts again from zero when a batch is applied, or when the server answers that nothing is
+left to read with no batch in hand: a follower with nothing new to apply (the catalog, most of
+the time) is healthy again as soon as NATS is back, not only at its next event.
 """
 
 from __future__ import annotations
@@ -274,6 +277,8 @@ class StreamFollower(abc.ABC):
                     consumer_seq = 0
                 msgs = await reader.fetch(self.batch, self.fetch_timeout)
                 if not msgs:
+                    if handling is None and reader.caught_up:
+                        self._caught_up()
                     continue
                 # The consumer numbers its deliveries 1, 2, 3...: a jump means a delivery was
                 # lost (ack-less consumers do not redeliver), so start again from the store.
@@ -335,6 +340,17 @@ class StreamFollower(abc.ABC):
         self.last_progress = time.monotonic()
         self._progress.set()
         return batch.last_seq
+
+    def _caught_up(self) -> None:
+        # Up to date and the server says so: whatever failed before is over.
+        if self.consecutive_failures:
+            log.info(
+                "%s %s caught up again after %d failures",
+                type(self).__name__,
+                self.name,
+                self.consecutive_failures,
+            )
+            self.consecutive_failures = 0
 
     async def _settle(self, handling: asyncio.Task[int] | None) -> None:
         # Let a batch in hand finish (or fail): the next positioning reads the checkpoint it

@@ -82,6 +82,12 @@ class PullReader:
             self._sub = await self._nc.subscribe(subject, cb=self._on_msg_async)
         return self
 
+    @property
+    def caught_up(self) -> bool:
+        """Whether the server's last answer to a pull request was "nothing available": the
+        consumer is at the end of what it may deliver, and the server is there to say so."""
+        return self._linger
+
     async def close(self) -> None:
         """Stop listening. Messages of an open request still in flight are dropped: with an
         ack-less consumer the caller repositions from its own checkpoint before reading on."""

@@ -69,6 +69,10 @@ _CORE, _SCHEDULER, _RUNNER, _CLI = Party(CORE), Party(SCHEDULER), Party(RUNNER),
 _OPERATOR, _MEMORY = Party(OPERATOR), Party(MEMORY)
 _PLANE, _GATEWAY = Party(PLANE), Party(GATEWAY)
 
+# Core's poison sweeper (nexus_core.poison_sweeper) reads all of NEXUS_INBOX and NEXUS_CHANNELS,
+# whose own readers may be absent, and dead-letters what does not decode.
+_SWEEPER = _CORE
+
 # Every run event lands in core's projections (agent_runs, board) and in `nexus runs watch`;
 # plane-sync mirrors the lifecycle to Plane's agent runs (DESIGN §5 step 9).
 _RUN_READERS = (_CORE, _CLI, _PLANE)
@@ -136,13 +140,17 @@ EVENT_ROLES: dict[tuple[Family, str], EventRoles] = {
     # Peer agents message a run too (sender_kind "agent").
     # A comment on a work item with a running run reaches that run (plane-sync); so does a
     # reply in the run's chat thread (the gateway).
-    (Family.INBOX, "message"): _run((_OPERATOR, _PLANE, _GATEWAY, planned(RUNNER)), (_RUNNER,)),
+    (Family.INBOX, "message"): _run(
+        (_OPERATOR, _PLANE, _GATEWAY, planned(RUNNER)), (_RUNNER, _SWEEPER)
+    ),
     # Chat and the CLI claim the decision first (nexus_events.approvals): one answer wins.
-    (Family.INBOX, "approval_decision"): _run((_CLI, _OPERATOR, _PLANE, _GATEWAY), (_RUNNER,)),
+    (Family.INBOX, "approval_decision"): _run(
+        (_CLI, _OPERATOR, _PLANE, _GATEWAY), (_RUNNER, _SWEEPER)
+    ),
     # Delegation: a run or a chat hands work to an agent; core turns it into a run.
     # The runner's `delegate` tool asks; the gateway checks depth and cycles and requests the
     # child run, then sends the child's ending to the parent's inbox (correlation id).
-    (Family.ROUTE, "delegation"): _run((_OPERATOR, _RUNNER), (_GATEWAY,)),
+    (Family.ROUTE, "delegation"): _run((_OPERATOR, _RUNNER), (_GATEWAY, _SWEEPER)),
     # -- schedules (NEXUS_SCHEDULES): the scheduler folds the whole stream ----------------
     (Family.SCHEDULE, "defined"): _run((_OPERATOR,), (_SCHEDULER,)),
     (Family.SCHEDULE, "removed"): _run((_OPERATOR,), (_SCHEDULER,)),
@@ -160,16 +168,16 @@ EVENT_ROLES: dict[tuple[Family, str], EventRoles] = {
     # -- chat channels (NEXUS_CHANNELS) --------------------------------------------------------
     # The gateway publishes verified inbound messages and consumes them (pairing, commands),
     # then sends its `out` intents and records each outcome (`sent`).
-    (Family.CHANNEL, "in"): _run((_GATEWAY, _OPERATOR), (_GATEWAY,)),
-    (Family.CHANNEL, "out"): _run((_GATEWAY,), (_GATEWAY,)),
-    (Family.CHANNEL, "sent"): _run((_GATEWAY,), (_OPERATOR,)),
+    (Family.CHANNEL, "in"): _run((_GATEWAY, _OPERATOR), (_GATEWAY, _SWEEPER)),
+    (Family.CHANNEL, "out"): _run((_GATEWAY,), (_GATEWAY, _SWEEPER)),
+    (Family.CHANNEL, "sent"): _run((_GATEWAY,), (_OPERATOR, _SWEEPER)),
     # Generic webhooks land here for whoever subscribes to their source (operators, agents).
-    (Family.CHANNEL, "webhook"): _run((_GATEWAY,), (_OPERATOR,)),
+    (Family.CHANNEL, "webhook"): _run((_GATEWAY,), (_OPERATOR, _SWEEPER)),
     # The allowlist is event-sourced: the gateway challenges, `nexus pair` decides.
-    (Family.CHANNEL, "pairing_requested"): _run((_GATEWAY,), (_GATEWAY, _CLI)),
-    (Family.CHANNEL, "pairing_approved"): _run((_CLI, _OPERATOR), (_GATEWAY, _CLI)),
-    (Family.CHANNEL, "pairing_revoked"): _run((_CLI, _OPERATOR), (_GATEWAY, _CLI)),
-    (Family.CHANNEL, "approval_relayed"): _run((_GATEWAY,), (_OPERATOR,)),
+    (Family.CHANNEL, "pairing_requested"): _run((_GATEWAY,), (_GATEWAY, _CLI, _SWEEPER)),
+    (Family.CHANNEL, "pairing_approved"): _run((_CLI, _OPERATOR), (_GATEWAY, _CLI, _SWEEPER)),
+    (Family.CHANNEL, "pairing_revoked"): _run((_CLI, _OPERATOR), (_GATEWAY, _CLI, _SWEEPER)),
+    (Family.CHANNEL, "approval_relayed"): _run((_GATEWAY,), (_OPERATOR, _SWEEPER)),
     # -- Plane (NEXUS_PLANE): plane-sync's webhooks in and its writes' intents/outcomes ------
     # Webhooks are filed as received (verified, deduped), then acted on by plane-sync's own
     # consumer; `nexus plane status` reads the write record.

@@ -9,7 +9,8 @@ Loaded as a plugin (``-p nexus_events.testing``) so every package's tests share 
 - ``pg_dsn``: a fresh database in it per test; ``pg_pool``: an asyncpg pool on it.
 
 Helpers for tests of service processes: `free_port` and `http_status` (health probes);
-for any test: `eventually` (wait for a condition with a deadline instead of sleeping) and
+for any test: `eventually` (wait for a condition with a deadline instead of sleeping;
+`eventually_blocking` in synchronous tests) and
 `dead_letters` (what NEXUS_DLQ holds).
 """
 
@@ -58,6 +59,22 @@ def nats_server_binary() -> str:
     return found
 
 
+class _Deadline:
+    """The one rule of waiting in tests: poll until a value satisfies `until` (default: is
+    truthy), or fail with `what` and the last value seen once `within` seconds pass."""
+
+    def __init__(self, until: Callable[[Any], bool] | None, within: float, what: str) -> None:
+        self.until, self.within, self.what = until, within, what
+        self.deadline = time.monotonic() + within
+
+    def met(self, value: Any) -> bool:
+        if self.until(value) if self.until is not None else value:
+            return True
+        if time.monotonic() >= self.deadline:
+            raise AssertionError(f"{self.what} not reached within {self.within}s (last: {value!r})")
+        return False
+
+
 async def eventually(
     probe: Callable[[], Any | Awaitable[Any]],
     until: Callable[[Any], bool] | None = None,
@@ -71,17 +88,32 @@ async def eventually(
 
     Fails the test with `what` and the last value seen if the deadline passes first.
     """
-    deadline = time.monotonic() + within
-    last: Any = None
+    deadline = _Deadline(until, within, what)
     while True:
-        last = probe()
-        if inspect.isawaitable(last):
-            last = await last
-        if until(last) if until is not None else last:
-            return last
-        if time.monotonic() >= deadline:
-            raise AssertionError(f"{what} not reached within {within}s (last: {last!r})")
+        value = probe()
+        if inspect.isawaitable(value):
+            value = await value
+        if deadline.met(value):
+            return value
         await asyncio.sleep(interval)
+
+
+def eventually_blocking(
+    probe: Callable[[], Any],
+    until: Callable[[Any], bool] | None = None,
+    *,
+    within: float = 30.0,
+    interval: float = 0.1,
+    what: str = "condition",
+) -> Any:
+    """`eventually` for synchronous tests (a dev stack of processes, the CLI as a
+    subprocess): the same rule, blocking; the longer default suits process start-ups."""
+    deadline = _Deadline(until, within, what)
+    while True:
+        value = probe()
+        if deadline.met(value):
+            return value
+        time.sleep(interval)
 
 
 async def dead_letters(bus: Bus) -> list[DeadLetter]:
@@ -279,4 +311,12 @@ async def pg_pool(pg_dsn: str) -> AsyncIterator[asyncpg.Pool[Any]]:
         await asyncio.wait_for(pool.close(), timeout=10)
 
 
-__all__ = ["NatsServer", "PostgresServer", "free_port", "http_status", "nats_server_binary"]
+__all__ = [
+    "NatsServer",
+    "PostgresServer",
+    "eventually",
+    "eventually_blocking",
+    "free_port",
+    "http_status",
+    "nats_server_binary",
+]

@@ -8,6 +8,7 @@ a restarted service resumes its durable without handling acked messages again.
 
 from __future__ import annotations
 
+import logging
 import subprocess
 import time
 import uuid
@@ -356,3 +357,46 @@ async def test_the_broker_connects_with_the_bus_settings_credentials(
     finally:
         await handlers.stop()
         await bus.close()
+
+
+async def _count_pull_requests(bus: Bus, s: ConsumerSpec) -> list[int]:
+    """A live count of the pull requests sent to `s`'s durable (each fetch sends one or two):
+    a plain subscriber on the request subject sees them beside the server."""
+    seen = [0]
+
+    async def count(_msg: object) -> None:
+        seen[0] += 1
+
+    await bus.nc.subscribe(f"$JS.API.CONSUMER.MSG.NEXT.{s.stream}.{s.durable}", cb=count)
+    return seen
+
+
+async def test_an_idle_fetch_that_times_out_logs_nothing(bus: Bus, caplog):
+    # A fetch timeout this short makes nats-py 2.16 raise its plain asyncio.TimeoutError (the
+    # deadline runs out between the no-wait probe and the lingering request) again and again;
+    # under load the same happens with ordinary timeouts.
+    s = spec(fetch_timeout=0.002)
+    caplog.set_level(logging.WARNING)  # whatever an earlier test left on the root logger
+    seen: list[int] = []
+    handlers = Handlers(bus)
+
+    @handlers.durable(s)
+    async def handle(event: Event) -> None:
+        assert isinstance(event, RunHeartbeat)
+        seen.append(event.seq)
+
+    requests = await _count_pull_requests(bus, s)
+    await handlers.start()
+    try:
+        await eventually(lambda: requests[0] >= 300, what="300 idle pull requests", within=30)
+        await _beat(bus, "run_idle", 1)
+        await eventually(lambda: seen == [1], what="the message after the idle time")
+        # Before stopping: closing the connection logs its own (expected) warning.
+        noisy = [
+            r
+            for r in caplog.records
+            if r.levelno >= logging.WARNING and r.name.startswith(("nexus_events", "faststream"))
+        ]
+    finally:
+        await handlers.stop()
+    assert noisy == [], [f"{r.name}: {r.getMessage()[:120]}" for r in noisy]

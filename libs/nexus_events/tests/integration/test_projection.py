@@ -16,9 +16,9 @@ from nexus_events.bus import Bus, Outgoing
 from nexus_events.events import DeadLetter, RunHeartbeat, RunTurn
 from nexus_events.projection import ProjectionRunner, Source, projection_status, rebuild
 from nexus_events.streams import DLQ, RUNS
+from nexus_events.testing import eventually
 
 from .counting_projection import CountingProjection
-from .polling import eventually
 
 ROOT = Path(__file__).resolve().parents[4]
 

@@ -50,7 +50,8 @@ class GatewaySettings(ApproverDefaults):
     db_pool_size: int = Field(6, gt=1, description="Most PostgreSQL connections.")
     # -- HTTP ingress ------------------------------------------------------------------------
     gateway_host: str = Field("127.0.0.1", description="Bind address of the webhook ingress.")
-    gateway_port: int = Field(8090, ge=0, le=65535, description="Port (0: any free port).")
+    # 8091, not 8090: plane-sync's webhook port defaults to 8090 and both may share a host.
+    gateway_port: int = Field(8091, ge=0, le=65535, description="Port (0: any free port).")
     gateway_max_body: int = Field(
         1_000_000, gt=0, description="Largest accepted request body in bytes (else 413)."
     )

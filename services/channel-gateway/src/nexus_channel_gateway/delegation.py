@@ -4,6 +4,11 @@ back to the requester's inbox with the correlation id (see `Notifier`).
 
 The chain of agents is kept here, from the root run down: the runner only says who it is
 (`from_run_id`, `from_agent_id`), so a runner cannot shorten its own chain.
+
+Depth counts delegated runs: a root run (one no delegation started) is at 0, its child at 1,
+and `max_depth` is the deepest child allowed (3: root -> 1 -> 2 -> 3). It follows the runs,
+not the agent names: whether a request names its sender's agent changes only how the chain
+reads in a refusal, never the depth.
 """
 
 from __future__ import annotations
@@ -43,11 +48,12 @@ def child_run_id(correlation_id: str) -> str:
     return f"run_{digest}"
 
 
-def refusal(chain: tuple[str, ...], target: str, max_depth: int) -> str | None:
-    """Why delegating to `target` from the end of `chain` is refused, or None."""
+def refusal(chain: tuple[str, ...], target: str, depth: int, max_depth: int) -> str | None:
+    """Why delegating to `target` from the end of `chain` is refused, or None; `depth` is the
+    child's (delegated runs from the root run to it, itself included)."""
     if target in chain:
         return "cycle: " + " -> ".join((*chain, target))
-    if len(chain) >= max_depth:
+    if depth > max_depth:
         return f"depth limit {max_depth} reached: " + " -> ".join((*chain, target))
     return None
 
@@ -71,17 +77,19 @@ class Delegator:
         if isinstance(event, RouteRequest) and target:
             await self.route(target, event)
 
-    async def _chain(self, request: RouteRequest) -> tuple[str, ...]:
+    async def _chain(self, request: RouteRequest) -> tuple[tuple[str, ...], int]:
+        """The requester's chain of agents and its depth (0: a root run, or no run at all)."""
         if request.from_run_id is not None:
             held = await self.store.delegation(request.from_run_id)
             if held is not None:
-                return held.chain
-        return (request.from_agent_id,) if request.from_agent_id else ()
+                return held.chain, held.depth
+        return ((request.from_agent_id,) if request.from_agent_id else ()), 0
 
     async def route(self, target: str, request: RouteRequest) -> None:
-        chain = await self._chain(request)
+        chain, parent_depth = await self._chain(request)
+        depth = parent_depth + 1
         reply_to = request.reply_to or request.from_run_id
-        why = refusal(chain, target, self.max_depth)
+        why = refusal(chain, target, depth, self.max_depth)
         if why is not None:
             self.metrics.delegation("refused")
             log.info("delegation %s to %s refused: %s", request.correlation_id, target, why)
@@ -96,7 +104,12 @@ class Delegator:
         child = child_run_id(request.correlation_id)
         await self.store.record_delegation(
             Delegation(
-                child, request.from_run_id, reply_to, request.correlation_id, (*chain, target)
+                child,
+                request.from_run_id,
+                reply_to,
+                request.correlation_id,
+                (*chain, target),
+                depth,
             )
         )
         await self.bus.publish(
@@ -110,7 +123,7 @@ class Delegator:
                 parent_run_id=request.from_run_id,
                 labels={
                     "correlation_id": request.correlation_id,
-                    "delegation_depth": str(len(chain) + 1),
+                    "delegation_depth": str(depth),
                 },
             ),
             msg_id=f"route:{request.correlation_id}",

@@ -71,13 +71,11 @@ class Ingress:
         self, channel: str, verifier: Verifier, request: web.Request
     ) -> web.StreamResponse:
         if request.content_length is not None and request.content_length > self.max_body:
-            self.metrics.inbound(channel, "oversized")
-            return web.json_response({"error": f"body over {self.max_body} bytes"}, status=413)
+            return self._oversized(channel, request)
         try:
             body = await request.read()
         except web.HTTPRequestEntityTooLarge:
-            self.metrics.inbound(channel, "oversized")
-            return web.json_response({"error": f"body over {self.max_body} bytes"}, status=413)
+            return self._oversized(channel, request)
         verdict = verifier.handle(body, request.headers)
         if isinstance(verdict, Refused):
             self.metrics.inbound(channel, verdict.outcome)
@@ -87,6 +85,21 @@ class Ingress:
             self.metrics.inbound(channel, verdict.outcome)
             return web.json_response(verdict.body, status=verdict.status)
         return await self._accept(channel, verdict)
+
+    def _oversized(self, channel: str, request: web.Request) -> web.StreamResponse:
+        # A warning, unlike other refusals (info): a sender whose bodies outgrow the limit
+        # loses its events until someone raises NEXUS_GATEWAY_MAX_BODY, so it must be seen.
+        size = request.content_length
+        log.warning(
+            "refused %s request from %s: body of %s bytes over the %d-byte limit"
+            " (NEXUS_GATEWAY_MAX_BODY), answered 413",
+            channel,
+            request.remote or "unknown",
+            size if size is not None else "unknown (chunked)",
+            self.max_body,
+        )
+        self.metrics.inbound(channel, "oversized")
+        return web.json_response({"error": f"body over {self.max_body} bytes"}, status=413)
 
     async def _accept(self, channel: str, verdict: Accepted) -> web.StreamResponse:
         fresh = await self.outbox.accept(verdict)

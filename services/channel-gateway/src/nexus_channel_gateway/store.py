@@ -95,6 +95,9 @@ CREATE TABLE IF NOT EXISTS {s}.pairing (
 ALTER TABLE {s}.pairing ADD COLUMN IF NOT EXISTS user_name text;
 ALTER TABLE {s}.allowlist ADD COLUMN IF NOT EXISTS seq bigint;
 ALTER TABLE {s}.allowlist ADD COLUMN IF NOT EXISTS code text;
+-- How many delegated runs lead from the root run to this child, the child included (1 for a
+-- root run's child). Rows from before it have NULL: their chain length stands in.
+ALTER TABLE {s}.delegations ADD COLUMN IF NOT EXISTS depth integer;
 """
 
 
@@ -136,7 +139,8 @@ class Delegation:
     parent_run_id: str | None
     reply_to: str | None
     correlation_id: str
-    chain: tuple[str, ...]  # agents from the root run to the child, both included
+    chain: tuple[str, ...]  # agents from the root run to the child (the root's when known)
+    depth: int  # delegated runs from the root run to the child, the child included
 
 
 class GatewayStore:
@@ -335,13 +339,14 @@ class GatewayStore:
     async def record_delegation(self, d: Delegation) -> None:
         await self.pool.execute(
             f"INSERT INTO {self.s}.delegations"
-            " (child_run_id, parent_run_id, reply_to, correlation_id, chain)"
-            " VALUES ($1, $2, $3, $4, $5) ON CONFLICT (child_run_id) DO NOTHING",
+            " (child_run_id, parent_run_id, reply_to, correlation_id, chain, depth)"
+            " VALUES ($1, $2, $3, $4, $5, $6) ON CONFLICT (child_run_id) DO NOTHING",
             d.child_run_id,
             d.parent_run_id,
             d.reply_to,
             d.correlation_id,
             list(d.chain),
+            d.depth,
         )
 
     async def delegation(self, child_run_id: str) -> Delegation | None:
@@ -356,6 +361,7 @@ class GatewayStore:
             row["reply_to"],
             row["correlation_id"],
             tuple(row["chain"]),
+            row["depth"] if row["depth"] is not None else len(row["chain"]),
         )
 
     # -- pairing and the allowlist -----------------------------------------------------------

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from nexus_events import subjects
 from nexus_events.bus import Bus
+from nexus_events.codec import Decoded
 from nexus_events.events import InboxMessage, RouteRequest, RunCompleted, RunRequested
 from nexus_events.events.runs import RunResult
 from nexus_events.testing import eventually
@@ -22,7 +23,7 @@ async def _at_least(coro: object, n: int) -> object:
 async def test_a_delegation_runs_a_child_and_the_parent_gets_its_result(
     bus: Bus, make_gateway: object
 ) -> None:
-    gateway = await make_gateway(delegation_max_depth=2)  # type: ignore[operator]
+    gateway = await make_gateway(delegation_max_depth=1)  # type: ignore[operator]
     request = RouteRequest(
         correlation_id="corr-1", input="review the diff", from_run_id=PARENT,
         from_agent_id="implementer", reply_to=PARENT,
@@ -60,10 +61,60 @@ async def test_a_delegation_runs_a_child_and_the_parent_gets_its_result(
     refused = await eventually(lambda: inbox_of(bus, child_id), what="cycle refused")
     assert refused[0].event.correlation_id == "corr-2"  # type: ignore[attr-defined]
     assert "cycle: implementer -> reviewer -> implementer" in refused[0].event.text  # type: ignore[attr-defined]
-    # Another agent is fine for the cycle guard but one level too deep (limit 2).
+    # Another agent is fine for the cycle guard but one level too deep (limit 1).
     deep = RouteRequest(correlation_id="corr-3", input="test it", from_run_id=child_id)
     await bus.publish(subjects.route("tester"), deep)
     both = await eventually(lambda: _at_least(inbox_of(bus, child_id), 2), what="depth refused")
-    assert "depth limit 2" in both[1].event.text  # type: ignore[attr-defined]
+    assert "depth limit 1" in both[1].event.text  # type: ignore[attr-defined]
     assert len(await run_requests(bus)) == 1
     assert gateway.metrics.counts["delegation", "route", "refused"] == 2
+
+
+async def _child_of(bus: Bus, correlation_id: str) -> Decoded | None:
+    for found in await run_requests(bus):
+        if found.event.labels.get("correlation_id") == correlation_id:  # type: ignore[attr-defined]
+            return found
+    return None
+
+
+async def test_the_limit_counts_delegated_runs_below_the_root_whoever_names_the_sender(
+    bus: Bus, make_gateway: object
+) -> None:
+    """NEXUS_DELEGATION_MAX_DEPTH=3 is three delegated runs below a root run, and the first
+    child is at depth 1 whether or not the route request names its sender's agent."""
+    gateway = await make_gateway(delegation_max_depth=3)  # type: ignore[operator]
+    root = "run_root1"
+    # The same first step twice: with and without the sender's agent.
+    for corr, agent in (("d-named", "alpha"), ("d-anonymous", None)):
+        await bus.publish(
+            subjects.route("beta"),
+            RouteRequest(correlation_id=corr, input="go", from_run_id=root, from_agent_id=agent),
+        )
+    firsts = [
+        await eventually(lambda c=corr: _child_of(bus, c), what=f"child of {corr}")
+        for corr in ("d-named", "d-anonymous")
+    ]
+    assert [f.event.labels["delegation_depth"] for f in firsts] == ["1", "1"]  # type: ignore[attr-defined]
+    # Down the named chain: beta -> gamma -> delta are delegated runs 2 and 3.
+    parent, depth = firsts[0].address.run_id, 1
+    for corr, sender, target in (("d-2", "beta", "gamma"), ("d-3", "gamma", "delta")):
+        await bus.publish(
+            subjects.route(target),
+            RouteRequest(correlation_id=corr, input="go", from_run_id=parent, from_agent_id=sender),
+        )
+        child = await eventually(lambda c=corr: _child_of(bus, c), what=f"child {target}")
+        depth += 1
+        assert child.event.labels["delegation_depth"] == str(depth)  # type: ignore[attr-defined]
+        parent = child.address.run_id
+    assert parent is not None
+    # A fourth delegated run is one too many.
+    await bus.publish(
+        subjects.route("epsilon"),
+        RouteRequest(correlation_id="d-4", input="go", from_run_id=parent, from_agent_id="delta"),
+    )
+    refused = await eventually(lambda: inbox_of(bus, parent), what="fourth refused")
+    assert "depth limit 3 reached: alpha -> beta -> gamma -> delta -> epsilon" in (
+        refused[0].event.text  # type: ignore[attr-defined]
+    )
+    assert len(await run_requests(bus)) == 4
+    assert gateway.metrics.counts["delegation", "route", "refused"] == 1

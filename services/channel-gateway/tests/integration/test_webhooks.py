@@ -7,7 +7,9 @@ import base64
 import hashlib
 import hmac
 import json
+import logging
 import time
+from collections.abc import AsyncIterator
 from pathlib import Path
 
 import aiohttp
@@ -57,13 +59,23 @@ def ci_headers(body: bytes, delivery: str, ts: int | None = None) -> dict[str, s
     }
 
 
-async def test_generic_sources_verify_dedupe_and_publish(
-    bus: Bus, make_gateway: object, tmp_path: Path, monkeypatch: object
-) -> None:
+async def sources_gateway(
+    make_gateway: object, tmp_path: Path, monkeypatch: object, **overrides: object
+) -> GatewayApp:
+    """A gateway serving the `SOURCES` file (the ci source's secret in its environment)."""
     monkeypatch.setenv("TEST_CI_SECRET", "ci-secret")  # type: ignore[attr-defined]
     path = tmp_path / "sources.yaml"
     path.write_text(SOURCES)
-    gateway: GatewayApp = await make_gateway(webhook_sources_file=path)  # type: ignore[operator]
+    gateway: GatewayApp = await make_gateway(  # type: ignore[operator]
+        webhook_sources_file=path, **overrides
+    )
+    return gateway
+
+
+async def test_generic_sources_verify_dedupe_and_publish(
+    bus: Bus, make_gateway: object, tmp_path: Path, monkeypatch: object
+) -> None:
+    gateway = await sources_gateway(make_gateway, tmp_path, monkeypatch)
     port = gateway.port
     body = json.dumps({"ref": "main"}).encode()
     for _ in range(3):  # the sender retries one delivery
@@ -104,3 +116,30 @@ async def test_generic_sources_verify_dedupe_and_publish(
 async def _at_least(coro: object, n: int) -> object:
     found = await coro  # type: ignore[misc]
     return found if len(found) >= n else None
+
+
+async def test_an_oversized_body_is_413_with_one_warning_line(
+    make_gateway: object, tmp_path: Path, monkeypatch: object, caplog: object
+) -> None:
+    gateway = await sources_gateway(make_gateway, tmp_path, monkeypatch, gateway_max_body=1000)
+    big = b"x" * 5000
+
+    async def chunked() -> AsyncIterator[bytes]:
+        yield big  # no Content-Length: only reading the body finds it too large
+
+    for body in (big, chunked()):
+        async with (
+            aiohttp.ClientSession() as session,
+            session.post(f"http://127.0.0.1:{gateway.port}/hooks/ci", data=body) as resp,
+        ):
+            assert resp.status == 413
+    lines = [
+        r
+        for r in caplog.records  # type: ignore[attr-defined]
+        if r.name.startswith("nexus_channel_gateway") and r.levelno >= logging.WARNING
+    ]
+    assert len(lines) == 2, [r.getMessage() for r in lines]
+    assert all(r.levelno == logging.WARNING and r.exc_info is None for r in lines)
+    assert all("ci" in r.getMessage() and "1000" in r.getMessage() for r in lines)
+    assert "5000" in lines[0].getMessage()  # the declared size, when there is one
+    assert gateway.metrics.counts["inbound", "ci", "oversized"] == 2

@@ -1,10 +1,11 @@
 """Wiring and lifecycle of the core service: start everything in order, stop it draining.
 
 Start: the health endpoint, connect NATS and PostgreSQL, ensure streams, apply migrations,
-start the catalog, agent_runs and board projections, the run assembly consumer, the queries
-and the metrics. Stop (SIGTERM) unwinds that in reverse (`ServiceApp`): not ready at once,
-metrics, queries, the assembly consumer finishes its batch, then the projections commit
-their batch in hand, connections close, and the health endpoint goes last.
+start the catalog, agent_runs and board projections, the run assembly consumer, the poison
+sweepers of NEXUS_INBOX and NEXUS_CHANNELS, the queries and the metrics. Stop (SIGTERM)
+unwinds that in reverse (`ServiceApp`): not ready at once, metrics, queries, the sweepers and
+the assembly consumer finish their batch, then the projections commit their batch in hand,
+connections close, and the health endpoint goes last.
 """
 
 from __future__ import annotations
@@ -40,6 +41,7 @@ from nexus_core.mongo_catalog import (
 from nexus_core.mongo_catalog import (
     connect as connect_mongo,
 )
+from nexus_core.poison_sweeper import accept, sweeper_specs
 from nexus_core.queries import CoreQueries
 from nexus_core.requests_store import RunRequestStore
 from nexus_core.run_metrics import RunMetrics, RunMetricsSettings
@@ -80,6 +82,8 @@ class CoreApp(ServiceApp):
         # agent_runs and board follow NEXUS_RUNS together: one reader, one transaction.
         self.views_runner: ProjectionRunner | None = None
         self.assembly: Consumer | None = None
+        # Durable readers of NEXUS_INBOX and NEXUS_CHANNELS that dead-letter their poison.
+        self.sweepers: list[Consumer] = []
         self.queries: CoreQueries | None = None
         self.health: HealthServer | None = None
 
@@ -164,6 +168,7 @@ class CoreApp(ServiceApp):
         )
         await self.assembly.start()
         stack.push_async_callback(self.assembly.stop)
+        await self._start_sweepers(stack, bus)
         self.queries = CoreQueries(bus, pool, catalog)
         await self.queries.start()
         stack.push_async_callback(self.queries.stop)
@@ -176,6 +181,15 @@ class CoreApp(ServiceApp):
             )  # fmt: skip
             await self.metrics.start()
             stack.push_async_callback(self._stop_metrics)
+
+    async def _start_sweepers(self, stack: contextlib.AsyncExitStack, bus: Bus) -> None:
+        """The durable readers that dead-letter poison on NEXUS_INBOX and NEXUS_CHANNELS."""
+        s = self.settings
+        for spec in sweeper_specs(s.consumer_prefix, s.fetch_timeout):
+            sweeper = bus.consumer(spec, accept)
+            await sweeper.start()
+            stack.push_async_callback(sweeper.stop)
+            self.sweepers.append(sweeper)
 
     async def _stop_metrics(self) -> None:
         metrics, self.metrics = self.metrics, None  # released with core

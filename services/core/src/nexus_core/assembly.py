@@ -93,6 +93,7 @@ def assemble(
         catalog_revisions=revisions,
         max_concurrent_runs=definition.max_concurrent_runs,
         hooks=hooks,
+        plan_mode=definition.plan_mode if request.plan_mode is None else request.plan_mode,
     )
 
 

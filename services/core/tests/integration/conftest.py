@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 import uuid
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
@@ -19,7 +18,8 @@ from nexus_core.config import CoreSettings
 from nexus_core.mongo_catalog import MongoCatalogRunner, MongoCatalogStore
 from nexus_core.mongo_catalog import connect as connect_mongo
 
-from .support import MONGODB_URL_ENV, mongodb_mode
+from .mongo_server import mongo_choice
+from .support import mongodb_mode
 
 
 def core_settings(**overrides: Any) -> CoreSettings:
@@ -55,9 +55,9 @@ async def core(bus: Bus, core_pool: asyncpg.Pool[Any]) -> AsyncIterator[CoreApp]
 
 @pytest.fixture
 async def mongo_db() -> AsyncIterator[Any]:
-    """A fresh MongoDB database through motor's API: a real server if NEXUS_TEST_MONGODB_URL
-    is set, else mongomock-motor (the test ids say which: mongodb-real / mongodb-mongomock)."""
-    url = os.environ.get(MONGODB_URL_ENV)
+    """A fresh MongoDB database through motor's API on the session's server (`mongo_server`:
+    NEXUS_TEST_MONGODB_URL, else SecantusDB, else mongomock-motor; the test ids say which)."""
+    url = mongo_choice().url
     name = f"nexus_test_{uuid.uuid4().hex[:12]}"
     if url:
         client = connect_mongo(url)

@@ -48,12 +48,9 @@ async def catalog_ready(core: Any) -> None:
     await eventually(core.catalog_fresh)
 
 
-# The MongoDB catalog backend runs against a real server when this is set, else mongomock-motor.
-MONGODB_URL_ENV = "NEXUS_TEST_MONGODB_URL"
-
-
 def mongodb_mode() -> str:
-    """The id of the MongoDB backend under test: ``mongodb-real`` or ``mongodb-mongomock``."""
-    import os
+    """The id of the MongoDB backend under test: ``mongodb-real``, ``mongodb-secantus`` or
+    ``mongodb-mongomock`` (`mongo_server` says how it is chosen)."""
+    from .mongo_server import mongo_choice
 
-    return "mongodb-real" if os.environ.get(MONGODB_URL_ENV) else "mongodb-mongomock"
+    return mongo_choice().mode

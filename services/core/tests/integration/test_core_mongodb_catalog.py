@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 from typing import Any
 
 import asyncpg
@@ -17,9 +16,9 @@ from nexus_core.errors import CatalogBackendError
 from nexus_core.mongo_catalog import MongoCatalogRunner, MongoCatalogStore
 
 from .conftest import core_settings
+from .mongo_server import mongo_choice
 from .support import (
     AGENT_YAML,
-    MONGODB_URL_ENV,
     SKILL_MD,
     catalog_ready,
     eventually,
@@ -33,9 +32,10 @@ from .support import (
 async def test_core_prepares_runs_from_the_mongodb_catalog(
     bus: Bus, core_pool: asyncpg.Pool[Any], mongo_db, mongodb
 ):
-    # A real server is reached through the URL (as in production); mongomock is handed in.
-    url = os.environ.get(MONGODB_URL_ENV)
-    settings = core_settings(catalog_url=url) if url else core_settings()
+    # A server is reached through the URL (as in production), in the test's own database;
+    # mongomock is handed in.
+    url = mongo_choice().url
+    settings = core_settings(catalog_url=f"{url}/{mongo_db.name}") if url else core_settings()
     app = CoreApp(settings, bus=bus, pool=core_pool, catalog_db=None if url else mongo_db)
     async with app:
         assert isinstance(app.catalog, MongoCatalogStore)

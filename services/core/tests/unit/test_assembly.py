@@ -104,3 +104,20 @@ def test_carries_the_mcp_servers():
         ("fs", "mcp-fs", ["read"], ["read"])
     ]
     assert assemble("r1", REQUEST, AGENT, {"python": PY, "git@2": GIT}, MEMORY).mcp_servers == []  # type: ignore[union-attr]
+
+
+def test_plan_mode_from_the_definition_unless_the_request_says_otherwise():
+    planning = _agent("plan_mode: true\n")
+    config = assemble("r1", REQUEST, planning, {}, MEMORY)
+    assert isinstance(config, RunConfig)
+    assert config.plan_mode is True
+    plain = _agent("")
+    config = assemble("r1", REQUEST, plain, {}, MEMORY)
+    assert isinstance(config, RunConfig)
+    assert config.plan_mode is False
+    for asked in (True, False):
+        request = REQUEST.model_copy(update={"plan_mode": asked})
+        for agent in (planning, plain):
+            config = assemble("r1", request, agent, {}, MEMORY)
+            assert isinstance(config, RunConfig)
+            assert config.plan_mode is asked

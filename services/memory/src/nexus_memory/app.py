@@ -15,6 +15,7 @@ import asyncio
 import contextlib
 import logging
 import time
+from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any
 
@@ -87,8 +88,10 @@ class MemoryApp(ServiceApp):
         embedder: Embedder | None = None,
         metrics_settings: MetricsSettings | None = None,
         schema: str = MEMORY_SCHEMA,
+        clock: Callable[[], datetime] = lambda: datetime.now(UTC),
     ) -> None:
         self.settings = settings or MemorySettings()
+        self.clock = clock  # "now" of consolidation's decay (tests move it instead of sleeping)
         self.bus_settings = bus_settings
         self.metrics_settings = metrics_settings
         self.schema = schema
@@ -106,6 +109,7 @@ class MemoryApp(ServiceApp):
         self.tracker: AccessTracker | None = None
         self.consolidator: Consolidator | None = None
         self.endpoints: MemoryEndpoints | None = None
+        self.search: MemorySearch | None = None
         self.health: HealthServer | None = None
         self._consolidation_task: asyncio.Task[None] | None = None
         self._rebuild_lock = asyncio.Lock()
@@ -197,7 +201,7 @@ class MemoryApp(ServiceApp):
                 name="memory-consolidation",
             )
             stack.push_async_callback(_cancel, self._consolidation_task)
-        search = MemorySearch(
+        self.search = search = MemorySearch(
             self.pool,
             self.embedder,
             Weights(
@@ -219,7 +223,7 @@ class MemoryApp(ServiceApp):
     async def consolidate(self, scopes: list[str] | None = None) -> MemoryConsolidateReply:
         """One consolidation pass now (over `scopes`, else all)."""
         assert self.consolidator is not None
-        return await self.consolidator.run(scopes or [], datetime.now(UTC))
+        return await self.consolidator.run(scopes or [], self.clock())
 
     async def _consolidate_every(self, interval: float) -> None:
         while True:

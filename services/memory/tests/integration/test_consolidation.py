@@ -4,7 +4,7 @@ new changes nothing."""
 
 from __future__ import annotations
 
-import asyncio
+from datetime import datetime, timedelta
 
 import asyncpg
 from nexus_events import subjects
@@ -18,15 +18,20 @@ from services.memory.tests.support import applied, ask, record, search
 async def test_a_pass_merges_supersedes_and_decays(
     make_memory: MakeApp, bus: Bus, pg_pool: asyncpg.Pool
 ) -> None:
-    memory = await make_memory(memory_decay_days=2 / 86400)  # two seconds
+    # The pass runs one decay age after `first` was recorded: `old`, recorded before it and
+    # never returned by a search, is past the age; everything from `first` on is not.
+    now: list[datetime] = []
+    memory = await make_memory(memory_decay_days=7, clock=lambda: now[0])
     old = await record(bus, "Staging deploys happen on Fridays", "agent:ops")
-    await asyncio.sleep(2.5)  # `old` is now past the decay age and was never returned
     first = await record(bus, "Tests are run with pytest -x", "agent:impl")
     dup = await record(bus, "tests are run with   pytest -x", "agent:impl")
     near = await record(bus, "Tests run with pytest", "agent:impl")
     yes = await record(bus, "CI uses pytest", "agent:ci")
     no = await record(bus, "CI does not use pytest", "agent:ci")
     await applied(memory)
+    recorded = "SELECT recorded_at FROM memory.memories WHERE memory_id = $1"
+    now.append(await pg_pool.fetchval(recorded, first) + timedelta(days=7))
+    assert await pg_pool.fetchval(recorded, old) < now[0] - timedelta(days=7)
     reply = await ask(bus, subjects.MEMORY_CONSOLIDATE, {})
     assert reply == {"scopes": 3, "superseded": 3, "stale": 1}
     await applied(memory)

@@ -8,6 +8,8 @@ from nexus_events.events import ModelSpec, RepoSpec, RunConfig
 
 from nexus_memory.consolidation import Thresholds, decide, negates
 from nexus_memory.extraction import candidate_id, memory_scope, parse_answer
+from nexus_memory.identifiers import held, identifiers
+from nexus_memory.lexicon import common
 from nexus_memory.search import Row, Weights, rank
 
 NOW = datetime(2026, 11, 22, tzinfo=UTC)
@@ -36,6 +38,59 @@ def test_a_small_rrf_constant_lets_a_first_place_beat_two_middling_ranks() -> No
     rows = [row("first", sem=None, lex=1), row("middling", sem=20, lex=20)]
     assert [i.memory_id for i in rank(rows, NOW, 10, Weights(rrf_k=60))] == ["middling", "first"]
     assert [i.memory_id for i in rank(rows, NOW, 10, Weights(rrf_k=5))] == ["first", "middling"]
+
+
+def test_a_weak_word_match_does_not_outrank_the_vector_first() -> None:
+    """A paraphrase: the answer is vector #1 and holds none of the query's words; another
+    memory holds one of its four words (lexical #1) and is vector #3. Plain RRF ranks the
+    weak match first (1/6 + 1/8 > 1/6); weighted by coverage (1/4 squared) it does not."""
+    rows = [
+        row("answer", sem=1, lex=None),
+        row("one-word", sem=3, lex=1, coverage=0.25),
+        row("other", sem=2, lex=None),
+    ]
+    assert [i.memory_id for i in rank(rows, NOW, 3, Weights())] == ["answer", "other", "one-word"]
+    plain = Weights(coverage_power=0)
+    assert rank(rows, NOW, 3, plain)[0].memory_id == "one-word"
+
+
+def test_a_full_word_match_counts_fully() -> None:
+    rows = [row("all-words", sem=4, lex=1, coverage=1.0), row("vector-first", sem=1, lex=None)]
+    assert rank(rows, NOW, 2, Weights())[0].memory_id == "all-words"
+
+
+def test_an_exact_identifier_ranks_above_its_near_misses() -> None:
+    rows = [
+        row("near", sem=1, lex=2, coverage=1.0, text="ERR_CONN_RESET_BY_PEER from the gateway"),
+        row("exact", sem=3, lex=1, coverage=1.0, text="ERR_CONN_RESET from the gateway"),
+        row("sibling", sem=2, lex=None, text="ERR_CONN_REFUSED from the gateway"),
+    ]
+    ranked = rank(rows, NOW, 3, Weights(), identifiers("ERR_CONN_RESET"))
+    assert [i.memory_id for i in ranked] == ["exact", "near", "sibling"]
+    # Without identifiers in the query nothing is boosted.
+    assert rank(rows, NOW, 3, Weights(), identifiers("gateway errors"))[0].memory_id == "near"
+
+
+def test_identifier_shaped_words() -> None:
+    assert identifiers("what does E4012 mean") == ["E4012"]
+    assert identifiers("ERR_CONN_RESET and PAY-1432, again PAY-1432") == [
+        "ERR_CONN_RESET", "PAY-1432",
+    ]  # fmt: skip
+    assert identifiers("set FEATURE_FAST=0; KubePodCrashLooping fired") == [
+        "FEATURE_FAST", "KubePodCrashLooping",
+    ]  # fmt: skip
+    # Plain words, numbers, acronyms and names are not identifiers.
+    assert identifiers("how do I run the tests in CI after a 429") == []
+    assert identifiers("GitHub and PostgreSQL on my iPhone") == []
+
+
+def test_held_is_a_whole_token_match_case_aside() -> None:
+    assert held(["PAY-1432"], "Ticket pay-1432 tracks it") == 1.0
+    for near in ("PAY-14320", "XPAY-1432", "PAY-1432-B", "PAY-1432_OLD", "PAY-1423"):
+        assert held(["PAY-1432"], f"Ticket {near} tracks it") == 0.0, near
+    assert held(["E4012"], "Error E4012: archived (see E4013)") == 1.0
+    assert held(["E4012", "E4013"], "E4012 only") == 0.5
+    assert held([], "anything") == 0.0
 
 
 def test_recency_access_kind_and_currency_weigh_in() -> None:
@@ -100,3 +155,10 @@ def test_consolidation_rules() -> None:
     assert negates("we no longer deploy on Fridays")
     assert negates("don't use nose")
     assert not negates("notes live in docs/")
+
+
+def test_common_lexemes_are_cut_only_in_a_large_table() -> None:
+    elems, freqs = ["test", "run", "kafka"], [0.2, 0.011, 0.004, 0.004, 0.2, 0.0]
+    assert common(elems, freqs, rows=100_000) == ["test", "run"]
+    assert common(elems, freqs, rows=1_000) == []  # small: results independent of ANALYZE
+    assert common(None, None, rows=100_000) == []  # never analysed

@@ -52,6 +52,7 @@ from nexus_runner.finishing import finish_run
 from nexus_runner.git import Author, Git
 from nexus_runner.llm import LlmClient, RetryPolicy
 from nexus_runner.loop import AgentLoop
+from nexus_runner.plan import not_approved_message, plan_result
 from nexus_runner.prompt import initial_messages
 from nexus_runner.provider import GitHubProvider, GitProvider
 from nexus_runner.publisher import RunPublisher
@@ -289,16 +290,22 @@ async def _execute_run(
             # once the run was ended by someone else.
             await pub.flush()
             control.ensure_not_ended()
-            result = await finish_run(
-                config,
-                settings,
-                ctx,
-                finished,
-                branch=branch,
-                base_sha=base_sha,
-                base_branch=base_branch,
-                provider=provider,
-                guard=control.ensure_not_ended,
+            # A plan not approved: nothing was written (only read tools were offered), so no
+            # acceptance tests, commit or push; the plan is the result.
+            result = (
+                plan_result(plan)
+                if (plan := loop.plan.ended) is not None
+                else await finish_run(
+                    config,
+                    settings,
+                    ctx,
+                    finished,
+                    branch=branch,
+                    base_sha=base_sha,
+                    base_branch=base_branch,
+                    provider=provider,
+                    guard=control.ensure_not_ended,
+                )
             )
             return result.model_copy(update={"turns": loop.usage.turns})
 
@@ -370,6 +377,14 @@ def _terminal(
     else:
         exc = task.exception()
         if exc is None:
+            plan = loop.plan.ended if loop is not None else None
+            if plan is not None:
+                return RunCompleted(
+                    reason=Reason.PLAN_NOT_APPROVED,
+                    message=not_approved_message(plan),
+                    result=task.result(),
+                    **usage,
+                )
             return RunCompleted(result=task.result(), **usage)
         if isinstance(exc, RunStopped):
             stopped = exc

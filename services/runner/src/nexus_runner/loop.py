@@ -26,6 +26,19 @@ from nexus_runner.config import RunnerSettings
 from nexus_runner.control import RunControl
 from nexus_runner.errors import LlmUnavailable, RunStopped
 from nexus_runner.llm import Completion, LlmClient, ToolCallRequest
+from nexus_runner.plan import (
+    EXIT_PLAN_MODE,
+    ExitPlanModeArgs,
+    PlanMode,
+    PlanVerdict,
+    Verdict,
+    approval_summary,
+    approved_output,
+    invalid_plan,
+    lenient_arguments,
+    not_approved_output,
+    refusal,
+)
 from nexus_runner.prompt import inbox_message
 from nexus_runner.publisher import RunPublisher
 from nexus_runner.safety import redact, truncate
@@ -73,13 +86,16 @@ class AgentLoop:
         self.usage = Usage()
         self.phase = "starting"
         self.stuck = StuckDetector(settings.stuck_repeat_threshold, settings.stuck_idle_turns)
-        self._tool_specs = tools.specs()
+        # Plan mode (nexus_runner.plan): read tools only until a submitted plan is approved.
+        self.plan = PlanMode(config.plan_mode)
+        self._tool_specs = self._offered()
         self._log_buffer: dict[str, str] = {}
 
     async def run(self) -> FinishArgs:
         while True:
             self._check_budgets(next_turn=True)
             self._check_cancel()
+            self.plan.next_turn()
             for message in self.control.take_messages():
                 self.messages.append(inbox_message(message))
             self.usage.turns += 1
@@ -99,6 +115,9 @@ class AgentLoop:
                 self.messages.append(
                     {"role": "tool", "tool_call_id": call.id, "content": outcome.output}
                 )
+                if (ended := self.plan.ended) is not None:
+                    # Not approved: the plan is the result (app.py skips the finishing).
+                    return FinishArgs(summary=ended.plan, details={"plan": ended.as_dict()})
                 self._stuck(self.stuck.record_call(call.name, call.arguments, outcome.output))
             if self.tools.ctx.finished is not None:
                 return self.tools.ctx.finished
@@ -146,7 +165,7 @@ class AgentLoop:
         with llm_span(self.config, self.llm.model, turn) as span:
             try:
                 # Re-read each turn: MCP tools of a server that kept crashing are withdrawn.
-                self._tool_specs = self.tools.specs()
+                self._tool_specs = self._offered()
                 completion = await self.llm.complete(
                     self.messages, self._tool_specs, on_delta, on_retry
                 )
@@ -190,6 +209,26 @@ class AgentLoop:
 
     # -- tools -------------------------------------------------------------------------------
 
+    def _offered(self) -> list[dict[str, Any]]:
+        """The tools offered this turn: in plan mode only those that read, and exit_plan_mode."""
+        return self.tools.specs(read_only=self.plan.active) + self.plan.specs()
+
+    def _decide(self, call: ToolCallRequest) -> Decision:
+        """The registry's judgement, after plan mode's: while it is active, exit_plan_mode is
+        parsed here and any tool that does not read is refused before the registry sees it."""
+        if not self.plan.active:
+            return self.tools.decide(call.name, call.arguments, call.id)
+        if call.name == EXIT_PLAN_MODE:
+            raw = lenient_arguments(call.arguments)
+            problem = invalid_plan(raw)
+            if problem is not None:
+                return Decision(call.name, "invalid", raw=raw, reason=problem)
+            return Decision(call.name, "approve", raw=raw, reason="a plan", call_id=call.id)
+        if not self.tools.reads(call.name):
+            raw = lenient_arguments(call.arguments)
+            return Decision(call.name, "refuse", raw=raw, reason=refusal(call.name))
+        return self.tools.decide(call.name, call.arguments, call.id)
+
     def _event_args(self, decision: Decision) -> dict[str, Any]:
         """Arguments as recorded in events: strings redacted and cut, big values summarised."""
         cap = self.settings.event_output_cap
@@ -212,7 +251,7 @@ class AgentLoop:
     async def _tool_call_traced(self, turn: int, call: ToolCallRequest) -> tuple[ToolOutcome, str]:
         """Run one call; return its outcome for the model and a label (ok/refused/error)."""
         self.phase = f"tool:{call.name}"
-        decision = self.tools.decide(call.name, call.arguments, call.id)
+        decision = self._decide(call)
         refused = decision.action == "refuse"
         await self.pub.event(
             ToolCalled(
@@ -231,6 +270,10 @@ class AgentLoop:
             prefix = "refused" if refused else "error"
             label = TOOL_REFUSED if refused else TOOL_ERROR
             outcome = ToolOutcome(False, f"{prefix}: {decision.reason}")
+        elif decision.tool == EXIT_PLAN_MODE and self.plan.active:
+            outcome = await self._submit_plan(decision)
+            if not outcome.ok:
+                label = TOOL_REFUSED
         elif decision.action == "approve":
             outcome, approved = await self._with_approval(decision)
             if not approved:
@@ -255,23 +298,55 @@ class AgentLoop:
         model_output, _ = truncate(outcome.output, self.settings.output_cap)
         return ToolOutcome(outcome.ok, model_output), label
 
+    async def _submit_plan(self, decision: Decision) -> ToolOutcome:
+        """exit_plan_mode: the plan is asked as an approval; approved lifts plan mode from the
+        next turn, anything else ends the run."""
+        plan = ExitPlanModeArgs.model_validate(decision.raw).plan  # validated in _decide
+        approval_id, verdict, by, comment, surface = await self._ask(
+            EXIT_PLAN_MODE,
+            approval_summary(plan),
+            "plan mode: approve the plan to let the agent carry it out with all its tools;"
+            " deny to end the run with the plan as its result",
+        )
+        answered = PlanVerdict(plan, verdict, approval_id, by, comment, surface)
+        self.plan.record(answered)
+        if verdict != "approved":
+            return ToolOutcome(False, not_approved_output(answered))
+        tools = [s["function"]["name"] for s in self.tools.specs()]
+        return ToolOutcome(True, approved_output(answered, tools))
+
     async def _with_approval(self, decision: Decision) -> tuple[ToolOutcome, bool]:
         """Ask for approval, run the call if approved; (outcome, whether approved)."""
+        summary = truncate(redact(json.dumps(decision.raw)), 500)[0]
+        _, verdict, by, comment, _ = await self._ask(
+            decision.tool, f"{decision.tool} {summary}", decision.reason
+        )
+        if verdict != "approved":
+            note = f" ({comment})" if comment else ""
+            who = f" by {by}" if by else ""
+            return ToolOutcome(False, f"approval {verdict}{who}{note}: the call was not run"), False
+        return await self.tools.execute(decision), True
+
+    async def _ask(
+        self, tool: str, summary: str, why: str
+    ) -> tuple[str, Verdict, str | None, str | None, str | None]:
+        """Publish an approval request and wait for its answer (or its expiry); return
+        (approval id, verdict, decided by, comment, surface) once the decision is published."""
         self.phase = "awaiting_approval"
         approval_id = f"apr-{uuid.uuid4().hex[:12]}"
-        summary = truncate(redact(json.dumps(decision.raw)), 500)[0]
         expires = datetime.now(UTC) + timedelta(seconds=self.settings.approval_timeout)
         await self.pub.event(
             ApprovalRequested(
                 approval_id=approval_id,
-                tool=decision.tool,
-                summary=f"{decision.tool} {summary}",
-                why=decision.reason,
+                tool=tool,
+                summary=summary,
+                why=why,
                 expires_at=expires,
             )
         )
         await self.pub.flush()  # stored before anyone is waited on
         answer = await self.control.wait_decision(approval_id, self.settings.approval_timeout)
+        verdict: Verdict
         if answer is None:
             verdict, by, comment, surface = "expired", None, None, None
         else:
@@ -287,8 +362,4 @@ class AgentLoop:
                 surface=surface,
             )
         )
-        if verdict != "approved":
-            note = f" ({comment})" if comment else ""
-            who = f" by {by}" if by else ""
-            return ToolOutcome(False, f"approval {verdict}{who}{note}: the call was not run"), False
-        return await self.tools.execute(decision), True
+        return approval_id, verdict, by, comment, surface

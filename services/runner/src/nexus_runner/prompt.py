@@ -7,6 +7,8 @@ from typing import Any
 from nexus_events.events.inbox import InboxMessage
 from nexus_events.events.runs import RunConfig
 
+from nexus_runner.plan import PLAN_NOTE
+
 
 def initial_messages(config: RunConfig, workspace_note: str) -> list[dict[str, Any]]:
     parts = [config.system_prompt.strip()]
@@ -20,6 +22,8 @@ def initial_messages(config: RunConfig, workspace_note: str) -> list[dict[str, A
         f"{workspace_note}\nPaths are relative to the workspace root. "
         "When the work is done, call the `finish` tool with a short summary."
     )
+    if config.plan_mode:
+        parts.append(PLAN_NOTE)
     task = config.input or "Work on the task you were given."
     return [
         {"role": "system", "content": "\n\n".join(parts)},

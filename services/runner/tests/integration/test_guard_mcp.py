@@ -20,12 +20,12 @@ async def test_read_only_runs_destructive_asks_even_if_auto_approved(
 ) -> None:
     settings = mcp_settings.model_copy(update={"approval_timeout": 0.3})  # nobody answers
     script = [
-        Reply(tool_calls=(tc("mcp_fake__peek"),)),
+        Reply(tool_calls=(tc("mcp_fake__lookup", word="guard"),)),
         Reply(tool_calls=(tc(ECHO, text="hi"),)),
         Reply(tool_calls=(tc("mcp_fake__wipe"),)),
         finish(),
     ]
-    mcp = server(tools=["echo", "peek", "wipe"], auto_approve=["wipe"])
+    mcp = server(tools=["echo", "lookup", "wipe"], auto_approve=["wipe"])
     async with FakeOpenAI(script) as llm:
         config = make_config(
             llm.base_url, mcp_servers=[mcp], permissions={"auto_approve": "curated"}
@@ -35,11 +35,11 @@ async def test_read_only_runs_destructive_asks_even_if_auto_approved(
     events = await run_events(bus, config.run_id)
     called = {e.tool: e for e in events if isinstance(e, ToolCalled)}
     verdicts = {t: (e.guard.decision if e.guard else None) for t, e in called.items()}
-    assert verdicts["mcp_fake__peek"] == "allow"  # readOnlyHint: no approval
+    assert verdicts["mcp_fake__lookup"] == "allow"  # readOnlyHint: no approval
     assert verdicts[ECHO] == "ask"  # not annotated, not listed
     assert verdicts["mcp_fake__wipe"] == "ask"  # destructiveHint beats auto_approve
     asked = [e.tool for e in events if isinstance(e, ApprovalRequested)]
     assert asked == [ECHO, "mcp_fake__wipe"]
     results = {e.tool: e for e in events if isinstance(e, ToolResult)}
-    assert results["mcp_fake__peek"].output == "peeked"
+    assert results["mcp_fake__lookup"].output == "guard: a word"
     assert "wiped" not in results["mcp_fake__wipe"].output

@@ -296,3 +296,19 @@ async def test_streamable_http_server(
     assert isinstance(terminal, RunCompleted), terminal
     assert offered(llm.requests[0]) >= {"mcp_web__echo"}
     assert tool_outputs(llm.requests[1]) == ["echo: over http"]
+
+
+async def test_a_refused_tool_is_told_every_granted_tool_mcp_included(
+    bus: Bus, runner_bus: Bus, mcp_settings: RunnerSettings
+) -> None:
+    script = [Reply(tool_calls=(tc("delete_everything"),)), finish()]
+    async with FakeOpenAI(script) as llm:
+        config = make_config(llm.base_url, mcp_servers=[server(tools=["echo", "fail"])])
+        terminal = await execute_run(config, mcp_settings, runner_bus)
+    assert isinstance(terminal, RunCompleted), terminal
+    refusal = tool_outputs(llm.requests[1])[0]
+    assert "'delete_everything' is not granted" in refusal
+    assert "finish" in refusal  # a built-in tool
+    assert ECHO in refusal  # the granted MCP tools
+    assert "mcp_fake__fail" in refusal
+    assert "mcp_fake__crash" not in refusal  # offered by the server, not granted

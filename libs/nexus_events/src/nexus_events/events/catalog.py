@@ -52,6 +52,11 @@ class AgentDefinition(Spec):
     max_concurrent_runs: int | None = Field(
         None, gt=0, description="Admission limit for this agent; None = scheduler default."
     )
+    plan_mode: bool = Field(
+        False,
+        description="Start its runs in plan mode: only read tools until the plan it submits"
+        " with exit_plan_mode is approved (docs/guardrails.md); a run request may override it.",
+    )
     hooks: Hooks = Field(
         default_factory=Hooks, description="Policy hooks on tool calls (docs/guardrails.md)."
     )

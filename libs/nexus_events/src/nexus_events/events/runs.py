@@ -57,6 +57,8 @@ class Reason:
     RUNTIME_GONE = "runtime_gone"
     ACCEPTANCE_FAILED = "acceptance_failed"
     SUPERSEDED = "superseded"  # cancelled by the next fire of its schedule
+    # completed in plan mode: the plan was denied or its approval expired; the plan is the result
+    PLAN_NOT_APPROVED = "plan_not_approved"
 
 
 class _RunEvent(Event):
@@ -148,6 +150,11 @@ class RunConfig(BaseModel):
         description="The agent definition's admission limit (runs of this agent at once);"
         " None = the scheduler's default. A scheduler per-agent setting overrides it.",
     )
+    plan_mode: bool = Field(
+        False,
+        description="Start in plan mode: only read tools until the plan submitted with"
+        " exit_plan_mode is approved (docs/guardrails.md).",
+    )
 
 
 @register
@@ -164,6 +171,11 @@ class RunRequested(_RunCommand):
     labels: dict[str, str] = Field(default_factory=dict, description="Free labels.")
     reply_to: ChannelAddress | None = Field(
         None, description="Chat thread that asked for the run: its progress is posted there."
+    )
+    plan_mode: bool | None = Field(
+        None,
+        description="Start in plan mode (true) or not (false) whatever the agent definition"
+        " says; None = as the definition says.",
     )
 
     @field_validator("agent_id", "task_id", "parent_run_id")

@@ -109,8 +109,10 @@ class McpTool:
     description: str
     parameters: dict[str, Any]
     auto_approved: bool
-    # The server's MCP tool annotations (None: not annotated); the guard reads them.
-    read_only_hint: bool | None = None
+    # The server annotates it read-only (MCP `readOnlyHint`): offered in plan mode.
+    read_only: bool = False
+    # The server annotates it destructive (MCP `destructiveHint`; None: not annotated): it
+    # always asks (nexus_runner.guard.policy).
     destructive_hint: bool | None = None
 
     def spec(self) -> dict[str, Any]:
@@ -386,7 +388,7 @@ class McpTools:
                     description=(tool.description or tool.name)[:1024],
                     parameters=parameters_schema(tool.input_schema),
                     auto_approved=granted(server.spec.auto_approve, tool.name),
-                    read_only_hint=tool.annotations.read_only_hint if tool.annotations else None,
+                    read_only=bool(tool.annotations and tool.annotations.read_only_hint),
                     destructive_hint=(
                         tool.annotations.destructive_hint if tool.annotations else None
                     ),
@@ -399,8 +401,17 @@ class McpTools:
             return None
         return tool
 
-    def specs(self) -> list[dict[str, Any]]:
-        return [t.spec() for name, t in self.tools.items() if self.available(name) is not None]
+    def names(self) -> list[str]:
+        """The function names of the granted tools still offered (not withdrawn)."""
+        return [name for name in self.tools if self.available(name) is not None]
+
+    def specs(self, *, read_only: bool = False) -> list[dict[str, Any]]:
+        """Specs of the available tools (`read_only`: only those annotated read-only)."""
+        return [
+            self.tools[name].spec()
+            for name in self.names()
+            if self.tools[name].read_only or not read_only
+        ]
 
     async def call(self, function: str, arguments: dict[str, Any]) -> McpOutcome:
         tool = self.available(function)

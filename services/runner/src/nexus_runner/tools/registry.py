@@ -19,6 +19,7 @@ from nexus_runner.git import Git
 from nexus_runner.guard import hooks as guard_hooks
 from nexus_runner.guard.policy import judge_builtin, judge_mcp
 from nexus_runner.guard.shell import classify
+from nexus_runner.plan import READ_TOOLS
 from nexus_runner.tools.args import DelegateArgs, FinishArgs, RememberArgs, ToolArgs
 from nexus_runner.tools.builtin import BUILTINS
 from nexus_runner.tools.mcp import McpTools
@@ -124,10 +125,22 @@ class ToolRegistry:
         self.hooks = hooks or Hooks()
         self._builtin_specs = self._specs_of_builtins()
 
-    def specs(self) -> list[dict[str, Any]]:
+    def specs(self, *, read_only: bool = False) -> list[dict[str, Any]]:
         """The granted tools in the chat-completions ``tools`` format (read every turn: MCP
-        tools of a server that kept crashing drop out)."""
+        tools of a server that kept crashing drop out). `read_only`: plan mode's set, only
+        the tools that read (`reads`)."""
+        if read_only:
+            builtins = [s for s in self._builtin_specs if s["function"]["name"] in READ_TOOLS]
+            return builtins + self.mcp.specs(read_only=True)
         return self._builtin_specs + self.mcp.specs()
+
+    def reads(self, name: str) -> bool:
+        """Whether `name` is a tool plan mode offers: a granted built-in that only reads, or
+        an MCP tool its server annotates read-only (``readOnlyHint``)."""
+        if name in self.mcp.tools:
+            tool = self.mcp.available(name)
+            return tool is not None and tool.read_only
+        return name in READ_TOOLS and name in self.granted
 
     def _specs_of_builtins(self) -> list[dict[str, Any]]:
         specs = []
@@ -162,7 +175,8 @@ class ToolRegistry:
         if name in self.mcp.tools:
             return self._decide_mcp(name, raw)
         if name not in self.granted:
-            offered = ", ".join(sorted(self.granted))
+            # Everything the model may call now: built-ins and the MCP tools still offered.
+            offered = ", ".join(sorted(self.granted) + sorted(self.mcp.names()))
             return Decision(
                 name, "refuse", raw=raw, reason=f"tool {name!r} is not granted; use: {offered}"
             )
@@ -233,7 +247,7 @@ class ToolRegistry:
             return Decision(name, "refuse", raw=raw, reason=f"tool {name!r} has been withdrawn")
         verdict = judge_mcp(
             listed=tool.auto_approved,
-            read_only_hint=tool.read_only_hint,
+            read_only_hint=tool.read_only,
             destructive_hint=tool.destructive_hint,
             mode=self.permissions.auto_approve,
         )
@@ -242,7 +256,7 @@ class ToolRegistry:
             Decision(name, "approve" if verdict.action == "ask" else "run", raw=raw),
             reason if verdict.action == "ask" else verdict.reason,
             None,
-            destructive=tool.destructive_hint is True and not tool.read_only_hint,
+            destructive=tool.destructive_hint is True and not tool.read_only,
         )
 
     def _refusal(self, name: str, args: ToolArgs) -> str | None:
