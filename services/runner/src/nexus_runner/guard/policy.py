@@ -2,7 +2,7 @@
 
 Destructive calls ask whatever the dial. Under `curated`, reads and writes inside the
 workspace run; shell commands that leave the workspace or reach the network ask. Under
-`off` every call but `finish` (and `exit_plan_mode`, an approval itself) asks; under
+`off` every call but `finish` asks; under
 `all_but_destructive` only destructive ones do.
 """
 
@@ -15,8 +15,9 @@ from typing import Literal
 from nexus_runner.guard.shell import Classification, classify
 
 Mode = Literal["off", "curated", "all_but_destructive"]
-# Tools that end the run or hand it to a human themselves: asking first would ask twice.
-_ALWAYS_RUN = frozenset(["finish", "exit_plan_mode"])
+# The run can always end itself (plan mode's exit_plan_mode never reaches the dial: the loop
+# asks for the plan's approval itself).
+_ALWAYS_RUN = frozenset(["finish"])
 
 
 @dataclass(frozen=True)
