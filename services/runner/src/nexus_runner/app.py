@@ -45,17 +45,19 @@ from openai import AsyncOpenAI
 from opentelemetry import context as otel_context
 
 from nexus_runner.config import RunnerSettings
+from nexus_runner.containment import track_runner, track_workspace
 from nexus_runner.control import RunControl, start_points
 from nexus_runner.delegation import Delegation
 from nexus_runner.errors import RunnerError, RunStopped, ToolError
-from nexus_runner.finishing import finish_run
+from nexus_runner.finishing import configured_test_command, finish_run
 from nexus_runner.git import Author, Git
 from nexus_runner.llm import LlmClient, RetryPolicy
 from nexus_runner.loop import AgentLoop
 from nexus_runner.prompt import initial_messages
 from nexus_runner.provider import GitHubProvider, GitProvider
 from nexus_runner.publisher import RunPublisher
-from nexus_runner.tools import ToolContext, ToolRegistry, detect_test_command
+from nexus_runner.safety import SecretRegistry
+from nexus_runner.tools import ToolContext, ToolRegistry
 from nexus_runner.tools.mcp import McpTools
 from nexus_runner.tools.memory import RunMemory, RunScopes
 from nexus_runner.tracing import record_terminal, run_span
@@ -114,6 +116,7 @@ async def prepare_workspace(
     if root.exists() and any(root.iterdir()):
         raise RunnerError(f"workspace {root} is not empty")
     base_sha = await git.clone(config.repo.url, config.repo.ref, branch, settings.git_remote)
+    track_workspace(git.secrets, root)  # its `.env`-like files, before the agent reads them
     base_branch = config.repo.ref
     if base_branch is None:
         remote_head = f"refs/remotes/{settings.git_remote}/HEAD"
@@ -197,6 +200,15 @@ async def execute_run(
         return terminal
 
 
+def _run_secrets(settings: RunnerSettings) -> SecretRegistry:
+    """The run's secret values, to start with its own settings and environment (then the
+    workspace's `.env`-like files once cloned, what it reads outside the workspace as it
+    works): redacted from every event and log line, tool output, commit and push."""
+    secrets = SecretRegistry()
+    track_runner(secrets, settings)
+    return secrets
+
+
 def _default_provider(config: RunConfig, settings: RunnerSettings) -> GitProvider | None:
     if settings.github_token is None or not config.permissions.can_open_pr:
         return None
@@ -229,13 +241,13 @@ async def _execute_run(
     provider: GitProvider | None,
     workspace_dir: Path | None,
 ) -> TerminalEvent:
-    pub = RunPublisher(bus, config.run_id, config.attempt)
+    pub = RunPublisher(bus, config.run_id, config.attempt, secrets=_run_secrets(settings))
     control = RunControl(bus, config.run_id)
     await control.start(await start_points(bus, config.run_id, config.attempt))
     handle.control = control
     root = workspace_dir or settings.workspace_root / config.run_id
     branch = (config.repo.branch if config.repo else None) or f"nexus/{config.run_id}"
-    git = Git(root, Author(settings.git_author_name, settings.git_author_email))
+    git = Git(root, Author(settings.git_author_name, settings.git_author_email), pub.secrets)
     provider = provider or _default_provider(config, settings)
     loop_ref: list[AgentLoop | None] = [None]
     await pub.event(RunStarted(runner=socket.gethostname(), runner_version=RUNNER_VERSION))
@@ -258,10 +270,12 @@ async def _execute_run(
         ws = Workspace(root)
         ctx = ToolContext(
             workspace=ws,
-            git=Git(ws.root, git.author),
+            git=Git(ws.root, git.author, pub.secrets),
             shell_timeout=settings.shell_timeout,
             output_cap=settings.output_cap,
-            test_command=settings.acceptance_command or detect_test_command(ws.root),
+            # Chosen before the agent runs: it cannot add a Makefile to pick another.
+            test_command=configured_test_command(config, settings, ws.root),
+            secrets=pub.secrets,
             memory=RunMemory(
                 bus.nc, config.run_id, RunScopes.of(config), timeout=settings.remember_timeout
             ),
