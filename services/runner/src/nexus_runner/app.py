@@ -200,6 +200,13 @@ async def execute_run(
         return terminal
 
 
+def _tool_home(root: Path) -> Path:
+    """A HOME of the run's own for its shell commands, beside the workspace."""
+    home = root.parent / f"{root.name}.home"
+    home.mkdir(mode=0o700, parents=True, exist_ok=True)
+    return home
+
+
 def _run_secrets(settings: RunnerSettings) -> SecretRegistry:
     """The run's secret values, to start with its own settings and environment (then the
     workspace's `.env`-like files once cloned, what it reads outside the workspace as it
@@ -276,6 +283,7 @@ async def _execute_run(
             # Chosen before the agent runs: it cannot add a Makefile to pick another.
             test_command=configured_test_command(config, settings, ws.root),
             secrets=pub.secrets,
+            home=_tool_home(root),
             memory=RunMemory(
                 bus.nc, config.run_id, RunScopes.of(config), timeout=settings.remember_timeout
             ),

@@ -68,7 +68,8 @@ def test_ordinary_text_and_short_values_are_left_alone() -> None:
 def test_env_like_files_give_their_values() -> None:
     secrets = SecretRegistry()
     added = secrets.add_text(
-        "# comment\nexport AWS_SECRET_ACCESS_KEY='wJalrXUtnFEMI/K7MDENG'\nDB_PASS = s3cr3t-pass-word\n"
+        "# comment\nexport AWS_SECRET_ACCESS_KEY='wJalrXUtnFEMI/K7MDENG'\n"
+        "DB_PASS = s3cr3t-pass-word\n"
     )
     assert added == 2
     assert secrets.contains("wJalrXUtnFEMI/K7MDENG")

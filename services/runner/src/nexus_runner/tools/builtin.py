@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 from nexus_runner.containment import is_secret_file, reads_outside
 from nexus_runner.errors import ToolError
-from nexus_runner.process import run_process
+from nexus_runner.process import run_process, scrubbed_env
 from nexus_runner.tools import args as a
 
 if TYPE_CHECKING:
@@ -162,6 +162,7 @@ async def _shell(ctx: ToolContext, command: str, cwd: str, timeout: float | None
         cwd=ctx.workspace.resolve(cwd),
         timeout=timeout or ctx.shell_timeout,
         output_cap=ctx.output_cap,
+        env=scrubbed_env({"HOME": str(ctx.home)} if ctx.home else None),
     )
     ctx.last_exit_code = result.exit_code
     if reads_outside(command, ctx.workspace.root):

@@ -55,6 +55,8 @@ class ToolContext:
     delegate: Callable[[DelegateArgs], Awaitable[str]] | None = None
     # Values read from secret places: kept out of tool output, events, commits and pushes.
     secrets: SecretRegistry = field(default_factory=SecretRegistry)
+    # HOME of shell commands: a directory of the run's own, not the runner's (its ~/.ssh).
+    home: Path | None = None
 
 
 @dataclass(frozen=True)
