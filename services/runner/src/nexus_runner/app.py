@@ -207,11 +207,20 @@ def _tool_home(root: Path) -> Path:
     return home
 
 
-def _run_secrets(settings: RunnerSettings) -> SecretRegistry:
+def _run_secrets(config: RunConfig, settings: RunnerSettings) -> SecretRegistry:
     """The run's secret values, to start with its own settings and environment (then the
     workspace's `.env`-like files once cloned, what it reads outside the workspace as it
     works): redacted from every event and log line, tool output, commit and push."""
     secrets = SecretRegistry()
+    repo = config.repo
+    secrets.allow(
+        config.run_id,
+        config.agent_id,
+        config.task_id,
+        *((repo.url, repo.ref, repo.branch) if repo else ()),
+        str(settings.workspace_root),
+        str(settings.workspace_root / config.run_id),
+    )
     track_runner(secrets, settings)
     return secrets
 
@@ -248,7 +257,7 @@ async def _execute_run(
     provider: GitProvider | None,
     workspace_dir: Path | None,
 ) -> TerminalEvent:
-    pub = RunPublisher(bus, config.run_id, config.attempt, secrets=_run_secrets(settings))
+    pub = RunPublisher(bus, config.run_id, config.attempt, secrets=_run_secrets(config, settings))
     control = RunControl(bus, config.run_id)
     await control.start(await start_points(bus, config.run_id, config.attempt))
     handle.control = control

@@ -74,6 +74,7 @@ class SecretRegistry:
 
     def __init__(self, values: Iterable[str] = ()) -> None:
         self._values: set[str] = set()
+        self._public: set[str] = set()
         self._variants: set[str] = set()
         self._pattern: re.Pattern[str] | None = None
         for value in values:
@@ -85,12 +86,18 @@ class SecretRegistry:
     def add(self, value: str | None) -> bool:
         """Track `value` (stripped); False if it is too short or known already."""
         value = (value or "").strip().strip("\"'")
-        if len(value) < MIN_SECRET_CHARS or value in self._values:
+        if len(value) < MIN_SECRET_CHARS or value in self._values or value in self._public:
             return False
         self._values.add(value)
         self._variants |= _variants(value)
         self._pattern = None
         return True
+
+    def allow(self, *values: str | None) -> None:
+        """Values known not to be secret (the run's id, branch, paths, plain settings): a
+        secret place that also holds them (the runner's own environment) does not make them
+        redacted everywhere."""
+        self._public.update(v.strip() for v in values if v and v.strip())
 
     def add_text(self, text: str) -> int:
         """Track what a secret file (or an output read from a secret place) holds: the value

@@ -260,3 +260,17 @@ async def test_the_final_push_cannot_be_redirected_by_the_repository(tmp_path: P
     pushed = await git.push(str(origin), "nexus/r1")
     assert sh(origin, "rev-parse", "refs/heads/nexus/r1").strip() == pushed
     assert sh(evil, "for-each-ref") == ""
+
+
+def test_plain_values_of_a_secret_place_are_not_tracked() -> None:
+    """The runner's environment read back through /proc holds its run id and paths too:
+    those stay readable (the branch name carries the run id)."""
+    secrets = SecretRegistry()
+    track_runner(
+        secrets,
+        RunnerSettings(),
+        {"NEXUS_RUN_ID": "run-0123456789", "NEXUS_NATS_TOKEN": "nats-token-abcdef"},
+    )
+    secrets.add_text("NEXUS_RUN_ID=run-0123456789\nNEXUS_NATS_TOKEN=nats-token-abcdef\n")
+    assert not secrets.contains("nexus/run-0123456789")
+    assert secrets.contains("nats-token-abcdef")
