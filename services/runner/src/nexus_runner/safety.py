@@ -76,7 +76,7 @@ class SecretRegistry:
         self._values: set[str] = set()
         self._public: set[str] = set()
         self._variants: set[str] = set()
-        self._pattern: re.Pattern[str] | None = None
+        self._longest_first: list[str] | None = None
         for value in values:
             self.add(value)
 
@@ -90,7 +90,7 @@ class SecretRegistry:
             return False
         self._values.add(value)
         self._variants |= _variants(value)
-        self._pattern = None
+        self._longest_first = None
         return True
 
     def allow(self, *values: str | None) -> None:
@@ -111,20 +111,22 @@ class SecretRegistry:
             added += self.add(match.group(1) if match else line)
         return added
 
-    def _regex(self) -> re.Pattern[str] | None:
-        if self._pattern is None and self._variants:
-            ordered = sorted(self._variants, key=len, reverse=True)
-            self._pattern = re.compile("|".join(map(re.escape, ordered)))
-        return self._pattern
+    def _ordered(self) -> list[str]:
+        if self._longest_first is None:
+            self._longest_first = sorted(self._variants, key=len, reverse=True)
+        return self._longest_first
 
     def contains(self, text: str) -> bool:
-        pattern = self._regex()
-        return bool(pattern and pattern.search(text))
+        # Substring tests are C loops: several times cheaper than one regex of hundreds of
+        # alternatives, which Python's engine tries one by one at every position.
+        return any(variant in text for variant in self._variants)
 
     def redact_values(self, text: str) -> str:
         """`text` with every tracked value (in any of its encodings) replaced."""
-        pattern = self._regex()
-        return pattern.sub(REDACTED, text) if pattern else text
+        for variant in self._ordered():  # longest first: a value inside a longer one
+            if variant in text:
+                text = text.replace(variant, REDACTED)
+        return text
 
     def redact(self, text: str) -> str:
         """`redact` (known key shapes) and the tracked values."""
