@@ -29,7 +29,13 @@ SECRET_FILE_GLOBS = (
 # Secret files larger than this are not read for values (they are not config files).
 MAX_SECRET_FILE_BYTES = 1_000_000
 # Environment variable names whose values are secret.
-_SECRET_NAME = re.compile(r"(?i)(key|token|secret|password|passwd|creds|credential|auth)")
+# Whole words of the name: NEXUS_GIT_AUTHOR_NAME is not an AUTH, MAX_TOKENS not a TOKEN.
+_SECRET_NAME = re.compile(
+    r"(?i)(?:^|_)(?:api_?key|key|token|secret|password|passwd|pass|creds|credentials?|auth)"
+    r"(?:_|$)"
+)
+# Names of where a secret is, not of the secret (the file is read instead, when known).
+_LOCATION_SUFFIXES = ("_FILE", "_PATH", "_DIR", "_URL")
 # Variables whose values are never secret (and would redact ordinary text).
 _PLAIN_ENV = frozenset({"PATH", "HOME", "LANG", "LC_ALL", "TERM", "TZ", "USER", "SHELL", "PWD"})
 # Absolute paths a command may name without reading anything secret: programs, /dev/null.
@@ -79,16 +85,25 @@ def track_runner(
             for item in value.values():
                 if isinstance(item, SecretStr):
                     secrets.add(item.get_secret_value())
-        elif field.annotation is str and _SECRET_NAME.search(name) and value != "not-needed":
+        elif field.annotation is str and _is_secret_name(name) and value != "not-needed":
             secrets.add(value)
     for name, value in env.items():
-        if name not in _PLAIN_ENV and _SECRET_NAME.search(name):
+        if _is_secret_name(name):
             secrets.add(value)
         else:  # the run id, URLs, paths, numbers: read back from /proc, still not secret
             secrets.allow(value)
     creds = env.get("NEXUS_NATS_CREDS_FILE")
     if creds:
         track_file(secrets, Path(creds))
+
+
+def _is_secret_name(name: str) -> bool:
+    upper = name.upper()
+    return (
+        upper not in _PLAIN_ENV
+        and not upper.endswith(_LOCATION_SUFFIXES)
+        and _SECRET_NAME.search(name) is not None
+    )
 
 
 def reads_outside(command: str, root: Path) -> bool:

@@ -11,7 +11,7 @@ from nexus_events.events.runs import Reason, RunConfig, RunResult
 
 from nexus_runner.config import RunnerSettings
 from nexus_runner.errors import RunnerError, RunStopped
-from nexus_runner.process import run_process
+from nexus_runner.process import run_process, scrubbed_env
 from nexus_runner.provider import GitProvider
 from nexus_runner.safety import redact, truncate
 from nexus_runner.tools import ToolContext, detect_test_command
@@ -47,6 +47,7 @@ async def run_acceptance(ctx: ToolContext, settings: RunnerSettings) -> Acceptan
         cwd=ctx.workspace.root,
         timeout=settings.acceptance_timeout,
         output_cap=settings.output_cap,
+        env=scrubbed_env({"HOME": str(ctx.home)} if ctx.home else None),  # as run_tests
     )
     tail = truncate(ctx.secrets.redact(result.output[-2000:]), 2000)[0]
     return Acceptance(command, result.ok, tail)

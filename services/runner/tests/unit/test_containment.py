@@ -127,6 +127,10 @@ def test_the_runner_tracks_its_own_secrets(tmp_path: Path) -> None:
     assert secrets.contains("eyJ0eXAiOiJKV1QiLCJhbGciOiJlZDI1NTE5")
     assert not secrets.contains("/usr/local/bin:/usr/bin:/bin")
     assert not secrets.contains("nats://127.0.0.1:4222")
+    assert not secrets.contains(str(creds))
+    # Named like a secret only by accident: the commits' author stays readable.
+    assert not secrets.contains(settings.git_author_name)
+    assert not secrets.contains(settings.git_author_email)
 
 
 def _registry(root: Path, test_command: str | None = "echo configured-tests-ran") -> ToolRegistry:
