@@ -40,7 +40,11 @@ _LOCATION_SUFFIXES = ("_FILE", "_PATH", "_DIR", "_URL")
 _PLAIN_ENV = frozenset({"PATH", "HOME", "LANG", "LC_ALL", "TERM", "TZ", "USER", "SHELL", "PWD"})
 # Absolute paths a command may name without reading anything secret: programs, /dev/null.
 _PLAIN_PATHS = ("/usr/", "/bin/", "/sbin/", "/lib", "/dev/null", "/opt/", "/etc/alternatives/")
-_OUTSIDE = re.compile(r"(?:^|[^\w.])(~|\$\{?HOME\b|\.\.(?:/|$)|/[^\s'\"|;&)<>]*)")
+# `~`, `$HOME`, `..`, a file: URL or an absolute path (not the path of another URL: that is
+# the network, the guard's).
+_OUTSIDE = re.compile(
+    r"(?:^|[^\w.:/])(~|\$\{?HOME\b|\.\.(?:/|$)|file:/|/[^\s'\"|;&)<>]*)", re.IGNORECASE
+)
 
 
 def is_secret_file(name: str) -> bool:

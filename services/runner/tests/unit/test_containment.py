@@ -102,6 +102,8 @@ def test_secret_file_names(name: str, secret: bool) -> None:
         ("ls src && pytest -q 2>/dev/null", False),
         ("/usr/bin/python -m pytest tests/unit", False),
         ("cat ./src/a.py", False),
+        ("pip download https://example.org/pkg/x.whl", False),
+        ("curl -s file:///etc/passwd", True),
     ],
 )
 def test_commands_reading_outside_the_workspace(
