@@ -57,7 +57,8 @@ from nexus_runner.prompt import initial_messages
 from nexus_runner.provider import GitHubProvider, GitProvider
 from nexus_runner.publisher import RunPublisher
 from nexus_runner.safety import SecretRegistry
-from nexus_runner.tools import ToolContext, ToolRegistry
+from nexus_runner.tools import ToolContext
+from nexus_runner.tools.contained import ContainedRegistry
 from nexus_runner.tools.mcp import McpTools
 from nexus_runner.tools.memory import RunMemory, RunScopes
 from nexus_runner.tracing import record_terminal, run_span
@@ -307,7 +308,7 @@ async def _execute_run(
         # MCP servers live as long as the loop: closing kills their process groups, also
         # when the run is cancelled.
         async with McpTools.started(list(config.mcp_servers), settings, ws.root, pub.log) as mcp:
-            tools = ToolRegistry(list(config.tools), config.permissions, ctx, mcp)
+            tools = ContainedRegistry(list(config.tools), config.permissions, ctx, mcp)
             llm = _llm_client(config, settings, client)
             note = " ".join([f"You work in a git checkout on branch {branch}.", *mcp.notes])
             loop = AgentLoop(

@@ -19,6 +19,7 @@ from nexus_runner.finishing import configured_test_command
 from nexus_runner.git import Author, Git
 from nexus_runner.safety import REDACTED, SecretRegistry
 from nexus_runner.tools import ToolContext, ToolRegistry
+from nexus_runner.tools.contained import ContainedRegistry
 from nexus_runner.workspace import Workspace
 
 SECRET = "hT9-wq2Lz-0pXv7-kRm4"  # no known key shape: only tracking can catch it
@@ -147,7 +148,7 @@ def _registry(root: Path, test_command: str | None = "echo configured-tests-ran"
         secrets=secrets,
     )
     grants = [ToolGrant(name=t) for t in ("read_file", "run_shell", "run_tests", "git_commit")]
-    return ToolRegistry(grants, Permissions(can_commit=True), ctx)
+    return ContainedRegistry(grants, Permissions(can_commit=True), ctx)
 
 
 async def test_run_tests_refuses_a_command_and_runs_the_configured_one(tmp_path: Path) -> None:

@@ -13,9 +13,10 @@ from typing import TYPE_CHECKING, Any, Literal
 from nexus_events.events.specs import Permissions, ToolGrant
 from pydantic import ValidationError
 
+from nexus_runner import safety
 from nexus_runner.errors import PathEscape, ToolError
 from nexus_runner.git import Git
-from nexus_runner.safety import SecretRegistry, destructive_reason
+from nexus_runner.safety import destructive_reason
 from nexus_runner.tools.args import DelegateArgs, FinishArgs, RememberArgs, ToolArgs
 from nexus_runner.tools.builtin import BUILTINS
 from nexus_runner.tools.mcp import McpTools
@@ -28,9 +29,6 @@ if TYPE_CHECKING:
 _PATH_FIELDS = ("path", "cwd")
 _GIT_PUSH = re.compile(r"\bgit\b[^;&|]*\bpush\b")
 _GIT_COMMIT = re.compile(r"\bgit\b[^;&|]*\bcommit\b")
-# Tools whose arguments stay in the workspace (a secret written to a file is caught when it
-# would be committed) or in the run's own record (redacted there).
-_KEEPS_SECRETS_INSIDE = frozenset({"write_file", "edit_file", "finish", "git_commit"})
 
 
 @dataclass
@@ -54,7 +52,7 @@ class ToolContext:
     # The `delegate` tool's way out (nexus_runner.delegation); None: not available.
     delegate: Callable[[DelegateArgs], Awaitable[str]] | None = None
     # Values read from secret places: kept out of tool output, events, commits and pushes.
-    secrets: SecretRegistry = field(default_factory=SecretRegistry)
+    secrets: safety.SecretRegistry = field(default_factory=safety.SecretRegistry)
     # HOME of shell commands: a directory of the run's own, not the runner's (its ~/.ssh).
     home: Path | None = None
 
@@ -223,22 +221,7 @@ class ToolRegistry:
         return None
 
     async def execute(self, decision: Decision) -> ToolOutcome:
-        """Run an accepted call; tool errors become a failed outcome, never an exception.
-
-        A call that would carry a secret value of the run out of the workspace (a command,
-        an MCP call, memory, another agent) is not run; the output the model reads has every
-        secret value of the run redacted (`nexus_runner.containment`).
-        """
-        if decision.tool not in _KEEPS_SECRETS_INSIDE and self.ctx.secrets.contains(
-            json.dumps(decision.raw, ensure_ascii=False)
-        ):
-            return ToolOutcome(
-                False, "refused: the arguments hold a secret value this run read; not run"
-            )
-        outcome = await self._execute(decision)
-        return ToolOutcome(outcome.ok, self.ctx.secrets.redact_values(outcome.output))
-
-    async def _execute(self, decision: Decision) -> ToolOutcome:
+        """Run an accepted call; tool errors become a failed outcome, never an exception."""
         if decision.tool in self.mcp.tools:
             result = await self.mcp.call(decision.tool, decision.raw)
             return ToolOutcome(result.ok, result.output)
