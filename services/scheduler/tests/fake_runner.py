@@ -1,6 +1,8 @@
 """A stand-in for ``python -m nexus_runner --config FILE`` driven by FAKE_RUNNER_MODE.
 
-Modes: ``exit0`` (print and exit), ``sleep`` (run until SIGTERM), ``ignore-term`` (survive
+Modes: ``exit0`` (print and exit), ``environ`` (write its /proc/self/environ to
+environ.json in its working directory, then exit),
+``sleep`` (run until SIGTERM), ``ignore-term`` (survive
 SIGTERM until SIGKILL), ``spawn-child`` (start a grandchild in the group, then sleep),
 ``spawn-tool`` (start a tool as the runner does, in a process group of its own within the
 runner's session, that itself leaves a background child, then sleep).
@@ -24,6 +26,13 @@ def main() -> None:
     mode = os.environ.get("FAKE_RUNNER_MODE", "sleep")
     print(f"run {config['run_id']} agent {config['agent_id']}", flush=True)
     if mode == "exit0":
+        print("done", flush=True)
+        return
+    if mode == "environ":  # what the kernel says this process was started with
+        with open("/proc/self/environ", "rb") as fh:
+            pairs = [p.decode().split("=", 1) for p in fh.read().split(b"\0") if p]
+        with open("environ.json", "w") as fh:
+            json.dump(dict(pairs), fh)
         print("done", flush=True)
         return
     if mode == "ignore-term":

@@ -45,10 +45,11 @@ from openai import AsyncOpenAI
 from opentelemetry import context as otel_context
 
 from nexus_runner.config import RunnerSettings
+from nexus_runner.containment import track_runner, track_workspace
 from nexus_runner.control import RunControl, start_points
 from nexus_runner.delegation import Delegation
 from nexus_runner.errors import RunnerError, RunStopped, ToolError
-from nexus_runner.finishing import finish_run
+from nexus_runner.finishing import configured_test_command, finish_run
 from nexus_runner.git import Author, Git
 from nexus_runner.llm import LlmClient, RetryPolicy
 from nexus_runner.loop import AgentLoop
@@ -56,7 +57,9 @@ from nexus_runner.plan import not_approved_message, plan_result
 from nexus_runner.prompt import initial_messages
 from nexus_runner.provider import GitHubProvider, GitProvider
 from nexus_runner.publisher import RunPublisher
-from nexus_runner.tools import ToolContext, ToolRegistry, detect_test_command
+from nexus_runner.safety import SecretRegistry
+from nexus_runner.tools import ToolContext
+from nexus_runner.tools.contained import ContainedRegistry
 from nexus_runner.tools.mcp import McpTools
 from nexus_runner.tools.memory import RunMemory, RunScopes
 from nexus_runner.tracing import record_terminal, run_span
@@ -115,6 +118,7 @@ async def prepare_workspace(
     if root.exists() and any(root.iterdir()):
         raise RunnerError(f"workspace {root} is not empty")
     base_sha = await git.clone(config.repo.url, config.repo.ref, branch, settings.git_remote)
+    track_workspace(git.secrets, root)  # its `.env`-like files, before the agent reads them
     base_branch = config.repo.ref
     if base_branch is None:
         remote_head = f"refs/remotes/{settings.git_remote}/HEAD"
@@ -198,6 +202,31 @@ async def execute_run(
         return terminal
 
 
+def _tool_home(root: Path) -> Path:
+    """A HOME of the run's own for its shell commands, beside the workspace."""
+    home = root.parent / f"{root.name}.home"
+    home.mkdir(mode=0o700, parents=True, exist_ok=True)
+    return home
+
+
+def _run_secrets(config: RunConfig, settings: RunnerSettings) -> SecretRegistry:
+    """The run's secret values, to start with its own settings and environment (then the
+    workspace's `.env`-like files once cloned, what it reads outside the workspace as it
+    works): redacted from every event and log line, tool output, commit and push."""
+    secrets = SecretRegistry()
+    repo = config.repo
+    secrets.allow(
+        config.run_id,
+        config.agent_id,
+        config.task_id,
+        *((repo.url, repo.ref, repo.branch) if repo else ()),
+        str(settings.workspace_root),
+        str(settings.workspace_root / config.run_id),
+    )
+    track_runner(secrets, settings)
+    return secrets
+
+
 def _default_provider(config: RunConfig, settings: RunnerSettings) -> GitProvider | None:
     if settings.github_token is None or not config.permissions.can_open_pr:
         return None
@@ -230,13 +259,13 @@ async def _execute_run(
     provider: GitProvider | None,
     workspace_dir: Path | None,
 ) -> TerminalEvent:
-    pub = RunPublisher(bus, config.run_id, config.attempt)
+    pub = RunPublisher(bus, config.run_id, config.attempt, secrets=_run_secrets(config, settings))
     control = RunControl(bus, config.run_id)
     await control.start(await start_points(bus, config.run_id, config.attempt))
     handle.control = control
     root = workspace_dir or settings.workspace_root / config.run_id
     branch = (config.repo.branch if config.repo else None) or f"nexus/{config.run_id}"
-    git = Git(root, Author(settings.git_author_name, settings.git_author_email))
+    git = Git(root, Author(settings.git_author_name, settings.git_author_email), pub.secrets)
     provider = provider or _default_provider(config, settings)
     loop_ref: list[AgentLoop | None] = [None]
     await pub.event(RunStarted(runner=socket.gethostname(), runner_version=RUNNER_VERSION))
@@ -259,10 +288,13 @@ async def _execute_run(
         ws = Workspace(root)
         ctx = ToolContext(
             workspace=ws,
-            git=Git(ws.root, git.author),
+            git=Git(ws.root, git.author, pub.secrets),
             shell_timeout=settings.shell_timeout,
             output_cap=settings.output_cap,
-            test_command=settings.acceptance_command or detect_test_command(ws.root),
+            # Chosen before the agent runs: it cannot add a Makefile to pick another.
+            test_command=configured_test_command(config, settings, ws.root),
+            secrets=pub.secrets,
+            home=_tool_home(root),
             memory=RunMemory(
                 bus.nc, config.run_id, RunScopes.of(config), timeout=settings.remember_timeout
             ),
@@ -277,7 +309,9 @@ async def _execute_run(
         # MCP servers live as long as the loop: closing kills their process groups, also
         # when the run is cancelled.
         async with McpTools.started(list(config.mcp_servers), settings, ws.root, pub.log) as mcp:
-            tools = ToolRegistry(list(config.tools), config.permissions, ctx, mcp, config.hooks)
+            tools = ContainedRegistry(
+                list(config.tools), config.permissions, ctx, mcp, config.hooks
+            )
             llm = _llm_client(config, settings, client)
             note = " ".join([f"You work in a git checkout on branch {branch}.", *mcp.notes])
             loop = AgentLoop(

@@ -4,13 +4,14 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from nexus_events.events.runs import Reason, RunConfig, RunResult
 
 from nexus_runner.config import RunnerSettings
 from nexus_runner.errors import RunnerError, RunStopped
-from nexus_runner.process import run_process
+from nexus_runner.process import run_process, scrubbed_env
 from nexus_runner.provider import GitProvider
 from nexus_runner.safety import redact, truncate
 from nexus_runner.tools import ToolContext, detect_test_command
@@ -27,8 +28,18 @@ class Acceptance:
         return {"command": self.command, "passed": self.passed, "output": self.output}
 
 
+def configured_test_command(config: RunConfig, settings: RunnerSettings, root: Path) -> str | None:
+    """The run's test command: the `run_tests` grant's ``command`` option, else the runner's
+    ``acceptance_command``, else detected from the project's files (before the agent ran)."""
+    for grant in config.tools:
+        command = grant.options.get("command") if grant.name == "run_tests" else None
+        if isinstance(command, str) and command.strip():
+            return command
+    return settings.acceptance_command or detect_test_command(root)
+
+
 async def run_acceptance(ctx: ToolContext, settings: RunnerSettings) -> Acceptance:
-    command = settings.acceptance_command or detect_test_command(ctx.workspace.root)
+    command = ctx.test_command
     if command is None:
         return Acceptance(None, None, "no test command detected")
     result = await run_process(
@@ -36,8 +47,9 @@ async def run_acceptance(ctx: ToolContext, settings: RunnerSettings) -> Acceptan
         cwd=ctx.workspace.root,
         timeout=settings.acceptance_timeout,
         output_cap=settings.output_cap,
+        env=scrubbed_env({"HOME": str(ctx.home)} if ctx.home else None),  # as run_tests
     )
-    tail = truncate(redact(result.output[-2000:]), 2000)[0]
+    tail = truncate(ctx.secrets.redact(result.output[-2000:]), 2000)[0]
     return Acceptance(command, result.ok, tail)
 
 
@@ -60,9 +72,20 @@ async def finish_run(
     person can look at the branch, and ``detail["result"]`` says what was pushed. No pull
     request is opened for work that fails its tests. `guard` runs before each side effect
     and raises to stop before it (the run was ended elsewhere meanwhile).
+
+    Secret values of the run stay out of it all: the summary, title and details are
+    redacted, a file holding one is not committed, and a branch whose commits hold one
+    (say, committed from the shell) is not pushed. The push goes to the run config's URL,
+    never through the workspace's git config (`Git.push`).
     """
     check = guard or _no_guard
     perms = config.permissions
+    secrets = ctx.secrets
+    clean_details = secrets.redact_tree(dict(finished.details))
+    assert isinstance(clean_details, dict)
+    finished = finished.model_copy(
+        update={"summary": secrets.redact_values(finished.summary), "details": clean_details}
+    )
     acceptance = await run_acceptance(ctx, settings)
     failed = acceptance.passed is False and not settings.acceptance_report_only
     title = title_of(finished)
@@ -76,12 +99,25 @@ async def finish_run(
     pushed = False
     pr_url: str | None = None
     details = dict(finished.details)
+    if ctx.git.withheld:
+        details["not_committed"] = {
+            "files": list(ctx.git.withheld),
+            "why": "they hold a secret value this run read",
+        }
+    leaks: list[str] = []
     if perms.can_push and ctx.commits and config.repo is not None:
+        leaks = await ctx.git.secret_leaks(base_sha)
+        if leaks:
+            details["push_refused"] = {
+                "leaks": leaks,
+                "why": "the commits hold a secret value this run read",
+            }
+    if perms.can_push and ctx.commits and config.repo is not None and not leaks:
         check()
-        await ctx.git.push(settings.git_remote, branch)
+        await ctx.git.push(config.repo.url, branch)
         pushed = True
         if perms.can_open_pr and provider is not None and not failed:
-            remote = await ctx.git.remote_url(settings.git_remote) or config.repo.url
+            remote = config.repo.url
             check()
             try:
                 pr_url = await provider.open_pull_request(

@@ -20,7 +20,7 @@ from nexus_events.events.base import Event
 from nexus_events.events.logs import LogLine
 from nexus_events.events.runs import TerminalEvent
 
-from nexus_runner.safety import redact
+from nexus_runner.safety import SecretRegistry
 
 # Events sent whose acks are still outstanding before a send waits for the oldest one. A run
 # sends a handful of events per turn, so this is only reached when acks stop coming.
@@ -58,9 +58,17 @@ class RunPublisher:
     """
 
     def __init__(
-        self, bus: Bus, run_id: str, attempt: int, *, window: int = PIPELINE_WINDOW
+        self,
+        bus: Bus,
+        run_id: str,
+        attempt: int,
+        *,
+        window: int = PIPELINE_WINDOW,
+        secrets: SecretRegistry | None = None,
     ) -> None:
         self.bus = bus
+        # Every event and log line leaves with the run's secret values redacted.
+        self.secrets = secrets if secrets is not None else SecretRegistry()
         self.run_id = run_id
         self.attempt = attempt
         self.window = window
@@ -87,7 +95,7 @@ class RunPublisher:
 
     async def log(self, stream: str, text: str, turn: int | None = None) -> None:
         seq = next(self._log_seq)
-        line = LogLine(seq=seq, stream=stream, text=redact(text), turn=turn)
+        line = LogLine(seq=seq, stream=stream, text=self.secrets.redact(text), turn=turn)
         msg_id = f"{self.run_id}:{self.attempt}:log:{seq}"
         await self._send(self._encode(subjects.run_log(self.run_id), line, msg_id))
 
@@ -117,7 +125,15 @@ class RunPublisher:
 
     def _encode(self, subject: str, event: Event, msg_id: str) -> Encoded:
         # At the call, in the caller's span: the event carries the caller's trace context.
-        return self.bus.encode(subject, event, msg_id=msg_id)
+        return self.bus.encode(subject, self._redacted(event), msg_id=msg_id)
+
+    def _redacted(self, event: Event) -> Event:
+        """`event` with the run's secret values redacted from every string in it."""
+        if not len(self.secrets):
+            return event
+        data = event.model_dump(mode="json")
+        clean = self.secrets.redact_tree(data)
+        return event if clean == data else type(event).model_validate(clean)
 
     async def _send(self, enc: Encoded) -> None:
         self._raise_failure()

@@ -51,6 +51,7 @@ def build_runtime(settings: SchedulerSettings) -> AgentRuntime:
         Path(settings.local_workdir),
         command=settings.local_command,
         kill_grace=settings.local_kill_grace_seconds,
+        pass_env=settings.local_pass_env,
         finished_kept=settings.local_finished_kept,
         finished_ttl=settings.local_finished_ttl_seconds,
     )

@@ -123,6 +123,11 @@ class SchedulerSettings(NexusSettings):
         description="Runner command; `--config FILE` is appended.",
     )
     local_kill_grace_seconds: float = Field(10.0, ge=0, description="SIGTERM -> SIGKILL.")
+    local_pass_env: list[str] = Field(
+        default_factory=list,
+        description="More variables passed from the scheduler's environment to local runners"
+        " (which otherwise get only the ones they read; runtime/runner_env.py).",
+    )
     local_finished_kept: int = Field(
         1000, ge=1, description="Ended runner processes remembered (their exit code)."
     )

@@ -187,3 +187,45 @@ async def test_ended_processes_are_forgotten_past_a_count_and_an_age(tmp_path: P
 
 async def _true(value: bool) -> bool:
     return value
+
+
+async def test_the_runner_gets_only_the_environment_it_needs(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Whatever started the scheduler (a shell with cloud keys, other services' tokens) is
+    not inherited: the runner's /proc/self/environ holds what it reads and a HOME of its own."""
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "honey-aws-secret-0001")
+    monkeypatch.setenv("NEXUS_PLANE_API_TOKEN", "honey-plane-token-0002")
+    monkeypatch.setenv("SSH_AUTH_SOCK", "/tmp/honey-agent.sock")
+    monkeypatch.setenv("OPERATOR_EXTRA", "passed-on-request")
+    monkeypatch.setenv("NEXUS_NATS_URL", "nats://127.0.0.1:4999")
+    monkeypatch.setenv("NEXUS_LLM_API_KEY", "the-runner-needs-this")
+    monkeypatch.setenv("OTEL_SERVICE_NAME", "nexus-runner-test")
+    monkeypatch.setenv("HOME", str(tmp_path / "operator-home"))
+    rt = LocalProcessRuntime(
+        tmp_path / "runs",
+        command=(sys.executable, str(FAKE_RUNNER)),
+        env={"FAKE_RUNNER_MODE": "environ"},
+        pass_env=["OPERATOR_EXTRA"],
+    )
+    await rt.start()
+    await rt.start_run(config("run-env"))
+    status = await eventually(
+        lambda: rt.status("run-env"), lambda s: not s.live, what="the runner to exit"
+    )
+    assert status.exit_code == 0, (rt.run_dir("run-env") / "runner.log").read_text()
+    env = json.loads((rt.run_dir("run-env") / "environ.json").read_text())
+    assert "honey" not in json.dumps(env)
+    assert env["NEXUS_NATS_URL"] == "nats://127.0.0.1:4999"
+    assert env["NEXUS_LLM_API_KEY"] == "the-runner-needs-this"
+    assert env["OTEL_SERVICE_NAME"] == "nexus-runner-test"
+    assert env["OPERATOR_EXTRA"] == "passed-on-request"
+    assert env["NEXUS_RUN_ID"] == "run-env"
+    home = Path(env["HOME"])
+    assert home == rt.run_dir("run-env") / "home"
+    assert stat.S_IMODE(os.stat(home).st_mode) == 0o700
+    allowed = {"PATH", "HOME", "LANG", "LC_ALL", "LC_CTYPE", "TZ", "FAKE_RUNNER_MODE"}
+    unexpected = {
+        k for k in env if k not in allowed and not k.startswith(("NEXUS_", "OTEL_", "TRACE"))
+    }
+    assert unexpected <= {"OPERATOR_EXTRA"}

@@ -82,9 +82,9 @@ class GitCommitArgs(ToolArgs):
 
 
 class RunTestsArgs(ToolArgs):
-    """Run the project's tests (detected command, or the one given)."""
+    """Run the project's tests with the command configured for this agent (or detected from
+    the project's files); it takes no command."""
 
-    command: str | None = Field(None, description="Test command; detected if omitted.")
     timeout: float | None = Field(None, gt=0, description="Seconds before it is killed.")
 
 

@@ -10,8 +10,9 @@ import re
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
+from nexus_runner.containment import is_secret_file, reads_outside
 from nexus_runner.errors import ToolError
-from nexus_runner.process import run_process
+from nexus_runner.process import run_process, scrubbed_env
 from nexus_runner.tools import args as a
 
 if TYPE_CHECKING:
@@ -38,7 +39,10 @@ def _read_file(ctx: ToolContext, args: a.ReadFileArgs) -> str:
         raise ToolError(f"{args.path}: no such file")
     if path.stat().st_size > MAX_READ_BYTES:
         raise ToolError(f"{args.path} is larger than {MAX_READ_BYTES} bytes; use search_files")
-    lines = path.read_text(errors="replace").splitlines(keepends=True)
+    content = path.read_text(errors="replace")
+    if is_secret_file(path.name):
+        ctx.secrets.add_text(content)  # the model reads it with its values redacted
+    lines = content.splitlines(keepends=True)
     part = lines[args.offset : args.offset + args.limit]
     more = len(lines) - (args.offset + len(part))
     text = "".join(part)
@@ -158,8 +162,12 @@ async def _shell(ctx: ToolContext, command: str, cwd: str, timeout: float | None
         cwd=ctx.workspace.resolve(cwd),
         timeout=timeout or ctx.shell_timeout,
         output_cap=ctx.output_cap,
+        env=scrubbed_env({"HOME": str(ctx.home)} if ctx.home else None),
     )
     ctx.last_exit_code = result.exit_code
+    if reads_outside(command, ctx.workspace.root):
+        # What a command read outside the workspace is secret, whatever it looks like.
+        ctx.secrets.add_text(result.output)
     status = "timed out" if result.timed_out else f"exit code {result.exit_code}"
     tail = "\n[output truncated]" if result.truncated else ""
     text = f"{result.output}{tail}\n[{status}]"
@@ -186,16 +194,21 @@ async def git_commit(ctx: ToolContext, args: a.GitCommitArgs) -> str:
     for p in args.paths or []:
         ctx.workspace.resolve(p)
     sha = await ctx.git.commit(args.message, args.paths)
+    withheld = ctx.git.withheld_note()
     if sha is None:
-        return "nothing to commit"
+        return "nothing to commit" + withheld
     ctx.commits.append(sha)
-    return f"committed {sha}"
+    return f"committed {sha}" + withheld
 
 
 async def run_tests(ctx: ToolContext, args: a.RunTestsArgs) -> str:
-    command = args.command or ctx.test_command
+    # Only the configured (or detected) command: the model does not choose what runs here.
+    command = ctx.test_command
     if command is None:
-        raise ToolError("no test command found; pass one with `command`")
+        raise ToolError(
+            "no test command is configured for this agent and none was detected; "
+            "the tests cannot be run with run_tests"
+        )
     try:
         out = await _shell(ctx, command, ".", args.timeout)
     except ToolError:

@@ -14,6 +14,7 @@ from nexus_events.events import GuardNote
 from nexus_events.events.specs import Hooks, Permissions, ToolGrant
 from pydantic import ValidationError
 
+from nexus_runner import safety
 from nexus_runner.errors import PathEscape, ToolError
 from nexus_runner.git import Git
 from nexus_runner.guard import hooks as guard_hooks
@@ -54,6 +55,10 @@ class ToolContext:
     call_id: str = ""
     # The `delegate` tool's way out (nexus_runner.delegation); None: not available.
     delegate: Callable[[DelegateArgs], Awaitable[str]] | None = None
+    # Values read from secret places: kept out of tool output, events, commits and pushes.
+    secrets: safety.SecretRegistry = field(default_factory=safety.SecretRegistry)
+    # HOME of shell commands: a directory of the run's own, not the runner's (its ~/.ssh).
+    home: Path | None = None
 
 
 Action = Literal["run", "refuse", "approve", "invalid"]

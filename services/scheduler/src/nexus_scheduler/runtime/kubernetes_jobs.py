@@ -138,6 +138,9 @@ def build_job(
     pod = client.V1PodSpec(
         restart_policy="Never",
         automount_service_account_token=False,
+        # No <SERVICE>_HOST/_PORT variables of the namespace's Services: the runner's env is
+        # what this spec and the runner-env Secret set, nothing more.
+        enable_service_links=False,
         service_account_name=settings.service_account,
         security_context=client.V1PodSecurityContext(
             run_as_non_root=True,

@@ -2,8 +2,10 @@
 
 The RunConfig is written to ``<workdir>/<run_id>/config.json`` (mode 0600) and the runner is
 started as ``<command...> --config <file>`` with the caller's trace context in
-``TRACEPARENT``/``TRACESTATE``; stdout and stderr go to ``runner.log`` beside it. Cancel
-sends SIGTERM to the whole process group and SIGKILL after the kill grace.
+``TRACEPARENT``/``TRACESTATE``, in an environment built from scratch (`runner_env`: only the
+variables the runner reads, ``HOME`` = ``<run dir>/home``); stdout and stderr go to
+``runner.log`` beside it. Cancel sends SIGTERM to the whole process group and SIGKILL after
+the kill grace.
 
 The runner leads a session of its own; its pid and start time go to ``runner.pid`` in the run
 dir, so a new scheduler (a restart) re-adopts a runner that still lives instead of calling it
@@ -34,6 +36,7 @@ from nexus_events import telemetry
 from nexus_events.events import RunConfig
 
 from nexus_scheduler.runtime.base import AgentRuntimeError, RunHandle, RuntimeState, RuntimeStatus
+from nexus_scheduler.runtime.runner_env import runner_env
 from nexus_scheduler.runtime.sessions import (
     RunnerPid,
     kill_session,
@@ -76,6 +79,7 @@ class LocalProcessRuntime:
         command: Sequence[str] = DEFAULT_COMMAND,
         kill_grace: float = 10.0,
         env: Mapping[str, str] | None = None,
+        pass_env: Sequence[str] = (),
         finished_kept: int = FINISHED_KEPT,
         finished_ttl: float = FINISHED_TTL_SECONDS,
         monotonic: Callable[[], float] = time.monotonic,
@@ -83,7 +87,8 @@ class LocalProcessRuntime:
         self.workdir = Path(workdir)
         self.command = tuple(command)
         self.kill_grace = kill_grace
-        self.env = dict(env or {})
+        self.env = dict(env or {})  # set for every runner, whatever the scheduler's env
+        self.pass_env = tuple(pass_env)  # more names passed from the scheduler's env
         self.finished_kept = finished_kept
         self.finished_ttl = finished_ttl
         self._monotonic = monotonic
@@ -142,11 +147,20 @@ class LocalProcessRuntime:
             fd = os.open(config_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
             with os.fdopen(fd, "w") as fh:
                 fh.write(config.model_dump_json())
-            env = {**os.environ, **self.env, "NEXUS_RUN_ID": config.run_id}
+            parent = dict(os.environ)
             # The runner continues the dispatching span's trace, never an inherited one.
-            env.pop(telemetry.TRACEPARENT_ENV, None)
-            env.pop(telemetry.TRACESTATE_ENV, None)
-            env.update(telemetry.trace_env())
+            parent.pop(telemetry.TRACEPARENT_ENV, None)
+            parent.pop(telemetry.TRACESTATE_ENV, None)
+            env = runner_env(
+                parent,
+                run_dir / "home",
+                extra_names=self.pass_env,
+                overrides={
+                    **self.env,
+                    "NEXUS_RUN_ID": config.run_id,
+                    **telemetry.trace_env(),
+                },
+            )
             log_file = (run_dir / "runner.log").open("ab")
             try:
                 proc = await asyncio.create_subprocess_exec(
