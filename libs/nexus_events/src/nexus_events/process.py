@@ -217,6 +217,17 @@ def settings_error(exc: ValidationError, prefix: str = "NEXUS_") -> str:
     return f"{name}: {first['msg'].removeprefix('Value error, ')}"
 
 
+def load_settings(name: str, load: Callable[[], S]) -> S:
+    """`load()` the process's settings; invalid ones end the process with one line on stderr
+    naming the variable and exit status `EXIT_BAD_SETTINGS` (a person fixes the variable; a
+    traceback would only hide it)."""
+    try:
+        return load()
+    except ValidationError as exc:
+        print(f"{name}: invalid settings: {settings_error(exc)}", file=sys.stderr)
+        raise SystemExit(EXIT_BAD_SETTINGS) from None
+
+
 def run_service(
     name: str,
     load: Callable[[], S],
@@ -235,11 +246,7 @@ def run_service(
     stop it, draining within `drain_timeout(settings)` seconds (None: the app bounds its own
     drain).
     """
-    try:
-        settings = load()
-    except ValidationError as exc:  # one line, not a traceback: a person fixes the variable
-        print(f"{name}: invalid settings: {settings_error(exc)}", file=sys.stderr)
-        raise SystemExit(EXIT_BAD_SETTINGS) from None
+    settings = load_settings(name, load)
     setup_logging(name)
     setup_telemetry(name)
     tune_gc(gc_threshold(settings))

@@ -12,13 +12,13 @@ from nexus_events import telemetry
 from nexus_events.bus import Bus, BusSettings
 from nexus_events.events.runs import RunCompleted, RunConfig
 from nexus_events.logs import bind, setup_logging
+from nexus_events.process import load_settings
 
 from nexus_runner.app import RunHandle, execute_run, load_prepared_from_bus
 from nexus_runner.config import RunnerSettings
 
 
-async def _main(args: argparse.Namespace) -> int:
-    settings = RunnerSettings()
+async def _main(args: argparse.Namespace, settings: RunnerSettings) -> int:
     bus = await Bus.connect(BusSettings(), source="runner")
     try:
         # The run continues the trace of whoever started it: the scheduler's TRACEPARENT,
@@ -45,10 +45,11 @@ def main(argv: list[str] | None = None) -> None:
     source.add_argument("--config", help="Path of a RunConfig JSON file.")
     source.add_argument("--run-id", help="Read the config from the run's prepared event.")
     args = parser.parse_args(argv)
+    settings = load_settings("runner", RunnerSettings)  # bad settings: one line, exit 2
     setup_logging("runner")
     telemetry.setup_telemetry("runner")
     try:
-        code = asyncio.run(_main(args))
+        code = asyncio.run(_main(args, settings))
     finally:
         telemetry.shutdown_telemetry()  # export the buffered spans before the process ends
     sys.exit(code)

@@ -3,6 +3,10 @@ warning."""
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+
 import pytest
 
 from nexus_runner.config import RunnerSettings
@@ -31,3 +35,21 @@ def test_the_old_prefix_still_works_and_warns(monkeypatch):
     monkeypatch.setenv("NEXUS_LLM_BASE_URL", "http://new:8000/v1")
     with pytest.warns(FutureWarning):
         assert RunnerSettings().llm_base_url == "http://new:8000/v1"
+
+
+def test_bad_settings_end_the_runner_with_one_line_and_exit_2():
+    """`python -m nexus_runner` with an invalid variable: one line naming it, status 2
+    (nexus_events.process.EXIT_BAD_SETTINGS), before it connects anywhere; no traceback."""
+    env = {**os.environ, "OTEL_SDK_DISABLED": "true", "NEXUS_LLM_TIMEOUT": "often"}
+    done = subprocess.run(
+        [sys.executable, "-m", "nexus_runner", "--run-id", "run_1"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert done.returncode == 2, done.stderr
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1, done.stderr
+    assert lines[0].startswith("runner: invalid settings: NEXUS_LLM_TIMEOUT: ")
