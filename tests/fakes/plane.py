@@ -14,8 +14,12 @@ services/plane-sync/tests/fixtures/plane_webhooks/.
   (cursor ``per_page:page:is_prev``), create (``external_id`` + ``external_source`` already
   used: 409 with the existing ``id``), GET by ``?external_id=&external_source=``, retrieve,
   PATCH (labels/assignees replace the set), DELETE; ``.../comments/`` likewise;
-  ``states/``, ``labels/``, ``members/``; ``/api/v1/users/me/``. Work items answer in the
-  API's shape: ``state``, ``labels``, ``assignees`` as ids.
+  ``states/``, ``labels/``, ``members/`` (project members: users only, no role);
+  ``/api/v1/workspaces/{slug}/members/`` (workspace members, ``plane/api/views/member.py``
+  ``WorkspaceMemberAPIEndpoint``: a plain list of users each with its workspace ``role``,
+  20 admin, 15 member, 5 guest, ``plane/db/models/workspace.py``; `set_role` changes one);
+  ``/api/v1/users/me/``. Work items answer in the API's shape: ``state``, ``labels``,
+  ``assignees`` as ids.
 - Auth: ``X-API-Key`` only (Plane's API has no bearer tokens): missing 401 "Authentication
   credentials were not provided.", wrong 401 "Given API token is not valid".
 - Rate limit per key (DRF SimpleRateThrottle, 60 a minute): an allowed call carries
@@ -79,6 +83,15 @@ API_ISSUE_KEYS = (
 )  # fmt: skip
 
 
+# Workspace roles (plane/db/models/workspace.py ROLE_CHOICES).
+ADMIN, MEMBER, GUEST = 20, 15, 5
+_USER_LITE = ("id", "first_name", "last_name", "email", "avatar", "avatar_url", "display_name")
+
+
+def _user_lite(user: dict[str, Any]) -> dict[str, Any]:
+    return {k: user.get(k) for k in _USER_LITE}
+
+
 def _now() -> str:
     return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
 
@@ -117,6 +130,8 @@ class FakePlane(ServedFake):
     delay: float = 0.0
     bot: dict[str, str] = field(default_factory=lambda: dict(BOT))
     project_id: str = field(default_factory=_id)
+    # Workspace members and their roles (user id -> (UserLite, role)): the bot and ada admins.
+    members: dict[str, tuple[dict[str, Any], int]] = field(default_factory=dict)
     workspace_id: str = field(default_factory=_id)
     work_items: dict[str, dict[str, Any]] = field(default_factory=dict)
     comments: dict[str, dict[str, Any]] = field(default_factory=dict)
@@ -147,12 +162,18 @@ class FakePlane(ServedFake):
                 }
                 for n, g in DEFAULT_STATES
             ]
+        for user in (self.bot, HUMAN):
+            self.members.setdefault(user["id"], (user, ADMIN))
 
     # -- control -------------------------------------------------------------------------
 
     @property
     def url(self) -> str:
         return self._http.url
+
+    def set_role(self, user: dict[str, Any], role: int) -> None:
+        """Make `user` a workspace member of `role` (`ADMIN`, `MEMBER`, `GUEST`)."""
+        self.members[user["id"]] = (user, role)
 
     def fail_next(self, count: int, status: int = 503) -> None:
         """The next `count` API calls answer `status` (before auth and rate limiting)."""
@@ -289,6 +310,7 @@ class FakePlane(ServedFake):
         r.add_get(pr + "/labels/", self._list_labels)
         r.add_post(pr + "/labels/", self._create_label)
         r.add_get(pr + "/members/", self._members)
+        r.add_get(ws + "/members/", self._workspace_members)
         r.add_post(ws + "/runs/", self._create_run)
         r.add_get(ws + "/runs/{run}/", self._get_run)
         r.add_get(ws + "/runs/{run}/activities/", self._list_activities)
@@ -448,6 +470,11 @@ class FakePlane(ServedFake):
 
     async def _members(self, request: web.Request) -> web.Response:
         return web.json_response([self.bot, HUMAN])
+
+    async def _workspace_members(self, request: web.Request) -> web.Response:
+        """UserLiteSerializer of each member plus its ``role``, unpaginated."""
+        users = [{**_user_lite(u), "role": role} for u, role in self.members.values()]
+        return web.json_response(users)
 
     # native agent runs (commercial editions)
 

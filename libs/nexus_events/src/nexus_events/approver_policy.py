@@ -14,8 +14,9 @@ when the agent names none, from the deployment's default (``NEXUS_APPROVERS_DEFA
 ``<channel>:<user>``            that chat user anywhere, a DM included (``slack:U1``,
                                 ``telegram:42``); ``<channel>:*`` any paired user of it
 ``plane:user:<id|email|name>``  that Plane user (comment ``/approve``)
-``plane:role:<role>``           Plane users of that workspace role (plane-sync does not
-                                resolve roles yet: such a principal matches nobody)
+``plane:role:<role>``           Plane users of that workspace role, ``admin``, ``member``,
+                                ``guest`` or Plane's number (plane-sync asks Plane; a role it
+                                cannot learn is none: the principal fails closed)
 ``nats:<user>``, ``nats:*``     that NATS user on the CLI (advisory: docs/approvals.md)
 ==============================  ============================================================
 

@@ -7,8 +7,13 @@ approval (`nexus_events.approvals.claim_approval`, a KV create: one winner) befo
 
 Before the claim, the comment's author must be an approver of the run
 (`nexus_events.approver_policy`: by default the Plane user who asked for the run, or a
-``plane:user:<id|email|name>`` the agent names). A refused comment is answered on the work
-item with the reason, recorded as ``approval_refused``, and claims nothing.
+``plane:user:<id|email|name>`` or ``plane:role:<admin|member|guest>`` the agent names). A
+refused comment is answered on the work item with the reason, recorded as
+``approval_refused``, and claims nothing.
+
+A role is the author's workspace role, asked of Plane only when the policy names a role
+(`PlaneApi.workspace_role`, cached a minute). If Plane cannot say, the role is unknown: the
+comment is judged without one, so a role principal refuses it, and the reason says why.
 """
 
 from __future__ import annotations
@@ -17,13 +22,15 @@ from typing import Any
 
 from nexus_events import subjects
 from nexus_events.approvals import approval_record, claim_approval, record_refusal
-from nexus_events.approver_policy import PLANE, Answer, may_decide
+from nexus_events.approver_policy import PLANE, Answer, ApproverPolicy, Verdict, may_decide
 from nexus_events.bus import Bus
 from nexus_events.events import ApprovalDecision
 from nexus_events.subjects import validate_token
 
 from nexus_plane_sync import render
 from nexus_plane_sync.decisions import Write
+from nexus_plane_sync.errors import PlaneRejected, PlaneUnavailable
+from nexus_plane_sync.plane_api import PlaneApi, role_names
 from nexus_plane_sync.store import OUTBOX_CHANNEL, PlaneStore, enqueue
 
 SURFACE = PLANE
@@ -42,19 +49,25 @@ async def answer_approval(
     comment_id: str,
     actor: Any = None,
     default_approvers: tuple[str, ...],
+    api: PlaneApi | None = None,
 ) -> bool:
     """Claim, then publish the decision; True if this comment decided the approval.
 
     The claim's token is the comment: a redelivered webhook finishes its own claim instead of
     being told it lost to itself. Raises `InvalidSubject` for an approval id that cannot be
     one (the caller dead-letters the webhook) and nats errors while NATS is away (retried).
-    `default_approvers` is the policy of agents that name none (NEXUS_APPROVERS_DEFAULT).
+    `default_approvers` is the policy of agents that name none (NEXUS_APPROVERS_DEFAULT);
+    `api` answers the author's role when the policy names one.
     """
     key = f"plane:comment:{comment_id}"
     validate_token(approval_id, "approval id")  # a bad id is the webhook's fault: dead letter
-    person = plane_answer(actor, decided_by)
     record = await approval_record(bus, run_id, approval_id)
-    verdict = may_decide(record.policy(default_approvers), person)
+    policy = record.policy(default_approvers)
+    roles, unknown = await author_roles(api, actor, policy)
+    person = plane_answer(actor, decided_by, roles)
+    verdict = may_decide(policy, person)
+    if not verdict.allowed and unknown:
+        verdict = Verdict(False, f"{verdict.reason}; {unknown}")
     if not verdict.allowed:
         await record_refusal(bus, record, decision, person, verdict, key=key)
         if task_id is not None:
@@ -83,15 +96,36 @@ async def answer_approval(
     return False
 
 
-def plane_answer(actor: Any, name: str | None) -> Answer:
+async def author_roles(
+    api: PlaneApi | None, actor: Any, policy: ApproverPolicy
+) -> tuple[frozenset[str], str | None]:
+    """The author's role names (`role_names`) if the policy names a ``plane:role:``, and why
+    they are unknown if Plane could not say (None: known, or not needed)."""
+    if api is None or not any(p.startswith("plane:role:") for p in policy.principals):
+        return frozenset(), None
+    user_id = actor.get("id") if isinstance(actor, dict) else actor
+    if not isinstance(user_id, str) or not user_id:
+        return frozenset(), "their Plane role is unknown (the comment names no user)"
+    try:
+        role = await api.workspace_role(user_id)
+    except PlaneUnavailable:
+        return frozenset(), "their Plane role is unknown (Plane is unreachable)"
+    except PlaneRejected as exc:  # e.g. 403: the API key's user is a guest of the workspace
+        refused = f"Plane refused the member list, {exc.status}"
+        return frozenset(), f"their Plane role is unknown ({refused})"
+    return role_names(role), None
+
+
+def plane_answer(actor: Any, name: str | None, roles: frozenset[str] = frozenset()) -> Answer:
     """The comment's author as the policy sees them: their display name (what `decided_by`
-    says), with their Plane id and email as further names a `plane:user:` may use."""
+    says), with their Plane id and email as further names a `plane:user:` may use, and their
+    workspace `roles` for a `plane:role:`."""
     fields = actor if isinstance(actor, dict) else {}
     aliases = {str(fields[k]) for k in ("id", "email", "display_name") if fields.get(k)}
     if isinstance(actor, str):
         aliases.add(actor)
     who = name or next(iter(sorted(aliases)), "someone")
-    return Answer(surface=SURFACE, who=who, aliases=frozenset(aliases - {who}))
+    return Answer(surface=SURFACE, who=who, aliases=frozenset(aliases - {who}), roles=roles)
 
 
 async def _notice(store: PlaneStore, task_id: str, run_id: str, write_id: str, text: str) -> None:

@@ -422,6 +422,7 @@ class PlaneIngress:
                     approval_id=approval_id, decision=verb.lower(), decided_by=actor,
                     note=note.strip() or None, comment_id=comment_id,
                     actor=w.activity.get("actor"), default_approvers=self.default_approvers,
+                    api=self.api,
                 )  # fmt: skip
             except InvalidSubject as exc:
                 raise Unusable("invalid_approval_id", str(exc)) from None

@@ -32,6 +32,24 @@ log = logging.getLogger(__name__)
 EXTERNAL_SOURCE = "nexus"  # external_source of everything plane-sync creates
 # A reset header larger than this is a Unix time, smaller a number of seconds.
 _EPOCH = 1_000_000_000
+# Workspace roles as Plane numbers them (plane/db/models/workspace.py ROLE_CHOICES).
+ROLE_NAMES = {20: "admin", 15: "member", 5: "guest"}
+# How long the member list answers role questions: a burst of comments costs one call, and a
+# role change in Plane counts within a minute.
+MEMBERS_TTL = 60.0
+
+
+def role_names(role: object) -> frozenset[str]:
+    """The names a ``plane:role:`` principal may use for a Plane role number: its name and
+    the number itself (``{"admin", "20"}``); nothing for what is not a role."""
+    if isinstance(role, bool) or not isinstance(role, int | str):
+        return frozenset()
+    try:
+        number = int(role)
+    except ValueError:
+        return frozenset()
+    name = ROLE_NAMES.get(number)
+    return frozenset({name, str(number)}) if name else frozenset({str(number)})
 
 
 class _Transient(Exception):  # noqa: N818 - internal retry signal
@@ -97,6 +115,8 @@ class PlaneApi:
         self._states: dict[str, str] | None = None
         self._state_names: dict[str, str] = {}  # state id -> casefolded name
         self._labels: dict[str, str] | None = None
+        self._roles: dict[str, int] = {}  # user id -> workspace role
+        self._roles_at: float | None = None  # monotonic time of the last member list
 
     async def close(self) -> None:
         await self._client.aclose()
@@ -190,6 +210,24 @@ class PlaneApi:
     async def me(self) -> dict[str, Any]:
         body: dict[str, Any] = (await self.call("GET", "users/me/")).json()
         return body
+
+    # -- who is who in the workspace (cached for MEMBERS_TTL) --------------------------------
+
+    async def workspace_role(self, user_id: str) -> int | None:
+        """`user_id`'s workspace role number (None: not a member). From the workspace member
+        list (``GET workspaces/{slug}/members/``, users with ``role``: the project member
+        list carries no roles), fetched at most once a `MEMBERS_TTL`. Raises
+        `PlaneUnavailable` / `PlaneRejected` when Plane cannot say (a guest's key gets 403)."""
+        now = time.monotonic()
+        if self._roles_at is None or now - self._roles_at >= MEMBERS_TTL:
+            rows = [r async for r in self.pages(f"workspaces/{self.workspace}/members/")]
+            self._roles = {
+                str(r["id"]): r["role"]
+                for r in rows
+                if r.get("id") and isinstance(r.get("role"), int)
+            }
+            self._roles_at = now
+        return self._roles.get(user_id)
 
     # -- states and labels (cached: they change rarely; a miss refreshes) ------------------
 

@@ -12,7 +12,7 @@ import pytest
 from plane.client import PlaneClient
 from plane.errors.errors import HttpError
 from plane.models.work_items import CreateWorkItem, CreateWorkItemComment, UpdateWorkItem
-from tests.fakes.plane import FakePlane
+from tests.fakes.plane import ADMIN, GUEST, HUMAN, MEMBER, FakePlane
 
 
 @pytest.fixture
@@ -105,3 +105,17 @@ async def test_agent_runs_exist_only_in_the_commercial_edition(plane: FakePlane)
     assert off.status_code == 404
     assert on.status_code == 201
     assert on.json()["status"] == "created"
+
+
+async def test_workspace_members_carry_their_role_as_plane_numbers_it(plane: FakePlane) -> None:
+    bob = {"id": "bob-user", "display_name": "bob", "email": "bob@example.com"}
+    plane.set_role(bob, MEMBER)
+
+    def members() -> dict[str | None, int | None]:
+        return {m.id: m.role for m in _sdk(plane).workspaces.get_members(plane.workspace)}
+
+    assert await asyncio.to_thread(members) == {
+        plane.bot["id"]: ADMIN, HUMAN["id"]: ADMIN, "bob-user": MEMBER,
+    }  # fmt: skip
+    plane.set_role(bob, GUEST)
+    assert (await asyncio.to_thread(members))["bob-user"] == GUEST
