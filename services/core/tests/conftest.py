@@ -1,5 +1,5 @@
-"""Say which MongoDB the catalog backend tests run against (a real server, SecantusDB or
-mongomock-motor)."""
+"""Say which MongoDB server the catalog backend tests run against (NEXUS_TEST_MONGODB_URL or
+SecantusDB), or why there is none."""
 
 from __future__ import annotations
 

@@ -16,7 +16,6 @@ import logging
 from typing import Any
 
 import asyncpg
-from motor.motor_asyncio import AsyncIOMotorDatabase
 from nexus_events.bus import Bus, BusSettings, Consumer
 from nexus_events.health import HealthServer
 from nexus_events.metrics import setup_metrics
@@ -32,7 +31,6 @@ from nexus_core.errors import CatalogBackendError
 from nexus_core.handlers import AssemblyHandler, assembly_consumer_spec
 from nexus_core.memory import MemoryClient
 from nexus_core.mongo_catalog import (
-    Document,
     MongoCatalogRunner,
     MongoCatalogStore,
     default_database,
@@ -56,7 +54,7 @@ class CoreApp(ServiceApp):
     """The core service. `bus`/`pool` may be given (tests); otherwise they are created.
 
     The catalog lives in PostgreSQL (schema core) unless `settings.catalog_url` is a
-    ``mongodb://`` URL; then in that MongoDB (motor), or in `catalog_db` when given (tests).
+    ``mongodb://`` URL; then in that MongoDB (motor).
     """
 
     def __init__(
@@ -66,7 +64,6 @@ class CoreApp(ServiceApp):
         bus_settings: BusSettings | None = None,
         bus: Bus | None = None,
         pool: asyncpg.Pool[Any] | None = None,
-        catalog_db: AsyncIOMotorDatabase[Document] | None = None,
         metrics_settings: RunMetricsSettings | None = None,
     ) -> None:
         self.settings = settings or CoreSettings()
@@ -76,7 +73,6 @@ class CoreApp(ServiceApp):
         self.meter_provider: SdkMeterProvider | None = None
         self.bus_settings = bus_settings
         super().__init__("core", bus=bus, pool=pool)
-        self._catalog_db = catalog_db
         self.catalog: CatalogStore | None = None
         self.catalog_runner: ProjectionRunner | MongoCatalogRunner | None = None
         # agent_runs and board follow NEXUS_RUNS together: one reader, one transaction.
@@ -98,7 +94,7 @@ class CoreApp(ServiceApp):
 
     async def open(self, stack: contextlib.AsyncExitStack) -> None:
         s = self.settings
-        mongo = is_mongodb_url(s.catalog_url) or self._catalog_db is not None
+        mongo = is_mongodb_url(s.catalog_url)
         if s.catalog_url is not None and not mongo and not s.catalog_url.startswith("postgres"):
             raise CatalogBackendError(
                 f"catalog backend {s.catalog_url.split(':', 1)[0]!r} is not supported; use a "
@@ -121,13 +117,10 @@ class CoreApp(ServiceApp):
         batch = s.projection_batch
         catalog: CatalogStore
         if mongo:
-            db = self._catalog_db
-            if db is None:
-                assert s.catalog_url is not None
-                client = connect_mongo(s.catalog_url)
-                stack.callback(client.close)
-                db = default_database(client)
-            store = MongoCatalogStore(db)
+            assert s.catalog_url is not None
+            client = connect_mongo(s.catalog_url)
+            stack.callback(client.close)
+            store = MongoCatalogStore(default_database(client))
             catalog = store
             self.catalog_runner = MongoCatalogRunner(
                 bus,

@@ -56,20 +56,18 @@ async def core(bus: Bus, core_pool: asyncpg.Pool[Any]) -> AsyncIterator[CoreApp]
 @pytest.fixture
 async def mongo_db() -> AsyncIterator[Any]:
     """A fresh MongoDB database through motor's API on the session's server (`mongo_server`:
-    NEXUS_TEST_MONGODB_URL, else SecantusDB, else mongomock-motor; the test ids say which)."""
-    url = mongo_choice().url
+    NEXUS_TEST_MONGODB_URL, else SecantusDB; the test ids say which). Without a server the
+    test fails with the reason: no in-process double stands in."""
+    choice = mongo_choice()
+    if choice.url is None:
+        pytest.fail(f"MongoDB tests need a server: {choice.why}")
     name = f"nexus_test_{uuid.uuid4().hex[:12]}"
-    if url:
-        client = connect_mongo(url)
-        try:
-            yield client[name]
-        finally:
-            await client.drop_database(name)
-            client.close()
-    else:
-        from mongomock_motor import AsyncMongoMockClient
-
-        yield AsyncMongoMockClient(tz_aware=True)[name]
+    client = connect_mongo(choice.url)
+    try:
+        yield client[name]
+    finally:
+        await client.drop_database(name)
+        client.close()
 
 
 @dataclass

@@ -1,9 +1,9 @@
 """The MongoDB server of the catalog backend tests, chosen once per test process.
 
-In order of preference: the server ``NEXUS_TEST_MONGODB_URL`` names; a SecantusDB server
-(``secantusd-py --storage-path :memory:``, a MongoDB wire-protocol server on WiredTiger from
-the `secantusdb` dev dependency) started on a free port for the session; mongomock-motor
-(in-process, no wire protocol) only when that cannot start. The choice is decided when first
+The server ``NEXUS_TEST_MONGODB_URL`` names, else a SecantusDB server (``secantusd-py
+--storage-path :memory:``, a MongoDB wire-protocol server on WiredTiger from the `secantusdb`
+dev dependency) started on a free port for the session. No in-process double stands in: when
+neither is there, the MongoDB tests fail with the reason. The choice is decided when first
 asked (at collection: the test ids name it) and printed in pytest's header and summary.
 """
 
@@ -28,8 +28,8 @@ MONGODB_URL_ENV = "NEXUS_TEST_MONGODB_URL"
 
 @dataclass(frozen=True, slots=True)
 class MongoChoice:
-    mode: str  # the test id: mongodb-real, mongodb-secantus or mongodb-mongomock
-    url: str | None  # None: mongomock-motor
+    mode: str  # the test id: mongodb-real, mongodb-secantus or mongodb-unavailable
+    url: str | None  # None: no server could be had (`why` says why; the tests fail)
     why: str  # one line for the pytest header
 
 
@@ -93,7 +93,7 @@ def mongo_choice() -> MongoChoice:
         except (OSError, RuntimeError) as exc:
             reason = f"secantusd-py did not start: {exc}"
     return MongoChoice(
-        "mongodb-mongomock",
+        "mongodb-unavailable",
         None,
-        f"mongomock-motor, not a real server ({reason}; or set {MONGODB_URL_ENV}=mongodb://...)",
+        f"no server: {reason} (install the dev dependencies, or set {MONGODB_URL_ENV}=mongodb://...)",
     )

@@ -49,8 +49,8 @@ async def catalog_ready(core: Any) -> None:
 
 
 def mongodb_mode() -> str:
-    """The id of the MongoDB backend under test: ``mongodb-real``, ``mongodb-secantus`` or
-    ``mongodb-mongomock`` (`mongo_server` says how it is chosen)."""
+    """The id of the MongoDB server under test: ``mongodb-real`` or ``mongodb-secantus``
+    (``mongodb-unavailable``: none, and the tests fail; `mongo_server` says how it is chosen)."""
     from .mongo_server import mongo_choice
 
     return mongo_choice().mode

@@ -1,8 +1,8 @@
 """Catalog: apply/delete publish events; each backend keeps every revision.
 
 The shared suite runs against both backends (`catalog_backend`): PostgreSQL for real, and
-MongoDB through motor against a real server (id ``mongodb-real``, NEXUS_TEST_MONGODB_URL) or
-mongomock-motor (id ``mongodb-mongomock``). NATS is always the real server.
+MongoDB through motor against a real server: NEXUS_TEST_MONGODB_URL (id ``mongodb-real``), else
+SecantusDB (id ``mongodb-secantus``). NATS is always the real server.
 """
 
 from __future__ import annotations

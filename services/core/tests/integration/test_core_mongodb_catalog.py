@@ -32,11 +32,9 @@ from .support import (
 async def test_core_prepares_runs_from_the_mongodb_catalog(
     bus: Bus, core_pool: asyncpg.Pool[Any], mongo_db, mongodb
 ):
-    # A server is reached through the URL (as in production), in the test's own database;
-    # mongomock is handed in.
-    url = mongo_choice().url
-    settings = core_settings(catalog_url=f"{url}/{mongo_db.name}") if url else core_settings()
-    app = CoreApp(settings, bus=bus, pool=core_pool, catalog_db=None if url else mongo_db)
+    # The server is reached through the URL, as in production, in the test's own database.
+    settings = core_settings(catalog_url=f"{mongo_choice().url}/{mongo_db.name}")
+    app = CoreApp(settings, bus=bus, pool=core_pool)
     async with app:
         assert isinstance(app.catalog, MongoCatalogStore)
         assert isinstance(app.catalog_runner, MongoCatalogRunner)
