@@ -184,7 +184,3 @@ class Git:
             )  # fmt: skip
             await self.run("push", "--quiet", url, f"{ref}:{ref}", cwd=staging, env=_PUSH_ENV)
         return sha
-
-    async def remote_url(self, remote: str) -> str | None:
-        result = await self.run("remote", "get-url", remote, check=False)
-        return result.output.strip() if result.ok else None

@@ -1,4 +1,4 @@
-"""Secret redaction for events and logs, and detection of destructive shell commands."""
+"""Secret redaction for events and logs (known key shapes and the values a run has read), and truncation."""
 
 from __future__ import annotations
 
@@ -6,8 +6,6 @@ import base64
 import re
 from collections.abc import Iterable
 from urllib.parse import quote
-
-from nexus_runner.guard.shell import classify
 
 # Token shapes of common providers, plus key=value pairs whose key says "secret".
 _SECRET_PATTERNS = [
@@ -149,9 +147,3 @@ def truncate(text: str, cap: int) -> tuple[str, bool]:
     if len(text) <= cap:
         return text, False
     return text[:cap] + f"\n... [{len(text) - cap} characters truncated]", True
-
-
-def destructive_reason(command: str) -> str | None:
-    """Why `command` needs a human's approval whatever the dial, or None (nexus_runner.guard)."""
-    found = classify(command)
-    return found.reason if found.command_class == "destructive" else None

@@ -1,10 +1,17 @@
-"""Destructive command detection, secret redaction, truncation."""
+"""Destructive command detection (the guard's classifier), secret redaction, truncation."""
 
 from __future__ import annotations
 
 import pytest
 
-from nexus_runner.safety import destructive_reason, redact, truncate
+from nexus_runner.guard.shell import classify
+from nexus_runner.safety import redact, truncate
+
+
+def destructive_reason(command: str) -> str | None:
+    """The guard's reason when it classifies `command` destructive (asks whatever the dial)."""
+    found = classify(command)
+    return found.reason if found.command_class == "destructive" else None
 
 
 @pytest.mark.parametrize(
