@@ -1,4 +1,4 @@
-"""Secret redaction for events and logs (known key shapes and the values a run has read), and truncation."""
+"""Secret redaction for events and logs (key shapes and the values a run read), truncation."""
 
 from __future__ import annotations
 
