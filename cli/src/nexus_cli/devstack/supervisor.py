@@ -53,14 +53,10 @@ RESTART_DELAY_CAP = 10.0
 WATCH_PERIOD = 1.0
 
 
-# Any of these set turns a chat channel or webhook source on (docs/channels.md).
-CHANNEL_SETTINGS = CHANNELS.enabled_by
-
-
 def channels_configured(env: dict[str, str]) -> bool:
     """Whether a chat channel or webhook source is configured: the gateway's ingress then
     listens on its documented port (8091) instead of any free one."""
-    return any(env.get(name) for name in CHANNEL_SETTINGS)
+    return any(env.get(name) for name in CHANNELS.enabled_by)
 
 
 def gateway_port(env: dict[str, str]) -> str:
