@@ -27,6 +27,7 @@ KNOWN_SERVICES = {
     "memory",
     "plane-sync",
     "channel-gateway",
+    "flows",
     "operator",
 }
 # Where each service's code lives, for the scan of the subjects it builds.

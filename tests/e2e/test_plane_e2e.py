@@ -50,6 +50,9 @@ class ThreadedPlane:
         self.call(self.plane.stop)
         self.loop.call_soon_threadsafe(self.loop.stop)
         self.thread.join(10)
+        # Closed here, not left to the garbage collector: an unclosed loop's self-pipe is
+        # reported as an unraisable ResourceWarning in whichever later test collects it.
+        self.loop.close()
 
 
 @pytest.fixture(scope="module")

@@ -68,3 +68,13 @@ def test_logs_of_every_supervised_service(env: dict[str, str]) -> None:
         result = nexus(env, "dev", "logs", name)
         assert result.exit_code == 0, result.stderr
         assert f"{name} says hello" in result.stdout
+
+
+def test_a_crashed_services_exception_line_is_named(tmp_path: Path) -> None:
+    from nexus_cli.devstack.supervisor import _last_line
+
+    log = tmp_path / "plane-sync.log"
+    log.write_text("x" * 10_000 + "\nTraceback (most recent call last):\n  File ...\n"
+                   "OSError: [Errno 98] address already in use\n\n")  # fmt: skip
+    assert _last_line(log) == "OSError: [Errno 98] address already in use"
+    assert _last_line(tmp_path / "missing.log") == ""

@@ -374,9 +374,10 @@ class Supervisor:
     async def _healthy(self) -> bool:
         for name, child in self.children.items():
             if child.proc is not None and child.proc.returncode is not None:
+                last = await asyncio.to_thread(_last_line, child.log_path)
                 raise RuntimeError(
-                    f"{name} exited with code {child.proc.returncode} while starting;"
-                    f" see {child.log_path}"
+                    f"{name} exited with code {child.proc.returncode} while starting"
+                    f"{f': {last}' if last else ''}; see {child.log_path}"
                 )
         assert self.bus is not None
         for app in APP_SERVICES:
@@ -425,6 +426,18 @@ class Supervisor:
         nats = self.children.get("nats")
         if nats is not None:
             await nats.stop(within=10)
+
+
+def _last_line(path: Path, tail: int = 8192) -> str:
+    """The last non-blank line of a log (a crash's exception line), at most 300 characters."""
+    try:
+        with path.open("rb") as fh:
+            fh.seek(max(0, fh.seek(0, os.SEEK_END) - tail))
+            lines = fh.read().decode(errors="replace").splitlines()
+    except OSError:
+        return ""
+    last = next((line.strip() for line in reversed(lines) if line.strip()), "")
+    return last[:300]
 
 
 def _link_log(link: Path, target: Path) -> None:

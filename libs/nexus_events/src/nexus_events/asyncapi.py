@@ -44,6 +44,7 @@ from nexus_events.events import (
     registered,
 )
 from nexus_events.events.base import Event
+from nexus_events.events.flows import FlowRunView, FlowsGet, FlowsList, FlowsListReply
 from nexus_events.events.queries import (
     AgentGet,
     AgentsListReply,
@@ -51,6 +52,9 @@ from nexus_events.events.queries import (
     BoardGet,
     BoardGetReply,
     EmptyQuery,
+    FlowDefinitionGet,
+    FlowDefinitionsListReply,
+    FlowDefinitionView,
     ProjectionRebuild,
     ProjectionRebuildReply,
     ProjectionsStatusReply,
@@ -91,6 +95,7 @@ PARAMETERS: dict[str, str] = {
     "scope": "Memory scope (an agent, a task, ...).",
     "channel": "Chat channel (slack, telegram, webhook, ...).",
     "service": "Service that gave up on the message.",
+    "flow_run_id": "Flow run id. `new` on `requested` asks the flows service to generate one.",
     "key": "plane-sync's key: the Nexus task id (writes) or the Plane work item id (webhooks).",
 }
 
@@ -115,6 +120,10 @@ _QUERY_MODELS: dict[str, tuple[type[BaseModel], type[BaseModel]]] = {
     subjects.PLANE_STATUS: (PlaneStatusRequest, PlaneStatusReply),
     subjects.PLANE_RESYNC: (PlaneResyncRequest, PlaneResyncReply),
     subjects.CHANNEL_PAIRINGS: (PairingsRequest, PairingsReply),
+    subjects.CORE_CATALOG_FLOWS_LIST: (EmptyQuery, FlowDefinitionsListReply),
+    subjects.CORE_CATALOG_FLOWS_GET: (FlowDefinitionGet, FlowDefinitionView),
+    subjects.FLOWS_GET: (FlowsGet, FlowRunView),
+    subjects.FLOWS_LIST: (FlowsList, FlowsListReply),
 }
 
 # The parties that are no deployed service; the services' lines are the service table's.

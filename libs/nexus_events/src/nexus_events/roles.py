@@ -29,6 +29,7 @@ class Service(StrEnum):
     MEMORY = "memory"
     PLANE_SYNC = "plane-sync"
     CHANNEL_GATEWAY = "channel-gateway"
+    FLOWS = "flows"
     # People with the `nats` CLI (admin user): a bare `nats pub` is a valid command (DESIGN §1.4).
     OPERATOR = "operator"
 
@@ -64,6 +65,7 @@ class QueryRoles:
 CORE, SCHEDULER, RUNNER, CLI = Service.CORE, Service.SCHEDULER, Service.RUNNER, Service.CLI
 MEMORY, PLANE = Service.MEMORY, Service.PLANE_SYNC
 GATEWAY, OPERATOR = Service.CHANNEL_GATEWAY, Service.OPERATOR
+FLOWS = Service.FLOWS
 
 _CORE, _SCHEDULER, _RUNNER, _CLI = Party(CORE), Party(SCHEDULER), Party(RUNNER), Party(CLI)
 _OPERATOR, _MEMORY = Party(OPERATOR), Party(MEMORY)
@@ -136,6 +138,8 @@ EVENT_ROLES: dict[tuple[Family, str], EventRoles] = {
     (Family.CATALOG, "agent.deleted"): _run((_OPERATOR,), (_CORE, _CLI)),
     (Family.CATALOG, "skill.applied"): _run((_CLI, _OPERATOR), (_CORE,)),
     (Family.CATALOG, "skill.deleted"): _run((_OPERATOR,), (_CORE,)),
+    (Family.CATALOG, "flow.applied"): _run((_CLI, _OPERATOR), (planned(CORE), _CLI)),
+    (Family.CATALOG, "flow.deleted"): _run((_CLI, _OPERATOR), (planned(CORE), _CLI)),
     # -- inbox and route (NEXUS_INBOX) -----------------------------------------------------
     # Peer agents message a run too (sender_kind "agent").
     # A comment on a work item with a running run reaches that run (plane-sync); so does a
@@ -185,6 +189,31 @@ EVENT_ROLES: dict[tuple[Family, str], EventRoles] = {
     (Family.PLANE, "write_requested"): _run((_PLANE,), (_CLI, _OPERATOR)),
     (Family.PLANE, "write_succeeded"): _run((_PLANE,), (_CLI, _OPERATOR)),
     (Family.PLANE, "write_failed"): _run((_PLANE,), (_CLI, _OPERATOR)),
+    # -- flows (NEXUS_FLOWS): the flows service folds the stream and decides each next step --
+    # Started from the CLI, a bare `nats pub`, a schedule, a Plane label or a chat message.
+    (Family.FLOW, "requested"): _run(
+        (_CLI, _OPERATOR, planned(FLOWS), planned(SCHEDULER), planned(PLANE), planned(GATEWAY)),
+        (planned(FLOWS), planned(GATEWAY)),
+    ),
+    (Family.FLOW, "cancel_requested"): _run((_CLI, _OPERATOR, planned(PLANE)), (planned(FLOWS),)),
+    (Family.FLOW, "resume_requested"): _run((_CLI, _OPERATOR), (planned(FLOWS),)),
+    (Family.FLOW, "signal"): _run((_CLI, _OPERATOR), (planned(FLOWS),)),
+    **{
+        (Family.FLOW, name): _run(
+            (planned(FLOWS),), (planned(FLOWS), _CLI, planned(PLANE), planned(GATEWAY))
+        )
+        for name in (
+            "accepted",
+            "step_started",
+            "step_finished",
+            "waiting",
+            "resumed",
+            "escalated",
+            "completed",
+            "failed",
+            "cancelled",
+        )
+    },
     # -- dead letters (NEXUS_DLQ): every Bus consumer files its own; `nexus dlq` reads -----
     (Family.DLQ, "dead_letter"): _run(
         (
@@ -226,4 +255,9 @@ QUERY_ROLES: dict[str, QueryRoles] = {
     subjects.PLANE_RESYNC: QueryRoles(_PLANE, _CORE_CLIENTS),
     # `nexus pair ls|approve|revoke`: the gateway's tables outlive the stream's 7 days.
     subjects.CHANNEL_PAIRINGS: QueryRoles(_GATEWAY, _CORE_CLIENTS),
+    # Flow definitions live in core's catalog; the flows service pins a run to a revision.
+    subjects.CORE_CATALOG_FLOWS_LIST: QueryRoles(_CORE, _CORE_CLIENTS),
+    subjects.CORE_CATALOG_FLOWS_GET: QueryRoles(_CORE, (*_CORE_CLIENTS, planned(FLOWS))),
+    subjects.FLOWS_GET: QueryRoles(planned(FLOWS), (*_CORE_CLIENTS, planned(PLANE))),
+    subjects.FLOWS_LIST: QueryRoles(planned(FLOWS), (*_CORE_CLIENTS, planned(PLANE))),
 }

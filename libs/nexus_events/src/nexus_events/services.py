@@ -117,6 +117,16 @@ SERVICES: tuple[ServiceSpec, ...] = (
         spawns=("runner",),
     ),
     ServiceSpec(
+        "flows",
+        "nexus_flows",
+        "nexus-flows",
+        "Flows: carries a task through planner, implementer, reviewer, tester (run, map, gate,"
+        " wait steps).",
+        ("nexus_flows.config:FlowsSettings",),
+        health_port=8086,
+        database=True,
+    ),
+    ServiceSpec(
         "runner",
         "nexus_runner",
         "nexus-runner",

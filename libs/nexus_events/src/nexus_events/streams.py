@@ -47,6 +47,7 @@ SCHEDULES = "NEXUS_SCHEDULES"
 MEMORY = "NEXUS_MEMORY"
 CHANNELS = "NEXUS_CHANNELS"
 PLANE = "NEXUS_PLANE"
+FLOWS = "NEXUS_FLOWS"
 DLQ = "NEXUS_DLQ"
 
 STREAM_OF_FAMILY: dict[Family, str] = {
@@ -60,6 +61,7 @@ STREAM_OF_FAMILY: dict[Family, str] = {
     Family.MEMORY: MEMORY,
     Family.CHANNEL: CHANNELS,
     Family.PLANE: PLANE,
+    Family.FLOW: FLOWS,
     Family.DLQ: DLQ,
 }
 
@@ -79,6 +81,7 @@ class StreamSettings(BaseSettings):
     memory_max_age_days: float = Field(365, ge=0)
     channels_max_age_days: float = Field(7, ge=0)
     plane_max_age_days: float = Field(30, ge=0)
+    flows_max_age_days: float = Field(90, ge=0, description="Flow runs: as long as runs.")
     dlq_max_age_days: float = Field(30, ge=0)
     dlq_max_bytes: int = Field(-1)
 
@@ -118,6 +121,7 @@ def stream_configs(settings: StreamSettings | None = None) -> list[StreamConfig]
         # Webhook deliveries are deduped by their id (Nats-Msg-Id) beyond the window too:
         # plane-sync keeps the ids it saw in PostgreSQL.
         cfg(PLANE, [Family.PLANE], s.plane_max_age_days),
+        cfg(FLOWS, [Family.FLOW], s.flows_max_age_days),
         cfg(
             DLQ,
             [Family.DLQ],

@@ -34,12 +34,14 @@ class Family(StrEnum):
     MEMORY = "memory"
     CHANNEL = "channel"
     PLANE = "plane"
+    FLOW = "flow"
     DLQ = "dlq"
 
 
 class CatalogKind(StrEnum):
     AGENT = "agent"
     SKILL = "skill"
+    FLOW = "flow"
 
 
 class Direction(StrEnum):
@@ -68,6 +70,8 @@ _SHAPES: dict[Family, _Shape] = {
     # plane-sync's record: webhooks received, Plane writes intended and their outcomes. The
     # key is the Nexus task id (writes) or the Plane work item id (webhooks).
     Family.PLANE: _Shape(("nexus", "plane", "v1"), ("key",), True),
+    # A flow run's lifecycle (services/flows); ``nexus.flows.v1.*`` are its queries.
+    Family.FLOW: _Shape(("nexus", "flow", "v1"), ("flow_run_id",), True),
 }
 
 # Request/reply query subjects (not stored in any stream).
@@ -92,6 +96,12 @@ PLANE_STATUS = "nexus.plane.v1.status"
 PLANE_RESYNC = "nexus.plane.v1.resync"
 # Outside `nexus.channel.v1.>` (NEXUS_CHANNELS stores all of it): the gateway's own prefix.
 CHANNEL_PAIRINGS = "nexus.channels.v1.pairings"
+# Flow definitions in core's catalog, and flow runs in the flows service (plural `flows`:
+# NEXUS_FLOWS captures `nexus.flow.v1.>`).
+CORE_CATALOG_FLOWS_LIST = "nexus.core.v1.catalog.flows.list"
+CORE_CATALOG_FLOWS_GET = "nexus.core.v1.catalog.flows.get"
+FLOWS_GET = "nexus.flows.v1.get"
+FLOWS_LIST = "nexus.flows.v1.list"
 QUERY_SUBJECTS = (
     CORE_RUNS_GET,
     CORE_RUNS_LIST,
@@ -112,6 +122,10 @@ QUERY_SUBJECTS = (
     PLANE_STATUS,
     PLANE_RESYNC,
     CHANNEL_PAIRINGS,
+    CORE_CATALOG_FLOWS_LIST,
+    CORE_CATALOG_FLOWS_GET,
+    FLOWS_GET,
+    FLOWS_LIST,
 )
 
 
@@ -164,11 +178,13 @@ def task_event(task_id: str, event: str) -> str:
 
 
 def catalog_event(kind: CatalogKind | str, item_id: str, event: str) -> str:
-    """``nexus.catalog.v1.<kind>.<id>.<event>``; kind is ``agent`` or ``skill``."""
+    """``nexus.catalog.v1.<kind>.<id>.<event>``; kind is ``agent``, ``skill`` or ``flow``."""
     try:
         kind = CatalogKind(kind)
     except ValueError:
-        raise InvalidSubject(f"invalid catalog kind {kind!r}: must be agent or skill") from None
+        raise InvalidSubject(
+            f"invalid catalog kind {kind!r}: must be agent, skill or flow"
+        ) from None
     return _build(Family.CATALOG, (kind.value, item_id), event)
 
 
@@ -214,6 +230,11 @@ def channel_event(channel: str, event: str) -> str:
     return _build(Family.CHANNEL, (channel,), event)
 
 
+def flow_event(flow_run_id: str, event: str) -> str:
+    """``nexus.flow.v1.<flow_run_id>.<event>``: a flow run's lifecycle."""
+    return _build(Family.FLOW, (flow_run_id,), event)
+
+
 def dead_letter(service: str) -> str:
     """``nexus.dlq.v1.<service>``."""
     return _build(Family.DLQ, (service,), None)
@@ -246,6 +267,10 @@ def plane_events_filter(key: str | None = None, event: str | None = None) -> str
 def channel_events_filter(channel: str | None = None, event: str | None = None) -> str:
     """Channel events: all, those of one channel, and/or one direction or event name."""
     return _filter(Family.CHANNEL, (channel,), event)
+
+
+def flow_events_filter(flow_run_id: str | None = None, event: str | None = None) -> str:
+    return _filter(Family.FLOW, (flow_run_id,), event)
 
 
 def catalog_events_filter(kind: CatalogKind | str | None = None) -> str:

@@ -85,6 +85,13 @@ BUILT = [
         {"key": "task-1"},
         "write_requested",
     ),
+    (
+        subjects.flow_event("fr_1", "step_started"),
+        "nexus.flow.v1.fr_1.step_started",
+        Family.FLOW,
+        {"flow_run_id": "fr_1"},
+        "step_started",
+    ),
     (subjects.dead_letter("core"), "nexus.dlq.v1.core", Family.DLQ, {"service": "core"}, None),
 ]
 

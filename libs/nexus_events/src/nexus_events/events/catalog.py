@@ -60,6 +60,11 @@ class AgentDefinition(Spec):
     hooks: Hooks = Field(
         default_factory=Hooks, description="Policy hooks on tool calls (docs/guardrails.md)."
     )
+    output_schema: dict[str, Any] | None = Field(
+        None,
+        description="JSON Schema its finish.details must fit: the runner asks the model again"
+        " a bounded number of times, then fails the run with reason invalid_output.",
+    )
 
     @field_validator("id")
     @classmethod

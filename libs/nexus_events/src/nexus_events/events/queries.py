@@ -20,6 +20,7 @@ from pydantic_core import PydanticCustomError
 
 from nexus_events import subjects
 from nexus_events.events.catalog import AgentDefinition, SkillDefinition
+from nexus_events.events.flows import FlowDefinition
 from nexus_events.events.runs import Origin
 from nexus_events.events.tasks import Column
 from nexus_events.runstate import RunStatus
@@ -132,6 +133,15 @@ class SkillGet(Query):
     version: Text | None = Field(None, description="Version label; the latest when absent.")
 
 
+class FlowDefinitionGet(Query):
+    """Body of a ``nexus.core.v1.catalog.flows.get`` request."""
+
+    id: Token = Field(..., description="Flow id.")
+    revision: int | None = Field(
+        None, ge=1, le=BIGINT_MAX, description="Catalog revision; the latest when absent."
+    )
+
+
 class EmptyQuery(Query):
     """Body of a query that takes no parameters (``{}`` or nothing)."""
 
@@ -242,6 +252,19 @@ class AgentView(Reply):
 
 class AgentsListReply(Reply):
     agents: list[AgentView] = Field(..., description="Every agent.")
+
+
+class FlowDefinitionView(Reply):
+    """One revision of a flow definition."""
+
+    revision: int = Field(..., description="Catalog revision.")
+    definition: FlowDefinition = Field(..., description="The flow definition.")
+
+
+class FlowDefinitionsListReply(Reply):
+    """Every flow definition."""
+
+    flows: list[FlowDefinitionView] = Field(..., description="Every flow, latest revision.")
 
 
 class SkillView(Reply):

@@ -59,6 +59,8 @@ class Reason:
     SUPERSEDED = "superseded"  # cancelled by the next fire of its schedule
     # completed in plan mode: the plan was denied or its approval expired; the plan is the result
     PLAN_NOT_APPROVED = "plan_not_approved"
+    # finish.details did not fit the agent's output_schema after the bounded retries
+    INVALID_OUTPUT = "invalid_output"
 
 
 class _RunEvent(Event):
@@ -154,6 +156,9 @@ class RunConfig(BaseModel):
         False,
         description="Start in plan mode: only read tools until the plan submitted with"
         " exit_plan_mode is approved (docs/guardrails.md).",
+    )
+    output_schema: dict[str, Any] | None = Field(
+        None, description="The agent's JSON Schema for finish.details (typed output)."
     )
 
 

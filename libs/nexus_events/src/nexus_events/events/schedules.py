@@ -16,7 +16,8 @@ class ScheduleDefined(Command):
     event_family: ClassVar[Family] = Family.SCHEDULE
     event_name: ClassVar[str] = "defined"
 
-    agent_id: str = Field(..., description="Agent to run.")
+    agent_id: str | None = Field(None, description="Agent to run (or a flow: `flow`).")
+    flow: str | None = Field(None, description="Flow to start at each fire (or an agent).")
     task_id: str | None = Field(None, description="Task each run works on.")
     input: str = Field("", description="Input of each run.")
     cron: str | None = Field(None, description="Cron expression (5 fields).")
@@ -42,6 +43,8 @@ class ScheduleDefined(Command):
         given = [x for x in (self.cron, self.interval_seconds, self.at) if x is not None]
         if len(given) != 1:
             raise ValueError("exactly one of cron, interval_seconds, at is required")
+        if (self.agent_id is None) == (self.flow is None):
+            raise ValueError("exactly one of agent_id, flow is required")
         return self
 
 
@@ -58,7 +61,7 @@ class ScheduleFired(Event):
     event_family: ClassVar[Family] = Family.SCHEDULE
     event_name: ClassVar[str] = "fired"
 
-    run_id: str = Field(..., description="Run requested by this fire.")
+    run_id: str = Field(..., description="Run (or flow run) requested by this fire.")
     scheduled_for: datetime = Field(..., description="The fire time it stands for.")
 
 
