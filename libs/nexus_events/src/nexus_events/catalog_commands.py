@@ -14,11 +14,14 @@ from nats.js.api import PubAck
 
 from nexus_events import subjects
 from nexus_events.bus import Bus
-from nexus_events.documents import parse_agent, parse_skill
+from nexus_events.documents import parse_agent, parse_flow, parse_skill
 from nexus_events.events import (
     AgentApplied,
     AgentDefinition,
     AgentDeleted,
+    FlowApplied,
+    FlowDefinition,
+    FlowDeleted,
     SkillApplied,
     SkillDefinition,
     SkillDeleted,
@@ -70,6 +73,31 @@ async def delete_skill(bus: Bus, name: str, *, deleted_by: str | None = None) ->
     return await bus.publish(
         subjects.catalog_event(CatalogKind.SKILL, name, "deleted"),
         SkillDeleted(deleted_by=deleted_by),
+        msg_id=_action_id(),
+    )
+
+
+async def apply_flow(
+    bus: Bus, document: str | FlowDefinition, *, applied_by: str | None = None
+) -> FlowDefinition:
+    """Validate a flow document (YAML/JSON text or a definition) and publish `FlowApplied`.
+
+    Only the document itself is checked here; that its agents exist is the caller's check
+    (`nexus flows apply` asks core), since the catalog may legitimately change in between."""
+    definition = parse_flow(document) if isinstance(document, str) else document
+    await bus.publish(
+        subjects.catalog_event(CatalogKind.FLOW, definition.id, "applied"),
+        FlowApplied(definition=definition, applied_by=applied_by),
+        msg_id=_action_id(),
+    )
+    return definition
+
+
+async def delete_flow(bus: Bus, flow_id: str, *, deleted_by: str | None = None) -> PubAck:
+    """Publish `FlowDeleted`; the store keeps every earlier revision (runs pinned to one)."""
+    return await bus.publish(
+        subjects.catalog_event(CatalogKind.FLOW, flow_id, "deleted"),
+        FlowDeleted(deleted_by=deleted_by),
         msg_id=_action_id(),
     )
 

@@ -1,4 +1,5 @@
-"""Pure validation of catalog documents: agent YAML/JSON and skill markdown with front matter.
+"""Pure validation of catalog documents: agent and flow YAML/JSON, skill markdown with front
+matter.
 
 Operators keep these files in git; whoever publishes a catalog event from one (the CLI, a
 GitOps job) validates it here first. Every problem is reported field by field
@@ -14,11 +15,14 @@ import yaml
 from pydantic import ValidationError
 
 from nexus_events.errors import DocumentInvalid, FieldError
-from nexus_events.events import AgentDefinition, SkillDefinition
+from nexus_events.events import AgentDefinition, FlowDefinition, SkillDefinition
 
 WHOLE = "(document)"
 # Front matter keys that are SkillDefinition fields; any other key goes to `metadata`.
 _SKILL_FIELDS = ("name", "version", "description", "hooks")
+# A flow's graph checks (nexus_events.flowgraph) name the step in the message itself.
+_STEP_MESSAGE = re.compile(r"\A(step '[^']*'|steps): (.*)\Z", re.DOTALL)
+_VALUE_ERROR = "Value error, "
 _FRONT_MATTER = re.compile(r"\A---[ \t]*\r?\n(.*?)\r?\n---[ \t]*(?:\r?\n|\Z)(.*)\Z", re.DOTALL)
 
 
@@ -57,6 +61,52 @@ def agent_from_mapping(data: dict[str, Any]) -> AgentDefinition:
         return AgentDefinition.model_validate(data)
     except ValidationError as exc:
         raise DocumentInvalid("agent", _errors(exc)) from None
+
+
+def parse_flow(text: str) -> FlowDefinition:
+    """Validate a flow definition (YAML or JSON); raise `DocumentInvalid` listing every error,
+    each located by step id (``step 'review'`` / ``next[0].when``) rather than by list index."""
+    return flow_from_mapping(_load_mapping("flow", text))
+
+
+def flow_from_mapping(data: dict[str, Any]) -> FlowDefinition:
+    try:
+        return FlowDefinition.model_validate(data)
+    except ValidationError as exc:
+        raise DocumentInvalid("flow", _flow_errors(exc, data)) from None
+
+
+def _flow_errors(exc: ValidationError, data: dict[str, Any]) -> list[FieldError]:
+    steps = data.get("steps")
+    out = []
+    for err in exc.errors(include_url=False):
+        msg = err["msg"].removeprefix(_VALUE_ERROR)
+        loc = list(err["loc"])
+        if not loc:
+            match = _STEP_MESSAGE.match(msg)
+            out.append(FieldError(match[1], match[2]) if match else FieldError(WHOLE, msg))
+            continue
+        if loc[0] == "steps" and len(loc) >= 2 and isinstance(loc[1], int):
+            index = loc[1]
+            raw = steps[index] if isinstance(steps, list) and index < len(steps) else None
+            step_id = raw.get("id") if isinstance(raw, dict) else None
+            where = f"step {step_id!r}" if isinstance(step_id, str) else f"steps[{index}]"
+            rest = loc[3:] if len(loc) > 2 else []  # loc[2] is the step kind (the union tag)
+            if err["type"].startswith("union_tag"):
+                rest = ["kind"]
+            field = _dotted(rest)
+            out.append(FieldError(f"{where}: {field}" if field else where, msg))
+            continue
+        out.append(FieldError(_dotted(loc), msg))
+    return out
+
+
+def _dotted(loc: list[Any]) -> str:
+    """``['next', 0, 'when']`` -> ``next[0].when``."""
+    text = ""
+    for part in loc:
+        text += f"[{part}]" if isinstance(part, int) else (f".{part}" if text else str(part))
+    return text
 
 
 def parse_skill(text: str, *, name: str | None = None) -> SkillDefinition:

@@ -138,8 +138,8 @@ EVENT_ROLES: dict[tuple[Family, str], EventRoles] = {
     (Family.CATALOG, "agent.deleted"): _run((_OPERATOR,), (_CORE, _CLI)),
     (Family.CATALOG, "skill.applied"): _run((_CLI, _OPERATOR), (_CORE,)),
     (Family.CATALOG, "skill.deleted"): _run((_OPERATOR,), (_CORE,)),
-    (Family.CATALOG, "flow.applied"): _run((_CLI, _OPERATOR), (planned(CORE), _CLI)),
-    (Family.CATALOG, "flow.deleted"): _run((_CLI, _OPERATOR), (planned(CORE), _CLI)),
+    (Family.CATALOG, "flow.applied"): _run((_CLI, _OPERATOR), (_CORE, _CLI)),
+    (Family.CATALOG, "flow.deleted"): _run((_CLI, _OPERATOR), (_CORE, _CLI)),
     # -- inbox and route (NEXUS_INBOX) -----------------------------------------------------
     # Peer agents message a run too (sender_kind "agent").
     # A comment on a work item with a running run reaches that run (plane-sync); so does a

@@ -1,4 +1,5 @@
-"""The revisioned catalog store: agent and skill definitions in PostgreSQL JSONB (schema `core`).
+"""The revisioned catalog store: agent, skill and flow definitions in PostgreSQL JSONB
+(schema `core`).
 
 `CatalogProjection` follows NEXUS_CATALOG through the foundation's `ProjectionRunner`, so every
 applied event is stored exactly once together with its checkpoint, and `rebuild` gives the
@@ -22,6 +23,9 @@ from nexus_events.events import (
     AgentApplied,
     AgentDefinition,
     AgentDeleted,
+    FlowApplied,
+    FlowDefinition,
+    FlowDeleted,
     SkillApplied,
     SkillDefinition,
     SkillDeleted,
@@ -75,12 +79,38 @@ MIGRATIONS = (
         PRIMARY KEY (name, revision));
     CREATE INDEX ON {schema}.skill_revisions (name, version, revision);
     """,
+    # Flow definitions (issue 28): kept like agents; a flow run pins one revision.
+    """
+    CREATE TABLE {schema}.flows (
+        id text PRIMARY KEY,
+        revision int NOT NULL,
+        deleted boolean NOT NULL,
+        definition jsonb,
+        updated_seq bigint NOT NULL,
+        updated_at timestamptz);
+    CREATE TABLE {schema}.flow_revisions (
+        id text NOT NULL,
+        revision int NOT NULL,
+        deleted boolean NOT NULL,
+        definition jsonb,
+        changed_by text,
+        stream_seq bigint NOT NULL,
+        changed_at timestamptz,
+        PRIMARY KEY (id, revision));
+    """,
 )
 
 
 @dataclass(frozen=True)
 class StoredAgent:
     definition: AgentDefinition
+    revision: int
+    updated_at: datetime | None
+
+
+@dataclass(frozen=True)
+class StoredFlow:
+    definition: FlowDefinition
     revision: int
     updated_at: datetime | None
 
@@ -111,6 +141,24 @@ class CatalogStore(Protocol):
     async def skill_history(self, name: str) -> list[tuple[int, bool, SkillDefinition | None]]:
         """Every revision of a skill, oldest first: (revision, deleted, definition)."""
 
+    async def get_flow(self, flow_id: str, revision: int | None = None) -> StoredFlow | None:
+        """The current definition (None if never applied or deleted); with `revision`, that
+        revision even if the flow was deleted since (a run pinned to it reads it), None if it
+        does not exist or is the delete itself."""
+
+    async def list_flows(self) -> list[StoredFlow]: ...
+
+    async def flow_history(self, flow_id: str) -> list[tuple[int, bool, FlowDefinition | None]]:
+        """Every revision of a flow, oldest first: (revision, deleted, definition)."""
+
+
+# Per kind: (current table, revision table, key column).
+_TABLES = {
+    "agent": ("agents", "agent_revisions", "id"),
+    "skill": ("skills", "skill_revisions", "name"),
+    "flow": ("flows", "flow_revisions", "id"),
+}
+
 
 class CatalogProjection:
     """Writes catalog events into the revisioned tables of `schema`."""
@@ -134,13 +182,13 @@ class CatalogProjection:
     async def _apply_one(self, conn: Conn, q: str, d: Decoded) -> None:
         change = catalog_change(d)
         if change is not None:
-            agent = change.kind == "agent"
+            table, history, key = _TABLES[change.kind]
             await _change(
                 conn,
                 q,
-                "agents" if agent else "skills",
-                "agent_revisions" if agent else "skill_revisions",
-                "id" if agent else "name",
+                table,
+                history,
+                key,
                 change.item_id,
                 change.body,
                 change.version,
@@ -154,7 +202,7 @@ class CatalogProjection:
 class CatalogChange:
     """What one catalog event asks of any backend: `body` None means delete."""
 
-    kind: Literal["agent", "skill"]
+    kind: Literal["agent", "skill", "flow"]
     item_id: str
     body: str | None
     version: str | None
@@ -164,7 +212,11 @@ class CatalogChange:
 
 
 def catalog_change(d: Decoded) -> CatalogChange | None:  # noqa: PLR0911 - one per event kind
-    """The change a decoded catalog event asks for, or None if it asks for nothing valid."""
+    """The change a decoded catalog event asks for, or None if it asks for nothing valid.
+
+    A definition that breaks the contract (a flow with a bad expression or an unbounded loop,
+    say one published by hand) never gets here: it does not decode, so the follower
+    dead-letters it with the validation error and goes on."""
     item_id = d.address.ids.get("id", "")
     event = d.event
     seq = d.envelope.stream_seq or 0
@@ -185,6 +237,14 @@ def catalog_change(d: Decoded) -> CatalogChange | None:  # noqa: PLR0911 - one p
         return CatalogChange("skill", item_id, body, event.skill.version, event.applied_by, seq, at)
     if isinstance(event, SkillDeleted):
         return CatalogChange("skill", item_id, None, None, event.deleted_by, seq, at)
+    if isinstance(event, FlowApplied):
+        if event.definition.id != item_id:
+            log.warning("flow %r applied on subject of %r: skipped", event.definition.id, item_id)
+            return None
+        body = event.definition.model_dump_json()
+        return CatalogChange("flow", item_id, body, None, event.applied_by, seq, at)
+    if isinstance(event, FlowDeleted):
+        return CatalogChange("flow", item_id, None, None, event.deleted_by, seq, at)
     return None
 
 
@@ -335,6 +395,47 @@ class PgCatalogStore:
             for r in rows
         ]
 
+    async def get_flow(self, flow_id: str, revision: int | None = None) -> StoredFlow | None:
+        if revision is None:
+            row = await self.pool.fetchrow(
+                f"SELECT definition, revision, updated_at FROM {self.q}.flows"
+                " WHERE id = $1 AND NOT deleted",
+                flow_id,
+            )
+        else:
+            row = await self.pool.fetchrow(
+                f"SELECT definition, revision, changed_at AS updated_at"
+                f" FROM {self.q}.flow_revisions WHERE id = $1 AND revision = $2 AND NOT deleted",
+                flow_id,
+                revision,
+            )
+        return None if row is None else _flow(row)
+
+    async def list_flows(self) -> list[StoredFlow]:
+        rows = await self.pool.fetch(
+            f"SELECT definition, revision, updated_at FROM {self.q}.flows"
+            " WHERE NOT deleted ORDER BY id"
+        )
+        return [_flow(r) for r in rows]
+
+    async def flow_history(self, flow_id: str) -> list[tuple[int, bool, FlowDefinition | None]]:
+        """Every revision of a flow, oldest first: (revision, deleted, definition)."""
+        rows = await self.pool.fetch(
+            f"SELECT revision, deleted, definition FROM {self.q}.flow_revisions"
+            " WHERE id = $1 ORDER BY revision",
+            flow_id,
+        )
+        return [
+            (
+                r["revision"],
+                r["deleted"],
+                None
+                if r["definition"] is None
+                else FlowDefinition.model_validate_json(r["definition"]),
+            )
+            for r in rows
+        ]
+
 
 def _agent(row: asyncpg.Record) -> StoredAgent:
     return StoredAgent(
@@ -345,4 +446,10 @@ def _agent(row: asyncpg.Record) -> StoredAgent:
 def _skill(row: asyncpg.Record) -> StoredSkill:
     return StoredSkill(
         SkillDefinition.model_validate_json(row["definition"]), row["revision"], row["updated_at"]
+    )
+
+
+def _flow(row: asyncpg.Record) -> StoredFlow:
+    return StoredFlow(
+        FlowDefinition.model_validate_json(row["definition"]), row["revision"], row["updated_at"]
     )

@@ -26,13 +26,19 @@ from typing import Any
 from motor.motor_asyncio import AsyncIOMotorClient, AsyncIOMotorCollection, AsyncIOMotorDatabase
 from nexus_events.bus import Bus
 from nexus_events.codec import Decoded
-from nexus_events.events import AgentDefinition, SkillDefinition
+from nexus_events.events import AgentDefinition, FlowDefinition, SkillDefinition
 from nexus_events.follow import Batch, Feed, StreamFollower
 from nexus_events.streams import CATALOG
 from pymongo import ASCENDING, DESCENDING
 from pymongo.errors import ConnectionFailure, DuplicateKeyError
 
-from nexus_core.catalog_store import CatalogChange, StoredAgent, StoredSkill, catalog_change
+from nexus_core.catalog_store import (
+    CatalogChange,
+    StoredAgent,
+    StoredFlow,
+    StoredSkill,
+    catalog_change,
+)
 from nexus_core.tracing import CATALOG_ITEM, event_span
 
 log = logging.getLogger(__name__)
@@ -61,9 +67,9 @@ def default_database(client: AsyncIOMotorClient[Document]) -> AsyncIOMotorDataba
 class MongoCatalogStore:
     """`CatalogStore` over MongoDB, and the writes of the catalog projection.
 
-    Collections (prefixed by `prefix`): ``agents`` and ``skills`` (current state, one document
-    per item), ``agent_revisions`` and ``skill_revisions`` (every revision, kept on delete) and
-    ``checkpoint`` (per stream).
+    Collections (prefixed by `prefix`): ``agents``, ``skills`` and ``flows`` (current state, one
+    document per item), ``agent_revisions``, ``skill_revisions`` and ``flow_revisions`` (every
+    revision, kept on delete) and ``checkpoint`` (per stream).
     """
 
     def __init__(self, db: AsyncIOMotorDatabase[Document], prefix: str = "catalog_") -> None:
@@ -72,6 +78,8 @@ class MongoCatalogStore:
         self.agent_revisions: AsyncIOMotorCollection[Document] = db[f"{prefix}agent_revisions"]
         self.skills: AsyncIOMotorCollection[Document] = db[f"{prefix}skills"]
         self.skill_revisions: AsyncIOMotorCollection[Document] = db[f"{prefix}skill_revisions"]
+        self.flows: AsyncIOMotorCollection[Document] = db[f"{prefix}flows"]
+        self.flow_revisions: AsyncIOMotorCollection[Document] = db[f"{prefix}flow_revisions"]
         self.checkpoints: AsyncIOMotorCollection[Document] = db[f"{prefix}checkpoint"]
 
     async def create(self) -> None:
@@ -81,6 +89,9 @@ class MongoCatalogStore:
         )
         await self.skill_revisions.create_index(
             [("name", ASCENDING), ("revision", ASCENDING)], unique=True
+        )
+        await self.flow_revisions.create_index(
+            [("id", ASCENDING), ("revision", ASCENDING)], unique=True
         )
         await self.skill_revisions.create_index(
             [("name", ASCENDING), ("version", ASCENDING), ("revision", DESCENDING)]
@@ -97,10 +108,11 @@ class MongoCatalogStore:
 
     async def apply(self, change: CatalogChange) -> bool:
         """Apply one change; True if it added a revision. Safe to call again for the same seq."""
-        agent = change.kind == "agent"
-        current = self.agents if agent else self.skills
-        history = self.agent_revisions if agent else self.skill_revisions
-        key = "id" if agent else "name"
+        current, history, key = {
+            "agent": (self.agents, self.agent_revisions, "id"),
+            "skill": (self.skills, self.skill_revisions, "name"),
+            "flow": (self.flows, self.flow_revisions, "id"),
+        }[change.kind]
         doc = await current.find_one({"_id": change.item_id})
         if doc is not None and doc["applied_seq"] >= change.seq:
             return False  # applied before a restart
@@ -132,7 +144,7 @@ class MongoCatalogStore:
             "applied_seq": change.seq,
             "updated_at": change.at,
         }
-        if not agent:
+        if change.kind == "skill":
             entry["version"] = change.version
             state["version"] = change.version
             reset = doc.get("reset_revision", 0) if doc else 0
@@ -218,6 +230,37 @@ class MongoCatalogStore:
             )
             async for d in cursor
         ]
+
+    async def get_flow(self, flow_id: str, revision: int | None = None) -> StoredFlow | None:
+        if revision is None:
+            doc = await self.flows.find_one({"_id": flow_id, "deleted": False})
+            return None if doc is None else _flow(doc, doc.get("updated_at"))
+        doc = await self.flow_revisions.find_one(
+            {"id": flow_id, "revision": revision, "deleted": False}
+        )
+        return None if doc is None else _flow(doc, doc.get("changed_at"))
+
+    async def list_flows(self) -> list[StoredFlow]:
+        cursor = self.flows.find({"deleted": False}).sort("_id", ASCENDING)
+        return [_flow(d, d.get("updated_at")) async for d in cursor]
+
+    async def flow_history(self, flow_id: str) -> list[tuple[int, bool, FlowDefinition | None]]:
+        """Every revision of a flow, oldest first: (revision, deleted, definition)."""
+        cursor = self.flow_revisions.find({"id": flow_id}).sort("revision", ASCENDING)
+        return [
+            (
+                d["revision"],
+                d["deleted"],
+                None
+                if d["definition"] is None
+                else FlowDefinition.model_validate_json(d["definition"]),
+            )
+            async for d in cursor
+        ]
+
+
+def _flow(doc: Document, at: Any) -> StoredFlow:
+    return StoredFlow(FlowDefinition.model_validate_json(doc["definition"]), doc["revision"], at)
 
 
 def _agent(doc: Document) -> StoredAgent:

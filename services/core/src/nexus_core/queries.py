@@ -28,13 +28,14 @@ from nexus_events.projection import Projection, projection_status, quote_ident, 
 from nexus_events.streams import RUNS
 
 from nexus_core.board_projection import BOARD_SCHEMA, BoardProjection
-from nexus_core.catalog_store import CatalogStore, StoredAgent, StoredSkill
+from nexus_core.catalog_store import CatalogStore, StoredAgent, StoredFlow, StoredSkill
 from nexus_core.errors import QueryError
 from nexus_core.query_models import (
     MAX_PAGE,
     AgentGet,
     BoardGet,
     EmptyQuery,
+    FlowDefinitionGet,
     ProjectionRebuild,
     RunsEvents,
     RunsGet,
@@ -93,6 +94,10 @@ def _agent_view(a: StoredAgent) -> dict[str, Any]:
     return {"revision": a.revision, "definition": a.definition.model_dump(mode="json")}
 
 
+def _flow_view(f: StoredFlow) -> dict[str, Any]:
+    return {"revision": f.revision, "definition": f.definition.model_dump(mode="json")}
+
+
 def _skill_view(s: StoredSkill) -> dict[str, Any]:
     return {"revision": s.revision, "skill": s.skill.model_dump(mode="json")}
 
@@ -133,6 +138,8 @@ class CoreQueries:
             ("agents-get", subjects.CORE_CATALOG_AGENTS_GET, h(AgentGet, self.agent)),
             ("skills-list", subjects.CORE_CATALOG_SKILLS_LIST, h(EmptyQuery, self.skills)),
             ("skills-get", subjects.CORE_CATALOG_SKILLS_GET, h(SkillGet, self.skill)),
+            ("flows-list", subjects.CORE_CATALOG_FLOWS_LIST, h(EmptyQuery, self.flows)),
+            ("flows-get", subjects.CORE_CATALOG_FLOWS_GET, h(FlowDefinitionGet, self.flow)),
             (
                 "projections-status",
                 subjects.CORE_PROJECTIONS_STATUS,
@@ -295,3 +302,13 @@ class CoreQueries:
             what = query.name if query.version is None else f"{query.name}@{query.version}"
             raise QueryError(404, f"no skill {what!r}")
         return _skill_view(found)
+
+    async def flows(self, _: EmptyQuery) -> dict[str, Any]:
+        return {"flows": [_flow_view(f) for f in await self.catalog.list_flows()]}
+
+    async def flow(self, query: FlowDefinitionGet) -> dict[str, Any]:
+        found = await self.catalog.get_flow(query.id, query.revision)
+        if found is None:
+            what = query.id if query.revision is None else f"{query.id}@{query.revision}"
+            raise QueryError(404, f"no flow {what!r}")
+        return _flow_view(found)
