@@ -15,6 +15,7 @@ from nexus_cli.commands import (
     dev,
     dlq,
     doctor,
+    flows,
     memory,
     pair,
     plane,
@@ -57,6 +58,7 @@ def root(
 app.add_typer(dev.app, name="dev")
 app.add_typer(agents.app, name="agents")
 app.add_typer(skills.app, name="skills")
+app.add_typer(flows.app, name="flows")  # definitions; `flow` (singular) runs them
 app.add_typer(board.task_app, name="task")
 app.add_typer(dlq.app, name="dlq")
 app.add_typer(memory.app, name="memory")
