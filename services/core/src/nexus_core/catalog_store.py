@@ -405,7 +405,10 @@ class PgCatalogStore:
         else:
             row = await self.pool.fetchrow(
                 f"SELECT definition, revision, changed_at AS updated_at"
-                f" FROM {self.q}.flow_revisions WHERE id = $1 AND revision = $2 AND NOT deleted",
+                # bigint: the query allows any revision up to BIGINT_MAX; past int4 is just
+                # not found, never an overflow.
+                f" FROM {self.q}.flow_revisions WHERE id = $1 AND revision = $2::bigint"
+                " AND NOT deleted",
                 flow_id,
                 revision,
             )

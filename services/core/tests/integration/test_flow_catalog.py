@@ -7,18 +7,23 @@ from __future__ import annotations
 import json
 from typing import Any
 
+import asyncpg
+import pytest
 import yaml
 from nexus_events import subjects
 from nexus_events.bus import Bus
 from nexus_events.catalog_commands import apply_agent, apply_flow, delete_flow
+from nexus_events.projection import ProjectionRunner
 from nexus_events.streams import CATALOG
 from nexus_events.subjects import CatalogKind
 from nexus_events.testing import dead_letters
 
 from nexus_core.app import CoreApp
+from nexus_core.catalog_store import CatalogProjection, PgCatalogStore
+from nexus_core.mongo_catalog import MongoCatalogRunner, MongoCatalogStore
 
 from .conftest import CatalogBackend
-from .support import AGENT_YAML, catalog_ready, eventually, query
+from .support import AGENT_YAML, catalog_ready, eventually, mongodb_mode, query
 
 FLOW_YAML = """
 id: review
@@ -156,6 +161,41 @@ async def test_core_serves_flows_list_and_get(bus: Bus, core: CoreApp):
     )
     assert error == "404"
     assert "review@7" in missing["error"]["message"]
+    # Past PostgreSQL's int4 revision column but within the query's bigint: not found either.
+    error, _ = await query(
+        bus, subjects.CORE_CATALOG_FLOWS_GET, {"id": "review", "revision": 2**63 - 1}
+    )
+    assert error == "404"
     error, bad = await query(bus, subjects.CORE_CATALOG_FLOWS_GET, {"id": "review", "revision": 0})
     assert error == "400"
     assert bad["error"]["fields"][0]["loc"] == "revision"
+
+
+@pytest.mark.parametrize("mongodb", [mongodb_mode()])
+async def test_backends_store_the_same_flows(
+    bus: Bus, pg_pool: asyncpg.Pool[Any], mongo_db: Any, mongodb: str
+):
+    pg, mongo = PgCatalogStore(pg_pool), MongoCatalogStore(mongo_db)
+    pg_runner = ProjectionRunner(bus, pg_pool, CatalogProjection(), fetch_timeout=0.2)
+    async with pg_runner, MongoCatalogRunner(bus, mongo, fetch_timeout=0.2) as mongo_runner:
+        await apply_flow(bus, FLOW_YAML, applied_by="ops")
+        await apply_flow(bus, FLOW_YAML.replace("id: review", "id: other"))
+        await apply_flow(bus, CHANGED)
+        await delete_flow(bus, "other")
+        await apply_flow(bus, FLOW_YAML)
+        last = await _last_seq(bus)
+        await pg_runner.wait_until(CATALOG, last)
+        await mongo_runner.wait_until(CATALOG, last)
+
+    async def snapshot(store: Any) -> Any:
+        return (
+            [(f.definition, f.revision) for f in await store.list_flows()],
+            await store.flow_history("review"),
+            await store.flow_history("other"),
+            [await store.get_flow("review", n) is not None for n in (1, 2, 3, 4)],
+        )
+
+    expected = await snapshot(pg)
+    assert await snapshot(mongo) == expected
+    assert [rev for _, rev in expected[0]] == [3]  # review: applied, changed, back again
+    assert expected[3] == [True, True, True, False]

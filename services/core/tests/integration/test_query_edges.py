@@ -21,7 +21,7 @@ from nats.micro import add_service
 from nats.micro.service import EndpointConfig, ServiceConfig
 from nexus_events import subjects
 from nexus_events.bus import Bus, BusSettings
-from nexus_events.catalog_commands import apply_agent, apply_skill
+from nexus_events.catalog_commands import apply_agent, apply_flow, apply_skill
 from nexus_events.streams import RUNS, TASKS, ensure_streams
 from nexus_events.testing import NatsServer, PostgresServer
 
@@ -61,6 +61,7 @@ async def served(
         await core.start()
         await apply_agent(bus, AGENT_YAML)
         await apply_skill(bus, SKILL_MD)
+        await apply_flow(bus, "id: edge1\nsteps: [{id: only, kind: run, agent: implementer}]\n")
         await catalog_ready(core)
         run_id = "edge1"
         raw = {"agent_id": "implementer", "task_id": "T-1", "input": "fix the bug"}
@@ -370,6 +371,8 @@ FUZZED: dict[str, list[str]] = {
     subjects.CORE_CATALOG_AGENTS_GET: ["id"],
     subjects.CORE_CATALOG_SKILLS_LIST: [],
     subjects.CORE_CATALOG_SKILLS_GET: ["name", "version"],
+    subjects.CORE_CATALOG_FLOWS_LIST: [],
+    subjects.CORE_CATALOG_FLOWS_GET: ["id", "revision"],
     subjects.CORE_PROJECTIONS_STATUS: [],
     subjects.CORE_PROJECTIONS_REBUILD: ["projection"],
 }
@@ -381,6 +384,7 @@ VALID: dict[str, dict[str, Any]] = {
     subjects.CORE_RUNS_EVENTS: {"run_id": "edge1"},
     subjects.CORE_CATALOG_AGENTS_GET: {"id": "implementer"},
     subjects.CORE_CATALOG_SKILLS_GET: {"name": "python"},
+    subjects.CORE_CATALOG_FLOWS_GET: {"id": "edge1"},
     subjects.CORE_PROJECTIONS_REBUILD: {"projection": "board"},
 }
 
@@ -397,6 +401,8 @@ async def test_every_query_and_field_is_fuzzed() -> None:
         subjects.CORE_CATALOG_AGENTS_GET: m.AgentGet,
         subjects.CORE_CATALOG_SKILLS_LIST: m.EmptyQuery,
         subjects.CORE_CATALOG_SKILLS_GET: m.SkillGet,
+        subjects.CORE_CATALOG_FLOWS_LIST: m.EmptyQuery,
+        subjects.CORE_CATALOG_FLOWS_GET: m.FlowDefinitionGet,
         subjects.CORE_PROJECTIONS_STATUS: m.EmptyQuery,
         subjects.CORE_PROJECTIONS_REBUILD: m.ProjectionRebuild,
     }
@@ -432,5 +438,7 @@ test_fuzz_agents_list = _fuzz(subjects.CORE_CATALOG_AGENTS_LIST)
 test_fuzz_agents_get = _fuzz(subjects.CORE_CATALOG_AGENTS_GET)
 test_fuzz_skills_list = _fuzz(subjects.CORE_CATALOG_SKILLS_LIST)
 test_fuzz_skills_get = _fuzz(subjects.CORE_CATALOG_SKILLS_GET)
+test_fuzz_flows_list = _fuzz(subjects.CORE_CATALOG_FLOWS_LIST)
+test_fuzz_flows_get = _fuzz(subjects.CORE_CATALOG_FLOWS_GET)
 test_fuzz_projections_status = _fuzz(subjects.CORE_PROJECTIONS_STATUS)
 test_fuzz_projections_rebuild = _fuzz(subjects.CORE_PROJECTIONS_REBUILD)
