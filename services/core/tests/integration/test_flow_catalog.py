@@ -13,6 +13,8 @@ import yaml
 from nexus_events import subjects
 from nexus_events.bus import Bus
 from nexus_events.catalog_commands import apply_agent, apply_flow, delete_flow
+from nexus_events.documents import parse_flow
+from nexus_events.events import FlowApplied
 from nexus_events.projection import ProjectionRunner
 from nexus_events.streams import CATALOG
 from nexus_events.subjects import CatalogKind
@@ -111,6 +113,11 @@ async def test_invalid_flow_published_by_hand_is_dead_lettered(
                 json.dumps({"definition": definition}).encode(),
             )
             seqs[ack.seq] = name
+        # Valid, but on another flow's subject: skipped (as an agent's would be), not stored.
+        await bus.publish(
+            subjects.catalog_event(CatalogKind.FLOW, "elsewhere", "applied"),
+            FlowApplied(definition=parse_flow(FLOW_YAML)),
+        )
         await apply_flow(bus, FLOW_YAML)  # a valid one after them still lands
         await runner.wait_until(CATALOG, await _last_seq(bus))
         stored = await store.get_flow("review")
@@ -126,6 +133,7 @@ async def test_invalid_flow_published_by_hand_is_dead_lettered(
     assert "a loop without max_rounds" in got["loop"], got
     assert await store.flow_history("bad-expr") == []
     assert await store.flow_history("bad-loop") == []
+    assert await store.flow_history("elsewhere") == []
 
 
 async def test_core_serves_flows_list_and_get(bus: Bus, core: CoreApp):
