@@ -273,8 +273,8 @@ ADMIN_PASSWORD=${NEXUS_ADMIN_NATS_PASSWORD:-admin-dev-password}
 
 phase "build Nexus images"
 compose build -q >"$RUNDIR/build.log" 2>&1 || { cat "$RUNDIR/build.log"; die "docker-compose build"; }
-for image in nexus/core:dev nexus/memory:dev nexus/runner:dev nexus/plane-sync:dev \
-  nexus/channel-gateway:dev; do
+for image in nexus/core:dev nexus/memory:dev nexus/runner:dev nexus/flows:dev \
+  nexus/plane-sync:dev nexus/channel-gateway:dev; do
   $DOCKER image inspect "$image" >/dev/null || die "$image was not built"
 done
 
@@ -367,7 +367,7 @@ users = {}
 for c in conns:
     users.setdefault(c.get("name", ""), set()).add(c.get("authorized_user", ""))
 print("    NATS connections (name: users):", {k: sorted(v) for k, v in sorted(users.items())})
-for service in ("core", "memory", "scheduler", "runner", "plane-sync", "channel-gateway"):
+for service in ("core", "memory", "scheduler", "runner", "flows", "plane-sync", "channel-gateway"):
     assert users.get(service) == {service}, f"{service} connected as {users.get(service)}"
 assert users.get("nexus-cli") == {"admin"}, users.get("nexus-cli")
 EOF
@@ -390,10 +390,10 @@ for svc in $services; do
 done
 log "users: ${users[*]}"
 compose stop -t 60 >/dev/null 2>&1
-for svc in core memory scheduler plane-sync channel-gateway fake-plane fake-slack; do
+for svc in core memory scheduler flows plane-sync channel-gateway fake-plane fake-slack; do
   code=$($DOCKER inspect -f '{{.State.ExitCode}}' "$(compose ps -q "$svc")")
   [ "$code" = 0 ] || die "$svc exited $code on stop (not drained): $(compose logs --no-color --tail=30 "$svc")"
 done
-log "core, memory, scheduler, plane-sync, channel-gateway and the fakes exited 0 on stop"
+log "core, memory, scheduler, flows, plane-sync, channel-gateway and the fakes exited 0 on stop"
 compose down -v --remove-orphans >/dev/null 2>&1
 UP=0

@@ -20,6 +20,7 @@ from nexus_events.approvals import APPROVALS_BUCKET
 from nexus_events.streams import (
     CATALOG,
     CHANNELS,
+    FLOWS,
     INBOX,
     MEMORY,
     PLANE,
@@ -147,6 +148,22 @@ SERVICES: dict[str, Access] = {
         ensures_streams=True,
         serves=(subjects.CHANNEL_PAIRINGS,),
         kv_buckets=(APPROVALS_BUCKET,),
+    ),
+    # Flows: folds NEXUS_FLOWS and decides each next step; requests the runs of run and map
+    # steps (and cancels them), asks for a gate's approval on its gate run id and records the
+    # decision it reads on that run's inbox; finishes steps on the runs' terminal events and
+    # ends event waits on channel webhooks. It pins a flow run to the catalog's definition
+    # (core's query) and answers nexus.flows.v1.get|list.
+    "flows": Access(
+        publishes=(
+            subjects.family_filter(Family.FLOW),
+            *_run("requested", "cancel_requested", "approval_requested", "approval_decided"),
+            subjects.dead_letter("flows"),
+        ),
+        reads=(FLOWS, RUNS, INBOX, CHANNELS),
+        ensures_streams=True,
+        serves=(subjects.FLOWS_GET, subjects.FLOWS_LIST),
+        requests=(subjects.CORE_CATALOG_FLOWS_GET,),
     ),
 }
 

@@ -1,10 +1,11 @@
-"""Compose without Docker: run core, memory and the scheduler (local runtime) from
+"""Compose without Docker: run core, memory, the scheduler (local runtime) and flows from
 compose.yaml's own commands and environments, against a real nats-server started with
 deploy/nats/nats.conf (the per-service users and permissions) and a real PostgreSQL, and
 drive one run end to end: agent applied -> requested -> prepared -> dispatched -> started ->
 completed, the runner being started by the scheduler exactly as NEXUS_LOCAL_COMMAND
 says, with the fake OpenAI server as the LLM; then memory extracts what the run learned
-(asking the same fake model) and a search finds it."""
+(asking the same fake model) and a search finds it, and flows answers a list query on its
+own user."""
 
 from __future__ import annotations
 
@@ -27,6 +28,7 @@ import pytest
 from nexus_events import subjects
 from nexus_events.bus import Bus, BusSettings
 from nexus_events.events.catalog import AgentApplied, AgentDefinition
+from nexus_events.events.flows import FlowsList, FlowsListReply
 from nexus_events.events.memory import MemorySearchReply, MemorySearchRequest
 from nexus_events.events.runs import RunRequested, TerminalEvent
 from nexus_events.streams import RUNS
@@ -36,7 +38,7 @@ from ..fakes.openai_server import FakeOpenAI, Reply, ToolCall
 from .compose_model import ROOT, environment, load
 
 # The compose services this test runs as real processes; the others are explained below.
-RUN_HERE = {"core", "memory", "scheduler"}
+RUN_HERE = {"core", "memory", "scheduler", "flows"}
 REPLACED = {
     "nats": "run as the test's nats-server with deploy/nats/nats.conf",
     "postgres": "replaced by the embedded PostgreSQL (pgvector) of the test fixtures",
@@ -213,7 +215,7 @@ async def test_one_run_end_to_end_from_compose(
             },
             tmp_path,
         )
-        for name in ("core", "memory", "scheduler")
+        for name in ("core", "memory", "scheduler", "flows")
     }
     admin = await Bus.connect(
         BusSettings(
@@ -237,6 +239,11 @@ async def test_one_run_end_to_end_from_compose(
         scheduler = procs["scheduler"]
         scheduler.start()
         await _until_ready(scheduler, int(scheduler.env["NEXUS_HEALTH_PORT"]))
+        # Flows: ready once its consumers on NEXUS_FLOWS, NEXUS_RUNS, NEXUS_INBOX and
+        # NEXUS_CHANNELS exist, each created with the `flows` user's permissions.
+        flows = procs["flows"]
+        flows.start()
+        await _until_ready(flows, int(flows.env["NEXUS_HEALTH_PORT"]))
         agent = AgentDefinition.model_validate(
             {
                 "id": "smoke",
@@ -274,14 +281,19 @@ async def test_one_run_end_to_end_from_compose(
         assert [i.text for i in found.items] == [LEARNED], detail + memory.tail()
         # The runner's two turns, then memory's extraction: each talked to the fake LLM.
         assert len(llm.requests) == 3
+        # Flows serves its queries on its own user (subscribe and allow_responses).
+        listed = await admin.nc.request(
+            subjects.FLOWS_LIST, FlowsList().model_dump_json().encode(), timeout=5
+        )
+        assert FlowsListReply.model_validate_json(listed.data).flows == [], flows.tail()
         # Each process used its own NATS user; the run process the runner's, not the scheduler's.
         users = await asyncio.to_thread(_users, monitor)
-        assert {"core", "memory", "scheduler", "runner", "admin"} <= users, users
+        assert {"core", "memory", "scheduler", "runner", "flows", "admin"} <= users, users
     finally:
         await admin.close()
         codes = {name: p.stop() for name, p in reversed(procs.items())}
-    # Both drained and exited cleanly on SIGTERM, as `docker compose stop` would ask.
-    assert codes == {"scheduler": 0, "memory": 0, "core": 0}, "\n".join(
+    # Each drained and exited cleanly on SIGTERM, as `docker compose stop` would ask.
+    assert codes == {"flows": 0, "scheduler": 0, "memory": 0, "core": 0}, "\n".join(
         p.tail() for p in procs.values()
     )
 

@@ -1,14 +1,16 @@
 """Every metric a Grafana dashboard queries is one Nexus emits.
 
 The Prometheus names are taken from the real Prometheus exporter's output for a RunMetrics
-that saw a whole run and a pipeline poll, and a MemoryMetrics that saw a search, writes and
-an extraction, not from a hand-written mapping.
+that saw a whole run and a pipeline poll, a MemoryMetrics that saw a search, writes and
+an extraction, and every instrument the flows service's FlowMetrics creates, each given one
+measurement; not from a hand-written mapping.
 """
 
 from __future__ import annotations
 
 import json
 import re
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
@@ -28,6 +30,7 @@ from nexus_events.events.runs import (
 )
 from nexus_memory.metrics import MemoryMetrics
 from opentelemetry.exporter.prometheus import PrometheusMetricReader
+from opentelemetry.metrics import CallbackOptions, Meter, Observation
 from opentelemetry.sdk.metrics import MeterProvider
 from prometheus_client import CollectorRegistry, generate_latest
 
@@ -75,12 +78,78 @@ def exported_names() -> set[str]:
         projections={("core_agent_runs", "NEXUS_RUNS"): 4},
         followers={"agent_runs_board": (2, True)},
     )
-    text = generate_latest(registry).decode()
-    names = set()
-    for line in text.splitlines():
-        if line and not line.startswith("#"):
-            names.add(re.split(r"[{ ]", line, maxsplit=1)[0])
-    return names
+    return _sample_names(generate_latest(registry).decode())
+
+
+class _RecordingMeter:
+    """A real Meter that remembers every instrument it creates, so that the test can give each
+    one a measurement without knowing the API of the class that created it. Observable
+    instruments get a callback of its own (the service's would observe its live state)."""
+
+    def __init__(self, meter: Meter) -> None:
+        self._meter = meter
+        self.instruments: list[Any] = []
+
+    def __getattr__(self, name: str) -> Any:
+        attr = getattr(self._meter, name)
+        if not name.startswith("create_"):
+            return attr
+
+        def create(*args: Any, **kwargs: Any) -> Any:
+            if "observable" in name:
+                args = args[:1]  # (name, callbacks, unit, description): callbacks replaced
+                kwargs["callbacks"] = [_one]
+            instrument = attr(*args, **kwargs)
+            self.instruments.append(instrument)
+            return instrument
+
+        return create
+
+
+def _one(_: CallbackOptions) -> Iterable[Observation]:
+    return [Observation(1)]
+
+
+class _RecordingProvider:
+    """A MeterProvider whose meters are `_RecordingMeter`s over a real SDK provider's."""
+
+    def __init__(self, provider: MeterProvider) -> None:
+        self._provider = provider
+        self.meters: list[_RecordingMeter] = []
+
+    def get_meter(self, *args: Any, **kwargs: Any) -> _RecordingMeter:
+        meter = _RecordingMeter(self._provider.get_meter(*args, **kwargs))
+        self.meters.append(meter)
+        return meter
+
+
+def flows_exported_names() -> set[str]:
+    """The Prometheus names of every instrument `nexus_flows.metrics.FlowMetrics(provider)`
+    creates, each given one measurement (a counter 1, a histogram 0.5 s, a gauge 1)."""
+    from nexus_flows.metrics import FlowMetrics
+
+    registry = CollectorRegistry()
+    provider = MeterProvider(metric_readers=[PrometheusMetricReader(registry=registry)])
+    recording = _RecordingProvider(provider)
+    FlowMetrics(recording)  # type: ignore[arg-type]
+    instruments = [i for m in recording.meters for i in m.instruments]
+    assert instruments, "FlowMetrics created no instrument"
+    for instrument in instruments:
+        measure: Callable[..., None] | None = next(
+            (getattr(instrument, m) for m in ("add", "record", "set") if hasattr(instrument, m)),
+            None,
+        )
+        if measure is not None:
+            measure(0.5 if hasattr(instrument, "record") else 1)
+    return _sample_names(generate_latest(registry).decode())
+
+
+def _sample_names(text: str) -> set[str]:
+    return {
+        re.split(r"[{ ]", line, maxsplit=1)[0]
+        for line in text.splitlines()
+        if line and not line.startswith("#")
+    }
 
 
 def queried_metrics(expr: str) -> set[str]:
@@ -128,8 +197,32 @@ def test_the_query_parser_finds_metric_names() -> None:
     assert queried_metrics("label_values(nexus_runs_total, agent_id)") == {"nexus_runs_total"}
 
 
+# The flows service's own metrics (nexus_flows.metrics), for the flows dashboard: the names it
+# must export (docs/observability.md).
+FLOWS_METRICS = {
+    "nexus_flows_started_total",
+    "nexus_flows_finished_total",
+    "nexus_flow_steps_started_total",
+    "nexus_flow_step_handoff_seconds_bucket",
+    "nexus_flow_gates_waiting",
+}
+
+
+@pytest.fixture(scope="module")
+def flows_emitted() -> set[str]:
+    return flows_exported_names()
+
+
+def test_the_flows_service_exports_what_its_dashboard_reads(flows_emitted: set[str]) -> None:
+    assert flows_emitted >= FLOWS_METRICS, FLOWS_METRICS - flows_emitted
+
+
 @pytest.mark.parametrize("path", DASHBOARDS, ids=lambda p: p.stem)
-def test_every_queried_metric_is_emitted(path: Path, emitted: set[str]) -> None:
+def test_every_queried_metric_is_emitted(
+    path: Path, emitted: set[str], request: pytest.FixtureRequest
+) -> None:
+    if path.stem == "flows":
+        emitted = emitted | request.getfixturevalue("flows_emitted")
     dashboard = json.loads(path.read_text())
     queried = set().union(*(queried_metrics(e) for e in dashboard_queries(dashboard)))
     assert queried, f"{path.name} queries nothing"
@@ -142,6 +235,7 @@ def test_the_dashboards_exist_and_are_provisioned() -> None:
         "agent-cost-tokens",
         "pipeline-health",
         "memory",
+        "flows",
     }
     uids = [json.loads(p.read_text())["uid"] for p in DASHBOARDS]
     assert len(set(uids)) == len(uids)

@@ -70,6 +70,7 @@ FLOWS = Service.FLOWS
 _CORE, _SCHEDULER, _RUNNER, _CLI = Party(CORE), Party(SCHEDULER), Party(RUNNER), Party(CLI)
 _OPERATOR, _MEMORY = Party(OPERATOR), Party(MEMORY)
 _PLANE, _GATEWAY = Party(PLANE), Party(GATEWAY)
+_FLOWS = Party(FLOWS)
 
 # Core's poison sweeper (nexus_core.poison_sweeper) reads all of NEXUS_INBOX and NEXUS_CHANNELS,
 # whose own readers may be absent, and dead-letters what does not decode.
@@ -80,8 +81,9 @@ _SWEEPER = _CORE
 _RUN_READERS = (_CORE, _CLI, _PLANE)
 # The scheduler's admission state (nexus_scheduler.service.WATCHED_EVENTS).
 _ADMISSION = (*_RUN_READERS, _SCHEDULER)
-# Terminal events also end a run's chat thread and feed memory extraction (DESIGN §2).
-_TERMINAL = (*_ADMISSION, _GATEWAY, _MEMORY)
+# Terminal events also end a run's chat thread, feed memory extraction (DESIGN §2) and finish
+# the flow step whose run it was (DESIGN §5b).
+_TERMINAL = (*_ADMISSION, _GATEWAY, _MEMORY, _FLOWS)
 
 
 def _run(publishers: tuple[Party, ...], consumers: tuple[Party, ...]) -> EventRoles:
@@ -92,8 +94,9 @@ EVENT_ROLES: dict[tuple[Family, str], EventRoles] = {
     # -- runs (NEXUS_RUNS) ---------------------------------------------------------------
     (Family.RUN, "requested"): _run(
         # core re-publishes a `new` request under the id it generates; the scheduler fires
-        # schedules; Plane and chat start runs too.
-        (_CLI, _CORE, _SCHEDULER, _OPERATOR, _PLANE, _GATEWAY),
+        # schedules; Plane and chat start runs too; a flow's run and map steps (the run id
+        # derived from the step, `step_run_id`).
+        (_CLI, _CORE, _SCHEDULER, _OPERATOR, _PLANE, _GATEWAY, _FLOWS),
         # The gateway reads `reply_to`: where the run's progress is posted.
         (*_RUN_READERS, _GATEWAY),
     ),
@@ -105,15 +108,17 @@ EVENT_ROLES: dict[tuple[Family, str], EventRoles] = {
     (Family.RUN, "turn"): _run((_RUNNER,), _RUN_READERS),
     (Family.RUN, "tool_called"): _run((_RUNNER,), _RUN_READERS),
     (Family.RUN, "tool_result"): _run((_RUNNER,), _RUN_READERS),
-    # Approvals are relayed to chat and to Plane (elicitation) for a person to answer.
-    (Family.RUN, "approval_requested"): _run((_RUNNER,), (*_RUN_READERS, _GATEWAY)),
-    (Family.RUN, "approval_decided"): _run((_RUNNER,), (*_RUN_READERS, _GATEWAY)),
+    # Approvals are relayed to chat and to Plane (elicitation) for a person to answer. A flow's
+    # gate step asks the same way, on its gate's run id, and records the decision it read.
+    (Family.RUN, "approval_requested"): _run((_RUNNER, _FLOWS), (*_RUN_READERS, _GATEWAY)),
+    (Family.RUN, "approval_decided"): _run((_RUNNER, _FLOWS), (*_RUN_READERS, _GATEWAY)),
     # An answer the approver policy refused (docs/approvals.md), recorded by the surface that
     # refused it: the audit trail `nexus events RUN` shows.
     (Family.RUN, "approval_refused"): _run((_GATEWAY, _PLANE, _CLI), (_CORE, _CLI)),
     (Family.RUN, "cancel_requested"): _run(
-        # The scheduler cancels the previous run of a schedule (overlap policy).
-        (_CLI, _SCHEDULER, _OPERATOR, _PLANE, planned(GATEWAY)),
+        # The scheduler cancels the previous run of a schedule (overlap policy); the flows
+        # service the live runs of a cancelled flow and a map's runs no longer needed.
+        (_CLI, _SCHEDULER, _OPERATOR, _PLANE, planned(GATEWAY), _FLOWS),
         (*_ADMISSION, _RUNNER),
     ),
     (Family.RUN, "cancelled"): _run((_RUNNER, _SCHEDULER), _TERMINAL),
@@ -148,8 +153,9 @@ EVENT_ROLES: dict[tuple[Family, str], EventRoles] = {
         (_OPERATOR, _PLANE, _GATEWAY, planned(RUNNER)), (_RUNNER, _SWEEPER)
     ),
     # Chat and the CLI claim the decision first (nexus_events.approvals): one answer wins.
+    # The flows service reads the decisions on its gates' run ids (FlowWaiting.gate_run_id).
     (Family.INBOX, "approval_decision"): _run(
-        (_CLI, _OPERATOR, _PLANE, _GATEWAY), (_RUNNER, _SWEEPER)
+        (_CLI, _OPERATOR, _PLANE, _GATEWAY), (_RUNNER, _SWEEPER, _FLOWS)
     ),
     # Delegation: a run or a chat hands work to an agent; core turns it into a run.
     # The runner's `delegate` tool asks; the gateway checks depth and cycles and requests the
@@ -175,8 +181,9 @@ EVENT_ROLES: dict[tuple[Family, str], EventRoles] = {
     (Family.CHANNEL, "in"): _run((_GATEWAY, _OPERATOR), (_GATEWAY, _SWEEPER)),
     (Family.CHANNEL, "out"): _run((_GATEWAY,), (_GATEWAY, _SWEEPER)),
     (Family.CHANNEL, "sent"): _run((_GATEWAY,), (_OPERATOR, _SWEEPER)),
-    # Generic webhooks land here for whoever subscribes to their source (operators, agents).
-    (Family.CHANNEL, "webhook"): _run((_GATEWAY,), (_OPERATOR, _SWEEPER)),
+    # Generic webhooks land here for whoever subscribes to their source (operators, agents);
+    # a flow's event wait matches them by source and correlation id.
+    (Family.CHANNEL, "webhook"): _run((_GATEWAY,), (_OPERATOR, _SWEEPER, _FLOWS)),
     # The allowlist is event-sourced: the gateway challenges, `nexus pair` decides.
     (Family.CHANNEL, "pairing_requested"): _run((_GATEWAY,), (_GATEWAY, _CLI, _SWEEPER)),
     (Family.CHANNEL, "pairing_approved"): _run((_CLI, _OPERATOR), (_GATEWAY, _CLI, _SWEEPER)),
@@ -192,16 +199,14 @@ EVENT_ROLES: dict[tuple[Family, str], EventRoles] = {
     # -- flows (NEXUS_FLOWS): the flows service folds the stream and decides each next step --
     # Started from the CLI, a bare `nats pub`, a schedule, a Plane label or a chat message.
     (Family.FLOW, "requested"): _run(
-        (_CLI, _OPERATOR, planned(FLOWS), planned(SCHEDULER), planned(PLANE), planned(GATEWAY)),
-        (planned(FLOWS), planned(GATEWAY)),
+        (_CLI, _OPERATOR, _FLOWS, planned(SCHEDULER), planned(PLANE), planned(GATEWAY)),
+        (_FLOWS, planned(GATEWAY)),
     ),
-    (Family.FLOW, "cancel_requested"): _run((_CLI, _OPERATOR, planned(PLANE)), (planned(FLOWS),)),
-    (Family.FLOW, "resume_requested"): _run((_CLI, _OPERATOR), (planned(FLOWS),)),
-    (Family.FLOW, "signal"): _run((_CLI, _OPERATOR), (planned(FLOWS),)),
+    (Family.FLOW, "cancel_requested"): _run((_CLI, _OPERATOR, planned(PLANE)), (_FLOWS,)),
+    (Family.FLOW, "resume_requested"): _run((_CLI, _OPERATOR), (_FLOWS,)),
+    (Family.FLOW, "signal"): _run((_CLI, _OPERATOR), (_FLOWS,)),
     **{
-        (Family.FLOW, name): _run(
-            (planned(FLOWS),), (planned(FLOWS), _CLI, planned(PLANE), planned(GATEWAY))
-        )
+        (Family.FLOW, name): _run((_FLOWS,), (_FLOWS, _CLI, planned(PLANE), planned(GATEWAY)))
         for name in (
             "accepted",
             "step_started",
@@ -223,6 +228,7 @@ EVENT_ROLES: dict[tuple[Family, str], EventRoles] = {
             _MEMORY,
             _PLANE,
             _GATEWAY,
+            _FLOWS,
         ),
         (_CLI, _OPERATOR),
     ),
@@ -257,7 +263,7 @@ QUERY_ROLES: dict[str, QueryRoles] = {
     subjects.CHANNEL_PAIRINGS: QueryRoles(_GATEWAY, _CORE_CLIENTS),
     # Flow definitions live in core's catalog; the flows service pins a run to a revision.
     subjects.CORE_CATALOG_FLOWS_LIST: QueryRoles(_CORE, _CORE_CLIENTS),
-    subjects.CORE_CATALOG_FLOWS_GET: QueryRoles(_CORE, (*_CORE_CLIENTS, planned(FLOWS))),
-    subjects.FLOWS_GET: QueryRoles(planned(FLOWS), (*_CORE_CLIENTS, planned(PLANE))),
-    subjects.FLOWS_LIST: QueryRoles(planned(FLOWS), (*_CORE_CLIENTS, planned(PLANE))),
+    subjects.CORE_CATALOG_FLOWS_GET: QueryRoles(_CORE, (*_CORE_CLIENTS, _FLOWS)),
+    subjects.FLOWS_GET: QueryRoles(_FLOWS, (*_CORE_CLIENTS, planned(PLANE))),
+    subjects.FLOWS_LIST: QueryRoles(_FLOWS, (*_CORE_CLIENTS, planned(PLANE))),
 }
