@@ -69,6 +69,12 @@ class PlaneSyncSettings(ApproverDefaults):
     plane_trigger_prefix: str = Field(
         "agent:", min_length=1, description="A label `<prefix><agent id>` asks that agent to run."
     )
+    plane_flow_prefix: str = Field(
+        "flow:",
+        min_length=1,
+        description="A label `<prefix><flow id>` starts that flow on the work item's task"
+        " (removing it cancels the flow runs it started there).",
+    )
     plane_assign_agent: str | None = Field(
         None,
         pattern=r"^[A-Za-z0-9_-]{1,128}$",
