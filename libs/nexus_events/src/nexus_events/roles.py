@@ -191,16 +191,19 @@ EVENT_ROLES: dict[tuple[Family, str], EventRoles] = {
     (Family.PLANE, "write_failed"): _run((_PLANE,), (_CLI, _OPERATOR)),
     # -- flows (NEXUS_FLOWS): the flows service folds the stream and decides each next step --
     # Started from the CLI, a bare `nats pub`, a schedule, a Plane label or a chat message.
+    # plane-sync's mirror reads the request for the flow's task and requester; the gateway for
+    # `reply_to`, the thread its progress goes to.
     (Family.FLOW, "requested"): _run(
-        (_CLI, _OPERATOR, planned(FLOWS), planned(SCHEDULER), planned(PLANE), planned(GATEWAY)),
-        (planned(FLOWS), planned(GATEWAY)),
+        (_CLI, _OPERATOR, planned(FLOWS), planned(SCHEDULER), _PLANE, _GATEWAY),
+        (planned(FLOWS), _PLANE, _GATEWAY),
     ),
-    (Family.FLOW, "cancel_requested"): _run((_CLI, _OPERATOR, planned(PLANE)), (planned(FLOWS),)),
+    # Removing a work item's `flow:<id>` label cancels the flow runs it started.
+    (Family.FLOW, "cancel_requested"): _run((_CLI, _OPERATOR, _PLANE), (planned(FLOWS),)),
     (Family.FLOW, "resume_requested"): _run((_CLI, _OPERATOR), (planned(FLOWS),)),
     (Family.FLOW, "signal"): _run((_CLI, _OPERATOR), (planned(FLOWS),)),
     **{
         (Family.FLOW, name): _run(
-            (planned(FLOWS),), (planned(FLOWS), _CLI, planned(PLANE), planned(GATEWAY))
+            (planned(FLOWS),), (planned(FLOWS), _CLI, _PLANE, _GATEWAY)
         )
         for name in (
             "accepted",
