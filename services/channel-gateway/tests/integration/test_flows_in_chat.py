@@ -95,7 +95,7 @@ async def _gate(bus: Bus, slack: FakeSlack, flow_run_id: str, approval_id: str) 
             approval_id=approval_id,
             gate_run_id=f"{flow_run_id}-ship-r1",
             until=datetime.now(UTC) + timedelta(hours=1),
-        ),  # fmt: skip
+        ),
     )
 
     def asked() -> list[str]:

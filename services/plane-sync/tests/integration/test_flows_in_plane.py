@@ -128,16 +128,23 @@ async def test_flow_progress_shows_once_and_a_comment_answers_its_gate(
         (
             "step_finished",
             FlowStepFinished(
-                step="review", status="succeeded", run_id=run_id,
-                output={"verdict": "approve"}, summary="Looks good.",
-            ),  # fmt: skip
+                step="review",
+                status="succeeded",
+                run_id=run_id,
+                output={"verdict": "approve"},
+                summary="Looks good.",
+            ),
         ),
         (
             "waiting",
             FlowWaiting(
-                step="ship", kind="gate", summary="Ship it?", approval_id=approval_id,
-                gate_run_id=gate_run_id, until=until,
-            ),  # fmt: skip
+                step="ship",
+                kind="gate",
+                summary="Ship it?",
+                approval_id=approval_id,
+                gate_run_id=gate_run_id,
+                until=until,
+            ),
         ),
     ]
     for name, event in progress:
@@ -175,9 +182,7 @@ async def test_flow_progress_shows_once_and_a_comment_answers_its_gate(
     assert (claim.decision, claim.surface) == ("approve", "plane")
 
     await _publish(bus, flow_run_id, "completed", FlowCompleted())
-    await eventually(
-        lambda: any("completed" in t for t in flow_comments()), what="the flow's end"
-    )
+    await eventually(lambda: any("completed" in t for t in flow_comments()), what="the flow's end")
     await plane.settle()
     assert len(flow_comments()) == 4  # started, finished, gate, completed: each once
 
@@ -190,16 +195,22 @@ async def test_a_gate_with_its_own_approvers_refuses_others(
     gate_run_id, approval_id = f"{flow_run_id}-ship-r1", "gate-ship-2"
     definition = _definition(approvers=["plane:user:boss@example.com"])
     await _publish(
-        bus, flow_run_id, "accepted", FlowAccepted(flow="feature", revision=1, definition=definition)
+        bus,
+        flow_run_id,
+        "accepted",
+        FlowAccepted(flow="feature", revision=1, definition=definition),
     )
     await _publish(
         bus,
         flow_run_id,
         "waiting",
         FlowWaiting(
-            step="ship", kind="gate", summary="Ship?", approval_id=approval_id,
+            step="ship",
+            kind="gate",
+            summary="Ship?",
+            approval_id=approval_id,
             gate_run_id=gate_run_id,
-        ),  # fmt: skip
+        ),
     )
     await eventually(
         lambda: any(f"/approve {approval_id}" in t for t in _texts(plane, item)),
