@@ -29,6 +29,7 @@ from nexus_events.approvals import (
     ApprovalRecord,
     approval_record,
     claim_approval,
+    held_claim,
     record_refusal,
 )
 from nexus_events.approver_policy import PLANE, Answer, ApproverPolicy, Verdict, may_decide
@@ -154,6 +155,18 @@ def plane_answer(actor: Any, name: str | None, roles: frozenset[str] = frozenset
         aliases.add(actor)
     who = name or next(iter(sorted(aliases)), "someone")
     return Answer(surface=SURFACE, who=who, aliases=frozenset(aliases - {who}), roles=roles)
+
+
+async def gate_closed(
+    bus: Bus, store: PlaneStore, gate: FlowGate, task_id: str, comment_id: str
+) -> None:
+    """Answer a comment on a gate that no longer waits (decided, expired, or its flow ended):
+    nothing is claimed, the comment is told what became of it."""
+    held = await held_claim(bus.js, gate.gate_run_id, gate.approval_id)
+    told = f": {held.told()}" if held is not None else ""
+    text = f"Gate {gate.approval_id} of flow {gate.flow or gate.flow_run_id} no longer waits{told}."
+    write_id = f"run:{gate.gate_run_id}:closed:{comment_id}"
+    await _notice(store, task_id, gate.gate_run_id, write_id, text)
 
 
 async def _notice(store: PlaneStore, task_id: str, run_id: str, write_id: str, text: str) -> None:

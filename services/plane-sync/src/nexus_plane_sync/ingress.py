@@ -57,7 +57,7 @@ from nexus_events.fast import Reject, Retry
 from nexus_events.streams import PLANE
 
 from nexus_plane_sync import render
-from nexus_plane_sync.answers import answer_approval, gate_policy
+from nexus_plane_sync.answers import answer_approval, gate_closed, gate_policy
 from nexus_plane_sync.decisions import FROM_PLANE, PLANE_SOURCE, RunState
 from nexus_plane_sync.errors import PlaneUnavailable
 from nexus_plane_sync.metrics import IGNORED_PREFIX, PlaneSyncMetrics
@@ -508,6 +508,10 @@ class PlaneIngress:
         """A flow gate answered like a run's approval: the gate's pseudo-run is the run
         (claim and decision on its inbox), the flow's request says who asked."""
         verb, approval_id, note = groups
+        if not gate.open:
+            await gate_closed(self.bus, self.store, gate, task_id, comment_id)
+            self._count("gates_closed")
+            return
         try:
             won = await answer_approval(
                 self.bus, self.store, run_id=gate.gate_run_id, task_id=task_id,

@@ -186,6 +186,18 @@ async def test_flow_progress_shows_once_and_a_comment_answers_its_gate(
     await plane.settle()
     assert len(flow_comments()) == 4  # started, finished, gate, completed: each once
 
+    # A late answer on the closed gate claims nothing and is told what became of it.
+    plane.human_comment(item, f"/deny {approval_id}")
+    [told] = await eventually(
+        lambda: [t for t in _texts(plane, item) if "no longer waits" in t],
+        what="the late answer told",
+    )
+    assert "approve by ada via plane" in told
+    claim = await held_claim(bus.js, gate_run_id, approval_id)
+    assert claim is not None
+    assert claim.decision == "approve"
+    assert len(await decisions()) == 1
+
 
 async def test_a_gate_with_its_own_approvers_refuses_others(
     bus: Bus, plane: FakePlane, sync: PlaneSyncApp
