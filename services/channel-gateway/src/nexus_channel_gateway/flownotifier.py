@@ -146,6 +146,10 @@ class FlowNotifier:
             }
             await self.store.flow_accepted(flow_run_id, event.flow, approvers)
             return
+        if isinstance(event, FlowResumed | FlowStepFinished):
+            await self.store.close_gates(flow_run_id, event.step)
+        elif isinstance(event, FlowCompleted | FlowFailed | FlowCancelled):
+            await self.store.close_gates(flow_run_id)
         gate = isinstance(event, FlowWaiting) and event.kind == "gate"
         if isinstance(event, FlowWaiting) and gate and event.gate_run_id and event.approval_id:
             await self.store.gate_opened(event.gate_run_id, flow_run_id, event.step)

@@ -16,7 +16,13 @@ from collections.abc import Sequence
 from datetime import UTC, datetime, timedelta
 
 from nexus_events import subjects
-from nexus_events.approvals import ApprovalRecord, approval_record, claim_approval, record_refusal
+from nexus_events.approvals import (
+    ApprovalRecord,
+    approval_record,
+    claim_approval,
+    held_claim,
+    record_refusal,
+)
 from nexus_events.approver_policy import DEFAULT_PRINCIPALS, Answer, ApproverPolicy, may_decide
 from nexus_events.bus import Bus, ConsumerSpec
 from nexus_events.events import (
@@ -252,6 +258,15 @@ class Router:
         if msg.thread is not None:
             in_run = await self.store.run_in_thread(channel, msg.conversation, msg.thread)
         person = Answer(surface=channel, who=who, chat=written, in_run=in_run)
+        if await self.store.gate_closed(relayed.run_id):
+            # A flow gate decided, expired or ended with its flow: a claim now would publish
+            # a decision nobody reads, and the person would think it counted.
+            self.metrics.approval(channel, "gate_closed")
+            held = await held_claim(self.bus.js, relayed.run_id, relayed.approval_id)
+            told = f": {held.told()}" if held is not None else ""
+            text = f"Gate {answer.short_id} no longer waits{told}."
+            await say(self.bus, here, text, key=f"reply:{key}", kind="notice")
+            return
         if not await self._may_decide(relayed, answer, person, key, here):
             return
         claim = await claim_approval(

@@ -117,6 +117,8 @@ CREATE TABLE IF NOT EXISTS {s}.flow_gates (
     flow_run_id text NOT NULL,
     step text NOT NULL
 );
+-- Open from the gate's `waiting` until the step is resumed or the flow ends.
+ALTER TABLE {s}.flow_gates ADD COLUMN IF NOT EXISTS open boolean NOT NULL DEFAULT true;
 """
 
 
@@ -412,6 +414,22 @@ class GatewayStore:
             gate_run_id,
         )
         return None if row is None else (_flow_run(row), str(row["step"]))
+
+    async def close_gates(self, flow_run_id: str, step: str | None = None) -> None:
+        """The flow run's gates (of `step`; None: all) wait no more."""
+        await self.pool.execute(
+            f"UPDATE {self.s}.flow_gates SET open = false WHERE flow_run_id = $1"
+            " AND ($2::text IS NULL OR step = $2)",
+            flow_run_id,
+            step,
+        )
+
+    async def gate_closed(self, gate_run_id: str) -> bool:
+        """True for a known gate that no longer waits (False: open, or not a gate)."""
+        value = await self.pool.fetchval(
+            f"SELECT NOT open FROM {self.s}.flow_gates WHERE gate_run_id = $1", gate_run_id
+        )
+        return bool(value)
 
     # -- sends -------------------------------------------------------------------------------------
 

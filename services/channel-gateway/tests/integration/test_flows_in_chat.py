@@ -16,6 +16,7 @@ from nexus_events.events import (
     FlowAccepted,
     FlowDefinition,
     FlowRequested,
+    FlowResumed,
     FlowStepFinished,
     FlowStepStarted,
     FlowWaiting,
@@ -149,6 +150,24 @@ async def test_a_chat_flow_reports_its_steps_and_its_gate_is_answered_with_yes(
     claim = await held_claim(bus.js, gate_run_id, "gate-1")
     assert claim is not None
     assert claim.surface == "slack"
+
+    # The gate resumes; a late answer claims nothing and is told what became of it.
+    await _publish(
+        bus, flow_run_id, "resumed", FlowResumed(step="ship", by="approved", decided_by="slack:U1")
+    )
+    await eventually(
+        lambda: any("gate `ship` approved" in t for t in slack.thread("C1", TS)),
+        what="the decision line",
+    )
+    await _says(
+        gateway, f"no {short}", user="U1", ts="1700005009.000100", thread_ts=TS, event_id="Elate"
+    )
+    told = await eventually(
+        lambda: [t for t in slack.thread("C1", TS) if "no longer waits" in t],
+        what="the late answer told",
+    )
+    assert "approve by slack:U1 via slack" in told[0]
+    assert len(await inbox_of(bus, gate_run_id)) == 1
 
 
 async def test_a_gate_with_its_own_approvers_refuses_the_requester(
