@@ -121,12 +121,13 @@ SERVICES: dict[str, Access] = {
     "plane-sync": Access(
         publishes=(
             *_run("requested", "cancel_requested", "approval_refused"),
+            *(subjects.flow_events_filter(event=e) for e in ("requested", "cancel_requested")),
             *(subjects.task_events_filter(event=e) for e in ("created", "updated", "moved")),
             subjects.family_filter(Family.INBOX),
             subjects.family_filter(Family.PLANE),
             subjects.dead_letter("plane-sync"),
         ),
-        reads=(RUNS, TASKS, PLANE),
+        reads=(RUNS, TASKS, PLANE, FLOWS),
         ensures_streams=True,
         serves=(subjects.PLANE_STATUS, subjects.PLANE_RESYNC),
         kv_buckets=(APPROVALS_BUCKET,),  # `/approve` claims the decision like every surface
@@ -137,6 +138,7 @@ SERVICES: dict[str, Access] = {
     "channel-gateway": Access(
         publishes=(
             *_run("requested", "approval_refused"),
+            subjects.flow_events_filter(event="requested"),
             subjects.family_filter(Family.INBOX),
             *(
                 subjects.channel_events_filter(event=e)
@@ -144,7 +146,7 @@ SERVICES: dict[str, Access] = {
             ),
             subjects.dead_letter("channel-gateway"),
         ),
-        reads=(RUNS, CHANNELS, INBOX),  # INBOX: delegations on agent.route.v1.<agent>
+        reads=(RUNS, CHANNELS, INBOX, FLOWS),  # INBOX: delegations on agent.route.v1.<agent>
         ensures_streams=True,
         serves=(subjects.CHANNEL_PAIRINGS,),
         kv_buckets=(APPROVALS_BUCKET,),

@@ -198,15 +198,18 @@ EVENT_ROLES: dict[tuple[Family, str], EventRoles] = {
     (Family.PLANE, "write_failed"): _run((_PLANE,), (_CLI, _OPERATOR)),
     # -- flows (NEXUS_FLOWS): the flows service folds the stream and decides each next step --
     # Started from the CLI, a bare `nats pub`, a schedule, a Plane label or a chat message.
+    # plane-sync's mirror reads the request for the flow's task and requester; the gateway for
+    # `reply_to`, the thread its progress goes to.
     (Family.FLOW, "requested"): _run(
-        (_CLI, _OPERATOR, _FLOWS, planned(SCHEDULER), planned(PLANE), planned(GATEWAY)),
-        (_FLOWS, planned(GATEWAY)),
+        (_CLI, _OPERATOR, _FLOWS, planned(SCHEDULER), _PLANE, _GATEWAY),
+        (_FLOWS, _PLANE, _GATEWAY),
     ),
-    (Family.FLOW, "cancel_requested"): _run((_CLI, _OPERATOR, planned(PLANE)), (_FLOWS,)),
+    # Removing a work item's `flow:<id>` label cancels the flow runs it started.
+    (Family.FLOW, "cancel_requested"): _run((_CLI, _OPERATOR, _PLANE), (_FLOWS,)),
     (Family.FLOW, "resume_requested"): _run((_CLI, _OPERATOR), (_FLOWS,)),
     (Family.FLOW, "signal"): _run((_CLI, _OPERATOR), (_FLOWS,)),
     **{
-        (Family.FLOW, name): _run((_FLOWS,), (_FLOWS, _CLI, planned(PLANE), planned(GATEWAY)))
+        (Family.FLOW, name): _run((_FLOWS,), (_FLOWS, _CLI, _PLANE, _GATEWAY))
         for name in (
             "accepted",
             "step_started",

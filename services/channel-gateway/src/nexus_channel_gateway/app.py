@@ -3,7 +3,7 @@
 Start: the health endpoint, connect NATS, create missing streams (core owns their settings),
 connect PostgreSQL and migrate ``channels``, log in to the configured platforms (a wrong
 token fails the start), publish inbound left unpublished by a crash, start the durable
-handlers (router, notifier, sender, delegation: FastStream subscribers of
+handlers (router, notifier, flow notifier, sender, delegation: FastStream subscribers of
 `nexus_events.fast`, on their own connection) and the pairings endpoint, then the HTTP
 ingress. Stop (SIGTERM) unwinds that in reverse (`ServiceApp`): the ingress first (no new
 requests), the handlers in flight finish (half the drain timeout), the outbox publishes what
@@ -28,6 +28,7 @@ from opentelemetry.sdk.metrics import MeterProvider as SdkMeterProvider
 from nexus_channel_gateway.config import GatewaySettings
 from nexus_channel_gateway.delegation import Delegator, delegation_spec
 from nexus_channel_gateway.endpoints import GatewayEndpoints
+from nexus_channel_gateway.flownotifier import FlowNotifier, flow_notifier_spec
 from nexus_channel_gateway.ingress import Ingress, Verifier
 from nexus_channel_gateway.metrics import GatewayMetrics
 from nexus_channel_gateway.notifier import Notifier, notifier_spec
@@ -161,6 +162,10 @@ class GatewayApp(ServiceApp):
         handlers.durable(
             notifier_spec(f"{prefix}_notifier", s.fetch_timeout, s.ack_wait), ordered=True
         )(notifier.on_event)
+        flows = FlowNotifier(self.bus, self.store)
+        handlers.durable(
+            flow_notifier_spec(f"{prefix}_flows", s.fetch_timeout, s.ack_wait), ordered=True
+        )(flows.on_event)
         handlers.durable(delegation_spec(f"{prefix}_delegation", s.fetch_timeout, s.ack_wait))(
             delegator.on_request
         )

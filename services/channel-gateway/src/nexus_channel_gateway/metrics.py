@@ -47,7 +47,8 @@ class GatewayMetrics:
         self.counts["send", channel, status] += 1
 
     def approval(self, channel: str, outcome: str) -> None:
-        """outcome: decided, already_decided, refused (approver policy), unknown."""
+        """outcome: decided, already_decided, refused (approver policy), unknown,
+        gate_closed (a flow gate that no longer waits)."""
         self._approvals.add(1, {"channel": channel, "outcome": outcome})
         self.counts["approval", channel, outcome] += 1
 

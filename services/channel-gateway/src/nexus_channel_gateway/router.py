@@ -2,7 +2,8 @@
 allowlist is always as current as the stream position of the message being judged).
 
 A message from a sender off the allowlist gets a pairing challenge; otherwise it is a run
-request, an approval answer, or words for the run whose thread it is in. Being paired is not
+request, a flow request (``flow <id>: <input>``), an approval answer (a run's approval or a
+flow's gate), or words for the run whose thread it is in. Being paired is not
 being an approver: an answer counts only if the approval's policy lets its sender decide from
 where it was written (`nexus_events.approver_policy`), else it is refused, told why, audited.
 """
@@ -15,14 +16,21 @@ from collections.abc import Sequence
 from datetime import UTC, datetime, timedelta
 
 from nexus_events import subjects
-from nexus_events.approvals import approval_record, claim_approval, record_refusal
-from nexus_events.approver_policy import DEFAULT_PRINCIPALS, Answer, may_decide
+from nexus_events.approvals import (
+    ApprovalRecord,
+    approval_record,
+    claim_approval,
+    held_claim,
+    record_refusal,
+)
+from nexus_events.approver_policy import DEFAULT_PRINCIPALS, Answer, ApproverPolicy, may_decide
 from nexus_events.bus import Bus, ConsumerSpec
 from nexus_events.events import (
     ApprovalDecision,
     ChannelAddress,
     ChannelMessageIn,
     Event,
+    FlowRequested,
     InboxMessage,
     Origin,
     PairingApproved,
@@ -37,7 +45,7 @@ from nexus_channel_gateway import commands
 from nexus_channel_gateway.codes import short_code
 from nexus_channel_gateway.metrics import GatewayMetrics
 from nexus_channel_gateway.replies import say
-from nexus_channel_gateway.store import GatewayStore, RelayedApproval
+from nexus_channel_gateway.store import FlowRun, GatewayStore, RelayedApproval
 
 log = logging.getLogger(__name__)
 
@@ -62,6 +70,11 @@ def run_id_for(key: str) -> str:
     """The run a chat message starts: derived from its dedupe key, so a redelivered message
     asks for the same run (and core drops the repeat)."""
     return "run_" + hashlib.blake2b(key.encode(), digest_size=6).hexdigest()
+
+
+def flow_run_id_for(key: str) -> str:
+    """The flow run a chat message starts, derived from its dedupe key like `run_id_for`."""
+    return "flow_" + hashlib.blake2b(key.encode(), digest_size=6).hexdigest()
 
 
 class Router:
@@ -121,6 +134,8 @@ class Router:
         command = commands.parse(msg.text)
         if isinstance(command, commands.RunCommand):
             await self._run(channel, msg, key, here, command)
+        elif isinstance(command, commands.FlowCommand):
+            await self._flow(channel, msg, here, key, command)
         elif isinstance(command, commands.ApprovalAnswer):
             await self._answer(channel, msg, key, here, command)
         elif isinstance(command, commands.Invalid):
@@ -194,6 +209,28 @@ class Router:
             msg_id=f"channel:requested:{run_id}",
         )
 
+    async def _flow(
+        self,
+        channel: str,
+        msg: ChannelMessageIn,
+        here: ChannelAddress,
+        key: str,
+        command: commands.FlowCommand,
+    ) -> None:
+        flow_run_id = flow_run_id_for(key)
+        await self.bus.publish(
+            subjects.flow_event(flow_run_id, "requested"),
+            FlowRequested(
+                flow=command.flow,
+                input=command.input,
+                origin=Origin.CHANNEL,
+                requested_by=f"{channel}:{msg.user}",
+                reply_to=here,
+                labels={"channel": channel},
+            ),
+            msg_id=f"channel:flow_requested:{flow_run_id}",
+        )
+
     async def _answer(
         self,
         channel: str,
@@ -221,6 +258,15 @@ class Router:
         if msg.thread is not None:
             in_run = await self.store.run_in_thread(channel, msg.conversation, msg.thread)
         person = Answer(surface=channel, who=who, chat=written, in_run=in_run)
+        if await self.store.gate_closed(relayed.run_id):
+            # A flow gate decided, expired or ended with its flow: a claim now would publish
+            # a decision nobody reads, and the person would think it counted.
+            self.metrics.approval(channel, "gate_closed")
+            held = await held_claim(self.bus.js, relayed.run_id, relayed.approval_id)
+            told = f": {held.told()}" if held is not None else ""
+            text = f"Gate {answer.short_id} no longer waits{told}."
+            await say(self.bus, here, text, key=f"reply:{key}", kind="notice")
+            return
         if not await self._may_decide(relayed, answer, person, key, here):
             return
         claim = await claim_approval(
@@ -271,8 +317,13 @@ class Router:
     ) -> bool:
         """Check the answer against the approval's policy before anything is claimed; a
         refused answer is told why, recorded as `approval_refused`, and decides nothing."""
-        record = await approval_record(self.bus, relayed.run_id, relayed.approval_id)
-        policy = record.policy(self.default_approvers, self.approver_chats)
+        gate = await self.store.gate(relayed.run_id)
+        if gate is None:
+            record = await approval_record(self.bus, relayed.run_id, relayed.approval_id)
+            policy = record.policy(self.default_approvers, self.approver_chats)
+        else:  # a flow's gate: its pseudo-run has no request to read the policy from
+            record = ApprovalRecord(run_id=relayed.run_id, approval_id=relayed.approval_id)
+            policy = self._gate_policy(relayed.run_id, *gate)
         verdict = may_decide(policy, person)
         if verdict.allowed:
             return True
@@ -295,6 +346,20 @@ class Router:
         )
         return False
 
+    def _gate_policy(self, gate_run_id: str, flow: FlowRun, step: str) -> ApproverPolicy:
+        """Who may decide a flow's gate: the gate's approvers, else the default; the flow's
+        requester in the flow's thread."""
+        named = flow.approvers.get(step)
+        return ApproverPolicy(
+            principals=tuple(named) if named else self.default_approvers,
+            run_id=gate_run_id,
+            requester=flow.requested_by,
+            origin_surface=flow.origin_surface,
+            origin=flow.origin,
+            approver_chats=self.approver_chats,
+            from_agent=bool(named),
+        )
+
     async def _to_run(
         self, channel: str, msg: ChannelMessageIn, key: str, here: ChannelAddress, text: str
     ) -> None:
@@ -305,8 +370,8 @@ class Router:
             await say(
                 self.bus,
                 here,
-                "Say `run <agent>: <what to do>`, answer `yes <id>` / `no <id>`, or reply in a"
-                " run's thread to talk to it.",
+                "Say `run <agent>: <what to do>` or `flow <flow>: <what to do>`, answer"
+                " `yes <id>` / `no <id>`, or reply in a run's thread to talk to it.",
                 key=f"reply:{key}",
                 kind="notice",
             )

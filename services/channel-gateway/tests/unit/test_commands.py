@@ -5,7 +5,14 @@ from __future__ import annotations
 import pytest
 
 from nexus_channel_gateway.codes import ALPHABET, normalize, short_code
-from nexus_channel_gateway.commands import ApprovalAnswer, Invalid, RunCommand, Text, parse
+from nexus_channel_gateway.commands import (
+    ApprovalAnswer,
+    FlowCommand,
+    Invalid,
+    RunCommand,
+    Text,
+    parse,
+)
 
 
 @pytest.mark.parametrize(
@@ -17,6 +24,8 @@ from nexus_channel_gateway.commands import ApprovalAnswer, Invalid, RunCommand, 
         ),
         ("@nexus run reviewer review PR 12", RunCommand("reviewer", "review PR 12")),
         ("run tester:\nline one\nline two", RunCommand("tester", "line one\nline two")),
+        ("<@U0BOT> flow feature: do X", FlowCommand("feature", "do X")),
+        ("flow feature add dark mode", FlowCommand("feature", "add dark mode")),
         ("yes K7MX2", ApprovalAnswer("K7MX2", "approve")),
         ("<@U0BOT> no k7mx2", ApprovalAnswer("K7MX2", "deny")),
         ("approve ABCDE.", ApprovalAnswer("ABCDE", "approve")),
@@ -35,6 +44,12 @@ def test_invalid_run_requests_say_why() -> None:
     nothing = parse("run implementer:")
     assert isinstance(nothing, Invalid)
     assert "what implementer should do" in nothing.reason
+    bad_flow = parse("flow a.b: x")
+    assert isinstance(bad_flow, Invalid)
+    assert "flow id" in bad_flow.reason
+    empty_flow = parse("flow feature:")
+    assert isinstance(empty_flow, Invalid)
+    assert "flow feature: <what to do>" in empty_flow.reason
 
 
 def test_short_codes_are_deterministic_unambiguous_and_distinct() -> None:

@@ -11,6 +11,10 @@ Before the claim, the comment's author must be an approver of the run
 refused comment is answered on the work item with the reason, recorded as
 ``approval_refused``, and claims nothing.
 
+A flow's gate is answered the same way on the gate's pseudo-run (``gate_run_id``): its
+policy is the gate's `approvers` (`GateStep.approvers`, else the default), with the flow
+run's requester and origin as `requester` (`gate_policy`).
+
 A role is the author's workspace role, asked of Plane only when the policy names a role
 (`PlaneApi.workspace_role`, cached a minute). If Plane cannot say, the role is unknown: the
 comment is judged without one, so a role principal refuses it, and the reason says why.
@@ -21,7 +25,13 @@ from __future__ import annotations
 from typing import Any
 
 from nexus_events import subjects
-from nexus_events.approvals import approval_record, claim_approval, record_refusal
+from nexus_events.approvals import (
+    ApprovalRecord,
+    approval_record,
+    claim_approval,
+    held_claim,
+    record_refusal,
+)
 from nexus_events.approver_policy import PLANE, Answer, ApproverPolicy, Verdict, may_decide
 from nexus_events.bus import Bus
 from nexus_events.events import ApprovalDecision
@@ -31,7 +41,7 @@ from nexus_plane_sync import render
 from nexus_plane_sync.decisions import Write
 from nexus_plane_sync.errors import PlaneRejected, PlaneUnavailable
 from nexus_plane_sync.plane_api import PlaneApi, role_names
-from nexus_plane_sync.store import OUTBOX_CHANNEL, PlaneStore, enqueue
+from nexus_plane_sync.store import OUTBOX_CHANNEL, FlowGate, PlaneStore, enqueue
 
 SURFACE = PLANE
 
@@ -50,6 +60,7 @@ async def answer_approval(
     actor: Any = None,
     default_approvers: tuple[str, ...],
     api: PlaneApi | None = None,
+    policy: ApproverPolicy | None = None,
 ) -> bool:
     """Claim, then publish the decision; True if this comment decided the approval.
 
@@ -57,12 +68,17 @@ async def answer_approval(
     being told it lost to itself. Raises `InvalidSubject` for an approval id that cannot be
     one (the caller dead-letters the webhook) and nats errors while NATS is away (retried).
     `default_approvers` is the policy of agents that name none (NEXUS_APPROVERS_DEFAULT);
-    `api` answers the author's role when the policy names one.
+    `api` answers the author's role when the policy names one. `policy` is given for a flow
+    gate (`gate_policy`), whose pseudo-run has no request to read it from.
     """
     key = f"plane:comment:{comment_id}"
     validate_token(approval_id, "approval id")  # a bad id is the webhook's fault: dead letter
-    record = await approval_record(bus, run_id, approval_id)
-    policy = record.policy(default_approvers)
+    if policy is None:
+        record = await approval_record(bus, run_id, approval_id)
+        policy = record.policy(default_approvers)
+    else:
+        validate_token(run_id, "run id")
+        record = ApprovalRecord(run_id=run_id, approval_id=approval_id)
     roles, unknown = await author_roles(api, actor, policy)
     person = plane_answer(actor, decided_by, roles)
     verdict = may_decide(policy, person)
@@ -96,6 +112,19 @@ async def answer_approval(
     return False
 
 
+def gate_policy(gate: FlowGate, default_approvers: tuple[str, ...]) -> ApproverPolicy:
+    """Who may decide a flow's gate: its own approvers, else the default; `requester` is the
+    person who asked for the flow run, on the surface they asked from."""
+    named = gate.approvers
+    return ApproverPolicy(
+        principals=tuple(default_approvers if named is None else named),
+        run_id=gate.gate_run_id,
+        requester=gate.requested_by,
+        origin_surface=gate.origin,
+        from_agent=named is not None,
+    )
+
+
 async def author_roles(
     api: PlaneApi | None, actor: Any, policy: ApproverPolicy
 ) -> tuple[frozenset[str], str | None]:
@@ -126,6 +155,18 @@ def plane_answer(actor: Any, name: str | None, roles: frozenset[str] = frozenset
         aliases.add(actor)
     who = name or next(iter(sorted(aliases)), "someone")
     return Answer(surface=SURFACE, who=who, aliases=frozenset(aliases - {who}), roles=roles)
+
+
+async def gate_closed(
+    bus: Bus, store: PlaneStore, gate: FlowGate, task_id: str, comment_id: str
+) -> None:
+    """Answer a comment on a gate that no longer waits (decided, expired, or its flow ended):
+    nothing is claimed, the comment is told what became of it."""
+    held = await held_claim(bus.js, gate.gate_run_id, gate.approval_id)
+    told = f": {held.told()}" if held is not None else ""
+    text = f"Gate {gate.approval_id} of flow {gate.flow or gate.flow_run_id} no longer waits{told}."
+    write_id = f"run:{gate.gate_run_id}:closed:{comment_id}"
+    await _notice(store, task_id, gate.gate_run_id, write_id, text)
 
 
 async def _notice(store: PlaneStore, task_id: str, run_id: str, write_id: str, text: str) -> None:

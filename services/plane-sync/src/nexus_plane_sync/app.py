@@ -23,7 +23,7 @@ from nexus_events.health import HealthServer
 from nexus_events.metrics import MetricsSettings, setup_metrics
 from nexus_events.process import ServiceApp
 from nexus_events.projection import ProjectionRunner
-from nexus_events.streams import RUNS, TASKS, ensure_streams
+from nexus_events.streams import FLOWS, RUNS, TASKS, ensure_streams
 from opentelemetry.sdk.metrics import MeterProvider as SdkMeterProvider
 
 from nexus_plane_sync.board import AgentRunReporter, Board, CommentReporter, RunReporter, WorkItems
@@ -89,7 +89,7 @@ class PlaneSyncApp(ServiceApp):
         streams it reads (the ingress's own writes) before the ingress reads its tables."""
         if self.runner is None:
             return
-        for stream in (TASKS, RUNS):
+        for stream in (TASKS, RUNS, FLOWS):
             seq = seqs.get(stream)
             if seq:
                 with contextlib.suppress(TimeoutError):
@@ -158,7 +158,8 @@ class PlaneSyncApp(ServiceApp):
         stack.push_async_callback(self.writer.stop)
         self.ingress = PlaneIngress(
             self.bus, store, self.api, self.metrics,
-            trigger_prefix=s.plane_trigger_prefix, bot_user_id=s.plane_bot_user_id,
+            trigger_prefix=s.plane_trigger_prefix, flow_prefix=s.plane_flow_prefix,
+            bot_user_id=s.plane_bot_user_id,
             assign_agent=s.plane_assign_agent, state_map=s.plane_state_map,
             mirrored=self.mirrored, default_approvers=s.approvers_default,
         )  # fmt: skip

@@ -12,7 +12,7 @@ from nexus_events.approver_policy import ApproverDefaults
 from nexus_events.events import Column
 from nexus_events.health import HealthPort
 from nexus_events.runstate import RunEvent
-from pydantic import Field, SecretStr, field_validator
+from pydantic import Field, SecretStr, field_validator, model_validator
 from pydantic_settings import SettingsConfigDict
 
 # Plane's default states of a new project; a project with renamed states maps them here.
@@ -69,6 +69,12 @@ class PlaneSyncSettings(ApproverDefaults):
     plane_trigger_prefix: str = Field(
         "agent:", min_length=1, description="A label `<prefix><agent id>` asks that agent to run."
     )
+    plane_flow_prefix: str = Field(
+        "flow:",
+        min_length=1,
+        description="A label `<prefix><flow id>` starts that flow on the work item's task"
+        " (removing it cancels the flow runs it started there).",
+    )
     plane_assign_agent: str | None = Field(
         None,
         pattern=r"^[A-Za-z0-9_-]{1,128}$",
@@ -106,6 +112,16 @@ class PlaneSyncSettings(ApproverDefaults):
         description="Seconds a run's write waits for its task to be known before it fails"
         " (a run on a task id nobody created).",
     )
+
+    @model_validator(mode="after")
+    def _prefixes(self) -> PlaneSyncSettings:
+        # One label must never be both an agent's and a flow's trigger.
+        a, f = self.plane_trigger_prefix, self.plane_flow_prefix
+        if a.startswith(f) or f.startswith(a):
+            raise ValueError(
+                f"NEXUS_PLANE_TRIGGER_PREFIX {a!r} and NEXUS_PLANE_FLOW_PREFIX {f!r} overlap"
+            )
+        return self
 
     @field_validator("plane_run_columns")
     @classmethod

@@ -3,6 +3,9 @@
 - A work item that gains a trigger label (``agent:<agent id>``, on create or on a label
   change) requests a run of that agent on the item's task (a task filed from the item first,
   ``external_source`` "plane"); losing the label cancels that agent's active runs there.
+  A flow label (``flow:<flow id>``) does the same with a flow run of that flow.
+- ``/approve <id>`` / ``/deny <id>`` on a work item whose task has a flow run with a gate
+  of that approval id answer the gate (`answers`, the gate's approvers as policy).
 - A comment on a work item with an active run: ``/approve <id> [note]`` and
   ``/deny <id> [note]`` answer an approval if no other surface did first (`answers`),
   ``/stop`` cancels, anything else goes to the run's inbox as a message from that person.
@@ -38,6 +41,8 @@ from nexus_events.errors import InvalidSubject
 from nexus_events.events import (
     CancelRequested,
     Column,
+    FlowCancelRequested,
+    FlowRequested,
     InboxMessage,
     Origin,
     PlaneWebhookReceived,
@@ -52,12 +57,12 @@ from nexus_events.fast import Reject, Retry
 from nexus_events.streams import PLANE
 
 from nexus_plane_sync import render
-from nexus_plane_sync.answers import answer_approval
+from nexus_plane_sync.answers import answer_approval, gate_closed, gate_policy
 from nexus_plane_sync.decisions import FROM_PLANE, PLANE_SOURCE, RunState
 from nexus_plane_sync.errors import PlaneUnavailable
 from nexus_plane_sync.metrics import IGNORED_PREFIX, PlaneSyncMetrics
 from nexus_plane_sync.plane_api import EXTERNAL_SOURCE, PlaneApi
-from nexus_plane_sync.store import PlaneStore
+from nexus_plane_sync.store import FlowGate, PlaneStore
 
 log = logging.getLogger(__name__)
 
@@ -120,6 +125,7 @@ class PlaneIngress:
         metrics: PlaneSyncMetrics,
         *,
         trigger_prefix: str,
+        flow_prefix: str = "flow:",
         bot_user_id: str | None,
         assign_agent: str | None = None,
         state_map: dict[str, str] | None = None,
@@ -131,6 +137,7 @@ class PlaneIngress:
         self.api = api
         self.metrics = metrics
         self.prefix = trigger_prefix
+        self.flow_prefix = flow_prefix
         self.bot_user_id = bot_user_id
         self.assign_agent = assign_agent
         self.default_approvers = default_approvers
@@ -261,6 +268,10 @@ class PlaneIngress:
     def _agents(self, labels: list[str]) -> set[str]:
         return {lab[len(self.prefix) :] for lab in labels if lab.startswith(self.prefix)}
 
+    def _flows(self, labels: list[str]) -> set[str]:
+        p = self.flow_prefix
+        return {lab[len(p) :] for lab in labels if lab.startswith(p)}
+
     async def _triggers(self, w: PlaneWebhookReceived, action: str) -> list[str] | None:
         """The work item's labels, plus the assignment trigger as a label when it is on
         (None: the payload does not carry the labels)."""
@@ -284,28 +295,48 @@ class PlaneIngress:
         if labels is None:
             # Not Plane's shape: leave the labels as last seen (no run started or stopped).
             log.warning("webhook %s: issue without labels; triggers unchanged", w.delivery_id)
-            now = was = set()
+            now = was = flows_now = flows_was = set()
         else:
             before = await self.store.swap_labels(item, labels)
             now, was = self._agents(labels), self._agents(before or [])
+            flows_now, flows_was = self._flows(labels), self._flows(before or [])
         if echo:
             self._ignore(w, "echo")
             return
         task_id = await self.store.task_of_work_item(item)
         if task_id is not None:
-            for run in await self.store.active_runs(task_id):
-                if run.agent_id in was - now:
-                    await self._cancel(run.run_id, actor, w.delivery_id)
+            await self._untriggered(task_id, was - now, flows_was - flows_now, actor, w)
         added = _valid_agents(now - was)
-        if added and task_id is None:
+        added_flows = _valid_agents(flows_now - flows_was, "flow id")
+        if (added or added_flows) and task_id is None:
             task_id = await self._file_task(item, w.data, labels or [], actor)
         if task_id is not None and action == "update":
             await self._edit_task(w, task_id, actor)
         for agent in added:
             assert task_id is not None
             await self._request_run(w, item, task_id, agent, actor)
+        for flow in added_flows:
+            assert task_id is not None
+            await self._request_flow(w, item, task_id, flow, actor)
         if not self._counts:
             self._ignore(w, _why_not(action, task_id, w.activity.get("field")))
+
+    async def _untriggered(
+        self,
+        task_id: str,
+        agents: set[str],
+        flows: set[str],
+        actor: str | None,
+        w: PlaneWebhookReceived,
+    ) -> None:
+        """Cancel the task's active runs of the `agents` and flow runs of the `flows` whose
+        trigger labels were removed."""
+        for run in await self.store.active_runs(task_id) if agents else ():
+            if run.agent_id in agents:
+                await self._cancel(run.run_id, actor, w.delivery_id)
+        for flow_run_id, flow in await self.store.active_flows(task_id) if flows else ():
+            if flow in flows:
+                await self._cancel_flow(flow_run_id, actor, w.delivery_id)
 
     async def _edit_task(self, w: PlaneWebhookReceived, task_id: str, actor: str | None) -> None:
         """A person renamed, re-described or moved the work item: the task follows."""
@@ -367,6 +398,31 @@ class PlaneIngress:
         )
         self._count("runs_requested")
 
+    async def _request_flow(
+        self, w: PlaneWebhookReceived, item: str, task_id: str, flow: str, actor: str | None
+    ) -> None:
+        # Derived from the delivery like a run's id: a redelivered webhook asks for the same
+        # flow run, and JetStream drops the repeat.
+        flow_run_id = f"plane-{w.delivery_id}-flow-{flow}"[:128]
+        try:
+            subject = subjects.flow_event(flow_run_id, "requested")
+        except InvalidSubject as exc:
+            why = f"delivery id unusable as flow run id: {exc}"
+            raise Unusable("invalid_webhook", why) from None
+        await self._publish(
+            subject,
+            FlowRequested(
+                flow=flow,
+                task_id=task_id,
+                input=_instructions(w.data),
+                origin=Origin.PLANE,
+                requested_by=actor,
+                labels={"plane_work_item": item},
+            ),
+            msg_id=f"plane:flow_requested:{flow_run_id}",
+        )
+        self._count("flows_requested")
+
     async def _file_task(
         self, item: str, data: dict[str, Any], labels: list[str], actor: str | None
     ) -> str:
@@ -405,6 +461,12 @@ class PlaneIngress:
             self._ignore(w, "empty_comment")
             return
         task_id = await self.store.task_of_work_item(item)
+        decision = _DECISION.match(text)
+        if decision is not None and task_id is not None:
+            gate = await self.store.flow_gate(task_id, decision[2])
+            if gate is not None:
+                await self._answer_gate(w, gate, task_id, decision.groups(), actor, comment_id)
+                return
         runs = [] if task_id is None else await self.store.active_runs(task_id)
         if not runs:
             self._ignore(w, "comment_without_run")
@@ -413,7 +475,6 @@ class PlaneIngress:
         if _STOP.match(text):
             await self._cancel(run.run_id, actor, comment_id)
             return
-        decision = _DECISION.match(text)
         if decision is not None:
             verb, approval_id, note = decision.groups()
             try:
@@ -434,6 +495,42 @@ class PlaneIngress:
             msg_id=f"plane:comment:{comment_id}",
         )
         self._count("messages")
+
+    async def _answer_gate(  # noqa: PLR0917 - the comment's parts, as `_comment` has them
+        self,
+        w: PlaneWebhookReceived,
+        gate: FlowGate,
+        task_id: str,
+        groups: tuple[str, ...],
+        actor: str | None,
+        comment_id: str,
+    ) -> None:
+        """A flow gate answered like a run's approval: the gate's pseudo-run is the run
+        (claim and decision on its inbox), the flow's request says who asked."""
+        verb, approval_id, note = groups
+        if not gate.open:
+            await gate_closed(self.bus, self.store, gate, task_id, comment_id)
+            self._count("gates_closed")
+            return
+        try:
+            won = await answer_approval(
+                self.bus, self.store, run_id=gate.gate_run_id, task_id=task_id,
+                approval_id=approval_id, decision=verb.lower(), decided_by=actor,
+                note=note.strip() or None, comment_id=comment_id,
+                actor=w.activity.get("actor"), default_approvers=self.default_approvers,
+                api=self.api, policy=gate_policy(gate, self.default_approvers),
+            )  # fmt: skip
+        except InvalidSubject as exc:
+            raise Unusable("invalid_approval_id", str(exc)) from None
+        self._count("gates" if won else "gates_not_decided")
+
+    async def _cancel_flow(self, flow_run_id: str, actor: str | None, cause: str) -> None:
+        await self._publish(
+            subjects.flow_event(flow_run_id, "cancel_requested"),
+            FlowCancelRequested(requested_by=actor or "plane"),
+            msg_id=f"plane:flow_cancel:{flow_run_id}:{cause}",
+        )
+        self._count("flow_cancels")
 
     # -- native agent runs --------------------------------------------------------------------
 
@@ -465,12 +562,12 @@ def _pick(runs: list[RunState]) -> RunState:
     return next((r for r in runs if r.status == "awaiting_approval"), runs[0])
 
 
-def _valid_agents(agents: set[str]) -> list[str]:
-    """The agents of added trigger labels, sorted; a label that names no agent id is an
+def _valid_agents(agents: set[str], what: str = "agent id") -> list[str]:
+    """The agents (or flows) of added trigger labels, sorted; a label that names no id is an
     unusable webhook (dead-lettered)."""
     for agent in agents:
         try:
-            subjects.validate_token(agent, "agent id")
+            subjects.validate_token(agent, what)
         except InvalidSubject as exc:
             raise Unusable("invalid_agent_label", str(exc)) from None
     return sorted(agents)

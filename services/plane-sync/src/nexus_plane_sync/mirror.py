@@ -1,4 +1,5 @@
-"""The mirror: NEXUS_TASKS and NEXUS_RUNS followed into plane_sync's tables and outbox.
+"""The mirror: NEXUS_TASKS, NEXUS_RUNS and NEXUS_FLOWS followed into plane_sync's tables and
+outbox (flows: `flowmirror`).
 
 A projection (`nexus_events.projection`): each batch updates ``tasks``/``runs`` and queues the
 writes it implies in the outbox in one transaction with the checkpoint, so a restart neither
@@ -25,11 +26,12 @@ from nexus_events.events import (
 )
 from nexus_events.projection import Conn, Source, quote_ident
 from nexus_events.runstate import TERMINAL_EVENTS, RunEvent
-from nexus_events.streams import RUNS, TASKS
+from nexus_events.streams import FLOWS, RUNS, TASKS
 from nexus_events.subjects import NEW_RUN_TOKEN, Family
 
 from nexus_plane_sync.children import child_run_writes
 from nexus_plane_sync.decisions import RunState, Write, evolve, run_writes, task_writes
+from nexus_plane_sync.flowmirror import apply_flow_event
 from nexus_plane_sync.store import OUTBOX_CHANNEL, PLANE_SCHEMA, create_mirror_tables, enqueue
 
 # The run events the mirror reads (heartbeats, logs and tool results are not its business).
@@ -61,6 +63,7 @@ class PlaneMirror:
         self.sources: tuple[Source, ...] = (
             Source(TASKS),
             Source(RUNS, tuple(subjects.run_events_filter(event=e) for e in RUN_EVENTS)),
+            Source(FLOWS),
         )
         self.queued = 0
 
@@ -78,6 +81,10 @@ class PlaneMirror:
                 task_id = d.address.ids["task_id"]
                 await self._task(conn, q, task_id, d)
                 for w in task_writes(d.event, task_id, seq, mirror=self.mirror_tasks):
+                    writes.append((w, at))
+                continue
+            if d.address.family is Family.FLOW:
+                for w in await apply_flow_event(conn, q, d):
                     writes.append((w, at))
                 continue
             run_id = d.address.run_id

@@ -1,6 +1,8 @@
 """plane-sync's tables in PostgreSQL (schema ``plane_sync``) and the queries on them.
 
 - ``tasks`` and ``runs``: what the mirror knows of the board (written with its checkpoint).
+- ``flows`` and ``flow_gates``: the flow runs of tasks and their gates (also the mirror's):
+  which task a flow reports on, who asked, each gate's approvers and whether it is open.
 - ``outbox``: writes to make on Plane, in order (``seq``); a pending row with a ``slot``
   absorbs later writes of the same slot (coalescing, ``version`` counts the merges).
 - ``objects``: Plane ids of what was written (``item:<task>``, ``comment:<external id>``,
@@ -27,6 +29,8 @@ from nexus_plane_sync.decisions import ACTIVE_STATUSES, RunState, Write
 PLANE_SCHEMA = "plane_sync"
 OUTBOX_CHANNEL = "plane_sync_outbox"  # NOTIFY on commit of new writes: the writer wakes
 ACTIVE = ACTIVE_STATUSES  # the runs a Plane comment or stop is for
+# Flow runs that have not ended (a removed `flow:` label cancels them).
+FLOW_ACTIVE = ("requested", "running", "waiting")
 
 
 async def create_mirror_tables(conn: Conn, schema: str) -> None:
@@ -70,6 +74,23 @@ async def create_mirror_tables(conn: Conn, schema: str) -> None:
             first_time timestamptz NOT NULL DEFAULT now(),
             created_at timestamptz NOT NULL DEFAULT now(),
             done_at timestamptz);
+        CREATE TABLE IF NOT EXISTS {q}.flows (
+            flow_run_id text PRIMARY KEY,
+            task_id text,
+            flow text,
+            requested_by text,
+            origin text,
+            status text NOT NULL DEFAULT 'requested',
+            approvers jsonb NOT NULL DEFAULT '{{}}');
+        CREATE INDEX IF NOT EXISTS flows_task ON {q}.flows (task_id);
+        CREATE TABLE IF NOT EXISTS {q}.flow_gates (
+            gate_run_id text NOT NULL,
+            approval_id text NOT NULL,
+            flow_run_id text NOT NULL,
+            step text NOT NULL,
+            open boolean NOT NULL DEFAULT true,
+            PRIMARY KEY (gate_run_id, approval_id));
+        CREATE INDEX IF NOT EXISTS flow_gates_approval ON {q}.flow_gates (approval_id);
         CREATE UNIQUE INDEX IF NOT EXISTS outbox_slot ON {q}.outbox (slot)
             WHERE state = 'pending' AND slot IS NOT NULL;
         CREATE INDEX IF NOT EXISTS outbox_pending ON {q}.outbox (seq) WHERE state = 'pending';
@@ -128,6 +149,23 @@ async def enqueue(conn: Conn, schema: str, writes: list[Write], at: datetime | N
         )  # fmt: skip
         n += status.endswith(" 1")
     return n
+
+
+@dataclass(frozen=True)
+class FlowGate:
+    """A gate of a flow run, as the mirror learnt it from NEXUS_FLOWS: what a ``/approve``
+    comment on the flow's work item answers, and who may (`approvers`: the gate's own
+    principals from the flow's definition, None = the deployment's default)."""
+
+    flow_run_id: str
+    flow: str | None
+    gate_run_id: str
+    approval_id: str
+    step: str
+    open: bool
+    requested_by: str | None
+    origin: str | None
+    approvers: tuple[str, ...] | None
 
 
 @dataclass(frozen=True)
@@ -287,6 +325,37 @@ class PlaneStore:
             )
             for r in rows
         ]  # fmt: skip
+
+    async def flow_gate(self, task_id: str, approval_id: str) -> FlowGate | None:
+        """The gate of a flow run of `task_id` whose approval is `approval_id` (open or not:
+        a late answer is told who decided), None if no flow of the task has such a gate."""
+        row = await self.pool.fetchrow(
+            f"SELECT g.gate_run_id, g.approval_id, g.step, g.open, f.flow_run_id, f.flow,"
+            f" f.requested_by, f.origin, f.approvers FROM {self.q}.flow_gates g"
+            f" JOIN {self.q}.flows f USING (flow_run_id)"
+            " WHERE g.approval_id = $1 AND f.task_id = $2 ORDER BY g.open DESC LIMIT 1",
+            approval_id,
+            task_id,
+        )
+        if row is None:
+            return None
+        approvers = json.loads(row["approvers"]) if isinstance(row["approvers"], str) else {}
+        named = approvers.get(row["step"])
+        return FlowGate(
+            row["flow_run_id"], row["flow"], row["gate_run_id"], row["approval_id"], row["step"],
+            row["open"], row["requested_by"], row["origin"],
+            None if not named else tuple(str(p) for p in named),
+        )  # fmt: skip
+
+    async def active_flows(self, task_id: str) -> list[tuple[str, str]]:
+        """(flow run id, flow) of the task's flow runs that have not ended."""
+        rows = await self.pool.fetch(
+            f"SELECT flow_run_id, flow FROM {self.q}.flows WHERE task_id = $1"
+            " AND status = ANY($2::text[]) ORDER BY flow_run_id",
+            task_id,
+            list(FLOW_ACTIVE),
+        )
+        return [(r["flow_run_id"], r["flow"] or "") for r in rows]
 
     # -- objects -----------------------------------------------------------------------------
 
