@@ -192,10 +192,13 @@ EVENT_ROLES: dict[tuple[Family, str], EventRoles] = {
     # -- flows (NEXUS_FLOWS): the flows service folds the stream and decides each next step --
     # Started from the CLI, a bare `nats pub`, a schedule, a Plane label or a chat message.
     (Family.FLOW, "requested"): _run(
-        (_CLI, _OPERATOR, planned(FLOWS), planned(SCHEDULER), planned(PLANE), planned(GATEWAY)),
+        (_CLI, _OPERATOR, planned(FLOWS), _SCHEDULER, planned(PLANE), planned(GATEWAY)),
         (planned(FLOWS), planned(GATEWAY)),
     ),
-    (Family.FLOW, "cancel_requested"): _run((_CLI, _OPERATOR, planned(PLANE)), (planned(FLOWS),)),
+    # The scheduler cancels the previous flow run of a schedule (overlap cancel_previous).
+    (Family.FLOW, "cancel_requested"): _run(
+        (_CLI, _OPERATOR, _SCHEDULER, planned(PLANE)), (planned(FLOWS),)
+    ),
     (Family.FLOW, "resume_requested"): _run((_CLI, _OPERATOR), (planned(FLOWS),)),
     (Family.FLOW, "signal"): _run((_CLI, _OPERATOR), (planned(FLOWS),)),
     **{
@@ -209,10 +212,15 @@ EVENT_ROLES: dict[tuple[Family, str], EventRoles] = {
             "waiting",
             "resumed",
             "escalated",
-            "completed",
-            "failed",
-            "cancelled",
         )
+    },
+    # The scheduler reads a flow schedule's previous flow run's end (overlap policies).
+    **{
+        (Family.FLOW, name): _run(
+            (planned(FLOWS),),
+            (planned(FLOWS), _CLI, _SCHEDULER, planned(PLANE), planned(GATEWAY)),
+        )
+        for name in ("completed", "failed", "cancelled")
     },
     # -- dead letters (NEXUS_DLQ): every Bus consumer files its own; `nexus dlq` reads -----
     (Family.DLQ, "dead_letter"): _run(
