@@ -45,16 +45,18 @@ class ScheduleRecord:
     fire_count: int = 0
     missed_count: int = 0
 
-    def as_dict(self, recent: int = 1) -> dict[str, Any]:
-        return {
+    def as_dict(self, recent: int = 1, *, counts: bool = True) -> dict[str, Any]:
+        """`counts` only from a full read of the schedule (`ls` reads the last fire only)."""
+        out: dict[str, Any] = {
             "schedule_id": self.schedule_id,
             "definition": self.definition.model_dump(mode="json"),
             "defined_at": self.defined_at.isoformat() if self.defined_at else None,
-            "fire_count": self.fire_count,
-            "missed_count": self.missed_count,
             "fires": list(self.fires)[-recent:] if recent else [],
             "misses": list(self.misses)[-recent:] if recent else [],
         }
+        if counts:
+            out |= {"fire_count": self.fire_count, "missed_count": self.missed_count}
+        return out
 
 
 class _Fold:

@@ -137,7 +137,9 @@ async def test_the_scheduler_fires_a_flow_schedule_the_cli_defined_until_it_is_p
     await restarted.load()
     clock.advance(600)
     assert await restarted.tick() == []
-    assert (await listed(nats_url, tmp_path))["tick"]["fire_count"] == 1
+    shown = await nexus(nats_url, tmp_path, "schedule", "show", "tick", "-o", "json")
+    assert json.loads(shown.stdout)["fire_count"] == 1
+    assert json.loads(shown.stdout)["fires"][0]["run_id"] == flow_run_id
 
 
 async def test_bad_input_is_one_error_line_and_a_non_zero_exit(
@@ -155,6 +157,7 @@ async def test_bad_input_is_one_error_line_and_a_non_zero_exit(
             "unknown time zone 'Mars/Base'",
         ),
         (["add", "s", "--agent", "a", "--at", "tomorrow"], 2, "invalid --at 'tomorrow'"),
+        (["add", "s", "--agent", "a", "--at", "2020-01-01T00:00Z"], 2, "is in the past"),
         (
             ["add", "s", "--agent", "a", "--every", "5", "--overlap", "later"],
             2,

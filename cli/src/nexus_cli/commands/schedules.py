@@ -6,6 +6,7 @@ replay bounded by the stream's end as of the call (docs/schedules.md).
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
 from typing import Annotated, Any, Literal
 
 import typer
@@ -102,6 +103,9 @@ def add_cmd(
         if cron is not None:
             validate_cron(cron, timezone)
         when = parse_at(at, timezone) if at is not None else None
+        if when is not None and when <= datetime.now(UTC):
+            # The scheduler would only record it missed: say so now.
+            raise CliError(f"--at {at} is in the past")
         missed_policy = _choice(missed, "--missed", ("skip", "catch_up_one"))
         overlap_policy = _choice(overlap, "--overlap", ("skip", "queue", "cancel_previous"))
         try:
@@ -151,20 +155,19 @@ def ls_cmd(ctx: typer.Context, output: OutputOpt = Output.TABLE) -> None:
     async def body() -> None:
         async with Session(resolve_target(g), g.timeout) as s:
             records = await read_schedules(s.bus)
-        rows = [r.as_dict() for r in records]
         emit(
             output,
-            {"schedules": rows},
-            ("SCHEDULE", "TARGET", "TRIGGER", "TASK", "STATUS", "LAST FIRE", "MISSED"),
+            {"schedules": [r.as_dict(counts=False) for r in records]},
+            ("SCHEDULE", "TARGET", "TRIGGER", "TASK", "STATUS", "LAST FIRE", "LAST MISS"),
             [
                 (
                     r.schedule_id,
-                    _target(r.as_dict()["definition"]),
-                    _trigger(r.as_dict()["definition"]),
+                    _target(r.definition.model_dump()),
+                    _trigger(r.definition.model_dump(mode="json")),
                     r.definition.task_id,
                     _status(r),
                     r.fires[-1]["scheduled_for"] if r.fires else "-",
-                    r.missed_count,
+                    r.misses[-1]["scheduled_for"] if r.misses else "-",
                 )
                 for r in records
             ],
