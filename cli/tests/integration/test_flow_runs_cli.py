@@ -193,6 +193,12 @@ async def test_ls_and_show_ask_the_flows_service(bus: Bus, nats_url: str, tmp_pa
     down = await nexus(nats_url, tmp_path, "flow", "ls")
     assert down.exit_code == 4
     one_error_line(down.stderr, "the flows service is not running")
+    # A command still goes to the stream: the service acts on it when it is back.
+    cancel = await nexus(nats_url, tmp_path, "flow", "cancel", "fr_1", "-o", "json")
+    assert cancel.exit_code == 0, cancel.output
+    assert json.loads(cancel.stdout) == {"flow_run_id": "fr_1", "requested": "cancel"}
+    assert "the flows service is not answering" in cancel.stderr
+    assert [(fid, type(e)) for fid, e in await stored(bus)] == [("fr_1", FlowCancelRequested)]
 
     views = [view("fr_1", FlowStatus.WAITING, step="ship"), view("fr_2", FlowStatus.COMPLETED)]
     async with flows_service(bus, views) as flows:
