@@ -156,10 +156,11 @@ EVENT_ROLES: dict[tuple[Family, str], EventRoles] = {
     # child run, then sends the child's ending to the parent's inbox (correlation id).
     (Family.ROUTE, "delegation"): _run((_OPERATOR, _RUNNER), (_GATEWAY, _SWEEPER)),
     # -- schedules (NEXUS_SCHEDULES): the scheduler folds the whole stream ----------------
-    (Family.SCHEDULE, "defined"): _run((_OPERATOR,), (_SCHEDULER,)),
-    (Family.SCHEDULE, "removed"): _run((_OPERATOR,), (_SCHEDULER,)),
-    (Family.SCHEDULE, "fired"): _run((_SCHEDULER,), (_SCHEDULER,)),
-    (Family.SCHEDULE, "missed"): _run((_SCHEDULER,), (_SCHEDULER,)),
+    # `nexus schedule` defines them and reads the stream back (ls, show).
+    (Family.SCHEDULE, "defined"): _run((_CLI, _OPERATOR), (_SCHEDULER, _CLI)),
+    (Family.SCHEDULE, "removed"): _run((_CLI, _OPERATOR), (_SCHEDULER, _CLI)),
+    (Family.SCHEDULE, "fired"): _run((_SCHEDULER,), (_SCHEDULER, _CLI)),
+    (Family.SCHEDULE, "missed"): _run((_SCHEDULER,), (_SCHEDULER, _CLI)),
     # -- memory (NEXUS_MEMORY) ---------------------------------------------------------------
     # The memory service writes every memory event (after its secret guard); an operator's
     # bare `nats pub` of a `recorded` is guarded too (blocked ones are erased, DESIGN §8).
