@@ -157,6 +157,7 @@ async def test_bad_input_is_one_error_line_and_a_non_zero_exit(
             "unknown time zone 'Mars/Base'",
         ),
         (["add", "s", "--agent", "a", "--at", "tomorrow"], 2, "invalid --at 'tomorrow'"),
+        (["add", "s", "--agent", "a", "--every", "9", "--timezone", "Nowhere"], 2, "time zone"),
         (["add", "s", "--agent", "a", "--at", "2020-01-01T00:00Z"], 2, "is in the past"),
         (
             ["add", "s", "--agent", "a", "--every", "5", "--overlap", "later"],

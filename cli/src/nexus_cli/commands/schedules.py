@@ -18,7 +18,7 @@ from nexus_cli.errors import CliError, ExitCode
 from nexus_cli.options import Output, OutputOpt, globals_of, run
 from nexus_cli.output import ago, console, emit, message, print_json
 from nexus_cli.schedule_store import ScheduleRecord, define, read_schedule, read_schedules
-from nexus_cli.schedule_triggers import parse_at, validate_cron
+from nexus_cli.schedule_triggers import parse_at, validate_cron, zone
 from nexus_cli.target import resolve_target
 
 app = typer.Typer(
@@ -100,8 +100,9 @@ def add_cmd(
         for value, what in ((agent, "agent id"), (flow, "flow id"), (task, "task id")):
             if value is not None:
                 check_token(value, what)
+        zone(timezone)  # stored with every trigger, so a typo is refused with any of them
         if cron is not None:
-            validate_cron(cron, timezone)
+            validate_cron(cron)
         when = parse_at(at, timezone) if at is not None else None
         if when is not None and when <= datetime.now(UTC):
             # The scheduler would only record it missed: say so now.
