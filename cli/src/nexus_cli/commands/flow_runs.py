@@ -45,7 +45,8 @@ FLOWS_SERVICE = "the flows service"
 
 
 def new_flow_run_id() -> str:
-    # '_' not '-': a step's run id is `<flow_run_id>-<step>-r<round>`, easier read this way.
+    # '_' not '-': the id stays one visible token inside its steps' run ids
+    # (`<flow_run_id>-<step>-r<round>`).
     return f"flow_{uuid.uuid4().hex[:12]}"
 
 
