@@ -81,10 +81,11 @@ SERVICES: dict[str, Access] = {
         publishes=(
             *_run("requested", "queued", "dispatched", "cancelled", "failed", "timed_out", "lost"),
             *_run("cancel_requested"),
+            *(subjects.flow_events_filter(event=e) for e in ("requested", "cancel_requested")),
             subjects.family_filter(Family.SCHEDULE),
             subjects.dead_letter("scheduler"),
         ),
-        reads=(RUNS, SCHEDULES),
+        reads=(RUNS, SCHEDULES, FLOWS),
         ensures_streams=True,
         kv_buckets=(SCHEDULER_LEASE_BUCKET, SCHEDULER_SNAPSHOT_BUCKET),
     ),

@@ -15,6 +15,7 @@ from nexus_cli.commands import (
     dev,
     dlq,
     doctor,
+    flow_runs,
     flows,
     memory,
     pair,
@@ -23,6 +24,7 @@ from nexus_cli.commands import (
     run_control,
     run_events,
     runs,
+    schedules,
     skills,
 )
 from nexus_cli.options import DEFAULT_TIMEOUT, ContextOpt, Globals, NatsUrlOpt, TimeoutOpt
@@ -67,6 +69,8 @@ app.add_typer(context.app, name="context")
 app.add_typer(plane.app, name="plane")
 app.add_typer(pair.app, name="pair")
 app.add_typer(approvals.app, name="approvals")
+app.add_typer(flow_runs.app, name="flow")
+app.add_typer(schedules.app, name="schedule")
 # `nexus --help` lists commands in registration order: run, ps, attach, events, logs,
 # cancel, approve, deny.
 runs.register(app)

@@ -13,8 +13,10 @@ from rich.columns import Columns
 from rich.markup import escape
 from rich.panel import Panel
 
+from nexus_cli.boardflows import flows_by_task
 from nexus_cli.client import Session, check_token, whoami
 from nexus_cli.errors import CliError, ExitCode
+from nexus_cli.flowview import board_label
 from nexus_cli.options import Output, OutputOpt, globals_of, run
 from nexus_cli.output import console, emit, message, print_json
 from nexus_cli.target import resolve_target
@@ -51,11 +53,22 @@ def child_lines(task: dict[str, Any]) -> list[str]:
     return lines
 
 
-async def _board(ctx: typer.Context, column: str | None) -> dict[str, Any]:
+async def _board(
+    ctx: typer.Context, column: str | None, *, with_flows: bool = False
+) -> dict[str, Any]:
+    """Core's board; `with_flows` adds each task's newest flow run (`flow`, None if it has
+    none) and `flows_note` when the flows service could not say."""
     g = globals_of(ctx)
     query: dict[str, Any] = {} if column is None else {"column": column}
     async with Session(resolve_target(g), g.timeout) as s:
-        return await s.query(subjects.CORE_BOARD_GET, query)
+        data = await s.query(subjects.CORE_BOARD_GET, query)
+        if with_flows:
+            tasks = data.get("tasks", [])
+            flows, note = await flows_by_task(s, [t["task_id"] for t in tasks])
+            for t in tasks:
+                t["flow"] = flows.get(t["task_id"])
+            data["flows_note"] = note
+        return data
 
 
 def _check_column(column: str | None) -> None:
@@ -74,11 +87,12 @@ def register(app: typer.Typer) -> None:
         column: Annotated[str | None, typer.Option(help="Only this column.")] = None,
         output: OutputOpt = Output.TABLE,
     ) -> None:
-        """The board: one column per state, each task with its current run."""
+        """The board: one column per state, each task with its current run and its flow run
+        (flow and current step; a note instead when the flows service is not running)."""
 
         async def body() -> None:
             _check_column(column)
-            data = await _board(ctx, column)
+            data = await _board(ctx, column, with_flows=True)
             if output is Output.JSON:
                 print_json(data)
                 return
@@ -100,6 +114,7 @@ def register(app: typer.Typer) -> None:
                 lines = [
                     f"[bold]{t['task_id']}[/] {t['title']}"
                     + (f"\n  [dim]{_run_label(t['current_run'])}[/]" if t["current_run"] else "")
+                    + (f"\n  [cyan]{escape(board_label(t['flow']))}[/]" if t.get("flow") else "")
                     + "".join(f"\n[dim]{escape(line)}[/]" for line in child_lines(t))
                     for t in items
                 ]
@@ -112,6 +127,8 @@ def register(app: typer.Typer) -> None:
                     )
                 )
             console.print(Columns(panels))
+            if data.get("flows_note"):
+                console.print(f"[dim]{escape(data['flows_note'])}[/]")
 
         run(output, body)
 

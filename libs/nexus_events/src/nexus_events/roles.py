@@ -162,10 +162,11 @@ EVENT_ROLES: dict[tuple[Family, str], EventRoles] = {
     # child run, then sends the child's ending to the parent's inbox (correlation id).
     (Family.ROUTE, "delegation"): _run((_OPERATOR, _RUNNER), (_GATEWAY, _SWEEPER)),
     # -- schedules (NEXUS_SCHEDULES): the scheduler folds the whole stream ----------------
-    (Family.SCHEDULE, "defined"): _run((_OPERATOR,), (_SCHEDULER,)),
-    (Family.SCHEDULE, "removed"): _run((_OPERATOR,), (_SCHEDULER,)),
-    (Family.SCHEDULE, "fired"): _run((_SCHEDULER,), (_SCHEDULER,)),
-    (Family.SCHEDULE, "missed"): _run((_SCHEDULER,), (_SCHEDULER,)),
+    # `nexus schedule` defines them and reads the stream back (ls, show).
+    (Family.SCHEDULE, "defined"): _run((_CLI, _OPERATOR), (_SCHEDULER, _CLI)),
+    (Family.SCHEDULE, "removed"): _run((_CLI, _OPERATOR), (_SCHEDULER, _CLI)),
+    (Family.SCHEDULE, "fired"): _run((_SCHEDULER,), (_SCHEDULER, _CLI)),
+    (Family.SCHEDULE, "missed"): _run((_SCHEDULER,), (_SCHEDULER, _CLI)),
     # -- memory (NEXUS_MEMORY) ---------------------------------------------------------------
     # The memory service writes every memory event (after its secret guard); an operator's
     # bare `nats pub` of a `recorded` is guarded too (blocked ones are erased, DESIGN §8).
@@ -201,11 +202,12 @@ EVENT_ROLES: dict[tuple[Family, str], EventRoles] = {
     # plane-sync's mirror reads the request for the flow's task and requester; the gateway for
     # `reply_to`, the thread its progress goes to.
     (Family.FLOW, "requested"): _run(
-        (_CLI, _OPERATOR, _FLOWS, planned(SCHEDULER), _PLANE, _GATEWAY),
+        (_CLI, _OPERATOR, _FLOWS, _SCHEDULER, _PLANE, _GATEWAY),
         (_FLOWS, _PLANE, _GATEWAY),
     ),
-    # Removing a work item's `flow:<id>` label cancels the flow runs it started.
-    (Family.FLOW, "cancel_requested"): _run((_CLI, _OPERATOR, _PLANE), (_FLOWS,)),
+    # Removing a work item's `flow:<id>` label cancels the flow runs it started; the scheduler
+    # cancels the previous flow run of a schedule (overlap cancel_previous).
+    (Family.FLOW, "cancel_requested"): _run((_CLI, _OPERATOR, _PLANE, _SCHEDULER), (_FLOWS,)),
     (Family.FLOW, "resume_requested"): _run((_CLI, _OPERATOR), (_FLOWS,)),
     (Family.FLOW, "signal"): _run((_CLI, _OPERATOR), (_FLOWS,)),
     **{
@@ -217,10 +219,12 @@ EVENT_ROLES: dict[tuple[Family, str], EventRoles] = {
             "waiting",
             "resumed",
             "escalated",
-            "completed",
-            "failed",
-            "cancelled",
         )
+    },
+    # The scheduler reads a flow schedule's previous flow run's end (overlap policies).
+    **{
+        (Family.FLOW, name): _run((_FLOWS,), (_FLOWS, _CLI, _SCHEDULER, _PLANE, _GATEWAY))
+        for name in ("completed", "failed", "cancelled")
     },
     # -- dead letters (NEXUS_DLQ): every Bus consumer files its own; `nexus dlq` reads -----
     (Family.DLQ, "dead_letter"): _run(

@@ -1,9 +1,9 @@
 """Fires schedules: folds NEXUS_SCHEDULES, and on each tick publishes the due fires.
 
-A fire is a `requested` run event for the schedule's agent and task, then a `fired`
-schedule event recording the nominal time. Both carry ids derived from schedule id +
-nominal time, and a restarted scheduler resumes from the last `fired`, so no fire is
-requested twice.
+A fire is a `requested` run event for the schedule's agent and task (or, for a schedule with
+a `flow`, a `requested` flow event on NEXUS_FLOWS), then a `fired` schedule event recording
+the nominal time. All carry ids derived from schedule id + nominal time, and a restarted
+scheduler resumes from the last `fired`, so no fire is requested twice.
 
 A fire given up on publishes a `missed` schedule event (also with a deterministic id), which
 a restarted scheduler folds so it does not reconsider the fire: reason `missed` for a fire
@@ -11,7 +11,10 @@ later than the misfire grace (downtime) under the `skip` policy, reason `overlap
 that came while the schedule's previous run was still active under the `skip` overlap policy.
 Overlap policies (the schedule's own, else the scheduler's default): `queue` requests the run
 anyway (admission queues it under the limits like any run), `skip` records the fire missed,
-`cancel_previous` publishes `cancel_requested` for the previous run, then fires.
+`cancel_previous` publishes `cancel_requested` for the previous run, then fires. For a flow
+schedule "previous run" is the previous flow run (active until NEXUS_FLOWS holds its
+completed/failed/cancelled); `queue` starts the new flow run at once, since flows have no
+admission queue of their own (their step runs are admitted under the limits like any run).
 """
 
 from __future__ import annotations
@@ -26,6 +29,8 @@ from nexus_events.codec import Decoded
 from nexus_events.errors import DecodeError
 from nexus_events.events import (
     CancelRequested,
+    FlowCancelRequested,
+    FlowRequested,
     Origin,
     Reason,
     RunRequested,
@@ -34,8 +39,9 @@ from nexus_events.events import (
     ScheduleMissed,
     ScheduleRemoved,
 )
+from nexus_events.events.flows import FLOW_TERMINAL
 from nexus_events.runstate import TERMINAL_EVENTS
-from nexus_events.streams import RUNS, SCHEDULES
+from nexus_events.streams import FLOWS, RUNS, SCHEDULES
 
 from nexus_scheduler.clock import Clock, SystemClock
 from nexus_scheduler.schedule import (
@@ -70,6 +76,7 @@ class ScheduleService:
         overlap: OverlapPolicy = "queue",
         clock: Clock | None = None,
         run_active: RunActive | None = None,
+        flow_active: RunActive | None = None,
         fence: Fence | None = None,
     ) -> None:
         self.bus = bus
@@ -80,6 +87,8 @@ class ScheduleService:
         self.clock: Clock = clock or SystemClock()
         # Whether a run (requested by a fire) has not ended yet; reads NEXUS_RUNS by default.
         self.run_active: RunActive = run_active or self._run_active_in_stream
+        # The same for a flow run (a flow schedule's fires); reads NEXUS_FLOWS by default.
+        self.flow_active: RunActive = flow_active or self._flow_active_in_stream
         # Asked before each side effect (a fire, a `missed`, a `cancel_previous`): whether
         # this replica still holds the scheduler lease. None (the service alone) means always.
         self.fence = fence
@@ -101,7 +110,11 @@ class ScheduleService:
             if existing is not None:  # a redefinition keeps the fire history
                 state.defined_at = existing.defined_at
                 state.last_nominal = existing.last_nominal
-                state.fired_runs = existing.fired_runs
+                # ...but an agent schedule turned flow (or back) has no previous run of the
+                # new kind: its old run would be looked for in the wrong stream, never end,
+                # and make the `skip` overlap policy skip every fire.
+                if (existing.definition.flow is None) == (event.flow is None):
+                    state.fired_runs = existing.fired_runs
             self.schedules[schedule_id] = state
         elif isinstance(event, ScheduleRemoved):
             self.schedules.pop(schedule_id, None)
@@ -198,7 +211,9 @@ class ScheduleService:
         """Fire `nominal` under the overlap policy; None when the fire is skipped."""
         overlap: OverlapPolicy = state.definition.overlap_policy or self.overlap
         previous = state.fired_runs[-1] if state.fired_runs else None
-        if overlap == "queue" or previous is None or not await self.run_active(previous):
+        is_flow = state.definition.flow is not None
+        active = self.flow_active if is_flow else self.run_active
+        if overlap == "queue" or previous is None or not await active(previous):
             return await self._fire(state, nominal)
         # Reading the previous run's end took a replay: the lease may have gone meanwhile.
         if not await self._leading(state.schedule_id):
@@ -219,12 +234,21 @@ class ScheduleService:
             self.missed.setdefault(state.schedule_id, []).append(nominal)
             state.skipped_until = nominal
             return None
-        # cancel_previous: the scheduler's cancellation path ends it `cancelled`.
-        await self.bus.publish(
-            subjects.run_event(previous, "cancel_requested"),
-            CancelRequested(reason=SUPERSEDED, requested_by=f"schedule:{state.schedule_id}"),
-            msg_id=f"{msg_id}:cancel_previous",
-        )
+        # cancel_previous: the scheduler's cancellation path ends it `cancelled` (a flow run:
+        # the flows service cancels its live step runs, then the flow).
+        by = f"schedule:{state.schedule_id}"
+        if is_flow:
+            await self.bus.publish(
+                subjects.flow_event(previous, "cancel_requested"),
+                FlowCancelRequested(reason=SUPERSEDED, requested_by=by),
+                msg_id=f"{msg_id}:cancel_previous",
+            )
+        else:
+            await self.bus.publish(
+                subjects.run_event(previous, "cancel_requested"),
+                CancelRequested(reason=SUPERSEDED, requested_by=by),
+                msg_id=f"{msg_id}:cancel_previous",
+            )
         return await self._fire(state, nominal)
 
     async def _run_active_in_stream(self, run_id: str) -> bool:
@@ -235,21 +259,44 @@ class ScheduleService:
             ended = True
         return not ended
 
+    async def _flow_active_in_stream(self, flow_run_id: str) -> bool:
+        """A fired flow run is active until NEXUS_FLOWS holds a terminal event of it."""
+        filters = [subjects.flow_events_filter(flow_run_id, str(s)) for s in FLOW_TERMINAL]
+        ended = False
+        async for _ in self.bus.replay_raw(FLOWS, filter_subjects=filters):
+            ended = True
+        return not ended
+
     async def _fire(self, state: ScheduleState, nominal: datetime) -> str | None:
         if not await self._leading(state.schedule_id):
             return None
         defn = state.definition
+        # A flow run id is derived the same way as a run id (its own stream, its own ids).
         run_id = run_id_for(state.schedule_id, nominal)
         msg_id = fire_msg_id(state.schedule_id, nominal)
-        request = RunRequested(
-            agent_id=defn.agent_id,
-            task_id=defn.task_id,
-            input=defn.input,
-            origin=Origin.SCHEDULE,
-            requested_by=f"schedule:{state.schedule_id}",
-            labels={"schedule_id": state.schedule_id, "scheduled_for": nominal.isoformat()},
-        )
-        await self.bus.publish(subjects.run_event(run_id, "requested"), request, msg_id=msg_id)
+        by = f"schedule:{state.schedule_id}"
+        labels = {"schedule_id": state.schedule_id, "scheduled_for": nominal.isoformat()}
+        if defn.flow is not None:
+            flow = FlowRequested(
+                flow=defn.flow,
+                task_id=defn.task_id,
+                input=defn.input,
+                origin=Origin.SCHEDULE,
+                requested_by=by,
+                labels=labels,
+            )
+            await self.bus.publish(subjects.flow_event(run_id, "requested"), flow, msg_id=msg_id)
+        else:
+            assert defn.agent_id is not None  # ScheduleDefined holds exactly one of the two
+            request = RunRequested(
+                agent_id=defn.agent_id,
+                task_id=defn.task_id,
+                input=defn.input,
+                origin=Origin.SCHEDULE,
+                requested_by=by,
+                labels=labels,
+            )
+            await self.bus.publish(subjects.run_event(run_id, "requested"), request, msg_id=msg_id)
         await self.bus.publish(
             subjects.schedule_event(state.schedule_id, "fired"),
             ScheduleFired(run_id=run_id, scheduled_for=nominal),
