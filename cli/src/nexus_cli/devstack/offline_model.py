@@ -11,10 +11,13 @@ It is stateless: the reply to a request is a function of the conversation it car
 script, how many assistant turns so far, what the last tool said), so a restart, a retry or
 several runs at once all behave the same. The script is chosen by a keyword anywhere in the
 messages, ``[offline-model:NAME]`` (an agent's system prompt or a run's input), else by a model
-name ``offline-NAME``, else it is ``fix``:
+name ``offline-NAME``, else by the role the system prompt opens with as examples/agents do
+(``You are the planner|reviewer|tester ...``: that script), else it is ``fix``:
 
 - ``fix``: fixes examples/demo-repo: list files, read calc.py, run the tests (they fail), edit
-  the bug out, run the tests (they pass), finish with a summary.
+  the bug out, run the tests (they pass), finish with a summary. When its input carries the
+  reviewer's finding (``REVIEW_FINDING``, as examples/flows/feature.yaml passes it to the next
+  round) it also writes the test the reviewer asked for.
 - ``steady``: ``fix`` with a few seconds of shell work first (a run that is still going while
   something else happens, e.g. core is restarted).
 - ``slow``: a long shell command (``sleep 600``), then finish: a run to cancel.
@@ -22,6 +25,13 @@ name ``offline-NAME``, else it is ``fix``:
 - ``chat``: no tools: says hello and finishes.
 - ``plan``: for a run in plan mode: lists the files, submits a plan with ``exit_plan_mode``;
   once it is approved (the run ends if not), writes PLAN.md and finishes.
+- ``planner``: reads the project, finishes with ``details.steps`` (a list of strings).
+- ``reviewer``: reads the project, finishes with ``details.verdict``: ``request_changes`` (with
+  ``findings: [REVIEW_FINDING]``) in a flow's first round, ``approve`` from the second on. The
+  round is read from the step run ids in the conversation (``<flow run>-<step>-r<round>``, in
+  the branch it is asked to review and the branch it works on), so it needs no memory: the same
+  request always gets the same verdict.
+- ``tester``: runs the tests, finishes with ``details.passed`` (whether they passed).
 
 A request from memory's extraction (its instruction carries ``[nexus-memory-extraction]``)
 gets JSON naming what the finished run taught: its result summary, in the repository's scope
@@ -45,6 +55,10 @@ from pathlib import Path
 from typing import Any
 
 KEYWORD = re.compile(r"\[offline-model:([a-z_-]+)\]")
+# The opening of examples/agents' system prompts: which example agent is asking.
+ROLE = re.compile(r"^\s*You are the (planner|reviewer|tester)\b")
+# A flow step's run id ends with -r<round>, or -r<round>-i<item> in a map (step_run_id).
+ROUND = re.compile(r"[a-z0-9_]-r(\d+)(?:-i\d+)?(?![\w-])")
 DEFAULT_SCRIPT = "fix"
 MODEL_NAME = "nexus-offline"
 
@@ -52,6 +66,18 @@ MODEL_NAME = "nexus-offline"
 BUG_FILE = "calc.py"
 BUG_OLD = "return a - b  # BUG: should add"
 BUG_NEW = "return a + b"
+# What the scripted reviewer asks for in round 1, and the test the implementer adds for it.
+REVIEW_FINDING = "add() has no test with negative numbers"
+NEGATIVE_TEST_FILE = "test_calc_negative.py"
+NEGATIVE_TEST = (
+    "from calc import add\n\n\ndef test_add_negative() -> None:\n"
+    "    assert add(-2, -3) == -5\n    assert add(-2, 3) == 1\n"
+)
+PLAN_STEPS = [
+    "Read calc.py and test_calc.py to find why test_add fails.",
+    "Change add() in calc.py to return a + b.",
+    "Run the tests and check they all pass.",
+]
 
 
 @dataclass(frozen=True)
@@ -77,6 +103,8 @@ class Turn:
     index: int  # assistant turns already taken
     last_tool: str  # content of the last tool message ("" if none)
     tools: frozenset[str]  # the tools offered in this request
+    # The system prompt and the run's input (the messages before the first assistant turn).
+    prompt: str = ""
 
 
 Step = Callable[[Turn], Reply]
@@ -88,7 +116,16 @@ def _finish(summary: str, **details: Any) -> Reply:
     )
 
 
-def _fix_steps() -> list[Step]:
+def _fix_steps(first: Turn) -> list[Step]:
+    # A second round of a flow: the reviewer's finding is in the input; answer it too.
+    asked = REVIEW_FINDING in first.prompt
+    answer: list[Step] = [
+        lambda t: Reply(
+            f"The reviewer asked: {REVIEW_FINDING}; adding that test.",
+            (Call("write_file", {"path": NEGATIVE_TEST_FILE, "content": NEGATIVE_TEST}),),
+        )
+    ]
+    files = [BUG_FILE, NEGATIVE_TEST_FILE] if asked else [BUG_FILE]
     return [
         lambda t: Reply("Let me look at the project first.", (Call("list_files", {"path": "."}),)),
         lambda t: Reply(f"Reading {BUG_FILE}.", (Call("read_file", {"path": BUG_FILE}),)),
@@ -97,26 +134,75 @@ def _fix_steps() -> list[Step]:
             "`add` subtracts instead of adding; fixing it.",
             (Call("edit_file", {"path": BUG_FILE, "old": BUG_OLD, "new": BUG_NEW}),),
         ),
+        *(answer if asked else []),
         lambda t: Reply("Running the tests again.", (Call("run_tests"),)),
         lambda t: _finish(
             "Fix add() in calc.py: it subtracted its arguments\n\n"
             "calc.add returned a - b; it now returns a + b and the test suite passes.",
-            files=[BUG_FILE],
+            files=files,
             tests="passed" if "passed" in t.last_tool else "unknown",
         ),
     ]
 
 
-def _steady_steps() -> list[Step]:
+def _planner_steps(first: Turn) -> list[Step]:
+    plan = "\n".join(f"{i}. {step}" for i, step in enumerate(PLAN_STEPS, 1))
+    return [
+        lambda t: Reply("Looking at the project before planning.", (Call("list_files"),)),
+        lambda t: Reply(f"Reading {BUG_FILE}.", (Call("read_file", {"path": BUG_FILE}),)),
+        lambda t: _finish(plan, steps=list(PLAN_STEPS)),
+    ]
+
+
+def flow_round(text: str) -> int:
+    """The flow round a conversation belongs to: the highest ``-r<round>`` of the step run ids
+    (and branches named after them) it mentions; 1 when it names none."""
+    return max((int(m.group(1)) for m in ROUND.finditer(text)), default=1)
+
+
+def _reviewer_steps(first: Turn) -> list[Step]:
+    def verdict(t: Turn) -> Reply:
+        if flow_round(t.prompt) >= 2:
+            return _finish(
+                "The fix is right and the requested test is there; approved.",
+                verdict="approve",
+                findings=[],
+            )
+        return _finish(
+            f"add() is fixed, but {REVIEW_FINDING}; please add one.",
+            verdict="request_changes",
+            findings=[REVIEW_FINDING],
+        )
+
+    return [
+        lambda t: Reply("Looking at the change.", (Call("list_files"),)),
+        lambda t: Reply(f"Reading {BUG_FILE}.", (Call("read_file", {"path": BUG_FILE}),)),
+        verdict,
+    ]
+
+
+def _tester_steps(first: Turn) -> list[Step]:
+    def report(t: Turn) -> Reply:
+        passed = "[exit code 0]" in t.last_tool
+        summary = "The test suite passes." if passed else "The test suite fails."
+        return _finish(summary, passed=passed)
+
+    return [
+        lambda t: Reply("Running the project's tests.", (Call("run_tests"),)),
+        report,
+    ]
+
+
+def _steady_steps(first: Turn) -> list[Step]:
     work = "for i in 1 2 3 4 5 6; do echo working $i; sleep 1; done"
     return [
         lambda t: Reply("Warming up: some shell work.", (Call("run_shell", {"command": work}),)),
         lambda t: Reply("And a bit more.", (Call("run_shell", {"command": work}),)),
-        *_fix_steps(),
+        *_fix_steps(first),
     ]
 
 
-def _slow_steps() -> list[Step]:
+def _slow_steps(first: Turn) -> list[Step]:
     return [
         lambda t: Reply(
             "This will take a while.",
@@ -126,7 +212,7 @@ def _slow_steps() -> list[Step]:
     ]
 
 
-def _approval_steps() -> list[Step]:
+def _approval_steps(first: Turn) -> list[Step]:
     def decided(t: Turn) -> Reply:
         if "was not run" in t.last_tool:
             return _finish("The command was not approved, so nothing was run.", approved=False)
@@ -144,7 +230,7 @@ def _approval_steps() -> list[Step]:
 PLAN = "1. Change add() in calc.py to return a + b.\n2. Run the tests."
 
 
-def _plan_steps() -> list[Step]:
+def _plan_steps(first: Turn) -> list[Step]:
     return [
         lambda t: Reply("Looking around before planning.", (Call("list_files", {"path": "."}),)),
         lambda t: Reply("Here is my plan.", (Call("exit_plan_mode", {"plan": PLAN}),)),
@@ -156,17 +242,21 @@ def _plan_steps() -> list[Step]:
     ]
 
 
-def _chat_steps() -> list[Step]:
+def _chat_steps(first: Turn) -> list[Step]:
     return [lambda t: _finish("Hello from the offline model.")]
 
 
-SCRIPTS: dict[str, Callable[[], list[Step]]] = {
+# A script's steps, given the conversation (its prompt may shape them).
+SCRIPTS: dict[str, Callable[[Turn], list[Step]]] = {
     "fix": _fix_steps,
     "steady": _steady_steps,
     "slow": _slow_steps,
     "approval": _approval_steps,
     "chat": _chat_steps,
     "plan": _plan_steps,
+    "planner": _planner_steps,
+    "reviewer": _reviewer_steps,
+    "tester": _tester_steps,
 }
 
 
@@ -179,15 +269,29 @@ def _text_of(content: Any) -> str:
 
 
 def script_name(body: dict[str, Any]) -> str:
-    """The script a request follows: a keyword in the messages, a model name, or the default."""
-    for message in body.get("messages") or []:
+    """The script a request follows: a keyword in the messages, a model name, the example
+    agent's role, or the default."""
+    messages = body.get("messages") or []
+    for message in messages:
         found = KEYWORD.search(_text_of(message.get("content")))
         if found and found.group(1) in SCRIPTS:
             return found.group(1)
     model = str(body.get("model") or "")
     if model.startswith("offline-") and model.removeprefix("offline-") in SCRIPTS:
         return model.removeprefix("offline-")
-    return DEFAULT_SCRIPT
+    system: dict[str, Any] = next((m for m in messages if m.get("role") == "system"), {})
+    role = ROLE.match(_text_of(system.get("content")))
+    return role.group(1) if role else DEFAULT_SCRIPT
+
+
+def _prompt_of(messages: list[dict[str, Any]]) -> str:
+    """The system prompt and the input: every message before the first assistant turn."""
+    parts = []
+    for message in messages:
+        if message.get("role") == "assistant":
+            break
+        parts.append(_text_of(message.get("content")))
+    return "\n".join(parts)
 
 
 EXTRACTION_MARKER = "[nexus-memory-extraction]"  # nexus_memory.extraction.MARKER
@@ -217,8 +321,8 @@ def reply_for(body: dict[str, Any]) -> Reply:
     tool_messages = [m for m in messages if m.get("role") == "tool"]
     last_tool = _text_of(tool_messages[-1].get("content")) if tool_messages else ""
     offered = frozenset(str((t.get("function") or {}).get("name")) for t in body.get("tools") or [])
-    steps = SCRIPTS[script_name(body)]()
-    turn = Turn(turns, last_tool, offered)
+    turn = Turn(turns, last_tool, offered, _prompt_of(messages))
+    steps = SCRIPTS[script_name(body)](turn)
     reply = steps[turns](turn) if turns < len(steps) else _finish("Nothing more to do.")
     missing = [c.name for c in reply.calls if offered and c.name not in offered]
     if missing:  # the agent was not granted what the script needs: say so and end

@@ -94,6 +94,7 @@ def assemble(
         max_concurrent_runs=definition.max_concurrent_runs,
         hooks=hooks,
         plan_mode=definition.plan_mode if request.plan_mode is None else request.plan_mode,
+        output_schema=definition.output_schema,
     )
 
 

@@ -71,6 +71,17 @@ def test_copies_the_agent_admission_limit():
     assert unlimited.max_concurrent_runs is None
 
 
+def test_copies_the_agent_output_schema():
+    schema = {"type": "object", "required": ["verdict"]}
+    typed = _agent("output_schema:\n  type: object\n  required: [verdict]\n")
+    config = assemble("r1", REQUEST, typed, {}, MEMORY)
+    assert isinstance(config, RunConfig)
+    assert config.output_schema == schema
+    untyped = assemble("r1", REQUEST, AGENT, {"python": PY, "git@2": GIT}, MEMORY)
+    assert isinstance(untyped, RunConfig)
+    assert untyped.output_schema is None
+
+
 def test_unknown_agent():
     result = assemble("r1", REQUEST, None, {}, MEMORY)
     assert isinstance(result, AssemblyFailure)

@@ -53,6 +53,7 @@ from nexus_runner.finishing import configured_test_command, finish_run
 from nexus_runner.git import Author, Git
 from nexus_runner.llm import LlmClient, RetryPolicy
 from nexus_runner.loop import AgentLoop
+from nexus_runner.output import TypedOutput
 from nexus_runner.plan import not_approved_message, plan_result
 from nexus_runner.prompt import initial_messages
 from nexus_runner.provider import GitHubProvider, GitProvider
@@ -227,6 +228,38 @@ def _run_secrets(config: RunConfig, settings: RunnerSettings) -> SecretRegistry:
     return secrets
 
 
+def _tool_context(  # noqa: PLR0917
+    config: RunConfig,
+    settings: RunnerSettings,
+    bus: Bus,
+    control: RunControl,
+    ws: Workspace,
+    git: Git,
+    secrets: SecretRegistry,
+) -> ToolContext:
+    """What the run's tools act on, in the cloned workspace."""
+    return ToolContext(
+        workspace=ws,
+        git=Git(ws.root, git.author, secrets),
+        shell_timeout=settings.shell_timeout,
+        output_cap=settings.output_cap,
+        # Chosen before the agent runs: it cannot add a Makefile to pick another.
+        test_command=configured_test_command(config, settings, ws.root),
+        secrets=secrets,
+        home=_tool_home(ws.root),
+        memory=RunMemory(
+            bus.nc, config.run_id, RunScopes.of(config), timeout=settings.remember_timeout
+        ),
+        delegate=Delegation(
+            bus,
+            control,
+            run_id=config.run_id,
+            agent_id=config.agent_id,
+            task_id=config.task_id,
+        ),
+    )
+
+
 def _default_provider(config: RunConfig, settings: RunnerSettings) -> GitProvider | None:
     if settings.github_token is None or not config.permissions.can_open_pr:
         return None
@@ -284,38 +317,22 @@ async def _execute_run(
     )
 
     async def work() -> RunResult:
+        # Before the clone: an output_schema that is not a JSON Schema fails the run at once.
+        typed = TypedOutput.of(config.output_schema, settings.output_retries)
         base_sha, base_branch = await prepare_workspace(config, settings, git, branch)
-        ws = Workspace(root)
-        ctx = ToolContext(
-            workspace=ws,
-            git=Git(ws.root, git.author, pub.secrets),
-            shell_timeout=settings.shell_timeout,
-            output_cap=settings.output_cap,
-            # Chosen before the agent runs: it cannot add a Makefile to pick another.
-            test_command=configured_test_command(config, settings, ws.root),
-            secrets=pub.secrets,
-            home=_tool_home(root),
-            memory=RunMemory(
-                bus.nc, config.run_id, RunScopes.of(config), timeout=settings.remember_timeout
-            ),
-            delegate=Delegation(
-                bus,
-                control,
-                run_id=config.run_id,
-                agent_id=config.agent_id,
-                task_id=config.task_id,
-            ),
-        )
+        ctx = _tool_context(config, settings, bus, control, Workspace(root), git, pub.secrets)
         # MCP servers live as long as the loop: closing kills their process groups, also
         # when the run is cancelled.
-        async with McpTools.started(list(config.mcp_servers), settings, ws.root, pub.log) as mcp:
+        async with McpTools.started(
+            list(config.mcp_servers), settings, ctx.workspace.root, pub.log
+        ) as mcp:
             tools = ContainedRegistry(
                 list(config.tools), config.permissions, ctx, mcp, config.hooks
             )
             llm = _llm_client(config, settings, client)
             note = " ".join([f"You work in a git checkout on branch {branch}.", *mcp.notes])
             loop = AgentLoop(
-                config, settings, llm, tools, control, pub, initial_messages(config, note)
+                config, settings, llm, tools, control, pub, initial_messages(config, note), typed
             )
             loop_ref[0] = loop
             finished = await loop.run()

@@ -55,6 +55,13 @@ class RunnerSettings(NexusSettings):
     # Stuck detection: the same call with the same result N times, or N turns without progress.
     stuck_repeat_threshold: int = Field(3, ge=2)
     stuck_idle_turns: int = Field(8, ge=1)
+    # Typed outputs (nexus_runner.output)
+    output_retries: int = Field(
+        2,
+        ge=0,
+        description="Times the model is asked again when finish.details does not fit the"
+        " agent's output_schema; the next misfit fails the run (invalid_output).",
+    )
     # Tools
     shell_timeout: float = Field(300.0, gt=0, description="Default run_shell timeout (s).")
     output_cap: int = Field(20_000, gt=0, description="Characters of tool output for the model.")

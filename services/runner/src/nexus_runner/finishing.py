@@ -11,11 +11,25 @@ from nexus_events.events.runs import Reason, RunConfig, RunResult
 
 from nexus_runner.config import RunnerSettings
 from nexus_runner.errors import RunnerError, RunStopped
+from nexus_runner.plan import READ_TOOLS
 from nexus_runner.process import run_process, scrubbed_env
 from nexus_runner.provider import GitProvider
 from nexus_runner.safety import redact, truncate
 from nexus_runner.tools import ToolContext, detect_test_command
 from nexus_runner.tools.args import FinishArgs
+
+# Tools that cannot change the workspace: what plan mode offers, the fixed test command,
+# memory and finish.
+_NO_WORK_TOOLS = READ_TOOLS | {"run_tests", "remember", "finish"}
+
+
+def leaves_no_work(config: RunConfig) -> bool:
+    """Whether the run can only read (a planner's, reviewer's or tester's): granted no
+    built-in that writes or runs a command of its choosing, and no MCP server. Failing tests
+    there are the repository's state, not the run's work: acceptance records them, and the
+    run still completes (a flow's planner on a repository whose tests fail, its tester
+    reporting that they fail)."""
+    return not config.mcp_servers and all(g.name in _NO_WORK_TOOLS for g in config.tools)
 
 
 @dataclass(frozen=True)
@@ -67,8 +81,8 @@ async def finish_run(
 ) -> RunResult:
     """Run acceptance, then commit/push/open a PR as permitted.
 
-    Failing acceptance (and the agent is not report-only) raises `RunStopped` with
-    ``acceptance_failed``; the work is still committed and pushed first when permitted, so a
+    Failing acceptance (unless report-only, or the run `leaves_no_work`) raises `RunStopped`
+    with ``acceptance_failed``; the work is still committed and pushed first when permitted, so a
     person can look at the branch, and ``detail["result"]`` says what was pushed. No pull
     request is opened for work that fails its tests. `guard` runs before each side effect
     and raises to stop before it (the run was ended elsewhere meanwhile).
@@ -87,7 +101,11 @@ async def finish_run(
         update={"summary": secrets.redact_values(finished.summary), "details": clean_details}
     )
     acceptance = await run_acceptance(ctx, settings)
-    failed = acceptance.passed is False and not settings.acceptance_report_only
+    failed = (
+        acceptance.passed is False
+        and not settings.acceptance_report_only
+        and not leaves_no_work(config)
+    )
     title = title_of(finished)
     if perms.can_commit:
         check()

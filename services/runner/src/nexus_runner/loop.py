@@ -26,6 +26,7 @@ from nexus_runner.config import RunnerSettings
 from nexus_runner.control import RunControl
 from nexus_runner.errors import LlmUnavailable, RunStopped
 from nexus_runner.llm import Completion, LlmClient, ToolCallRequest
+from nexus_runner.output import TypedOutput
 from nexus_runner.plan import (
     EXIT_PLAN_MODE,
     ExitPlanModeArgs,
@@ -75,6 +76,7 @@ class AgentLoop:
         control: RunControl,
         publisher: RunPublisher,
         messages: list[dict[str, Any]],
+        typed: TypedOutput | None = None,
     ) -> None:
         self.config = config
         self.settings = settings
@@ -90,6 +92,8 @@ class AgentLoop:
         self.plan = PlanMode(config.plan_mode)
         self._tool_specs = self._offered()
         self._log_buffer: dict[str, str] = {}
+        # The agent's output_schema, checked on `finish` (None: any details go).
+        self.typed = typed
 
     async def run(self) -> FinishArgs:
         while True:
@@ -115,6 +119,8 @@ class AgentLoop:
                 self.messages.append(
                     {"role": "tool", "tool_call_id": call.id, "content": outcome.output}
                 )
+                if self.typed is not None and self.typed.exhausted:
+                    raise self.typed.failure()
                 if (ended := self.plan.ended) is not None:
                     # Not approved: the plan is the result (app.py skips the finishing).
                     return FinishArgs(summary=ended.plan, details={"plan": ended.as_dict()})
@@ -270,6 +276,9 @@ class AgentLoop:
             prefix = "refused" if refused else "error"
             label = TOOL_REFUSED if refused else TOOL_ERROR
             outcome = ToolOutcome(False, f"{prefix}: {decision.reason}")
+        elif (misfit := self._misfit(decision)) is not None:
+            label = TOOL_ERROR
+            outcome = ToolOutcome(False, misfit)
         elif decision.tool == EXIT_PLAN_MODE and self.plan.active:
             outcome = await self._submit_plan(decision)
             if not outcome.ok:
@@ -297,6 +306,14 @@ class AgentLoop:
         )
         model_output, _ = truncate(outcome.output, self.settings.output_cap)
         return ToolOutcome(outcome.ok, model_output), label
+
+    def _misfit(self, decision: Decision) -> str | None:
+        """For a `finish` whose details do not fit the output schema: what the model must fix
+        (the call is not run, so the run goes on); None for any other call."""
+        if self.typed is None or not isinstance(decision.args, FinishArgs):
+            return None
+        errors = self.typed.errors(decision.args.details)
+        return self.typed.misfit(errors) if errors else None
 
     async def _submit_plan(self, decision: Decision) -> ToolOutcome:
         """exit_plan_mode: the plan is asked as an approval; approved lifts plan mode from the

@@ -139,6 +139,20 @@ async def test_failing_acceptance_fails_the_run(
     assert terminal.detail["acceptance"]["passed"] is False
 
 
+async def test_failing_tests_do_not_fail_a_run_that_can_only_read(
+    runner_bus: Bus, settings: RunnerSettings, remote: Path
+) -> None:
+    # A planner (or reviewer, tester) on a repository whose tests fail: no work of its own.
+    async with FakeOpenAI([finish("1. Fix add().")]) as llm:
+        reads = ["read_file", "list_files", "search_files", "run_tests", "git_diff", "finish"]
+        config = make_config(llm.base_url, repo={"url": str(remote)}, tools=reads)
+        terminal = await execute_run(config, settings, runner_bus)
+    assert isinstance(terminal, RunCompleted), terminal
+    assert terminal.result.acceptance is not None
+    assert terminal.result.acceptance["passed"] is False
+    assert terminal.result.tests_passed is False
+
+
 async def _decide(bus: Bus, run_id: str, decision: str, twice: str | None = None) -> None:
     requested = await wait_for(bus, run_id, "approval_requested")
     assert isinstance(requested, ApprovalRequested)
