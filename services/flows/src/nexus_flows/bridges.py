@@ -48,7 +48,7 @@ def inbox_spec(prefix: str, fetch_timeout: float) -> ConsumerSpec:
     return ConsumerSpec(
         stream=INBOX,
         durable=f"{prefix}_inbox",
-        filter_subjects=(subjects.inbox("*"),),
+        filter_subjects=(subjects.family_filter(subjects.Family.INBOX),),
         fetch_timeout=fetch_timeout,
     )
 
@@ -57,7 +57,7 @@ def webhooks_spec(prefix: str, fetch_timeout: float) -> ConsumerSpec:
     return ConsumerSpec(
         stream=CHANNELS,
         durable=f"{prefix}_webhooks",
-        filter_subjects=(subjects.channel_event("*", "webhook"),),
+        filter_subjects=(subjects.channel_events_filter(None, "webhook"),),
         fetch_timeout=fetch_timeout,
     )
 

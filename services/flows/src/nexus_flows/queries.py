@@ -44,7 +44,7 @@ def flow_view(s: State) -> FlowRunView:
             started_at=r["started_at"],
             finished_at=r["finished_at"],
         )
-        for r in s["steps"].values()
+        for r in sorted(s["steps"].values(), key=lambda r: int(r["n"]))
     ]
     live = current is not None and not is_terminal(s) and current["status"] not in STEP_DONE
     return FlowRunView(

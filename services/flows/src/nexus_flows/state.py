@@ -208,6 +208,8 @@ def _started(s: State, event: FlowStepStarted, at: datetime | None, terminal: bo
         "signal": None,
         "started_at": _iso(at),
         "finished_at": None,
+        # Start order (jsonb does not keep the document's key order).
+        "n": len(s["steps"]),
     }
     if event.item is None:
         s["current"] = key
