@@ -12,7 +12,8 @@ from .harness import feature_flow, request_flow, stored_requests, wait_status
 
 
 def reviewer_asks_once() -> Any:
-    reviews = {"n": 0}
+    """A script: the reviewer asks for changes once per flow run, then approves."""
+    reviews: dict[str, int] = {}
 
     def script(run_id: str, req: RunRequested) -> Any:
         step = req.labels["step"]
@@ -21,8 +22,9 @@ def reviewer_asks_once() -> Any:
         if step == "implement":
             return {"_branch": "feat/button"}
         if step == "review":
-            reviews["n"] += 1
-            if reviews["n"] == 1:
+            fid = req.labels["flow_run_id"]
+            reviews[fid] = reviews.get(fid, 0) + 1
+            if reviews[fid] == 1:
                 return {"verdict": "request_changes", "findings": ["name it better"]}
             return {"verdict": "approve"}
         return {"passed": True}
