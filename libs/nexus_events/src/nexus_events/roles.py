@@ -192,15 +192,15 @@ EVENT_ROLES: dict[tuple[Family, str], EventRoles] = {
     # -- flows (NEXUS_FLOWS): the flows service folds the stream and decides each next step --
     # Started from the CLI, a bare `nats pub`, a schedule, a Plane label or a chat message.
     (Family.FLOW, "requested"): _run(
-        (_CLI, _OPERATOR, planned(FLOWS), planned(SCHEDULER), planned(PLANE), planned(GATEWAY)),
-        (planned(FLOWS), planned(GATEWAY)),
+        (_CLI, _OPERATOR, Party(FLOWS), planned(SCHEDULER), planned(PLANE), planned(GATEWAY)),
+        (Party(FLOWS), planned(GATEWAY)),
     ),
-    (Family.FLOW, "cancel_requested"): _run((_CLI, _OPERATOR, planned(PLANE)), (planned(FLOWS),)),
-    (Family.FLOW, "resume_requested"): _run((_CLI, _OPERATOR), (planned(FLOWS),)),
-    (Family.FLOW, "signal"): _run((_CLI, _OPERATOR), (planned(FLOWS),)),
+    (Family.FLOW, "cancel_requested"): _run((_CLI, _OPERATOR, planned(PLANE)), (Party(FLOWS),)),
+    (Family.FLOW, "resume_requested"): _run((_CLI, _OPERATOR), (Party(FLOWS),)),
+    (Family.FLOW, "signal"): _run((_CLI, _OPERATOR), (Party(FLOWS),)),
     **{
         (Family.FLOW, name): _run(
-            (planned(FLOWS),), (planned(FLOWS), _CLI, planned(PLANE), planned(GATEWAY))
+            (Party(FLOWS),), (Party(FLOWS), _CLI, planned(PLANE), planned(GATEWAY))
         )
         for name in (
             "accepted",
@@ -257,7 +257,7 @@ QUERY_ROLES: dict[str, QueryRoles] = {
     subjects.CHANNEL_PAIRINGS: QueryRoles(_GATEWAY, _CORE_CLIENTS),
     # Flow definitions live in core's catalog; the flows service pins a run to a revision.
     subjects.CORE_CATALOG_FLOWS_LIST: QueryRoles(_CORE, _CORE_CLIENTS),
-    subjects.CORE_CATALOG_FLOWS_GET: QueryRoles(_CORE, (*_CORE_CLIENTS, planned(FLOWS))),
-    subjects.FLOWS_GET: QueryRoles(planned(FLOWS), (*_CORE_CLIENTS, planned(PLANE))),
-    subjects.FLOWS_LIST: QueryRoles(planned(FLOWS), (*_CORE_CLIENTS, planned(PLANE))),
+    subjects.CORE_CATALOG_FLOWS_GET: QueryRoles(_CORE, (*_CORE_CLIENTS, Party(FLOWS))),
+    subjects.FLOWS_GET: QueryRoles(Party(FLOWS), (*_CORE_CLIENTS, planned(PLANE))),
+    subjects.FLOWS_LIST: QueryRoles(Party(FLOWS), (*_CORE_CLIENTS, planned(PLANE))),
 }

@@ -9,6 +9,7 @@ import asyncpg
 import pytest
 from nexus_events.bus import Bus
 from nexus_events.events.flows import FlowDefinition
+
 from nexus_flows.app import FlowsApp
 
 from .harness import Catalog, FakeRunner, Script, start_app

@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import asyncpg
 import yaml
 from nats.aio.msg import Msg
 from nexus_events import codec, subjects
@@ -21,10 +22,9 @@ from nexus_events.events.flows import FlowDefinition, FlowRequested, FlowRunView
 from nexus_events.events.queries import FlowDefinitionView
 from nexus_events.streams import RUNS
 from nexus_events.testing import eventually
+
 from nexus_flows.app import FlowsApp
 from nexus_flows.config import FlowsSettings
-
-import asyncpg
 
 ROOT = Path(__file__).resolve().parents[4]
 
@@ -61,7 +61,9 @@ class Catalog:
             body = {"error": {"code": 404, "message": f"no flow {query.get('id')!r}", "fields": []}}
             await msg.respond(json.dumps(body).encode())
             return
-        await msg.respond(FlowDefinitionView(revision=1, definition=found).model_dump_json().encode())
+        await msg.respond(
+            FlowDefinitionView(revision=1, definition=found).model_dump_json().encode()
+        )
 
 
 # What the script says about a run: details (completed), ("fail", reason) or None (hold).
@@ -85,9 +87,13 @@ class FakeRunner:
 
     async def start(self) -> None:
         nc = self.bus.nc
-        self._subs.append(await nc.subscribe(subjects.run_events_filter(None, "requested"), cb=self._on))
         self._subs.append(
-            await nc.subscribe(subjects.run_events_filter(None, "cancel_requested"), cb=self._on_cancel)
+            await nc.subscribe(subjects.run_events_filter(None, "requested"), cb=self._on)
+        )
+        self._subs.append(
+            await nc.subscribe(
+                subjects.run_events_filter(None, "cancel_requested"), cb=self._on_cancel
+            )
         )
 
     async def stop(self) -> None:
@@ -127,10 +133,14 @@ class FakeRunner:
         else:
             assert outcome is not None
             branch = outcome.pop("_branch", None)
-            event = RunCompleted(result=RunResult(summary=f"did {run_id}", branch=branch, details=outcome))
+            event = RunCompleted(
+                result=RunResult(summary=f"did {run_id}", branch=branch, details=outcome)
+            )
             name = "completed"
         self.finished[run_id] = name
-        await self.bus.publish(subjects.run_event(run_id, name), event, msg_id=f"test:{run_id}:{name}")
+        await self.bus.publish(
+            subjects.run_event(run_id, name), event, msg_id=f"test:{run_id}:{name}"
+        )
 
     async def _on_cancel(self, msg: Msg) -> None:
         run_id = codec.decode(msg.subject, msg.data, msg.headers).address.ids["run_id"]
@@ -140,7 +150,9 @@ class FakeRunner:
         self.held.discard(run_id)
         self._spawn(
             self.bus.publish(
-                subjects.run_event(run_id, "cancelled"), RunCancelled(), msg_id=f"test:{run_id}:cancelled"
+                subjects.run_event(run_id, "cancelled"),
+                RunCancelled(),
+                msg_id=f"test:{run_id}:cancelled",
             )
         )
 
@@ -150,7 +162,11 @@ class FakeRunner:
 
 def settings() -> FlowsSettings:
     return FlowsSettings(
-        health_port=None, timer_interval=0.1, fetch_timeout=0.2, catalog_retry=0.3, catalog_timeout=1.0
+        health_port=None,
+        timer_interval=0.1,
+        fetch_timeout=0.2,
+        catalog_retry=0.3,
+        catalog_timeout=1.0,
     )
 
 
@@ -161,7 +177,9 @@ async def start_app(bus: Bus, pool: asyncpg.Pool[Any]) -> FlowsApp:
 
 
 async def request_flow(bus: Bus, flow_run_id: str, flow_id: str, **kw: Any) -> None:
-    await bus.publish(subjects.flow_event(flow_run_id, "requested"), FlowRequested(flow=flow_id, **kw))
+    await bus.publish(
+        subjects.flow_event(flow_run_id, "requested"), FlowRequested(flow=flow_id, **kw)
+    )
 
 
 async def get_flow(bus: Bus, flow_run_id: str) -> FlowRunView | None:
@@ -188,7 +206,9 @@ async def wait_status(bus: Bus, flow_run_id: str, status: str, within: float = 2
 async def stored_requests(bus: Bus) -> dict[str, int]:
     """How many `requested` events NEXUS_RUNS stored per run id."""
     counts: dict[str, int] = defaultdict(int)
-    async for msg in bus.replay_raw(RUNS, filter_subject=subjects.run_events_filter(None, "requested")):
+    async for msg in bus.replay_raw(
+        RUNS, filter_subject=subjects.run_events_filter(None, "requested")
+    ):
         counts[msg.subject.split(".")[4]] += 1
     return dict(counts)
 

@@ -34,7 +34,9 @@ def reviewer_asks_once() -> Any:
 
 async def test_feature_flow_loops_once_then_completes(make_env: EnvFactory) -> None:
     env = await make_env([feature_flow()], reviewer_asks_once())
-    await request_flow(env.bus, "f1", "feature", task_id="T1", input="add a button", requested_by="alice")
+    await request_flow(
+        env.bus, "f1", "feature", task_id="T1", input="add a button", requested_by="alice"
+    )
     view = await wait_status(env.bus, "f1", "completed")
     steps = [(s.step, s.round, s.status) for s in view.steps]
     assert steps == [
@@ -53,12 +55,15 @@ async def test_feature_flow_loops_once_then_completes(make_env: EnvFactory) -> N
     assert "name it better" not in reqs["f1-implement-r1"].input
     assert reqs["f1-review-r2"].input.startswith("Review branch feat/button")
     assert reqs["f1-test-r1"].labels == {
-        "flow_run_id": "f1", "flow": "feature", "step": "test", "round": "1"
+        "flow_run_id": "f1",
+        "flow": "feature",
+        "step": "test",
+        "round": "1",
     }
     assert reqs["f1-test-r1"].task_id == "T1"
     assert reqs["f1-test-r1"].requested_by == "alice"
     # Each step run was requested (and stored) exactly once.
-    assert await stored_requests(env.bus) == {run_id: 1 for run_id in reqs}
+    assert await stored_requests(env.bus) == dict.fromkeys(reqs, 1)
 
 
 async def test_unknown_flow_fails(make_env: EnvFactory) -> None:

@@ -46,8 +46,10 @@ async def test_loop_cap_escalates_to_the_gate_and_approval_grants_rounds(
     assert [s.round for s in view.steps if s.step == "implement"] == [1, 2, 3]
     gate_run_id = "g1-more_rounds-r1"
     asked = await stored(env.bus, RUNS, subjects.run_event(gate_run_id, "approval_requested"))
-    assert len(asked) == 1 and isinstance(asked[0], ApprovalRequested)
-    assert asked[0].tool == "flow_gate" and "Another round" in asked[0].summary
+    assert len(asked) == 1
+    assert isinstance(asked[0], ApprovalRequested)
+    assert asked[0].tool == "flow_gate"
+    assert "Another round" in asked[0].summary
     await answer(env, gate_run_id, asked[0].approval_id, "approve", "alice")
     view = await wait_status(env.bus, "g1", "completed")
     assert [s.round for s in view.steps if s.step == "implement"] == [1, 2, 3, 4]
@@ -93,7 +95,8 @@ async def test_gate_expires_with_its_default_and_a_late_answer_loses(make_env: E
     late = await claim_approval(
         env.bus.js, "g3-ask-r1", "gate-ask-r1", "deny", decided_by="carol", surface="cli"
     )
-    assert not late.won and late.decision == "expired"
+    assert not late.won
+    assert late.decision == "expired"
 
 
 async def test_gate_expiry_denied_by_default(make_env: EnvFactory) -> None:

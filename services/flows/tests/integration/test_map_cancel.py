@@ -55,7 +55,9 @@ async def test_map_all_runs_every_item_within_concurrency(make_env: EnvFactory) 
     view = await wait_status(env.bus, "m1", "completed")
     assert live["most"] == 2
     assert view.outputs["each"] == {
-        "items": [{"file": f} for f in FILES], "succeeded": 4, "failed": 0
+        "items": [{"file": f} for f in FILES],
+        "succeeded": 4,
+        "failed": 0,
     }
     assert env.runner.requests["m1-each-r1-i2"].input == "work on c (2)"
     assert env.runner.requests["m1-after-r1"].input == "4"

@@ -10,6 +10,7 @@ from nexus_events.events import RunRequested
 from nexus_events.projection import rebuild
 from nexus_events.streams import FLOWS
 from nexus_events.testing import dead_letters, eventually
+
 from nexus_flows.store import FlowsProjection
 
 from .conftest import Env, EnvFactory

@@ -79,9 +79,7 @@ async def test_event_wait_resumes_on_a_matching_webhook(make_env: EnvFactory) ->
 
 
 async def test_event_wait_times_out(make_env: EnvFactory) -> None:
-    env = await make_env(
-        [wait_flow("late", {"event": {"correlation": "x"}, "timeout": 0.3})], done
-    )
+    env = await make_env([wait_flow("late", {"event": {"correlation": "x"}, "timeout": 0.3})], done)
     await request_flow(env.bus, "w4", "late")
     view = await wait_status(env.bus, "w4", "failed")
     assert view.reason == "wait_timeout"
@@ -131,7 +129,8 @@ async def test_resume_runs_the_failed_step_again_in_a_new_round(make_env: EnvFac
     )
     view = await wait_status(env.bus, "t4", "completed")
     assert [(s.step, s.round, s.status) for s in view.steps] == [
-        ("judge", 1, "failed"), ("judge", 2, "succeeded")
+        ("judge", 1, "failed"),
+        ("judge", 2, "succeeded"),
     ]
 
 
@@ -140,7 +139,8 @@ async def test_run_failure_fails_the_flow_naming_the_step(make_env: EnvFactory) 
     await request_flow(env.bus, "t3", "typed")
     view = await wait_status(env.bus, "t3", "failed")
     assert view.reason == "step_failed"
-    assert "judge" in view.message and "budget_exceeded" in view.message
+    assert "judge" in view.message
+    assert "budget_exceeded" in view.message
 
 
 async def test_new_subject_gets_a_generated_id(make_env: EnvFactory) -> None:
