@@ -12,16 +12,18 @@ Each is a durable consumer; messages that are not about a flow are acked and ign
 
 from __future__ import annotations
 
+import contextlib
 import logging
 from typing import Any, Literal
 
 import asyncpg
 import jsonschema  # type: ignore[import-untyped]
 from nexus_events import subjects
-from nexus_events.bus import Bus, ConsumerSpec, Delivery
+from nexus_events.bus import Bus, ConsumerSpec, Delivery, decode_msg
+from nexus_events.errors import NexusError
 from nexus_events.events import ApprovalDecision, WebhookReceived
 from nexus_events.events.flows import FlowReason, FlowSignal, FlowStepFinished, RunStep
-from nexus_events.events.runs import RunCompleted, TerminalEvent
+from nexus_events.events.runs import RunCompleted, RunPrepared, TerminalEvent
 from nexus_events.expressions import ExpressionError, compile_expression
 from nexus_events.projection import quote_ident
 from nexus_events.publish import Outgoing
@@ -119,11 +121,18 @@ class Bridges:
             output = dict(event.result.details)
             summary, branch = event.result.summary, event.result.branch
             spec = self.engine.definition(state).step(step)
-            schema = spec.output_schema if isinstance(spec, RunStep) else None
-            problem = output_error(schema, output)
-            if problem is not None:
-                status, reason = "failed", FlowReason.INVALID_OUTPUT
-                message = f"run {run_id} output does not fit the step's output_schema: {problem}"
+            step_schema = spec.output_schema if isinstance(spec, RunStep) else None
+            for whose, schema in (
+                ("step's", step_schema),
+                ("agent's", await self._agent_schema(run_id)),
+            ):
+                problem = output_error(schema, output)
+                if problem is not None:
+                    status, reason = "failed", FlowReason.INVALID_OUTPUT
+                    message = (
+                        f"run {run_id} output does not fit the {whose} output_schema: {problem}"
+                    )
+                    break
         else:
             status = "cancelled" if event.event_name == "cancelled" else "failed"
         finished = FlowStepFinished(
@@ -141,6 +150,17 @@ class Bridges:
         await self.bus.publish(
             subjects.flow_event(fid, "step_finished"), finished, msg_id=f"flow:{run_id}:finished"
         )
+
+    async def _agent_schema(self, run_id: str) -> dict[str, Any] | None:
+        """The agent's output_schema as core assembled it into the run (`prepared`)."""
+        async for msg in self.bus.replay_raw(
+            RUNS, filter_subject=subjects.run_event(run_id, "prepared")
+        ):
+            with contextlib.suppress(NexusError):
+                prepared = decode_msg(msg).event
+                if isinstance(prepared, RunPrepared):
+                    return prepared.config.output_schema
+        return None
 
     # -- gate answers ----------------------------------------------------------------------
 

@@ -17,7 +17,16 @@ import yaml
 from nats.aio.msg import Msg
 from nexus_events import codec, subjects
 from nexus_events.bus import Bus
-from nexus_events.events import RunCancelled, RunCompleted, RunFailed, RunRequested, RunResult
+from nexus_events.events import (
+    ModelSpec,
+    RunCancelled,
+    RunCompleted,
+    RunConfig,
+    RunFailed,
+    RunPrepared,
+    RunRequested,
+    RunResult,
+)
 from nexus_events.events.flows import FlowDefinition, FlowRequested, FlowRunView
 from nexus_events.events.queries import FlowDefinitionView
 from nexus_events.streams import RUNS
@@ -82,6 +91,8 @@ class FakeRunner:
     started: list[str] = field(default_factory=list)
     held: set[str] = field(default_factory=set)
     finished: dict[str, str] = field(default_factory=dict)
+    # Agent id -> output_schema core would assemble into the run's `prepared`.
+    agent_schemas: dict[str, dict[str, Any]] = field(default_factory=dict)
     _subs: list[Any] = field(default_factory=list)
     _tasks: set[asyncio.Task[None]] = field(default_factory=set)
 
@@ -119,7 +130,17 @@ class FakeRunner:
         self._spawn(self.decide(run_id))
 
     async def decide(self, run_id: str) -> None:
-        outcome = self.script(run_id, self.requests[run_id])
+        req = self.requests[run_id]
+        schema = self.agent_schemas.get(req.agent_id)
+        if schema is not None:
+            config = RunConfig(
+                run_id=run_id, agent_id=req.agent_id, system_prompt="x",
+                model=ModelSpec(name="m"), output_schema=schema,
+            )  # fmt: skip
+            await self.bus.publish(
+                subjects.run_event(run_id, "prepared"), RunPrepared(config=config)
+            )
+        outcome = self.script(run_id, req)
         if outcome is None:
             self.held.add(run_id)
             return

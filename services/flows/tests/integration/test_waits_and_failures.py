@@ -109,6 +109,16 @@ async def test_invalid_output_fails_the_flow_without_routing(make_env: EnvFactor
     assert "verdict" in view.message
 
 
+async def test_output_must_fit_the_agents_output_schema_too(make_env: EnvFactory) -> None:
+    env = await make_env([typed_flow()], lambda run_id, req: {"verdict": "yes"})
+    env.runner.agent_schemas["judge"] = {"type": "object", "required": ["score"]}
+    await request_flow(env.bus, "t5", "typed")
+    view = await wait_status(env.bus, "t5", "failed")
+    assert view.reason == "invalid_output"
+    assert "agent's output_schema" in view.message
+    assert "score" in view.message
+
+
 async def test_expression_error_fails_the_flow_at_the_step(make_env: EnvFactory) -> None:
     env = await make_env([typed_flow()], lambda run_id, req: {"verdict": "no"})
     await request_flow(env.bus, "t2", "typed")
