@@ -20,8 +20,9 @@ import asyncpg
 import nats.errors
 from nexus_events import subjects
 from nexus_events.approvals import claim_approval
-from nexus_events.bus import Bus
+from nexus_events.bus import Bus, decode_msg
 from nexus_events.codec import Decoded
+from nexus_events.errors import NexusError
 from nexus_events.events import ApprovalDecided, FlowRequested, RunRequested
 from nexus_events.events.flows import (
     FlowAccepted,
@@ -36,6 +37,7 @@ from nexus_events.events.runs import Origin
 from nexus_events.events.specs import RepoSpec
 from nexus_events.projection import ProjectionRunner, quote_ident
 from nexus_events.publish import Outgoing
+from nexus_events.streams import FLOWS
 
 from nexus_flows.decide import decide, msg_id, terminal_msg_id
 from nexus_flows.state import RUNNING, State, is_terminal
@@ -107,6 +109,14 @@ class Engine:
             ["completed", "failed", "cancelled"],
         )
         self.touch({r["flow_run_id"] for r in rows})
+        # `new` requests are re-published under their generated id after the batch that
+        # carried them; one that a crash interrupted is found here. Re-publishing one that
+        # was done already is harmless: the fold keeps the first `requested` of an id.
+        async for msg in self.bus.replay_raw(
+            FLOWS, filter_subject=subjects.flow_event(subjects.NEW_RUN_TOKEN, "requested")
+        ):
+            with contextlib.suppress(NexusError):
+                self.new_requests.append(decode_msg(msg))
         self.wake.set()
         self._task = asyncio.create_task(self._run(), name="flows-engine")
 
