@@ -230,6 +230,27 @@ def _start(state: State, definition: FlowDefinition, step_id: str, round: int) -
     return [_flow(state, started, "step_started", step_id, round, None)]
 
 
+def run_input(state: State, definition: FlowDefinition, rec: Record) -> str:
+    """The whole input of a step's run. `step_started` carries it cut to INPUT_LIMIT; a
+    longer one is rendered again, from the same outputs (nothing else finishes while a step
+    runs), so the run request stays the same however often it is made."""
+    if len(rec["input"]) < INPUT_LIMIT:
+        return str(rec["input"])
+    spec = definition.step(rec["step"])
+    if not isinstance(spec, RunStep | MapStep):
+        return str(rec["input"])
+    ctx = context(state, definition)
+    if rec["item"] is not None and isinstance(spec, MapStep):
+        items = _evaluate(spec.over, ctx, rec["step"])
+        index = int(rec["item"])
+        item = items[index] if isinstance(items, list) and index < len(items) else None
+        ctx = context(state, definition, item, index)
+    try:
+        return render(spec.input, ctx, rec["step"])
+    except Failure:
+        return str(rec["input"])
+
+
 # -- a step in progress ----------------------------------------------------------------
 
 

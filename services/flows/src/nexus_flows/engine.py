@@ -39,7 +39,7 @@ from nexus_events.projection import ProjectionRunner, quote_ident
 from nexus_events.publish import Outgoing
 from nexus_events.streams import FLOWS
 
-from nexus_flows.decide import decide, msg_id, terminal_msg_id
+from nexus_flows.decide import decide, msg_id, run_input, terminal_msg_id
 from nexus_flows.state import RUNNING, State, is_terminal
 from nexus_flows.store import SCHEMA, FlowsProjection, load_state
 
@@ -208,7 +208,7 @@ class Engine:
         request = RunRequested(
             agent_id=rec["agent_id"],
             task_id=state["task_id"],
-            input=rec["input"],
+            input=run_input(state, definition, rec),
             repo=repo,
             origin=Origin(state["origin"]),
             requested_by=state["requested_by"] or f"flow:{state['flow_run_id']}",

@@ -17,7 +17,7 @@ from nexus_events.events.flows import (
     FlowWaiting,
 )
 
-from nexus_flows.decide import decide
+from nexus_flows.decide import decide, run_input
 from nexus_flows.state import State, fold
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
@@ -166,3 +166,13 @@ def test_terminal_flows_are_final() -> None:
     assert final["status"] == "completed"
     assert "work/2/" not in final["steps"]
     assert decide(final, LOOP) == []
+
+
+def test_a_long_input_is_cut_in_the_event_and_whole_in_the_run_request() -> None:
+    events = [FlowRequested(flow="loop", input="x" * 5000),
+              FlowAccepted(flow="loop", revision=1, definition=LOOP)]  # fmt: skip
+    [out] = decide(run(events), LOOP)
+    assert isinstance(out.event, FlowStepStarted)
+    assert len(out.event.input) == 4000
+    state = run([*events, out.event])
+    assert run_input(state, LOOP, state["steps"]["work/1/"]) == "go " + "x" * 5000
