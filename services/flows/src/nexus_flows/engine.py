@@ -274,6 +274,8 @@ class Engine:
             if not isinstance(d.event, FlowRequested):
                 continue
             fid = generated_flow_run_id(d.envelope.event_id)
+            if await load_state(self.pool, fid, self.schema) is not None:
+                continue  # done before (found again by the start-up scan)
             await self.bus.publish(
                 subjects.flow_event(fid, "requested"),
                 d.event,

@@ -186,8 +186,10 @@ def _apply(s: State, event: Event, at: datetime | None) -> bool:  # noqa: PLR091
 
 def _started(s: State, event: FlowStepStarted, at: datetime | None, terminal: bool) -> bool:
     key = step_key(event.step, event.round, event.item)
-    if terminal or key in s["steps"]:
+    if terminal or key in s["steps"] or s["definition"] is None:
         return False
+    if event.step not in {step["id"] for step in s["definition"]["steps"]}:
+        return False  # not a step of the pinned definition: nothing could decide after it
     s["steps"][key] = {
         "step": event.step,
         "kind": event.kind,

@@ -176,3 +176,9 @@ def test_a_long_input_is_cut_in_the_event_and_whole_in_the_run_request() -> None
     assert len(out.event.input) == 4000
     state = run([*events, out.event])
     assert run_input(state, LOOP, state["steps"]["work/1/"]) == "go " + "x" * 5000
+
+
+def test_steps_outside_the_pinned_definition_are_ignored() -> None:
+    state = run([*accepted(), started("nosuch"), ok("nosuch")])
+    assert state["steps"] == {}
+    assert names(state) == [("step_started", "work", 1)]
