@@ -44,6 +44,9 @@ async def test_restart_mid_flow_requests_no_run_twice_and_loses_none(
     await request_flow(env.bus, "r1", "feature", input="x")
     await eventually(lambda: env.runner.held, lambda h: h == {"r1-implement-r1"}, what="held")
     await env.restart()  # the new app requests every live step run again: core drops it
+    await eventually(
+        lambda: env.runner.asked["r1-implement-r1"], lambda n: n == 2, what="the re-request"
+    )
     await request_flow(env.bus, "r2", "feature", input="y")  # arrives while restarted
     await eventually(lambda: env.runner.held, lambda h: len(h) == 2, what="both held")
     hold["on"] = False
