@@ -171,12 +171,14 @@ class Bridges:
             if not isinstance(event, ApprovalDecision) or gate_run_id is None:
                 continue
             row = await self.pool.fetchrow(
-                f"SELECT flow_run_id, step, round, status, approval_id FROM {self.q}.flow_steps"
-                " WHERE run_id = $1 AND kind = 'gate'",
+                f"""SELECT s.flow_run_id, s.step, s.round, s.status, s.approval_id,
+                        r.status AS flow_status
+                    FROM {self.q}.flow_steps s JOIN {self.q}.flow_runs r USING (flow_run_id)
+                    WHERE s.run_id = $1 AND s.kind = 'gate'""",
                 gate_run_id,
             )
-            if row is None:
-                continue  # not a flow's gate
+            if row is None or row["flow_status"] in ("completed", "failed", "cancelled"):
+                continue  # not a flow's gate, or its flow has ended
             if row["status"] != WAITING:
                 if row["status"] == "running":
                     d.retry(0.5)  # the gate's `waiting` is not applied yet

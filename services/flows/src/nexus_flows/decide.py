@@ -16,7 +16,7 @@ from functools import lru_cache
 from typing import Any
 
 from nexus_events import subjects
-from nexus_events.events import ApprovalRequested, CancelRequested, Event
+from nexus_events.events import ApprovalDecided, ApprovalRequested, CancelRequested, Event
 from nexus_events.events.flows import (
     END,
     FlowCancelled,
@@ -513,6 +513,24 @@ def _cancel(state: State) -> list[Outgoing]:
         )
         for run_id in live_runs(state)
     ]
+    # A gate still waiting is settled too, so the approval surfaces stop offering it.
+    for r in state["steps"].values():
+        waiting = r["waiting"] or {}
+        if r["kind"] == "gate" and r["status"] == WAITING and waiting.get("gate_run_id"):
+            gate_run_id, aid = waiting["gate_run_id"], waiting["approval_id"]
+            out.append(
+                Outgoing(
+                    subjects.run_event(gate_run_id, "approval_decided"),
+                    ApprovalDecided(
+                        approval_id=aid,
+                        decision="expired",
+                        decided_by=cancel["requested_by"],
+                        comment="the flow was cancelled",
+                        surface="flows",
+                    ),
+                    msg_id=f"flow:{gate_run_id}:approval_decided:{aid}",
+                )
+            )
     cancelled = FlowCancelled(
         reason=cancel["reason"], message="cancelled on request", cancelled_by=cancel["requested_by"]
     )

@@ -7,6 +7,7 @@ from typing import Any
 from nexus_events import subjects
 from nexus_events.approvals import claim_approval
 from nexus_events.events import ApprovalDecided, ApprovalDecision, ApprovalRequested, RunRequested
+from nexus_events.events.flows import FlowCancelRequested
 from nexus_events.streams import RUNS
 from nexus_events.testing import eventually
 
@@ -106,3 +107,29 @@ async def test_gate_expiry_denied_by_default(make_env: EnvFactory) -> None:
     assert view.reason == "gate_denied"
     assert view.outputs["ask"]["approved"] is False
     assert await eventually(lambda: get_flow(env.bus, "g4"))
+
+
+async def test_cancel_settles_a_waiting_gate(make_env: EnvFactory) -> None:
+    env = await make_env([gate_flow("held")], lambda run_id, req: {})
+    await request_flow(env.bus, "g5", "held", input="v4")
+    await wait_status(env.bus, "g5", "waiting")
+    await env.bus.publish(
+        subjects.flow_event("g5", "cancel_requested"), FlowCancelRequested(requested_by="fay")
+    )
+    await wait_status(env.bus, "g5", "cancelled")
+    decided = await eventually(
+        lambda: stored(env.bus, RUNS, subjects.run_event("g5-ask-r1", "approval_decided")),
+        what="the gate settled",
+    )
+    assert [(d.decision, d.decided_by) for d in decided] == [("expired", "fay")]
+    # A late answer changes nothing: the flow stays cancelled, nothing runs.
+    inbox = next(c for c in env.app.consumers if c.spec.durable.endswith("_inbox"))
+    seen = inbox.processed
+    await answer(env, "g5-ask-r1", "gate-ask-r1", "approve", "gus")
+    await eventually(lambda: inbox.processed, lambda n: n > seen, what="the answer read")
+    again = await stored(env.bus, RUNS, subjects.run_event("g5-ask-r1", "approval_decided"))
+    assert len(again) == 1
+    view = await get_flow(env.bus, "g5")
+    assert view is not None
+    assert view.status == "cancelled"
+    assert env.runner.requests == {}
