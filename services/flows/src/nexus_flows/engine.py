@@ -181,6 +181,7 @@ class Engine:
         for rec in state["steps"].values():
             run_id = rec["run_id"]
             if rec["kind"] not in ("run", "map") or not run_id or rec["status"] != RUNNING:
+                self._requested.discard(run_id)  # finished: no need to remember it
                 continue
             if run_id in self._requested:
                 continue
