@@ -120,6 +120,7 @@ DEV_STACK_MODULES = (
     "nexus_core",
     "nexus_memory",
     "nexus_scheduler",
+    "nexus_flows",
     "nexus_runner",
 )
 

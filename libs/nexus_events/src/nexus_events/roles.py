@@ -271,6 +271,6 @@ QUERY_ROLES: dict[str, QueryRoles] = {
     # Flow definitions live in core's catalog; the flows service pins a run to a revision.
     subjects.CORE_CATALOG_FLOWS_LIST: QueryRoles(_CORE, _CORE_CLIENTS),
     subjects.CORE_CATALOG_FLOWS_GET: QueryRoles(_CORE, (*_CORE_CLIENTS, _FLOWS)),
-    subjects.FLOWS_GET: QueryRoles(_FLOWS, (*_CORE_CLIENTS, planned(PLANE))),
-    subjects.FLOWS_LIST: QueryRoles(_FLOWS, (*_CORE_CLIENTS, planned(PLANE))),
+    subjects.FLOWS_GET: QueryRoles(_FLOWS, _CORE_CLIENTS),
+    subjects.FLOWS_LIST: QueryRoles(_FLOWS, _CORE_CLIENTS),
 }

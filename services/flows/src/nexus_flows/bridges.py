@@ -1,0 +1,253 @@
+"""What the flows service reads besides NEXUS_FLOWS, turned into flow events:
+
+- runs (NEXUS_RUNS terminal events): the run of a step ended -> `step_finished`, with the
+  run's `result.details` as output once it fits the step's `output_schema`;
+- gate answers (NEXUS_INBOX `approval_decision` on a gate's run id) -> `approval_decided`
+  and `resumed`;
+- webhooks (NEXUS_CHANNELS ``nexus.channel.v1.<source>.webhook``) matching an event wait
+  -> a `signal` on the flow run.
+
+Each is a durable consumer; messages that are not about a flow are acked and ignored.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+from typing import Any, Literal
+
+import asyncpg
+import jsonschema  # type: ignore[import-untyped]
+from nexus_events import subjects
+from nexus_events.bus import Bus, ConsumerSpec, Delivery, decode_msg
+from nexus_events.errors import NexusError
+from nexus_events.events import ApprovalDecision, WebhookReceived
+from nexus_events.events.flows import FlowReason, FlowSignal, FlowStepFinished, RunStep
+from nexus_events.events.runs import RunCompleted, RunPrepared, TerminalEvent
+from nexus_events.expressions import ExpressionError, compile_expression
+from nexus_events.projection import quote_ident
+from nexus_events.publish import Outgoing
+from nexus_events.runstate import TERMINAL_EVENTS
+from nexus_events.streams import CHANNELS, INBOX, RUNS
+
+from nexus_flows.engine import Engine, publish_gate_decision
+from nexus_flows.state import STEP_DONE, WAITING, step_key
+from nexus_flows.store import NO_ITEM, SCHEMA, load_state
+
+log = logging.getLogger(__name__)
+
+
+def runs_spec(prefix: str, fetch_timeout: float) -> ConsumerSpec:
+    return ConsumerSpec(
+        stream=RUNS,
+        durable=f"{prefix}_runs",
+        filter_subjects=tuple(subjects.run_events_filter(None, e) for e in TERMINAL_EVENTS),
+        fetch_timeout=fetch_timeout,
+    )
+
+
+def inbox_spec(prefix: str, fetch_timeout: float) -> ConsumerSpec:
+    return ConsumerSpec(
+        stream=INBOX,
+        durable=f"{prefix}_inbox",
+        filter_subjects=(subjects.family_filter(subjects.Family.INBOX),),
+        fetch_timeout=fetch_timeout,
+    )
+
+
+def webhooks_spec(prefix: str, fetch_timeout: float) -> ConsumerSpec:
+    return ConsumerSpec(
+        stream=CHANNELS,
+        durable=f"{prefix}_webhooks",
+        filter_subjects=(subjects.channel_events_filter(None, "webhook"),),
+        fetch_timeout=fetch_timeout,
+    )
+
+
+def output_error(schema: dict[str, Any] | None, details: dict[str, Any]) -> str | None:
+    """Why `details` do not fit `schema` (None: they fit, or there is no schema)."""
+    if not schema:
+        return None
+    try:
+        jsonschema.validate(details, schema)
+    except jsonschema.ValidationError as exc:
+        where = "/".join(str(p) for p in exc.absolute_path) or "(details)"
+        return f"{where}: {exc.message}"
+    except jsonschema.SchemaError as exc:
+        return f"the output_schema is not a valid JSON Schema: {exc.message}"
+    return None
+
+
+class Bridges:
+    def __init__(self, bus: Bus, pool: asyncpg.Pool[Any], engine: Engine, schema: str = SCHEMA):
+        self.bus = bus
+        self.pool = pool
+        self.engine = engine
+        self.schema = schema
+        self.q = quote_ident(schema)
+
+    # -- runs ------------------------------------------------------------------------------
+
+    async def on_runs(self, batch: list[Delivery]) -> None:
+        for d in batch:
+            event = d.event
+            run_id = d.address.ids.get("run_id")
+            if not isinstance(event, TerminalEvent) or run_id is None:
+                continue
+            row = await self.pool.fetchrow(
+                f"SELECT flow_run_id, step, round, item FROM {self.q}.flow_steps"
+                " WHERE run_id = $1 AND kind IN ('run', 'map')",
+                run_id,
+            )
+            if row is None:
+                continue  # not a flow's run
+            await self._finish(row, run_id, event)
+
+    async def _finish(self, row: Any, run_id: str, event: TerminalEvent) -> None:
+        fid, step, round = row["flow_run_id"], row["step"], row["round"]
+        item = None if row["item"] == NO_ITEM else row["item"]
+        state = await load_state(self.pool, fid, self.schema)
+        if state is None:
+            return
+        rec = state["steps"].get(step_key(step, round, item))
+        if rec is None or rec["status"] in STEP_DONE:
+            return
+        status: Literal["succeeded", "failed", "cancelled"] = "succeeded"
+        reason = event.reason
+        message = event.message
+        output: dict[str, Any] = {}
+        summary, branch = "", None
+        if isinstance(event, RunCompleted):
+            output = dict(event.result.details)
+            summary, branch = event.result.summary, event.result.branch
+            spec = self.engine.definition(state).step(step)
+            step_schema = spec.output_schema if isinstance(spec, RunStep) else None
+            for whose, schema in (
+                ("step's", step_schema),
+                ("agent's", await self._agent_schema(run_id)),
+            ):
+                problem = output_error(schema, output)
+                if problem is not None:
+                    status, reason = "failed", FlowReason.INVALID_OUTPUT
+                    message = (
+                        f"run {run_id} output does not fit the {whose} output_schema: {problem}"
+                    )
+                    break
+        else:
+            status = "cancelled" if event.event_name == "cancelled" else "failed"
+        finished = FlowStepFinished(
+            step=step,
+            round=round,
+            item=item,
+            status=status,
+            reason=reason,
+            message=message,
+            run_id=run_id,
+            output=output,
+            summary=summary,
+            branch=branch,
+        )
+        await self.bus.publish(
+            subjects.flow_event(fid, "step_finished"), finished, msg_id=f"flow:{run_id}:finished"
+        )
+
+    async def _agent_schema(self, run_id: str) -> dict[str, Any] | None:
+        """The agent's output_schema as core assembled it into the run (`prepared`)."""
+        async for msg in self.bus.replay_raw(
+            RUNS, filter_subject=subjects.run_event(run_id, "prepared")
+        ):
+            with contextlib.suppress(NexusError):
+                prepared = decode_msg(msg).event
+                if isinstance(prepared, RunPrepared):
+                    return prepared.config.output_schema
+        return None
+
+    # -- gate answers ----------------------------------------------------------------------
+
+    async def on_inbox(self, batch: list[Delivery]) -> None:
+        for d in batch:
+            event = d.event
+            gate_run_id = d.address.ids.get("run_id")
+            if not isinstance(event, ApprovalDecision) or gate_run_id is None:
+                continue
+            row = await self.pool.fetchrow(
+                f"""SELECT s.flow_run_id, s.step, s.round, s.status, s.approval_id,
+                        r.status AS flow_status
+                    FROM {self.q}.flow_steps s JOIN {self.q}.flow_runs r USING (flow_run_id)
+                    WHERE s.run_id = $1 AND s.kind = 'gate'""",
+                gate_run_id,
+            )
+            if row is None or row["flow_status"] in ("completed", "failed", "cancelled"):
+                continue  # not a flow's gate, or its flow has ended
+            if row["status"] != WAITING:
+                if row["status"] == "running":
+                    d.retry(0.5)  # the gate's `waiting` is not applied yet
+                continue  # decided already: the first decision won
+            if row["approval_id"] != event.approval_id:
+                continue
+            await publish_gate_decision(
+                self.bus,
+                fid=row["flow_run_id"],
+                step=row["step"],
+                round=row["round"],
+                gate_run_id=gate_run_id,
+                approval_id=event.approval_id,
+                decision=event.decision,
+                decided_by=event.decided_by,
+                comment=event.comment,
+                surface=event.surface,
+            )
+
+    # -- webhooks --------------------------------------------------------------------------
+
+    async def on_webhooks(self, batch: list[Delivery]) -> None:
+        for d in batch:
+            event = d.event
+            if not isinstance(event, WebhookReceived):
+                continue
+            rows = await self.pool.fetch(
+                f"SELECT flow_run_id, step, round FROM {self.q}.flow_steps"
+                " WHERE status = 'waiting' AND wait_kind = 'event' AND wait_source = $1",
+                event.source,
+            )
+            for row in rows:
+                await self._match(row, event)
+
+    async def _match(self, row: Any, event: WebhookReceived) -> None:
+        fid = row["flow_run_id"]
+        state = await load_state(self.pool, fid, self.schema)
+        if state is None:
+            return
+        rec = state["steps"].get(step_key(row["step"], row["round"]))
+        if rec is None or rec["waiting"] is None:
+            return
+        spec = self.engine.definition(state).step(row["step"])
+        wait_event = getattr(spec, "event", None)
+        if wait_event is None:
+            return
+        ctx = {"source": event.source, "kind": event.kind or "", "payload": event.payload}
+        try:
+            key = compile_expression(wait_event.key).evaluate(ctx)
+            if str(key) != rec["waiting"]["correlation_id"]:
+                return
+            if wait_event.when is not None and not compile_expression(wait_event.when).test(ctx):
+                return
+        except ExpressionError:
+            return  # this webhook does not have what the wait looks at: not a match
+        signal = FlowSignal(
+            correlation_id=rec["waiting"]["correlation_id"],
+            payload=event.payload,
+            sent_by=f"webhook:{event.source}",
+        )
+        await self.bus.publish_many(
+            [
+                Outgoing(
+                    subjects.flow_event(fid, "signal"),
+                    signal,
+                    msg_id=f"flow:{fid}:signal:webhook:{event.delivery_id}",
+                )
+            ]
+        )
+
+
+__all__ = ["Bridges", "inbox_spec", "output_error", "runs_spec", "webhooks_spec"]

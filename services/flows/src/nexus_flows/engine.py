@@ -1,0 +1,369 @@
+"""The engine loop: after each applied batch, decide for every touched flow run and publish
+what is missing; ask core for the definitions of new flow runs; request the runs of applied
+step starts (reconcile); fire due waits (timer loop).
+
+Everything it publishes has a deterministic message id, and every decision is made from the
+projection (what NEXUS_FLOWS recorded), so running it again after a crash or a restart
+publishes nothing twice in effect.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+from datetime import UTC, datetime
+from typing import Any
+
+import asyncpg
+import nats.errors
+from nexus_events import subjects
+from nexus_events.approvals import claim_approval
+from nexus_events.bus import Bus, decode_msg
+from nexus_events.codec import Decoded
+from nexus_events.errors import NexusError
+from nexus_events.events import ApprovalDecided, FlowRequested, RunRequested
+from nexus_events.events.flows import (
+    FlowAccepted,
+    FlowDefinition,
+    FlowFailed,
+    FlowReason,
+    FlowResumed,
+    FlowStatus,
+)
+from nexus_events.events.queries import FlowDefinitionGet, FlowDefinitionView
+from nexus_events.events.runs import Origin
+from nexus_events.events.specs import RepoSpec
+from nexus_events.projection import ProjectionRunner, quote_ident
+from nexus_events.publish import Outgoing
+from nexus_events.streams import FLOWS
+
+from nexus_flows.decide import decide, msg_id, run_input, terminal_msg_id
+from nexus_flows.state import RUNNING, State, is_terminal
+from nexus_flows.store import SCHEMA, FlowsProjection, load_state
+
+log = logging.getLogger(__name__)
+
+
+def generated_flow_run_id(event_id: str) -> str:
+    """The id a ``nexus.flow.v1.new.requested`` gets: from its event id, so a redelivery
+    re-publishes under the same id (and JetStream drops the repeat)."""
+    return f"flow-{event_id}"[:128]
+
+
+class FlowsRunner(ProjectionRunner):
+    """The projection runner that wakes the engine after every applied batch."""
+
+    def __init__(self, *args: Any, engine: Engine, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.engine = engine
+
+    async def handle(self, feed: Any, batch: Any, delivered: int) -> None:
+        await super().handle(feed, batch, delivered)
+        for p in self.projections:
+            if isinstance(p, FlowsProjection):
+                self.engine.touch(p.take_touched())
+        for d in batch.events:
+            if d.address.ids.get("flow_run_id") == subjects.NEW_RUN_TOKEN:
+                self.engine.new_requests.append(d)
+        self.engine.wake.set()
+
+
+class Engine:
+    def __init__(
+        self,
+        bus: Bus,
+        pool: asyncpg.Pool[Any],
+        *,
+        schema: str = SCHEMA,
+        timer_interval: float = 1.0,
+        catalog_timeout: float = 5.0,
+        catalog_retry: float = 2.0,
+    ) -> None:
+        self.bus = bus
+        self.pool = pool
+        self.schema = schema
+        self.q = quote_ident(schema)
+        self.timer_interval = timer_interval
+        self.catalog_timeout = catalog_timeout
+        self.catalog_retry = catalog_retry
+        self.wake = asyncio.Event()
+        self.new_requests: list[Decoded] = []
+        self._touched: set[str] = set()
+        # Run ids this process has requested: after a restart every live one is requested
+        # again, which core treats as a duplicate of the same request.
+        self._requested: set[str] = set()
+        self._catalog_after: dict[str, float] = {}
+        self._definitions: dict[str, FlowDefinition] = {}
+        self._task: asyncio.Task[None] | None = None
+        self._stopping = asyncio.Event()
+        self.errors = 0
+
+    def touch(self, flow_run_ids: set[str]) -> None:
+        self._touched |= flow_run_ids
+
+    async def start(self) -> None:
+        rows = await self.pool.fetch(
+            f"SELECT flow_run_id FROM {self.q}.flow_runs WHERE status <> ALL($1::text[])",
+            ["completed", "failed", "cancelled"],
+        )
+        self.touch({r["flow_run_id"] for r in rows})
+        # `new` requests are re-published under their generated id after the batch that
+        # carried them; one that a crash interrupted is found here. Re-publishing one that
+        # was done already is harmless: the fold keeps the first `requested` of an id.
+        async for msg in self.bus.replay_raw(
+            FLOWS, filter_subject=subjects.flow_event(subjects.NEW_RUN_TOKEN, "requested")
+        ):
+            with contextlib.suppress(NexusError):
+                self.new_requests.append(decode_msg(msg))
+        self.wake.set()
+        self._task = asyncio.create_task(self._run(), name="flows-engine")
+
+    async def stop(self) -> None:
+        self._stopping.set()
+        self.wake.set()
+        if self._task is not None:
+            await self._task
+            self._task = None
+
+    async def _run(self) -> None:
+        loop = asyncio.get_running_loop()
+        next_tick = 0.0
+        while not self._stopping.is_set():
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self.wake.wait(), timeout=self.timer_interval)
+            self.wake.clear()
+            if self._stopping.is_set():
+                return
+            touched: set[str] = set()
+            try:
+                await self._republish_new()
+                touched, self._touched = self._touched, set()
+                for fid in sorted(touched):
+                    await self.step(fid)
+                if loop.time() >= next_tick:
+                    next_tick = loop.time() + self.timer_interval
+                    await self.fire_due(datetime.now(UTC))
+                    await self._retry_catalog()
+            except Exception:  # one pass failed (NATS or PostgreSQL away): try again later
+                self.errors += 1
+                log.exception("flows engine pass failed; retrying")
+                self._touched |= touched
+                await asyncio.sleep(min(self.timer_interval, 1.0))
+
+    # -- per flow run --------------------------------------------------------------------
+
+    async def step(self, flow_run_id: str) -> None:
+        state = await load_state(self.pool, flow_run_id, self.schema)
+        if state is None or is_terminal(state):
+            return
+        if state["definition"] is None:
+            await self._accept(state)
+            return
+        definition = self.definition(state)
+        actions = decide(state, definition, datetime.now(UTC))
+        if actions:
+            await self.bus.publish_many(actions)
+        await self._reconcile(state, definition)
+
+    def definition(self, state: State) -> FlowDefinition:
+        key = f"{state['flow']}@{state['revision']}"
+        found = self._definitions.get(key)
+        if found is None:
+            found = FlowDefinition.model_validate(state["definition"])
+            self._definitions[key] = found
+        return found
+
+    async def _reconcile(self, state: State, definition: FlowDefinition) -> None:
+        """Request the run of every applied, unfinished run step (once per process)."""
+        out = []
+        for rec in state["steps"].values():
+            run_id = rec["run_id"]
+            if rec["kind"] not in ("run", "map") or not run_id or rec["status"] != RUNNING:
+                self._requested.discard(run_id)  # finished: no need to remember it
+                continue
+            if run_id in self._requested:
+                continue
+            out.append(self._run_request(state, definition, rec))
+        if out:
+            await self.bus.publish_many(out)
+            self._requested.update(o.msg_id.split(":")[1] for o in out if o.msg_id)
+
+    def _run_request(
+        self, state: State, definition: FlowDefinition, rec: dict[str, Any]
+    ) -> Outgoing:
+        spec = definition.step(rec["step"])
+        repo_doc = getattr(spec, "repo", None)
+        repo = repo_doc or (
+            RepoSpec.model_validate(state["repo"]) if state["repo"] else definition.repo
+        )
+        labels = {
+            "flow_run_id": state["flow_run_id"],
+            "flow": state["flow"],
+            "step": rec["step"],
+            "round": str(rec["round"]),
+        }
+        if rec["item"] is not None:
+            labels["item"] = str(rec["item"])
+        request = RunRequested(
+            agent_id=rec["agent_id"],
+            task_id=state["task_id"],
+            input=run_input(state, definition, rec),
+            repo=repo,
+            origin=Origin(state["origin"]),
+            requested_by=state["requested_by"] or f"flow:{state['flow_run_id']}",
+            labels=labels,
+            plan_mode=getattr(spec, "plan_mode", None),
+        )
+        run_id = rec["run_id"]
+        return Outgoing(
+            subjects.run_event(run_id, "requested"), request, msg_id=f"flowrun:{run_id}:requested"
+        )
+
+    # -- accepting -----------------------------------------------------------------------
+
+    async def _accept(self, state: State) -> None:
+        fid = state["flow_run_id"]
+        loop = asyncio.get_running_loop()
+        if self._catalog_after.get(fid, 0.0) > loop.time():
+            return
+        query = FlowDefinitionGet(id=state["flow"], revision=state["requested_revision"])
+        try:
+            reply = await self.bus.nc.request(
+                subjects.CORE_CATALOG_FLOWS_GET,
+                query.model_dump_json().encode(),
+                timeout=self.catalog_timeout,
+            )
+        except (nats.errors.TimeoutError, nats.errors.NoRespondersError):
+            self._catalog_after[fid] = loop.time() + self.catalog_retry
+            log.warning("core's catalog did not answer for flow %s; retrying", state["flow"])
+            return
+        self._catalog_after.pop(fid, None)
+        body = json.loads(reply.data or b"{}")
+        if isinstance(body, dict) and "error" in body:
+            error = body["error"] or {}
+            code = error.get("code")
+            if code in (400, 404):
+                reason = FlowReason.UNKNOWN_FLOW if code == 404 else FlowReason.INVALID_REQUEST
+                failed = FlowFailed(reason=reason, message=str(error.get("message", "")))
+                await self.bus.publish(
+                    subjects.flow_event(fid, "failed"),
+                    failed,
+                    msg_id=terminal_msg_id(state, "failed"),
+                )
+                return
+            self._catalog_after[fid] = loop.time() + self.catalog_retry
+            return
+        view = FlowDefinitionView.model_validate(body)
+        accepted = FlowAccepted(
+            flow=state["flow"], revision=view.revision, definition=view.definition
+        )
+        await self.bus.publish(
+            subjects.flow_event(fid, "accepted"), accepted, msg_id=f"flow:{fid}:accepted"
+        )
+
+    async def _retry_catalog(self) -> None:
+        for fid in list(self._catalog_after):
+            self._touched.add(fid)
+        if self._catalog_after:
+            self.wake.set()
+
+    async def _republish_new(self) -> None:
+        pending, self.new_requests = self.new_requests, []
+        for d in pending:
+            if not isinstance(d.event, FlowRequested):
+                continue
+            fid = generated_flow_run_id(d.envelope.event_id)
+            if await load_state(self.pool, fid, self.schema) is not None:
+                continue  # done before (found again by the start-up scan)
+            await self.bus.publish(
+                subjects.flow_event(fid, "requested"),
+                d.event,
+                msg_id=f"flows:requested:{fid}",
+                correlation_id=d.envelope.correlation_id or d.envelope.event_id,
+                causation_id=d.envelope.event_id,
+            )
+
+    # -- due waits -----------------------------------------------------------------------
+
+    async def fire_due(self, now: datetime) -> None:
+        rows = await self.pool.fetch(
+            f"""SELECT flow_run_id, step, round, wait_kind, approval_id, run_id
+                FROM {self.q}.flow_steps
+                WHERE status = 'waiting' AND until IS NOT NULL AND until <= $1""",
+            now,
+        )
+        for r in rows:
+            fid, step, round = r["flow_run_id"], r["step"], r["round"]
+            kind = r["wait_kind"]
+            if kind == "gate":
+                await self._expire_gate(fid, step, round, r["run_id"], r["approval_id"])
+                continue
+            by = "timer" if kind == "timer" else "timeout"
+            await self.bus.publish(
+                subjects.flow_event(fid, "resumed"),
+                FlowResumed(step=step, round=round, by=by),
+                msg_id=msg_id(fid, "resumed", step, round, None),
+            )
+
+    async def _expire_gate(
+        self, fid: str, step: str, round: int, gate_run_id: str, approval_id: str
+    ) -> None:
+        # Claimed like any surface's answer, so a person answering now loses to the expiry
+        # (or the expiry to them): one decision either way.
+        claim = await claim_approval(
+            self.bus.js, gate_run_id, approval_id, "expired", decided_by=None, surface="flows",
+            token=f"flows-expiry-{approval_id}",
+        )  # fmt: skip
+        if not claim.won:
+            return  # a person decided first: their inbox answer resumes the gate
+        await publish_gate_decision(
+            self.bus, fid=fid, step=step, round=round, gate_run_id=gate_run_id,
+            approval_id=approval_id, decision="expired", decided_by=None, comment=None,
+        )  # fmt: skip
+
+    async def flow_status(self, flow_run_id: str) -> FlowStatus | None:
+        state = await load_state(self.pool, flow_run_id, self.schema)
+        return None if state is None else FlowStatus(state["status"])
+
+
+async def publish_gate_decision(
+    bus: Bus,
+    *,
+    fid: str,
+    step: str,
+    round: int,
+    gate_run_id: str,
+    approval_id: str,
+    decision: str,
+    decided_by: str | None,
+    comment: str | None,
+    surface: str | None = None,
+) -> None:
+    """Record a gate's decision: `approval_decided` on the gate's run subject (what the
+    approval surfaces read) and `resumed` on the flow (what the flow routes on)."""
+    by = {"approve": "approved", "deny": "denied"}.get(decision, decision)
+    await bus.publish_many(
+        [
+            Outgoing(
+                subjects.run_event(gate_run_id, "approval_decided"),
+                ApprovalDecided(
+                    approval_id=approval_id,
+                    decision=by,
+                    decided_by=decided_by,
+                    comment=comment,
+                    surface=surface,
+                ),
+                msg_id=f"flow:{gate_run_id}:approval_decided:{approval_id}",
+            ),
+            Outgoing(
+                subjects.flow_event(fid, "resumed"),
+                FlowResumed(step=step, round=round, by=by, decided_by=decided_by, comment=comment),
+                msg_id=msg_id(fid, "resumed", step, round, None),
+            ),
+        ]
+    )
+
+
+__all__ = ["Engine", "FlowsRunner", "generated_flow_run_id", "publish_gate_decision"]

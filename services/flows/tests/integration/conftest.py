@@ -1,0 +1,56 @@
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import AsyncExitStack
+from dataclasses import dataclass
+from typing import Any
+
+import asyncpg
+import pytest
+from nexus_events.bus import Bus
+from nexus_events.events.flows import FlowDefinition
+
+from nexus_flows.app import FlowsApp
+
+from .harness import Catalog, FakeRunner, Script, start_app
+
+
+@dataclass
+class Env:
+    bus: Bus
+    pool: asyncpg.Pool[Any]
+    catalog: Catalog
+    runner: FakeRunner
+    app: FlowsApp
+
+    async def restart(self) -> None:
+        await self.app.stop()
+        self.app = await start_app(self.bus, self.pool)
+
+
+EnvFactory = Callable[[list[FlowDefinition], Script], Awaitable[Env]]
+
+
+@pytest.fixture
+async def make_env(bus: Bus, pg_pool: asyncpg.Pool[Any]) -> AsyncIterator[EnvFactory]:
+    async with AsyncExitStack() as stack:
+        envs: list[Env] = []
+
+        async def make(flows: list[FlowDefinition], script: Script) -> Env:
+            catalog = Catalog(bus, flows)
+            await catalog.start()
+            stack.push_async_callback(catalog.stop)
+            runner = FakeRunner(bus, script)
+            await runner.start()
+            stack.push_async_callback(runner.stop)
+            app = await start_app(bus, pg_pool)
+            env = Env(bus, pg_pool, catalog, runner, app)
+            envs.append(env)
+            return env
+
+        async def stop_apps() -> None:
+            for env in envs:
+                await env.app.stop()
+
+        stack.push_async_callback(stop_apps)
+        yield make
