@@ -17,7 +17,7 @@ import logging
 from typing import Any, Literal
 
 import asyncpg
-import jsonschema  # type: ignore[import-untyped]
+import jsonschema
 from nexus_events import subjects
 from nexus_events.bus import Bus, ConsumerSpec, Delivery, decode_msg
 from nexus_events.errors import NexusError

@@ -194,10 +194,7 @@ class Engine:
         self, state: State, definition: FlowDefinition, rec: dict[str, Any]
     ) -> Outgoing:
         spec = definition.step(rec["step"])
-        repo_doc = getattr(spec, "repo", None)
-        repo = repo_doc or (
-            RepoSpec.model_validate(state["repo"]) if state["repo"] else definition.repo
-        )
+        repo = getattr(spec, "repo", None) or carried_repo(state, definition, rec)
         labels = {
             "flow_run_id": state["flow_run_id"],
             "flow": state["flow"],
@@ -367,3 +364,22 @@ async def publish_gate_decision(
 
 
 __all__ = ["Engine", "FlowsRunner", "generated_flow_run_id", "publish_gate_decision"]
+
+
+def carried_repo(state: State, definition: FlowDefinition, rec: dict[str, Any]) -> RepoSpec | None:
+    """The flow's repository, based on the branch of the last step before `rec` that left one:
+    the implementer's branch is what the reviewer reads and the tester tests, and a next
+    implementer round starts from the last one. Only steps started before `rec` count, so a
+    repeated request for the same run is the same request."""
+    base = RepoSpec.model_validate(state["repo"]) if state["repo"] else definition.repo
+    if base is None:
+        return None
+    earlier = [
+        r
+        for r in state["steps"].values()
+        if r["item"] is None and r["n"] < rec["n"] and r["status"] == "succeeded" and r["branch"]
+    ]
+    if not earlier:
+        return base
+    last = max(earlier, key=lambda r: r["n"])
+    return base.model_copy(update={"ref": last["branch"], "branch": None})

@@ -182,3 +182,29 @@ def test_steps_outside_the_pinned_definition_are_ignored() -> None:
     state = run([*accepted(), started("nosuch"), ok("nosuch")])
     assert state["steps"] == {}
     assert names(state) == [("step_started", "work", 1)]
+
+
+def test_a_step_works_on_the_branch_the_step_before_it_left() -> None:
+    from nexus_events.events.specs import RepoSpec
+
+    from nexus_flows.engine import carried_repo
+
+    base = [
+        FlowRequested(flow="loop", input="now", repo=RepoSpec(url="/srv/repo", ref="main")),
+        FlowAccepted(flow="loop", revision=1, definition=LOOP),
+    ]
+    first = run([*base, started("work", run_id="f-work-r1")])
+    assert carried_repo(first, LOOP, first["steps"]["work/1/"]) == RepoSpec(
+        url="/srv/repo", ref="main"
+    )
+    done = FlowStepFinished(step="work", status="succeeded", branch="nexus/f-work-r1")
+    state = run([*base, started("work", run_id="f-work-r1"), done, started("check")])
+    check = state["steps"]["check/1/"]
+    assert carried_repo(state, LOOP, check) == RepoSpec(url="/srv/repo", ref="nexus/f-work-r1")
+    # Round 2 of `work` starts from the branch round 1 left, whatever finishes after it.
+    later = run([
+        *base, started("work", run_id="f-work-r1"), done, started("check"),
+        ok("check", again=True), started("work", round=2, run_id="f-work-r2"),
+        FlowStepFinished(step="work", round=2, status="succeeded", branch="nexus/f-work-r2"),
+    ])  # fmt: skip
+    assert carried_repo(later, LOOP, later["steps"]["work/2/"]).ref == "nexus/f-work-r1"  # type: ignore[union-attr]
