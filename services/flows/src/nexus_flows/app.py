@@ -19,12 +19,14 @@ from typing import Any
 import asyncpg
 from nexus_events.bus import Bus, BusSettings, Consumer
 from nexus_events.health import HealthServer
+from nexus_events.metrics import MetricsSettings, setup_metrics
 from nexus_events.process import ServiceApp
 from nexus_events.streams import ensure_streams
 
 from nexus_flows.bridges import Bridges, inbox_spec, runs_spec, webhooks_spec
 from nexus_flows.config import FlowsSettings
 from nexus_flows.engine import Engine, FlowsRunner
+from nexus_flows.metrics import FlowMetrics
 from nexus_flows.queries import FlowsQueries
 from nexus_flows.store import SCHEMA, FlowsProjection
 
@@ -73,6 +75,10 @@ class FlowsApp(ServiceApp):
         )
         # Core owns the stream settings (NEXUS_STREAMS_*); other services only create.
         await ensure_streams(bus.js, update=False)
+        # Exported to OTLP and/or Prometheus when configured (NEXUS_METRICS_*, OTEL_*).
+        provider = setup_metrics(SOURCE, MetricsSettings())
+        stack.callback(provider.shutdown)
+        metrics = FlowMetrics(provider)
         self.engine = engine = Engine(
             bus,
             pool,
@@ -80,6 +86,7 @@ class FlowsApp(ServiceApp):
             timer_interval=s.timer_interval,
             catalog_timeout=s.catalog_timeout,
             catalog_retry=s.catalog_retry,
+            metrics=metrics,
         )
         self.runner = FlowsRunner(
             bus,

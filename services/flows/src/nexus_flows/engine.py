@@ -26,11 +26,15 @@ from nexus_events.errors import NexusError
 from nexus_events.events import ApprovalDecided, FlowRequested, RunRequested
 from nexus_events.events.flows import (
     FlowAccepted,
+    FlowCancelled,
+    FlowCompleted,
     FlowDefinition,
     FlowFailed,
     FlowReason,
     FlowResumed,
     FlowStatus,
+    FlowStepStarted,
+    FlowWaiting,
 )
 from nexus_events.events.queries import FlowDefinitionGet, FlowDefinitionView
 from nexus_events.events.runs import Origin
@@ -40,6 +44,7 @@ from nexus_events.publish import Outgoing
 from nexus_events.streams import FLOWS
 
 from nexus_flows.decide import decide, msg_id, run_input, terminal_msg_id
+from nexus_flows.metrics import FlowMetrics
 from nexus_flows.state import RUNNING, State, is_terminal
 from nexus_flows.store import SCHEMA, FlowsProjection, load_state
 
@@ -80,8 +85,10 @@ class Engine:
         timer_interval: float = 1.0,
         catalog_timeout: float = 5.0,
         catalog_retry: float = 2.0,
+        metrics: FlowMetrics | None = None,
     ) -> None:
         self.bus = bus
+        self.metrics = metrics or FlowMetrics()
         self.pool = pool
         self.schema = schema
         self.q = quote_ident(schema)
@@ -165,7 +172,20 @@ class Engine:
         actions = decide(state, definition, datetime.now(UTC))
         if actions:
             await self.bus.publish_many(actions)
+            self._count(actions)
         await self._reconcile(state, definition)
+
+    def _count(self, published: list[Outgoing]) -> None:
+        for out in published:
+            event = out.event
+            if isinstance(event, FlowStepStarted) and event.item is None:
+                self.metrics.step_started(event.kind)
+            elif isinstance(event, FlowWaiting) and event.kind == "gate":
+                self.metrics.gates(1)
+            elif isinstance(event, FlowResumed) and event.by in ("approved", "denied", "expired"):
+                self.metrics.gates(-1)
+            elif isinstance(event, FlowCompleted | FlowFailed | FlowCancelled):
+                self.metrics.finished(event.event_name)
 
     def definition(self, state: State) -> FlowDefinition:
         key = f"{state['flow']}@{state['revision']}"
@@ -178,6 +198,7 @@ class Engine:
     async def _reconcile(self, state: State, definition: FlowDefinition) -> None:
         """Request the run of every applied, unfinished run step (once per process)."""
         out = []
+        handed: list[dict[str, Any]] = []
         for rec in state["steps"].values():
             run_id = rec["run_id"]
             if rec["kind"] not in ("run", "map") or not run_id or rec["status"] != RUNNING:
@@ -186,9 +207,14 @@ class Engine:
             if run_id in self._requested:
                 continue
             out.append(self._run_request(state, definition, rec))
+            handed.append(rec)
         if out:
             await self.bus.publish_many(out)
             self._requested.update(o.msg_id.split(":")[1] for o in out if o.msg_id)
+            for rec in handed:
+                before = _finished_before(state, rec)
+                if before is not None:
+                    self.metrics.handoff((datetime.now(UTC) - before).total_seconds())
 
     def _run_request(
         self, state: State, definition: FlowDefinition, rec: dict[str, Any]
@@ -249,6 +275,7 @@ class Engine:
                     failed,
                     msg_id=terminal_msg_id(state, "failed"),
                 )
+                self.metrics.finished("failed")
                 return
             self._catalog_after[fid] = loop.time() + self.catalog_retry
             return
@@ -259,6 +286,7 @@ class Engine:
         await self.bus.publish(
             subjects.flow_event(fid, "accepted"), accepted, msg_id=f"flow:{fid}:accepted"
         )
+        self.metrics.started()
 
     async def _retry_catalog(self) -> None:
         for fid in list(self._catalog_after):
@@ -383,3 +411,12 @@ def carried_repo(state: State, definition: FlowDefinition, rec: dict[str, Any]) 
         return base
     last = max(earlier, key=lambda r: r["n"])
     return base.model_copy(update={"ref": last["branch"], "branch": None})
+
+
+def _finished_before(state: State, rec: dict[str, Any]) -> datetime | None:
+    """When the step before `rec` (in start order, outside maps) finished, if it has."""
+    earlier = [r for r in state["steps"].values() if r["item"] is None and r["n"] < rec["n"]]
+    if rec["item"] is not None or not earlier:
+        return None
+    last = max(earlier, key=lambda r: r["n"])
+    return datetime.fromisoformat(last["finished_at"]) if last["finished_at"] else None
