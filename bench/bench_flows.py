@@ -84,6 +84,8 @@ class _Stub:
         self.requested_at: dict[str, float] = {}
         self.completed_at: dict[str, float] = {}
         self.ended: dict[str, tuple[str, float]] = {}
+        # (flow run, step, "step_finished" | "step_started") -> arrival
+        self.seen: dict[tuple[str, str, str], float] = {}
         self.waiters: dict[str, asyncio.Future[str]] = {}
         self._queue: list[str] = []
         self._more = asyncio.Event()
@@ -98,6 +100,8 @@ class _Stub:
             (subjects.run_events_filter(None, "requested"), self._on_requested),
             (subjects.flow_events_filter(None, "completed"), self._on_ended),
             (subjects.flow_events_filter(None, "failed"), self._on_ended),
+            (subjects.flow_events_filter(None, "step_finished"), self._on_step),
+            (subjects.flow_events_filter(None, "step_started"), self._on_step),
         ):
             self._subs.append(await nc.subscribe(subject, cb=cb))
         self._pump = asyncio.create_task(self._publish())
@@ -131,6 +135,11 @@ class _Stub:
         self._queue.append(run_id)
         self._more.set()
 
+    async def _on_step(self, msg: Msg) -> None:
+        now = time.perf_counter()
+        _, _, _, fid, event = msg.subject.split(".")
+        self.seen.setdefault((fid, json.loads(msg.data)["step"], event), now)
+
     async def _on_ended(self, msg: Msg) -> None:
         now = time.perf_counter()
         _, _, _, fid, event = msg.subject.split(".")
@@ -160,13 +169,22 @@ class _Stub:
                 ]
             )
 
-    def handoffs(self, flow_run_ids: list[str]) -> list[float]:
-        """ms from a step's `completed` publish to the next step's run `requested` arrival."""
-        out = []
+    def handoffs(self, flow_run_ids: list[str]) -> dict[str, list[float]]:
+        """ms from a step's `completed` publish to the next step's run `requested` arrival
+        ("all"), and its three legs: to the step's `step_finished` (the runs bridge), to the
+        next `step_started` (projection + engine), to the run `requested` (projection +
+        engine again)."""
+        out: dict[str, list[float]] = {"all": [], "bridge": [], "decide": [], "request": []}
         for fid in flow_run_ids:
             for before, after in itertools.pairwise(STEPS):
                 done = self.completed_at[step_run_id(fid, before, 1)]
-                out.append((self.requested_at[step_run_id(fid, after, 1)] - done) * 1000)
+                finished = self.seen[(fid, before, "step_finished")]
+                started = self.seen[(fid, after, "step_started")]
+                requested = self.requested_at[step_run_id(fid, after, 1)]
+                out["all"].append((requested - done) * 1000)
+                out["bridge"].append((finished - done) * 1000)
+                out["decide"].append((started - finished) * 1000)
+                out["request"].append((requested - started) * 1000)
         return out
 
 
@@ -208,6 +226,12 @@ class _Busy:
 
         return timed
 
+
+LEGS = (
+    ("leg completed->step_finished", "bridge"),
+    ("leg step_finished->next step_started", "decide"),
+    ("leg step_started->run requested", "request"),
+)
 
 BUSY_TARGETS: dict[str, tuple[type, str]] = {
     "projection batches (fetch excluded)": (FlowsRunner, "handle"),
@@ -347,7 +371,7 @@ async def _flows(nats_url: str, dsn: str, busy: _Busy) -> dict[str, Any]:
             event = await asyncio.wait_for(waiter, WAIT)
             assert event == "completed", f"flow {fid} {event}"
             durations.append((stub.ended[fid][1] - t0) * 1000)
-        out["handoff"] = _percentiles(stub.handoffs(seq_ids))
+        out["handoff"] = {k: _percentiles(v) for k, v in stub.handoffs(seq_ids).items()}
         out["sequential"] = _percentiles(durations)
         before = await _stored(bus)
 
@@ -379,7 +403,7 @@ async def _flows(nats_url: str, dsn: str, busy: _Busy) -> dict[str, Any]:
         # Let stray re-publishes land before counting what one flow stores.
         await asyncio.sleep(0.5)
         out["per_flow"] = (await _stored(bus) - before) / CONCURRENT
-        out["handoff_burst"] = _percentiles(stub.handoffs(burst_ids))
+        out["handoff_burst"] = _percentiles(stub.handoffs(burst_ids)["all"])
     finally:
         await app.stop()
         await stub.stop()
@@ -395,7 +419,7 @@ async def run(nats_url: str, dsn: str) -> list[Row]:
         f = await _flows(nats_url, dsn, busy)
     per_flow = round(f["per_flow"])
     relay_rate, relay_p99 = await _raw_relay(nats_url, CONCURRENT, per_flow)
-    h50, h99 = f["handoff"]
+    h50, h99 = f["handoff"]["all"]
     s50, s99 = f["sequential"]
     b50, b99 = f["handoff_burst"]
     wall = f["wall"]
@@ -405,6 +429,16 @@ async def run(nats_url: str, dsn: str) -> list[Row]:
         ("raw JetStream publish->pull consume p99 (ms)", raw_p99, "", 1.0),
         ("hand-off completed->next requested p50 (ms)", h50, "raw p50", h50 / raw_p50),
         ("hand-off completed->next requested p99 (ms)", h99, "raw p99", h99 / raw_p99),
+        *(
+            row
+            for leg, key in LEGS
+            for row in (
+                (f"  {leg} p50 (ms)", f["handoff"][key][0], "raw p50",
+                 f["handoff"][key][0] / raw_p50),
+                (f"  {leg} p99 (ms)", f["handoff"][key][1], "raw p99",
+                 f["handoff"][key][1] / raw_p99),
+            )
+        ),
         ("one flow alone, requested->completed p50 (ms)", s50, "raw p50", s50 / raw_p50),
         ("one flow alone, requested->completed p99 (ms)", s99, "raw p99", s99 / raw_p99),
         ("events stored per 3-step flow (FLOWS+RUNS)", f["per_flow"], "", 1.0),
