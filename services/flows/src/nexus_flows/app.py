@@ -87,6 +87,7 @@ class FlowsApp(ServiceApp):
             catalog_timeout=s.catalog_timeout,
             catalog_retry=s.catalog_retry,
             metrics=metrics,
+            concurrency=s.engine_concurrency,
         )
         self.runner = FlowsRunner(
             bus,

@@ -29,6 +29,9 @@ class FlowsSettings(NexusSettings):
     catalog_retry: float = Field(
         2.0, gt=0, le=300, description="Seconds between retries of an unanswered catalog get."
     )
+    engine_concurrency: int = Field(
+        16, ge=1, le=256, description="Flow runs the engine steps at once after a batch."
+    )
     health_host: str = Field("127.0.0.1", description="Bind address of the health endpoint.")
     health_port: HealthPort = Field(
         8086,

@@ -86,9 +86,11 @@ class Engine:
         catalog_timeout: float = 5.0,
         catalog_retry: float = 2.0,
         metrics: FlowMetrics | None = None,
+        concurrency: int = 16,
     ) -> None:
         self.bus = bus
         self.metrics = metrics or FlowMetrics()
+        self.concurrency = concurrency
         self.pool = pool
         self.schema = schema
         self.q = quote_ident(schema)
@@ -147,8 +149,7 @@ class Engine:
             try:
                 await self._republish_new()
                 touched, self._touched = self._touched, set()
-                for fid in sorted(touched):
-                    await self.step(fid)
+                await self._step_all(touched)
                 if loop.time() >= next_tick:
                     next_tick = loop.time() + self.timer_interval
                     await self.fire_due(datetime.now(UTC))
@@ -158,6 +159,25 @@ class Engine:
                 log.exception("flows engine pass failed; retrying")
                 self._touched |= touched
                 await asyncio.sleep(min(self.timer_interval, 1.0))
+
+    async def _step_all(self, touched: set[str]) -> None:
+        """Step every touched flow run, `concurrency` at a time: flow runs are independent,
+        and one at a time each pass waits on a PostgreSQL read and a publish's acks. A flow
+        run that fails is touched again for the next pass; the others are done."""
+        limit = asyncio.Semaphore(self.concurrency)
+        failed: list[BaseException] = []
+
+        async def one(fid: str) -> None:
+            async with limit:
+                try:
+                    await self.step(fid)
+                except Exception as exc:  # noqa: BLE001 - this one next pass, the others go on
+                    self._touched.add(fid)
+                    failed.append(exc)
+
+        await asyncio.gather(*(one(fid) for fid in sorted(touched)))
+        if failed:
+            raise failed[0]
 
     # -- per flow run --------------------------------------------------------------------
 
