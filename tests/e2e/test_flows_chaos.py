@@ -69,6 +69,7 @@ def test_kill_9_flows_scheduler_and_core_over_30_flows(chaos_stack: Stack, tmp_p
     assert not figures.bad_terminal, report
     assert not figures.duplicates, report
     assert not figures.lost, report
+    assert not figures.dead_letters, report  # a kill must not make a valid event undeliverable
     assert sum(figures.outcomes.values()) == FLOWS, report
     assert figures.runs >= FLOWS, report  # every flow started at least its first step's run
 
