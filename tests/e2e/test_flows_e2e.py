@@ -158,7 +158,7 @@ def test_the_feature_flow_loops_through_review_and_completes(
     checkout = tmp_path / "round2"
     _git(demo_repo, "worktree", "add", "--quiet", str(checkout), second)
     tests = subprocess.run(
-        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider"],
+        [sys.executable, "-m", "pytest", "-p", "no:cacheprovider"],
         cwd=checkout, capture_output=True, text=True, check=False, timeout=60,
     )  # fmt: skip
     assert tests.returncode == 0, tests.stdout
@@ -223,8 +223,14 @@ def test_cancel_a_running_flow_cancels_its_run(stack: Stack, demo_repo: Path) ->
     assert cancelled.code == 0, cancelled.stderr
     view = _until(stack, fid, "cancelled", "completed", "failed")
     assert (view["status"], view["reason"]) == ("cancelled", "user_requested")
-    assert [(s["step"], s["status"]) for s in view["steps"]] == [("work", "cancelled")]
     eventually_blocking(lambda: stack.status(run_id), lambda s: s == "cancelled", within=RUN_WAIT)
+    # The run's end is recorded on its step even though the flow had already ended.
+    view = eventually_blocking(
+        lambda: _show(stack, fid),
+        lambda v: v["steps"][0]["status"] != "running",
+        within=RUN_WAIT,
+    )
+    assert [(s["step"], s["status"]) for s in view["steps"]] == [("work", "cancelled")]
     again = stack.nexus("flow", "cancel", fid)
     assert again.code != 0
     assert "already cancelled" in again.stderr
