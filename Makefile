@@ -6,7 +6,7 @@ UV ?= $(or $(shell command -v uv 2>/dev/null),$(TOOLS)/bin/uv)
 UV_BOOTSTRAP := $(if $(filter $(TOOLS)/bin/uv,$(UV)),$(TOOLS)/bin/uv)
 export XDG_RUNTIME_DIR ?= /tmp/nexus-xdg-$(shell id -u)
 
-.PHONY: setup test lint bench demo smoke compose-test contract-snapshot asyncapi clean
+.PHONY: setup test lint bench demo demo-run smoke compose-test contract-snapshot asyncapi clean
 
 setup: .venv/.synced
 
@@ -29,10 +29,15 @@ lint: setup
 bench: setup
 	$(UV) run --frozen python -m bench
 
-# The main job: the dev stack, the example agents, a run that fixes examples/demo-repo's
-# failing test on a branch, the board and the result; the stack is stopped even on failure.
+# The main job: the dev stack, the example agents and flows, the feature flow carrying a task
+# through planner, implementer, reviewer (one round of changes) and tester on a copy of
+# examples/demo-repo, the branches, the board; the stack is stopped even on failure.
 demo: setup
-	UV="$(UV)" bash examples/demo.sh
+	UV="$(UV)" bash examples/demo.sh flow
+
+# The single-run demo: one implementer run that fixes examples/demo-repo's failing test.
+demo-run: setup
+	UV="$(UV)" bash examples/demo.sh run
 
 # A smoke of the bus alone on a real embedded NATS + PostgreSQL.
 smoke: setup

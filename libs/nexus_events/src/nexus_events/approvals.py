@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import re
 from collections.abc import Collection, Sequence
 from dataclasses import dataclass, field
 
@@ -32,11 +33,14 @@ from nexus_events.events import (
     ApprovalDecided,
     ApprovalRefused,
     ApprovalRequested,
+    FlowAccepted,
+    FlowRequested,
+    GateStep,
     RunPrepared,
     RunRequested,
 )
 from nexus_events.runstate import RunEvent
-from nexus_events.streams import RUNS
+from nexus_events.streams import FLOWS, RUNS
 from nexus_events.subjects import validate_token
 
 # KV bucket of approval claims. Entries outlive any approval (the runner's expiry is minutes
@@ -139,6 +143,10 @@ async def held_claim(js: JetStreamContext, run_id: str, approval_id: str) -> Cla
 MAX_DELEGATION_CHAIN = 20
 # The run events an approval's record is made of (one bounded replay of one run).
 _RECORD_EVENTS = ("requested", "prepared", "approval_requested", "approval_decided")
+# The tool of a flow gate's approval (the flows service's): its pseudo-run has no request.
+FLOW_GATE_TOOL = "flow_gate"
+# A gate's run id, `step_run_id(flow_run_id, step, round)`: step ids hold no '-'.
+_GATE_RUN_ID = re.compile(r"^(?P<flow_run_id>.+)-(?P<step>[a-z0-9_]+)-r[0-9]+$")
 
 
 @dataclass(frozen=True, slots=True)
@@ -198,6 +206,8 @@ async def run_approvals(bus: Bus, run_id: str) -> list[ApprovalRecord]:
     requested = await _root_request(bus, got.requested)
     config = got.prepared.config if got.prepared is not None else None
     approvers = config.permissions.approvers if config is not None else None
+    if requested is None and any(a.tool == FLOW_GATE_TOOL for a in got.asked.values()):
+        requested, approvers = await _gate_request(bus, run_id)
     return [
         ApprovalRecord(
             run_id=run_id,
@@ -230,6 +240,43 @@ async def _root_request(bus: Bus, requested: RunRequested | None) -> RunRequeste
             return requested  # the parent's request is gone (retention): the child's own
         requested = found
     return requested
+
+
+async def _gate_request(bus: Bus, gate_run_id: str) -> tuple[RunRequested | None, list[str] | None]:
+    """A flow gate's request and approvers, from its flow run's events: whoever asked for the
+    flow (from where they asked) is the gate's requester, and the gate step's `approvers`
+    (empty: the default) its policy. (None, None) if `gate_run_id` is no gate of a flow run
+    (a long id hashed by `step_run_id` cannot be traced back: the default policy, no
+    requester)."""
+    match = _GATE_RUN_ID.fullmatch(gate_run_id)
+    if match is None:
+        return None, None
+    flow_run_id, step = match["flow_run_id"], match["step"]
+    flow: FlowRequested | None = None
+    accepted: FlowAccepted | None = None
+    filters = [subjects.flow_event(flow_run_id, e) for e in ("requested", "accepted")]
+    # Read to the end (no break): the replay removes its consumer when it finishes.
+    async for msg in bus.replay_raw(FLOWS, filter_subjects=filters):
+        with contextlib.suppress(DecodeError):
+            event = decode_msg(msg).event
+            if isinstance(event, FlowRequested) and flow is None:
+                flow = event
+            elif isinstance(event, FlowAccepted) and accepted is None:
+                accepted = event
+    if flow is None or accepted is None:
+        return None, None
+    gate = next((s for s in accepted.definition.steps if s.id == step), None)
+    if not isinstance(gate, GateStep):
+        return None, None
+    # The flow's request stands for the gate's: `ApprovalRecord.policy` reads who and where.
+    requested = RunRequested(
+        agent_id=flow.flow,
+        task_id=flow.task_id,
+        origin=flow.origin,
+        requested_by=flow.requested_by,
+        reply_to=flow.reply_to,
+    )
+    return requested, list(gate.approvers) or None
 
 
 async def approval_record(bus: Bus, run_id: str, approval_id: str) -> ApprovalRecord:

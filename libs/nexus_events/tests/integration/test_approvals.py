@@ -65,3 +65,65 @@ async def test_a_released_claim_can_be_won_by_another_surface(bus: Bus) -> None:
     assert first.won
     assert second.won
     assert second.decision == "approve"
+
+
+async def test_a_flow_gate_is_asked_for_by_whoever_asked_for_its_flow(bus: Bus) -> None:
+    """A gate's pseudo-run has no `requested`: its record takes the flow's requester and the
+    gate step's approvers from the flow run's events, so the CLI's policy check can pass."""
+    from datetime import UTC, datetime, timedelta
+
+    from nexus_events import subjects
+    from nexus_events.approvals import FLOW_GATE_TOOL, run_approvals
+    from nexus_events.approver_policy import CLI, Answer, may_decide
+    from nexus_events.events import (
+        ApprovalRequested,
+        FlowAccepted,
+        FlowDefinition,
+        FlowRequested,
+        Origin,
+    )
+
+    definition = FlowDefinition.model_validate(
+        {
+            "id": "ship",
+            "steps": [
+                {"id": "ok", "kind": "gate", "summary": "ship?"},
+                {"id": "sure", "kind": "gate", "summary": "really?", "approvers": ["nats:bob"]},
+            ],
+        }
+    )
+    await bus.publish(
+        subjects.flow_event("fl-1", "requested"),
+        FlowRequested(flow="ship", origin=Origin.CLI, requested_by="alice"),
+    )
+    await bus.publish(
+        subjects.flow_event("fl-1", "accepted"),
+        FlowAccepted(flow="ship", revision=1, definition=definition),
+    )
+    until = datetime.now(UTC) + timedelta(hours=1)
+    for run_id, approval_id in (
+        ("fl-1-ok-r1", "gate-ok-r1"),
+        ("fl-1-sure-r2", "gate-sure-r2"),
+        ("fl-2-ok-r1", "gate-ok-r1"),  # no such flow run
+    ):
+        await bus.publish(
+            subjects.run_event(run_id, "approval_requested"),
+            ApprovalRequested(
+                approval_id=approval_id, tool=FLOW_GATE_TOOL, summary="?", expires_at=until
+            ),
+        )
+    alice = Answer(surface=CLI, who="nats:alice", aliases=frozenset({"alice"}))
+
+    [ok] = await run_approvals(bus, "fl-1-ok-r1")
+    assert ok.requested is not None
+    assert ok.requested.requested_by == "alice"
+    assert ok.agent_approvers is None
+    assert may_decide(ok.policy(("requester",)), alice).allowed
+
+    [sure] = await run_approvals(bus, "fl-1-sure-r2")
+    assert sure.agent_approvers == ("nats:bob",)
+    assert not may_decide(sure.policy(("requester",)), alice).allowed
+
+    [unknown] = await run_approvals(bus, "fl-2-ok-r1")
+    assert unknown.requested is None
+    assert not may_decide(unknown.policy(("requester",)), alice).allowed

@@ -119,7 +119,10 @@ class Bridges:
         summary, branch = "", None
         if isinstance(event, RunCompleted):
             output = dict(event.result.details)
-            summary, branch = event.result.summary, event.result.branch
+            # Only a pushed branch exists in the repository the next step clones: a run that
+            # committed nothing (a planner, a reviewer) still reports its workspace branch.
+            pushed = event.result.branch if event.result.pushed else None
+            summary, branch = event.result.summary, pushed
             spec = self.engine.definition(state).step(step)
             step_schema = spec.output_schema if isinstance(spec, RunStep) else None
             for whose, schema in (

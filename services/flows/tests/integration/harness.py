@@ -155,7 +155,13 @@ class FakeRunner:
             assert outcome is not None
             branch = outcome.pop("_branch", None)
             event = RunCompleted(
-                result=RunResult(summary=f"did {run_id}", branch=branch, details=outcome)
+                # A scripted branch was pushed, as the runner's branch of a committing run is.
+                result=RunResult(
+                    summary=f"did {run_id}",
+                    branch=branch,
+                    pushed=branch is not None,
+                    details=outcome,
+                )
             )
             name = "completed"
         self.finished[run_id] = name
