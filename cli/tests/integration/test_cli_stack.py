@@ -57,6 +57,7 @@ def test_up_again_is_idempotent_and_status_is_healthy(stack: Stack) -> None:
         "core": "healthy",
         "memory": "healthy",
         "scheduler": "healthy (leader)",
+        "flows": "healthy",
         "channel-gateway": "healthy",  # every dev stack runs it: delegation
     }
 

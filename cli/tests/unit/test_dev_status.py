@@ -12,7 +12,9 @@ from tests.support.cli import invoke as nexus
 from nexus_cli.devstack.state import ServiceEntry, StackState, process_ref, write_state
 
 # What a supervisor with Plane and a channel configured records (supervisor.APP_SERVICES).
-RECORDED = ("nats", "postgres", "core", "memory", "scheduler", "plane-sync", "channel-gateway")
+RECORDED = (
+    "nats", "postgres", "core", "memory", "scheduler", "flows", "plane-sync", "channel-gateway",
+)  # fmt: skip
 
 
 def _stack(home: Path) -> StackState:
@@ -57,7 +59,7 @@ def test_status_leaves_out_services_the_stack_did_not_start(env: dict[str, str])
     result = nexus(env, "dev", "status", "-o", "json")
     names = [s["name"] for s in json.loads(result.stdout)["services"]]
     # The gateway runs on every dev stack (delegation); plane-sync only with Plane configured.
-    assert names == ["nats", "postgres", "core", "memory", "scheduler", "channel-gateway"]
+    assert names == ["nats", "postgres", "core", "memory", "scheduler", "flows", "channel-gateway"]
 
 
 def test_logs_of_every_supervised_service(env: dict[str, str]) -> None:

@@ -22,7 +22,7 @@ from nexus_cli.devstack.control import (
     stop_stack,
     wait_ready,
 )
-from nexus_cli.devstack.services import always_started, stack_services
+from nexus_cli.devstack.services import APP_SERVICES, always_started, stack_services
 from nexus_cli.devstack.state import StackState, read_state
 from nexus_cli.errors import CliError, ExitCode
 from nexus_cli.options import Output, OutputOpt, guard, run
@@ -175,8 +175,9 @@ async def _probe(state: StackState) -> dict[str, str]:
     core_url = state.core_health_url
     core = await probes.http_status(core_url + "/readyz") if core_url else 0
     health["core"] = {200: "healthy", 503: "not ready"}.get(core, "down")
-    # memory, plane-sync, the channel gateway: their /readyz (core's URL is the one above).
-    for name in ("memory", "plane-sync", "channel-gateway"):
+    # Every other service with a health endpoint: its /readyz (core's URL is the one above;
+    # the scheduler is healthy when it leads, below).
+    for name in (app.name for app in APP_SERVICES if app.name not in ("core", "scheduler")):
         entry = state.services.get(name)
         if entry is not None and entry.url:
             status = await probes.http_status(entry.url + "/readyz")
