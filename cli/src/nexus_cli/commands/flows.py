@@ -100,6 +100,15 @@ def load_flows(paths: list[Path]) -> list[LoadedFlow]:
     return loaded
 
 
+# How long `flows apply` waits for core's catalog to show agents it does not list yet.
+AGENT_CATCH_UP_SECONDS = 3.0
+
+
+async def _catalog_agents(s: Session) -> set[str]:
+    listed = await s.query(subjects.CORE_CATALOG_AGENTS_LIST)
+    return {a["definition"]["id"] for a in listed.get("agents", [])}
+
+
 def unknown_agents(loaded: list[LoadedFlow], agents: set[str]) -> list[str]:
     """One line per step whose agent is not in the catalog."""
     return [
@@ -120,9 +129,13 @@ def apply_cmd(
     async def body() -> None:
         loaded = load_flows(paths)
         async with Session(resolve_target(g), g.timeout) as s:
-            listed = await s.query(subjects.CORE_CATALOG_AGENTS_LIST)
-            known = {a["definition"]["id"] for a in listed.get("agents", [])}
-            problems = unknown_agents(loaded, known)
+            problems = unknown_agents(loaded, await _catalog_agents(s))
+            # Agents applied a moment ago (`agents apply` then `flows apply`) may not be in
+            # core's catalog projection yet: ask again for a few seconds before refusing.
+            deadline = time.monotonic() + AGENT_CATCH_UP_SECONDS
+            while problems and time.monotonic() < deadline:
+                await asyncio.sleep(0.25)
+                problems = unknown_agents(loaded, await _catalog_agents(s))
             if problems:
                 raise _refuse(problems)
             applied: list[dict[str, Any]] = []
