@@ -15,7 +15,7 @@ import logging
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any, Literal, Protocol
+from typing import Any, Literal, Protocol, TypeVar
 
 import asyncpg
 from nexus_events.codec import Decoded
@@ -37,6 +37,8 @@ from nexus_core.migrations import Conn, migrate
 from nexus_core.tracing import CATALOG_ITEM, spans_for
 
 log = logging.getLogger(__name__)
+
+D = TypeVar("D", AgentDefinition, SkillDefinition, FlowDefinition)
 
 CATALOG_SCHEMA = "core"
 
@@ -359,41 +361,30 @@ class PgCatalogStore:
         )
         return [_skill(r) for r in rows]
 
-    async def agent_history(self, agent_id: str) -> list[tuple[int, bool, AgentDefinition | None]]:
-        """Every revision of an agent, oldest first: (revision, deleted, definition)."""
+    async def _history(
+        self, table: str, key: str, value: str, model: type[D]
+    ) -> list[tuple[int, bool, D | None]]:
         rows = await self.pool.fetch(
-            f"SELECT revision, deleted, definition FROM {self.q}.agent_revisions"
-            " WHERE id = $1 ORDER BY revision",
-            agent_id,
+            f"SELECT revision, deleted, definition FROM {self.q}.{table}"
+            f" WHERE {key} = $1 ORDER BY revision",
+            value,
         )
         return [
             (
                 r["revision"],
                 r["deleted"],
-                None
-                if r["definition"] is None
-                else AgentDefinition.model_validate_json(r["definition"]),
+                None if r["definition"] is None else model.model_validate_json(r["definition"]),
             )
             for r in rows
         ]
 
+    async def agent_history(self, agent_id: str) -> list[tuple[int, bool, AgentDefinition | None]]:
+        """Every revision of an agent, oldest first: (revision, deleted, definition)."""
+        return await self._history("agent_revisions", "id", agent_id, AgentDefinition)
+
     async def skill_history(self, name: str) -> list[tuple[int, bool, SkillDefinition | None]]:
         """Every revision of a skill, oldest first: (revision, deleted, definition)."""
-        rows = await self.pool.fetch(
-            f"SELECT revision, deleted, definition FROM {self.q}.skill_revisions"
-            " WHERE name = $1 ORDER BY revision",
-            name,
-        )
-        return [
-            (
-                r["revision"],
-                r["deleted"],
-                None
-                if r["definition"] is None
-                else SkillDefinition.model_validate_json(r["definition"]),
-            )
-            for r in rows
-        ]
+        return await self._history("skill_revisions", "name", name, SkillDefinition)
 
     async def get_flow(self, flow_id: str, revision: int | None = None) -> StoredFlow | None:
         if revision is None:
@@ -423,21 +414,7 @@ class PgCatalogStore:
 
     async def flow_history(self, flow_id: str) -> list[tuple[int, bool, FlowDefinition | None]]:
         """Every revision of a flow, oldest first: (revision, deleted, definition)."""
-        rows = await self.pool.fetch(
-            f"SELECT revision, deleted, definition FROM {self.q}.flow_revisions"
-            " WHERE id = $1 ORDER BY revision",
-            flow_id,
-        )
-        return [
-            (
-                r["revision"],
-                r["deleted"],
-                None
-                if r["definition"] is None
-                else FlowDefinition.model_validate_json(r["definition"]),
-            )
-            for r in rows
-        ]
+        return await self._history("flow_revisions", "id", flow_id, FlowDefinition)
 
 
 def _agent(row: asyncpg.Record) -> StoredAgent:
