@@ -142,23 +142,31 @@ def print_flow_run(console: Console, view: dict[str, Any]) -> None:
     steps = view.get("steps") or []
     if not steps:
         return
-    console.print(
-        table(
-            None,
-            ("STEP", "KIND", "ROUND", "ITEM", "STATUS", "RUN", "AGENT", "REASON", "APPROVAL"),
-            [
-                (
-                    s["step"],
-                    s["kind"],
-                    s["round"],
-                    s.get("item"),
-                    s["status"],
-                    s.get("run_id"),
-                    s.get("agent_id"),
-                    s.get("reason"),
-                    s.get("approval_id"),
-                )
-                for s in steps
-            ],
-        )
-    )
+    # The run id (what `nexus attach` takes) comes first and never wraps; columns no step
+    # fills are left out, and a reason only shows when it says more than the status.
+    optional = {
+        "ITEM": any(s.get("item") is not None for s in steps),
+        "REASON": any(s.get("reason") not in (None, "succeeded") for s in steps),
+        "APPROVAL": any(s.get("approval_id") for s in steps),
+    }
+    columns = [
+        c
+        for c in ("RUN", "STEP", "KIND", "ROUND", "ITEM", "STATUS", "AGENT", "REASON", "APPROVAL")
+        if optional.get(c, True)
+    ]
+    rows = []
+    for s in steps:
+        reason = s.get("reason")
+        cells = {
+            "RUN": s.get("run_id"),
+            "STEP": s["step"],
+            "KIND": s["kind"],
+            "ROUND": s["round"],
+            "ITEM": s.get("item"),
+            "STATUS": s["status"],
+            "AGENT": s.get("agent_id"),
+            "REASON": None if reason == "succeeded" else reason,
+            "APPROVAL": s.get("approval_id"),
+        }
+        rows.append([cells[c] for c in columns])
+    console.print(table(None, columns, rows))
