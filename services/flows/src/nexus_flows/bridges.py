@@ -18,8 +18,10 @@ from typing import Any, Literal
 
 import asyncpg
 import jsonschema
+import nats.js.errors
 from nexus_events import subjects
-from nexus_events.bus import Bus, ConsumerSpec, Delivery, decode_msg
+from nexus_events.bus import Bus, ConsumerSpec, Delivery
+from nexus_events.codec import decode
 from nexus_events.errors import NexusError
 from nexus_events.events import ApprovalDecision, WebhookReceived
 from nexus_events.events.flows import FlowReason, FlowSignal, FlowStepFinished, RunStep
@@ -155,14 +157,16 @@ class Bridges:
         )
 
     async def _agent_schema(self, run_id: str) -> dict[str, Any] | None:
-        """The agent's output_schema as core assembled it into the run (`prepared`)."""
-        async for msg in self.bus.replay_raw(
-            RUNS, filter_subject=subjects.run_event(run_id, "prepared")
-        ):
-            with contextlib.suppress(NexusError):
-                prepared = decode_msg(msg).event
-                if isinstance(prepared, RunPrepared):
-                    return prepared.config.output_schema
+        """The agent's output_schema as core assembled it into the run (`prepared`): one
+        direct get of the subject's last message, not a consumer per run."""
+        try:
+            raw = await self.bus.js.get_last_msg(RUNS, subjects.run_event(run_id, "prepared"))
+        except nats.js.errors.NotFoundError:
+            return None
+        with contextlib.suppress(NexusError):
+            prepared = decode(raw.subject or "", raw.data or b"", dict(raw.headers or {})).event
+            if isinstance(prepared, RunPrepared):
+                return prepared.config.output_schema
         return None
 
     # -- gate answers ----------------------------------------------------------------------
