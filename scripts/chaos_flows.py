@@ -62,16 +62,23 @@ system_prompt: "[offline-model:chat] Say hello and finish."
 tools: []
 budgets: {{max_turns: 3, max_wall_seconds: 300}}
 """
-FLOW_YAML = f"""\
-id: {FLOW_ID}
-description: Three runs in a row, for the flows chaos test.
-steps:
-  - {{id: a, kind: run, agent: {AGENT_ID}, input: "first {{{{ input }}}}"}}
-  - {{id: b, kind: run, agent: {AGENT_ID}, input: "second {{{{ input }}}}"}}
-  - {{id: c, kind: run, agent: {AGENT_ID}, input: "third {{{{ input }}}}"}}
-"""
-# Roughly how long the stack takes per flow with the runs of many at once (2 cores: each run
-# starts a Python runner, ~2 s of CPU): what the kills spread over.
+ORDINALS = ("first", "second", "third", "fourth", "fifth")
+
+
+def flow_yaml(steps: int = 3) -> str:
+    """The chaos flow: `steps` runs of the echo agent in a row (a -> b -> c ...)."""
+    lines = [f"id: {FLOW_ID}", f"description: {steps} runs in a row, for the flows chaos test.",
+             "steps:"]  # fmt: skip
+    for n in range(steps):
+        lines.append(
+            f"  - {{id: {chr(ord('a') + n)}, kind: run, agent: {AGENT_ID},"
+            f' input: "{ORDINALS[n]} {{{{ input }}}}"}}'
+        )
+    return "\n".join(lines) + "\n"
+
+
+# Roughly how long the stack takes per three-step flow with the runs of many at once (2 cores:
+# each run starts a Python runner, ~2 s of CPU): what the kills spread over.
 SECONDS_PER_FLOW = 2.0
 FLOW_TERMINAL = ("completed", "failed", "cancelled")
 RUN_TERMINAL = ("completed", "failed", "cancelled", "timed_out", "lost")
@@ -308,6 +315,7 @@ async def run_chaos(
     flows: int,
     seed: int,
     kills: int,
+    steps: int = 3,
     gap: tuple[float, float] | None = None,
     wait: float = 300.0,
 ) -> Figures:
@@ -319,10 +327,11 @@ async def run_chaos(
     # Not for secrets: a seeded generator makes a kill schedule repeatable.
     rng = random.Random(seed)  # noqa: S311
     if gap is None:
-        gap = (0.5, max(1.0, 2 * SECONDS_PER_FLOW * flows / max(1, kills * len(KILLED))))
+        per_flow = SECONDS_PER_FLOW * steps / 3
+        gap = (0.5, max(1.0, 2 * per_flow * flows / max(1, kills * len(KILLED))))
     figures = Figures(flows=flows, seed=seed)
     (workdir / "agent.yaml").write_text(AGENT_YAML)
-    (workdir / "flow.yaml").write_text(FLOW_YAML)
+    (workdir / "flow.yaml").write_text(flow_yaml(steps))
     for args in (("agents", "apply", "-f"), ("flows", "apply")):
         path = workdir / ("agent.yaml" if args[0] == "agents" else "flow.yaml")
         applied = nexus(*args, str(path))
@@ -409,6 +418,7 @@ def main() -> int:
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--kills", type=int, default=5, help="SIGKILLs per service")
     parser.add_argument("--wait", type=float, default=600.0, help="most seconds to wait")
+    parser.add_argument("--steps", type=int, default=3, choices=range(1, 6), help="runs a flow")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="nexus-chaos-") as tmp_name:
         tmp = Path(tmp_name)
@@ -428,6 +438,7 @@ def main() -> int:
                     nexus,
                     tmp,
                     flows=args.flows,
+                    steps=args.steps,
                     seed=args.seed,
                     kills=args.kills,
                     wait=args.wait,

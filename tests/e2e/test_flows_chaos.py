@@ -1,5 +1,5 @@
 """Issue 28's chaos acceptance: SIGKILL the flows service, the scheduler and core at random
-moments while 30 three-step flows run on the real dev stack (`nexus dev up --offline-model`,
+moments while 30 two-step flows run on the real dev stack (`nexus dev up --offline-model`,
 whose supervisor restarts them); from the streams: no step started twice, none lost, every
 flow terminal with a reason. The logic is scripts/chaos_flows.py (its 100-flow version is
 `uv run python -m scripts.chaos_flows`); the checks it makes are tested on hand-made streams
@@ -26,6 +26,7 @@ from tests.e2e.conftest import Stack
 from tests.support import devstack
 
 FLOWS = 30
+STEPS = 2  # a hand-off per flow; the 100-flow script runs three (its --steps)
 KILLS = 2  # per service: 6 SIGKILLs in all, spread over the flows' life
 
 
@@ -39,8 +40,8 @@ def chaos_stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[devstack.S
     yield from devstack.running(Stack(tmp / ".nexus", tmp, env), "--offline-model")
 
 
-# Two runners per step at most; the 30 flows' 90 runs start a Python runner each, ~2 s of CPU
-# apiece: on 2 busy cores the flows take 2-3 minutes (measured: docs/flows.md, Chaos).
+# The 30 flows' 60 runs start a Python runner each, ~2 s of CPU apiece: on 2 cores the flows
+# take 1-2 minutes (measured: docs/flows.md, Chaos).
 @pytest.mark.timeout(420)
 def test_kill_9_flows_scheduler_and_core_over_30_flows(chaos_stack: Stack, tmp_path: Path) -> None:
     def nexus(*args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
@@ -56,7 +57,14 @@ def test_kill_9_flows_scheduler_and_core_over_30_flows(chaos_stack: Stack, tmp_p
 
     figures = asyncio.run(
         chaos_flows.run_chaos(
-            chaos_stack.home, nexus, tmp_path, flows=FLOWS, seed=28, kills=KILLS, wait=330
+            chaos_stack.home,
+            nexus,
+            tmp_path,
+            flows=FLOWS,
+            steps=STEPS,
+            seed=28,
+            kills=KILLS,
+            wait=330,
         )
     )
     # Runners that outlived a killed scheduler are noted too: teardown checks none is left.
