@@ -65,8 +65,9 @@ budgets: {{max_turns: 3, max_wall_seconds: 300}}
 ORDINALS = ("first", "second", "third", "fourth", "fifth")
 
 
-def flow_yaml(steps: int = 3) -> str:
-    """The chaos flow: `steps` runs of the echo agent in a row (a -> b -> c ...)."""
+def flow_yaml(steps: int = 3, timer: float | None = None) -> str:
+    """The chaos flow: `steps` runs of the echo agent in a row (a -> b -> c ...), then, with
+    `timer`, a wait of that many seconds (a hand-off that needs no runner)."""
     lines = [f"id: {FLOW_ID}", f"description: {steps} runs in a row, for the flows chaos test.",
              "steps:"]  # fmt: skip
     for n in range(steps):
@@ -74,6 +75,8 @@ def flow_yaml(steps: int = 3) -> str:
             f"  - {{id: {chr(ord('a') + n)}, kind: run, agent: {AGENT_ID},"
             f' input: "{ORDINALS[n]} {{{{ input }}}}"}}'
         )
+    if timer is not None:
+        lines.append(f"  - {{id: pause, kind: wait, timer: {timer}}}")
     return "\n".join(lines) + "\n"
 
 
@@ -316,6 +319,7 @@ async def run_chaos(
     seed: int,
     kills: int,
     steps: int = 3,
+    timer: float | None = None,
     gap: tuple[float, float] | None = None,
     wait: float = 300.0,
 ) -> Figures:
@@ -331,7 +335,7 @@ async def run_chaos(
         gap = (0.5, max(1.0, 2 * per_flow * flows / max(1, kills * len(KILLED))))
     figures = Figures(flows=flows, seed=seed)
     (workdir / "agent.yaml").write_text(AGENT_YAML)
-    (workdir / "flow.yaml").write_text(flow_yaml(steps))
+    (workdir / "flow.yaml").write_text(flow_yaml(steps, timer))
     for args in (("agents", "apply", "-f"), ("flows", "apply")):
         path = workdir / ("agent.yaml" if args[0] == "agents" else "flow.yaml")
         applied = nexus(*args, str(path))

@@ -1,9 +1,10 @@
 """Issue 28's chaos acceptance: SIGKILL the flows service, the scheduler and core at random
-moments while 30 two-step flows run on the real dev stack (`nexus dev up --offline-model`,
-whose supervisor restarts them); from the streams: no step started twice, none lost, every
-flow terminal with a reason. The logic is scripts/chaos_flows.py (its 100-flow version is
-`uv run python -m scripts.chaos_flows`); the checks it makes are tested on hand-made streams
-first, so a broken checker cannot pass the chaos test vacuously.
+moments while 30 flows (a run, then a timer wait) run on the real dev stack
+(`nexus dev up --offline-model`, whose supervisor restarts them); from the streams: no step
+started twice, none lost, every flow terminal with a reason. The logic is
+scripts/chaos_flows.py (its 100-flow version is `uv run python -m scripts.chaos_flows`); the
+checks it makes are tested on hand-made streams first, so a broken checker cannot pass the
+chaos test vacuously.
 
 The stack is this module's own (not the package's shared one): killing core and the scheduler
 under the other end-to-end tests would make them flaky.
@@ -26,7 +27,11 @@ from tests.e2e.conftest import Stack
 from tests.support import devstack
 
 FLOWS = 30
-STEPS = 2  # a hand-off per flow; the 100-flow script runs three (its --steps)
+# One run, then a 0.5 s wait: a hand-off per flow, and a timer the flows service must keep
+# across its kills, for 30 runner processes instead of 60 (the 100-flow script runs three
+# run steps, its --steps).
+STEPS = 1
+TIMER = 0.5
 KILLS = 2  # per service: 6 SIGKILLs in all, spread over the flows' life
 
 
@@ -40,8 +45,8 @@ def chaos_stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[devstack.S
     yield from devstack.running(Stack(tmp / ".nexus", tmp, env), "--offline-model")
 
 
-# The 30 flows' 60 runs start a Python runner each, ~2 s of CPU apiece: on 2 cores the flows
-# take 1-2 minutes (measured: docs/flows.md, Chaos).
+# The 30 flows' runs start a Python runner each, ~2 s of CPU apiece (measured: docs/flows.md,
+# Chaos).
 @pytest.mark.timeout(420)
 def test_kill_9_flows_scheduler_and_core_over_30_flows(chaos_stack: Stack, tmp_path: Path) -> None:
     def nexus(*args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
@@ -62,6 +67,7 @@ def test_kill_9_flows_scheduler_and_core_over_30_flows(chaos_stack: Stack, tmp_p
             tmp_path,
             flows=FLOWS,
             steps=STEPS,
+            timer=TIMER,
             seed=28,
             kills=KILLS,
             wait=330,
