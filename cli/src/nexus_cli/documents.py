@@ -28,7 +28,8 @@ class Loaded(Generic[D]):
     document: D
 
 
-def _files(paths: list[Path], suffixes: tuple[str, ...]) -> list[Path]:
+def document_files(paths: list[Path], suffixes: tuple[str, ...]) -> list[Path]:
+    """The files named, and those of each directory named with one of `suffixes`, sorted."""
     found: list[Path] = []
     for path in paths:
         if path.is_dir():
@@ -50,7 +51,7 @@ def _load(
 ) -> list[Loaded[D]]:
     loaded: list[Loaded[D]] = []
     problems: list[str] = []
-    for path in _files(paths, suffixes):
+    for path in document_files(paths, suffixes):
         try:
             text = path.read_text()
         except (OSError, UnicodeDecodeError) as exc:

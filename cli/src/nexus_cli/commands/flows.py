@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import asyncio
 import time
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -25,6 +24,7 @@ from nexus_events.streams import CATALOG
 
 from nexus_cli.client import Session, check_token, whoami
 from nexus_cli.commands.agents import APPLY_WAIT_SECONDS, WaitOpt, wait_visible
+from nexus_cli.documents import Loaded, document_files
 from nexus_cli.errors import CliError, ExitCode
 from nexus_cli.options import Output, OutputOpt, globals_of, run
 from nexus_cli.output import console, emit, print_json
@@ -43,48 +43,23 @@ FlowArg = Annotated[str, typer.Argument(metavar="FLOW", help="Flow id.")]
 NOTHING_APPLIED = "nothing was applied; fix the file(s) and apply again"
 
 
-@dataclass(frozen=True)
-class LoadedFlow:
-    path: Path
-    definition: FlowDefinition
-
-
-def flow_files(paths: list[Path]) -> list[Path]:
-    found: list[Path] = []
-    for path in paths:
-        if path.is_dir():
-            found.extend(
-                sorted(p for p in path.iterdir() if p.suffix in FLOW_SUFFIXES and p.is_file())
-            )
-        elif path.is_file():
-            found.append(path)
-        else:
-            raise CliError(f"no such file or directory: {path}", code=ExitCode.NOT_FOUND)
-    if not found:
-        raise CliError(
-            f"no *.yaml / *.yml files in {', '.join(str(p) for p in paths)}",
-            code=ExitCode.INVALID,
-        )
-    return found
-
-
 def _refuse(problems: list[str]) -> CliError:
     """The first problem as the error line, any others under it; exit 2."""
     return CliError(problems[0], details=problems[1:], hint=NOTHING_APPLIED, code=ExitCode.INVALID)
 
 
-def load_flows(paths: list[Path]) -> list[LoadedFlow]:
+def load_flows(paths: list[Path]) -> list[Loaded[FlowDefinition]]:
     """Every file parsed and validated; all problems, one line each, or the flows."""
-    loaded: list[LoadedFlow] = []
+    loaded: list[Loaded[FlowDefinition]] = []
     problems: list[str] = []
-    for path in flow_files(paths):
+    for path in document_files(paths, FLOW_SUFFIXES):
         try:
             text = path.read_text()
         except (OSError, UnicodeDecodeError) as exc:
             problems.append(f"{path}: cannot read: {exc}")
             continue
         try:
-            loaded.append(LoadedFlow(path, parse_flow(text)))
+            loaded.append(Loaded(path, parse_flow(text)))
         except DocumentInvalid as exc:
             problems.extend(
                 f"{path}: {err.msg}" if err.loc == WHOLE else f"{path}: {err.loc}: {err.msg}"
@@ -92,9 +67,9 @@ def load_flows(paths: list[Path]) -> list[LoadedFlow]:
             )
     seen: dict[str, Path] = {}
     for item in loaded:
-        first = seen.setdefault(item.definition.id, item.path)
+        first = seen.setdefault(item.document.id, item.path)
         if first != item.path:
-            problems.append(f"{item.path}: flow {item.definition.id!r} is also defined in {first}")
+            problems.append(f"{item.path}: flow {item.document.id!r} is also defined in {first}")
     if problems:
         raise _refuse(problems)
     return loaded
@@ -109,12 +84,12 @@ async def _catalog_agents(s: Session) -> set[str]:
     return {a["definition"]["id"] for a in listed.get("agents", [])}
 
 
-def unknown_agents(loaded: list[LoadedFlow], agents: set[str]) -> list[str]:
+def unknown_agents(loaded: list[Loaded[FlowDefinition]], agents: set[str]) -> list[str]:
     """One line per step whose agent is not in the catalog."""
     return [
         f"{item.path}: step {step.id!r}: agent {agent!r} is not in the catalog"
         for item in loaded
-        for step in item.definition.steps
+        for step in item.document.steps
         if (agent := getattr(step, "agent", None)) is not None and agent not in agents
     ]
 
@@ -140,11 +115,11 @@ def apply_cmd(
                 raise _refuse(problems)
             applied: list[dict[str, Any]] = []
             for item in loaded:
-                await s.publish_guarded(apply_flow(s.bus, item.definition, applied_by=whoami()))
-                applied.append({"id": item.definition.id, "file": str(item.path)})
+                await s.publish_guarded(apply_flow(s.bus, item.document, applied_by=whoami()))
+                applied.append({"id": item.document.id, "file": str(item.path)})
             if wait:
                 for entry, item in zip(applied, loaded, strict=True):
-                    entry["revision"] = await _visible_revision(s, item.definition)
+                    entry["revision"] = await _visible_revision(s, item.document)
         if output is Output.JSON:
             print_json({"applied": applied})
             return
