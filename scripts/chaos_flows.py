@@ -48,6 +48,8 @@ from nexus_events.events.runs import Origin
 from nexus_events.streams import DLQ, FLOWS, RUNS
 from nexus_events.subjects import flow_event, flow_events_filter, run_events_filter
 
+from tests.support import devstack
+
 KILLED = ("flows", "scheduler", "core")
 FLOW_ID = "chaos"
 AGENT_ID = "chaos-echo"
@@ -382,25 +384,6 @@ async def run_chaos(
     return figures
 
 
-def stack_env(tmp: Path) -> dict[str, str]:
-    """This environment without NEXUS_/OPENAI_ settings, a stack home under `tmp`, quick
-    timings (the same as the end-to-end suite's)."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("NEXUS_", "OPENAI_"))}
-    env.update(
-        {
-            "NEXUS_DEV_HOME": str(tmp / ".nexus"),
-            "NEXUS_CONTEXT_FILE": str(tmp / "contexts.yaml"),
-            "NEXUS_CANCEL_GRACE_SECONDS": "2",
-            "NEXUS_EXIT_GRACE_SECONDS": "1",
-            "NEXUS_TICK_SECONDS": "0.2",
-            "NEXUS_HEARTBEAT_INTERVAL": "2",
-            "OTEL_SDK_DISABLED": "true",
-            "COLUMNS": "200",
-        }
-    )
-    return env
-
-
 def cli(env: dict[str, str], cwd: Path) -> Nexus:
     def nexus(*args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
         return subprocess.run(
@@ -426,7 +409,8 @@ def main() -> int:
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="nexus-chaos-") as tmp_name:
         tmp = Path(tmp_name)
-        env = stack_env(tmp)
+        # The end-to-end suite's stack environment, with its quick heartbeats.
+        env = devstack.stack_env(tmp, {"NEXUS_HEARTBEAT_INTERVAL": "2"}, drop=("NEXUS_", "OPENAI_"))
         nexus = cli(env, tmp)
         home = tmp / ".nexus"
         t0 = time.monotonic()
