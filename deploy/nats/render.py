@@ -19,6 +19,7 @@ from nexus_events import services, subjects
 from nexus_events.approvals import APPROVALS_BUCKET
 from nexus_events.streams import (
     CATALOG,
+    CHECKPOINTS_BUCKET,
     CHANNELS,
     FLOWS,
     INBOX,
@@ -28,6 +29,7 @@ from nexus_events.streams import (
     SCHEDULES,
     STREAM_OF_FAMILY,
     TASKS,
+    TRANSCRIPTS,
 )
 from nexus_events.subjects import Family
 
@@ -50,6 +52,7 @@ class Access:
     serves: tuple[str, ...] = ()  # request/reply subjects it answers (nats.micro)
     requests: tuple[str, ...] = ()  # request/reply subjects it asks
     kv_buckets: tuple[str, ...] = ()
+    object_buckets: tuple[str, ...] = ()  # JetStream object stores it reads and writes
     watches_all: bool = False  # lists consumers / stream state of every stream (metrics)
     push_consumers: bool = False  # ordered push consumers (flow control replies)
     erases_from: tuple[str, ...] = ()  # streams it erases single messages from (secret guard)
@@ -80,7 +83,7 @@ SERVICES: dict[str, Access] = {
     "scheduler": Access(
         publishes=(
             *_run("requested", "queued", "dispatched", "cancelled", "failed", "timed_out", "lost"),
-            *_run("cancel_requested"),
+            *_run("cancel_requested", "resuming"),
             *(subjects.flow_events_filter(event=e) for e in ("requested", "cancel_requested")),
             subjects.family_filter(Family.SCHEDULE),
             subjects.dead_letter("scheduler"),
@@ -98,11 +101,14 @@ SERVICES: dict[str, Access] = {
             subjects.family_filter(Family.RUN),
             subjects.family_filter(Family.LOG),
             subjects.family_filter(Family.ROUTE),  # the `delegate` tool
+            # Its transcript, written ahead of each model call (docs/resume.md).
+            subjects.family_filter(Family.TRANSCRIPT),
             subjects.dead_letter("runner"),
         ),
-        reads=(RUNS, INBOX),
+        reads=(RUNS, INBOX, TRANSCRIPTS),
         requests=(subjects.MEMORY_RECORD,),  # the `remember` tool
         push_consumers=True,
+        object_buckets=(CHECKPOINTS_BUCKET,),  # workspace checkpoints
     ),
     # Memory: its projection and secret guard read NEXUS_MEMORY, extraction reads finished
     # runs; it writes every memory event and erases a guarded event someone published by hand.
@@ -213,6 +219,22 @@ def permissions(access: Access) -> tuple[list[str], list[str]]:
             f"$JS.API.CONSUMER.CREATE.{kv}.>",
             f"$JS.API.CONSUMER.DELETE.{kv}.>",
             f"$JS.API.CONSUMER.INFO.{kv}.>",
+            "$JS.FC.>",
+        ]
+    for bucket in access.object_buckets:
+        obj = f"OBJ_{bucket}"
+        pub += [
+            f"$O.{bucket}.>",
+            f"$JS.API.STREAM.INFO.{obj}",
+            f"$JS.API.STREAM.CREATE.{obj}",
+            f"$JS.API.STREAM.MSG.GET.{obj}",
+            f"$JS.API.DIRECT.GET.{obj}.>",
+            # A put replacing an object purges the old chunks; a get reads them through an
+            # ordered push consumer.
+            f"$JS.API.STREAM.PURGE.{obj}",
+            f"$JS.API.CONSUMER.CREATE.{obj}",
+            f"$JS.API.CONSUMER.CREATE.{obj}.>",
+            f"$JS.API.CONSUMER.DELETE.{obj}.>",
             "$JS.FC.>",
         ]
     if access.serves:

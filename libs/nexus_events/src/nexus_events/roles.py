@@ -127,8 +127,18 @@ EVENT_ROLES: dict[tuple[Family, str], EventRoles] = {
     (Family.RUN, "failed"): _run((_RUNNER, _CORE, _SCHEDULER), _TERMINAL),
     (Family.RUN, "timed_out"): _run((_SCHEDULER,), _TERMINAL),
     (Family.RUN, "lost"): _run((_SCHEDULER,), _TERMINAL),
+    # Resume (docs/resume.md): the scheduler starts attempt n+1 of a run whose runner died; the
+    # runner of an older attempt that is still alive stops on it; chat says so in the thread.
+    (Family.RUN, "resuming"): _run((_SCHEDULER,), (*_ADMISSION, _RUNNER, _GATEWAY)),
+    (Family.RUN, "resumed"): _run((_RUNNER,), _RUN_READERS),
+    # Attempt n+1 restores the last checkpoint and redoes the condensations (and the
+    # transcript holds the same), so the runner reads its run's as well.
+    (Family.RUN, "checkpointed"): _run((_RUNNER,), (*_RUN_READERS, _RUNNER)),
+    (Family.RUN, "condensed"): _run((_RUNNER,), (*_RUN_READERS, _RUNNER)),
     # -- logs (NEXUS_LOGS) ----------------------------------------------------------------
     (Family.LOG, "line"): _run((_RUNNER,), (_CLI,)),
+    # -- transcripts (NEXUS_TRANSCRIPTS): written ahead of each model call, read on resume -
+    (Family.TRANSCRIPT, "entry"): _run((_RUNNER,), (_RUNNER,)),
     # -- tasks (NEXUS_TASKS): the board projection ----------------------------------------
     # plane-sync mirrors every task to a work item, and files a work item that asks for a run
     # as a task (external_source "plane").

@@ -57,6 +57,10 @@ class RunEvent(StrEnum):
     APPROVAL_DECIDED = "approval_decided"
     APPROVAL_REFUSED = "approval_refused"
     CANCEL_REQUESTED = "cancel_requested"
+    RESUMING = "resuming"
+    RESUMED = "resumed"
+    CHECKPOINTED = "checkpointed"
+    CONDENSED = "condensed"
     COMPLETED = "completed"
     FAILED = "failed"
     CANCELLED = "cancelled"
@@ -86,6 +90,12 @@ EVENT_STATUS: Mapping[str, RunStatus | None] = MappingProxyType(
         # An answer the approver policy refused: the audit record, the approval still waits.
         RunEvent.APPROVAL_REFUSED: None,
         RunEvent.CANCEL_REQUESTED: None,
+        # The scheduler starts attempt n+1: the run stays where it was until that attempt
+        # says `resumed` (which also ends an approval wait the dead attempt left open).
+        RunEvent.RESUMING: None,
+        RunEvent.RESUMED: RunStatus.RUNNING,
+        RunEvent.CHECKPOINTED: RunStatus.RUNNING,
+        RunEvent.CONDENSED: RunStatus.RUNNING,
         RunEvent.COMPLETED: RunStatus.COMPLETED,
         RunEvent.FAILED: RunStatus.FAILED,
         RunEvent.CANCELLED: RunStatus.CANCELLED,
@@ -98,7 +108,8 @@ EVENT_STATUS: Mapping[str, RunStatus | None] = MappingProxyType(
 # of endings uses (consumer filters, followers, displays).
 TERMINAL_EVENTS: tuple[RunEvent, ...] = tuple(RunEvent(s) for s in RunStatus if s in TERMINAL)
 # The approval events toggle running <-> awaiting_approval (the one move between equal ranks).
-_TOGGLES = frozenset({RunEvent.APPROVAL_REQUESTED, RunEvent.APPROVAL_DECIDED})
+# A resumed attempt starts running whatever the dead one was waiting for.
+_TOGGLES = frozenset({RunEvent.APPROVAL_REQUESTED, RunEvent.APPROVAL_DECIDED, RunEvent.RESUMED})
 
 # Progress rank: a status change is applied only forwards. Running and awaiting_approval
 # share a rank because a run moves between them both ways.

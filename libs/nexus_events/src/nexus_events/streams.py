@@ -48,7 +48,11 @@ MEMORY = "NEXUS_MEMORY"
 CHANNELS = "NEXUS_CHANNELS"
 PLANE = "NEXUS_PLANE"
 FLOWS = "NEXUS_FLOWS"
+TRANSCRIPTS = "NEXUS_TRANSCRIPTS"
 DLQ = "NEXUS_DLQ"
+# Object store bucket of workspace checkpoints (git bundles), one object per checkpoint named
+# `<run_id>/<attempt>-<turn>` (docs/resume.md). Its TTL is NEXUS_STREAMS_TRANSCRIPTS_MAX_AGE_DAYS.
+CHECKPOINTS_BUCKET = "nexus_checkpoints"
 
 STREAM_OF_FAMILY: dict[Family, str] = {
     Family.RUN: RUNS,
@@ -62,6 +66,7 @@ STREAM_OF_FAMILY: dict[Family, str] = {
     Family.CHANNEL: CHANNELS,
     Family.PLANE: PLANE,
     Family.FLOW: FLOWS,
+    Family.TRANSCRIPT: TRANSCRIPTS,
     Family.DLQ: DLQ,
 }
 
@@ -82,6 +87,13 @@ class StreamSettings(BaseSettings):
     channels_max_age_days: float = Field(7, ge=0)
     plane_max_age_days: float = Field(30, ge=0)
     flows_max_age_days: float = Field(90, ge=0, description="Flow runs: as long as runs.")
+    transcripts_max_age_days: float = Field(
+        7,
+        ge=0,
+        description="Run transcripts and workspace checkpoints: what a resume needs, so at"
+        " least the longest run; older runs cannot be resumed (resume_failed).",
+    )
+    transcripts_max_bytes: int = Field(8 << 30, description="Transcripts: 8 GiB default.")
     dlq_max_age_days: float = Field(30, ge=0)
     dlq_max_bytes: int = Field(-1)
 
@@ -122,6 +134,12 @@ def stream_configs(settings: StreamSettings | None = None) -> list[StreamConfig]
         # plane-sync keeps the ids it saw in PostgreSQL.
         cfg(PLANE, [Family.PLANE], s.plane_max_age_days),
         cfg(FLOWS, [Family.FLOW], s.flows_max_age_days),
+        cfg(
+            TRANSCRIPTS,
+            [Family.TRANSCRIPT],
+            s.transcripts_max_age_days,
+            s.transcripts_max_bytes,
+        ),
         cfg(
             DLQ,
             [Family.DLQ],

@@ -35,6 +35,7 @@ class Family(StrEnum):
     CHANNEL = "channel"
     PLANE = "plane"
     FLOW = "flow"
+    TRANSCRIPT = "transcript"
     DLQ = "dlq"
 
 
@@ -72,6 +73,9 @@ _SHAPES: dict[Family, _Shape] = {
     Family.PLANE: _Shape(("nexus", "plane", "v1"), ("key",), True),
     # A flow run's lifecycle (services/flows); ``nexus.flows.v1.*`` are its queries.
     Family.FLOW: _Shape(("nexus", "flow", "v1"), ("flow_run_id",), True),
+    # A run's model-visible transcript, written ahead of each model call so that attempt n+1
+    # of the run sends the model exactly the same context (docs/resume.md).
+    Family.TRANSCRIPT: _Shape(("nexus", "agent", "transcript", "v1"), ("run_id",), False),
 }
 
 # Request/reply query subjects (not stored in any stream).
@@ -172,6 +176,11 @@ def run_log(run_id: str) -> str:
     return _build(Family.LOG, (run_id,), None)
 
 
+def run_transcript(run_id: str) -> str:
+    """``nexus.agent.transcript.v1.<run_id>``."""
+    return _build(Family.TRANSCRIPT, (run_id,), None)
+
+
 def task_event(task_id: str, event: str) -> str:
     """``nexus.task.v1.<task_id>.<event>``."""
     return _build(Family.TASK, (task_id,), event)
@@ -250,6 +259,10 @@ def run_events_filter(run_id: str | None = None, event: str | None = None) -> st
 
 def run_logs_filter(run_id: str | None = None) -> str:
     return _filter(Family.LOG, (run_id,), None)
+
+
+def run_transcripts_filter(run_id: str | None = None) -> str:
+    return _filter(Family.TRANSCRIPT, (run_id,), None)
 
 
 def task_events_filter(task_id: str | None = None, event: str | None = None) -> str:

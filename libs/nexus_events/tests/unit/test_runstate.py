@@ -40,7 +40,17 @@ def test_run_events_are_the_documented_ones():
         "cancel_requested", "cancelled", "completed", "failed", "timed_out", "lost",
         # issue 30: the audit record of an answer the approver policy refused.
         "approval_refused",
+        # issue 24: resume after runner loss, checkpoints and context condensation.
+        "resuming", "resumed", "checkpointed", "condensed",
     }  # fmt: skip
+
+
+def test_a_resumed_attempt_runs_whatever_the_dead_one_waited_for():
+    waiting = [*LIFECYCLE, "approval_requested"]
+    assert fold([*waiting, "resuming"]) == RunStatus.AWAITING_APPROVAL
+    assert fold([*waiting, "resuming", "resumed"]) == RunStatus.RUNNING
+    assert fold([*LIFECYCLE, "resuming", "resumed", "condensed"]) == RunStatus.RUNNING
+    assert fold([*LIFECYCLE, "lost", "resuming", "resumed"]) == RunStatus.LOST
 
 
 def test_a_refused_answer_leaves_the_run_waiting():
@@ -134,7 +144,9 @@ def test_every_transition_is_forward_or_an_approval_toggle():
                 continue
             assert status not in TERMINAL
             assert rank[new] > rank[status] or (
-                rank[new] == rank[status] and name.startswith("approval_") and new is not status
+                rank[new] == rank[status]
+                and (name.startswith("approval_") or name == "resumed")
+                and new is not status
             ), (status, name, new)
 
 
@@ -183,10 +195,12 @@ def test_every_registered_run_event_has_a_status_and_a_name() -> None:
             assert status in TERMINAL
         assert next_status(None, event) == status
     # Status-less: a request (it asks, and the run's own events say what happened) and the
-    # audit record of a refused answer (the approval still waits).
+    # audit record of a refused answer (the approval still waits), and the scheduler's
+    # `resuming` (the run is where it was until the new attempt says `resumed`).
     assert [e for e, s in runstate.EVENT_STATUS.items() if s is None] == [
         runstate.RunEvent.APPROVAL_REFUSED,
         runstate.RunEvent.CANCEL_REQUESTED,
+        runstate.RunEvent.RESUMING,
     ]
     assert set(runstate.TERMINAL_EVENTS) == {
         e for e, s in runstate.EVENT_STATUS.items() if s in TERMINAL

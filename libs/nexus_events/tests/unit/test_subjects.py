@@ -93,6 +93,13 @@ BUILT = [
         "step_started",
     ),
     (subjects.dead_letter("core"), "nexus.dlq.v1.core", Family.DLQ, {"service": "core"}, None),
+    (
+        subjects.run_transcript("run_1"),
+        "nexus.agent.transcript.v1.run_1",
+        Family.TRANSCRIPT,
+        {"run_id": "run_1"},
+        None,
+    ),
 ]
 
 

@@ -95,6 +95,7 @@ def assemble(
         hooks=hooks,
         plan_mode=definition.plan_mode if request.plan_mode is None else request.plan_mode,
         output_schema=definition.output_schema,
+        resume=definition.resume,
     )
 
 

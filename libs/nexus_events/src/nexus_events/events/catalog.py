@@ -18,6 +18,7 @@ from nexus_events.events.specs import (
     McpServerSpec,
     ModelSpec,
     Permissions,
+    ResumePolicy,
     RuntimeSpec,
     SkillRef,
     Spec,
@@ -64,6 +65,10 @@ class AgentDefinition(Spec):
         None,
         description="JSON Schema its finish.details must fit: the runner asks the model again"
         " a bounded number of times, then fails the run with reason invalid_output.",
+    )
+    resume: ResumePolicy = Field(
+        default_factory=ResumePolicy,
+        description="Resuming a run whose runner died: attempts (docs/resume.md).",
     )
 
     @field_validator("id")

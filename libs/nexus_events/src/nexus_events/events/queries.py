@@ -179,6 +179,9 @@ class RunView(Reply):
     requested_by: str | None = Field(..., description="Who asked.")
     parent_run_id: str | None = Field(..., description="Delegating run.")
     attempt: int = Field(..., description="Attempt number.")
+    condensations: int = Field(
+        0, description="Times the conversation was condensed to fit the context budget."
+    )
     runtime: str | None = Field(..., description="Runtime that runs it (kubernetes, local).")
     runtime_handle: str | None = Field(..., description="Job name or process id.")
     queue_position: int | None = Field(..., description="Position while queued.")

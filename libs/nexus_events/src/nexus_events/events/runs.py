@@ -20,6 +20,7 @@ from nexus_events.events.specs import (
     ModelSpec,
     Permissions,
     RepoSpec,
+    ResumePolicy,
     RuntimeSpec,
     ToolGrant,
 )
@@ -61,6 +62,9 @@ class Reason:
     PLAN_NOT_APPROVED = "plan_not_approved"
     # finish.details did not fit the agent's output_schema after the bounded retries
     INVALID_OUTPUT = "invalid_output"
+    # attempt n+1 could not restore the run (transcript or checkpoint missing or corrupt):
+    # it never runs from a wrong state (docs/resume.md)
+    RESUME_FAILED = "resume_failed"
 
 
 class _RunEvent(Event):
@@ -159,6 +163,10 @@ class RunConfig(BaseModel):
     )
     output_schema: dict[str, Any] | None = Field(
         None, description="The agent's JSON Schema for finish.details (typed output)."
+    )
+    resume: ResumePolicy = Field(
+        default_factory=ResumePolicy,
+        description="The agent's resume policy: attempts when the runner dies.",
     )
 
 
@@ -322,6 +330,93 @@ class ApprovalRefused(_RunEvent):
     surface: str = Field(..., description="Where: slack, telegram, plane, cli ...")
     where: str | None = Field(None, description="The chat it was written in (slack:C0123).")
     reason: str = Field(..., description="Why it was refused, as the person was told.")
+
+
+@register
+class RunResuming(_RunEvent):
+    """The scheduler found the runner of attempt `attempt - 1` gone and starts attempt
+    `attempt`, which goes on from the last finished turn (docs/resume.md). Slots, budgets and
+    the deadline carry over."""
+
+    event_name: ClassVar[str] = RunEvent.RESUMING
+
+    attempt: int = Field(..., ge=2, description="The attempt being started.")
+    reason: str = Field(
+        ..., description="Why the previous attempt ended (heartbeat_missing, runtime_gone ...)."
+    )
+    message: str = Field("", description="Human-readable detail.")
+
+
+@register
+class RunResumed(_RunEvent):
+    """Attempt `attempt`'s runner restored the run and is about to call the model again."""
+
+    event_name: ClassVar[str] = RunEvent.RESUMED
+
+    attempt: int = Field(..., ge=2, description="This attempt.")
+    turns: int = Field(..., ge=0, description="Model turns finished before (they carry over).")
+    messages: int = Field(..., ge=0, description="Messages restored from the transcript.")
+    checkpoint: str | None = Field(
+        None, description="Workspace checkpoint restored (commit sha); None = the clean clone."
+    )
+    rerun_calls: list[str] = Field(
+        default_factory=list,
+        description="Interrupted tool calls run again (idempotent ones): their call ids.",
+    )
+    interrupted_calls: list[str] = Field(
+        default_factory=list,
+        description="Interrupted tool calls not run again: the model is told their effect is"
+        " unknown. Their call ids.",
+    )
+    latency_ms: int | None = Field(
+        None, ge=0, description="From the previous attempt's last sign of life to this event."
+    )
+
+
+@register
+class RunCheckpointed(_RunEvent):
+    """The workspace after a turn that changed files, stored for a resume (docs/resume.md)."""
+
+    event_name: ClassVar[str] = RunEvent.CHECKPOINTED
+
+    turn: int = Field(..., ge=1, description="Turn after which it was taken.")
+    commit: str = Field(..., description="Checkpoint commit sha (its tree is the workspace).")
+    object: str = Field(..., description="Object-store name of the bundle holding it.")
+    digest: str = Field(..., description="SHA-256 of the bundle, hex: checked on restore.")
+    size: int = Field(..., ge=0, description="Bundle size in bytes.")
+    files: int = Field(0, ge=0, description="Files changed against the base.")
+
+
+class Condensation(BaseModel):
+    """How a transcript was condensed before a model call: enough to redo it exactly.
+
+    `elide`: the content of each message at `elided` (indexes into the messages as they were)
+    is replaced by `placeholder` with `{chars}` filled in. `summarise`: the messages
+    ``[start, end)`` are replaced by one user message holding `summary`.
+    """
+
+    model_config = ConfigDict(frozen=True, extra="ignore")
+
+    strategy: Literal["elide", "summarise"] = Field(..., description="What was done.")
+    elided: list[int] = Field(default_factory=list, description="elide: message indexes.")
+    placeholder: str = Field("", description="elide: the text put in their place.")
+    start: int | None = Field(None, ge=0, description="summarise: first message replaced.")
+    end: int | None = Field(None, ge=0, description="summarise: end of the range (exclusive).")
+    summary: str = Field("", description="summarise: the summary the model wrote.")
+
+
+@register
+class RunCondensed(_RunEvent):
+    """Older parts of the conversation were condensed to stay within the context budget."""
+
+    event_name: ClassVar[str] = RunEvent.CONDENSED
+
+    turn: int = Field(..., ge=1, description="The turn whose model call needed it.")
+    tokens_before: int = Field(..., ge=0, description="Tokens of the messages before.")
+    tokens_after: int = Field(..., ge=0, description="Tokens after.")
+    budget: int = Field(..., ge=0, description="The context budget in tokens.")
+    counter: str = Field(..., description="How tokens were counted (tiktoken:<enc>, estimate).")
+    condensation: Condensation = Field(..., description="What was done, reproducibly.")
 
 
 @register

@@ -27,6 +27,13 @@ class ModelSpec(Spec):
     )
     temperature: float = Field(0.2, ge=0, le=2, description="Sampling temperature.")
     max_output_tokens: int = Field(4096, gt=0, description="Upper bound of tokens per reply.")
+    context_tokens: int | None = Field(
+        None,
+        gt=0,
+        description="The model's context window in tokens, the runner's budget for what it sends"
+        " (docs/resume.md); None = the runner's default for a known model name, else its"
+        " NEXUS_CONTEXT_DEFAULT_TOKENS.",
+    )
 
 
 # How much a run may do without asking (docs/guardrails.md): `off` asks for every call,
@@ -69,6 +76,18 @@ class Budgets(Spec):
     max_tokens: int = Field(400_000, gt=0, description="Most tokens (in + out) in one run.")
     max_cost_usd: float = Field(5.0, ge=0, description="Most spend in USD in one run.")
     max_wall_seconds: int = Field(3600, gt=0, description="Most wall-clock seconds in one run.")
+
+
+class ResumePolicy(Spec):
+    """What the scheduler does when a run's runner dies (docs/resume.md)."""
+
+    max_attempts: int = Field(
+        2,
+        ge=1,
+        le=10,
+        description="Attempts a run may have: a lost runner is resumed as attempt n+1 until"
+        " this many have run, then the run ends lost. 1 = never resume.",
+    )
 
 
 class RuntimeSpec(Spec):
