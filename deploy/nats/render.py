@@ -19,8 +19,8 @@ from nexus_events import services, subjects
 from nexus_events.approvals import APPROVALS_BUCKET
 from nexus_events.streams import (
     CATALOG,
-    CHECKPOINTS_BUCKET,
     CHANNELS,
+    CHECKPOINTS_BUCKET,
     FLOWS,
     INBOX,
     MEMORY,
