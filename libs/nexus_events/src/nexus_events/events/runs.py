@@ -356,6 +356,12 @@ class RunResumed(_RunEvent):
     attempt: int = Field(..., ge=2, description="This attempt.")
     turns: int = Field(..., ge=0, description="Model turns finished before (they carry over).")
     messages: int = Field(..., ge=0, description="Messages restored from the transcript.")
+    entries: int = Field(
+        ...,
+        ge=0,
+        description="Transcript entries restored: this attempt writes its own from this index,"
+        " and entries of older attempts at or past it are void.",
+    )
     checkpoint: str | None = Field(
         None, description="Workspace checkpoint restored (commit sha); None = the clean clone."
     )

@@ -7,9 +7,11 @@ the exact messages of its next call, which is how attempt n+1 of a run goes on b
 (docs/resume.md).
 
 Entries are numbered per run (`index`, from 0, one per message or condensation). Attempt
-n+1 writes from the index after the last one it restored; a reader keeps, for each index,
-the entry of the highest attempt, and stops at the first gap (a transcript with a gap is
-corrupt, and a resume from it fails with ``resume_failed``).
+m > 1 writes only after its ``resumed`` event is stored, from that event's `entries` index;
+so the entries of attempt m count in ``[entries_m, entries_{m+1})`` (attempt 1 from 0), and
+anything an older attempt wrote past the point a newer one resumed from is void (a runner
+that was still alive). A transcript with a gap in that range is corrupt, and a resume from it
+fails with ``resume_failed``.
 """
 
 from __future__ import annotations
@@ -36,6 +38,12 @@ class TranscriptEntry(Event):
     )
     condensation: Condensation | None = Field(
         None, description="condense: how the messages so far were condensed."
+    )
+    inbox_seq: int | None = Field(
+        None,
+        ge=1,
+        description="message: the NEXUS_INBOX sequence of the inbox message it injects, so a"
+        " resumed attempt does not inject it again.",
     )
 
     @model_validator(mode="after")
