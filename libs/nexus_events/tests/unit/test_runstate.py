@@ -209,3 +209,31 @@ def test_every_registered_run_event_has_a_status_and_a_name() -> None:
     assert {s for s in runstate.EVENT_STATUS.values() if s is not None} == set(RunStatus)
     assert set(RunStatus) == runstate.LIVE | TERMINAL
     assert not runstate.LIVE & TERMINAL
+
+
+def test_a_condensation_applies_exactly_and_refuses_other_messages():
+    import pytest as _pytest
+    from nexus_events.events.runs import Condensation
+
+    messages = [
+        {"role": "system", "content": "s"},
+        {"role": "user", "content": "task"},
+        {"role": "assistant", "content": None, "tool_calls": [{"id": "c1"}]},
+        {"role": "tool", "tool_call_id": "c1", "content": "x" * 500},
+        {"role": "assistant", "content": "done"},
+    ]
+    elide = Condensation(strategy="elide", elided=[3], placeholder="[elided {chars} chars]")
+    elided = elide.apply(messages)
+    assert elided[3] == {"role": "tool", "tool_call_id": "c1", "content": "[elided 500 chars]"}
+    assert messages[3]["content"] == "x" * 500  # the input is left as it was
+    summary = Condensation(strategy="summarise", start=2, end=4, summary="Earlier: read x.")
+    assert summary.apply(elided) == [
+        messages[0],
+        messages[1],
+        {"role": "user", "content": "Earlier: read x."},
+        messages[4],
+    ]
+    with _pytest.raises(ValueError, match="outside"):
+        Condensation(strategy="elide", elided=[9]).apply(messages)
+    with _pytest.raises(ValueError, match="outside"):
+        Condensation(strategy="summarise", start=3, end=9, summary="s").apply(messages)

@@ -410,6 +410,28 @@ class Condensation(BaseModel):
     end: int | None = Field(None, ge=0, description="summarise: end of the range (exclusive).")
     summary: str = Field("", description="summarise: the summary the model wrote.")
 
+    def apply(self, messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        """The messages after this condensation (a new list; `messages` is left as it was).
+
+        Pure and exact, so a resumed attempt that folds its transcript, and anyone replaying
+        the `condensed` events over the messages, gets the very messages the model was sent.
+        An index or range that does not fit `messages` is a `ValueError`: the condensation
+        was not made on these messages.
+        """
+        if self.strategy == "elide":
+            out = list(messages)
+            for i in self.elided:
+                if not 0 <= i < len(out):
+                    raise ValueError(f"elided index {i} outside {len(out)} messages")
+                content = out[i].get("content")
+                chars = len(content) if isinstance(content, str) else 0
+                out[i] = {**out[i], "content": self.placeholder.replace("{chars}", str(chars))}
+            return out
+        start, end = self.start, self.end
+        if start is None or end is None or not 0 <= start < end <= len(messages):
+            raise ValueError(f"summarised range [{start}, {end}) outside {len(messages)} messages")
+        return [*messages[:start], {"role": "user", "content": self.summary}, *messages[end:]]
+
 
 @register
 class RunCondensed(_RunEvent):
