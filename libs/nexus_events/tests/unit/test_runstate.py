@@ -212,7 +212,7 @@ def test_every_registered_run_event_has_a_status_and_a_name() -> None:
 
 
 def test_a_condensation_applies_exactly_and_refuses_other_messages():
-    import pytest as _pytest
+
     from nexus_events.events.runs import Condensation
 
     messages = [
@@ -233,7 +233,7 @@ def test_a_condensation_applies_exactly_and_refuses_other_messages():
         {"role": "user", "content": "Earlier: read x."},
         messages[4],
     ]
-    with _pytest.raises(ValueError, match="outside"):
+    with pytest.raises(ValueError, match="outside"):
         Condensation(strategy="elide", elided=[9]).apply(messages)
-    with _pytest.raises(ValueError, match="outside"):
+    with pytest.raises(ValueError, match="outside"):
         Condensation(strategy="summarise", start=3, end=9, summary="s").apply(messages)
