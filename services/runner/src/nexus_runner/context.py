@@ -22,6 +22,7 @@ plan."""
 
 from __future__ import annotations
 
+import asyncio
 import math
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
@@ -45,6 +46,7 @@ __all__ = [
     "Planned",
     "Summariser",
     "TokenCounter",
+    "condenser_for",
     "context_budget",
     "counter_for",
     "llm_summariser",
@@ -96,11 +98,14 @@ def context_budget(model: ModelSpec, settings: RunnerSettings) -> int:
 
 @dataclass(frozen=True)
 class Planned:
-    """One condensation to apply (in order) and the token counts around it."""
+    """One condensation to apply (in order) and the token counts around it. A summary's own
+    model call is `llm_tokens_in`/`llm_tokens_out`: the run's budgets and cost count it."""
 
     condensation: Condensation
     tokens_before: int
     tokens_after: int
+    llm_tokens_in: int = 0
+    llm_tokens_out: int = 0
 
 
 def _head_end(messages: list[dict[str, Any]]) -> int:
@@ -252,7 +257,7 @@ class Condenser:
     ) -> tuple[Planned, list[dict[str, Any]], list[int]] | None:
         if self.summarise is None:
             return None
-        text, _, _ = await self.summarise(messages[start:end])
+        text, tokens_in, tokens_out = await self.summarise(messages[start:end])
         condensation = Condensation(
             strategy="summarise", start=start, end=end, summary=SUMMARY_HEADER + text.strip()
         )
@@ -261,8 +266,11 @@ class Condenser:
         after_sizes = [*sizes[:start], summary_size, *sizes[end:]]
         after = total - sum(sizes[start:end]) + summary_size
         if after >= total:
-            return None  # a summary no shorter than what it replaces is no condensation
-        return Planned(condensation, total, after), after_messages, after_sizes
+            # A summary no shorter than what it replaces is no condensation (its call is still
+            # paid for; rare, as the summary's max_tokens is far below a middle worth it).
+            return None
+        plan = Planned(condensation, total, after, tokens_in, tokens_out)
+        return plan, after_messages, after_sizes
 
 
 SUMMARY_INSTRUCTIONS = """\
@@ -347,3 +355,25 @@ def llm_summariser(
         return summary, completion.tokens_in, completion.tokens_out
 
     return summarise
+
+
+async def condenser_for(
+    model: ModelSpec,
+    settings: RunnerSettings,
+    client: AsyncOpenAI,
+    retry: RetryPolicy,
+) -> Condenser:
+    """The run's condenser, from its model and the runner's settings. The tokenizer is loaded
+    in a thread (about 0.3-1 s the first time in a process): the event loop keeps beating."""
+    budget = context_budget(model, settings)
+    counter = await asyncio.to_thread(counter_for, model.name)
+    summarise = llm_summariser(
+        client, model, retry=retry, max_tokens=settings.context_summary_tokens
+    )
+    return Condenser(
+        counter,
+        budget,
+        keep_turns=settings.context_keep_turns,
+        summarise=summarise,
+        target=int(budget * settings.context_target),
+    )

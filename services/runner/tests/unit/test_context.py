@@ -27,6 +27,7 @@ from nexus_runner.context import (
     Condenser,
     ContextOverflow,
     Planned,
+    condenser_for,
     context_budget,
     counter_for,
     llm_summariser,
@@ -326,6 +327,7 @@ async def test_the_middle_is_summarised_when_eliding_cannot_reach_the_target() -
     assert after[2]["content"].startswith(SUMMARY_HEADER)
     assert "calls call_1..call_7" in after[2]["content"]
     assert plan.tokens_after == counter.count(after, TOOLS) <= condenser.target
+    assert (plan.llm_tokens_in, plan.llm_tokens_out) == (100, 20)  # the summary's own call
     _assert_paired(after)
 
 
@@ -485,3 +487,29 @@ async def test_the_llm_summariser_asks_the_model_once_for_a_faithful_summary() -
     # Each 30 KB output reaches the summariser shortened; every call is named.
     assert len(user["content"]) < 4 * 3_000
     assert all(f'[assistant calls read_file] {{"path": "f{n}"}}' in user["content"] for n in (1, 4))
+
+
+async def test_the_runs_condenser_summarises_with_its_model() -> None:
+    settings = RunnerSettings(context_keep_turns=2, context_target=0.5, context_summary_tokens=300)
+    model = ModelSpec(name="gpt-4o-mini", context_tokens=30_000, max_output_tokens=2_000)
+    messages = _conversation(10, 3_000)
+    for m in messages:
+        if m["role"] == "assistant":
+            m["content"] = _output(len(m["content"]), 12_000)
+    reply = Reply(text="You refactored f1..f4.", prompt_tokens=7_000, completion_tokens=40)
+    async with FakeOpenAI([reply]) as llm:
+        async with AsyncOpenAI(api_key="x", base_url=llm.base_url, max_retries=0) as client:
+            condenser = await condenser_for(
+                model, settings, client, RetryPolicy(max_attempts=1, base_delay=0, max_delay=0)
+            )
+            plans = await condenser.fit(messages, TOOLS)
+        [request] = llm.requests
+    assert condenser.budget == 30_000 - 2_000 - 1_500
+    assert condenser.target == condenser.budget // 2
+    assert condenser.counter.name == "tiktoken:o200k_base"
+    assert request["max_tokens"] == 300
+    [plan] = plans
+    assert plan.condensation.summary == SUMMARY_HEADER + "You refactored f1..f4."
+    assert (plan.condensation.start, plan.condensation.end) == (2, len(messages) - 4)
+    assert (plan.llm_tokens_in, plan.llm_tokens_out) == (7_000, 40)
+    assert plan.tokens_after <= condenser.target
