@@ -115,7 +115,7 @@ def load_ranks(name: str) -> dict[bytes, int]:
         raise EncodingUnavailable(f"no shipped encoding {name!r}")
     filename, expected = ENCODING_FILES[name]
     try:
-        packed = resources.files("nexus_runner.encodings").joinpath(filename).read_bytes()
+        packed = resources.files("nexus_runner").joinpath("encodings", filename).read_bytes()
         data = gzip.decompress(packed)
     except (OSError, EOFError, gzip.BadGzipFile) as exc:
         raise EncodingUnavailable(f"encoding {name}: cannot read {filename}: {exc}") from exc
