@@ -23,6 +23,7 @@ plan."""
 from __future__ import annotations
 
 import asyncio
+import logging
 import math
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
@@ -37,6 +38,8 @@ from nexus_runner.context_defaults import default_window
 from nexus_runner.errors import LlmUnavailable, RunStopped
 from nexus_runner.llm import LlmClient, RetryPolicy
 from nexus_runner.tokens import TokenCounter, counter_for
+
+log = logging.getLogger(__name__)
 
 __all__ = [
     "ELIDED",
@@ -170,7 +173,7 @@ class Condenser:
         self, messages: list[dict[str, Any]], tools: list[dict[str, Any]]
     ) -> list[Planned]:
         """The condensations to apply in order (`[]` when the messages fit). Raises
-        `ContextOverflow` when no plan fits, `LlmUnavailable` when the summary failed."""
+        `ContextOverflow` when no plan fits (a summary that failed is done without)."""
         sizes = [self.counter.message(m) for m in messages]
         fixed = self.counter.count([], tools)
         total = fixed + sum(sizes)
@@ -257,7 +260,12 @@ class Condenser:
     ) -> tuple[Planned, list[dict[str, Any]], list[int]] | None:
         if self.summarise is None:
             return None
-        text, tokens_in, tokens_out = await self.summarise(messages[start:end])
+        try:
+            text, tokens_in, tokens_out = await self.summarise(messages[start:end])
+        except LlmUnavailable as exc:
+            # Eliding may still fit the budget; if the model is down, its next turn says so.
+            log.warning("no summary of messages [%d, %d): %s", start, end, exc)
+            return None
         condensation = Condensation(
             strategy="summarise", start=start, end=end, summary=SUMMARY_HEADER + text.strip()
         )

@@ -27,12 +27,13 @@ from nexus_runner.context import (
     Condenser,
     ContextOverflow,
     Planned,
+    Summariser,
     condenser_for,
     context_budget,
     counter_for,
     llm_summariser,
 )
-from nexus_runner.errors import RunStopped
+from nexus_runner.errors import LlmUnavailable, RunStopped
 from nexus_runner.llm import RetryPolicy
 
 TOOLS = [
@@ -383,18 +384,26 @@ async def test_a_conversation_that_cannot_fit_is_a_clear_failure() -> None:
     assert caught.value.detail["limit"] == 5_000
 
 
-async def test_a_summary_no_shorter_than_the_middle_is_not_used() -> None:
+async def _verbose(middle: list[dict[str, Any]]) -> tuple[str, int, int]:
+    return _output(5, 200_000), 1, 1
+
+
+async def _down(middle: list[dict[str, Any]]) -> tuple[str, int, int]:
+    raise LlmUnavailable("model refused the request: HTTP 400")
+
+
+@pytest.mark.parametrize("summarise", [_verbose, _down], ids=["no-shorter", "failed"])
+async def test_without_a_useful_summary_eliding_goes_on(summarise: Summariser) -> None:
     messages = _conversation(5, 3_000)
     counter = counter_for("gpt-4o")
-
-    async def verbose(middle: list[dict[str, Any]]) -> tuple[str, int, int]:
-        return _output(5, 200_000), 1, 1
-
     budget = counter.count(messages, TOOLS) - 500
-    plans = await Condenser(counter, budget, keep_turns=3, summarise=verbose, target=1_000).fit(
-        messages, TOOLS
-    )
-    assert [p.condensation.strategy for p in plans] == ["elide"]
+    condenser = Condenser(counter, budget, keep_turns=3, summarise=summarise, target=1_000)
+    plans = await condenser.fit(messages, TOOLS)
+    [plan] = plans
+    assert plan.condensation.strategy == "elide"
+    # The whole middle (towards the target); the kept turns only as far as the budget needs.
+    assert plan.condensation.elided == [3, 5]
+    assert counter.count(_apply(messages, plans), TOOLS) <= budget
 
 
 async def test_the_same_messages_give_the_same_plan() -> None:
