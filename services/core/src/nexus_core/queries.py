@@ -74,6 +74,7 @@ def run_view(row: RunRow) -> dict[str, Any]:
         "requested_by": row.requested_by,
         "parent_run_id": row.parent_run_id,
         "attempt": row.attempt,
+        "condensations": row.condensations,
         "runtime": row.runtime,
         "runtime_handle": row.runtime_handle,
         "queue_position": row.queue_position,
