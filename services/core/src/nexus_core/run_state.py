@@ -10,7 +10,7 @@ gives the row that applying them in stream order gives. That is how each field g
   approval events toggle running/awaiting_approval by sequence (latest wins), and a heartbeat
   or turn never toggles back. In stream order this equals folding `runstate.next_status`.
 - who/what (agent, task, origin, input, requested_by): from the earliest `requested`, else the
-  earliest `prepared`. Config (catalog revisions): earliest `prepared`.
+  earliest `prepared`. Config (catalog revisions, resume.max_attempts): earliest `prepared`.
 - runtime handle: latest `dispatched`; attempt: the highest any `dispatched`, `resuming` or
   `resumed` names; queue position: latest `queued`.
 - condensations: the distinct (turn, strategy) pairs of `condensed` events, so a redelivered
@@ -121,6 +121,7 @@ class RunRow:
     catalog_revisions: dict[str, int] = field(default_factory=dict)
     config_seq: int | None = None
     attempt: int = 1
+    max_attempts: int | None = None
     runtime: str | None = None
     runtime_handle: str | None = None
     dispatch_seq: int | None = None
@@ -256,6 +257,7 @@ def _fold_details(row: RunRow, ev: Event, seq: int) -> None:
             row.parent_run_id, row.info_key = None, info_key
         if row.config_seq is None or seq < row.config_seq:
             row.catalog_revisions, row.config_seq = dict(c.catalog_revisions), seq
+            row.max_attempts = c.resume.max_attempts
         row.attempt = max(row.attempt, c.attempt)
     elif type(ev) is RunDispatched:
         if row.dispatch_seq is None or seq > row.dispatch_seq:
