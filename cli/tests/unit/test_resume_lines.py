@@ -92,3 +92,13 @@ def test_the_live_view_counts_attempts_and_condensations() -> None:
     text = console.export_text()
     assert "2/2   condensations 2" in text
     assert "resumed after runner loss (attempt 2): 8 turns, clean workspace" in text
+
+
+def test_a_board_card_names_the_attempt_of_a_resumed_run() -> None:
+    from nexus_cli.commands.board import _run_label
+
+    assert _run_label({"run_id": "r1", "status": "running", "attempt": 2}) == (
+        "r1 running (attempt 2)"
+    )
+    assert _run_label({"run_id": "r1", "status": "running", "attempt": 1}) == "r1 running"
+    assert _run_label({"run_id": "r1", "status": None}) == "r1 ?"  # an older core: no attempt
