@@ -152,6 +152,8 @@ from nexus_events.events.specs import (
     RepoSpec,
     ResumePolicy,
     RuntimeSpec,
+    SandboxLimits,
+    SandboxTool,
     SkillRef,
     ToolGrant,
 )
@@ -279,6 +281,8 @@ __all__ = [
     "RunTimedOut",
     "RunTurn",
     "RuntimeSpec",
+    "SandboxLimits",
+    "SandboxTool",
     "ScheduleDefined",
     "ScheduleFired",
     "ScheduleMissed",
