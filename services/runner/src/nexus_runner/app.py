@@ -327,7 +327,12 @@ async def _execute_run(
             list(config.mcp_servers), settings, ctx.workspace.root, pub.log
         ) as mcp:
             tools = ContainedRegistry(
-                list(config.tools), config.permissions, ctx, mcp, config.hooks
+                list(config.tools),
+                config.permissions,
+                ctx,
+                mcp,
+                config.hooks,
+                sandbox_tools=list(config.sandbox_tools),
             )
             llm = _llm_client(config, settings, client)
             note = " ".join([f"You work in a git checkout on branch {branch}.", *mcp.notes])
