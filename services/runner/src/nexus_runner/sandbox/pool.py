@@ -129,8 +129,14 @@ class _Worker:
 
     def __init__(self) -> None:
         self.loop = asyncio.new_event_loop()
-        self.thread = threading.Thread(target=self.loop.run_forever, name="sandbox", daemon=True)
+        self.thread = threading.Thread(target=self._serve, name="sandbox", daemon=True)
         self.thread.start()
+
+    def _serve(self) -> None:
+        try:
+            self.loop.run_forever()
+        finally:
+            self.loop.close()
 
     def stop(self) -> None:
         if not self.loop.is_closed():
