@@ -145,7 +145,7 @@ def render_skill(skill: SkillDefinition) -> str:
     front: dict[str, Any] = {"name": skill.name, "version": skill.version}
     if skill.description:
         front["description"] = skill.description
-    if skill.hooks.before_tool_call or skill.hooks.after_tool_call:
+    if skill.hooks.before_tool_call or skill.hooks.after_tool_call or skill.hooks.scripts:
         front["hooks"] = skill.hooks.model_dump(exclude_defaults=True)
     if skill.sandbox_tools:
         front["sandbox_tools"] = [t.model_dump(exclude_defaults=True) for t in skill.sandbox_tools]

@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from nexus_events.events.specs import Permissions, SandboxTool, ToolGrant
+from nexus_events.events.specs import Hooks, Permissions, SandboxTool, ToolGrant
 
 from nexus_runner.git import Author, Git
 from nexus_runner.tools import ToolContext, ToolRegistry
@@ -188,3 +188,51 @@ def test_plan_mode_offers_only_read_only_sandboxed_tools(tmp_path: Path) -> None
     decision = curated.decide("poke", "{}")
     assert decision.action == "approve"
     assert "http:api.example.com" in decision.reason
+
+
+async def test_hooks_in_javascript_judge_calls_and_outputs_and_fail_closed(
+    tmp_path: Path,
+) -> None:
+    (tmp_path / "a.txt").write_text("token tok-123456 inside")
+    scripts = [
+        {"name": "no_env", "on": "before_tool_call", "tool": "read_file",
+         "source": "function hook(c) { if (c.args.path.endsWith('.env'))"
+                   " return {decision: 'deny', reason: 'no env files'} }"},
+        {"name": "count", "on": "before_tool_call", "capabilities": ["state:write:n",
+                                                                     "state:read:n"],
+         "source": "function hook(c) { nexus.state.set('n', (nexus.state.get('n') || 0) + 1) }"},
+        {"name": "scrub", "on": "after_tool_call", "tool": "read_file",
+         "source": "function hook(c) { return {output: c.output.replace(/tok-\\d+/g, '***')} }"},
+        {"name": "spin", "on": "before_tool_call", "tool": "run_*",
+         "source": "function hook(c) { for (;;) {} }", "limits": {"wall_seconds": 0.3}},
+        {"name": "sneaky", "on": "before_tool_call", "tool": "list_files",
+         "source": "function hook(c) { return nexus.workspace.read('a.txt') }"},
+    ]  # fmt: skip
+    ws = Workspace(tmp_path)
+    ctx = ToolContext(
+        workspace=ws, git=Git(ws.root, Author("a", "a@x")), shell_timeout=5, output_cap=1000
+    )
+    reg = ToolRegistry(
+        [ToolGrant(name=t) for t in ("read_file", "run_shell", "list_files")],
+        Permissions(),
+        ctx,
+        hooks=Hooks.model_validate({"scripts": scripts}),
+    )
+    denied = reg.decide("read_file", json.dumps({"path": "x.env"}))
+    assert (denied.action, denied.reason) == ("refuse", "denied by policy: no env files")
+    allowed = reg.decide("read_file", json.dumps({"path": "a.txt"}))
+    assert allowed.action == "run"
+    outcome = await reg.execute(allowed)
+    assert outcome.output.startswith("token *** inside")
+    assert outcome.guard is not None
+    assert outcome.guard.rule == "script scrub"
+    # The scripts share the run's key/value state: `count` saw both calls.
+    assert reg.scripts().env.state["n"] == "2"
+    started = time.monotonic()
+    spun = reg.decide("run_shell", json.dumps({"command": "ls"}))
+    assert time.monotonic() - started < 2
+    assert spun.action == "refuse"
+    assert "wall time limit of 0.3s exceeded" in spun.reason
+    sneaky = reg.decide("list_files", "{}")
+    assert sneaky.action == "refuse"
+    assert "missing capability workspace:read:a.txt" in sneaky.reason

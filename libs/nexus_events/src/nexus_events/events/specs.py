@@ -293,39 +293,6 @@ class HookRule(Spec):
         return self.name or f"#{index + 1}"
 
 
-class Hooks(Spec):
-    """Policy hooks of an agent (or a skill, merged into its agents' at assembly)."""
-
-    before_tool_call: list[HookRule] = Field(
-        default_factory=list, description="Rules judging a call before it runs."
-    )
-    after_tool_call: list[HookRule] = Field(
-        default_factory=list, description="Rules judging a call's output before it is recorded."
-    )
-
-    @field_validator("before_tool_call")
-    @classmethod
-    def _before(cls, value: list[HookRule]) -> list[HookRule]:
-        for i, rule in enumerate(value):
-            if rule.decision == "redact":
-                raise ValueError(f"rule {rule.label(i)}: redact applies after_tool_call only")
-        return value
-
-    @field_validator("after_tool_call")
-    @classmethod
-    def _after(cls, value: list[HookRule]) -> list[HookRule]:
-        for i, rule in enumerate(value):
-            if rule.decision not in ("redact", "deny"):
-                raise ValueError(f"rule {rule.label(i)}: after_tool_call decides redact or deny")
-        return value
-
-    def merged(self, other: Hooks) -> Hooks:
-        return Hooks(
-            before_tool_call=[*self.before_tool_call, *other.before_tool_call],
-            after_tool_call=[*self.after_tool_call, *other.after_tool_call],
-        )
-
-
 # Sandboxed tool names go into function tool names, which OpenAI limits to [A-Za-z0-9_-]{1,64}.
 _SANDBOX_TOOL_NAME = re.compile(r"[A-Za-z][A-Za-z0-9_-]{0,63}")
 
@@ -405,3 +372,85 @@ def unique_sandbox_tools(value: list[SandboxTool]) -> list[SandboxTool]:
     if dupes:
         raise ValueError(f"duplicate sandboxed tool name(s): {', '.join(dupes)}")
     return value
+
+
+class HookScript(Spec):
+    """A policy hook written in JavaScript, run sandboxed like a sandboxed tool (docs/sandbox.md).
+
+    The source defines ``function hook(call)`` (synchronous), called with ``{tool, args}``
+    before a call or ``{tool, args, output}`` after it. Before, it returns ``{decision:
+    "allow"|"ask"|"deny", reason}`` (or nothing: no opinion); after, ``{decision: "deny",
+    reason}`` to withhold the output or ``{output}`` to replace it. A hook that fails or
+    breaks a limit denies (fails closed). Only synchronous host calls are available to it:
+    workspace.read/write, state.get/set, now.
+    """
+
+    name: str = Field(..., description="Hook name, recorded with its decision.")
+    on: Literal["before_tool_call", "after_tool_call"] = Field(..., description="When it runs.")
+    tool: str = Field("*", min_length=1, description="Tool name glob (or re:<regex>).")
+    source: str = Field(
+        ..., min_length=1, max_length=200_000, description="JavaScript defining hook(call)."
+    )
+    capabilities: list[str] = Field(default_factory=list, description="Capability tokens.")
+    limits: SandboxLimits = Field(
+        default_factory=lambda: SandboxLimits(wall_seconds=1.0), description="Per-call limits."
+    )
+
+    @field_validator("name")
+    @classmethod
+    def _hook_name(cls, value: str) -> str:
+        if _SANDBOX_TOOL_NAME.fullmatch(value) is None:
+            raise ValueError("must be 1-64 letters, digits, '_' and '-', starting with a letter")
+        return value
+
+    @field_validator("tool")
+    @classmethod
+    def _glob_or_regex(cls, value: str) -> str:
+        return _check_pattern(value, "tool")
+
+    @field_validator("capabilities")
+    @classmethod
+    def _tokens(cls, value: list[str]) -> list[str]:
+        try:
+            capabilities.parse_all(value)
+        except capabilities.CapabilityError as exc:
+            raise ValueError(str(exc)) from None
+        return value
+
+
+class Hooks(Spec):
+    """Policy hooks of an agent (or a skill, merged into its agents' at assembly)."""
+
+    before_tool_call: list[HookRule] = Field(
+        default_factory=list, description="Rules judging a call before it runs."
+    )
+    after_tool_call: list[HookRule] = Field(
+        default_factory=list, description="Rules judging a call's output before it is recorded."
+    )
+    scripts: list[HookScript] = Field(
+        default_factory=list,
+        description="Hooks in JavaScript, run sandboxed after the rules (docs/sandbox.md).",
+    )
+
+    @field_validator("before_tool_call")
+    @classmethod
+    def _before(cls, value: list[HookRule]) -> list[HookRule]:
+        for i, rule in enumerate(value):
+            if rule.decision == "redact":
+                raise ValueError(f"rule {rule.label(i)}: redact applies after_tool_call only")
+        return value
+
+    @field_validator("after_tool_call")
+    @classmethod
+    def _after(cls, value: list[HookRule]) -> list[HookRule]:
+        for i, rule in enumerate(value):
+            if rule.decision not in ("redact", "deny"):
+                raise ValueError(f"rule {rule.label(i)}: after_tool_call decides redact or deny")
+        return value
+
+    def merged(self, other: Hooks) -> Hooks:
+        return Hooks(
+            before_tool_call=[*self.before_tool_call, *other.before_tool_call],
+            after_tool_call=[*self.after_tool_call, *other.after_tool_call],
+            scripts=[*self.scripts, *other.scripts],
+        )

@@ -55,7 +55,7 @@ class HostEnv:
     secrets: safety.SecretRegistry
     # The loop the runner's own I/O belongs to (NATS, approvals): host calls that need it
     # hop there from the sandbox's thread.
-    loop: asyncio.AbstractEventLoop
+    loop: asyncio.AbstractEventLoop | None
     approve: Approve | None = None
     memory_read: MemoryRead | None = None
     state: dict[str, Any] = field(default_factory=dict)
@@ -147,6 +147,9 @@ class Host:
 
     async def _on_main(self, coro: Coroutine[Any, Any, T], timeout: float | None) -> T:
         """Run `coro` on the runner's loop, bounded by the call's remaining wall time."""
+        if self.env.loop is None:
+            coro.close()
+            raise self._refuse("this host call is not available here")
         future = asyncio.run_coroutine_threadsafe(coro, self.env.loop)
         try:
             return await asyncio.wait_for(asyncio.wrap_future(future), timeout)
@@ -267,7 +270,7 @@ class Host:
     async def approve(self, reason: Any) -> bool:
         """Suspends the call until a human decides; wall time does not run meanwhile."""
         self._enter()
-        if self.env.approve is None:
+        if self.env.approve is None or self.env.loop is None:
             raise self._refuse("approvals are not available to this run")
         suspended_at = time.monotonic()
         self.status = "suspended"

@@ -20,7 +20,7 @@ from typing import Any, Literal
 import quickjs_rs
 import wasmtime
 from nexus_events.capabilities import Grants
-from nexus_events.events import SandboxTool
+from nexus_events.events import HookScript, SandboxTool
 
 from nexus_runner.sandbox import engine
 from nexus_runner.sandbox.host import Host, HostEnv, Violation
@@ -74,9 +74,9 @@ class SandboxResult:
 
 
 class _Slot:
-    """One pooled context of a tool, and the host of the call it is serving."""
+    """One pooled context of a tool (or a hook script), and the host of the call it serves."""
 
-    def __init__(self, tool: SandboxTool) -> None:
+    def __init__(self, tool: SandboxTool | HookScript, entry: str = "run") -> None:
         limits = tool.limits
         self.context = engine.new_context(
             memory_bytes=limits.memory_mb << 20,
@@ -93,8 +93,8 @@ class _Slot:
         self.store.set_epoch_deadline(engine.ticks(limits.wall_seconds))
         try:
             self.context.eval(tool.source, filename=f"{tool.name}.js")
-            if self.context.eval("typeof run") != "function":
-                raise ValueError("the source must define a function run(args)")
+            if self.context.eval(f"typeof {entry}") != "function":
+                raise ValueError(f"the source must define a function {entry}()")
         finally:
             self.store.set_epoch_deadline(1 << 40)
 
@@ -246,7 +246,7 @@ def _brief(exc: BaseException) -> str:
     return lines[-1].strip() if lines else type(exc).__name__
 
 
-def _classify(exc: BaseException, tool: SandboxTool, host: Host) -> tuple[str, str]:  # noqa: PLR0911
+def _classify(exc: BaseException, tool: SandboxTool | HookScript, host: Host) -> tuple[str, str]:  # noqa: PLR0911
     """The error kind and a message that says which limit or token ended the call."""
     limits = tool.limits
     if host.violation is not None:

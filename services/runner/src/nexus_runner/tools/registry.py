@@ -25,6 +25,7 @@ from nexus_runner.guard.policy import judge_builtin, judge_mcp
 from nexus_runner.guard.shell import classify
 from nexus_runner.plan import READ_TOOLS
 from nexus_runner.sandbox import HostEnv, RunSandbox
+from nexus_runner.sandbox.hooks import ScriptHooks
 from nexus_runner.tools.args import DelegateArgs, FinishArgs, RememberArgs, ToolArgs
 from nexus_runner.tools.builtin import BUILTINS
 from nexus_runner.tools.mcp import McpTools
@@ -69,6 +70,7 @@ class ToolContext:
 
 
 Action = Literal["run", "refuse", "approve", "invalid"]
+_STRICTNESS = {"allow": 1, "redact": 1, "ask": 2, "deny": 3}
 _VERDICTS: dict[Action, Literal["allow", "ask", "deny"]] = {
     "run": "allow",
     "approve": "ask",
@@ -152,18 +154,34 @@ class ToolRegistry:
                 continue
             self.sandboxed[tool.name] = (tool, Draft202012Validator(tool.parameters))
         self._sandbox: RunSandbox | None = None
+        self._scripts: ScriptHooks | None = None
+        self._env: HostEnv | None = None
+
+    def _host_env(self) -> HostEnv:
+        """What sandboxed code acts on: one per run, shared by its tools and hook scripts (the
+        run's key/value state is theirs together)."""
+        if self._env is None:
+            try:
+                loop: asyncio.AbstractEventLoop | None = asyncio.get_running_loop()
+            except RuntimeError:
+                loop = None
+            self._env = HostEnv(
+                self.ctx.workspace, self.ctx.secrets, loop, approve=self.ctx.approve
+            )
+        return self._env
 
     def sandbox(self) -> RunSandbox:
         """The run's sandbox, made at the first sandboxed call (on the runner's loop)."""
         if self._sandbox is None:
-            env = HostEnv(
-                self.ctx.workspace,
-                self.ctx.secrets,
-                asyncio.get_running_loop(),
-                approve=self.ctx.approve,
-            )
-            self._sandbox = RunSandbox([t for t, _ in self.sandboxed.values()], env)
+            tools = [t for t, _ in self.sandboxed.values()]
+            self._sandbox = RunSandbox(tools, self._host_env())
         return self._sandbox
+
+    def scripts(self) -> ScriptHooks:
+        """The run's policy hooks in JavaScript."""
+        if self._scripts is None:
+            self._scripts = ScriptHooks(list(self.hooks.scripts), self._host_env())
+        return self._scripts
 
     def specs(self, *, read_only: bool = False) -> list[dict[str, Any]]:
         """The granted tools in the chat-completions ``tools`` format (read every turn: MCP
@@ -276,6 +294,12 @@ class ToolRegistry:
         if gated:
             reason = f"{name} requires approval"
         hook = guard_hooks.before(self.hooks, name, decision.raw, command_class)
+        if self.hooks.scripts and (hook is None or hook.decision != "deny"):
+            scripted = self.scripts().before(name, decision.raw)
+            if scripted is not None and (
+                hook is None or _STRICTNESS[scripted.decision] > _STRICTNESS[hook.decision]
+            ):
+                hook = scripted
         action: Action = "approve" if gated else decision.action
         rule = None
         if hook is not None:
@@ -386,12 +410,15 @@ class ToolRegistry:
     async def execute(self, decision: Decision) -> ToolOutcome:
         """Run an accepted call, then its after_tool_call hooks on the output."""
         outcome = await self._execute(decision)
-        if not self.hooks.after_tool_call:
+        if not self.hooks.after_tool_call and not self.hooks.scripts:
             return outcome
         command_class = decision.guard.command_class if decision.guard else None
         output, hook = guard_hooks.after(
             self.hooks, decision.tool, decision.raw, command_class, outcome.output
         )
+        if self.hooks.scripts and (hook is None or hook.decision != "deny"):
+            output, scripted = self.scripts().after(decision.tool, decision.raw, output)
+            hook = scripted or hook
         if hook is None:
             return outcome
         note = GuardNote(decision=hook.decision, rule=hook.rule, reason=hook.reason)
