@@ -9,10 +9,13 @@ import time
 from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
 from nexus_events.events.specs import Hooks, Permissions, SandboxTool, ToolGrant
 
+from nexus_runner import safety
 from nexus_runner.git import Author, Git
+from nexus_runner.sandbox import HostEnv, RunSandbox
 from nexus_runner.tools import ToolContext, ToolRegistry
 from nexus_runner.workspace import Workspace
 
@@ -236,3 +239,36 @@ async def test_hooks_in_javascript_judge_calls_and_outputs_and_fail_closed(
     sneaky = reg.decide("list_files", "{}")
     assert sneaky.action == "refuse"
     assert "missing capability workspace:read:a.txt" in sneaky.reason
+
+
+async def test_the_runner_makes_http_requests_for_allowed_hosts_only(tmp_path: Path) -> None:
+    seen: list[str] = []
+
+    def answer(request: httpx.Request) -> httpx.Response:
+        seen.append(str(request.url))
+        return httpx.Response(200, text="pong")
+
+    source = """async function run(args) {
+      const r = await nexus.http.fetch(args.url, {method: "POST", body: "ping"});
+      nexus.events.emit("ping.done", {status: r.status});
+      return r.body;
+    }"""
+    secrets = safety.SecretRegistry()
+    secrets.add_text("API_KEY=sk-live-0123456789abcdef")
+    env = HostEnv(
+        Workspace(tmp_path),
+        secrets,
+        asyncio.get_running_loop(),
+        http_transport=httpx.MockTransport(answer),
+    )
+    caps = ["http:api.example.com", "events:emit:ping.*"]
+    box = RunSandbox([tool("ping", source, caps)], env)
+    ok = await box.call("ping", {"url": "https://api.example.com/v1"})
+    assert (ok.status, ok.output) == ("success", "pong")
+    assert [(e.name, e.payload) for e in env.emitted] == [("ping.done", {"status": 200})]
+    refused = await box.call("ping", {"url": "https://evil.example.com/x"})
+    assert refused.status == "error"
+    assert "missing capability http:evil.example.com" in refused.output
+    leaking = await box.call("ping", {"url": "https://api.example.com/?k=sk-live-0123456789abcdef"})
+    assert "a value this run keeps secret would leave" in leaking.output
+    assert seen == ["https://api.example.com/v1"]
