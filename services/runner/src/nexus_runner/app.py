@@ -22,6 +22,7 @@ import asyncio
 import contextlib
 import logging
 import socket
+from collections.abc import Callable, Coroutine
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -236,6 +237,7 @@ def _tool_context(  # noqa: PLR0917
     ws: Workspace,
     git: Git,
     secrets: SecretRegistry,
+    approve: Callable[[str, str], Coroutine[Any, Any, bool]] | None = None,
 ) -> ToolContext:
     """What the run's tools act on, in the cloned workspace."""
     return ToolContext(
@@ -257,6 +259,7 @@ def _tool_context(  # noqa: PLR0917
             agent_id=config.agent_id,
             task_id=config.task_id,
         ),
+        approve=approve,
     )
 
 
@@ -281,6 +284,22 @@ def _llm_client(config: RunConfig, settings: RunnerSettings, client: AsyncOpenAI
         ),
         stream=settings.stream,
     )
+
+
+def _sandbox_approval(
+    loop_ref: list[AgentLoop | None],
+) -> Callable[[str, str], Coroutine[Any, Any, bool]]:
+    """A sandboxed tool's `nexus.approve(reason)`: the run's own approval request, asked by
+    the loop running the tool (it exists before any tool runs)."""
+
+    async def approve(tool: str, reason: str) -> bool:
+        loop = loop_ref[0]
+        if loop is None:
+            return False
+        asked = await loop._ask(tool, f"{tool} (sandboxed tool) asks: {reason}", reason)
+        return asked[1] == "approved"
+
+    return approve
 
 
 async def _execute_run(
@@ -320,14 +339,28 @@ async def _execute_run(
         # Before the clone: an output_schema that is not a JSON Schema fails the run at once.
         typed = TypedOutput.of(config.output_schema, settings.output_retries)
         base_sha, base_branch = await prepare_workspace(config, settings, git, branch)
-        ctx = _tool_context(config, settings, bus, control, Workspace(root), git, pub.secrets)
+        ctx = _tool_context(
+            config,
+            settings,
+            bus,
+            control,
+            Workspace(root),
+            git,
+            pub.secrets,
+            approve=_sandbox_approval(loop_ref),
+        )
         # MCP servers live as long as the loop: closing kills their process groups, also
         # when the run is cancelled.
         async with McpTools.started(
             list(config.mcp_servers), settings, ctx.workspace.root, pub.log
         ) as mcp:
             tools = ContainedRegistry(
-                list(config.tools), config.permissions, ctx, mcp, config.hooks
+                list(config.tools),
+                config.permissions,
+                ctx,
+                mcp,
+                config.hooks,
+                sandbox_tools=list(config.sandbox_tools),
             )
             llm = _llm_client(config, settings, client)
             note = " ".join([f"You work in a git checkout on branch {branch}.", *mcp.notes])
