@@ -11,6 +11,14 @@ Events go out pipelined (`RunPublisher`); every one is stored before the finishi
 effects (commit, push, pull request) and before the terminal event, which comes last. A run
 some of whose events cannot be stored ends ``failed`` (``runner_error``).
 
+Attempt 2 and later of a run whose runner died go on from where it was (docs/resume.md):
+`nexus_runner.resume` reads the run's history and folds its transcript before anything else,
+the workspace is restored from the last checkpoint after the clone, ``resumed`` is stored,
+and the loop goes on with the same messages; budgets and the wall clock count from the run's
+first start. What cannot be restored exactly ends the run ``failed`` (``resume_failed``)
+before any model call. A runner that sees a newer attempt start (``resuming``) stops like one
+whose run was ended elsewhere.
+
 The run is one span tree (`nexus_runner.tracing`): its root ``nexus run <run_id>`` continues
 the trace the caller passes (the scheduler's, via ``TRACEPARENT``), and every event the run
 publishes, heartbeats included, is inside it.

@@ -30,6 +30,7 @@ from nexus_runner.llm import Completion, LlmClient, ToolCallRequest
 from nexus_runner.output import TypedOutput
 from nexus_runner.plan import (
     EXIT_PLAN_MODE,
+    READ_TOOLS,
     ExitPlanModeArgs,
     PlanMode,
     PlanVerdict,
@@ -64,6 +65,15 @@ from nexus_runner.tracing import (
 from nexus_runner.transcript import TranscriptWriter
 
 NUDGE = "Continue with the task using the tools, or call `finish` with a summary when done."
+
+
+# Built-ins that never change the workspace: no checkpoint check after them (it costs two git
+# processes). Every other call is checked, since a command or MCP tool may write.
+UNWRITING_TOOLS = READ_TOOLS | {"finish", EXIT_PLAN_MODE}
+
+
+def _answerless(message: dict[str, Any]) -> bool:
+    return message.get("role") == "assistant" and not message.get("tool_calls")
 
 
 def _tool_message(call_id: str, content: str) -> dict[str, Any]:
@@ -144,6 +154,9 @@ class AgentLoop:
 
     async def run(self) -> FinishArgs:
         await self._record_restored()
+        if self.messages and _answerless(self.messages[-1]):
+            # The dead attempt got a reply without calls and was lost before nudging.
+            await self.add({"role": "user", "content": NUDGE})
         if self.pending and (finished := await self._resume_calls()) is not None:
             return finished
         while True:
@@ -343,7 +356,11 @@ class AgentLoop:
             outcome = await self.tools.execute(decision)
         if label is None:
             label = TOOL_OK if outcome.ok else TOOL_ERROR
-        if self.checkpointer is not None and decision.action not in ("refuse", "invalid"):
+        if (
+            self.checkpointer is not None
+            and decision.action not in ("refuse", "invalid")
+            and decision.tool not in UNWRITING_TOOLS
+        ):
             # Before the tool message: the transcript never runs ahead of the workspace a
             # resume restores.
             await self.checkpointer.after_call(turn)

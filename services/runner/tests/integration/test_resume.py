@@ -13,6 +13,7 @@ import nats.js.errors
 import pytest
 from nexus_events import subjects
 from nexus_events.bus import Bus
+from nexus_events.events.inbox import InboxMessage
 from nexus_events.events.runs import (
     Reason,
     RunCheckpointed,
@@ -59,6 +60,10 @@ async def kill(run: asyncio.Task[TerminalEvent], handle: RunHandle) -> None:
     await asyncio.gather(handle.task, return_exceptions=True)
 
 
+async def say(bus: Bus, run_id: str, text: str) -> None:
+    await bus.publish(subjects.inbox(run_id), InboxMessage(text=text, sender="ann"))
+
+
 async def wait_until(check: Any, timeout: float = 15) -> None:
     deadline = time.monotonic() + timeout
     while not check():
@@ -98,10 +103,13 @@ async def test_checkpoint_restores_files_deletions_and_the_agents_commits(
     (work / "b.txt").unlink()
     (work / ".env").write_text("TOKEN=secret\n")  # ignored: never in a checkpoint
     first = await ck.after_call(2)
-    assert first is not None and first.files == 3 and first.object == f"{run_id}/1-1"
+    assert first is not None
+    assert first.files == 3
+    assert first.object == f"{run_id}/1-1"
     (work / "c.txt").write_text("newer\n")
     second = await ck.after_call(3)
-    assert second is not None and second.object == f"{run_id}/1-2"
+    assert second is not None
+    assert second.object == f"{run_id}/1-2"
     bucket = await checkpoint_bucket(runner_bus.js, StreamSettings())
     with pytest.raises(nats.js.errors.ObjectNotFoundError):  # the older object went
         await bucket.get(first.object)
@@ -110,7 +118,9 @@ async def test_checkpoint_restores_files_deletions_and_the_agents_commits(
     clone = tmp_path / "clone"
     git(tmp_path, "clone", "-q", str(work / ".git"), str(clone))
     git(clone, "reset", "-q", "--hard", base)
-    restorer = Checkpointer(Git(clone, author), runner_bus.js, RunPublisher(runner_bus, run_id, 2), base_sha=base)
+    restorer = Checkpointer(
+        Git(clone, author), runner_bus.js, RunPublisher(runner_bus, run_id, 2), base_sha=base
+    )
     await restorer.restore(second)
     assert git(clone, "rev-parse", "HEAD").strip() == agent_commit
     assert (clone / "a.txt").read_text() == "a2\n"
@@ -163,7 +173,8 @@ async def test_a_missing_checkpoint_fails_the_attempt(
         await bus.publish(subjects.run_event(config.run_id, "checkpointed"), gone)
         terminal = await execute_run(config, settings, runner_bus)
         assert llm.requests == []
-    assert isinstance(terminal, RunFailed) and terminal.reason == Reason.RESUME_FAILED
+    assert isinstance(terminal, RunFailed)
+    assert terminal.reason == Reason.RESUME_FAILED
     assert "cannot be read" in terminal.message
 
 
@@ -180,7 +191,8 @@ async def test_a_newer_attempt_stops_the_old_runner_without_an_ending(
         resuming = RunResuming(attempt=2, reason="heartbeat_missing")
         await bus.publish(subjects.run_event(config.run_id, "resuming"), resuming)
         terminal = await asyncio.wait_for(run, 10)
-    assert isinstance(terminal, RunFailed) and "superseded by attempt 2" in terminal.message
+    assert isinstance(terminal, RunFailed)
+    assert "superseded by attempt 2" in terminal.message
     names = [type(e).event_name for e in await run_events(bus, config.run_id)]
     assert not {"completed", "failed", "cancelled"} & set(names)
 
@@ -194,14 +206,22 @@ async def test_a_run_killed_twice_goes_on_from_its_transcript_and_checkpoint(
     write_a = ToolCall("write_file", {"path": "a.txt", "content": "from turn 1\n"}, id="w1")
     shell = ToolCall("run_shell", {"command": "echo x >> count.txt && sleep 30"}, id="s2")
     write_b = ToolCall("write_file", {"path": "b.txt", "content": "from turn 2\n"}, id="w2")
-    first_script = [Reply(tool_calls=(write_a,)), Reply(text="next", tool_calls=(shell, write_b))]
+    first_script = [
+        Reply(tool_calls=(write_a,), hang=True),
+        Reply(text="next", tool_calls=(shell, write_b)),
+    ]
     async with FakeOpenAI(first_script) as llm1:
         config = make_config(llm1.base_url, repo={"url": str(remote)})
         s1 = fresh(settings, tmp_path, "a1")
         handle1 = RunHandle()
         run1 = asyncio.create_task(execute_run(config, s1, runner_bus, handle=handle1))
+        await asyncio.wait_for(llm1.hanging.wait(), 15)
+        await say(bus, config.run_id, "m1: given to attempt 1")
+        await wait_until(lambda: handle1.control is not None and handle1.control.received)
+        llm1.release.set()
         await wait_until((s1.workspace_root / config.run_id / "count.txt").exists)
         await kill(run1, handle1)  # while the shell command runs
+    await say(bus, config.run_id, "m2: sent while no runner ran")
     # Attempt 2: the shell call is not run again, the write after it is; killed mid-call.
     async with FakeOpenAI([Reply(text="thinking", hang=True)]) as llm2:
         s2 = fresh(settings, tmp_path, "a2")
@@ -219,12 +239,16 @@ async def test_a_run_killed_twice_goes_on_from_its_transcript_and_checkpoint(
 
     # The model is sent exactly what the killed attempt had sent (byte for byte).
     assert json.dumps(llm3.requests[0]) == json.dumps(llm2.requests[0])
+    texts = [str(m["content"]) for m in llm2.requests[0]["messages"]]
+    assert [t for t in texts if "] m1:" in t] == ["[message from ann] m1: given to attempt 1"]
+    assert texts[-1] == "[message from ann] m2: sent while no runner ran"
     sent = llm2.requests[0]["messages"]
     before = llm1.requests[1]["messages"]
     assert sent[: len(before)] == before
     assert sent[len(before)]["tool_calls"][0]["id"] == "s2"
-    interrupted, rewritten = sent[len(before) + 1 :]
-    assert interrupted["tool_call_id"] == "s2" and "effect is unknown" in interrupted["content"]
+    interrupted, rewritten, _ = sent[len(before) + 1 :]
+    assert interrupted["tool_call_id"] == "s2"
+    assert "effect is unknown" in interrupted["content"]
     assert rewritten["tool_call_id"] == "w2"
     assert {k: v for k, v in llm2.requests[0].items() if k != "messages"} == {
         k: v for k, v in llm1.requests[1].items() if k != "messages"
@@ -242,8 +266,35 @@ async def test_a_run_killed_twice_goes_on_from_its_transcript_and_checkpoint(
         (2, ["s2"], ["w2"]),
         (3, [], []),
     ]
-    assert resumed[0].turns == 2 and resumed[0].checkpoint is not None
+    assert resumed[0].turns == 2
+    assert resumed[0].checkpoint is not None
     assert resumed[0].latency_ms is not None
     assert resumed[1].entries > resumed[0].entries
     assert terminal.tokens_in == 30  # budgets count across attempts: 3 completed calls
     assert len(await read_entries(runner_bus, config.run_id)) > resumed[1].entries
+
+
+async def test_a_reply_without_calls_is_nudged_as_the_dead_attempt_would_have(
+    bus: Bus, runner_bus: Bus, settings: RunnerSettings
+) -> None:
+    async with FakeOpenAI([Reply(tool_calls=(ToolCall("finish", {"summary": "ok"}),))]) as llm:
+        config = make_config(llm.base_url, attempt=2)
+        said = [
+            {"role": "system", "content": "s"},
+            {"role": "user", "content": "task"},
+            {"role": "assistant", "content": "thinking aloud"},
+        ]
+        for i, message in enumerate(said):
+            entry = TranscriptEntry(attempt=1, index=i, op="message", message=message)
+            await bus.publish(subjects.run_transcript(config.run_id), entry)
+        turn = RunTurn(turn=1, model="m", tokens_in=7, tokens_out=1, cost_usd=0, duration_ms=1)
+        await bus.publish(subjects.run_event(config.run_id, "turn"), turn)
+        terminal = await execute_run(
+            config, settings.model_copy(update={"acceptance_command": "true"}), runner_bus
+        )
+        assert isinstance(terminal, RunCompleted), terminal
+        sent = llm.requests[0]["messages"]
+    assert sent[:3] == said
+    assert sent[3]["role"] == "user"
+    assert sent[3]["content"].startswith("Continue with the task")
+    assert terminal.tokens_in == 17  # the dead attempt's turn counts

@@ -88,7 +88,10 @@ def test_condensations_are_folded_and_must_fit() -> None:
     ]  # fmt: skip
     assert texts(fold(entries, {}).messages) == ["a", "[4 chars elided]", "c", "d"]
     summarise = Condensation(strategy="summarise", start=1, end=9, summary="s")
-    bad = [msg(1, 0, "a"), TranscriptEntry(attempt=1, index=1, op="condense", condensation=summarise)]
+    bad = [
+        msg(1, 0, "a"),
+        TranscriptEntry(attempt=1, index=1, op="condense", condensation=summarise),
+    ]
     with pytest.raises(ResumeFailedError, match="entry 1"):
         fold(bad, {})
 
@@ -111,10 +114,14 @@ def result(call_id: str, tool: str) -> ToolResult:
 def test_pending_calls_rerun_only_what_is_idempotent() -> None:
     messages = [
         {"role": "user", "content": "task"},
-        assistant(("c1", "read_file"), ("c2", "write_file"), ("c3", "run_shell"), ("c4", "git_diff")),
+        assistant(
+            ("c1", "read_file"), ("c2", "write_file"), ("c3", "run_shell"), ("c4", "git_diff")
+        ),
         {"role": "tool", "tool_call_id": "c1", "content": "x"},
     ]
-    pending = pending_calls(messages, IDEMPOTENT_TOOLS.__contains__, {"c3": result("c3", "run_shell")})
+    pending = pending_calls(
+        messages, IDEMPOTENT_TOOLS.__contains__, {"c3": result("c3", "run_shell")}
+    )
     assert [(p.call.id, p.rerun) for p in pending] == [("c2", True), ("c3", False), ("c4", True)]
     assert pending[1].result is not None
     assert pending_calls(messages[:1], IDEMPOTENT_TOOLS.__contains__, {}) == []
@@ -130,7 +137,8 @@ def test_interrupted_note_says_the_effect_is_unknown_or_what_was_recorded() -> N
     assert "effect is unknown" in interrupted_note(call)
     assert "restored to the last checkpoint" in interrupted_note(call)
     done = PendingCall(call.call, rerun=False, result=result("c3", "run_shell"))
-    assert 'succeeded' in interrupted_note(done) and '"out"' in interrupted_note(done)
+    assert "succeeded" in interrupted_note(done)
+    assert '"out"' in interrupted_note(done)
 
 
 def env(source: str = "runner", ns: int = 1) -> Envelope:
@@ -143,7 +151,9 @@ def test_history_sums_usage_finds_the_plan_approval_and_the_open_calls() -> None
     history.add(turn, env(ns=5))
     history.add(turn.model_copy(update={"turn": 2}), env(ns=6))
     expires = datetime.now(UTC)
-    ask = ApprovalRequested(approval_id="a1", tool="exit_plan_mode", summary="p", why="w", expires_at=expires)
+    ask = ApprovalRequested(
+        approval_id="a1", tool="exit_plan_mode", summary="p", why="w", expires_at=expires
+    )
     history.add(ask, env(ns=7))
     history.add(ApprovalDecided(approval_id="a1", decision="approved"), env(ns=8))
     history.add(ToolCalled(turn=2, call_id="c1", tool="run_shell", arguments={}), env(ns=9))
