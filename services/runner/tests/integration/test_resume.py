@@ -22,6 +22,7 @@ from nexus_events.events.runs import (
     RunFailed,
     RunResumed,
     RunResuming,
+    RunStarted,
     RunTurn,
     TerminalEvent,
     ToolCalled,
@@ -298,3 +299,17 @@ async def test_a_reply_without_calls_is_nudged_as_the_dead_attempt_would_have(
     assert sent[3]["role"] == "user"
     assert sent[3]["content"].startswith("Continue with the task")
     assert terminal.tokens_in == 17  # the dead attempt's turn counts
+
+
+async def test_the_wall_clock_counts_from_the_runs_first_start(
+    bus: Bus, runner_bus: Bus, settings: RunnerSettings
+) -> None:
+    async with FakeOpenAI([Reply(text="never")]) as llm:
+        config = make_config(llm.base_url, attempt=2, budgets={"max_wall_seconds": 1})
+        started = RunStarted(runner="dead-host", runner_version="0")
+        await bus.publish(subjects.run_event(config.run_id, "started"), started)
+        await asyncio.sleep(1.1)  # attempt 1's second, spent
+        terminal = await execute_run(config, settings, runner_bus)
+        assert llm.requests == []
+    assert isinstance(terminal, RunFailed)
+    assert terminal.reason == Reason.BUDGET_EXCEEDED
