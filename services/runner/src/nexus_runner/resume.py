@@ -106,6 +106,8 @@ class PendingCall:
     call: ToolCallRequest
     rerun: bool
     result: ToolResult | None = None  # its outcome in the events, when only that survived
+    # Calls run one after another: only the first unanswered one can have been running.
+    maybe_started: bool = True
 
 
 def pending_calls(
@@ -130,7 +132,9 @@ def pending_calls(
         )
         if call.id in answered:
             continue
-        out.append(PendingCall(call, idempotent(call.name), results.get(call.id)))
+        result = results.get(call.id)
+        started = not out or result is not None
+        out.append(PendingCall(call, idempotent(call.name), result, started))
     return out
 
 
@@ -140,6 +144,12 @@ def _role(message: dict[str, Any]) -> str:
 
 def interrupted_note(pending: PendingCall) -> str:
     """The tool message for a call not run again."""
+    if not pending.maybe_started:
+        return (
+            f"not run: the runner was lost before this `{pending.call.name}` call started, so"
+            " it had no effect. The workspace was restored to the last checkpoint; check the"
+            " current state, then run it again if it is still needed."
+        )
     if pending.result is not None:
         state = "succeeded" if pending.result.ok else "failed"
         recorded = json.dumps(pending.result.output)

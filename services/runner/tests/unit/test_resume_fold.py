@@ -124,6 +124,11 @@ def test_pending_calls_rerun_only_what_is_idempotent() -> None:
     )
     assert [(p.call.id, p.rerun) for p in pending] == [("c2", True), ("c3", False), ("c4", True)]
     assert pending[1].result is not None
+    # c2 may have been running; c3 has an outcome recorded; c4 never started
+    assert [p.maybe_started for p in pending] == [True, True, False]
+    assert "succeeded" in interrupted_note(pending[1])
+    later = PendingCall(pending[2].call, rerun=False, maybe_started=False)
+    assert "had no effect" in interrupted_note(later)
     assert pending_calls(messages[:1], IDEMPOTENT_TOOLS.__contains__, {}) == []
 
 
