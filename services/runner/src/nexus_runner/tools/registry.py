@@ -31,6 +31,13 @@ from nexus_runner.tools.builtin import BUILTINS
 from nexus_runner.tools.mcp import McpTools
 from nexus_runner.workspace import Workspace
 
+# Built-ins a resumed attempt may run again when the dead one left them unanswered (docs/
+# resume.md): reads; write_file and edit_file, since the workspace was restored to the last
+# checkpoint (before them) and the same arguments give the same files; finish, which only
+# records the run's result. Not run_shell, run_tests, git_commit, delegate, remember: their
+# effect (outside the workspace, or not in a checkpoint) may already have happened.
+IDEMPOTENT_TOOLS = READ_TOOLS | {"write_file", "edit_file", "finish"}
+
 if TYPE_CHECKING:
     from nexus_runner.tools.memory import RunMemory
 
@@ -215,6 +222,14 @@ class ToolRegistry:
         if name in self.sandboxed:
             return self.sandboxed[name][0].read_only
         return name in READ_TOOLS and name in self.granted
+
+    def idempotent(self, name: str) -> bool:
+        """Whether a call of `name` cut short by a runner loss may simply run again: a
+        built-in of IDEMPOTENT_TOOLS, or an MCP tool its server annotates read-only."""
+        if name in self.mcp.tools:
+            tool = self.mcp.available(name)
+            return tool is not None and tool.read_only
+        return name in IDEMPOTENT_TOOLS
 
     def _specs_of_builtins(self) -> list[dict[str, Any]]:
         specs = []
