@@ -95,9 +95,11 @@ async def test_a_killed_runner_is_resumed_as_attempt_2_then_lost_past_max_attemp
     assert (resuming.attempt, resuming.reason) == (2, "runtime_gone")
     assert "SIGKILL" in resuming.message
     second = await _dispatched(bus, "r", 2)
-    assert second is not None and second.runtime == "local"
+    assert second is not None
+    assert second.runtime == "local"
     pid2 = int(second.handle)
-    assert pid2 != pid1 and alive(pid2)
+    assert pid2 != pid1
+    assert alive(pid2)
     # the same config, as attempt 2, in the run's own dir
     written = json.loads((runtime.run_dir("r") / "config.json").read_text())
     assert written == {**json.loads(cfg.model_dump_json()), "attempt": 2}

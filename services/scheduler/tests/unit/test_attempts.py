@@ -188,7 +188,8 @@ def test_job_names_of_attempts_are_distinct_labels() -> None:
         assert len(set(names)) == 4
         for name in names:
             assert len(name) <= 63
-            assert name[0].isalnum() and name[-1].isalnum()
+            assert name[0].isalnum()
+            assert name[-1].isalnum()
     assert job_name("r-1", 2).endswith("-a2")
     assert job_name("r-1-a2") != job_name("r-1", 2)
     job = build_job(config("r-1").model_copy(update={"attempt": 2}), K8s())
