@@ -16,6 +16,7 @@ from nexus_events.bus import Bus
 from nexus_events.events import (
     CancelRequested,
     RunDispatched,
+    RunHeartbeat,
     RunLost,
     RunResuming,
     RunStarted,
@@ -156,6 +157,38 @@ async def test_a_restart_between_resuming_and_dispatched_starts_the_attempt_once
     assert len([e for r, e in await run_events(bus, "dispatched") if r == "r"]) == 2
     assert len(await run_events(bus, "resuming")) == 2  # r's and c's, never re-published
     assert service(app2).state.runs["r"].attempt == 2
+
+
+async def test_missing_heartbeats_resume_the_run_and_the_deadline_spans_the_attempts(
+    make_app: AppFactory, bus: Bus, clock: ManualClock
+) -> None:
+    runtime = NoopRuntime()
+    app = await make_app(runtime, heartbeat_timeout_seconds=60)
+    svc = service(app)
+    await publish_prepared(bus, [config("r", max_attempts=2, wall_seconds=300)])
+    await eventually(lambda: _dispatched(bus, "r", 1), what="attempt 1")
+    await publish(bus, "r", RunStarted())
+    await eventually(lambda: _true(svc.state.runs["r"].phase == "running"), what="running")
+    clock.advance(61)
+    await svc.tick()
+    [(_, resuming)] = await run_events(bus, "resuming")
+    assert (resuming.attempt, resuming.reason) == (2, "heartbeat_missing")  # type: ignore[attr-defined]
+    assert runtime.cancelled_attempts == [("r", 1)]  # a hung runner must not go on
+    assert [(c.run_id, c.attempt) for c in runtime.configs] == [("r", 1), ("r", 2)]
+    assert runtime.configs[1] == runtime.configs[0].model_copy(update={"attempt": 2})
+    assert await _dispatched(bus, "r", 2) is not None
+    await publish(bus, "r", RunStarted(runner="attempt-2"))  # same body: deduplicated
+    await eventually(lambda: _true(svc.state.runs["r"].phase == "running"), what="attempt 2")
+    clock.advance(238)  # 299 s after the first dispatch, 238 s into attempt 2
+    await publish(bus, "r", RunHeartbeat(seq=1))
+    await eventually(lambda: _true(svc.state.runs["r"].last_seen == clock.now()), what="beat")
+    await svc.tick()
+    assert await run_events(bus, "timed_out") == []
+    clock.advance(1)
+    await svc.tick()
+    [(_, timed_out)] = await run_events(bus, "timed_out")
+    assert timed_out.limit_seconds == 300  # type: ignore[attr-defined]
+    assert runtime.cancelled_attempts[-1] == ("r", 2)
 
 
 async def _has(bus: Bus, run_id: str, name: str) -> bool:
