@@ -57,6 +57,7 @@ from nexus_scheduler.admission import (
 )
 from nexus_scheduler.clock import Clock, SystemClock
 from nexus_scheduler.liveness import Windows, may_end
+from nexus_scheduler.metrics import SchedulerMetrics
 from nexus_scheduler.runtime.base import AgentRuntime, RuntimeState, RuntimeStatus
 from nexus_scheduler.tracing import AGENT_ID, ATTEMPT, OUTCOME, RUNTIME, RunTraces
 
@@ -115,8 +116,10 @@ class SchedulerService:
         exit_grace: float = 10.0,
         clock: Clock | None = None,
         fence: Callable[[], Awaitable[bool]] | None = None,
+        metrics: SchedulerMetrics | None = None,
     ) -> None:
         self.bus = bus
+        self.metrics = metrics or SchedulerMetrics()
         # Asked before side effects (dispatch, cancel, end): whether this replica still holds
         # the lease. None (tests of the service alone) means always.
         self.fence = fence
@@ -314,8 +317,12 @@ class SchedulerService:
                 ),
             )
         else:
-            self.stats.attempts_exhausted += 1
+            self._exhausted(action.reason)
             await self._end(action.run_id, RunLost(reason=action.reason, message=action.message))
+
+    def _exhausted(self, reason: str) -> None:
+        self.stats.attempts_exhausted += 1
+        self.metrics.exhausted(reason)
 
     async def _check_runtime(
         self, run_id: str, attempt: int, status: RuntimeStatus, now: datetime
@@ -354,7 +361,7 @@ class SchedulerService:
             await self._end(run_id, _cancelled(decision.cancel))
             return
         if isinstance(decision, Lose):
-            self.stats.attempts_exhausted += 1
+            self._exhausted(decision.reason)
             await self._end(run_id, ending_for(status, decision.message))
             return
         await self._end(run_id, ending_for(status))
@@ -393,6 +400,7 @@ class SchedulerService:
             self.state.evolve(run_id, event, self.clock.now())
         self._gone_since.pop(run_id, None)
         self.stats.resumed[resume.reason] = self.stats.resumed.get(resume.reason, 0) + 1
+        self.metrics.resumed(resume.reason, resume.attempt)
         log.warning(
             "run %s: runner lost (%s: %s); starting attempt %d",
             run_id,

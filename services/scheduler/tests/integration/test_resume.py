@@ -23,10 +23,13 @@ from nexus_events.events import (
 )
 from nexus_scheduler.app import SchedulerApp
 from nexus_scheduler.clock import ManualClock
+from nexus_scheduler.metrics import ATTEMPTS_EXHAUSTED, RESUMES, SchedulerMetrics
 from nexus_scheduler.runtime.base import RuntimeState
 from nexus_scheduler.runtime.local import LocalProcessRuntime
 from nexus_scheduler.runtime.sessions import proc_stat
 from nexus_scheduler.service import SchedulerService
+from opentelemetry.sdk.metrics import MeterProvider
+from opentelemetry.sdk.metrics.export import InMemoryMetricReader
 
 from tests.support.noop_runtime import NoopRuntime
 
@@ -82,6 +85,8 @@ async def test_a_killed_runner_is_resumed_as_attempt_2_then_lost_past_max_attemp
     )
     app = await make_app(runtime, exit_grace_seconds=5, max_concurrent_runs=1)
     svc = service(app)
+    reader = InMemoryMetricReader()
+    svc.metrics = SchedulerMetrics(MeterProvider(metric_readers=[reader]))
     cfg = config("r", max_attempts=2)
     await publish_prepared(bus, [cfg, config("next")])
     first = await eventually(lambda: _dispatched(bus, "r", 1), what="attempt 1")
@@ -122,6 +127,10 @@ async def test_a_killed_runner_is_resumed_as_attempt_2_then_lost_past_max_attemp
     assert "SIGKILL" in lost.message
     assert len(await run_events(bus, "resuming")) == 1
     assert svc.stats.attempts_exhausted == 1
+    assert counters(reader) == {
+        RESUMES: [({"reason": "runtime_gone", "attempt": 2}, 1)],
+        ATTEMPTS_EXHAUSTED: [({"reason": "runtime_gone"}, 1)],
+    }
     await eventually(lambda: _dispatched(bus, "next", 1), what="the slot freed at last")
 
 
@@ -189,6 +198,17 @@ async def test_missing_heartbeats_resume_the_run_and_the_deadline_spans_the_atte
     [(_, timed_out)] = await run_events(bus, "timed_out")
     assert timed_out.limit_seconds == 300  # type: ignore[attr-defined]
     assert runtime.cancelled_attempts[-1] == ("r", 2)
+
+
+def counters(reader: InMemoryMetricReader) -> dict[str, list[tuple[dict[str, object], int]]]:
+    data = reader.get_metrics_data()
+    assert data is not None
+    return {
+        m.name: [(dict(p.attributes or {}), p.value) for p in m.data.data_points]  # type: ignore[attr-defined]
+        for rm in data.resource_metrics
+        for sm in rm.scope_metrics
+        for m in sm.metrics
+    }
 
 
 async def _has(bus: Bus, run_id: str, name: str) -> bool:
