@@ -1,6 +1,8 @@
 """The Job of a run, pure: its name, manifest and config Secret, and what its status means.
 
-The Job is named from the run id (the idempotency key of a start). Pods run non-root with a
+The Job is named from the run id and the attempt (the idempotency key of a start): attempt 1
+keeps the name runs always had, a resumed attempt n gets a name of its own (`job_name`), its
+own config Secret, and an attempt label. Pods run non-root with a
 read-only root filesystem, a writable workspace volume, no privilege escalation, no
 capabilities and no service-account token; the RunConfig travels in a Secret owned by the
 Job. `job_status` maps a Job and its pods to a `RuntimeStatus`, naming the Kubernetes reason
@@ -30,6 +32,7 @@ MANAGER = "nexus-scheduler"
 RUN_LABEL = "nexus.dev/run-id"
 AGENT_LABEL = "nexus.dev/agent-id"
 TASK_LABEL = "nexus.dev/task-id"
+ATTEMPT_LABEL = "nexus.dev/attempt"
 CONFIG_KEY = "config.json"
 CONFIG_MOUNT = "/etc/nexus"
 WORKSPACE_MOUNT = "/workspace"
@@ -68,14 +71,23 @@ class KubernetesSettings:
         )
 
 
-def job_name(run_id: str) -> str:
-    """A DNS-1123 label from the run id; a hash keeps distinct run ids distinct."""
+def job_name(run_id: str, attempt: int = 1) -> str:
+    """A DNS-1123 label from the run id and attempt; a hash keeps distinct ones distinct.
+
+    Attempt n > 1 is attempt 1's name (cut to fit 63 characters) with ``-<hash>-a<n>``: the
+    hash of the run id and attempt keeps it apart from the name of another run id that ends
+    in ``-a<n>`` itself.
+    """
     base = re.sub(r"[^a-z0-9-]", "-", run_id.lower()).strip("-")
     name = f"nexus-run-{base}"
     if base != run_id or len(name) > 63:
         digest = hashlib.sha256(run_id.encode()).hexdigest()[:8]
         name = f"{name[:54].rstrip('-')}-{digest}"
-    return name
+    if attempt == 1:
+        return name
+    digest = hashlib.sha256(f"{run_id}\0{attempt}".encode()).hexdigest()[:8]
+    suffix = f"-{digest}-a{attempt}"
+    return f"{name[: 63 - len(suffix)].rstrip('-')}{suffix}"
 
 
 def _label_value(value: str) -> str:
@@ -92,11 +104,12 @@ def build_job(
     `trace_env` (``TRACEPARENT``/``TRACESTATE``) goes into the pod's environment: the runner
     continues the scheduler's trace of the run.
     """
-    name = job_name(config_.run_id)
+    name = job_name(config_.run_id, config_.attempt)
     labels = {
         MANAGED_BY: MANAGER,
         RUN_LABEL: _label_value(config_.run_id),
         AGENT_LABEL: _label_value(config_.agent_id),
+        ATTEMPT_LABEL: str(config_.attempt),
     }
     if config_.task_id:
         labels[TASK_LABEL] = _label_value(config_.task_id)
