@@ -58,6 +58,7 @@ from opentelemetry import context as otel_context
 from nexus_runner.checkpoint import Checkpointer
 from nexus_runner.config import RunnerSettings
 from nexus_runner.containment import track_runner, track_workspace
+from nexus_runner.context import RunContext
 from nexus_runner.control import RunControl, resume_points, start_points
 from nexus_runner.delegation import Delegation
 from nexus_runner.errors import RunnerError, RunStopped, ToolError
@@ -398,6 +399,7 @@ async def _execute_run(  # noqa: PLR0915 - one run's lifecycle, read top to bott
             loop = await _make_loop(
                 config, settings, (llm, tools, control, pub, typed, checkpointer), resumption, note
             )
+            loop.context = RunContext.of(config.model, settings, client, llm.retry)
             loop_ref[0] = loop
             try:
                 finished = await loop.run()

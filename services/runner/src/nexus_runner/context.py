@@ -23,6 +23,7 @@ plan."""
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 import math
 from collections.abc import Awaitable, Callable
@@ -37,7 +38,7 @@ from nexus_runner.config import RunnerSettings
 from nexus_runner.context_defaults import default_window
 from nexus_runner.errors import LlmUnavailable, RunStopped
 from nexus_runner.llm import LlmClient, RetryPolicy
-from nexus_runner.tokens import TokenCounter, counter_for
+from nexus_runner.tokens import ESTIMATE_FACTOR, TokenCounter, counter_for
 
 log = logging.getLogger(__name__)
 
@@ -47,6 +48,7 @@ __all__ = [
     "Condenser",
     "ContextOverflow",
     "Planned",
+    "RunContext",
     "Summariser",
     "TokenCounter",
     "condenser_for",
@@ -385,3 +387,45 @@ async def condenser_for(
         summarise=summarise,
         target=int(budget * settings.context_target),
     )
+
+
+def upper_bound(messages: list[dict[str, Any]], tools: list[dict[str, Any]]) -> int:
+    """Tokens the messages and tools cannot exceed by any counter here: a byte-level BPE token
+    is at least one byte, the JSON around each message is longer than its token overhead, and
+    the estimate scales a real count by `ESTIMATE_FACTOR`."""
+    size = len(json.dumps(messages, ensure_ascii=False).encode())
+    size += len(json.dumps(tools, ensure_ascii=False).encode())
+    return math.ceil(size * ESTIMATE_FACTOR)
+
+
+class RunContext:
+    """A run's context budget, with the condenser made only once a conversation could pass it:
+    most runs never come near, and loading a tokenizer costs 0.3-1 s of CPU per runner."""
+
+    def __init__(self, budget: int, make: Callable[[], Awaitable[Condenser]]) -> None:
+        self.budget = budget
+        self._make = make
+        self.condenser: Condenser | None = None
+
+    @classmethod
+    def of(
+        cls, model: ModelSpec, settings: RunnerSettings, client: AsyncOpenAI, retry: RetryPolicy
+    ) -> RunContext:
+        return cls(
+            context_budget(model, settings),
+            lambda: condenser_for(model, settings, client, retry),
+        )
+
+    @property
+    def counter_name(self) -> str:
+        return self.condenser.counter.name if self.condenser is not None else "bytes"
+
+    async def fit(
+        self, messages: list[dict[str, Any]], tools: list[dict[str, Any]]
+    ) -> list[Planned]:
+        """`Condenser.fit`, or `[]` at once while the messages are surely under the budget."""
+        if self.condenser is None:
+            if upper_bound(messages, tools) <= self.budget:
+                return []
+            self.condenser = await self._make()
+        return await self.condenser.fit(messages, tools)

@@ -13,6 +13,7 @@ from nexus_events.events.runs import (
     ApprovalDecided,
     ApprovalRequested,
     Reason,
+    RunCondensed,
     RunConfig,
     RunTurn,
     ToolCalled,
@@ -24,6 +25,7 @@ from opentelemetry import trace
 from nexus_runner.budget import StuckDetector, Usage, exceeded, turn_cost
 from nexus_runner.checkpoint import Checkpointer
 from nexus_runner.config import RunnerSettings
+from nexus_runner.context import RunContext
 from nexus_runner.control import RunControl
 from nexus_runner.errors import LlmUnavailable, RunStopped
 from nexus_runner.llm import Completion, LlmClient, ToolCallRequest
@@ -98,6 +100,7 @@ class AgentLoop:
         transcript: TranscriptWriter | None = None,
         checkpointer: Checkpointer | None = None,
         recorded: int = 0,
+        context: RunContext | None = None,
     ) -> None:
         self.config = config
         self.settings = settings
@@ -124,6 +127,8 @@ class AgentLoop:
         # A resumed attempt: the calls its predecessor left unanswered (nexus_runner.resume).
         self.pending: list[PendingCall] = []
         self.transcript_wait = 0.0  # seconds spent waiting for transcript acks before calls
+        # The context budget (nexus_runner.context): condensed before a call that would pass it.
+        self.context = context
 
     async def add(self, message: dict[str, Any], inbox_seq: int | None = None) -> None:
         """Add a message to the conversation and to the transcript (written ahead)."""
@@ -232,6 +237,7 @@ class AgentLoop:
             try:
                 # Re-read each turn: MCP tools of a server that kept crashing are withdrawn.
                 self._tool_specs = self._offered()
+                await self._fit_context(turn)
                 if self.transcript is not None:
                     # Write-ahead: what this call sends is stored before it is sent.
                     waited = time.monotonic()
@@ -273,6 +279,35 @@ class AgentLoop:
                 )
             )
         return completion
+
+    async def _fit_context(self, turn: int) -> None:
+        """Condense the conversation when this call would pass the context budget: each
+        condensation is applied, written to the transcript and recorded as a `condensed` event
+        (a summary's own model call counts in the budgets and the cost)."""
+        if self.context is None:
+            return
+        for plan in await self.context.fit(self.messages, self._tool_specs):
+            # In place: the caller holds this list.
+            self.messages[:] = plan.condensation.apply(self.messages)
+            if self.transcript is not None:
+                await self.transcript.condense(plan.condensation)
+            self._recorded = len(self.messages)
+            cost = turn_cost(
+                self.settings.prices, self.llm.model, plan.llm_tokens_in, plan.llm_tokens_out
+            )
+            self.usage.tokens_in += plan.llm_tokens_in
+            self.usage.tokens_out += plan.llm_tokens_out
+            self.usage.cost_usd += cost
+            await self.pub.event(
+                RunCondensed(
+                    turn=turn,
+                    tokens_before=plan.tokens_before,
+                    tokens_after=plan.tokens_after,
+                    budget=self.context.budget,
+                    counter=self.context.counter_name,
+                    condensation=plan.condensation,
+                )
+            )
 
     @staticmethod
     def _tokens(completion: Completion) -> tuple[int, int]:
