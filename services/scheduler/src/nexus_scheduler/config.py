@@ -122,6 +122,11 @@ class SchedulerSettings(NexusSettings):
         default_factory=lambda: ["python", "-m", "nexus_runner"],
         description="Runner command; `--config FILE` is appended.",
     )
+    confinement: Literal["auto", "on", "off"] = Field(
+        "auto",
+        description="Local runners under bubblewrap (runtime/confinement.py): auto = when bwrap"
+        " works here, on = refuse to start unconfined, off = never (logged as a warning).",
+    )
     local_kill_grace_seconds: float = Field(10.0, ge=0, description="SIGTERM -> SIGKILL.")
     local_pass_env: list[str] = Field(
         default_factory=list,
