@@ -1,8 +1,10 @@
-"""Run inside a sandbox by the confinement tests: tries what it is told, prints a JSON report.
+"""Run inside a sandbox by the confinement tests: tries what it is told, reports in JSON.
 
 Arguments: ``read=PATH`` (read a file), ``write=PATH`` (create one), ``connect=HOST:PORT``
 (the first bytes the server sends after an HTTP request line: NATS greets with INFO, HTTP
-answers with a status line). The report also lists the environment.
+answers with a status line). ``out=PATH``
+writes the report there instead of stdout. The report also lists the environment's names
+and HOME.
 """
 
 import json
@@ -17,6 +19,8 @@ for arg in sys.argv[1:]:
         if kind == "read":
             with open(target) as fh:
                 report[arg] = "ok:" + fh.read(50)
+        elif kind == "out":
+            continue
         elif kind == "write":
             with open(target, "w") as fh:
                 fh.write("x")
@@ -28,5 +32,11 @@ for arg in sys.argv[1:]:
                 report[arg] = "ok:" + conn.recv(64).decode(errors="replace")
     except OSError as exc:
         report[arg] = type(exc).__name__
-report["env"] = dict(os.environ)
-print(json.dumps(report))
+report["env"] = sorted(os.environ)  # names: the runner redacts values it holds secret
+report["home"] = os.environ.get("HOME", "")
+out = [a.partition("=")[2] for a in sys.argv[1:] if a.startswith("out=")]
+if out:  # a file: what a tool prints, the runner may redact
+    with open(out[0], "w") as fh:
+        json.dump(report, fh)
+else:
+    print(json.dumps(report))
