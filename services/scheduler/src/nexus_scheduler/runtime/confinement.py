@@ -42,6 +42,7 @@ from nexus_events.events import RunConfig
 log = logging.getLogger(__name__)
 
 Mode = Literal["auto", "on", "off"]
+MODES: dict[str, Mode] = {"auto": "auto", "on": "on", "off": "off"}
 RELAY_SCRIPT = Path(__file__).with_name("netrelay.py")
 # Inside the sandbox: where the relays' unix sockets appear (short: a socket path is < 108).
 NET_MOUNT = "/tmp/.nexus-net"  # noqa: S108 - inside the sandbox's private /tmp
