@@ -152,6 +152,12 @@ class SchedulerSettings(NexusSettings):
         description="Client-side timeout of every Kubernetes API call (a hung API server"
         " fails the call instead of stalling the scheduler).",
     )
+    k8s_runtime_class: str | None = Field(
+        None,
+        description="RuntimeClass of runner pods, e.g. 'runsc' for gVisor (a kernel of its own"
+        " between the run and the node; deploy/k8s/extras/gvisor-runtimeclass.yaml). None:"
+        " the cluster's default runtime.",
+    )
     k8s_runner_env_secret: str | None = Field(
         "runner-env", description="Secret whose keys become the runner pods' env (NATS, LLM)."
     )
