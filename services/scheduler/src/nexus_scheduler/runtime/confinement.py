@@ -4,9 +4,10 @@ What a confined runner gets (`Confinement.wrap`):
 
 - the host read-only (``--ro-bind / /``), with a private, empty ``/tmp`` and the scheduler
   user's home hidden (both tmpfs); what the runner itself needs from under them (its Python,
-  its run dir) is bound back read-only. Writable: its workspace, its ``HOME`` (``<run
-  dir>/home``) and a local git remote (a path or ``file://`` URL, pushed to). The run dir
-  itself stays read-only: the runner cannot rewrite its pid file or config;
+  its run dir) is bound back read-only. Writable: its workspace (and its tools' HOME beside
+  it), its ``HOME`` (``<run dir>/home``) and a local git remote (a path or ``file://`` URL,
+  pushed to). The run dir itself stays read-only: the runner cannot rewrite its pid file or
+  config;
 - new PID, IPC, UTS, cgroup and network namespaces (``--unshare-all``), a minimal ``/dev``
   and a ``/proc`` of its own, ``--die-with-parent``;
 - the environment `runner_env` built, nothing more: it is the process environment bwrap is
@@ -311,7 +312,9 @@ class Confinement:
         its endpoints from `config` and the runner's `env`."""
         root = env.get("NEXUS_WORKSPACE_ROOT") or env.get("NEXUS_RUNNER_WORKSPACE_ROOT")
         workspace = Path(root or "/tmp/nexus-runs") / config.run_id  # noqa: S108 - runner's
-        writable = [workspace, Path(env["HOME"])]
+        # The runner's tools get a HOME beside the workspace (nexus_runner.app._tool_home).
+        tool_home = workspace.with_name(f"{workspace.name}.home")
+        writable = [workspace, tool_home, Path(env["HOME"])]
         remote = _local_remote(config.repo.url) if config.repo is not None else None
         if remote is not None and remote.exists():
             writable.append(remote)
