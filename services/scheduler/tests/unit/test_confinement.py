@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import shutil
+import signal
 import socket
 import sys
 from collections.abc import Iterator
@@ -184,3 +186,45 @@ async def test_a_sandboxed_process_reaches_only_nats_and_the_model(
     assert report[f"connect=127.0.0.1:{forbidden_port}"] == "ConnectionRefusedError"
     assert "DEPLOY_TOKEN" not in report["env"]
     assert report["home"] == str(run_dir / "home")
+
+
+GRACEFUL = """
+import signal, socket, sys, time
+def stop(*_):
+    with socket.create_connection(("127.0.0.1", {port}), timeout=5) as conn:
+        greeting = conn.recv(4)
+    with open({out!r}, "w") as fh:
+        fh.write("stopped after SIGTERM, NATS said " + greeting.decode())
+    sys.exit(0)
+signal.signal(signal.SIGTERM, stop)
+print("ready", flush=True)
+time.sleep(60)
+"""
+
+
+async def test_sigterm_to_the_group_reaches_the_runner_and_its_network_stays(
+    nats_url: str, tmp_path: Path
+) -> None:
+    """The runtime's cancel signals the process group: the runner must get it and still reach
+    NATS while it stops (bwrap alone would die of it and take the sandbox along)."""
+    workspace, run_dir = tmp_path / "ws", tmp_path / "run"
+    run_dir.mkdir()
+    port = int(nats_url.rsplit(":", 1)[1])
+    script = GRACEFUL.format(port=port, out=str(workspace / "stopped"))
+    argv = Confinement(shutil.which("bwrap") or "bwrap").wrap(
+        [sys.executable, "-I", "-c", script],
+        run_dir=run_dir,
+        writable=[workspace],
+        endpoints=[Endpoint("127.0.0.1", port)],
+    )
+    proc = await asyncio.create_subprocess_exec(
+        *argv,
+        env={"PATH": "/usr/bin:/bin"},
+        stdout=asyncio.subprocess.PIPE,
+        start_new_session=True,
+    )
+    assert proc.stdout is not None
+    assert await asyncio.wait_for(proc.stdout.readline(), 30) == b"ready\n"
+    os.killpg(proc.pid, signal.SIGTERM)
+    assert await asyncio.wait_for(proc.wait(), 30) == 0
+    assert (workspace / "stopped").read_text() == "stopped after SIGTERM, NATS said INFO"

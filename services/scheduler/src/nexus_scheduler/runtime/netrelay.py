@@ -13,9 +13,12 @@ So a connection the runner opens either hits one of these listeners, and goes to
 allowed destination, or finds nothing at all: the namespace has no route anywhere else.
 
 Both ends start their child (``outer``: bwrap; ``inner``: the runner), keep relaying until it
-exits and exit as it did. They ignore SIGTERM/SIGINT: the runtime signals the whole process
-group, so the child receives it too, and the relays must carry its last events out while it
-shuts down. SIGKILL ends everything (and bwrap's --die-with-parent the sandbox).
+exits and exit as it did. bwrap dies of SIGTERM without passing it on, taking the sandbox
+with it, so ``outer`` starts bwrap in a process group of its own, catches SIGTERM, SIGINT and
+SIGHUP (the runtime signals its process group: only ``outer`` is in it) and passes them over
+``ctl.sock`` to ``inner``, which signals the runner; the relays keep carrying its last events
+out while it shuts down. SIGKILL of ``outer`` ends everything: bwrap's --die-with-parent,
+and the runtime kills what is left of the session.
 
 Usage::
 
@@ -34,6 +37,7 @@ import sys
 from collections.abc import Awaitable, Callable, Sequence
 
 _CHUNK = 65536
+_CTL = "ctl.sock"
 _Opener = Callable[[], Awaitable[tuple[asyncio.StreamReader, asyncio.StreamWriter]]]
 
 
@@ -88,6 +92,38 @@ async def _start(mode: str, net_dir: str, routes: Sequence[str]) -> list[asyncio
     return servers
 
 
+class _Signals:
+    """Outside: signals the relay receives, passed to the inner relay over ``ctl.sock``."""
+
+    def __init__(self) -> None:
+        self.pending: list[int] = []
+        self.peers: list[asyncio.StreamWriter] = []
+
+    def send(self, signum: int) -> None:
+        if not self.peers:
+            self.pending.append(signum)  # the inner relay connects in a moment
+        for peer in self.peers:
+            peer.write(f"{signum}\n".encode())
+
+    async def accept(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        self.peers.append(writer)
+        for signum in self.pending:
+            writer.write(f"{signum}\n".encode())
+        self.pending.clear()
+        await reader.read()  # until the inner relay exits
+
+
+async def _forward_signals(net_dir: str, proc: asyncio.subprocess.Process) -> None:
+    """Inside: each signal the outer relay received goes to the child (the runner)."""
+    try:
+        reader, _ = await asyncio.open_unix_connection(os.path.join(net_dir, _CTL))
+    except OSError:
+        return
+    while line := await reader.readline():
+        with contextlib.suppress(ProcessLookupError, ValueError):
+            proc.send_signal(int(line))
+
+
 async def _main(argv: Sequence[str]) -> int:
     mode, net_dir, *rest = argv
     split = rest.index("--")
@@ -96,10 +132,26 @@ async def _main(argv: Sequence[str]) -> int:
         os.makedirs(net_dir, mode=0o700, exist_ok=True)
     servers = await _start(mode, net_dir, routes)
     loop = asyncio.get_running_loop()
+    signals = _Signals()
+    if mode == "outer":
+        ctl = os.path.join(net_dir, _CTL)
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(ctl)
+        servers.append(await asyncio.start_unix_server(signals.accept, ctl))
     for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
-        loop.add_signal_handler(sig, lambda: None)  # the child got it too (process group)
-    proc = await asyncio.create_subprocess_exec(*child)
+        # Outside, passed on (see the module's doc); inside, nothing signals the relay's group.
+        loop.add_signal_handler(sig, signals.send, sig)
+    # Outside, bwrap gets a process group of its own: a signal to the runtime's group would
+    # kill it (it forwards none), and with it the sandbox, before the runner could stop.
+    proc = await asyncio.create_subprocess_exec(
+        *child, process_group=0 if mode == "outer" else None
+    )
+    forwarder = asyncio.create_task(_forward_signals(net_dir, proc)) if mode == "inner" else None
     code = await proc.wait()
+    if mode == "outer" and code > 128:  # bwrap exits 128 + N when its child died of signal N
+        code = -(code - 128)
+    if forwarder is not None:
+        forwarder.cancel()
     for server in servers:
         server.close()
     return code
