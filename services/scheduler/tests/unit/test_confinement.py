@@ -228,3 +228,21 @@ async def test_sigterm_to_the_group_reaches_the_runner_and_its_network_stays(
     os.killpg(proc.pid, signal.SIGTERM)
     assert await asyncio.wait_for(proc.wait(), 30) == 0
     assert (workspace / "stopped").read_text() == "stopped after SIGTERM, NATS said INFO"
+
+
+def test_only_what_the_runner_needs_is_shown_again_under_hidden_dirs(tmp_path: Path) -> None:
+    home = Path.home()
+    venv = home / "venv"
+    (tmp_path / "run").mkdir()
+    argv = Confinement("bwrap", readable=(home, venv, venv / "lib", Path("/usr/lib"))).wrap(
+        ["runner"], run_dir=tmp_path / "run", writable=[tmp_path / "ws"], endpoints=[]
+    )
+    shown = [argv[i + 1] for i, a in enumerate(argv) if a == "--ro-bind"]
+    assert str(home) not in shown  # the home stays hidden, whatever sys.path holds
+    assert str(venv) in shown
+    assert str(venv / "lib") not in shown  # covered by the venv
+    assert "/usr/lib" not in shown  # not hidden: the read-only host has it
+    assert str((tmp_path / "run").resolve()) in shown  # /tmp is hidden, the run dir is not
+    assert ["--bind", str(tmp_path / "ws"), str(tmp_path / "ws")] == argv[
+        argv.index("--bind") : argv.index("--bind") + 3
+    ]

@@ -269,6 +269,7 @@ class Confinement:
         run_dir: Path,
         writable: Sequence[Path],
         endpoints: Sequence[Endpoint],
+        readable: Sequence[Path] = (),
     ) -> list[str]:
         """`command` as a confined process: outer relay -> bwrap -> inner relay -> command.
         Makes the writable paths, the net dir and the sandbox's hosts file in `run_dir`."""
@@ -285,9 +286,11 @@ class Confinement:
                 args += ["--tmpfs", str(path)]
         # Readable again under the hidden directories: the interpreter, then the run dir.
         shown: list[Path] = []
-        wanted = {*self.readable, *(p.resolve() for p in self.readable), run_dir}
+        mine = (*self.readable, *readable)
+        wanted = {*mine, *(p.resolve() for p in mine), run_dir}
         for path in sorted(wanted, key=lambda p: len(p.parts)):  # a parent covers its children
-            if _under(path, hidden) and not _under(path, shown):
+            # Never a hidden directory itself (a scheduler started in ~ has it on sys.path).
+            if path not in hidden and _under(path, hidden) and not _under(path, shown):
                 shown.append(path)
                 args += ["--ro-bind", str(path), str(path)]
         for path in writable:
@@ -318,11 +321,14 @@ class Confinement:
         remote = _local_remote(config.repo.url) if config.repo is not None else None
         if remote is not None and remote.exists():
             writable.append(remote)
+        # A command found on the runner's PATH (``python``) may live in a hidden home's venv.
+        exe = shutil.which(command[0], path=env.get("PATH")) if command else None
         return self.wrap(
             command,
             run_dir=run_dir,
             writable=writable,
             endpoints=runner_endpoints(config, env),
+            readable=[Path(exe).resolve().parent.parent] if exe else [],
         )
 
 
