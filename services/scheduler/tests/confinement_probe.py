@@ -3,8 +3,8 @@
 Arguments: ``read=PATH`` (read a file), ``write=PATH`` (create one), ``connect=HOST:PORT``
 (the first bytes the server sends after an HTTP request line: NATS greets with INFO, HTTP
 answers with a status line). ``out=PATH``
-writes the report there instead of stdout. The report also lists the environment's names
-and HOME.
+writes the report there instead of stdout. The report also lists the environment's names,
+HOME and the effective capabilities.
 """
 
 import json
@@ -32,6 +32,8 @@ for arg in sys.argv[1:]:
                 report[arg] = "ok:" + conn.recv(64).decode(errors="replace")
     except OSError as exc:
         report[arg] = type(exc).__name__
+with open("/proc/self/status") as fh:
+    report["caps"] = next(line.split()[1] for line in fh if line.startswith("CapEff:"))
 report["env"] = sorted(os.environ)  # names: the runner redacts values it holds secret
 report["home"] = os.environ.get("HOME", "")
 out = [a.partition("=")[2] for a in sys.argv[1:] if a.startswith("out=")]

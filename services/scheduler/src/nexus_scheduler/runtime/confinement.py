@@ -9,7 +9,8 @@ What a confined runner gets (`Confinement.wrap`):
   pushed to). The run dir itself stays read-only: the runner cannot rewrite its pid file or
   config;
 - new PID, IPC, UTS, cgroup and network namespaces (``--unshare-all``), a minimal ``/dev``
-  and a ``/proc`` of its own, ``--die-with-parent``;
+  and a ``/proc`` of its own, ``--die-with-parent``, no capabilities (``--cap-drop ALL``: a
+  scheduler running as root would otherwise hand them on) and no new privileges;
 - the environment `runner_env` built, nothing more: it is the process environment bwrap is
   started with (not ``--setenv`` arguments, which every user could read in ``ps``);
 - no network but its allowed endpoints: NATS, the model, the git remote (and the GitHub API
@@ -144,6 +145,8 @@ def resolve(mode: Mode, decision: Decision | None = None) -> Decision:
 _BASE_ARGS = (
     "--unshare-all",
     "--die-with-parent",
+    # Started by root, bwrap would keep root's capabilities (remounts could undo the rest).
+    "--cap-drop", "ALL",
     "--ro-bind", "/", "/",
     "--dev", "/dev",
     "--proc", "/proc",
