@@ -247,3 +247,27 @@ def test_only_what_the_runner_needs_is_shown_again_under_hidden_dirs(tmp_path: P
     assert ["--bind", str(tmp_path / "ws"), str(tmp_path / "ws")] == argv[
         argv.index("--bind") : argv.index("--bind") + 3
     ]
+
+
+def test_a_run_sees_no_other_run_wherever_the_roots_are(tmp_path: Path) -> None:
+    roots = tmp_path / "srv"
+    run_dir = roots / "run-dirs" / "run-c1"
+    run_dir.mkdir(parents=True)
+    env = {"NEXUS_WORKSPACE_ROOT": str(roots / "ws"), "HOME": str(run_dir / "home")}
+    config = _config(repo={"url": str(tmp_path / "origin.git")})
+    (tmp_path / "origin.git").mkdir()
+    argv = Confinement("bwrap", readable=()).wrap_run(["runner"], config, env, run_dir)
+    mounts = [(argv[i], argv[i + 1]) for i, a in enumerate(argv) if a.startswith("--")]
+    hidden = [path for flag, path in mounts if flag == "--tmpfs"]
+    assert str(roots / "ws") in hidden  # the other runs' workspaces
+    assert str(roots / "run-dirs") in hidden  # and their run dirs, configs, logs
+    binds = [path for flag, path in mounts if flag == "--bind"]
+    assert binds == [
+        str(roots / "ws" / "run-c1"),
+        str(roots / "ws" / "run-c1.home"),
+        str(run_dir / "home"),
+        str(tmp_path / "origin.git"),  # a local remote is pushed to
+    ]
+    assert ("--ro-bind", str(run_dir)) in mounts
+    first_bind = argv.index("--bind")
+    assert all(argv.index(path) < first_bind for path in hidden)  # hidden, then shown again

@@ -2,12 +2,12 @@
 
 What a confined runner gets (`Confinement.wrap`):
 
-- the host read-only (``--ro-bind / /``), with a private, empty ``/tmp`` and the scheduler
-  user's home hidden (both tmpfs); what the runner itself needs from under them (its Python,
-  its run dir) is bound back read-only. Writable: its workspace (and its tools' HOME beside
-  it), its ``HOME`` (``<run dir>/home``) and a local git remote (a path or ``file://`` URL,
-  pushed to). The run dir itself stays read-only: the runner cannot rewrite its pid file or
-  config;
+- the host read-only (``--ro-bind / /``), with a private, empty ``/tmp``, the scheduler
+  user's home and the roots of workspaces and run dirs (other runs) hidden (tmpfs); what the
+  runner itself needs from under them (its Python, its run dir) is bound back read-only.
+  Writable: its workspace (and its tools' HOME beside it), its ``HOME`` (``<run
+  dir>/home``) and a local git remote (a path or ``file://`` URL, pushed to). The run dir
+  itself stays read-only: the runner cannot rewrite its pid file or config;
 - new PID, IPC, UTS, cgroup and network namespaces (``--unshare-all``), a minimal ``/dev``
   and a ``/proc`` of its own, ``--die-with-parent``, no capabilities (``--cap-drop ALL``: a
   scheduler running as root would otherwise hand them on) and no new privileges;
@@ -273,9 +273,12 @@ class Confinement:
         writable: Sequence[Path],
         endpoints: Sequence[Endpoint],
         readable: Sequence[Path] = (),
+        hide: Sequence[Path] = (),
     ) -> list[str]:
         """`command` as a confined process: outer relay -> bwrap -> inner relay -> command.
-        Makes the writable paths, the net dir and the sandbox's hosts file in `run_dir`."""
+        `hide`: more directories replaced by an empty tmpfs (what `writable` and `readable`
+        name under them is bound again). Makes the writable paths, the net dir and the
+        sandbox's hosts file in `run_dir`."""
         run_dir = run_dir.resolve()
         routes, names = _routes(endpoints)
         net_dir = run_dir / "net"
@@ -283,10 +286,10 @@ class Confinement:
         hosts = run_dir / "hosts"
         hosts.write_text(_hosts_file(names))
         hidden = _hidden()
+        hidden += [p for p in hide if p.is_absolute() and p != Path("/") and p not in hidden]
         args: list[str] = [self.bwrap, *_BASE_ARGS]
-        if len(hidden) > 1:
-            for path in hidden[1:]:
-                args += ["--tmpfs", str(path)]
+        for path in hidden[1:]:  # /tmp is in the base
+            args += ["--tmpfs", str(path)]
         # Readable again under the hidden directories: the interpreter, then the run dir.
         shown: list[Path] = []
         mine = (*self.readable, *readable)
@@ -332,6 +335,8 @@ class Confinement:
             writable=writable,
             endpoints=runner_endpoints(config, env),
             readable=[Path(exe).resolve().parent.parent] if exe else [],
+            # Other runs: their workspaces and run dirs, wherever the roots are.
+            hide=[workspace.parent.resolve(), run_dir.resolve().parent],
         )
 
 
