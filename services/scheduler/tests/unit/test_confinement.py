@@ -271,3 +271,18 @@ def test_a_run_sees_no_other_run_wherever_the_roots_are(tmp_path: Path) -> None:
     assert ("--ro-bind", str(run_dir)) in mounts
     first_bind = argv.index("--bind")
     assert all(argv.index(path) < first_bind for path in hidden)  # hidden, then shown again
+
+
+async def test_the_scheduler_will_not_start_unconfined_when_on(tmp_path: Path) -> None:
+    from nexus_events.process import EXIT_BAD_SETTINGS
+
+    env = {"PATH": str(tmp_path), "NEXUS_CONFINEMENT": "on", "HOME": str(tmp_path)}  # no bwrap
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "nexus_scheduler", env=env, stderr=asyncio.subprocess.PIPE
+    )
+    _, err = await asyncio.wait_for(proc.communicate(), 60)
+    assert proc.returncode == EXIT_BAD_SETTINGS
+    assert err.decode().strip().splitlines()[-1] == (
+        "scheduler: NEXUS_CONFINEMENT=on but unavailable: bwrap is not installed"
+        " (apt-get install bubblewrap)"
+    )
