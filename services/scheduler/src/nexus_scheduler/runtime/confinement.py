@@ -9,8 +9,9 @@ What a confined runner gets (`Confinement.wrap`):
   dir>/home``) and a local git remote (a path or ``file://`` URL, pushed to). The run dir
   itself stays read-only: the runner cannot rewrite its pid file or config;
 - new PID, IPC, UTS, cgroup and network namespaces (``--unshare-all``), a minimal ``/dev``
-  and a ``/proc`` of its own, ``--die-with-parent``, no capabilities (``--cap-drop ALL``: a
-  scheduler running as root would otherwise hand them on) and no new privileges;
+  and a ``/proc`` of its own, ``--die-with-parent``, no capabilities but binding low ports in its
+  own network namespace (``--cap-drop ALL --cap-add CAP_NET_BIND_SERVICE``: a scheduler
+  running as root would otherwise hand all of root's on) and no new privileges;
 - the environment `runner_env` built, nothing more: it is the process environment bwrap is
   started with (not ``--setenv`` arguments, which every user could read in ``ps``);
 - no network but its allowed endpoints: NATS, the model, the git remote (and the GitHub API
@@ -84,17 +85,26 @@ class Decision:
     bwrap: str | None = None
 
 
-def probe(bwrap: str) -> str | None:
+# Run in the probe sandbox: the inner relay must be able to listen on a port below 1024.
+_BIND_CHECK = "import socket; socket.socket().bind(('127.0.0.1', 443))"
+
+
+def probe(bwrap: str, python: str = sys.executable) -> str | None:
     """None when `bwrap` can build the sandbox runners get here, else why not."""
-    argv = [bwrap, *_BASE_ARGS, "--", "true"]
+    argv = [bwrap, *_BASE_ARGS, "--", python, "-I", "-S", "-c", _BIND_CHECK]
     try:
         done = subprocess.run(
             argv, capture_output=True, text=True, timeout=_PROBE_TIMEOUT, check=False
         )
     except (OSError, subprocess.TimeoutExpired) as exc:
         return f"{bwrap} does not run: {exc}"
+    why = (done.stderr.strip().splitlines() or [f"exit code {done.returncode}"])[-1]
+    if done.returncode != 0 and "PermissionError" in why:
+        return (
+            f"the sandbox cannot listen on ports below 1024 ({why}), which the relays of"
+            " https/ssh endpoints need: CAP_NET_BIND_SERVICE is not honoured here"
+        )
     if done.returncode != 0:
-        why = (done.stderr.strip().splitlines() or [f"exit code {done.returncode}"])[-1]
         return (
             f"bwrap cannot create the namespaces ({why}); user namespaces may be off"
             " (sysctl kernel.unprivileged_userns_clone / user.max_user_namespaces) or blocked"
@@ -146,7 +156,10 @@ _BASE_ARGS = (
     "--unshare-all",
     "--die-with-parent",
     # Started by root, bwrap would keep root's capabilities (remounts could undo the rest).
+    # One is kept: the inner relay listens on the endpoints' own ports, 443 and 22 among
+    # them, in the sandbox's private network namespace (binding there reaches nothing else).
     "--cap-drop", "ALL",
+    "--cap-add", "CAP_NET_BIND_SERVICE",
     "--ro-bind", "/", "/",
     "--dev", "/dev",
     "--proc", "/proc",
