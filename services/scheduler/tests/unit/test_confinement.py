@@ -89,6 +89,7 @@ def test_host_names_get_loopback_aliases_and_bare_ips_are_left_out(tmp_path: Pat
             Endpoint("llm.example", 443),
             Endpoint("git.example", 443),
             Endpoint("10.1.2.3", 4222),
+            Endpoint("localhost", 4222),  # the same listener as 127.0.0.1:4222
         ],
     )
     split = [i for i, a in enumerate(argv) if a == "--"]

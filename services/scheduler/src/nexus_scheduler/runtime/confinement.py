@@ -242,6 +242,8 @@ def _routes(endpoints: Iterable[Endpoint]) -> tuple[list[_Route], dict[str, str]
                 )
                 continue
             address = str(ip)
+        if any((r.address, r.endpoint.port) == (address, endpoint.port) for r in routes):
+            continue  # localhost:4222 beside 127.0.0.1:4222: one listener serves both
         routes.append(_Route(f"e{len(routes)}", endpoint, address))
     return routes, names
 
