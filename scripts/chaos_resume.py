@@ -8,8 +8,10 @@ with the local runtime, ...), applies two agents that run the offline model's `r
 nexus_cli.devstack.offline_model): `chaos-resume` (`resume.max_attempts: 2`) and
 `chaos-resume-once` (`max_attempts: 1`). It requests at once N runs of the first, L of the
 second and one control run of the first that nobody kills. For each killed run it draws a
-turn k (seeded), follows the run's events live and, when the run's `turn` event k arrives,
-SIGKILLs its runner (the pid the `dispatched` event names). Then it waits (bounded) until
+turn k and a delay d of up to 0.3 s (seeded), follows the run's events live and, d after the
+run's `turn` event k arrived, SIGKILLs its runner (the pid the `dispatched` event names; only
+if that process is the run's runner): the kill lands in a tool call, a model call, a
+checkpoint, between them. Then it waits (bounded) until
 every run is terminal and checks from the STREAM (NEXUS_RUNS read from its start, not the
 projection), per run, with attempts told apart by their `dispatched` events:
 
@@ -68,8 +70,10 @@ RUN_TERMINAL = ("completed", "failed", "cancelled", "timed_out", "lost")
 # Model calls of the uninterrupted script (ten tool turns, then finish); the control run
 # measures it on the stack, this is what it must measure.
 SCRIPT_TURNS = len(offline_model.SCRIPTS["resume"](offline_model.Turn(0, "", frozenset())))
-# The turns a kill is drawn from: any turn but the last (after it the run only finishes).
-KILL_TURNS = (1, SCRIPT_TURNS - 1)
+# The turns a kill is drawn from, and its delay after that turn's event: it lands anywhere
+# from the first turn's tool call to the last tool call's, never after the run ended.
+KILL_TURNS = (1, SCRIPT_TURNS - 2)
+KILL_DELAY = (0.0, 0.3)
 MODEL_CALL_LIMIT = 1.10  # of the control run's model calls
 REPEAT_LIMIT = 1  # repeated tool calls a run may make
 COMPLETE_SHARE = 0.95  # of the resumable runs (19 of 20)
@@ -92,9 +96,12 @@ resume: {{max_attempts: {max_attempts}}}
 
 @dataclass
 class Kill:
-    """One planned SIGKILL: at the run's `turn` event `turn`; what happened to it."""
+    """One planned SIGKILL: `delay` seconds after the run's `turn` event `turn` (so it lands
+    in a tool, a model call, a checkpoint ...); what happened to it."""
 
     turn: int
+    delay: float = 0.0
+    armed: bool = False
     pid: int | None = None
     at: float | None = None  # monotonic time of the SIGKILL
     missed: str | None = None  # why no runner was killed
@@ -125,6 +132,8 @@ class RunCheck:
     repeats: list[str] = field(default_factory=list)
     resumed: list[int] = field(default_factory=list)  # attempts with a `resumed` event
     resuming: list[str] = field(default_factory=list)  # reasons the scheduler gave
+    rerun: int = 0  # interrupted calls the resumed attempts ran again (idempotent ones)
+    interrupted: int = 0  # interrupted calls reported to the model as such
     problems: list[str] = field(default_factory=list)
 
 
@@ -190,6 +199,9 @@ class Figures:
             f"model calls: control {self.baseline}; resumed runs max "
             + (f"{max(calls):.0%}, mean {statistics.fmean(calls):.0%}" if calls else "-")
             + " of it",
+            "interrupted calls on resume: "
+            f"{sum(c.rerun for c in self.resumable())} run again (idempotent),"
+            f" {sum(c.interrupted for c in self.resumable())} reported to the model",
             "max_attempts=1 runs: " + _counts(Counter(c.outcome for c in self.once())),
             "resume latency after SIGKILL, p50/p99 s: "
             f"resuming {_pcts(self.to_resuming)}, resumed {_pcts(self.to_resumed)},"
@@ -286,6 +298,8 @@ def _walk(check: RunCheck, events: list[tuple[str, dict[str, Any]]]) -> Counter[
             answered.add(str(body.get("call_id")))
         elif name == "resumed":
             check.resumed.append(int(body.get("attempt", 0)))
+            check.rerun += len(body.get("rerun_calls") or [])
+            check.interrupted += len(body.get("interrupted_calls") or [])
         elif name == "resuming":
             check.resuming.append(str(body.get("reason")))
     return dispatched
@@ -393,11 +407,15 @@ def _latencies(figures: Figures, live: dict[str, Live]) -> None:
                 figures.reported_ms.append(int(b["latency_ms"]))
 
 
-def _is_runner(pid: int) -> bool:
-    """Whether `pid` is a live runner process (never SIGKILL anything else)."""
+def _is_runner(pid: int, run_id: str) -> bool:
+    """Whether `pid` is the live runner of `run_id` (started with the config in its run dir):
+    never SIGKILL anything else, not even another run's runner that got a reused pid."""
     try:
         proc = psutil.Process(pid)
-        return proc.status() != psutil.STATUS_ZOMBIE and "nexus_runner" in " ".join(proc.cmdline())
+        command = " ".join(proc.cmdline())
+        return proc.status() != psutil.STATUS_ZOMBIE and (
+            "nexus_runner" in command and run_id in command
+        )
     except psutil.Error:
         return False
 
@@ -411,7 +429,7 @@ def _kill(run_id: str, run: Live) -> None:
         return
     run.pending = False
     kill.pid = pid
-    if run.terminal or not _is_runner(pid):
+    if run.terminal or not _is_runner(pid, run_id):
         kill.missed = "the runner had already ended"
         return
     with contextlib.suppress(ProcessLookupError):
@@ -436,14 +454,17 @@ def _on_event(live: dict[str, Live], subject: str, body: dict[str, Any]) -> None
     kill = run.kill
     if (
         kill is not None
-        and kill.at is None
-        and kill.missed is None
-        and not run.pending
+        and not kill.armed
         and name == "turn"
         and int(body.get("turn", 0)) >= kill.turn
         and len(run.pids) <= 1
     ):
-        _kill(run_id, run)
+        kill.armed = True
+        asyncio.get_running_loop().call_later(kill.delay, _kill, run_id, run)
+
+
+def _planned(rng: random.Random) -> Kill:
+    return Kill(rng.randint(*KILL_TURNS), round(rng.uniform(*KILL_DELAY), 3))
 
 
 async def read_since(js: Any, stream: str, subject: str, seq: int) -> list[dict[str, Any]]:
@@ -507,9 +528,9 @@ async def run_chaos(
     control = f"{prefix}-c0"
     plan: dict[str, tuple[str, Kill | None]] = {control: (AGENT_ID, None)}
     for i in range(runs):
-        plan[f"{prefix}-r{i:03d}"] = (AGENT_ID, Kill(rng.randint(*KILL_TURNS)))
+        plan[f"{prefix}-r{i:03d}"] = (AGENT_ID, _planned(rng))
     for i in range(lost_runs):
-        plan[f"{prefix}-o{i:03d}"] = (ONCE_AGENT_ID, Kill(rng.randint(*KILL_TURNS)))
+        plan[f"{prefix}-o{i:03d}"] = (ONCE_AGENT_ID, _planned(rng))
     live = {run_id: Live(kill) for run_id, (_, kill) in plan.items()}
 
     bus = await Bus.connect(BusSettings(url=stack_state(home)["nats_url"]), source="chaos")

@@ -102,7 +102,7 @@ def _resumed_run(run_id: str, killed_after: int, restart_at: int) -> list[Any]:
         *_turns(run_id, 1, killed_after, CALLS),
         _m(run_id, "resuming", attempt=2, reason="runtime_gone"),
         _m(run_id, "dispatched", attempt=2, handle="2"),
-        _m(run_id, "resumed", attempt=2, turns=restart_at - 1, messages=3),
+        _m(run_id, "resumed", attempt=2, turns=restart_at - 1, messages=3, rerun_calls=["c"]),
         *_turns(run_id, restart_at, total, CALLS),
         _completed(run_id),
     ]
@@ -137,6 +137,7 @@ def test_checker_passes_a_clean_resume() -> None:
         [],
     )
     assert run.resumed == [2]
+    assert (run.rerun, run.interrupted) == (1, 0)
     assert figures.baseline == 4
 
 
