@@ -20,10 +20,14 @@ from nexus_core.run_metrics import INSTRUMENTS, PipelineSnapshot, RunMetrics
 from nexus_events import codec, subjects
 from nexus_events.codec import JsMeta
 from nexus_events.events.runs import (
+    Condensation,
     RunCompleted,
+    RunCondensed,
     RunDispatched,
     RunFailed,
     RunRequested,
+    RunResumed,
+    RunResuming,
     RunStarted,
     RunTurn,
     ToolResult,
@@ -63,6 +67,19 @@ def exported_names() -> set[str]:
         ("started", RunStarted()),
         ("turn", RunTurn(turn=1, model="m", tokens_in=3, tokens_out=2, cost_usd=0.1)),
         ("tool_result", ToolResult(turn=1, call_id="c", tool="t", ok=True, duration_ms=5)),
+        ("resuming", RunResuming(attempt=2, reason="runtime_gone")),
+        ("resumed", RunResumed(attempt=2, turns=1, messages=3, entries=3, latency_ms=900)),
+        (
+            "condensed",
+            RunCondensed(
+                turn=2,
+                tokens_before=9,
+                tokens_after=3,
+                budget=8,
+                counter="estimate",
+                condensation=Condensation(strategy="elide"),
+            ),
+        ),
         ("completed", RunCompleted()),
     ]
     run_b = [("requested", RunRequested(agent_id="x")), ("failed", RunFailed(reason="stuck"))]

@@ -13,6 +13,7 @@ from rich.table import Table
 
 from nexus_cli.errors import ExitCode
 from nexus_cli.output import duration
+from nexus_cli.resumelines import attempt_label, describe_resume
 
 # Events shown under "recent" in the live view.
 RECENT = 6
@@ -43,6 +44,9 @@ class RunView:
     pending_approvals: dict[str, str] = field(default_factory=dict)
     recent: list[str] = field(default_factory=list)
     queue_position: int | None = None
+    attempt: int = 1
+    max_attempts: int | None = None
+    condensations: set[tuple[int, str]] = field(default_factory=set)
 
     @property
     def terminal(self) -> bool:
@@ -93,7 +97,24 @@ class RunView:
             self.tokens_out = int(body.get("tokens_out") or self.tokens_out)
             self.cost_usd = float(body.get("cost_usd") or self.cost_usd)
             self.result = body.get("result")
+        self._apply_attempts(event, body)
         self.recent = [*self.recent, describe(event, body)][-RECENT:]
+
+    def _apply_attempts(self, event: str, body: dict[str, Any]) -> None:
+        """Attempts and condensations (docs/resume.md), from bodies of any shape."""
+        if event == RunEvent.PREPARED:
+            resume = (body.get("config") or {}).get("resume")
+            if isinstance(resume, dict) and isinstance(resume.get("max_attempts"), int):
+                self.max_attempts = resume["max_attempts"]
+        elif event in (RunEvent.DISPATCHED, RunEvent.RESUMING, RunEvent.RESUMED):
+            if isinstance(body.get("attempt"), int):
+                self.attempt = max(self.attempt, body["attempt"])
+        elif event == RunEvent.CONDENSED:
+            condensation = body.get("condensation")
+            strategy = condensation.get("strategy") if isinstance(condensation, dict) else None
+            # As core counts them: a re-published condensation is the same one.
+            turn = body.get("turn")
+            self.condensations.add((turn if isinstance(turn, int) else 0, str(strategy)))
 
     def exit_code(self) -> ExitCode:
         return ExitCode.OK if self.status == RunStatus.COMPLETED else ExitCode.RUN_FAILED
@@ -113,6 +134,9 @@ class RunView:
             "elapsed_s": round(self.elapsed(), 3),
             "pending_approvals": self.pending_approvals,
             "result": self.result,
+            "attempt": self.attempt,
+            "max_attempts": self.max_attempts,
+            "condensations": len(self.condensations),
         }
 
     def render(self, now: datetime | None = None) -> Panel:
@@ -125,6 +149,12 @@ class RunView:
         )
         grid.add_row("phase", self.phase or "")
         grid.add_row("turns", str(self.turns))
+        if self.attempt > 1 or self.condensations:
+            grid.add_row(
+                "attempt",
+                f"{attempt_label(self.attempt, self.max_attempts)}"
+                f"   condensations {len(self.condensations)}",
+            )
         grid.add_row("tool calls", str(self.tool_calls))
         grid.add_row("tokens", f"{self.tokens_in} in / {self.tokens_out} out  ${self.cost_usd:.4f}")
         grid.add_row("elapsed", duration(self.elapsed(now)))
@@ -142,6 +172,9 @@ class RunView:
 
 def describe(event: str, body: dict[str, Any]) -> str:  # noqa: PLR0911 - one case per event
     """One line per event for logs and the live view."""
+    resume = describe_resume(event, body)
+    if resume is not None:
+        return resume
     if event == RunEvent.TURN:
         tokens = f"{body.get('tokens_in', 0)}+{body.get('tokens_out', 0)}"
         return f"turn {body.get('turn')}: {tokens} tokens"

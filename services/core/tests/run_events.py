@@ -9,10 +9,13 @@ from hypothesis import strategies as st
 from nexus_events.events import (
     ApprovalDecided,
     ApprovalRequested,
+    Condensation,
     Event,
     ModelSpec,
     RunCancelled,
+    RunCheckpointed,
     RunCompleted,
+    RunCondensed,
     RunConfig,
     RunDispatched,
     RunFailed,
@@ -21,6 +24,8 @@ from nexus_events.events import (
     RunQueued,
     RunRequested,
     RunResult,
+    RunResumed,
+    RunResuming,
     RunStarted,
     RunTurn,
 )
@@ -54,6 +59,19 @@ def make(name: str, i: int) -> Event:
         "completed": lambda: RunCompleted(result=RunResult(summary=f"done {i}"), tokens_in=i),
         "failed": lambda: RunFailed(reason="runner_error", message=f"boom {i}"),
         "cancelled": RunCancelled,
+        "resuming": lambda: RunResuming(attempt=2 + i % 2, reason="runtime_gone"),
+        "resumed": lambda: RunResumed(attempt=2 + i % 2, turns=i, messages=2 * i, entries=i),
+        "checkpointed": lambda: RunCheckpointed(
+            turn=1 + i % 4, commit=f"c{i}", object=f"r/1-{i}", digest="d", size=i
+        ),
+        "condensed": lambda: RunCondensed(
+            turn=1 + i % 3,
+            tokens_before=100,
+            tokens_after=50,
+            budget=80,
+            counter="estimate",
+            condensation=Condensation(strategy="elide" if i % 2 else "summarise"),
+        ),
     }
     return makers[name]()
 
@@ -71,6 +89,10 @@ NAMES = [
     "completed",
     "failed",
     "cancelled",
+    "resuming",
+    "resumed",
+    "checkpointed",
+    "condensed",
 ]
 
 

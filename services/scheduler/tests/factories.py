@@ -2,7 +2,14 @@
 
 from __future__ import annotations
 
-from nexus_events.events import Budgets, ModelSpec, RunConfig, RunPrepared, RuntimeSpec
+from nexus_events.events import (
+    Budgets,
+    ModelSpec,
+    ResumePolicy,
+    RunConfig,
+    RunPrepared,
+    RuntimeSpec,
+)
 
 
 def config(
@@ -13,7 +20,10 @@ def config(
     wall_seconds: int = 3600,
     image: str | None = None,
     max_concurrent_runs: int | None = None,
+    max_attempts: int = 1,
 ) -> RunConfig:
+    """A run config. `max_attempts` is 1 (never resume) unless a test is about resuming: the
+    tests of losing a run see the ending itself, not the attempt after it."""
     return RunConfig(
         run_id=run_id,
         agent_id=agent_id,
@@ -23,6 +33,7 @@ def config(
         budgets=Budgets(max_wall_seconds=wall_seconds),
         runtime=RuntimeSpec(image=image, cpu="500m", memory="1Gi"),
         max_concurrent_runs=max_concurrent_runs,
+        resume=ResumePolicy(max_attempts=max_attempts),
     )
 
 

@@ -16,6 +16,7 @@ from nexus_events.events import (
     RunHeartbeat,
     RunLost,
     RunQueued,
+    RunResuming,
     RunStarted,
     RunTimedOut,
     RunTurn,
@@ -59,6 +60,17 @@ def _run_events(rng: random.Random, run_id: str) -> list[Event]:
             events += [RunHeartbeat(seq=i) for i in range(rng.randint(0, 6))]
             if rng.random() < 0.2:
                 events.append(RunTurn(turn=1))  # not watched
+        for attempt in (2, 3):  # the runner lost, the run resumed
+            if rng.random() < 0.25:
+                events.append(RunResuming(attempt=attempt, reason="heartbeat_missing"))
+                if rng.random() < 0.1:
+                    events.append(RunHeartbeat(seq=7))  # the dead attempt's, folded late
+                if rng.random() < 0.8:  # else the scheduler died before the start
+                    events.append(RunDispatched(runtime="noop", handle=run_id, attempt=attempt))
+                    if rng.random() < 0.1:
+                        events.append(RunDispatched(runtime="noop", handle=run_id))  # stale
+                    if rng.random() < 0.7:
+                        events.append(RunStarted(runner="test"))
     if rng.random() < 0.2:
         events.append(CancelRequested(requested_by="ops"))
     if rng.random() < 0.6:

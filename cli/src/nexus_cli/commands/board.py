@@ -27,7 +27,10 @@ task_app = typer.Typer(help="Tasks on the board: create, list.")
 def _run_label(run: dict[str, Any] | None) -> str:
     if not run:
         return ""
-    return f"{run['run_id']} {run.get('status') or '?'}"
+    attempt = run.get("attempt")
+    # Only a resumed run says which attempt it is on (docs/resume.md).
+    again = f" (attempt {attempt})" if isinstance(attempt, int) and attempt > 1 else ""
+    return f"{run['run_id']} {run.get('status') or '?'}{again}"
 
 
 def child_lines(task: dict[str, Any]) -> list[str]:

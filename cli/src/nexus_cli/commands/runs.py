@@ -25,6 +25,7 @@ from nexus_cli.errors import CliError, ExitCode
 from nexus_cli.follow import follow
 from nexus_cli.options import Output, OutputOpt, RunArg, globals_of, run
 from nexus_cli.output import ago, console, emit, message, print_json
+from nexus_cli.resumelines import attempt_label
 from nexus_cli.runview import RunView, delegation_tree, describe, tree_label
 from nexus_cli.target import resolve_target
 
@@ -226,7 +227,18 @@ def register(app: typer.Typer) -> None:  # noqa: PLR0915 - one place registers t
             emit(
                 output,
                 {"runs": runs},
-                ("RUN", "AGENT", "TASK", "STATUS", "REASON", "TURNS", "COST", "LAST EVENT"),
+                (
+                    "RUN",
+                    "AGENT",
+                    "TASK",
+                    "STATUS",
+                    "REASON",
+                    "ATTEMPT",
+                    "TURNS",
+                    "CONDENSED",
+                    "COST",
+                    "LAST EVENT",
+                ),
                 [
                     (
                         # A delegated run sits under the run that delegated it.
@@ -235,7 +247,9 @@ def register(app: typer.Typer) -> None:  # noqa: PLR0915 - one place registers t
                         r["task_id"],
                         r["status"],
                         r["reason"],
+                        attempt_label(r.get("attempt"), r.get("max_attempts")),
                         r["turns"],
+                        r.get("condensations", 0),
                         f"${r['cost_usd']:.4f}",
                         ago(r["last_event_at"]),
                     )
@@ -318,6 +332,11 @@ def _print_snapshot(row: dict[str, Any], snap: dict[str, Any]) -> None:
     console.print(
         f"  turns    {row['turns']}   tokens {row['tokens_in']} in / {row['tokens_out']} out"
         f"   ${row['cost_usd']:.4f}",
+        markup=False,
+    )
+    console.print(
+        f"  attempt  {attempt_label(row.get('attempt'), row.get('max_attempts'))}"
+        f"   condensations {row.get('condensations', 0)}",
         markup=False,
     )
     for phase, at in row.get("phases", {}).items():

@@ -43,6 +43,7 @@ _DEFAULT_TYPE = {
     Family.LOG: "line",
     Family.INBOX: "message",
     Family.ROUTE: "delegation",
+    Family.TRANSCRIPT: "entry",
     Family.DLQ: "dead_letter",
 }
 

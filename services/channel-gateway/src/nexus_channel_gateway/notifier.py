@@ -1,5 +1,6 @@
-"""Progress of chat-started runs back to their thread: requested, started, approval asked
-(relayed under a short id), approval decided, and the ending with its reason. Approvals of
+"""Progress of chat-started runs back to their thread: requested, started, resumed after a
+runner loss (once per attempt), approval asked (relayed under a short id), approval decided,
+and the ending with its reason. Approvals of
 every run, chat-started or not, also go to the configured approver chats under the same id.
 
 Every reply's idempotency key is derived from the run event (run, event, approval, and the
@@ -23,6 +24,7 @@ from nexus_events.events import (
     Event,
     RunCompleted,
     RunRequested,
+    RunResuming,
     TerminalEvent,
 )
 from nexus_events.fast import Delivered
@@ -39,6 +41,7 @@ log = logging.getLogger(__name__)
 WATCHED: tuple[RunEvent, ...] = (
     RunEvent.REQUESTED,
     RunEvent.STARTED,
+    RunEvent.RESUMING,
     RunEvent.APPROVAL_REQUESTED,
     RunEvent.APPROVAL_DECIDED,
     *TERMINAL_EVENTS,
@@ -73,6 +76,12 @@ def describe(run_id: str, name: str, event: Event) -> str | None:
     """The chat line for one run event (None: nothing to say)."""
     if name == RunEvent.STARTED:
         return f"▶️ Run `{run_id}` started."
+    if isinstance(event, RunResuming):
+        detail = f" ({event.message})" if event.message else ""
+        return _clip(
+            f"🔁 Run `{run_id}` resumed after runner loss (attempt {event.attempt}):"
+            f" {event.reason}{detail}"
+        )
     if isinstance(event, RunCompleted):
         extra = "".join(f"\n{part}" for part in (event.result.summary, event.result.pr_url) if part)
         return _clip(f"✅ Run `{run_id}` completed.{extra}")
@@ -156,7 +165,11 @@ class Notifier:
             return
         line = describe(run_id, name, event)
         if line is not None:
-            await say(self.bus, origin, line, key=f"{run_id}:{name}", kind=name, run_id=run_id)
+            # A run resumes at most once per attempt: the attempt is part of the key.
+            key = f"{run_id}:{name}" + (
+                f":{event.attempt}" if isinstance(event, RunResuming) else ""
+            )
+            await say(self.bus, origin, line, key=key, kind=name, run_id=run_id)
 
     async def _decided(
         self, run_id: str, event: ApprovalDecided, origin: ChannelAddress | None

@@ -54,6 +54,7 @@ def assemble(
     revisions = {f"agent/{definition.id}": agent.revision}
     missing: list[str] = []
     hooks = definition.hooks  # the agent's rules first, then each skill's, in skill order
+    sandbox_tools = list(definition.sandbox_tools)
     for ref in definition.skills:
         key = skill_key(ref.name, ref.version)
         stored = skills.get(key)
@@ -67,6 +68,9 @@ def assemble(
         )
         revisions[f"skill/{stored.skill.name}"] = stored.revision
         hooks = hooks.merged(stored.skill.hooks)
+        # The agent's own tool wins a name clash: a skill cannot replace what the agent defines.
+        taken = {t.name for t in sandbox_tools}
+        sandbox_tools.extend(t for t in stored.skill.sandbox_tools if t.name not in taken)
     if missing:
         return AssemblyFailure(
             Reason.UNKNOWN_SKILL,
@@ -96,6 +100,7 @@ def assemble(
         plan_mode=definition.plan_mode if request.plan_mode is None else request.plan_mode,
         output_schema=definition.output_schema,
         resume=definition.resume,
+        sandbox_tools=sandbox_tools,
     )
 
 

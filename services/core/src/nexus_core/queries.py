@@ -74,6 +74,8 @@ def run_view(row: RunRow) -> dict[str, Any]:
         "requested_by": row.requested_by,
         "parent_run_id": row.parent_run_id,
         "attempt": row.attempt,
+        "max_attempts": row.max_attempts,
+        "condensations": row.condensations,
         "runtime": row.runtime,
         "runtime_handle": row.runtime_handle,
         "queue_position": row.queue_position,
@@ -88,6 +90,11 @@ def run_view(row: RunRow) -> dict[str, Any]:
         "result": row.result,
         "last_seq": row.last_seq,
     }
+
+
+def _board_run(run_id: str, statuses: dict[str, Any]) -> dict[str, Any]:
+    known = statuses.get(run_id) or {}
+    return {"run_id": run_id, "status": known.get("status"), "attempt": known.get("attempt")}
 
 
 def _agent_view(a: StoredAgent) -> dict[str, Any]:
@@ -249,13 +256,18 @@ class CoreQueries:
         if query.column is not None:
             args.append(query.column.value)
             where.append(f"t.board_column = ${len(args)}")
+        # Attempts come from the agent_runs projection (same database, its own pace): a run it
+        # has not folded yet shows none.
         rows = await self.pool.fetch(
-            "SELECT t.*, (SELECT jsonb_object_agg(i.run_id, i.status)"
-            f" FROM {self.board}.run_index i WHERE i.task_id = t.task_id) AS statuses,"
+            "SELECT t.*, (SELECT jsonb_object_agg(i.run_id,"
+            " jsonb_build_object('status', i.status, 'attempt', a.attempt))"
+            f" FROM {self.board}.run_index i LEFT JOIN {self.runs}.agent_runs a"
+            " ON a.run_id = i.run_id WHERE i.task_id = t.task_id) AS statuses,"
             " (SELECT jsonb_agg(jsonb_build_object('run_id', c.run_id, 'status', c.status,"
-            " 'agent_id', c.agent_id, 'parent_run_id', c.parent_run_id)"
+            " 'attempt', a.attempt, 'agent_id', c.agent_id, 'parent_run_id', c.parent_run_id)"
             " ORDER BY c.requested_at, c.run_id)"
-            f" FROM {self.board}.run_index c WHERE c.task_id = t.task_id"
+            f" FROM {self.board}.run_index c LEFT JOIN {self.runs}.agent_runs a"
+            " ON a.run_id = c.run_id WHERE c.task_id = t.task_id"
             " AND c.parent_run_id IS NOT NULL) AS children"
             f" FROM {self.board}.tasks t"
             + (" WHERE " + " AND ".join(where) if where else "")
@@ -273,10 +285,8 @@ class CoreQueries:
                 "column": r["board_column"],
                 "labels": json.loads(r["labels"]),
                 "deleted": r["deleted"],
-                "current_run": None if current is None
-                else {"run_id": current, "status": statuses.get(current)},
-                "past_runs": [{"run_id": x, "status": statuses.get(x)} for x in runs
-                              if x != current],
+                "current_run": None if current is None else _board_run(current, statuses),
+                "past_runs": [_board_run(x, statuses) for x in runs if x != current],
                 "child_runs": json.loads(r["children"]) if r["children"] else [],
                 "updated_at": r["updated_at"].isoformat() if r["updated_at"] else None,
             })  # fmt: skip

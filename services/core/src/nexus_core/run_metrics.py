@@ -2,8 +2,9 @@
 
 `RunMetrics` follows NEXUS_RUNS with its own durable consumer (like a projection, but into
 instruments instead of tables) and records runs by state and reason, run duration and queue
-wait from the JetStream timestamps, tokens and cost by agent and model, and tool calls by tool
-and outcome. It also polls the pipeline: pending and ack-pending messages of every durable
+wait from the JetStream timestamps, tokens and cost by agent and model, tool calls by tool
+and outcome, and resumes (by reason, with their latency) and condensations by strategy. It
+also polls the pipeline: pending and ack-pending messages of every durable
 consumer on the Nexus streams, the size of NEXUS_DLQ, and the lag of every projection
 (stream last sequence minus the checkpoint stored in PostgreSQL).
 
@@ -30,9 +31,12 @@ from nexus_events.bus import Bus, Consumer, ConsumerSpec, Delivery
 from nexus_events.codec import Decoded
 from nexus_events.events.base import Event
 from nexus_events.events.runs import (
+    RunCondensed,
     RunDispatched,
     RunPrepared,
     RunRequested,
+    RunResumed,
+    RunResuming,
     RunStarted,
     RunTurn,
     TerminalEvent,
@@ -57,6 +61,9 @@ MAX_TRACKED_RUNS = 100_000
 DURATION_BUCKETS = (1, 5, 15, 30, 60, 120, 300, 600, 1200, 1800, 3600, 7200, 14400)
 WAIT_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300, 900, 3600)
 TOOL_BUCKETS = (0.01, 0.05, 0.1, 0.5, 1, 5, 10, 30, 60, 300)
+# Resume latency (the dead runner's last sign of life to the new attempt's restore): dominated
+# by heartbeat detection and the runtime's start-up, seconds to minutes.
+RESUME_BUCKETS = (0.5, 1, 2.5, 5, 10, 20, 30, 60, 120, 300, 600)
 
 # The OTel names of every instrument, one place for docs, dashboards and their test.
 RUNS_COUNTER = "nexus.runs"
@@ -68,6 +75,9 @@ LLM_COST = "nexus.llm.cost_usd"
 LLM_TURNS = "nexus.llm.turns"
 TOOL_CALLS = "nexus.tool.calls"
 TOOL_DURATION = "nexus.tool.duration"
+RUN_RESUMES = "nexus.run.resumes"
+RUN_RESUME_LATENCY = "nexus.run.resume_latency"
+RUN_CONDENSATIONS = "nexus.run.condensations"
 CONSUMER_PENDING = "nexus.consumer.pending"
 CONSUMER_ACK_PENDING = "nexus.consumer.ack_pending"
 DLQ_MESSAGES = "nexus.dlq.messages"
@@ -84,6 +94,9 @@ INSTRUMENTS = (
     LLM_TURNS,
     TOOL_CALLS,
     TOOL_DURATION,
+    RUN_RESUMES,
+    RUN_RESUME_LATENCY,
+    RUN_CONDENSATIONS,
     CONSUMER_PENDING,
     CONSUMER_ACK_PENDING,
     DLQ_MESSAGES,
@@ -202,6 +215,22 @@ class RunMetrics:
             description="Tool run time by tool.",
             explicit_bucket_boundaries_advisory=TOOL_BUCKETS,
         )
+        self._resumes = meter.create_counter(
+            RUN_RESUMES,
+            unit="{attempt}",
+            description="Attempts started after a runner loss, by agent and the reason.",
+        )
+        self._resume_latency = meter.create_histogram(
+            RUN_RESUME_LATENCY,
+            unit="s",
+            description="The dead attempt's last sign of life to the new one restored, by agent.",
+            explicit_bucket_boundaries_advisory=RESUME_BUCKETS,
+        )
+        self._condensations = meter.create_counter(
+            RUN_CONDENSATIONS,
+            unit="{condensation}",
+            description="Conversations condensed to fit the context budget, by agent and strategy.",
+        )
         gauges = (
             (CONSUMER_PENDING, self._observe_pending, "{message}",
              "Messages not yet delivered to a durable consumer."),
@@ -269,6 +298,18 @@ class RunMetrics:
                 run.refused_calls.add(event.call_id)
         elif isinstance(event, ToolResult):
             self._on_tool_result(run, event)
+        else:
+            self._on_resume(run, event)
+
+    def _on_resume(self, run: _RunTimes, event: Event) -> None:
+        if isinstance(event, RunResuming):
+            self._resumes.add(1, {"agent_id": run.agent_id, "reason": event.reason})
+        elif isinstance(event, RunResumed):
+            if event.latency_ms is not None:
+                self._resume_latency.record(event.latency_ms / 1000, {"agent_id": run.agent_id})
+        elif isinstance(event, RunCondensed):
+            attrs = {"agent_id": run.agent_id, "strategy": event.condensation.strategy}
+            self._condensations.add(1, attrs)
 
     def _track(self, run_id: str) -> _RunTimes:
         run = self._runs.get(run_id)
@@ -421,13 +462,18 @@ class RunMetrics:
                 await asyncio.wait_for(self._stopping.wait(), timeout=self.settings.poll_interval)
 
 
-# Lifecycle steps counted by `nexus.runs` (heartbeats, turns and tools have their own metrics).
+# Lifecycle steps counted by `nexus.runs` (heartbeats, turns, tools, resumes and condensations
+# have their own metrics; a failed resume is `failed` with reason resume_failed).
 _COUNTED_STATES = frozenset(RunEvent) - {
     RunEvent.HEARTBEAT,
     RunEvent.TURN,
     RunEvent.TOOL_CALLED,
     RunEvent.TOOL_RESULT,
     RunEvent.APPROVAL_DECIDED,
+    RunEvent.RESUMING,
+    RunEvent.RESUMED,
+    RunEvent.CHECKPOINTED,
+    RunEvent.CONDENSED,
 }
 
 

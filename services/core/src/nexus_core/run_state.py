@@ -10,8 +10,11 @@ gives the row that applying them in stream order gives. That is how each field g
   approval events toggle running/awaiting_approval by sequence (latest wins), and a heartbeat
   or turn never toggles back. In stream order this equals folding `runstate.next_status`.
 - who/what (agent, task, origin, input, requested_by): from the earliest `requested`, else the
-  earliest `prepared`. Config (catalog revisions): earliest `prepared`.
-- runtime handle: latest `dispatched`; attempt: the highest seen; queue position: latest `queued`.
+  earliest `prepared`. Config (catalog revisions, resume.max_attempts): earliest `prepared`.
+- runtime handle: latest `dispatched`; attempt: the highest any `dispatched`, `resuming` or
+  `resumed` names; queue position: latest `queued`.
+- condensations: the distinct (turn, strategy) pairs of `condensed` events, so a redelivered
+  or re-published condensation counts once.
 - phase timestamps: the first (minimum) JetStream timestamp of each phase; last_event_at the max.
 - tokens and cost: per turn (keyed by turn number, so a duplicate turn counts once), summed; the
   winning terminal event's totals replace the sums when it carries any.
@@ -19,6 +22,7 @@ gives the row that applying them in stream order gives. That is how each field g
 
 from __future__ import annotations
 
+import bisect
 import dataclasses
 import functools
 from dataclasses import dataclass, field
@@ -28,14 +32,17 @@ from typing import Any, cast
 from nexus_events.events import (
     Event,
     RunCompleted,
+    RunCondensed,
     RunDispatched,
     RunPrepared,
     RunQueued,
     RunRequested,
+    RunResumed,
+    RunResuming,
     RunTurn,
     TerminalEvent,
 )
-from nexus_events.runstate import RunEvent, is_terminal, live_rank, next_status
+from nexus_events.runstate import RunEvent, RunStatus, is_terminal, live_rank, next_status
 from pydantic import TypeAdapter
 
 # Events whose timestamp is recorded as the start of a phase.
@@ -59,7 +66,17 @@ def _claim(event_name: str) -> tuple[int, int, int] | None:
         return None
     if is_terminal(target):
         return (_TERMINAL, 0, 0)
-    return (1, live_rank(target), 1 if event_name.startswith("approval_") else 0)
+    return (1, live_rank(target), 1 if _toggles(event_name, target) else 0)
+
+
+def _toggles(event_name: str, target: RunStatus) -> bool:
+    """Whether the event moves a run between the statuses of equal rank (runstate's toggles:
+    the approval events, and `resumed` ending an approval wait the dead attempt left open)."""
+    if target is RunStatus.RUNNING:
+        return next_status(RunStatus.AWAITING_APPROVAL, event_name) is target
+    if target is RunStatus.AWAITING_APPROVAL:
+        return next_status(RunStatus.RUNNING, event_name) is target
+    return False
 
 
 def status_key(event_name: str, seq: int) -> StatusKey | None:
@@ -104,6 +121,7 @@ class RunRow:
     catalog_revisions: dict[str, int] = field(default_factory=dict)
     config_seq: int | None = None
     attempt: int = 1
+    max_attempts: int | None = None
     runtime: str | None = None
     runtime_handle: str | None = None
     dispatch_seq: int | None = None
@@ -116,6 +134,9 @@ class RunRow:
     result: dict[str, Any] | None = None
     first_seq: int | None = None
     last_seq: int = 0
+    # Sorted and distinct (a list, not a set: the stored document must not depend on the
+    # order events came in).
+    condensed: list[tuple[int, str]] = field(default_factory=list)
 
     # -- derived ---------------------------------------------------------------------
 
@@ -136,6 +157,10 @@ class RunRow:
     @property
     def turn_count(self) -> int:
         return max(self.turns, default=0)
+
+    @property
+    def condensations(self) -> int:
+        return len(self.condensed)
 
     # -- storage ---------------------------------------------------------------------
 
@@ -169,6 +194,7 @@ def evolve(row: RunRow | None, fact: RunFact) -> RunRow:
             phases=dict(row.phases),
             turns=dict(row.turns),
             result=None if row.result is None else dict(row.result),
+            condensed=list(row.condensed),
         )
     fold(new, fact)
     return new
@@ -231,6 +257,7 @@ def _fold_details(row: RunRow, ev: Event, seq: int) -> None:
             row.parent_run_id, row.info_key = None, info_key
         if row.config_seq is None or seq < row.config_seq:
             row.catalog_revisions, row.config_seq = dict(c.catalog_revisions), seq
+            row.max_attempts = c.resume.max_attempts
         row.attempt = max(row.attempt, c.attempt)
     elif type(ev) is RunDispatched:
         if row.dispatch_seq is None or seq > row.dispatch_seq:
@@ -246,3 +273,15 @@ def _fold_details(row: RunRow, ev: Event, seq: int) -> None:
             max(seen[1], ev.tokens_out),
             max(seen[2], ev.cost_usd),
         )
+    else:
+        _fold_resume(row, ev)
+
+
+def _fold_resume(row: RunRow, ev: Event) -> None:
+    if type(ev) is RunResuming or type(ev) is RunResumed:
+        row.attempt = max(row.attempt, ev.attempt)
+    elif type(ev) is RunCondensed:
+        key = (ev.turn, ev.condensation.strategy)
+        at = bisect.bisect_left(row.condensed, key)
+        if at == len(row.condensed) or row.condensed[at] != key:
+            row.condensed.insert(at, key)

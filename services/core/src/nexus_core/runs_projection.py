@@ -53,6 +53,11 @@ MIGRATIONS = (
     CREATE INDEX ON {schema}.agent_runs (agent_id, first_seq);
     CREATE INDEX ON {schema}.agent_runs (task_id, first_seq);
     """,
+    # Resume (docs/resume.md): how often the conversation was condensed. Rows written before
+    # this count none until their next event rewrites them from the document.
+    """
+    ALTER TABLE {schema}.agent_runs ADD COLUMN condensations int NOT NULL DEFAULT 0;
+    """,
 )
 
 # Rows travel to PostgreSQL as one JSON array per batch: each element is the row's document
@@ -77,6 +82,7 @@ COLUMNS = {
     "tokens_in": "(e->>'tokens_in')::bigint",
     "tokens_out": "(e->>'tokens_out')::bigint",
     "cost_usd": "(e->>'cost_usd')::float8",
+    "condensations": "(e->>'condensations')::int",
     "result_summary": "d->'result'->>'summary'",
     "first_seq": "COALESCE((d->>'first_seq')::bigint, 0)",
     "last_seq": "(d->>'last_seq')::bigint",
@@ -102,7 +108,8 @@ def rows_json(rows: Iterable[RunRow]) -> str:
         "["
         + ",".join(
             f'{{"tokens_in":{r.tokens_in},"tokens_out":{r.tokens_out},'
-            f'"cost_usd":{json.dumps(r.cost_usd)},"doc":{r.to_json()}}}'
+            f'"cost_usd":{json.dumps(r.cost_usd)},"condensations":{r.condensations},'
+            f'"doc":{r.to_json()}}}'
             for r in rows
         )
         + "]"

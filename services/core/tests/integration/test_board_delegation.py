@@ -94,10 +94,10 @@ async def test_a_finished_child_leaves_its_parents_task_in_progress(
     assert error is None
     [task] = board["tasks"]
     assert task["column"] == "in_progress"
-    assert task["current_run"] == {"run_id": "parent", "status": "running"}
+    assert task["current_run"] == {"run_id": "parent", "status": "running", "attempt": 1}
     assert task["past_runs"] == []
     assert task["child_runs"] == [
-        {"run_id": "child", "status": "completed", "agent_id": "reviewer",
+        {"run_id": "child", "status": "completed", "attempt": 1, "agent_id": "reviewer",
          "parent_run_id": "parent"},
     ]  # fmt: skip
 

@@ -88,7 +88,7 @@ async def test_end_to_end_apply_request_drive_query(bus: Bus, core: CoreApp):
     assert error is None
     [task] = board["tasks"]
     assert (task["task_id"], task["title"], task["column"]) == ("T-1", "Fix", "review")
-    assert task["current_run"] == {"run_id": "r1", "status": "completed"}
+    assert task["current_run"] == {"run_id": "r1", "status": "completed", "attempt": 1}
 
     # A second run on the same task becomes current; the first one is past.
     await bus.js.publish(subjects.run_event("r2", "requested"), json.dumps(RAW).encode())
@@ -96,8 +96,8 @@ async def test_end_to_end_apply_request_drive_query(bus: Bus, core: CoreApp):
     await _caught_up(core, bus)
     _, board = await query(bus, subjects.CORE_BOARD_GET, {"column": "in_progress"})
     [task] = board["tasks"]
-    assert task["current_run"] == {"run_id": "r2", "status": "prepared"}
-    assert task["past_runs"] == [{"run_id": "r1", "status": "completed"}]
+    assert task["current_run"] == {"run_id": "r2", "status": "prepared", "attempt": 1}
+    assert task["past_runs"] == [{"run_id": "r1", "status": "completed", "attempt": 1}]
     # The operator moves it; the later manual move wins over the run's column.
     await bus.publish(subjects.task_event("T-1", "moved"), TaskMoved(column=Column.BACKLOG))
     await _caught_up(core, bus)

@@ -6,6 +6,13 @@ from typing import Any
 
 from nexus_events import codec, subjects
 from nexus_events.codec import JsMeta
+from nexus_events.events.runs import (
+    Condensation,
+    RunCondensed,
+    RunFailed,
+    RunResumed,
+    RunResuming,
+)
 from nexus_events.metrics import setup_metrics
 from opentelemetry.sdk.metrics import MeterProvider
 from opentelemetry.sdk.metrics.export import InMemoryMetricReader
@@ -87,6 +94,41 @@ def test_a_redelivered_terminal_event_does_not_restart_the_clock() -> None:
     metrics, _reader = _metrics()
     _feed(metrics, "run_a", lifecycle(), 0)
     assert "run_a" not in metrics._runs  # forgotten at the terminal event: memory stays bounded
+
+
+def test_resumes_by_reason_resume_latency_and_condensations_by_strategy() -> None:
+    metrics, reader = _metrics()
+    condensed = {
+        "turn": 3,
+        "tokens_before": 9000,
+        "tokens_after": 3000,
+        "budget": 8000,
+        "counter": "estimate",
+    }
+    events: list[tuple[str, Any]] = [
+        *lifecycle()[:4],
+        ("resuming", RunResuming(attempt=2, reason="heartbeat_missing")),
+        ("resumed", RunResumed(attempt=2, turns=1, messages=3, entries=3, latency_ms=4500)),
+        ("condensed", RunCondensed(**condensed, condensation=Condensation(strategy="elide"))),
+        ("condensed", RunCondensed(**condensed, condensation=Condensation(strategy="summarise"))),
+        ("condensed", RunCondensed(**condensed, condensation=Condensation(strategy="elide"))),
+        ("resuming", RunResuming(attempt=3, reason="runtime_gone")),
+        ("resumed", RunResumed(attempt=3, turns=1, messages=3, entries=3)),  # no latency known
+        ("failed", RunFailed(reason="resume_failed", message="checkpoint digest mismatch")),
+    ]
+    _feed(metrics, "run_r", events, 0)
+    pts = points(reader)
+    agent = "implementer"
+    assert value(pts, "nexus.run.resumes", agent_id=agent, reason="heartbeat_missing") == 1
+    assert value(pts, "nexus.run.resumes", reason="runtime_gone") == 1
+    [latency] = pts["nexus.run.resume_latency"]
+    assert (latency.count, latency.sum) == (1, 4.5)
+    assert value(pts, "nexus.run.condensations", agent_id=agent, strategy="elide") == 2
+    assert value(pts, "nexus.run.condensations", strategy="summarise") == 1
+    assert value(pts, "nexus.runs", state="failed", reason="resume_failed") == 1
+    # Not lifecycle steps of their own in `nexus.runs`.
+    for state in ("resuming", "resumed", "condensed"):
+        assert value(pts, "nexus.runs", state=state) == 0
 
 
 def test_setup_without_exporters_records_only_into_given_readers() -> None:

@@ -95,6 +95,26 @@ def test_a_full_run():
     assert row.turn_count == 3
 
 
+def test_resume_events_set_the_attempt_status_and_condensations():
+    # make(): `resuming` at i=4 names attempt 2 (no `dispatched` here does); `condensed` at
+    # i=5 and i=8 are (turn 3, elide) and (turn 3, summarise), at i=11 (turn 3, elide) again.
+    names = ["requested", "started", "approval_requested", "heartbeat"]
+    row = fold(facts_of([*names, "resuming"]))
+    assert row is not None
+    # `resuming` keeps the status: the run waits as it did until the new attempt says so.
+    assert (row.status, row.attempt) == ("awaiting_approval", 2)
+    row = fold(
+        facts_of(
+            [*names, "resuming", "condensed", "resumed", "checkpointed", "condensed", "turn",
+             "heartbeat", "condensed"]
+        )
+    )  # fmt: skip
+    assert row is not None
+    assert (row.status, row.attempt) == ("running", 2)  # `resumed` ends the dead approval wait
+    assert row.condensations == 2
+    assert RunRow.from_json(row.to_json()) == row
+
+
 def test_late_events_never_move_a_run_backwards():
     facts = facts_of(["requested", "started", "approval_requested", "heartbeat", "queued"])
     row = fold(facts)

@@ -17,6 +17,7 @@ from nexus_events.events import (
     ApprovalRequested,
     Event,
     RunCompleted,
+    RunResuming,
     RunStarted,
     TaskCreated,
     TaskDeleted,
@@ -135,6 +136,15 @@ def run_writes(
             "html": render.approval(rid, event.approval_id, event.tool, event.summary, event.why),
             "body": f"Approve {event.tool}? {event.summary}\nAnswer /approve"
             f" {event.approval_id} or /deny {event.approval_id}.",
+        }  # fmt: skip
+    elif isinstance(event, RunResuming):
+        # One comment per attempt: its id names the attempt, so a redelivered or re-published
+        # `resuming` of the same attempt queues nothing new.
+        write_id = f"run:{rid}:resuming:{event.attempt}"
+        report = {
+            "kind": "resumed", "activity": "thought",
+            "html": render.resumed(rid, event.attempt, event.reason, event.message),
+            "body": f"Resumed after runner loss (attempt {event.attempt}).",
         }  # fmt: skip
     elif isinstance(event, RunCompleted):
         outcome = event.result.model_dump(mode="json", exclude_none=True)

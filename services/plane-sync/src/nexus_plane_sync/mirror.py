@@ -34,11 +34,12 @@ from nexus_plane_sync.decisions import RunState, Write, evolve, run_writes, task
 from nexus_plane_sync.flowmirror import apply_flow_event
 from nexus_plane_sync.store import OUTBOX_CHANNEL, PLANE_SCHEMA, create_mirror_tables, enqueue
 
-# The run events the mirror reads (heartbeats, logs and tool results are not its business).
+# The run events the mirror reads (heartbeats, logs and tool results are not its business;
+# `resuming` is said on the item, `resumed` ends an approval wait the dead attempt left open).
 RUN_EVENTS: tuple[RunEvent, ...] = (
     RunEvent.REQUESTED, RunEvent.PREPARED, RunEvent.STARTED, RunEvent.TURN, RunEvent.TOOL_CALLED,
     RunEvent.APPROVAL_REQUESTED, RunEvent.APPROVAL_DECIDED, RunEvent.CANCEL_REQUESTED,
-    *TERMINAL_EVENTS,
+    RunEvent.RESUMING, RunEvent.RESUMED, *TERMINAL_EVENTS,
 )  # fmt: skip
 
 

@@ -59,6 +59,15 @@ def result(run_id: str, outcome: dict[str, Any]) -> str:
     return "".join(parts)
 
 
+def resumed(run_id: str, attempt: int, reason: str, message: str) -> str:
+    """The run goes on in a new attempt after its runner was lost (docs/resume.md)."""
+    detail = f" ({escape(message)})" if message else ""
+    return (
+        f"<p>🔁 Resumed after runner loss (attempt {attempt}): it goes on from its last"
+        f" finished turn. Reason <code>{escape(reason)}</code>{detail}.</p>{_marker(run_id)}"
+    )
+
+
 def ended(run_id: str, status: str, reason: str, message: str) -> str:
     icon = "🛑" if status == "cancelled" else "❌"
     detail = f"<p>{escape(message)}</p>" if message else ""

@@ -18,6 +18,8 @@ from nexus_events.events import (
     RunCompleted,
     RunFailed,
     RunResult,
+    RunResumed,
+    RunResuming,
     RunStarted,
     RunTurn,
     TaskCreated,
@@ -76,6 +78,22 @@ def test_run_writes_report_and_move_the_item() -> None:
     failed = _writes(RunFailed(reason="llm_unavailable", message="503"), "failed", run)
     assert "llm_unavailable" in failed[0].payload["html"]
     assert _writes(RunStarted(), "started", RunState("r2")) == []  # no task, no work item
+
+
+def test_a_resume_reports_once_per_attempt_and_resumed_ends_an_approval_wait() -> None:
+    run = RunState("r1", "t1", "coder", status="awaiting_approval")
+    [second] = _writes(RunResuming(attempt=2, reason="runtime_gone"), "resuming", run, seq=7)
+    [again] = _writes(RunResuming(attempt=2, reason="runtime_gone"), "resuming", run, seq=9)
+    [third] = _writes(RunResuming(attempt=3, reason="heartbeat_missing"), "resuming", run)
+    # The write id names the attempt, not the stream sequence: a repeat queues nothing new.
+    assert second.write_id == again.write_id == "run:r1:resuming:2"
+    assert third.write_id == "run:r1:resuming:3"
+    assert "Resumed after runner loss (attempt 2)" in second.payload["html"]
+    assert second.payload["body"] == "Resumed after runner loss (attempt 2)."
+    evolve(run, RunResuming(attempt=2, reason="runtime_gone"), "resuming")
+    assert run.status == "awaiting_approval"  # the scheduler's word moves nothing
+    evolve(run, RunResumed(attempt=2, turns=3, messages=7, entries=8), "resumed")
+    assert run.status == "running"
 
 
 def test_terminal_states_are_final() -> None:

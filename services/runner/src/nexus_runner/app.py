@@ -11,6 +11,14 @@ Events go out pipelined (`RunPublisher`); every one is stored before the finishi
 effects (commit, push, pull request) and before the terminal event, which comes last. A run
 some of whose events cannot be stored ends ``failed`` (``runner_error``).
 
+Attempt 2 and later of a run whose runner died go on from where it was (docs/resume.md):
+`nexus_runner.resume` reads the run's history and folds its transcript before anything else,
+the workspace is restored from the last checkpoint after the clone, ``resumed`` is stored,
+and the loop goes on with the same messages; budgets and the wall clock count from the run's
+first start. What cannot be restored exactly ends the run ``failed`` (``resume_failed``)
+before any model call. A runner that sees a newer attempt start (``resuming``) stops like one
+whose run was ended elsewhere.
+
 The run is one span tree (`nexus_runner.tracing`): its root ``nexus run <run_id>`` continues
 the trace the caller passes (the scheduler's, via ``TRACEPARENT``), and every event the run
 publishes, heartbeats included, is inside it.
@@ -20,8 +28,10 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import logging
 import socket
+from collections.abc import Callable, Coroutine
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -32,6 +42,7 @@ from nexus_events.errors import BusError
 from nexus_events.events.runs import (
     Reason,
     RunCancelled,
+    RunCheckpointed,
     RunCompleted,
     RunConfig,
     RunFailed,
@@ -44,9 +55,11 @@ from nexus_events.streams import RUNS
 from openai import AsyncOpenAI
 from opentelemetry import context as otel_context
 
+from nexus_runner.checkpoint import Checkpointer
 from nexus_runner.config import RunnerSettings
 from nexus_runner.containment import track_runner, track_workspace
-from nexus_runner.control import RunControl, start_points
+from nexus_runner.context import RunContext
+from nexus_runner.control import RunControl, resume_points, start_points
 from nexus_runner.delegation import Delegation
 from nexus_runner.errors import RunnerError, RunStopped, ToolError
 from nexus_runner.finishing import configured_test_command, finish_run
@@ -58,12 +71,14 @@ from nexus_runner.plan import not_approved_message, plan_result
 from nexus_runner.prompt import initial_messages
 from nexus_runner.provider import GitHubProvider, GitProvider
 from nexus_runner.publisher import RunPublisher
+from nexus_runner.resume import Resumption, pending_calls
 from nexus_runner.safety import SecretRegistry
 from nexus_runner.tools import ToolContext
 from nexus_runner.tools.contained import ContainedRegistry
 from nexus_runner.tools.mcp import McpTools
 from nexus_runner.tools.memory import RunMemory, RunScopes
 from nexus_runner.tracing import record_terminal, run_span
+from nexus_runner.transcript import ResumeFailedError, TranscriptWriter
 from nexus_runner.workspace import Workspace
 
 log = logging.getLogger(__name__)
@@ -158,13 +173,17 @@ async def _watch_cancel(control: RunControl, handle: RunHandle) -> None:
 
 async def _watch_ended(control: RunControl, handle: RunHandle) -> None:
     await control.ended_elsewhere.wait()
+    if (newer := control.superseded) is not None:
+        message = f"superseded by attempt {newer.attempt} of the run"
+        handle.stop(RunStopped("failed", newer.reason, message))
+        return
     ended = control.ended
     assert ended is not None
     handle.stop(RunStopped("failed", ended.reason, f"the run was already ended {ended.event_name}"))
 
 
-async def _wall_clock(seconds: float, handle: RunHandle) -> None:
-    await asyncio.sleep(seconds)
+async def _wall_clock(remaining: float, seconds: float, handle: RunHandle) -> None:
+    await asyncio.sleep(max(remaining, 0.0))
     handle.stop(
         RunStopped(
             "failed",
@@ -236,6 +255,7 @@ def _tool_context(  # noqa: PLR0917
     ws: Workspace,
     git: Git,
     secrets: SecretRegistry,
+    approve: Callable[[str, str], Coroutine[Any, Any, bool]] | None = None,
 ) -> ToolContext:
     """What the run's tools act on, in the cloned workspace."""
     return ToolContext(
@@ -257,6 +277,7 @@ def _tool_context(  # noqa: PLR0917
             agent_id=config.agent_id,
             task_id=config.task_id,
         ),
+        approve=approve,
     )
 
 
@@ -283,7 +304,23 @@ def _llm_client(config: RunConfig, settings: RunnerSettings, client: AsyncOpenAI
     )
 
 
-async def _execute_run(
+def _sandbox_approval(
+    loop_ref: list[AgentLoop | None],
+) -> Callable[[str, str], Coroutine[Any, Any, bool]]:
+    """A sandboxed tool's `nexus.approve(reason)`: the run's own approval request, asked by
+    the loop running the tool (it exists before any tool runs)."""
+
+    async def approve(tool: str, reason: str) -> bool:
+        loop = loop_ref[0]
+        if loop is None:
+            return False
+        asked = await loop._ask(tool, f"{tool} (sandboxed tool) asks: {reason}", reason)
+        return asked[1] == "approved"
+
+    return approve
+
+
+async def _execute_run(  # noqa: PLR0915 - one run's lifecycle, read top to bottom
     config: RunConfig,
     settings: RunnerSettings,
     bus: Bus,
@@ -293,9 +330,12 @@ async def _execute_run(
     workspace_dir: Path | None,
 ) -> TerminalEvent:
     pub = RunPublisher(bus, config.run_id, config.attempt, secrets=_run_secrets(config, settings))
-    control = RunControl(bus, config.run_id)
-    await control.start(await start_points(bus, config.run_id, config.attempt))
+    resumption, resume_error = await _read_resumption(config, bus)
+    control = await _started_control(config, bus, resumption)
     handle.control = control
+    wall = float(config.budgets.max_wall_seconds)
+    if resumption is not None:
+        wall = resumption.remaining_wall(wall)  # the deadline carries over
     root = workspace_dir or settings.workspace_root / config.run_id
     branch = (config.repo.branch if config.repo else None) or f"nexus/{config.run_id}"
     git = Git(root, Author(settings.git_author_name, settings.git_author_email), pub.secrets)
@@ -307,7 +347,7 @@ async def _execute_run(
         asyncio.create_task(_heartbeats(pub, settings.heartbeat_interval, loop_ref, done)),
         asyncio.create_task(_watch_cancel(control, handle)),
         asyncio.create_task(_watch_ended(control, handle)),
-        asyncio.create_task(_wall_clock(config.budgets.max_wall_seconds, handle)),
+        asyncio.create_task(_wall_clock(wall, config.budgets.max_wall_seconds, handle)),
     ]
     client = AsyncOpenAI(
         api_key=settings.llm_api_key,
@@ -316,26 +356,55 @@ async def _execute_run(
         max_retries=0,  # retries are ours: they honour Retry-After and end as llm_unavailable
     )
 
+    checkpointer: Checkpointer | None = None
+
     async def work() -> RunResult:
+        nonlocal checkpointer
+        if resume_error is not None:  # before any model call: never from a wrong state
+            raise resume_error
         # Before the clone: an output_schema that is not a JSON Schema fails the run at once.
         typed = TypedOutput.of(config.output_schema, settings.output_retries)
         base_sha, base_branch = await prepare_workspace(config, settings, git, branch)
-        ctx = _tool_context(config, settings, bus, control, Workspace(root), git, pub.secrets)
+        ctx = _tool_context(
+            config,
+            settings,
+            bus,
+            control,
+            Workspace(root),
+            git,
+            pub.secrets,
+            approve=_sandbox_approval(loop_ref),
+        )
+        checkpointer = Checkpointer(
+            git, bus.js, pub, base_sha=base_sha, guard=control.ensure_not_ended
+        )
+        if resumption is not None and not resumption.fresh and resumption.history.checkpoint:
+            await checkpointer.restore(resumption.history.checkpoint)
+        await checkpointer.start()
         # MCP servers live as long as the loop: closing kills their process groups, also
         # when the run is cancelled.
         async with McpTools.started(
             list(config.mcp_servers), settings, ctx.workspace.root, pub.log
         ) as mcp:
             tools = ContainedRegistry(
-                list(config.tools), config.permissions, ctx, mcp, config.hooks
+                list(config.tools),
+                config.permissions,
+                ctx,
+                mcp,
+                config.hooks,
+                sandbox_tools=list(config.sandbox_tools),
             )
             llm = _llm_client(config, settings, client)
             note = " ".join([f"You work in a git checkout on branch {branch}.", *mcp.notes])
-            loop = AgentLoop(
-                config, settings, llm, tools, control, pub, initial_messages(config, note), typed
+            loop = await _make_loop(
+                config, settings, (llm, tools, control, pub, typed, checkpointer), resumption, note
             )
+            loop.context = RunContext.of(config.model, settings, client, llm.retry)
             loop_ref[0] = loop
-            finished = await loop.run()
+            try:
+                finished = await loop.run()
+            finally:
+                _note_transcript_cost(config.run_id, loop)
             loop.phase = "finishing"
             # No commit, push or pull request unless the run's record so far is stored, nor
             # once the run was ended by someone else.
@@ -374,6 +443,12 @@ async def _execute_run(
         await asyncio.gather(*background, return_exceptions=True)
         await control.stop()
         await client.close()
+        if checkpointer is not None:
+            checkpointer.close()
+    if (newer := control.superseded) is not None:
+        # A newer attempt goes on with the run: this one publishes nothing more, no ending.
+        log.warning("run %s: superseded by attempt %d, no ending", config.run_id, newer.attempt)
+        return RunFailed(reason=newer.reason, message=f"superseded by attempt {newer.attempt}")
     try:
         await pub.flush()
     except BusError as exc:
@@ -390,6 +465,113 @@ async def _execute_run(
         return control.ended
     await pub.terminal(terminal)
     return terminal
+
+
+async def _read_resumption(
+    config: RunConfig, bus: Bus
+) -> tuple[Resumption | None, ResumeFailedError | None]:
+    """For attempt 2 and later: what the run goes on from, or why it cannot (the run then
+    fails resume_failed before any model call)."""
+    if config.attempt <= 1:
+        return None, None
+    try:
+        return await Resumption.read(bus, config.run_id, config.attempt), None
+    except ResumeFailedError as exc:
+        return None, exc
+    except BusError as exc:
+        return None, ResumeFailedError(f"the run's history cannot be read: {exc}")
+
+
+async def _make_loop(
+    config: RunConfig,
+    settings: RunnerSettings,
+    parts: tuple[
+        LlmClient, ContainedRegistry, RunControl, RunPublisher, TypedOutput | None, Checkpointer
+    ],
+    resumption: Resumption | None,
+    note: str,
+) -> AgentLoop:
+    """The loop with its transcript: from the beginning, or (resuming) from the restored
+    messages, after ``resumed`` is stored."""
+    llm, tools, control, pub, typed, checkpointer = parts
+    going_on = resumption is not None and not resumption.fresh
+    start = resumption.folded.entries if resumption is not None and going_on else 0
+    transcript = TranscriptWriter(
+        pub.bus, config.run_id, config.attempt, start, guard=control.ensure_not_ended
+    )
+    messages = (
+        list(resumption.folded.messages)
+        if resumption is not None and going_on
+        else initial_messages(config, note)
+    )
+    loop = AgentLoop(
+        config,
+        settings,
+        llm,
+        tools,
+        control,
+        pub,
+        messages,
+        typed,
+        transcript=transcript,
+        checkpointer=checkpointer,
+        recorded=len(messages) if going_on else 0,
+    )
+    if resumption is not None:
+        await _resumed(loop, resumption, checkpointer.restored, tools.idempotent)
+    return loop
+
+
+async def _started_control(
+    config: RunConfig, bus: Bus, resumption: Resumption | None
+) -> RunControl:
+    """The run's control channel, following from this attempt's start points."""
+    if resumption is None or resumption.history.ended:
+        control = RunControl(bus, config.run_id, config.attempt)
+        await control.start(await start_points(bus, config.run_id, config.attempt))
+        return control
+    points, replies_before = await resume_points(bus)
+    control = RunControl(
+        bus,
+        config.run_id,
+        config.attempt,
+        skip_inbox=frozenset(resumption.folded.injected),
+        replies_before=replies_before,
+    )
+    await control.start(points)
+    return control
+
+
+async def _resumed(
+    loop: AgentLoop,
+    resumption: Resumption,
+    restored: RunCheckpointed | None,
+    idempotent: Callable[[str], bool],
+) -> None:
+    """Carry the run's usage and plan mode over, judge the calls left open, and publish
+    ``resumed`` (stored before this attempt writes any transcript entry: it says from which
+    index its entries count)."""
+    loop.usage = dataclasses.replace(resumption.usage)
+    pending = []
+    if not resumption.fresh:
+        if resumption.history.plan_approved:
+            loop.plan.active = False
+        pending = pending_calls(loop.messages, idempotent, resumption.history.results)
+        loop.pending = pending
+    checkpoint = restored.commit if restored is not None else None
+    await loop.pub.event(resumption.resumed(checkpoint, pending))
+    await loop.pub.flush()
+
+
+def _note_transcript_cost(run_id: str, loop: AgentLoop) -> None:
+    transcript = loop.transcript
+    if transcript is not None and transcript.written:
+        log.info(
+            "run %s: transcript %d entries, %.1f ms waited for their acks before model calls",
+            run_id,
+            transcript.written,
+            loop.transcript_wait * 1000,
+        )
 
 
 def _unrecorded(terminal: TerminalEvent, error: BusError) -> RunFailed:
@@ -439,6 +621,8 @@ def _terminal(
             return RunCompleted(result=task.result(), **usage)
         if isinstance(exc, RunStopped):
             stopped = exc
+        elif isinstance(exc, ResumeFailedError):
+            stopped = RunStopped("failed", Reason.RESUME_FAILED, str(exc))
         elif isinstance(exc, (RunnerError, ToolError, OSError)):
             stopped = RunStopped("failed", Reason.RUNNER_ERROR, str(exc))
         else:

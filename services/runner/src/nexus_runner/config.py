@@ -107,3 +107,32 @@ class RunnerSettings(NexusSettings):
     acceptance_command: str | None = Field(None, description="Overrides test detection.")
     acceptance_report_only: bool = Field(False, description="Record failure, still complete.")
     acceptance_timeout: float = Field(900.0, gt=0)
+    # Context management (nexus_runner.context): what the runner sends stays within the budget
+    # of the model's window; older tool output is elided, then the middle summarised.
+    context_default_tokens: int = Field(
+        32_768,
+        gt=0,
+        description="Context window of a model the runner does not know and whose agent sets no"
+        " model.context_tokens. Unknown names are mostly self-hosted open-weight models, which"
+        " are commonly served at 32k: too small only condenses early, too large fails the run.",
+    )
+    context_margin: float = Field(
+        0.05,
+        ge=0,
+        lt=0.5,
+        description="Share of the window left unused for what counting cannot see exactly (the"
+        " provider's rendering of tool schemas and messages).",
+    )
+    context_keep_turns: int = Field(
+        3, ge=1, description="Last turns always kept whole (with the system prompt and task)."
+    )
+    context_target: float = Field(
+        0.75,
+        gt=0,
+        le=1,
+        description="Share of the budget a condensation aims at, so the next turns do not"
+        " condense again at once (fewer summaries; provider prompt caches last longer).",
+    )
+    context_summary_tokens: int = Field(
+        2_000, gt=0, description="Most tokens of a summary of the middle of the conversation."
+    )

@@ -1,5 +1,6 @@
-"""The runner's control channel: inbox messages, approval decisions, cancellation, and the
-run's terminal event when someone else (the scheduler: lost, timed_out, ...) published it."""
+"""The runner's control channel: inbox messages, approval decisions, cancellation, the run's
+terminal event when someone else (the scheduler: lost, timed_out, ...) published it, and a
+newer attempt of the run (``resuming``), which supersedes this runner."""
 
 from __future__ import annotations
 
@@ -17,7 +18,12 @@ from nexus_events.bus import Bus, decode_msg
 from nexus_events.codec import Envelope
 from nexus_events.errors import DecodeError
 from nexus_events.events.inbox import ApprovalDecision, InboxMessage
-from nexus_events.events.runs import CancelRequested, RunDispatched, TerminalEvent
+from nexus_events.events.runs import (
+    CancelRequested,
+    RunDispatched,
+    RunResuming,
+    TerminalEvent,
+)
 from nexus_events.runstate import TERMINAL_EVENTS
 from nexus_events.streams import INBOX, RUNS
 
@@ -76,14 +82,43 @@ async def start_points(bus: Bus, run_id: str, attempt: int) -> StartPoints:
     return StartPoints(inbox_seq=inbox_seq, runs_seq=cutoff.stream_seq + 1)
 
 
+async def resume_points(bus: Bus) -> tuple[StartPoints, int]:
+    """Where a resumed attempt reads: from the start of the run's inbox (what its transcript
+    injected is skipped, see `RunControl`) and of its cancel requests (a cancel the dead
+    attempt never acted on still stops the run; no terminal event precedes a resume); and
+    the NEXUS_INBOX sequence from which a delegation's reply is this attempt's."""
+    return StartPoints(), await _last_seq(bus, INBOX) + 1
+
+
 class RunControl:
     """Follows ``agent.inbox.v1.<run_id>`` and the run's ``cancel_requested`` from the given
     start points (by default the start of the streams: a cancel sent before the runner came
-    up still counts; see `start_points` for later attempts)."""
+    up still counts; see `start_points` for later attempts).
 
-    def __init__(self, bus: Bus, run_id: str) -> None:
+    A resumed attempt reads its inbox from the start (`resume_points`) and skips the messages
+    its transcript already injected (`skip_inbox`, NEXUS_INBOX sequences), so every message
+    is given to the model once, also one sent while the run had no runner. Replies to
+    delegations stored before it started (`replies_before`) answered calls of a dead attempt:
+    the transcript holds what came of those calls, so they are not new messages.
+    """
+
+    def __init__(
+        self,
+        bus: Bus,
+        run_id: str,
+        attempt: int = 1,
+        *,
+        skip_inbox: frozenset[int] = frozenset(),
+        replies_before: int = 0,
+    ) -> None:
         self.bus = bus
         self.run_id = run_id
+        self.attempt = attempt
+        self.skip_inbox = skip_inbox
+        self.replies_before = replies_before
+        # A `resuming` for a later attempt: the scheduler gave up on this runner; it stops at
+        # once and does nothing more in the run's name (ended_elsewhere is set too).
+        self.superseded: RunResuming | None = None
         self.messages: list[InboxMessage] = []  # not yet injected into a turn
         self.received: list[InboxMessage] = []  # every message this attempt was given
         self.message_arrived = asyncio.Event()
@@ -94,6 +129,8 @@ class RunControl:
         self._decisions: dict[str, ApprovalDecision] = {}
         self._waiters: dict[str, asyncio.Future[ApprovalDecision]] = {}
         self._seen_messages: set[str] = set()
+        # NEXUS_INBOX sequence of each message received (by identity), for the transcript.
+        self._seqs: dict[int, int] = {}
         # Delegations waited for (the `delegate` tool): the child's result by correlation id.
         self._correlated: dict[str, asyncio.Future[InboxMessage]] = {}
         self._subs: list[Any] = []
@@ -105,6 +142,7 @@ class RunControl:
             (subjects.run_event(self.run_id, "cancel_requested"), points.runs_seq),
         ]
         followed += [(subjects.run_event(self.run_id, n), points.runs_seq) for n in TERMINAL_EVENTS]
+        followed.append((subjects.run_event(self.run_id, "resuming"), points.runs_seq))
         for subject, seq in followed:
             config = ConsumerConfig(
                 deliver_policy=DeliverPolicy.BY_START_SEQUENCE if seq > 1 else DeliverPolicy.ALL,
@@ -151,6 +189,8 @@ class RunControl:
                     event.event_name,
                     event.reason or event.message,
                 )
+        elif isinstance(event, RunResuming):
+            self._on_resuming(event)
         elif isinstance(event, ApprovalDecision):
             # The first decision wins; later ones for the same approval are ignored.
             if event.approval_id not in self._decisions:
@@ -159,16 +199,37 @@ class RunControl:
                 if waiter is not None and not waiter.done():
                     waiter.set_result(event)
         elif isinstance(event, InboxMessage):
-            key = event.message_id or f"seq:{msg.metadata.sequence.stream}"
-            if key not in self._seen_messages:
-                self._seen_messages.add(key)
-                pending = self._correlated.get(event.correlation_id or "")
-                if pending is not None and not pending.done():
-                    pending.set_result(event)  # the tool call's output, not a new message
-                    return
-                self.messages.append(event)
-                self.received.append(event)
-                self.message_arrived.set()
+            self._on_inbox(event, msg.metadata.sequence.stream)
+
+    def _on_resuming(self, event: RunResuming) -> None:
+        if event.attempt > self.attempt and self.superseded is None:
+            self.superseded = event
+            self.ended_elsewhere.set()
+            log.warning(
+                "run %s: attempt %d started (%s); this runner (attempt %d) stops",
+                self.run_id,
+                event.attempt,
+                event.reason,
+                self.attempt,
+            )
+
+    def _on_inbox(self, event: InboxMessage, seq: int) -> None:
+        if seq in self.skip_inbox:
+            return  # the transcript shows an earlier attempt gave it to the model
+        if event.correlation_id and seq < self.replies_before:
+            return
+        key = event.message_id or f"seq:{seq}"
+        if key in self._seen_messages:
+            return
+        self._seen_messages.add(key)
+        pending = self._correlated.get(event.correlation_id or "")
+        if pending is not None and not pending.done():
+            pending.set_result(event)  # the tool call's output, not a new message
+            return
+        self._seqs[id(event)] = seq
+        self.messages.append(event)
+        self.received.append(event)
+        self.message_arrived.set()
 
     def ensure_not_ended(self) -> None:
         """Raise `RunStopped` when the run is already terminal: checked before every side
@@ -180,6 +241,16 @@ class RunControl:
                 self.ended.reason or "ended",
                 f"the run was already ended {self.ended.event_name}",
             )
+        if self.superseded is not None:
+            raise RunStopped(
+                "failed",
+                self.superseded.reason,
+                f"superseded by attempt {self.superseded.attempt} of the run",
+            )
+
+    def inbox_seq(self, message: InboxMessage) -> int | None:
+        """The NEXUS_INBOX sequence `message` was stored at (None: not from the inbox)."""
+        return self._seqs.get(id(message))
 
     def take_messages(self) -> list[InboxMessage]:
         taken, self.messages = self.messages, []

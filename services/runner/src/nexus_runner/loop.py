@@ -13,6 +13,7 @@ from nexus_events.events.runs import (
     ApprovalDecided,
     ApprovalRequested,
     Reason,
+    RunCondensed,
     RunConfig,
     RunTurn,
     ToolCalled,
@@ -22,13 +23,16 @@ from nexus_events.spans import OUTCOME
 from opentelemetry import trace
 
 from nexus_runner.budget import StuckDetector, Usage, exceeded, turn_cost
+from nexus_runner.checkpoint import Checkpointer
 from nexus_runner.config import RunnerSettings
+from nexus_runner.context import RunContext
 from nexus_runner.control import RunControl
 from nexus_runner.errors import LlmUnavailable, RunStopped
 from nexus_runner.llm import Completion, LlmClient, ToolCallRequest
 from nexus_runner.output import TypedOutput
 from nexus_runner.plan import (
     EXIT_PLAN_MODE,
+    READ_TOOLS,
     ExitPlanModeArgs,
     PlanMode,
     PlanVerdict,
@@ -42,6 +46,7 @@ from nexus_runner.plan import (
 )
 from nexus_runner.prompt import inbox_message
 from nexus_runner.publisher import RunPublisher
+from nexus_runner.resume import PendingCall, interrupted_note
 from nexus_runner.safety import redact, truncate
 from nexus_runner.tools import Decision, ToolOutcome, ToolRegistry
 from nexus_runner.tools.args import FinishArgs
@@ -59,8 +64,22 @@ from nexus_runner.tracing import (
     llm_span,
     tool_span,
 )
+from nexus_runner.transcript import TranscriptWriter
 
 NUDGE = "Continue with the task using the tools, or call `finish` with a summary when done."
+
+
+# Built-ins that never change the workspace: no checkpoint check after them (it costs two git
+# processes). Every other call is checked, since a command or MCP tool may write.
+UNWRITING_TOOLS = READ_TOOLS | {"finish", EXIT_PLAN_MODE}
+
+
+def _answerless(message: dict[str, Any]) -> bool:
+    return message.get("role") == "assistant" and not message.get("tool_calls")
+
+
+def _tool_message(call_id: str, content: str) -> dict[str, Any]:
+    return {"role": "tool", "tool_call_id": call_id, "content": content}
 
 
 class AgentLoop:
@@ -77,6 +96,11 @@ class AgentLoop:
         publisher: RunPublisher,
         messages: list[dict[str, Any]],
         typed: TypedOutput | None = None,
+        *,
+        transcript: TranscriptWriter | None = None,
+        checkpointer: Checkpointer | None = None,
+        recorded: int = 0,
+        context: RunContext | None = None,
     ) -> None:
         self.config = config
         self.settings = settings
@@ -94,31 +118,72 @@ class AgentLoop:
         self._log_buffer: dict[str, str] = {}
         # The agent's output_schema, checked on `finish` (None: any details go).
         self.typed = typed
+        # Write-ahead transcript (nexus_runner.transcript): every message added is written,
+        # and stored before the model call that sends it. `recorded`: how many of `messages`
+        # are in it already (a resumed attempt's restored ones).
+        self.transcript = transcript
+        self._recorded = recorded
+        self.checkpointer = checkpointer
+        # A resumed attempt: the calls its predecessor left unanswered (nexus_runner.resume).
+        self.pending: list[PendingCall] = []
+        self.transcript_wait = 0.0  # seconds spent waiting for transcript acks before calls
+        # The context budget (nexus_runner.context): condensed before a call that would pass it.
+        self.context = context
+
+    async def add(self, message: dict[str, Any], inbox_seq: int | None = None) -> None:
+        """Add a message to the conversation and to the transcript (written ahead)."""
+        self.messages.append(message)
+        if self.transcript is not None:
+            await self.transcript.message(message, inbox_seq)
+        self._recorded = len(self.messages)
+
+    async def _record_restored(self) -> None:
+        """Write the messages the loop was given that the transcript does not hold yet."""
+        if self.transcript is None:
+            return
+        for message in self.messages[self._recorded :]:
+            await self.transcript.message(message)
+        self._recorded = len(self.messages)
+
+    async def _resume_calls(self) -> FinishArgs | None:
+        """Answer the calls the dead attempt left open: run again those that are safe to, tell
+        the model about the others; the finish arguments if `finish` was among them."""
+        turn = max(self.usage.turns, 1)
+        pending, self.pending = self.pending, []
+        for item in pending:
+            if item.rerun:
+                await self._tool_call(turn, item.call)
+            else:
+                await self.add(_tool_message(item.call.id, interrupted_note(item)))
+        return self.tools.ctx.finished
 
     async def run(self) -> FinishArgs:
+        await self._record_restored()
+        if self.messages and _answerless(self.messages[-1]):
+            # The dead attempt got a reply without calls and was lost before nudging.
+            await self.add({"role": "user", "content": NUDGE})
+        if self.pending and (finished := await self._resume_calls()) is not None:
+            return finished
         while True:
             self._check_budgets(next_turn=True)
             self._check_cancel()
             self.plan.next_turn()
             for message in self.control.take_messages():
-                self.messages.append(inbox_message(message))
+                await self.add(inbox_message(message), self.control.inbox_seq(message))
             self.usage.turns += 1
             turn = self.usage.turns
             completion = await self._model_turn(turn)
-            self.messages.append(completion.assistant_message())
+            await self.add(completion.assistant_message())
             self._check_budgets(next_turn=False)
             if not completion.tool_calls:
                 self._stuck(self.stuck.record_turn([]))
-                self.messages.append({"role": "user", "content": NUDGE})
+                await self.add({"role": "user", "content": NUDGE})
                 continue
             signatures = []
             for call in completion.tool_calls:
                 self._check_cancel()
-                outcome = await self._tool_call(turn, call)
+                outcome = await self._tool_call(turn, call)  # its tool message added
                 signatures.append((call.name, call.arguments, outcome.output))
-                self.messages.append(
-                    {"role": "tool", "tool_call_id": call.id, "content": outcome.output}
-                )
                 if self.typed is not None and self.typed.exhausted:
                     raise self.typed.failure()
                 if (ended := self.plan.ended) is not None:
@@ -172,6 +237,12 @@ class AgentLoop:
             try:
                 # Re-read each turn: MCP tools of a server that kept crashing are withdrawn.
                 self._tool_specs = self._offered()
+                await self._fit_context(turn)
+                if self.transcript is not None:
+                    # Write-ahead: what this call sends is stored before it is sent.
+                    waited = time.monotonic()
+                    await self.transcript.flush()
+                    self.transcript_wait += time.monotonic() - waited
                 completion = await self.llm.complete(
                     self.messages, self._tool_specs, on_delta, on_retry
                 )
@@ -208,6 +279,35 @@ class AgentLoop:
                 )
             )
         return completion
+
+    async def _fit_context(self, turn: int) -> None:
+        """Condense the conversation when this call would pass the context budget: each
+        condensation is applied, written to the transcript and recorded as a `condensed` event
+        (a summary's own model call counts in the budgets and the cost)."""
+        if self.context is None:
+            return
+        for plan in await self.context.fit(self.messages, self._tool_specs):
+            # In place: the caller holds this list.
+            self.messages[:] = plan.condensation.apply(self.messages)
+            if self.transcript is not None:
+                await self.transcript.condense(plan.condensation)
+            self._recorded = len(self.messages)
+            cost = turn_cost(
+                self.settings.prices, self.llm.model, plan.llm_tokens_in, plan.llm_tokens_out
+            )
+            self.usage.tokens_in += plan.llm_tokens_in
+            self.usage.tokens_out += plan.llm_tokens_out
+            self.usage.cost_usd += cost
+            await self.pub.event(
+                RunCondensed(
+                    turn=turn,
+                    tokens_before=plan.tokens_before,
+                    tokens_after=plan.tokens_after,
+                    budget=self.context.budget,
+                    counter=self.context.counter_name,
+                    condensation=plan.condensation,
+                )
+            )
 
     @staticmethod
     def _tokens(completion: Completion) -> tuple[int, int]:
@@ -291,6 +391,16 @@ class AgentLoop:
             outcome = await self.tools.execute(decision)
         if label is None:
             label = TOOL_OK if outcome.ok else TOOL_ERROR
+        if (
+            self.checkpointer is not None
+            and decision.action not in ("refuse", "invalid")
+            and decision.tool not in UNWRITING_TOOLS
+        ):
+            # Before the tool message: the transcript never runs ahead of the workspace a
+            # resume restores.
+            await self.checkpointer.after_call(turn)
+        model_output, _ = truncate(outcome.output, self.settings.output_cap)
+        await self.add(_tool_message(call.id, model_output))
         output, cut = truncate(redact(outcome.output), self.settings.event_output_cap)
         await self.pub.event(
             ToolResult(
@@ -304,7 +414,6 @@ class AgentLoop:
                 guard=outcome.guard,
             )
         )
-        model_output, _ = truncate(outcome.output, self.settings.output_cap)
         return ToolOutcome(outcome.ok, model_output), label
 
     def _misfit(self, decision: Decision) -> str | None:

@@ -2,8 +2,12 @@
 
 `AdmissionState.evolve` applies one run event (idempotently: duplicates, redeliveries and a
 replay over already-applied events change nothing); `decide` says which waiting runs start
-now and which are reported queued; `due` says which active runs must be cancelled, timed out
-or declared lost at a given instant. Nothing here does I/O or reads a clock.
+now and which are reported queued; `due` says which active runs must be cancelled, timed out,
+resumed or declared lost at a given instant. Nothing here does I/O or reads a clock.
+
+Attempts (issue 24): a run whose runner is gone is resumed as attempt n+1 (`after_loss`) until
+its `resume.max_attempts`; it keeps its slot throughout, its wall-clock deadline counts from
+its first dispatch, and only its start and heartbeat timers begin again with each attempt.
 """
 
 from __future__ import annotations
@@ -24,6 +28,7 @@ from nexus_events.events import (
     RunHeartbeat,
     RunPrepared,
     RunQueued,
+    RunResuming,
     RunStarted,
     TerminalEvent,
 )
@@ -34,7 +39,7 @@ LimitName = Literal["global", "agent", "task"]
 class Phase(StrEnum):
     WAITING = "waiting"  # prepared, not yet admitted or reported queued
     QUEUED = "queued"  # reported queued, waiting for a slot
-    STARTING = "starting"  # admitted; the runtime is being asked to start it
+    STARTING = "starting"  # admitted (or resumed); the runtime is being asked to start it
     DISPATCHED = "dispatched"  # the runtime has it; the runner has not said hello yet
     RUNNING = "running"  # the runner started / heartbeats
 
@@ -84,10 +89,15 @@ class RunEntry:
     phase: Phase = Phase.WAITING
     prepared_at: datetime | None = None
     queued_position: int | None = None
+    # Of the current attempt: its start and heartbeat timers count from here.
     dispatched_at: datetime | None = None
     last_seen: datetime | None = None
     handle: str | None = None
     cancel: CancelInfo | None = None
+    # The attempt folded last (`dispatched` or `resuming`), and the first attempt's dispatch:
+    # the wall-clock deadline spans the attempts.
+    attempt: int = 1
+    first_dispatched_at: datetime | None = None
     # Set once the scheduler has decided to end the run, so a tick does not decide it twice.
     ending: bool = False
 
@@ -102,6 +112,16 @@ class RunEntry:
     @property
     def wall_limit_seconds(self) -> int:
         return self.config.runtime.timeout_seconds or self.config.budgets.max_wall_seconds
+
+    @property
+    def max_attempts(self) -> int:
+        return self.config.resume.max_attempts
+
+    def attempt_config(self) -> RunConfig:
+        """The RunConfig of the current attempt: the run's own, with its attempt number."""
+        if self.config.attempt == self.attempt:
+            return self.config
+        return self.config.model_copy(update={"attempt": self.attempt})
 
 
 # Finished run ids remembered to ignore their late events (a heartbeat or duplicate after
@@ -170,24 +190,66 @@ class AdmissionState:
                 return True
             return False
         if isinstance(event, RunDispatched):
-            changed = entry.phase in WAITING_PHASES or entry.phase is Phase.STARTING
-            if entry.phase in WAITING_PHASES:
-                self._activate(entry)
-            if changed:
-                entry.phase = Phase.DISPATCHED
-                entry.handle, entry.dispatched_at = event.handle, at
-                entry.last_seen = at
-            return changed
+            return self._dispatched(entry, event, at)
+        if isinstance(event, RunResuming):
+            return self._resuming(entry, event)
         if isinstance(event, RunStarted | RunHeartbeat):
+            if entry.attempt > 1 and (
+                entry.phase is Phase.STARTING
+                or (entry.dispatched_at is not None and at < entry.dispatched_at)
+            ):
+                # Neither events nor beats name their attempt: before the new attempt's
+                # dispatch (a lagging consumer, the last beat a rebuild reads) they are the
+                # dead attempt's, and must not start its heartbeat window early.
+                return False
             if entry.phase in WAITING_PHASES:
                 # The runner says it runs although we never saw it dispatched: count it.
                 self._activate(entry)
-                entry.dispatched_at = entry.dispatched_at or at
+            if entry.dispatched_at is None:
+                # Also a runner quicker than our own `dispatched`: the timers need a start.
+                entry.dispatched_at = at
+                entry.first_dispatched_at = entry.first_dispatched_at or at
             if entry.phase is not Phase.RUNNING:
                 entry.phase = Phase.RUNNING
             entry.last_seen = max(entry.last_seen or at, at)
             return True
         return False
+
+    def _dispatched(self, entry: RunEntry, event: RunDispatched, at: datetime) -> bool:
+        if event.attempt < entry.attempt:
+            return False  # an earlier attempt's, folded late
+        newer = event.attempt > entry.attempt
+        changed = newer or entry.phase in WAITING_PHASES or entry.phase is Phase.STARTING
+        if entry.phase in WAITING_PHASES:
+            self._activate(entry)
+        if changed:
+            entry.attempt = event.attempt
+            entry.phase = Phase.DISPATCHED
+            entry.handle, entry.dispatched_at = event.handle, at
+            entry.first_dispatched_at = entry.first_dispatched_at or at
+            entry.last_seen = at
+        elif entry.handle is None and event.attempt == entry.attempt:
+            # The runner's `started` came first (and started the timers): note the handle.
+            entry.handle = event.handle
+            if entry.dispatched_at is None:
+                entry.dispatched_at = at
+                entry.first_dispatched_at = entry.first_dispatched_at or at
+            changed = True
+        return changed
+
+    def _resuming(self, entry: RunEntry, event: RunResuming) -> bool:
+        """Attempt `event.attempt` is being started: the run keeps its slot (it is never
+        queued again) and waits in STARTING for that attempt's `dispatched`."""
+        if event.attempt <= entry.attempt:
+            return False
+        if entry.phase in WAITING_PHASES:
+            self._activate(entry)
+        entry.attempt = event.attempt
+        entry.phase = Phase.STARTING
+        entry.handle = None
+        entry.dispatched_at = None
+        entry.ending = False
+        return True
 
     def _prepared(self, run_id: str, config: RunConfig, at: datetime) -> bool:
         if run_id in self.runs:
@@ -232,6 +294,11 @@ class AdmissionState:
         return True
 
     # -- transitions the scheduler makes itself ---------------------------------------------
+
+    def pending_attempts(self) -> list[str]:
+        """Runs resumed whose new attempt was not dispatched (after a rebuild: the scheduler
+        that published `resuming` stopped before the start)."""
+        return [e.run_id for e in self.runs.values() if e.phase is Phase.STARTING and e.attempt > 1]
 
     def begin_start(self, run_id: str) -> None:
         """Take a slot for `run_id` (admitted, being started by the runtime)."""
@@ -365,34 +432,67 @@ class Expire:
 
 @dataclass(frozen=True)
 class Lose:
-    """No sign of life within the window: end `lost`."""
+    """The runner is gone and the run's attempts are spent: end it (`lost`, or `failed`
+    for a runtime error), the message saying so."""
 
     run_id: str
     reason: str
     message: str
 
 
-Due = Escalate | Expire | Lose
+@dataclass(frozen=True)
+class Resume:
+    """The runner of attempt `attempt - 1` is gone: stop what is left of it and start
+    `attempt`. `reason` is the code the run would have ended with."""
+
+    run_id: str
+    attempt: int
+    reason: str
+    message: str
+
+
+Due = Escalate | Expire | Lose | Resume
+
+
+def after_loss(entry: RunEntry, reason: str, message: str) -> Escalate | Lose | Resume:
+    """What follows the loss of a run's runner: a pending cancel wins (the run ends
+    cancelled, no new attempt), else the next attempt while `resume.max_attempts` allows,
+    else the end with `reason`."""
+    if entry.cancel is not None:
+        return Escalate(entry.run_id, entry.cancel)
+    if entry.attempt < entry.max_attempts:
+        return Resume(entry.run_id, entry.attempt + 1, reason, message)
+    how = "failed" if reason == Reason.RUNTIME_ERROR else "lost"
+    return Lose(
+        entry.run_id,
+        reason,
+        f"runner {how} after {entry.attempt} of {entry.max_attempts} attempts: {message}",
+    )
 
 
 def due(state: AdmissionState, now: datetime, timeouts: Timeouts) -> list[Due]:
-    """The active runs whose cancel grace, deadline or heartbeat window has passed at `now`."""
+    """The active runs whose cancel grace, deadline or heartbeat window has passed at `now`.
+
+    The deadline counts from the run's first dispatch; the start and heartbeat windows from
+    the current attempt's.
+    """
     out: list[Due] = []
     for entry in state.active():
         if entry.ending or entry.phase is Phase.STARTING or entry.dispatched_at is None:
             continue
+        first = entry.first_dispatched_at or entry.dispatched_at
         if entry.cancel is not None and now >= max(
             entry.cancel.at, entry.dispatched_at
         ) + timedelta(seconds=timeouts.cancel_grace):
             out.append(Escalate(entry.run_id, entry.cancel))
-        elif now >= entry.dispatched_at + timedelta(seconds=entry.wall_limit_seconds):
+        elif now >= first + timedelta(seconds=entry.wall_limit_seconds):
             out.append(Expire(entry.run_id, entry.wall_limit_seconds))
         elif entry.phase is Phase.DISPATCHED and now > entry.dispatched_at + timedelta(
             seconds=timeouts.start_timeout
         ):
             out.append(
-                Lose(
-                    entry.run_id,
+                after_loss(
+                    entry,
                     Reason.HEARTBEAT_MISSING,
                     f"runner never started within {timeouts.start_timeout:g}s of dispatch",
                 )
@@ -403,8 +503,8 @@ def due(state: AdmissionState, now: datetime, timeouts: Timeouts) -> list[Due]:
             and now > entry.last_seen + timedelta(seconds=timeouts.heartbeat_timeout)
         ):
             out.append(
-                Lose(
-                    entry.run_id,
+                after_loss(
+                    entry,
                     Reason.HEARTBEAT_MISSING,
                     f"no heartbeat for {timeouts.heartbeat_timeout:g}s",
                 )

@@ -20,6 +20,7 @@ import nats.errors
 import nats.js.errors
 from nexus_events.bus import BusSettings, Consumer, ConsumerSpec
 from nexus_events.health import HealthServer
+from nexus_events.metrics import MetricsSettings, setup_metrics
 from nexus_events.process import ServiceApp
 from nexus_events.streams import RUNS, SCHEDULES, ensure_streams
 
@@ -28,6 +29,7 @@ from nexus_scheduler.clock import Clock, SystemClock
 from nexus_scheduler.config import SchedulerSettings
 from nexus_scheduler.handlers import create_run_handler, create_schedule_handler
 from nexus_scheduler.lease import Lease
+from nexus_scheduler.metrics import SchedulerMetrics
 from nexus_scheduler.rebuild import rebuild
 from nexus_scheduler.runtime.base import AgentRuntime
 from nexus_scheduler.schedules_service import ScheduleService
@@ -45,8 +47,10 @@ def build_runtime(settings: SchedulerSettings) -> AgentRuntime:
         from nexus_scheduler.runtime.kubernetes import KubernetesRuntime, KubernetesSettings
 
         return KubernetesRuntime(KubernetesSettings.from_scheduler(settings))
+    from nexus_scheduler.runtime.confinement import Confinement, resolve
     from nexus_scheduler.runtime.local import LocalProcessRuntime
 
+    decision = resolve(settings.confinement)
     return LocalProcessRuntime(
         Path(settings.local_workdir),
         command=settings.local_command,
@@ -54,6 +58,7 @@ def build_runtime(settings: SchedulerSettings) -> AgentRuntime:
         pass_env=settings.local_pass_env,
         finished_kept=settings.local_finished_kept,
         finished_ttl=settings.local_finished_ttl_seconds,
+        confinement=Confinement(decision.bwrap) if decision.bwrap else None,
     )
 
 
@@ -67,8 +72,11 @@ class SchedulerApp(ServiceApp):
         bus_settings: BusSettings | None = None,
         runtime: AgentRuntime | None = None,
         clock: Clock | None = None,
+        metrics: SchedulerMetrics | None = None,
     ) -> None:
         super().__init__("scheduler")
+        # None: built in `open` from NEXUS_METRICS_* / OTEL_* (OTLP and/or Prometheus).
+        self.metrics = metrics
         self.settings = settings
         self.bus_settings = bus_settings or BusSettings()
         self.runtime = runtime or build_runtime(settings)
@@ -100,6 +108,10 @@ class SchedulerApp(ServiceApp):
             stack.push_async_callback(self.health.stop)
         bus = await self.connect_bus(stack, self.bus_settings, SOURCE)
         await ensure_streams(bus.js, update=False)  # core owns stream settings
+        if self.metrics is None:
+            provider = setup_metrics("scheduler", MetricsSettings())
+            stack.callback(provider.shutdown)
+            self.metrics = SchedulerMetrics(provider)
         await self.runtime.start()
         stack.push_async_callback(self._close_runtime)
         self._lease = lease = Lease(
@@ -237,6 +249,7 @@ class SchedulerApp(ServiceApp):
             exit_grace=self.settings.exit_grace_seconds,
             clock=self.clock,
             fence=self._fence,
+            metrics=self.metrics,
         )
         self.service = service
         store = SnapshotStore(self.bus, self.settings.snapshot_bucket, self.settings.replica_id)

@@ -8,8 +8,8 @@ stream's retention. Admission needs the open runs only, so a takeover reads:
    pass 1 below as a leader saved it at some stream sequence `S`. None (missing, unreadable,
    another version, from a recreated stream, or beyond the stream's end) means `S = 0`;
 1. every watched lifecycle event except heartbeats (`prepared`, `queued`, `dispatched`,
-   `started`, cancels and endings: about five per run) after `S`, up to the stream's last
-   sequence at the start, folded in stream order. One consumer per event name, read
+   `started`, `resuming`, cancels and endings: about five per run) after `S`, up to the
+   stream's last sequence at the start, folded in stream order. One consumer per event name, read
    concurrently and merged by sequence: nats-server 2.15 delivers a consumer with several
    filter subjects about ten times slower than one with a single filter (measured in
    bench/bench_scheduler). A snapshot older than the stream's first sequence is fine: the

@@ -6,6 +6,11 @@ that were never started. `tick` runs the timers (cancel grace, deadline, heartbe
 the runtime about active runs. Every event it publishes carries a deterministic
 ``Nats-Msg-Id`` (run id + event), so a retry or a second replica never stores it twice.
 
+A run whose runner is gone (heartbeats missing, the process or Job ended without a terminal
+event, failed or evicted) is resumed (issue 24) while its `resume.max_attempts` allows: the
+old attempt is stopped, `resuming` (attempt n+1) is published and the same RunConfig is
+started again as attempt n+1, which publishes its own `dispatched`. The run keeps its slot.
+
 Each handled event has a span continuing its trace, and each action for a run happens in a
 span of the run's trace (`nexus_scheduler.tracing`): one trace from `requested` to the end.
 """
@@ -27,6 +32,7 @@ from nexus_events.events import (
     RunDispatched,
     RunFailed,
     RunLost,
+    RunResuming,
     RunTimedOut,
     TerminalEvent,
 )
@@ -42,13 +48,16 @@ from nexus_scheduler.admission import (
     Lose,
     Phase,
     Queue,
+    Resume,
     Start,
     Timeouts,
+    after_loss,
     decide,
     due,
 )
 from nexus_scheduler.clock import Clock, SystemClock
 from nexus_scheduler.liveness import Windows, may_end
+from nexus_scheduler.metrics import SchedulerMetrics
 from nexus_scheduler.runtime.base import AgentRuntime, RuntimeState, RuntimeStatus
 from nexus_scheduler.tracing import AGENT_ID, ATTEMPT, OUTCOME, RUNTIME, RunTraces
 
@@ -62,6 +71,7 @@ WATCHED_EVENTS = (
     "started",
     "heartbeat",
     "cancel_requested",
+    "resuming",
     "completed",
     "failed",
     "cancelled",
@@ -89,6 +99,10 @@ class Stats:
     started: int = 0
     queued: int = 0
     ended: dict[str, int] = field(default_factory=dict)
+    # Attempts started after a runner loss, by the reason of the loss.
+    resumed: dict[str, int] = field(default_factory=dict)
+    # Runs ended because their runner was lost with no attempt left.
+    attempts_exhausted: int = 0
 
 
 class SchedulerService:
@@ -102,8 +116,10 @@ class SchedulerService:
         exit_grace: float = 10.0,
         clock: Clock | None = None,
         fence: Callable[[], Awaitable[bool]] | None = None,
+        metrics: SchedulerMetrics | None = None,
     ) -> None:
         self.bus = bus
+        self.metrics = metrics or SchedulerMetrics()
         # Asked before side effects (dispatch, cancel, end): whether this replica still holds
         # the lease. None (tests of the service alone) means always.
         self.fence = fence
@@ -121,6 +137,8 @@ class SchedulerService:
         self.stats = Stats()
         self._lock = asyncio.Lock()
         self._gone_since: dict[str, datetime] = {}
+        # Runs whose next attempt this replica is starting (never twice at once).
+        self._resuming: set[str] = set()
         self._background: set[asyncio.Task[None]] = set()
 
     # -- input --------------------------------------------------------------------------------
@@ -271,19 +289,22 @@ class SchedulerService:
             for action in actions:
                 self.state.runs[action.run_id].ending = True
             watched = [
-                e.run_id
+                (e.run_id, e.attempt)
                 for e in self.state.active()
                 if e.phase in (Phase.DISPATCHED, Phase.RUNNING) and not e.ending
             ]
         for run_id in [r for r in self._gone_since if r not in self.state.runs]:
             del self._gone_since[run_id]  # ended by the runner meanwhile
         await asyncio.gather(*(self._carry_out(a) for a in actions))
-        statuses = await asyncio.gather(*(self.runtime.status(r) for r in watched))
-        for run_id, status in zip(watched, statuses, strict=True):
-            await self._check_runtime(run_id, status, now)
+        statuses = await asyncio.gather(*(self.runtime.status(r, attempt=n) for r, n in watched))
+        for (run_id, attempt), status in zip(watched, statuses, strict=True):
+            await self._check_runtime(run_id, attempt, status, now)
         await self.act()
 
-    async def _carry_out(self, action: Escalate | Expire | Lose) -> None:
+    async def _carry_out(self, action: Escalate | Expire | Lose | Resume) -> None:
+        if isinstance(action, Resume):
+            await self._resume(action)
+            return
         await self._stop_runtime(action.run_id)
         if isinstance(action, Escalate):
             await self._end(action.run_id, _cancelled(action.cancel))
@@ -296,16 +317,23 @@ class SchedulerService:
                 ),
             )
         else:
+            self._exhausted(action.reason)
             await self._end(action.run_id, RunLost(reason=action.reason, message=action.message))
 
-    async def _check_runtime(self, run_id: str, status: RuntimeStatus, now: datetime) -> None:
+    def _exhausted(self, reason: str) -> None:
+        self.stats.attempts_exhausted += 1
+        self.metrics.exhausted(reason)
+
+    async def _check_runtime(
+        self, run_id: str, attempt: int, status: RuntimeStatus, now: datetime
+    ) -> None:
         if status.live:
             self._gone_since.pop(run_id, None)
             return
         since = self._gone_since.setdefault(run_id, now)
         async with self._lock:
             entry = self.state.runs.get(run_id)
-            if entry is None or entry.ending:
+            if entry is None or entry.ending or entry.attempt != attempt:
                 return
             if not may_end(
                 status.state,
@@ -317,16 +345,99 @@ class SchedulerService:
             ):
                 return  # the runner's own terminal event (or a heartbeat) may still come
             entry.ending = True
-        if status.state is RuntimeState.GONE:
+            if status.state is RuntimeState.TIMED_OUT:
+                decision: Escalate | Lose | Resume | None = None  # a deadline is not resumed
+            else:
+                decision = after_loss(entry, *loss_of(status))
+        if isinstance(decision, Resume):
+            await self._resume(decision)
+            return
+        if status.state is RuntimeState.GONE or isinstance(decision, Escalate):
             # The runtime lost track of it, not necessarily the runner of itself: whatever
             # is left must not side-effect after the terminal event. (An ended process or
             # pod has nothing to stop, and a failed Job stays for its logs.)
             await self._stop_runtime(run_id)
+        if isinstance(decision, Escalate):
+            await self._end(run_id, _cancelled(decision.cancel))
+            return
+        if isinstance(decision, Lose):
+            self._exhausted(decision.reason)
+            await self._end(run_id, ending_for(status, decision.message))
+            return
         await self._end(run_id, ending_for(status))
 
-    async def _stop_runtime(self, run_id: str) -> None:
+    # -- attempts -----------------------------------------------------------------------------
+
+    async def _resume(self, resume: Resume) -> None:
+        """Stop what is left of the lost attempt, publish `resuming`, start the next one.
+
+        The old attempt is stopped before anything is published: once `resuming` is stored
+        a new leader may start the next attempt, and two runners of one run must never
+        side-effect at once.
+        """
+        run_id = resume.run_id
+        if not await self._leading(f"resume {run_id}"):
+            return
+        await self._stop_runtime(run_id, resume.attempt - 1)
+        async with self._lock:
+            entry = self.state.runs.get(run_id)
+            if entry is None:
+                return  # ended meanwhile (the runner's own terminal event came late)
+            cancel = entry.cancel
+        if cancel is not None:
+            await self._end(run_id, _cancelled(cancel))  # a cancel wins over a new attempt
+            return
+        event = RunResuming(attempt=resume.attempt, reason=resume.reason, message=resume.message)
+        with self.traces.action(
+            "scheduler resume", run_id, {ATTEMPT: resume.attempt, OUTCOME: resume.reason}
+        ):
+            await self.bus.publish(
+                subjects.run_event(run_id, "resuming"),
+                event,
+                msg_id=msg_id(run_id, "resuming", resume.attempt),
+            )
+        async with self._lock:
+            self.state.evolve(run_id, event, self.clock.now())
+        self._gone_since.pop(run_id, None)
+        self.stats.resumed[resume.reason] = self.stats.resumed.get(resume.reason, 0) + 1
+        self.metrics.resumed(resume.reason, resume.attempt)
+        log.warning(
+            "run %s: runner lost (%s: %s); starting attempt %d",
+            run_id,
+            resume.reason,
+            resume.message,
+            resume.attempt,
+        )
+        await self._start_attempt(run_id)
+
+    async def _start_attempt(self, run_id: str) -> None:
+        """Start the attempt a `resuming` announced (its `dispatched` not seen yet), unless a
+        cancel came meanwhile: then the run ends cancelled and no attempt starts."""
+        async with self._lock:
+            entry = self.state.runs.get(run_id)
+            if entry is None or entry.phase is not Phase.STARTING or run_id in self._resuming:
+                return
+            cancel = entry.cancel
+            if cancel is not None:
+                entry.ending = True
+            else:
+                self._resuming.add(run_id)
+                config = entry.attempt_config()
+        if cancel is not None:
+            await self._end(run_id, _cancelled(cancel))
+            return
         try:
-            await self.runtime.cancel_run(run_id)
+            await self._start(Start(run_id, config))
+        finally:
+            self._resuming.discard(run_id)
+
+    async def _stop_runtime(self, run_id: str, attempt: int | None = None) -> None:
+        """Stop `attempt` of the run (None: the current one)."""
+        if attempt is None:
+            entry = self.state.runs.get(run_id)
+            attempt = entry.attempt if entry is not None else 1
+        try:
+            await self.runtime.cancel_run(run_id, attempt=attempt)
         except Exception:  # the run ends either way; the runtime's GC is the backstop
             log.exception("runtime could not stop %s", run_id)
 
@@ -353,7 +464,8 @@ class SchedulerService:
     # -- start-up -----------------------------------------------------------------------------
 
     async def recover(self) -> list[str]:
-        """After a rebuild: re-adopt the dispatched/running runs whose runtime still has them.
+        """After a rebuild: re-adopt the dispatched/running runs whose runtime still has them,
+        and start the attempts a previous leader announced (`resuming`) but did not dispatch.
 
         Nothing is declared lost here: a run the runtime does not know is ended by `tick`
         only after the heartbeat window (`nexus_scheduler.liveness`), so a restart never
@@ -361,13 +473,24 @@ class SchedulerService:
         """
         async with self._lock:
             candidates = [
-                e.run_id
+                (e.run_id, e.attempt)
                 for e in self.state.active()
                 if e.phase in (Phase.DISPATCHED, Phase.RUNNING) and not e.ending
             ]
-        statuses = await asyncio.gather(*(self.runtime.status(r) for r in candidates))
+            pending = [(r, self.state.runs[r].attempt) for r in self.state.pending_attempts()]
+        for run_id, attempt in pending:
+            log.warning(
+                "run %s: attempt %d was announced, not started: starting it", run_id, attempt
+            )
+            # The announcing leader stopped the previous attempt before `resuming`; stopping
+            # it again is a no-op, and cheap insurance against two runners at once.
+            await self._stop_runtime(run_id, attempt - 1)
+            task = asyncio.create_task(self._start_attempt(run_id), name=f"start:{run_id}")
+            self._background.add(task)
+            task.add_done_callback(self._background.discard)
+        statuses = await asyncio.gather(*(self.runtime.status(r, attempt=n) for r, n in candidates))
         adopted = []
-        for run_id, status in zip(candidates, statuses, strict=True):
+        for (run_id, _), status in zip(candidates, statuses, strict=True):
             if status.live:
                 adopted.append(run_id)
                 log.info("re-adopted run %s (%s)", run_id, status.state.value)
@@ -386,16 +509,29 @@ def _cancelled(cancel: CancelInfo) -> RunCancelled:
     return RunCancelled(reason=cancel.reason, cancelled_by=cancel.requested_by)
 
 
-def ending_for(status: RuntimeStatus) -> TerminalEvent:
-    """The terminal event for a run whose runtime stopped without the runner saying how."""
-    parts = [p for p in (status.reason, status.message) if p]
-    detail = ": ".join(parts) or status.state.value
-    if status.state is RuntimeState.TIMED_OUT:
-        return RunTimedOut(message=f"runtime deadline: {detail}")
+def loss_of(status: RuntimeStatus) -> tuple[str, str]:
+    """(reason, message) of a runner whose runtime stopped without it saying how."""
+    detail = _detail(status)
     if status.state is RuntimeState.FAILED:
+        return Reason.RUNTIME_ERROR, detail
+    return Reason.RUNTIME_GONE, f"runtime reports {detail}"
+
+
+def ending_for(status: RuntimeStatus, message: str | None = None) -> TerminalEvent:
+    """The terminal event for a run whose runtime stopped without the runner saying how;
+    `message` (attempts spent) replaces the runtime's own."""
+    if status.state is RuntimeState.TIMED_OUT:
+        return RunTimedOut(message=f"runtime deadline: {_detail(status)}")
+    reason, detail = loss_of(status)
+    if reason == Reason.RUNTIME_ERROR:
         return RunFailed(
-            reason=Reason.RUNTIME_ERROR,
-            message=detail,
+            reason=reason,
+            message=message or detail,
             detail={"runtime_reason": status.reason} if status.reason else {},
         )
-    return RunLost(reason=Reason.RUNTIME_GONE, message=f"runtime reports {detail}")
+    return RunLost(reason=reason, message=message or detail)
+
+
+def _detail(status: RuntimeStatus) -> str:
+    parts = [p for p in (status.reason, status.message) if p]
+    return ": ".join(parts) or status.state.value

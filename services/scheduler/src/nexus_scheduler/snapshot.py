@@ -34,7 +34,8 @@ from nexus_scheduler.tracing import valid_traceparent
 
 # Bump on any change of the models below that an older scheduler could misread; a snapshot
 # of another version is ignored (the takeover then reads the stream), never migrated.
-SNAPSHOT_VERSION = 1
+# 2: runs record their attempt and first dispatch (resume, issue 24).
+SNAPSHOT_VERSION = 2
 
 
 class SnapshotInvalid(ValueError):  # noqa: N818 - reads as a fact: "the snapshot is invalid"
@@ -61,6 +62,10 @@ class RunSnapshot(_Model):
     last_seen: datetime | None = Field(None, description="Newest sign of life folded.")
     handle: str | None = Field(None, description="The runtime's handle of it.")
     cancel: CancelSnapshot | None = Field(None, description="A cancel requested of it.")
+    attempt: int = Field(1, ge=1, description="Its current attempt (`dispatched`/`resuming`).")
+    first_dispatched_at: datetime | None = Field(
+        None, description="Time of its first attempt's dispatch: the deadline counts from it."
+    )
 
 
 class TraceHeaders(_Model):
@@ -155,6 +160,8 @@ class LifecycleFold:
                 last_seen=run.last_seen,
                 handle=run.handle,
                 cancel=_cancel_info(run.cancel) if run.cancel is not None else None,
+                attempt=run.attempt,
+                first_dispatched_at=run.first_dispatched_at,
             )
             state.runs[run.run_id] = entry
             if entry.phase in ACTIVE_PHASES:
@@ -206,6 +213,8 @@ def _run_snapshot(entry: RunEntry) -> RunSnapshot:
         last_seen=entry.last_seen,
         handle=entry.handle,
         cancel=_cancel_snapshot(entry.cancel) if entry.cancel is not None else None,
+        attempt=entry.attempt,
+        first_dispatched_at=entry.first_dispatched_at,
     )
 
 

@@ -370,3 +370,79 @@ async def test_a_failed_pod_watch_is_re_listed_and_status_lists_meanwhile(
     assert len(per_run) == 1
     await eventually(lambda: _true(runtime.pods_synced.is_set()), what="re-listed", within=10)
     assert job_name("re-1") in runtime._pods_by_job
+
+
+def _secret_config(fake: Any, name: str) -> dict[str, Any]:
+    secret = fake.secrets[(NS, name)]
+    return json.loads(base64.b64decode(secret["data"]["config.json"]))  # type: ignore[no-any-return]
+
+
+async def test_attempts_are_jobs_of_their_own_addressed_by_attempt(
+    fake: Any, runtime: KubernetesRuntime
+) -> None:
+    cfg = config("run-a", max_attempts=2)
+    await runtime.start_run(cfg)
+    second = await runtime.start_run(cfg.model_copy(update={"attempt": 2}))
+    assert second.handle == job_name("run-a", 2) != job_name("run-a")
+    assert set(fake.jobs) == {(NS, job_name("run-a")), (NS, job_name("run-a", 2))}
+    assert fake.job(job_name("run-a", 2), NS)["metadata"]["labels"]["nexus.dev/attempt"] == "2"
+    assert _secret_config(fake, job_name("run-a", 2)) == {
+        **_secret_config(fake, job_name("run-a")),
+        "attempt": 2,
+    }
+    fake.add_pod(job_name("run-a", 2), namespace=NS)
+    await eventually(lambda: _state_is_attempt(runtime, "run-a", 2, RuntimeState.RUNNING))
+    await runtime.cancel_run("run-a", attempt=1)  # the old attempt only
+    assert set(fake.jobs) == {(NS, job_name("run-a", 2))}
+    assert (await runtime.status("run-a", attempt=1)).state is RuntimeState.GONE
+    assert (await runtime.status("run-a", attempt=2)).state is RuntimeState.RUNNING
+
+
+async def _state_is_attempt(
+    runtime: KubernetesRuntime, run_id: str, attempt: int, state: RuntimeState
+) -> bool:
+    return (await runtime.status(run_id, attempt=attempt)).state is state
+
+
+async def test_scheduler_on_kubernetes_resumes_an_evicted_run_as_a_new_job(
+    fake: Any, runtime: KubernetesRuntime, make_app: Any, bus: Any, clock: Any
+) -> None:
+    from nexus_events.events import RunDispatched, RunResuming
+
+    from .conftest import publish_prepared, run_events
+
+    app = await make_app(runtime, exit_grace_seconds=0)
+    cfg = config("ev", max_attempts=2)
+    await publish_prepared(bus, [cfg])
+    await eventually(lambda: _count(bus, "dispatched", 1), what="attempt 1 dispatched")
+    fake.add_pod(
+        job_name("ev"),
+        phase="Failed",
+        namespace=NS,
+        reason="Evicted",
+    )
+    fake.set_job_status(job_name("ev"), _failed("BackoffLimitExceeded"), NS)
+    await eventually(lambda: _state_is(runtime, "ev", RuntimeState.FAILED), what="evicted")
+    await app.service.tick()
+
+    [(_, resuming)] = await run_events(bus, "resuming")
+    assert isinstance(resuming, RunResuming)
+    assert (resuming.attempt, resuming.reason) == (2, "runtime_error")
+    assert "Evicted" in resuming.message
+    dispatched = [ev for _, ev in await run_events(bus, "dispatched")]
+    assert [(d.attempt, d.handle) for d in dispatched if isinstance(d, RunDispatched)] == [
+        (1, job_name("ev")),
+        (2, job_name("ev", 2)),
+    ]
+    # the evicted attempt's Job is gone; the new one runs the same config as attempt 2
+    assert set(fake.jobs) == {(NS, job_name("ev", 2))}
+    assert _secret_config(fake, job_name("ev", 2)) == json.loads(
+        cfg.model_copy(update={"attempt": 2}).model_dump_json()
+    )
+    assert await run_events(bus, "failed") == []
+
+
+async def _count(bus: Any, event: str, n: int) -> bool:
+    from .conftest import run_events
+
+    return len(await run_events(bus, event)) >= n

@@ -229,3 +229,33 @@ async def test_the_runner_gets_only_the_environment_it_needs(
         k for k in env if k not in allowed and not k.startswith(("NEXUS_", "OTEL_", "TRACE"))
     }
     assert unexpected <= {"OPERATOR_EXTRA"}
+
+
+async def test_a_later_attempt_replaces_the_run_s_process(tmp_path: Path) -> None:
+    rt = runtime(tmp_path, "sleep")
+    await rt.start()
+    cfg = config("run-a")
+    first = await rt.start_run(cfg)
+    await eventually(lambda: log_has(rt, "run-a", "ready"))
+    # attempt 1 still runs (the scheduler did not stop it): the runtime stops it itself
+    second = await rt.start_run(cfg.model_copy(update={"attempt": 2}))
+    assert second.handle != first.handle
+    assert not _alive(int(first.handle))
+    assert (await rt.status("run-a", attempt=2)).state is RuntimeState.RUNNING
+    assert (await rt.status("run-a", attempt=1)).state is RuntimeState.GONE
+    assert await rt.start_run(cfg.model_copy(update={"attempt": 2})) == second  # adopted
+    await rt.cancel_run("run-a", attempt=1)  # a late stop of the old attempt
+    assert (await rt.status("run-a", attempt=2)).state is RuntimeState.RUNNING
+    assert json.loads((rt.run_dir("run-a") / "config.json").read_text())["attempt"] == 2
+    # a new scheduler finds attempt 2 by its own pid file
+    again = runtime(tmp_path, "sleep")
+    assert (await again.status("run-a", attempt=2)).state is RuntimeState.RUNNING
+    await again.cancel_run("run-a", attempt=2)
+    assert not _alive(int(second.handle))
+
+
+def _alive(pid: int) -> bool:
+    from nexus_scheduler.runtime.sessions import proc_stat
+
+    st = proc_stat(pid)
+    return st is not None and st.state not in ("Z", "X")

@@ -9,6 +9,7 @@ import os
 import signal
 import sys
 from collections.abc import Iterator
+from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
@@ -64,6 +65,14 @@ async def crash(app: SchedulerApp) -> None:
                 await consumer.stop()
     assert app._bus is not None
     await app._bus.nc.close()
+
+
+def catch_up(clock: ManualClock) -> None:
+    """Move the manual clock up to the wall clock. A rebuild dates the events it replays by
+    their envelopes (wall-clock time), while the windows are measured on the manual clock:
+    without this, a test slowed down by load (the run's `started` stamped seconds after the
+    clock was made) saw its heartbeat window end later than the test's last advance."""
+    clock.set(max(clock.now(), datetime.now(UTC)))
 
 
 def service(app: SchedulerApp) -> SchedulerService:
@@ -153,6 +162,7 @@ async def test_restart_loses_a_run_whose_runner_died_after_the_heartbeat_window(
     handles = await running_then_crashed(make_app, bus, workdir, "dead", pids)
     os.killpg(handles["dead"], signal.SIGKILL)  # dies while no scheduler watches
     await eventually(lambda: _true(not alive(handles["dead"])), what="runner dead")
+    catch_up(clock)
 
     second = await make_app(local_runtime(workdir), heartbeat_timeout_seconds=90)
     svc = service(second)
@@ -171,6 +181,7 @@ async def test_adopted_runner_is_stopped_when_its_run_is_lost(
 ) -> None:
     workdir = tmp_path / "runs"
     handles = await running_then_crashed(make_app, bus, workdir, "quiet", pids)
+    catch_up(clock)
 
     runtime = local_runtime(workdir)
     second = await make_app(runtime, heartbeat_timeout_seconds=90)

@@ -218,6 +218,9 @@ async def test_killed_local_runner_is_lost_within_the_window(
     [(_, lost)] = await run_events(bus, "lost")
     assert lost.reason == "runtime_gone"  # type: ignore[attr-defined]
     assert "SIGKILL" in lost.message  # type: ignore[attr-defined]
+    # max_attempts 1: no attempt after it, and the message says the attempts are spent
+    assert lost.message.startswith("runner lost after 1 of 1 attempts")  # type: ignore[attr-defined]
+    assert await run_events(bus, "resuming") == []
 
 
 async def _true(value: bool) -> bool:

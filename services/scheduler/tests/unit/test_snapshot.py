@@ -90,7 +90,8 @@ def test_the_histories_cover_every_phase_and_the_traces() -> None:
         finished += len(fold.state.finished)
         early += len(fold.state.early_cancels)
         traced += len(fold.traces)
-    assert phases == {"waiting", "queued", "dispatched", "running"}
+    # starting: a resumed run whose next attempt was not dispatched yet
+    assert phases == {"waiting", "queued", "starting", "dispatched", "running"}
     assert finished > 100
     assert early > 0
     assert traced > 0
@@ -118,5 +119,8 @@ def test_another_version_or_garbage_is_refused() -> None:
     with pytest.raises(SnapshotInvalid, match="unreadable"):
         decode(b"not zlib at all")
     with pytest.raises(SnapshotInvalid, match="unreadable"):
-        decode(zlib.compress(b'{"version": 1, "runs": "nope"}'))
+        decode(zlib.compress(f'{{"version": {SNAPSHOT_VERSION}, "runs": "nope"}}'.encode()))
+    older = good.model_dump(mode="json") | {"version": 1}  # before attempts were recorded
+    with pytest.raises(SnapshotInvalid, match="version 1"):
+        decode(zlib.compress(json.dumps(older).encode()))
     assert decode(encode(good)) == good

@@ -20,9 +20,11 @@ from nexus_events.events.specs import (
     Permissions,
     ResumePolicy,
     RuntimeSpec,
+    SandboxTool,
     SkillRef,
     Spec,
     ToolGrant,
+    unique_sandbox_tools,
 )
 from nexus_events.subjects import Family, validate_token
 
@@ -70,6 +72,11 @@ class AgentDefinition(Spec):
         default_factory=ResumePolicy,
         description="Resuming a run whose runner died: attempts (docs/resume.md).",
     )
+    sandbox_tools: list[SandboxTool] = Field(
+        default_factory=list,
+        description="Tools defined in JavaScript, run sandboxed with capability tokens"
+        " (docs/sandbox.md).",
+    )
 
     @field_validator("id")
     @classmethod
@@ -85,6 +92,11 @@ class AgentDefinition(Spec):
             raise ValueError(f"duplicate MCP server name(s): {', '.join(dupes)}")
         return value
 
+    @field_validator("sandbox_tools")
+    @classmethod
+    def _unique_sandbox_tools(cls, value: list[SandboxTool]) -> list[SandboxTool]:
+        return unique_sandbox_tools(value)
+
 
 class SkillDefinition(Spec):
     name: str = Field(..., description="Skill name, a subject token.")
@@ -95,6 +107,16 @@ class SkillDefinition(Spec):
     hooks: Hooks = Field(
         default_factory=Hooks, description="Policy hooks added to every agent using the skill."
     )
+    sandbox_tools: list[SandboxTool] = Field(
+        default_factory=list,
+        description="Sandboxed JavaScript tools added to every agent using the skill"
+        " (docs/sandbox.md).",
+    )
+
+    @field_validator("sandbox_tools")
+    @classmethod
+    def _unique_sandbox_tools(cls, value: list[SandboxTool]) -> list[SandboxTool]:
+        return unique_sandbox_tools(value)
 
     @field_validator("name")
     @classmethod

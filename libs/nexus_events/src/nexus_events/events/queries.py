@@ -179,6 +179,9 @@ class RunView(Reply):
     requested_by: str | None = Field(..., description="Who asked.")
     parent_run_id: str | None = Field(..., description="Delegating run.")
     attempt: int = Field(..., description="Attempt number.")
+    max_attempts: int | None = Field(
+        None, description="Attempts it may have (its config's resume.max_attempts); None = unknown."
+    )
     condensations: int = Field(
         0, description="Times the conversation was condensed to fit the context budget."
     )
@@ -219,6 +222,9 @@ class RunsEventsReply(Reply):
 class BoardRun(Reply):
     run_id: str = Field(..., description="Run id.")
     status: str | None = Field(..., description="Its status.")
+    attempt: int | None = Field(
+        None, description="Its attempt (2+ after a resume, docs/resume.md); None = not known yet."
+    )
 
 
 class BoardChildRun(BoardRun):

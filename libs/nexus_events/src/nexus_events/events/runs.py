@@ -22,6 +22,7 @@ from nexus_events.events.specs import (
     RepoSpec,
     ResumePolicy,
     RuntimeSpec,
+    SandboxTool,
     ToolGrant,
 )
 from nexus_events.runstate import RunEvent, RunStatus
@@ -167,6 +168,10 @@ class RunConfig(BaseModel):
     resume: ResumePolicy = Field(
         default_factory=ResumePolicy,
         description="The agent's resume policy: attempts when the runner dies.",
+    )
+    sandbox_tools: list[SandboxTool] = Field(
+        default_factory=list,
+        description="Sandboxed JavaScript tools: the agent's, then its skills' (docs/sandbox.md).",
     )
 
 

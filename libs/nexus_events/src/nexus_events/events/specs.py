@@ -11,6 +11,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from nexus_events import capabilities
 from nexus_events.approver_policy import parse_principals
 from nexus_events.subjects import validate_token
 
@@ -292,6 +293,131 @@ class HookRule(Spec):
         return self.name or f"#{index + 1}"
 
 
+# Sandboxed tool names go into function tool names, which OpenAI limits to [A-Za-z0-9_-]{1,64}.
+_SANDBOX_TOOL_NAME = re.compile(r"[A-Za-z][A-Za-z0-9_-]{0,63}")
+
+
+class SandboxLimits(Spec):
+    """What one call of a sandboxed tool may use (docs/sandbox.md); each has a hard stop."""
+
+    memory_mb: int = Field(32, ge=4, le=512, description="JavaScript heap and linear memory, MB.")
+    stack_kb: int = Field(1024, ge=64, le=8192, description="JavaScript stack, KB.")
+    wall_seconds: float = Field(
+        5.0, gt=0, le=300, description="Wall-clock seconds of one call, host calls included."
+    )
+    host_calls: int = Field(10_000, ge=1, le=1_000_000, description="Host calls per call.")
+    state_mutations: int = Field(
+        1_000, ge=0, le=1_000_000, description="Writes to the run's key/value state per call."
+    )
+
+
+class SandboxTool(Spec):
+    """A tool defined in JavaScript, run in QuickJS on WebAssembly inside the runner.
+
+    The source defines ``async function run(args)``; what it returns is the tool's output.
+    It reaches the outside only through the host object ``nexus``, and every host call is
+    checked against ``capabilities`` (tokens, nexus_events.capabilities): an unknown or
+    malformed token refuses the whole definition.
+    """
+
+    name: str = Field(..., description="Tool name offered to the model: [A-Za-z][A-Za-z0-9_-]*.")
+    description: str = Field(..., min_length=1, description="What the tool does, for the model.")
+    parameters: dict[str, Any] = Field(
+        default_factory=lambda: {"type": "object", "properties": {}},
+        description="JSON Schema of the arguments (an object schema).",
+    )
+    source: str = Field(
+        ..., min_length=1, max_length=200_000, description="JavaScript defining run(args)."
+    )
+    capabilities: list[str] = Field(
+        default_factory=list,
+        description="Capability tokens: workspace:read:<glob>, workspace:write:<glob>,"
+        " events:emit:<name>, memory:read:<scope>, http:<host>, state:read:<key>,"
+        " state:write:<key>.",
+    )
+    limits: SandboxLimits = Field(default_factory=SandboxLimits, description="Per-call limits.")
+
+    @field_validator("name")
+    @classmethod
+    def _tool_name(cls, value: str) -> str:
+        if _SANDBOX_TOOL_NAME.fullmatch(value) is None:
+            raise ValueError("must be 1-64 letters, digits, '_' and '-', starting with a letter")
+        return value
+
+    @field_validator("parameters")
+    @classmethod
+    def _object_schema(cls, value: dict[str, Any]) -> dict[str, Any]:
+        if value.get("type") != "object":
+            raise ValueError("must be a JSON Schema of type object")
+        return value
+
+    @field_validator("capabilities")
+    @classmethod
+    def _tokens(cls, value: list[str]) -> list[str]:
+        try:
+            capabilities.parse_all(value)
+        except capabilities.CapabilityError as exc:
+            raise ValueError(str(exc)) from None
+        return value
+
+    @property
+    def read_only(self) -> bool:
+        """Only read tokens: plan mode may offer it."""
+        return capabilities.Grants.of(self.capabilities).read_only
+
+
+def unique_sandbox_tools(value: list[SandboxTool]) -> list[SandboxTool]:
+    names = [t.name for t in value]
+    dupes = sorted({n for n in names if names.count(n) > 1})
+    if dupes:
+        raise ValueError(f"duplicate sandboxed tool name(s): {', '.join(dupes)}")
+    return value
+
+
+class HookScript(Spec):
+    """A policy hook written in JavaScript, run sandboxed like a sandboxed tool (docs/sandbox.md).
+
+    The source defines ``function hook(call)`` (synchronous), called with ``{tool, args}``
+    before a call or ``{tool, args, output}`` after it. Before, it returns ``{decision:
+    "allow"|"ask"|"deny", reason}`` (or nothing: no opinion); after, ``{decision: "deny",
+    reason}`` to withhold the output or ``{output}`` to replace it. A hook that fails or
+    breaks a limit denies (fails closed). Only synchronous host calls are available to it:
+    workspace.read/write, state.get/set, now.
+    """
+
+    name: str = Field(..., description="Hook name, recorded with its decision.")
+    on: Literal["before_tool_call", "after_tool_call"] = Field(..., description="When it runs.")
+    tool: str = Field("*", min_length=1, description="Tool name glob (or re:<regex>).")
+    source: str = Field(
+        ..., min_length=1, max_length=200_000, description="JavaScript defining hook(call)."
+    )
+    capabilities: list[str] = Field(default_factory=list, description="Capability tokens.")
+    limits: SandboxLimits = Field(
+        default_factory=lambda: SandboxLimits(wall_seconds=1.0), description="Per-call limits."
+    )
+
+    @field_validator("name")
+    @classmethod
+    def _hook_name(cls, value: str) -> str:
+        if _SANDBOX_TOOL_NAME.fullmatch(value) is None:
+            raise ValueError("must be 1-64 letters, digits, '_' and '-', starting with a letter")
+        return value
+
+    @field_validator("tool")
+    @classmethod
+    def _glob_or_regex(cls, value: str) -> str:
+        return _check_pattern(value, "tool")
+
+    @field_validator("capabilities")
+    @classmethod
+    def _tokens(cls, value: list[str]) -> list[str]:
+        try:
+            capabilities.parse_all(value)
+        except capabilities.CapabilityError as exc:
+            raise ValueError(str(exc)) from None
+        return value
+
+
 class Hooks(Spec):
     """Policy hooks of an agent (or a skill, merged into its agents' at assembly)."""
 
@@ -300,6 +426,10 @@ class Hooks(Spec):
     )
     after_tool_call: list[HookRule] = Field(
         default_factory=list, description="Rules judging a call's output before it is recorded."
+    )
+    scripts: list[HookScript] = Field(
+        default_factory=list,
+        description="Hooks in JavaScript, run sandboxed after the rules (docs/sandbox.md).",
     )
 
     @field_validator("before_tool_call")
@@ -322,4 +452,5 @@ class Hooks(Spec):
         return Hooks(
             before_tool_call=[*self.before_tool_call, *other.before_tool_call],
             after_tool_call=[*self.after_tool_call, *other.after_tool_call],
+            scripts=[*self.scripts, *other.scripts],
         )

@@ -2,16 +2,19 @@
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import json
 import re
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Coroutine
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
+from jsonschema import Draft202012Validator
+from jsonschema.exceptions import SchemaError
 from nexus_events.events import GuardNote
-from nexus_events.events.specs import Hooks, Permissions, ToolGrant
+from nexus_events.events.specs import Hooks, Permissions, SandboxTool, ToolGrant
 from pydantic import ValidationError
 
 from nexus_runner import safety
@@ -21,10 +24,19 @@ from nexus_runner.guard import hooks as guard_hooks
 from nexus_runner.guard.policy import judge_builtin, judge_mcp
 from nexus_runner.guard.shell import classify
 from nexus_runner.plan import READ_TOOLS
+from nexus_runner.sandbox import HostEnv, RunSandbox
+from nexus_runner.sandbox.hooks import ScriptHooks
 from nexus_runner.tools.args import DelegateArgs, FinishArgs, RememberArgs, ToolArgs
 from nexus_runner.tools.builtin import BUILTINS
 from nexus_runner.tools.mcp import McpTools
 from nexus_runner.workspace import Workspace
+
+# Built-ins a resumed attempt may run again when the dead one left them unanswered (docs/
+# resume.md): reads; write_file and edit_file, since the workspace was restored to the last
+# checkpoint (before them) and the same arguments give the same files; finish, which only
+# records the run's result. Not run_shell, run_tests, git_commit, delegate, remember: their
+# effect (outside the workspace, or not in a checkpoint) may already have happened.
+IDEMPOTENT_TOOLS = READ_TOOLS | {"write_file", "edit_file", "finish"}
 
 if TYPE_CHECKING:
     from nexus_runner.tools.memory import RunMemory
@@ -59,9 +71,13 @@ class ToolContext:
     secrets: safety.SecretRegistry = field(default_factory=safety.SecretRegistry)
     # HOME of shell commands: a directory of the run's own, not the runner's (its ~/.ssh).
     home: Path | None = None
+    # How a sandboxed tool's `nexus.approve(reason)` asks a human (tool, reason) -> granted;
+    # None: not wired, such a call fails (closed).
+    approve: Callable[[str, str], Coroutine[Any, Any, bool]] | None = None
 
 
 Action = Literal["run", "refuse", "approve", "invalid"]
+_STRICTNESS = {"allow": 1, "redact": 1, "ask": 2, "deny": 3}
 _VERDICTS: dict[Action, Literal["allow", "ask", "deny"]] = {
     "run": "allow",
     "approve": "ask",
@@ -119,6 +135,8 @@ class ToolRegistry:
         context: ToolContext,
         mcp: McpTools | None = None,
         hooks: Hooks | None = None,
+        *,
+        sandbox_tools: list[SandboxTool] | None = None,
     ) -> None:
         self.granted = {g.name: g for g in grants if g.name in BUILTINS}
         self.unknown = sorted(g.name for g in grants if g.name not in BUILTINS)
@@ -129,6 +147,48 @@ class ToolRegistry:
         self.mcp = mcp or McpTools([])
         self.hooks = hooks or Hooks()
         self._builtin_specs = self._specs_of_builtins()
+        # Sandboxed tools: a name of a built-in or MCP tool, or a schema that is not one,
+        # drops the tool (listed in `unknown`), never replaces the other.
+        self.sandboxed: dict[str, tuple[SandboxTool, Draft202012Validator]] = {}
+        for tool in sandbox_tools or []:
+            if tool.name in BUILTINS or tool.name.startswith("mcp_"):
+                self.unknown.append(f"{tool.name} (sandboxed: the name is taken)")
+                continue
+            try:
+                Draft202012Validator.check_schema(tool.parameters)
+            except SchemaError as exc:
+                self.unknown.append(f"{tool.name} (sandboxed: bad parameters: {exc.message})")
+                continue
+            self.sandboxed[tool.name] = (tool, Draft202012Validator(tool.parameters))
+        self._sandbox: RunSandbox | None = None
+        self._scripts: ScriptHooks | None = None
+        self._env: HostEnv | None = None
+
+    def _host_env(self) -> HostEnv:
+        """What sandboxed code acts on: one per run, shared by its tools and hook scripts (the
+        run's key/value state is theirs together)."""
+        if self._env is None:
+            try:
+                loop: asyncio.AbstractEventLoop | None = asyncio.get_running_loop()
+            except RuntimeError:
+                loop = None
+            self._env = HostEnv(
+                self.ctx.workspace, self.ctx.secrets, loop, approve=self.ctx.approve
+            )
+        return self._env
+
+    def sandbox(self) -> RunSandbox:
+        """The run's sandbox, made at the first sandboxed call (on the runner's loop)."""
+        if self._sandbox is None:
+            tools = [t for t, _ in self.sandboxed.values()]
+            self._sandbox = RunSandbox(tools, self._host_env())
+        return self._sandbox
+
+    def scripts(self) -> ScriptHooks:
+        """The run's policy hooks in JavaScript."""
+        if self._scripts is None:
+            self._scripts = ScriptHooks(list(self.hooks.scripts), self._host_env())
+        return self._scripts
 
     def specs(self, *, read_only: bool = False) -> list[dict[str, Any]]:
         """The granted tools in the chat-completions ``tools`` format (read every turn: MCP
@@ -136,8 +196,22 @@ class ToolRegistry:
         the tools that read (`reads`)."""
         if read_only:
             builtins = [s for s in self._builtin_specs if s["function"]["name"] in READ_TOOLS]
-            return builtins + self.mcp.specs(read_only=True)
-        return self._builtin_specs + self.mcp.specs()
+            return builtins + self.mcp.specs(read_only=True) + self._sandbox_specs(True)
+        return self._builtin_specs + self.mcp.specs() + self._sandbox_specs(False)
+
+    def _sandbox_specs(self, read_only: bool) -> list[dict[str, Any]]:
+        return [
+            {
+                "type": "function",
+                "function": {
+                    "name": tool.name,
+                    "description": tool.description,
+                    "parameters": tool.parameters,
+                },
+            }
+            for tool, _ in self.sandboxed.values()
+            if tool.read_only or not read_only
+        ]
 
     def reads(self, name: str) -> bool:
         """Whether `name` is a tool plan mode offers: a granted built-in that only reads, or
@@ -145,7 +219,17 @@ class ToolRegistry:
         if name in self.mcp.tools:
             tool = self.mcp.available(name)
             return tool is not None and tool.read_only
+        if name in self.sandboxed:
+            return self.sandboxed[name][0].read_only
         return name in READ_TOOLS and name in self.granted
+
+    def idempotent(self, name: str) -> bool:
+        """Whether a call of `name` cut short by a runner loss may simply run again: a
+        built-in of IDEMPOTENT_TOOLS, or an MCP tool its server annotates read-only."""
+        if name in self.mcp.tools:
+            tool = self.mcp.available(name)
+            return tool is not None and tool.read_only
+        return name in IDEMPOTENT_TOOLS
 
     def _specs_of_builtins(self) -> list[dict[str, Any]]:
         specs = []
@@ -179,9 +263,13 @@ class ToolRegistry:
             return Decision(name, "invalid", reason="arguments must be a JSON object")
         if name in self.mcp.tools:
             return self._decide_mcp(name, raw)
+        if name in self.sandboxed:
+            return self._decide_sandboxed(name, raw)
         if name not in self.granted:
             # Everything the model may call now: built-ins and the MCP tools still offered.
-            offered = ", ".join(sorted(self.granted) + sorted(self.mcp.names()))
+            offered = ", ".join(
+                sorted(self.granted) + sorted(self.mcp.names()) + sorted(self.sandboxed)
+            )
             return Decision(
                 name, "refuse", raw=raw, reason=f"tool {name!r} is not granted; use: {offered}"
             )
@@ -221,6 +309,12 @@ class ToolRegistry:
         if gated:
             reason = f"{name} requires approval"
         hook = guard_hooks.before(self.hooks, name, decision.raw, command_class)
+        if self.hooks.scripts and (hook is None or hook.decision != "deny"):
+            scripted = self.scripts().before(name, decision.raw)
+            if scripted is not None and (
+                hook is None or _STRICTNESS[scripted.decision] > _STRICTNESS[hook.decision]
+            ):
+                hook = scripted
         action: Action = "approve" if gated else decision.action
         rule = None
         if hook is not None:
@@ -262,6 +356,31 @@ class ToolRegistry:
             reason if verdict.action == "ask" else verdict.reason,
             None,
             destructive=tool.destructive_hint is True and not tool.read_only,
+        )
+
+    def _decide_sandboxed(self, name: str, raw: dict[str, Any]) -> Decision:
+        """Sandboxed tools: arguments checked against their JSON Schema; the dial asks for every
+        call under `off`, and under `curated` for tools that reach beyond the workspace and
+        the run's state (http, events); their tokens bound the rest."""
+        tool, validator = self.sandboxed[name]
+        errors = sorted(validator.iter_errors(raw), key=lambda e: list(e.path))
+        if errors:
+            detail = "; ".join(
+                f"{'.'.join(map(str, e.path)) or 'arguments'}: {e.message}" for e in errors[:5]
+            )
+            return Decision(name, "invalid", raw=raw, reason=f"invalid arguments: {detail}")
+        mode = self.permissions.auto_approve
+        reaches = [t for t in tool.capabilities if t.split(":", 1)[0] in ("http", "events")]
+        reason = ""
+        if mode == "off":
+            reason = "auto_approve is off: every call asks"
+        elif mode == "curated" and reaches:
+            reason = f"sandboxed tool {name} reaches beyond the workspace: {', '.join(reaches)}"
+        return self._guarded(
+            Decision(name, "approve" if reason else "run", raw=raw),
+            reason,
+            None,
+            destructive=False,
         )
 
     def _refusal(self, name: str, args: ToolArgs) -> str | None:
@@ -306,12 +425,15 @@ class ToolRegistry:
     async def execute(self, decision: Decision) -> ToolOutcome:
         """Run an accepted call, then its after_tool_call hooks on the output."""
         outcome = await self._execute(decision)
-        if not self.hooks.after_tool_call:
+        if not self.hooks.after_tool_call and not self.hooks.scripts:
             return outcome
         command_class = decision.guard.command_class if decision.guard else None
         output, hook = guard_hooks.after(
             self.hooks, decision.tool, decision.raw, command_class, outcome.output
         )
+        if self.hooks.scripts and (hook is None or hook.decision != "deny"):
+            output, scripted = self.scripts().after(decision.tool, decision.raw, output)
+            hook = scripted or hook
         if hook is None:
             return outcome
         note = GuardNote(decision=hook.decision, rule=hook.rule, reason=hook.reason)
@@ -322,6 +444,9 @@ class ToolRegistry:
         if decision.tool in self.mcp.tools:
             result = await self.mcp.call(decision.tool, decision.raw)
             return ToolOutcome(result.ok, result.output)
+        if decision.tool in self.sandboxed:
+            ran = await self.sandbox().call(decision.tool, decision.raw)
+            return ToolOutcome(ran.status == "success", ran.output)
         assert decision.args is not None
         _, handler = BUILTINS[decision.tool]
         self.ctx.call_id = decision.call_id

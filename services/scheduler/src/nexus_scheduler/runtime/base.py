@@ -50,9 +50,14 @@ class AgentRuntimeError(SchedulerError):
 
 @runtime_checkable
 class AgentRuntime(Protocol):
-    """Starts, stops and observes runs. Implementations are idempotent per run id:
-    `start_run` twice for one run adopts the first start; `cancel_run` of a finished or
-    unknown run is a no-op."""
+    """Starts, stops and observes runs. Implementations are idempotent per run id and
+    attempt (`RunConfig.attempt`): `start_run` twice for one attempt adopts the first start;
+    `cancel_run` of a finished or unknown attempt is a no-op.
+
+    A run resumed after its runner died (issue 24) is started again with the same config but
+    attempt n+1; stopping, observing and reading the logs address one attempt, so a late call
+    about attempt n never touches attempt n+1.
+    """
 
     kind: str
 
@@ -63,13 +68,14 @@ class AgentRuntime(Protocol):
         """Release resources (runs keep going)."""
 
     async def start_run(self, config: RunConfig) -> RunHandle:
-        """Start the run (or adopt the existing one); raise `AgentRuntimeError` on failure."""
+        """Start the run's attempt `config.attempt` (or adopt it if started); raise
+        `AgentRuntimeError` on failure."""
 
-    async def cancel_run(self, run_id: str) -> None:
-        """Stop the run now (after the cooperative grace, which the caller handles)."""
+    async def cancel_run(self, run_id: str, attempt: int = 1) -> None:
+        """Stop the attempt now (after the cooperative grace, which the caller handles)."""
 
-    def stream_logs(self, run_id: str) -> AsyncIterator[str]:
-        """The run's output lines, following until it ends."""
+    def stream_logs(self, run_id: str, attempt: int = 1) -> AsyncIterator[str]:
+        """The attempt's output lines, following until it ends."""
 
-    async def status(self, run_id: str) -> RuntimeStatus:
-        """Where the run is, as far as the runtime knows."""
+    async def status(self, run_id: str, attempt: int = 1) -> RuntimeStatus:
+        """Where the attempt is, as far as the runtime knows."""

@@ -1,4 +1,5 @@
-"""Runs as Kubernetes Jobs (kubernetes-asyncio): one Job per run, named from the run id.
+"""Runs as Kubernetes Jobs (kubernetes-asyncio): one Job per run attempt, named from the run id
+and the attempt (a resumed run's attempt n+1 is a Job of its own, `job_name`).
 
 The Job is the idempotency key: starting a run whose Job exists adopts it (the manifest,
 the config Secret and the status mapping are in `kubernetes_jobs`). Watches on the run Jobs
@@ -158,9 +159,9 @@ class KubernetesRuntime:
                 raise AgentRuntimeError(f"cannot create Secret {name}: {exc.status}") from exc
         return RunHandle(self.kind, name)
 
-    async def cancel_run(self, run_id: str) -> None:
+    async def cancel_run(self, run_id: str, attempt: int = 1) -> None:
         batch = client.BatchV1Api(self._client())
-        name = job_name(run_id)
+        name = job_name(run_id, attempt)
         try:
             # Background propagation: without it a batch/v1 Job's pods are orphaned.
             await self._call(
@@ -174,12 +175,14 @@ class KubernetesRuntime:
             )
         except ApiException as exc:
             if exc.status != 404:
-                raise AgentRuntimeError(f"cannot delete Job of {run_id}: {exc.status}") from exc
+                raise AgentRuntimeError(
+                    f"cannot delete Job of {run_id} attempt {attempt}: {exc.status}"
+                ) from exc
         self._statuses.pop(name, None)  # do not wait for the watch to say so
 
-    async def status(self, run_id: str) -> RuntimeStatus:
-        """From the watch caches when they know the run; else read from the API."""
-        name = job_name(run_id)
+    async def status(self, run_id: str, attempt: int = 1) -> RuntimeStatus:
+        """From the watch caches when they know the attempt's Job; else read from the API."""
+        name = job_name(run_id, attempt)
         job = self._statuses.get(name)
         if job is not None and self.pods_synced.is_set():
             return job_status(job, list(self._pods_by_job.get(name, {}).values()))
@@ -210,8 +213,8 @@ class KubernetesRuntime:
         )
         return list(pods.items)
 
-    async def stream_logs(self, run_id: str) -> AsyncIterator[str]:
-        name = job_name(run_id)
+    async def stream_logs(self, run_id: str, attempt: int = 1) -> AsyncIterator[str]:
+        name = job_name(run_id, attempt)
         pods = await self._pods(name)
         if not pods:
             return

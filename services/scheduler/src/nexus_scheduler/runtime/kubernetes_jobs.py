@@ -1,8 +1,11 @@
 """The Job of a run, pure: its name, manifest and config Secret, and what its status means.
 
-The Job is named from the run id (the idempotency key of a start). Pods run non-root with a
+The Job is named from the run id and the attempt (the idempotency key of a start): attempt 1
+keeps the name runs always had, a resumed attempt n gets a name of its own (`job_name`), its
+own config Secret, and an attempt label. Pods run non-root with a
 read-only root filesystem, a writable workspace volume, no privilege escalation, no
-capabilities and no service-account token; the RunConfig travels in a Secret owned by the
+capabilities, seccomp RuntimeDefault, no service-account token and, when set, a
+RuntimeClass of their own (gVisor); the RunConfig travels in a Secret owned by the
 Job. `job_status` maps a Job and its pods to a `RuntimeStatus`, naming the Kubernetes reason
 (image pull errors, OOMKilled, evictions, deadlines).
 """
@@ -30,6 +33,7 @@ MANAGER = "nexus-scheduler"
 RUN_LABEL = "nexus.dev/run-id"
 AGENT_LABEL = "nexus.dev/agent-id"
 TASK_LABEL = "nexus.dev/task-id"
+ATTEMPT_LABEL = "nexus.dev/attempt"
 CONFIG_KEY = "config.json"
 CONFIG_MOUNT = "/etc/nexus"
 WORKSPACE_MOUNT = "/workspace"
@@ -54,6 +58,8 @@ class KubernetesSettings:
     request_timeout: float = 30.0
     # Secret in the runs namespace with the runner's NATS and LLM settings (deploy/k8s).
     env_secret: str | None = "runner-env"  # noqa: S105 - a Secret's name, not a secret
+    # RuntimeClass of runner pods, e.g. gVisor's "runsc" (docs/deploy.md); None: the default.
+    runtime_class: str | None = None
 
     @classmethod
     def from_scheduler(cls, s: SchedulerSettings) -> KubernetesSettings:
@@ -65,17 +71,27 @@ class KubernetesSettings:
             service_account=s.k8s_service_account,
             env_secret=s.k8s_runner_env_secret,
             request_timeout=s.k8s_request_timeout_seconds,
+            runtime_class=s.k8s_runtime_class,
         )
 
 
-def job_name(run_id: str) -> str:
-    """A DNS-1123 label from the run id; a hash keeps distinct run ids distinct."""
+def job_name(run_id: str, attempt: int = 1) -> str:
+    """A DNS-1123 label from the run id and attempt; a hash keeps distinct ones distinct.
+
+    Attempt n > 1 is attempt 1's name (cut to fit 63 characters) with ``-<hash>-a<n>``: the
+    hash of the run id and attempt keeps it apart from the name of another run id that ends
+    in ``-a<n>`` itself.
+    """
     base = re.sub(r"[^a-z0-9-]", "-", run_id.lower()).strip("-")
     name = f"nexus-run-{base}"
     if base != run_id or len(name) > 63:
         digest = hashlib.sha256(run_id.encode()).hexdigest()[:8]
         name = f"{name[:54].rstrip('-')}-{digest}"
-    return name
+    if attempt == 1:
+        return name
+    digest = hashlib.sha256(f"{run_id}\0{attempt}".encode()).hexdigest()[:8]
+    suffix = f"-{digest}-a{attempt}"
+    return f"{name[: 63 - len(suffix)].rstrip('-')}{suffix}"
 
 
 def _label_value(value: str) -> str:
@@ -92,11 +108,12 @@ def build_job(
     `trace_env` (``TRACEPARENT``/``TRACESTATE``) goes into the pod's environment: the runner
     continues the scheduler's trace of the run.
     """
-    name = job_name(config_.run_id)
+    name = job_name(config_.run_id, config_.attempt)
     labels = {
         MANAGED_BY: MANAGER,
         RUN_LABEL: _label_value(config_.run_id),
         AGENT_LABEL: _label_value(config_.agent_id),
+        ATTEMPT_LABEL: str(config_.attempt),
     }
     if config_.task_id:
         labels[TASK_LABEL] = _label_value(config_.task_id)
@@ -142,6 +159,7 @@ def build_job(
         # what this spec and the runner-env Secret set, nothing more.
         enable_service_links=False,
         service_account_name=settings.service_account,
+        runtime_class_name=settings.runtime_class,
         security_context=client.V1PodSecurityContext(
             run_as_non_root=True,
             run_as_user=RUNNER_UID,

@@ -4,13 +4,22 @@ The RunConfig is written to ``<workdir>/<run_id>/config.json`` (mode 0600) and t
 started as ``<command...> --config <file>`` with the caller's trace context in
 ``TRACEPARENT``/``TRACESTATE``, in an environment built from scratch (`runner_env`: only the
 variables the runner reads, ``HOME`` = ``<run dir>/home``); stdout and stderr go to
-``runner.log`` beside it. Cancel sends SIGTERM to the whole process group and SIGKILL after
+``runner.log`` beside it. With a `Confinement` (runtime/confinement.py) the runner starts
+inside bubblewrap: read-only host, its workspace and home the only writable paths, no network
+but its endpoints. Cancel sends SIGTERM to the whole process group and SIGKILL after
 the kill grace.
 
 The runner leads a session of its own; its pid and start time go to ``runner.pid`` in the run
-dir, so a new scheduler (a restart) re-adopts a runner that still lives instead of calling it
-gone. When a runner ends, however it ends, what is left of its session (tools and their
-children, in process groups of their own) is killed.
+dir (``runner-a<n>.pid`` for attempt n > 1), so a new scheduler (a restart) re-adopts a runner
+that still lives instead of calling it gone.
+
+A resumed run (attempt n+1, issue 24) is a new process in the same run dir: its config.json
+says the new attempt, its output is appended to the same ``runner.log``, and it replaces the
+run's entry (a still-living older attempt is stopped first). Status and cancel name the
+attempt, so a call about attempt n never reaches the process of attempt n+1.
+
+When a runner ends, however it ends, what is left of its session (tools and their children,
+in process groups of their own) is killed.
 
 The table of processes is bounded: an ended runner is remembered (its exit code answers
 `status`) until `finished_kept` runners ended after it or `finished_ttl` seconds passed,
@@ -36,6 +45,7 @@ from nexus_events import telemetry
 from nexus_events.events import RunConfig
 
 from nexus_scheduler.runtime.base import AgentRuntimeError, RunHandle, RuntimeState, RuntimeStatus
+from nexus_scheduler.runtime.confinement import Confinement
 from nexus_scheduler.runtime.runner_env import runner_env
 from nexus_scheduler.runtime.sessions import (
     RunnerPid,
@@ -62,6 +72,7 @@ class _Proc:
     proc: asyncio.subprocess.Process
     dir: Path
     runner: RunnerPid
+    attempt: int = 1
     killed: bool = False
 
     @property
@@ -83,6 +94,7 @@ class LocalProcessRuntime:
         finished_kept: int = FINISHED_KEPT,
         finished_ttl: float = FINISHED_TTL_SECONDS,
         monotonic: Callable[[], float] = time.monotonic,
+        confinement: Confinement | None = None,
     ) -> None:
         self.workdir = Path(workdir)
         self.command = tuple(command)
@@ -92,9 +104,11 @@ class LocalProcessRuntime:
         self.finished_kept = finished_kept
         self.finished_ttl = finished_ttl
         self._monotonic = monotonic
+        self.confinement = confinement  # None: runners run unconfined
         self._procs: dict[str, _Proc] = {}
-        # Runners a previous scheduler started that were found alive (by their pid file).
-        self._adopted: dict[str, RunnerPid] = {}
+        # Runners a previous scheduler started that were found alive (by their pid file):
+        # run id -> (attempt, runner).
+        self._adopted: dict[str, tuple[int, RunnerPid]] = {}
         # Ended runners still in `_procs`/`_adopted`, oldest end first: run id -> when.
         self._finished: OrderedDict[str, float] = OrderedDict()
         self._reapers: set[asyncio.Task[None]] = set()
@@ -139,8 +153,12 @@ class LocalProcessRuntime:
     async def start_run(self, config: RunConfig) -> RunHandle:
         async with self._lock:
             existing = self._procs.get(config.run_id)
-            if existing is not None:
+            if existing is not None and existing.attempt >= config.attempt:
                 return RunHandle(self.kind, str(existing.proc.pid))
+            if existing is not None or config.run_id in self._adopted:
+                # Attempt n+1 replaces attempt n, which must not go on beside it (the
+                # scheduler stops it first; a no-op then).
+                await self._stop_older(config.run_id, config.attempt)
             run_dir = self.run_dir(config.run_id)
             run_dir.mkdir(parents=True, exist_ok=True)
             config_path = run_dir / "config.json"
@@ -161,12 +179,13 @@ class LocalProcessRuntime:
                     **telemetry.trace_env(),
                 },
             )
+            argv = [*self.command, "--config", str(config_path)]
+            if self.confinement is not None:
+                argv = self.confinement.wrap_run(argv, config, env, run_dir)
             log_file = (run_dir / "runner.log").open("ab")
             try:
                 proc = await asyncio.create_subprocess_exec(
-                    *self.command,
-                    "--config",
-                    str(config_path),
+                    *argv,
                     stdin=asyncio.subprocess.DEVNULL,
                     stdout=log_file,
                     stderr=asyncio.subprocess.STDOUT,
@@ -178,22 +197,34 @@ class LocalProcessRuntime:
                 raise AgentRuntimeError(f"cannot start {self.command[0]}: {exc}") from exc
             finally:
                 log_file.close()
-            entry = _Proc(config.run_id, proc, run_dir, write_pid_file(run_dir, proc.pid))
+            runner = write_pid_file(run_dir, proc.pid, config.attempt)
+            entry = _Proc(config.run_id, proc, run_dir, runner, attempt=config.attempt)
             self._procs[config.run_id] = entry
+            self._adopted.pop(config.run_id, None)
+            self._finished.pop(config.run_id, None)  # the run's new attempt is not ended
             reaper = asyncio.create_task(self._reap_on_exit(entry), name=f"reap:{config.run_id}")
             self._reapers.add(reaper)
             reaper.add_done_callback(self._reapers.discard)
             return RunHandle(self.kind, str(proc.pid))
 
+    async def _stop_older(self, run_id: str, attempt: int) -> None:
+        entry = self._procs.get(run_id)
+        if entry is not None and entry.attempt < attempt:
+            await self.cancel_run(run_id, entry.attempt)
+        adopted = self._adopted.get(run_id)
+        if adopted is not None and adopted[0] < attempt:
+            await self.cancel_run(run_id, adopted[0])
+
     async def _reap_on_exit(self, entry: _Proc) -> None:
         await entry.proc.wait()
         _reap(entry.run_id, entry.runner)
-        self._ended(entry.run_id)
+        if self._procs.get(entry.run_id) is entry:  # not replaced by a newer attempt
+            self._ended(entry.run_id)
 
-    async def cancel_run(self, run_id: str) -> None:
+    async def cancel_run(self, run_id: str, attempt: int = 1) -> None:
         entry = self._procs.get(run_id)
-        if entry is None:
-            await self._cancel_foreign(run_id)
+        if entry is None or entry.attempt != attempt:
+            await self._cancel_foreign(run_id, attempt)
             return
         if entry.proc.returncode is not None:
             _reap(run_id, entry.runner)
@@ -210,9 +241,16 @@ class LocalProcessRuntime:
         signal_group(entry.proc.pid, signal.SIGKILL)
         _reap(run_id, entry.runner)
 
-    async def _cancel_foreign(self, run_id: str) -> None:
-        """Stop a runner this scheduler did not start (re-adopted after a restart)."""
-        runner = self._adopted.get(run_id) or read_pid_file(self.run_dir(run_id))
+    def _adopted_runner(self, run_id: str, attempt: int) -> RunnerPid | None:
+        adopted = self._adopted.get(run_id)
+        return adopted[1] if adopted is not None and adopted[0] == attempt else None
+
+    async def _cancel_foreign(self, run_id: str, attempt: int) -> None:
+        """Stop a runner this scheduler did not start (re-adopted after a restart), or an
+        attempt older than the one it has."""
+        runner = self._adopted_runner(run_id, attempt) or read_pid_file(
+            self.run_dir(run_id), attempt
+        )
         if runner is None:
             return
         if runner.alive():
@@ -222,13 +260,15 @@ class LocalProcessRuntime:
                 if not runner.alive():
                     break
                 await asyncio.sleep(_LOG_POLL_SECONDS)
+            if runner.alive():
+                signal_group(runner.pid, signal.SIGKILL)
         _reap(run_id, runner)
 
-    async def status(self, run_id: str) -> RuntimeStatus:
+    async def status(self, run_id: str, attempt: int = 1) -> RuntimeStatus:
         self._forget_ended()  # the age bound holds even when nothing ends
         entry = self._procs.get(run_id)
-        if entry is None:
-            return self._foreign_status(run_id)
+        if entry is None or entry.attempt != attempt:
+            return self._foreign_status(run_id, attempt)
         code = entry.proc.returncode
         if code is None:
             return RuntimeStatus(RuntimeState.RUNNING)
@@ -239,15 +279,15 @@ class LocalProcessRuntime:
             )
         return RuntimeStatus(RuntimeState.EXITED, message=f"exit code {code}", exit_code=code)
 
-    def _foreign_status(self, run_id: str) -> RuntimeStatus:
-        adopted = self._adopted.get(run_id)
-        runner = adopted or read_pid_file(self.run_dir(run_id))
+    def _foreign_status(self, run_id: str, attempt: int) -> RuntimeStatus:
+        adopted = self._adopted_runner(run_id, attempt)
+        runner = adopted or read_pid_file(self.run_dir(run_id), attempt)
         if runner is None:
             return RuntimeStatus(RuntimeState.GONE, message="no such process in this scheduler")
         if runner.alive():
-            if adopted is None:
-                self._adopted[run_id] = runner
-                log.info("re-adopted runner of %s (pid %d)", run_id, runner.pid)
+            if adopted is None and run_id not in self._procs:
+                self._adopted[run_id] = (attempt, runner)
+                log.info("re-adopted runner of %s attempt %d (pid %d)", run_id, attempt, runner.pid)
             return RuntimeStatus(RuntimeState.RUNNING)
         # Not our child, so its exit status is unknown; its leftovers go either way.
         _reap(run_id, runner)
@@ -258,8 +298,11 @@ class LocalProcessRuntime:
             )
         return RuntimeStatus(RuntimeState.GONE, message=f"runner {runner.pid} is not running")
 
-    async def stream_logs(self, run_id: str) -> AsyncIterator[str]:
+    async def stream_logs(self, run_id: str, attempt: int = 1) -> AsyncIterator[str]:
+        """The run's log (every attempt appends to it), followed while `attempt` runs."""
         entry = self._procs.get(run_id)
+        if entry is not None and entry.attempt != attempt:
+            entry = None
         path = entry.log_path if entry else self.run_dir(run_id) / "runner.log"
         if not path.exists():
             return

@@ -24,11 +24,12 @@ PASSED_NAMES = frozenset(
     }
 )  # fmt: skip
 # Prefixes passed through: the bus (NEXUS_NATS_*), the model, the runner's other settings
-# (by group, and under their deprecated NEXUS_RUNNER_ prefix), logging and tracing.
+# (by group, and under their deprecated NEXUS_RUNNER_ prefix), logging and tracing, and the
+# stream settings (the checkpoint bucket's retention and replicas follow the transcripts').
 PASSED_PREFIXES = (
     "NEXUS_NATS_", "NEXUS_LLM_", "NEXUS_RETRY_", "NEXUS_STUCK_", "NEXUS_MCP_", "NEXUS_GIT_",
     "NEXUS_GITHUB_", "NEXUS_ACCEPTANCE_", "NEXUS_RUNNER_", "NEXUS_LOG_", "NEXUS_OTEL_",
-    "OTEL_",
+    "OTEL_", "NEXUS_CONTEXT_", "NEXUS_STREAMS_",
 )  # fmt: skip
 DEFAULT_PATH = "/usr/local/bin:/usr/bin:/bin"
 

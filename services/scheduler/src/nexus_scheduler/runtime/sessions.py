@@ -65,18 +65,24 @@ def proc_stat(pid: int) -> ProcStat | None:
     return ProcStat(state=fields[0], session=int(fields[3]), start_time=int(fields[19]))
 
 
-def write_pid_file(run_dir: Path, pid: int) -> RunnerPid:
+def pid_file(attempt: int = 1) -> str:
+    """The pid file of an attempt: attempt 1 keeps the name it always had."""
+    return PID_FILE if attempt == 1 else f"runner-a{attempt}.pid"
+
+
+def write_pid_file(run_dir: Path, pid: int, attempt: int = 1) -> RunnerPid:
     st = proc_stat(pid)
     record = RunnerPid(pid, st.start_time if st is not None else None)
-    tmp = run_dir / f".{PID_FILE}.tmp"
+    name = pid_file(attempt)
+    tmp = run_dir / f".{name}.tmp"
     tmp.write_text(json.dumps({"pid": record.pid, "start_time": record.start_time}))
-    tmp.replace(run_dir / PID_FILE)
+    tmp.replace(run_dir / name)
     return record
 
 
-def read_pid_file(run_dir: Path) -> RunnerPid | None:
+def read_pid_file(run_dir: Path, attempt: int = 1) -> RunnerPid | None:
     try:
-        data = json.loads((run_dir / PID_FILE).read_text())
+        data = json.loads((run_dir / pid_file(attempt)).read_text())
         start = data.get("start_time")
         return RunnerPid(int(data["pid"]), int(start) if start is not None else None)
     except (OSError, ValueError, KeyError, TypeError):

@@ -1,0 +1,211 @@
+"""Workspace checkpoints: after a tool call that changed the workspace, its tree as a commit on
+``refs/nexus/checkpoints/<run_id>``, bundled into the object store (streams.CHECKPOINTS_BUCKET)
+and announced by a ``checkpointed`` event; attempt n+1 restores the last one so the workspace
+matches the transcript it goes on from (docs/resume.md).
+
+A checkpoint holds what ``git add -A`` would: files the workspace's .gitignore excludes (a
+``.env``, build output, caches) are not in it, so secrets kept there are never copied to the
+object store, and a resumed attempt does not have them either. Tracked files that hold a
+secret value are in it (the bucket is the runner's alone, like the transcript).
+
+Checkpoints are best effort during a run: one that fails is a warning line and the run goes
+on (no worse than without); but a ``checkpointed`` event is only published for an object that
+is stored, and the previous object is deleted only once the new event is.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import logging
+import shutil
+import tempfile
+from collections.abc import Callable
+from pathlib import Path
+
+import nats.errors
+import nats.js.errors
+from nats.js import JetStreamContext
+from nats.js.api import ObjectStoreConfig, StorageType
+from nats.js.object_store import ObjectStore
+from nexus_events.events.runs import RunCheckpointed
+from nexus_events.streams import CHECKPOINTS_BUCKET, StreamSettings
+
+from nexus_runner.errors import ToolError
+from nexus_runner.git import EMPTY_TREE, Git
+from nexus_runner.publisher import RunPublisher
+from nexus_runner.transcript import ResumeFailedError
+
+log = logging.getLogger(__name__)
+
+DAY = 86_400.0
+
+
+def checkpoint_ref(run_id: str) -> str:
+    return f"refs/nexus/checkpoints/{run_id}"
+
+
+async def checkpoint_bucket(js: JetStreamContext, settings: StreamSettings) -> ObjectStore:
+    """The checkpoints bucket, created when missing (its TTL: how long a run can be resumed)."""
+    try:
+        return await js.object_store(CHECKPOINTS_BUCKET)
+    except nats.js.errors.BucketNotFoundError:
+        config = ObjectStoreConfig(
+            description="Workspace checkpoints of runs (git bundles), for resume.",
+            ttl=settings.transcripts_max_age_days * DAY or None,
+            storage=StorageType.FILE,
+            replicas=settings.replicas,
+        )
+        return await js.create_object_store(CHECKPOINTS_BUCKET, config=config)
+
+
+class Checkpointer:
+    """Checkpoints one attempt's workspace (`git` acts on it) and restores the last one."""
+
+    def __init__(
+        self,
+        git: Git,
+        js: JetStreamContext,
+        pub: RunPublisher,
+        *,
+        base_sha: str | None,
+        stream_settings: StreamSettings | None = None,
+        guard: Callable[[], None] | None = None,
+    ) -> None:
+        self.git = git
+        self.js = js
+        self.pub = pub
+        self.base_sha = base_sha
+        self.stream_settings = stream_settings or StreamSettings()
+        self.ref = checkpoint_ref(pub.run_id)
+        self.count = 0
+        self.last_tree: str | None = None
+        self.previous_object: str | None = None
+        self.restored: RunCheckpointed | None = None
+        # A private index: `git add -A` into it finds the workspace's tree without touching
+        # the agent's own index; kept for the run so its stat cache makes the check cheap.
+        self._tmp = Path(tempfile.mkdtemp(prefix="nexus-checkpoint-"))
+        self._index = self._tmp / "index"
+        self._bucket: ObjectStore | None = None
+        # Raises to stop a write (a superseded runner stores no more checkpoints).
+        self._guard = guard or (lambda: None)
+
+    def close(self) -> None:
+        shutil.rmtree(self._tmp, ignore_errors=True)
+
+    async def _tree(self) -> str:
+        """The workspace's tree as `git add -A` sees it (the agent's index is left alone)."""
+        env = {"GIT_INDEX_FILE": str(self._index)}
+        if not self._index.exists():
+            real = self.git.root / ".git" / "index"
+            if real.is_file():  # its stat cache: only changed files are hashed
+                await asyncio.to_thread(shutil.copyfile, real, self._index)
+        await self.git.run("add", "-A", env=env)
+        return (await self.git.run("write-tree", env=env)).output.strip()
+
+    async def start(self) -> None:
+        """Note the workspace as it is now (after the clone or a restore): unchanged from it,
+        no checkpoint is taken."""
+        self.last_tree = await self._tree()
+
+    async def after_call(self, turn: int) -> RunCheckpointed | None:
+        """Checkpoint the workspace if it changed since the last one; None if it did not or
+        the checkpoint failed (logged, and the run goes on)."""
+        try:
+            tree = await self._tree()
+            if tree == self.last_tree:
+                return None
+            event = await self._checkpoint(turn, tree)
+        except (ToolError, OSError, nats.errors.Error) as exc:
+            note = f"workspace checkpoint failed (a resume goes on from an older one): {exc}"
+            log.warning("run %s: %s", self.pub.run_id, note)
+            await self.pub.log("runner", note, turn)
+            return None
+        return event
+
+    async def _checkpoint(self, turn: int, tree: str) -> RunCheckpointed:
+        self._guard()
+        head = await self.git.head()
+        parent = ["-p", head] if head else []
+        message = f"nexus checkpoint {self.pub.run_id} attempt {self.pub.attempt} turn {turn}"
+        commit = (await self.git.run("commit-tree", tree, *parent, "-m", message)).output.strip()
+        await self.git.run("update-ref", self.ref, commit)
+        bundle = self._tmp / "checkpoint.bundle"
+        exclude = [f"^{self.base_sha}"] if self.base_sha else []
+        await self.git.run("bundle", "create", "--quiet", str(bundle), self.ref, *exclude)
+        data = await asyncio.to_thread(bundle.read_bytes)
+        bundle.unlink(missing_ok=True)
+        self.count += 1
+        name = f"{self.pub.run_id}/{self.pub.attempt}-{self.count}"
+        if self._bucket is None:
+            self._bucket = await checkpoint_bucket(self.js, self.stream_settings)
+        await self._bucket.put(name, data)
+        base = self.base_sha or EMPTY_TREE
+        files = (await self.git.run("diff", "--name-only", base, commit)).output.split()
+        event = RunCheckpointed(
+            turn=turn,
+            commit=commit,
+            object=name,
+            digest=hashlib.sha256(data).hexdigest(),
+            size=len(data),
+            files=len(files),
+        )
+        await self.pub.event(event)
+        self.last_tree = tree
+        # The older object only once the event naming the new one is stored: a resume
+        # always finds the object of the last `checkpointed` event.
+        await self.pub.flush()
+        previous, self.previous_object = self.previous_object, name
+        if previous is not None:
+            try:
+                await self._bucket.delete(previous)
+            except nats.errors.Error as exc:  # only space is lost (the bucket's TTL ends it)
+                log.warning(
+                    "run %s: old checkpoint %s not deleted: %s", self.pub.run_id, previous, exc
+                )
+        return event
+
+    async def restore(self, checkpoint: RunCheckpointed) -> None:
+        """Make the workspace the checkpoint's: its tree in the working tree, HEAD (the run's
+        branch) at the commit the agent was on, so its own commits survive and what it had
+        not committed is uncommitted again (deleted files included). Raises `ResumeFailedError`."""
+        try:
+            bucket = await checkpoint_bucket(self.js, self.stream_settings)
+            got = await bucket.get(checkpoint.object)
+        except nats.errors.Error as exc:
+            raise ResumeFailedError(
+                f"checkpoint {checkpoint.object} cannot be read: {type(exc).__name__} {exc}"
+            ) from exc
+        data = bytes(got.data or b"")
+        digest = hashlib.sha256(data).hexdigest()
+        if len(data) != checkpoint.size or digest != checkpoint.digest:
+            raise ResumeFailedError(
+                f"checkpoint {checkpoint.object} is corrupt: {len(data)} bytes sha256 {digest},"
+                f" expected {checkpoint.size} bytes sha256 {checkpoint.digest}"
+            )
+        bundle = self._tmp / "restore.bundle"
+        await asyncio.to_thread(bundle.write_bytes, data)
+        try:
+            await self.git.run("fetch", "--quiet", str(bundle), f"+{self.ref}:{self.ref}")
+            commit = (await self.git.run("rev-parse", self.ref)).output.strip()
+            if commit != checkpoint.commit:
+                raise ResumeFailedError(
+                    f"checkpoint bundle holds {commit}, not {checkpoint.commit}"
+                )
+            parent = await self.git.run(
+                "rev-parse", "--verify", "--quiet", f"{commit}^", check=False
+            )
+            await self.git.run("read-tree", "-u", "--reset", commit)
+            if parent.ok:
+                await self.git.run("update-ref", "HEAD", parent.output.strip())
+                await self.git.run("reset", "--quiet")
+            else:
+                await self.git.run("read-tree", "--empty")
+        except ToolError as exc:
+            raise ResumeFailedError(
+                f"checkpoint {checkpoint.object} cannot be restored: {exc}"
+            ) from exc
+        finally:
+            bundle.unlink(missing_ok=True)
+        self.previous_object = checkpoint.object
+        self.restored = checkpoint
