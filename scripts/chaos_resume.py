@@ -8,10 +8,10 @@ with the local runtime, ...), applies two agents that run the offline model's `r
 nexus_cli.devstack.offline_model): `chaos-resume` (`resume.max_attempts: 2`) and
 `chaos-resume-once` (`max_attempts: 1`). It requests at once N runs of the first, L of the
 second and one control run of the first that nobody kills. For each killed run it draws a
-turn k and a delay d of up to 0.3 s (seeded), follows the run's events live and, d after the
-run's `turn` event k arrived, SIGKILLs its runner (the pid the `dispatched` event names; only
-if that process is the run's runner): the kill lands in a tool call, a model call, a
-checkpoint, between them. Then it waits (bounded) until
+turn k (1-9 by default, --kill-turns) and a delay d of up to 0.1 s (--kill-delay), seeded;
+it follows the run's events live and, d after the run's `turn` event k arrived, SIGKILLs its
+runner (the pid the `dispatched` event names; only if that process is the run's runner): the
+kill lands in a tool call, a model call, a checkpoint, between them. Then it waits (bounded) until
 every run is terminal and checks from the STREAM (NEXUS_RUNS read from its start, not the
 projection), per run, with attempts told apart by their `dispatched` events:
 
@@ -70,10 +70,12 @@ RUN_TERMINAL = ("completed", "failed", "cancelled", "timed_out", "lost")
 # Model calls of the uninterrupted script (ten tool turns, then finish); the control run
 # measures it on the stack, this is what it must measure.
 SCRIPT_TURNS = len(offline_model.SCRIPTS["resume"](offline_model.Turn(0, "", frozenset())))
-# The turns a kill is drawn from, and its delay after that turn's event: it lands anywhere
-# from the first turn's tool call to the last tool call's, never after the run ended.
+# The turns a kill is drawn from, and its delay after that turn's event (a turn of the script
+# takes ~0.1 s on an idle machine): by default it lands between the first turn's tool call
+# and the last tool call's. `--kill-turns 1-11` also kills runs that already called `finish`
+# (in their finishing: commit, checkpoint, the terminal event), or kills none when too late.
 KILL_TURNS = (1, SCRIPT_TURNS - 2)
-KILL_DELAY = (0.0, 0.3)
+KILL_DELAY = (0.0, 0.1)
 MODEL_CALL_LIMIT = 1.10  # of the control run's model calls
 REPEAT_LIMIT = 1  # repeated tool calls a run may make
 COMPLETE_SHARE = 0.95  # of the resumable runs (19 of 20)
@@ -327,8 +329,13 @@ def _check_resumed(check: RunCheck, terminal: dict[str, dict[str, Any]]) -> None
     details = result.get("details") or {}
     if "completed" in terminal:
         unseen = [p for p, ok in (details.get("seen") or {}).items() if not ok]
-        if unseen or not details.get("seen"):
-            check.problems.append(f"finished without seeing what it wrote: {unseen or details}")
+        if not details.get("seen"):
+            check.problems.append(
+                f"finished without the script's report: {result.get('summary')!r}, details"
+                f" {details}"
+            )
+        elif unseen:
+            check.problems.append(f"finished without seeing what it wrote: {unseen}")
         journal = details.get("journal") or []
         if len(set(journal)) != len(journal):
             check.problems.append(f"a journal line twice (a side effect repeated): {journal}")
@@ -463,8 +470,8 @@ def _on_event(live: dict[str, Live], subject: str, body: dict[str, Any]) -> None
         asyncio.get_running_loop().call_later(kill.delay, _kill, run_id, run)
 
 
-def _planned(rng: random.Random) -> Kill:
-    return Kill(rng.randint(*KILL_TURNS), round(rng.uniform(*KILL_DELAY), 3))
+def _planned(rng: random.Random, turns: tuple[int, int], delay: tuple[float, float]) -> Kill:
+    return Kill(rng.randint(*turns), round(rng.uniform(*delay), 3))
 
 
 async def read_since(js: Any, stream: str, subject: str, seq: int) -> list[dict[str, Any]]:
@@ -498,12 +505,15 @@ async def read_since(js: Any, stream: str, subject: str, seq: int) -> list[dict[
 
 
 def apply_agents(nexus: Nexus, workdir: Path) -> None:
+    """Both agents, in one CLI call (each call is a Python start)."""
+    args: list[str] = []
     for agent_id, attempts in ((AGENT_ID, 2), (ONCE_AGENT_ID, 1)):
         path = workdir / f"{agent_id}.yaml"
         path.write_text(agent_yaml(agent_id, attempts))
-        applied = nexus("agents", "apply", "-f", str(path))
-        if applied.returncode != 0:
-            raise RuntimeError(f"nexus agents apply failed: {applied.stderr or applied.stdout}")
+        args += ["-f", str(path)]
+    applied = nexus("agents", "apply", *args)
+    if applied.returncode != 0:
+        raise RuntimeError(f"nexus agents apply failed: {applied.stderr or applied.stdout}")
 
 
 async def run_chaos(
@@ -516,9 +526,12 @@ async def run_chaos(
     lost_runs: int = 2,
     wait: float = 300.0,
     apply: bool = True,
+    kill_turns: tuple[int, int] = KILL_TURNS,
+    kill_delay: tuple[float, float] = KILL_DELAY,
 ) -> Figures:
     """The experiment against a running dev stack at `home` (`nexus` runs the CLI; `apply`:
-    apply the two agents first, else they are there)."""
+    apply the two agents first, else they are there; `kill_turns`, `kill_delay`: the ranges
+    a kill's turn and delay are drawn from)."""
     # Not for secrets: a seeded generator makes the kill turns repeatable.
     rng = random.Random(seed)  # noqa: S311
     figures = Figures(runs=runs, lost_runs=lost_runs, seed=seed)
@@ -528,9 +541,9 @@ async def run_chaos(
     control = f"{prefix}-c0"
     plan: dict[str, tuple[str, Kill | None]] = {control: (AGENT_ID, None)}
     for i in range(runs):
-        plan[f"{prefix}-r{i:03d}"] = (AGENT_ID, _planned(rng))
+        plan[f"{prefix}-r{i:03d}"] = (AGENT_ID, _planned(rng, kill_turns, kill_delay))
     for i in range(lost_runs):
-        plan[f"{prefix}-o{i:03d}"] = (ONCE_AGENT_ID, _planned(rng))
+        plan[f"{prefix}-o{i:03d}"] = (ONCE_AGENT_ID, _planned(rng, kill_turns, kill_delay))
     live = {run_id: Live(kill) for run_id, (_, kill) in plan.items()}
 
     bus = await Bus.connect(BusSettings(url=stack_state(home)["nats_url"]), source="chaos")
@@ -588,9 +601,20 @@ def main() -> int:
     parser.add_argument("--lost-runs", type=int, default=5, help="killed max_attempts=1 runs")
     parser.add_argument("--seed", type=int, default=7)
     parser.add_argument("--wait", type=float, default=900.0, help="most seconds to wait")
+    parser.add_argument(
+        "--kill-turns",
+        default=f"{KILL_TURNS[0]}-{KILL_TURNS[1]}",
+        help=f"turns a kill follows, FIRST-LAST of 1-{SCRIPT_TURNS}",
+    )
+    parser.add_argument("--kill-delay", type=float, default=KILL_DELAY[1], help="most seconds")
     args = parser.parse_args()
     if args.runs < 1 or args.lost_runs < 0:
         parser.error("--runs must be at least 1 and --lost-runs at least 0")
+    first, _, last = args.kill_turns.partition("-")
+    if not (first.isdigit() and last.isdigit() and 1 <= int(first) <= int(last) <= SCRIPT_TURNS):
+        parser.error(f"--kill-turns must be FIRST-LAST within 1-{SCRIPT_TURNS}")
+    if not 0 <= args.kill_delay <= 10:
+        parser.error("--kill-delay must be within 0-10 seconds")
     with tempfile.TemporaryDirectory(prefix="nexus-chaos-resume-") as tmp_name:
         tmp = Path(tmp_name)
         env = devstack.stack_env(tmp, {"NEXUS_HEARTBEAT_INTERVAL": "2"}, drop=("NEXUS_", "OPENAI_"))
@@ -611,6 +635,8 @@ def main() -> int:
                     seed=args.seed,
                     lost_runs=args.lost_runs,
                     wait=args.wait,
+                    kill_turns=(int(first), int(last)),
+                    kill_delay=(0.0, args.kill_delay),
                 )
             )
         finally:

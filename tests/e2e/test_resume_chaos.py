@@ -184,6 +184,12 @@ def test_checker_wants_resumed_a_restored_workspace_and_no_journal_line_twice() 
     assert any("without a `resumed` event for attempts [2]" in p for p in problems)
     assert any("without seeing what it wrote: ['a']" in p for p in problems)
     assert any("a journal line twice" in p for p in problems)
+    # Attempt 2 asked the model again after attempt 1's finish: not the script's report.
+    run = _resumed_run("x-r1", 2, 3)
+    run[-1] = _m("x-r1", "completed", reason="succeeded",
+                 result={"summary": "Nothing more to do.", "details": {}})  # fmt: skip
+    problems = _checked(run, ["x-r1"], {"x-r1"}).checks["x-r1"].problems
+    assert problems == ["finished without the script's report: 'Nothing more to do.', details {}"]
 
 
 def test_checker_wants_one_terminal_event_and_enough_completed() -> None:
