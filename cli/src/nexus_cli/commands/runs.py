@@ -168,12 +168,14 @@ def build_run_request(
     return rid, request
 
 
-async def publish_run(s: Session, rid: str, request: RunRequested, msg_prefix: str = "cli") -> None:
-    await s.publish_guarded(
+async def publish_run(s: Session, rid: str, request: RunRequested, msg_prefix: str = "cli") -> int:
+    """Publish the run request; its sequence in NEXUS_RUNS."""
+    ack = await s.publish_guarded(
         s.bus.publish(
             subjects.run_event(rid, "requested"), request, msg_id=f"{msg_prefix}:requested:{rid}"
         )
     )
+    return int(ack.seq)
 
 
 def register(app: typer.Typer) -> None:

@@ -28,7 +28,7 @@ from nexus_events.streams import RUNS, TASKS
 
 from nexus_cli.errors import CliError, ExitCode
 from nexus_cli.mcp.state import Nexus
-from nexus_cli.mcp.tools import run_view
+from nexus_cli.mcp.tools import run_view, wait_projected
 
 log = logging.getLogger("nexus_cli.mcp")
 
@@ -94,12 +94,16 @@ class Watchers:
         js = self._nexus.session.bus.js
         subs = []
         changed = asyncio.Event()
+        latest = 0
+        run_id = uri.removeprefix(RUN_PREFIX) if uri.startswith(RUN_PREFIX) else None
+
+        async def on_msg(msg: Any) -> None:
+            nonlocal latest
+            latest = max(latest, msg.metadata.sequence.stream)
+            changed.set()
+
         try:
             for stream, subject in pairs:
-
-                async def on_msg(_: Any) -> None:
-                    changed.set()
-
                 subs.append(
                     await js.subscribe(
                         subject,
@@ -113,6 +117,8 @@ class Watchers:
             while True:
                 await changed.wait()
                 changed.clear()
+                if run_id is not None:
+                    await wait_projected(self._nexus.session, run_id, latest)
                 await self._bus.publish(ResourceUpdated(uri=uri))
         except asyncio.CancelledError:
             raise

@@ -6,6 +6,8 @@ scope check and the argument cap run before a tool does (`server.NexusMCP.call_t
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import functools
 from collections.abc import Awaitable, Callable
 from typing import Any, Literal, ParamSpec, TypeVar
@@ -15,11 +17,12 @@ from mcp.server.mcpserver.exceptions import ToolError
 from mcp_types import ToolAnnotations
 from nexus_events import subjects
 from nexus_events.approver_policy import CLI, Answer
+from nexus_events.codec import Decoded
 from nexus_events.events import MemoryRecordRequest, MemorySearchRequest
 from nexus_events.micro import one_line
 from pydantic import BaseModel, ValidationError
 
-from nexus_cli.client import check_token
+from nexus_cli.client import Session, check_token
 from nexus_cli.commands.approvals import pending_approvals
 from nexus_cli.commands.dlq import dead_letters
 from nexus_cli.commands.flow_runs import build_flow_request, publish_flow
@@ -38,6 +41,8 @@ M = TypeVar("M", bound=BaseModel)
 SURFACE = "mcp"
 # Events of a run a view shows beside it (get_run, nexus://runs/{id}).
 RECENT_EVENTS = 20
+# Seconds a notification or follow_run's end waits for core to project the run's last event.
+PROJECTION_WAIT = 3.0
 # follow_run waits at most this long, whatever the caller asks.
 MAX_FOLLOW_SECONDS = 3600.0
 
@@ -103,6 +108,19 @@ async def run_view(nexus: Nexus, who: Identity, run_id: str) -> dict[str, Any]:
     return {"run": row, "recent_events": events[-RECENT_EVENTS:]}
 
 
+async def wait_projected(s: Session, run_id: str, seq: int) -> None:
+    """Wait (briefly) until core's view of the run holds the event at stream sequence `seq`:
+    whoever is told of a change, or of the end, then reads it, not the view of before."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + PROJECTION_WAIT
+    while loop.time() < deadline:
+        with contextlib.suppress(CliError):
+            row = await s.get_run(run_id)
+            if int(row.get("last_seq") or 0) >= seq:
+                return
+        await asyncio.sleep(0.05)
+
+
 def register_tools(server: MCPServer, nexus: Nexus) -> None:  # noqa: PLR0915
     """Every tool of docs/mcp.md on `server`, acting through `nexus`."""
 
@@ -136,13 +154,16 @@ def register_tools(server: MCPServer, nexus: Nexus) -> None:  # noqa: PLR0915
         s = await nexus.session_for(who)
         await s.get_run(check_token(run_id, "run id"))  # a run that does not exist: one line
         seen = 0
+        last_seq = 0
 
-        async def progress(name: str, d: Any) -> None:
-            nonlocal seen
+        async def progress(name: str, d: Decoded) -> None:
+            nonlocal seen, last_seq
             seen += 1
+            last_seq = d.envelope.stream_seq or last_seq
             await ctx.report_progress(seen, None, event_line(name, d).strip())
 
         view = await track_run(s, RunView(run_id), progress, timeout_seconds)
+        await wait_projected(s, run_id, last_seq)
         return view.as_dict()
 
     @server.tool(annotations=READ_ONLY, description="The board: tasks by column, with their runs.")
@@ -205,7 +226,9 @@ def register_tools(server: MCPServer, nexus: Nexus) -> None:  # noqa: PLR0915
             agent=agent, requested_by=who.requested_by, task=task, input_text=input, repo=repo
         )
         s = await nexus.session_for(who)
-        await publish_run(s, rid, request, msg_prefix=SURFACE)
+        seq = await publish_run(s, rid, request, msg_prefix=SURFACE)
+        # Returned once core knows the run (bounded): get_run on the id then finds it.
+        await wait_projected(s, rid, seq)
         return {"run_id": rid}
 
     @server.tool(annotations=ADDITIVE, description="Start a flow; returns the flow run id.")
