@@ -22,13 +22,15 @@ import httpx2
 import pytest
 from mcp import Client, StdioServerParameters
 from mcp.client.streamable_http import streamable_http_client
+from mcp.shared.exceptions import MCPDeprecationWarning
 from mcp.shared.subscriptions import ResourceUpdated
-from mcp_types import CallToolResult, TextResourceContents
+from mcp_types import CallToolResult, ResourceUpdatedNotification, TextResourceContents
 from nexus_cli.mcp.auth import new_token
 
 from tests.e2e.conftest import RUN_WAIT, Stack
 
-pytestmark = pytest.mark.timeout(150)
+# Generous: the first test may also start the shared stack on a busy machine.
+pytestmark = pytest.mark.timeout(240)
 
 CHAT = """\
 id: mcp-chat
@@ -59,14 +61,14 @@ def agents(stack: Stack, tmp_path_factory: pytest.TempPathFactory) -> None:
     assert applied.code == 0, applied.stderr
 
 
-def _stdio(stack: Stack) -> Client:
+def _stdio(stack: Stack, **options: Any) -> Client:
     params = StdioServerParameters(
         command=sys.executable,
         args=["-m", "nexus_cli", "mcp", "serve"],
         env=stack.env,
         cwd=str(stack.cwd),
     )
-    return Client(params, read_timeout_seconds=60)
+    return Client(params, read_timeout_seconds=60, **options)
 
 
 def _text(result: CallToolResult) -> str:
@@ -186,7 +188,17 @@ async def test_stdio_start_follow_read_subscribe_approve(stack: Stack) -> None:
 
 @pytest.mark.usefixtures("agents")
 async def test_stdio_bad_input_is_one_line_and_the_server_stays_up(stack: Stack) -> None:
-    async with _stdio(stack) as client:
+    """On the 2025 protocol (the handshake, resources/subscribe), as many clients still are."""
+    board_updated = asyncio.Event()
+
+    async def on_message(message: Any) -> None:
+        if isinstance(message, ResourceUpdatedNotification):
+            assert message.params.uri == "nexus://board"
+            board_updated.set()
+
+    async with _stdio(stack, mode="legacy", message_handler=on_message) as client:
+        with pytest.warns(MCPDeprecationWarning):  # the SDK's note: 2026 clients listen
+            await client.session.subscribe_resource("nexus://board")
         unknown = await client.call_tool("drop_database", {})
         assert "unknown tool" in _one_line_error(unknown)
         mistyped = await client.call_tool("start_run", {"agent": {"id": 5}})
@@ -203,9 +215,11 @@ async def test_stdio_bad_input_is_one_line_and_the_server_stays_up(stack: Stack)
             "add_memory", {"text": "hello", "scope": "no-such-scope-kind:x"}
         )
         assert "scope" in _one_line_error(secret)
-        # Still serving.
+        # Still serving; the board's subscribers hear of a new run.
         agents = _data(await client.call_tool("list_agents", {}))
         assert any(a["definition"]["id"] == "mcp-chat" for a in agents["agents"]), agents
+        _data(await client.call_tool("start_run", {"agent": "mcp-chat", "input": "hi"}))
+        await asyncio.wait_for(board_updated.wait(), 30)
 
 
 def _free_port() -> int:

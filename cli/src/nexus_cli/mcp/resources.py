@@ -20,7 +20,13 @@ from mcp.server.context import ServerRequestContext
 from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.mcpserver.exceptions import ResourceError, ResourceNotFoundError
 from mcp.server.subscriptions import ListenHandler, ResourceUpdated, SubscriptionBus
-from mcp_types import SubscriptionsListenRequestParams, SubscriptionsListenResult
+from mcp_types import (
+    EmptyResult,
+    SubscribeRequestParams,
+    SubscriptionsListenRequestParams,
+    SubscriptionsListenResult,
+    UnsubscribeRequestParams,
+)
 from nats.js.api import DeliverPolicy
 from nexus_events import subjects
 from nexus_events.errors import InvalidSubject
@@ -62,6 +68,8 @@ class Watchers:
         self._tasks: dict[str, asyncio.Task[None]] = {}
         self._counts: dict[str, int] = {}
         self._ready: dict[str, asyncio.Event] = {}
+        # 2025-era clients (resources/subscribe): the connections told of each URI.
+        self._connections: dict[str, dict[int, Any]] = {}
 
     @property
     def watched(self) -> dict[str, int]:
@@ -78,6 +86,28 @@ class Watchers:
             self._tasks[uri] = asyncio.create_task(self._watch(uri, pairs, ready))
         # The consumers exist before the listener is acknowledged: nothing after is missed.
         await self._ready[uri].wait()
+
+    async def subscribe_connection(self, uri: str, connection: Any) -> None:
+        """A 2025-era client's resources/subscribe: tell `connection` until it unsubscribes
+        (or can no longer be told)."""
+        told = self._connections.setdefault(uri, {})
+        if not sources(uri) or id(connection) in told:
+            return
+        await self.acquire(uri)
+        told[id(connection)] = connection
+
+    def unsubscribe_connection(self, uri: str, connection: Any) -> None:
+        if self._connections.get(uri, {}).pop(id(connection), None) is not None:
+            self.release(uri)
+
+    async def _notify(self, uri: str) -> None:
+        await self._bus.publish(ResourceUpdated(uri=uri))
+        for key, connection in list(self._connections.get(uri, {}).items()):
+            try:
+                await connection.send_resource_updated(uri)
+            except Exception:  # noqa: BLE001 - whatever a gone client raises, it is gone
+                self._connections[uri].pop(key, None)
+                self.release(uri)
 
     def release(self, uri: str) -> None:
         if uri not in self._counts:
@@ -119,7 +149,7 @@ class Watchers:
                 changed.clear()
                 if run_id is not None:
                     await wait_projected(self._nexus.session, run_id, latest)
-                await self._bus.publish(ResourceUpdated(uri=uri))
+                await self._notify(uri)
         except asyncio.CancelledError:
             raise
         except Exception:
@@ -160,6 +190,34 @@ def listen_handler(
                 watchers.release(uri)
 
     return listen
+
+
+def legacy_handlers(
+    watchers: Watchers,
+) -> tuple[
+    Callable[[ServerRequestContext[Any, Any], SubscribeRequestParams], Awaitable[EmptyResult]],
+    Callable[[ServerRequestContext[Any, Any], UnsubscribeRequestParams], Awaitable[EmptyResult]],
+]:
+    """resources/subscribe and resources/unsubscribe for clients of the 2025 protocol."""
+
+    def connection_of(ctx: ServerRequestContext[Any, Any]) -> Any:
+        # The SDK has no public handle on the connection, which outlives this request and
+        # carries the notifications later (its standalone channel).
+        return ctx.session._connection
+
+    async def subscribe(
+        ctx: ServerRequestContext[Any, Any], params: SubscribeRequestParams
+    ) -> EmptyResult:
+        await watchers.subscribe_connection(str(params.uri), connection_of(ctx))
+        return EmptyResult()
+
+    async def unsubscribe(
+        ctx: ServerRequestContext[Any, Any], params: UnsubscribeRequestParams
+    ) -> EmptyResult:
+        watchers.unsubscribe_connection(str(params.uri), connection_of(ctx))
+        return EmptyResult()
+
+    return subscribe, unsubscribe
 
 
 def _json(data: Any) -> str:

@@ -9,13 +9,24 @@ from typing import Any
 from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.mcpserver.exceptions import ToolError, UnexpectedToolError
 from mcp.server.subscriptions import InMemorySubscriptionBus, ListenHandler
-from mcp_types import CallToolResult, InputRequiredResult, SubscriptionsListenRequestParams
+from mcp_types import (
+    CallToolResult,
+    InputRequiredResult,
+    SubscribeRequestParams,
+    SubscriptionsListenRequestParams,
+    UnsubscribeRequestParams,
+)
 from nexus_events.micro import one_line
 from pydantic import ValidationError
 
 from nexus_cli.mcp.auth import Identity
 from nexus_cli.mcp.prompts import register_prompts
-from nexus_cli.mcp.resources import Watchers, listen_handler, register_resources
+from nexus_cli.mcp.resources import (
+    Watchers,
+    legacy_handlers,
+    listen_handler,
+    register_resources,
+)
 from nexus_cli.mcp.state import Nexus
 from nexus_cli.mcp.tools import needs, register_tools
 
@@ -93,6 +104,13 @@ def build_server(nexus: Nexus) -> tuple[NexusMCP, Watchers]:
         "subscriptions/listen",
         SubscriptionsListenRequestParams,
         listen_handler(watchers, ListenHandler(bus)),
+    )
+    subscribe, unsubscribe = legacy_handlers(watchers)
+    server._lowlevel_server.add_request_handler(
+        "resources/subscribe", SubscribeRequestParams, subscribe
+    )
+    server._lowlevel_server.add_request_handler(
+        "resources/unsubscribe", UnsubscribeRequestParams, unsubscribe
     )
     return server, watchers
 
