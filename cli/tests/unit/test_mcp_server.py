@@ -223,3 +223,14 @@ def test_http_without_a_tokens_file_is_refused(env: dict[str, str]) -> None:
     result = nexus({**env, "NEXUS_NATS_URL": "nats://127.0.0.1:1"}, "mcp", "serve", "--http")
     assert result.exit_code == 2
     assert "--http needs a tokens file" in result.output
+
+
+def test_which_stream_events_change_which_resource() -> None:
+    from nexus_cli.mcp.resources import sources
+
+    assert sources("nexus://runs/run_1") == [("NEXUS_RUNS", "nexus.agent.run.v1.run_1.*")]
+    assert [stream for stream, _ in sources("nexus://board")] == ["NEXUS_RUNS", "NEXUS_TASKS"]
+    # Honoured, never notified: nothing on a stream changes these.
+    assert sources("nexus://runs/not a run") == []
+    assert sources("nexus://agents/implementer") == []
+    assert sources("file:///etc/passwd") == []

@@ -154,6 +154,9 @@ class Watchers:
             raise
         except Exception:
             log.exception("watching %s failed", uri)
+            # The next listener of this URI starts a new consumer.
+            if self._tasks.get(uri) is asyncio.current_task():
+                del self._tasks[uri]
             ready.set()
         finally:
             for sub in subs:
