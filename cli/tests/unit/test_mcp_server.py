@@ -234,3 +234,9 @@ def test_which_stream_events_change_which_resource() -> None:
     assert sources("nexus://runs/not a run") == []
     assert sources("nexus://agents/implementer") == []
     assert sources("file:///etc/passwd") == []
+
+
+def test_serve_without_nats_is_one_line_and_exit_4(env: dict[str, str]) -> None:
+    result = nexus({**env, "NEXUS_NATS_URL": "nats://127.0.0.1:1"}, "mcp", "serve")
+    assert result.exit_code == 4
+    assert "cannot reach NATS at nats://127.0.0.1:1" in result.output
