@@ -307,3 +307,18 @@ async def test_http_tokens_and_scopes(http_server: tuple[str, dict[str, str]]) -
         started = _data(await operator.call_tool("start_run", {"agent": "mcp-chat"}))
         run = _data(await operator.call_tool("get_run", {"run_id": started["run_id"]}))
         assert run["run"]["requested_by"] == "mcp:ide-operate"
+        # Progress over HTTP too (the call's SSE stream), to the run's end.
+        messages: list[str | None] = []
+
+        async def on_progress(value: float, total: float | None, message: str | None) -> None:
+            messages.append(message)
+
+        final = await operator.call_tool(
+            "follow_run",
+            {"run_id": started["run_id"], "timeout_seconds": RUN_WAIT},
+            progress_callback=on_progress,
+            read_timeout_seconds=RUN_WAIT + 10,
+        )
+        assert _data(final)["status"] == "completed"
+        assert len(messages) >= 3, messages
+        assert "completed" in (messages[-1] or ""), messages
