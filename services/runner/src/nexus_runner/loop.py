@@ -50,6 +50,7 @@ from nexus_runner.resume import PendingCall, interrupted_note
 from nexus_runner.safety import redact, truncate
 from nexus_runner.tools import Decision, ToolOutcome, ToolRegistry
 from nexus_runner.tools.args import FinishArgs
+from nexus_runner.tools.builtin import FINISHED
 from nexus_runner.tracing import (
     APPROVAL,
     COST_USD,
@@ -76,6 +77,27 @@ UNWRITING_TOOLS = READ_TOOLS | {"finish", EXIT_PLAN_MODE}
 
 def _answerless(message: dict[str, Any]) -> bool:
     return message.get("role") == "assistant" and not message.get("tool_calls")
+
+
+def _finished_before(messages: list[dict[str, Any]]) -> FinishArgs | None:
+    """The arguments of a `finish` the conversation already answered as accepted (its last
+    assistant message's call, followed by its "run finished" tool message), else None."""
+    last = next((m for m in reversed(messages) if m.get("role") == "assistant"), None)
+    if last is None:
+        return None
+    answers = {
+        m.get("tool_call_id"): m.get("content")
+        for m in messages[messages.index(last) + 1 :]
+        if m.get("role") == "tool"
+    }
+    for call in last.get("tool_calls") or []:
+        function = call.get("function") or {}
+        if function.get("name") == "finish" and answers.get(call.get("id")) == FINISHED:
+            try:
+                return FinishArgs.model_validate_json(function.get("arguments") or "{}")
+            except ValueError:
+                return None
+    return None
 
 
 def _tool_message(call_id: str, content: str) -> dict[str, Any]:
@@ -163,6 +185,10 @@ class AgentLoop:
             # The dead attempt got a reply without calls and was lost before nudging.
             await self.add({"role": "user", "content": NUDGE})
         if self.pending and (finished := await self._resume_calls()) is not None:
+            return finished
+        if (finished := _finished_before(self.messages)) is not None:
+            # The dead attempt's `finish` was answered, then it was lost (while finishing):
+            # its result stands; asking the model again would make one up.
             return finished
         while True:
             self._check_budgets(next_turn=True)

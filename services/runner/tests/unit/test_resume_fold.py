@@ -172,3 +172,27 @@ def test_history_sums_usage_finds_the_plan_approval_and_the_open_calls() -> None
     assert not history.ended
     history.add(RunCompleted(result=RunResult(summary="s")), env(ns=12))
     assert history.ended
+
+
+def test_a_finish_already_accepted_is_the_result_of_the_resumed_attempt() -> None:
+    from nexus_runner.loop import _finished_before
+
+    def call(name: str, args: str, call_id: str) -> dict[str, Any]:
+        return {"id": call_id, "type": "function", "function": {"name": name, "arguments": args}}
+
+    finish = call("finish", '{"summary": "done", "details": {"n": 3}}', "f1")
+    head: list[dict[str, Any]] = [{"role": "user", "content": "task"}]
+    asked = [*head, {"role": "assistant", "content": None, "tool_calls": [finish]}]
+    accepted = [*asked, {"role": "tool", "tool_call_id": "f1", "content": "run finished"}]
+    found = _finished_before(accepted)
+    assert found is not None
+    assert (found.summary, found.details) == ("done", {"n": 3})
+    # Not answered yet, or answered with a misfit: the model is asked again.
+    assert _finished_before(asked) is None
+    misfit = [*asked, {"role": "tool", "tool_call_id": "f1", "content": "error: details"}]
+    assert _finished_before(misfit) is None
+    # Another tool's answer after it: not a finish.
+    other = [*head, {"role": "assistant", "tool_calls": [call("read_file", "{}", "r1")]}]
+    assert (
+        _finished_before([*other, {"role": "tool", "tool_call_id": "r1", "content": "x"}]) is None
+    )

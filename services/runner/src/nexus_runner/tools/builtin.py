@@ -230,9 +230,13 @@ async def delegate(ctx: ToolContext, args: a.DelegateArgs) -> str:
     return await ctx.delegate(args)
 
 
+# What an accepted `finish` answers: a resumed attempt recognises the dead one's by it.
+FINISHED = "run finished"
+
+
 async def finish(ctx: ToolContext, args: a.FinishArgs) -> str:
     ctx.finished = args
-    return "run finished"
+    return FINISHED
 
 
 Handler = Callable[["ToolContext", Any], Awaitable[str]]
