@@ -3,9 +3,10 @@ beside the same request made directly over NATS, in one run, on the bench's nats
 PostgreSQL with a running core (memory lookups off).
 
 - start_run -> run id: the `mcp` SDK's own client calling the tool over stdio (the server as
-  an IDE starts it) and over streamable HTTP (a bearer token of an `operate` scope), beside a
-  JetStream publish of the same RunRequested awaiting its PubAck: what the tool does once it
-  has validated the arguments.
+  an IDE starts it) and over streamable HTTP (a bearer token of an `operate` scope), beside
+  the same over NATS: a JetStream publish of the RunRequested awaiting its PubAck, then core's
+  runs.get until core has projected it (the tool returns the id only then, so that a get_run
+  on it finds the run; it asks the same way, every 50 ms). The PubAck alone is shown too.
 - get_run: the tool over both transports beside core's `nexus.core.v1.runs.get` query asked
   with a plain NATS request (the runs are ones core has already projected).
 """
@@ -152,13 +153,19 @@ async def _mcp_figures(client: Client, known_run: str) -> tuple[list[float], lis
     return await _timed(CALLS, start), await _timed(CALLS, get)
 
 
-async def _nats_figures(bus: Bus, known_run: str) -> tuple[list[float], list[float]]:
-    """The same two requests straight over NATS (ms)."""
+async def _nats_figures(bus: Bus, known_run: str) -> tuple[list[float], ...]:
+    """The same requests straight over NATS (ms): publish, publish until projected, get."""
     body = RunRequested(agent_id=AGENT_ID, input="go", requested_by="bench")
 
-    async def start(i: int) -> None:
+    async def publish(i: int) -> int:
         run_id = f"bench-nats-{i}-{secrets.token_hex(4)}"
-        await bus.publish(subjects.run_event(run_id, "requested"), body)
+        ack = await bus.publish(subjects.run_event(run_id, "requested"), body)
+        return ack.seq
+
+    async def start(i: int) -> None:
+        run_id = f"bench-nats-p-{i}-{secrets.token_hex(4)}"
+        ack = await bus.publish(subjects.run_event(run_id, "requested"), body)
+        await _projected(bus, run_id, ack.seq, poll=0.05)
 
     query = json.dumps({"run_id": known_run}).encode()
 
@@ -166,28 +173,35 @@ async def _nats_figures(bus: Bus, known_run: str) -> tuple[list[float], list[flo
         reply = await bus.nc.request(subjects.CORE_RUNS_GET, query, timeout=10)
         assert known_run.encode() in reply.data, reply.data
 
-    return await _timed(CALLS, start), await _timed(CALLS, get)
+    return (
+        await _timed(CALLS, publish),
+        await _timed(CALLS, start),
+        await _timed(CALLS, get),
+    )
 
 
-async def _projected(bus: Bus, run_id: str) -> None:
-    """Until core's runs.get knows `run_id` (its projection trails the stream)."""
+async def _projected(bus: Bus, run_id: str, seq: int, poll: float = 0.1) -> None:
+    """Until core's runs.get shows `run_id` at stream sequence `seq` (its projection trails
+    the stream)."""
     query = json.dumps({"run_id": run_id}).encode()
     deadline = time.monotonic() + 30
     while True:
         reply = await bus.nc.request(subjects.CORE_RUNS_GET, query, timeout=10)
         if not reply.headers or "Nats-Service-Error-Code" not in reply.headers:
-            return
+            row = json.loads(reply.data)
+            if int(row.get("last_seq") or 0) >= seq:
+                return
         if time.monotonic() > deadline:
             raise RuntimeError(f"core never projected {run_id}: {reply.data!r}")
-        await asyncio.sleep(0.1)
+        await asyncio.sleep(poll)
 
 
 def _rows(label: str, start: list[float], get: list[float], base: dict[str, float]) -> list[Row]:
     s50, s99 = _percentiles(start)
     g50, g99 = _percentiles(get)
     return [
-        (f"{label} start_run -> run id p50 (ms)", s50, "NATS publish p50", s50 / base["s50"]),
-        (f"{label} start_run -> run id p99 (ms)", s99, "NATS publish p99", s99 / base["s99"]),
+        (f"{label} start_run -> run id p50 (ms)", s50, "NATS projected p50", s50 / base["s50"]),
+        (f"{label} start_run -> run id p99 (ms)", s99, "NATS projected p99", s99 / base["s99"]),
         (f"{label} get_run p50 (ms)", g50, "NATS runs.get p50", g50 / base["g50"]),
         (f"{label} get_run p99 (ms)", g99, "NATS runs.get p99", g99 / base["g99"]),
     ]
@@ -210,12 +224,12 @@ async def run(nats_url: str, dsn: str) -> list[Row]:
             catalog_last = (await bus.js.stream_info(CATALOG)).state.last_seq
             await app.catalog_runner.wait_until(CATALOG, catalog_last, within=30)
             known_run = f"bench-known-{secrets.token_hex(4)}"
-            await bus.publish(
+            ack = await bus.publish(
                 subjects.run_event(known_run, "requested"), RunRequested(agent_id=AGENT_ID)
             )
-            await _projected(bus, known_run)
+            await _projected(bus, known_run, ack.seq)
 
-            ns, ng = await _nats_figures(bus, known_run)
+            npub, ns, ng = await _nats_figures(bus, known_run)
             stdio = StdioServerParameters(command=NEXUS, args=["mcp", "serve"], env=env)
             with (home / "mcp-stdio.log").open("w") as errlog:
                 async with Client(stdio_client(stdio, errlog=errlog)) as client:
@@ -230,12 +244,15 @@ async def run(nats_url: str, dsn: str) -> list[Row]:
         with contextlib.suppress(Exception):
             await bus.close()
         shutil.rmtree(home, ignore_errors=True)
+    p50, p99 = _percentiles(npub)
     n50, n99 = _percentiles(ns)
     g50, g99 = _percentiles(ng)
     base = {"s50": n50, "s99": n99, "g50": g50, "g99": g99}
     return [
-        ("NATS publish RunRequested (PubAck) p50 (ms)", n50, "", 1.0),
-        ("NATS publish RunRequested (PubAck) p99 (ms)", n99, "", 1.0),
+        ("NATS publish RunRequested (PubAck) p50 (ms)", p50, "", 1.0),
+        ("NATS publish RunRequested (PubAck) p99 (ms)", p99, "", 1.0),
+        ("NATS publish + core has projected it p50 (ms)", n50, "", 1.0),
+        ("NATS publish + core has projected it p99 (ms)", n99, "", 1.0),
         ("NATS core runs.get request p50 (ms)", g50, "", 1.0),
         ("NATS core runs.get request p99 (ms)", g99, "", 1.0),
         *_rows("MCP stdio", ss, sg, base),
