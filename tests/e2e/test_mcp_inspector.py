@@ -237,6 +237,13 @@ def test_the_inspector_over_http_with_a_read_token(
     assert "Traceback" not in json.dumps(missing)
     again = inspector.call(url, *auth, "--method", "tools/list")
     assert {t["name"] for t in again["tools"]} == READ_TOOLS | OPERATE_TOOLS
+    # The prompt, with its argument filled in.
+    prompt = inspector.call(
+        url, *auth, "--method", "prompts/get", "--prompt-name", "hand_to_team",
+        "--prompt-args", "task=fix the flaky test",
+    )  # fmt: skip
+    assert "fix the flaky test" in json.dumps(prompt)
+    assert "list_agents" in json.dumps(prompt)
 
     # No token and a wrong one: refused before any MCP message (HTTP 401); the Inspector
     # reports that authorization is required and exits non-zero.
