@@ -9,6 +9,7 @@ export XDG_RUNTIME_DIR ?= /tmp/nexus-xdg-$(shell id -u)
 .PHONY: setup test lint bench demo demo-run smoke compose-test contract-snapshot asyncapi clean
 
 setup: .venv/.synced
+	@bash scripts/ensure_bwrap.sh
 
 $(TOOLS)/bin/uv:
 	bash scripts/bootstrap_uv.sh $(TOOLS)

@@ -8,6 +8,7 @@ from typing import Any
 
 import kubernetes_validate
 import pytest
+import yaml
 
 from .kustomize import render
 
@@ -152,3 +153,62 @@ def test_the_runtime_labels_match_the_network_policy() -> None:
 def test_nats_config_in_k8s_is_the_rendered_one() -> None:
     [cm] = [o for o in render(K8S / "base") if o["metadata"]["name"] == "nats-config"]
     assert cm["data"]["nats.conf"] == (ROOT / "deploy/nats/nats.conf").read_text()
+
+
+def test_the_runs_namespace_denies_by_default(rendered: list[dict[str, Any]]) -> None:
+    [deny] = [o for o in rendered if o["metadata"]["name"] == "runs-default-deny"]
+    assert deny["metadata"]["namespace"] == RUNS_NAMESPACE
+    assert deny["spec"]["podSelector"] == {}  # every pod of the namespace
+    assert set(deny["spec"]["policyTypes"]) == {"Ingress", "Egress"}
+    assert "ingress" not in deny["spec"]
+    assert "egress" not in deny["spec"]
+
+
+async def _run_job(runtime_class: str | None) -> dict[str, Any]:
+    from kubernetes_asyncio.client import ApiClient
+    from nexus_events.events import RunConfig
+    from nexus_scheduler.runtime.kubernetes_jobs import KubernetesSettings, build_job
+
+    config = RunConfig.model_validate(
+        {
+            "run_id": "r1",
+            "agent_id": "a",
+            "system_prompt": "s",
+            "input": "i",
+            "model": {"name": "m"},
+        }
+    )
+    settings = KubernetesSettings(namespace=RUNS_NAMESPACE, runtime_class=runtime_class)
+    async with ApiClient() as api:
+        job: dict[str, Any] = api.sanitize_for_serialization(build_job(config, settings))
+    job["metadata"]["namespace"] = RUNS_NAMESPACE  # the runtime creates it there
+    return job
+
+
+async def test_a_run_job_is_valid_locked_down_and_under_the_egress_policy() -> None:
+    job = await _run_job("gvisor")
+    kubernetes_validate.validate(job, K8S_VERSION, strict=True)
+    pod = job["spec"]["template"]["spec"]
+    assert pod["runtimeClassName"] == "gvisor"
+    assert pod["automountServiceAccountToken"] is False
+    assert pod["securityContext"]["runAsNonRoot"] is True
+    assert pod["securityContext"]["seccompProfile"] == {"type": "RuntimeDefault"}
+    [container] = pod["containers"]
+    assert container["securityContext"] == {
+        "allowPrivilegeEscalation": False,
+        "capabilities": {"drop": ["ALL"]},
+        "privileged": False,
+        "readOnlyRootFilesystem": True,
+        "runAsNonRoot": True,
+        "runAsUser": 10001,
+    }
+    [policy] = [o for o in render(K8S / "base") if o["metadata"]["name"] == "runner-egress"]
+    labels = job["spec"]["template"]["metadata"]["labels"]
+    assert policy["spec"]["podSelector"]["matchLabels"].items() <= labels.items()
+    assert "runtimeClassName" not in (await _run_job(None))["spec"]["template"]["spec"]
+
+
+def test_the_optional_gvisor_runtime_class_is_valid() -> None:
+    [runtime_class] = yaml.safe_load_all((K8S / "extras/gvisor-runtimeclass.yaml").read_text())
+    kubernetes_validate.validate(runtime_class, K8S_VERSION, strict=True)
+    assert runtime_class["handler"] == "runsc"

@@ -28,9 +28,24 @@ def whoami() -> str:
 class Session:
     """``async with Session(target, timeout) as s:`` connects; `s.bus`, `s.query(...)`."""
 
-    def __init__(self, target: Target, timeout: float) -> None:
+    def __init__(
+        self,
+        target: Target,
+        timeout: float,
+        *,
+        user: str | None = None,
+        password: str | None = None,
+        name: str = "nexus-cli",
+        persistent: bool = False,
+    ) -> None:
+        """`user`/`password`: a NATS identity other than the CLI's own (the MCP server's
+        tokens); `persistent`: a long-lived process that reconnects for as long as it runs."""
         self.target = target
         self.timeout = timeout
+        self._user = user
+        self._password = password
+        self._name = name
+        self._persistent = persistent
         self._bus: Bus | None = None
 
     @property
@@ -42,13 +57,15 @@ class Session:
     async def __aenter__(self) -> Session:
         settings = BusSettings(
             url=self.target.nats_url,
-            name="nexus-cli",
+            name=self._name,
             connect_timeout=min(self.timeout, 2.0),
             connect_attempts=1,
-            max_reconnect_attempts=3,
+            max_reconnect_attempts=-1 if self._persistent else 3,
             publish_timeout=self.timeout,
             publish_deadline=max(self.timeout * 2, 5.0),
         )
+        if self._user is not None:
+            settings = settings.model_copy(update={"user": self._user, "password": self._password})
         try:
             self._bus = await Bus.connect(settings, source=SOURCE)
         except BusUnavailable as exc:

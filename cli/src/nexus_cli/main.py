@@ -17,6 +17,7 @@ from nexus_cli.commands import (
     doctor,
     flow_runs,
     flows,
+    mcp,
     memory,
     pair,
     plane,
@@ -64,6 +65,7 @@ app.add_typer(flows.app, name="flows")  # definitions; `flow` (singular) runs th
 app.add_typer(board.task_app, name="task")
 app.add_typer(dlq.app, name="dlq")
 app.add_typer(memory.app, name="memory")
+app.add_typer(mcp.app, name="mcp")
 app.add_typer(projections.app, name="projections")
 app.add_typer(context.app, name="context")
 app.add_typer(plane.app, name="plane")

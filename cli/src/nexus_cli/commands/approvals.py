@@ -59,10 +59,13 @@ def default_policy() -> tuple[str, ...]:
     return ApproverDefaults().approvers_default
 
 
-async def check_may_decide(s: Session, record: ApprovalRecord, decision: str) -> None:
+async def check_may_decide(
+    s: Session, record: ApprovalRecord, decision: str, answer: Answer | None = None
+) -> None:
     """Refuse (exit 6) an answer the approval's policy does not allow, after recording the
-    refusal (`approval_refused`) on the run; nothing is claimed."""
-    answer = cli_answer(s.target)
+    refusal (`approval_refused`) on the run; nothing is claimed. `answer`: who answers (the
+    CLI's own identity unless given)."""
+    answer = answer or cli_answer(s.target)
     verdict = may_decide(record.policy(default_policy()), answer)
     if verdict.allowed:
         return
@@ -118,6 +121,26 @@ def _row(record: ApprovalRecord) -> dict[str, Any]:
     }
 
 
+async def pending_approvals(s: Session, run_id: str | None) -> list[dict[str, Any]]:
+    """Pending approvals (asked, undecided, unexpired): of one run (exit 3 if there is no such
+    run), or of every run awaiting approval."""
+    if run_id is not None:
+        check_token(run_id, "run id")
+        await s.get_run(run_id)
+        run_ids = [run_id]
+    else:
+        query = {"status": RunStatus.AWAITING_APPROVAL.value, "limit": MAX_RUNS}
+        data = await s.query(subjects.CORE_RUNS_LIST, query)
+        run_ids = [r["run_id"] for r in data.get("runs", [])]
+    now = datetime.now(UTC)
+    rows = []
+    for rid in run_ids:
+        for record in await run_approvals(s.bus, rid):
+            if _pending(record, now):
+                rows.append(_row(record))
+    return rows
+
+
 @app.command("ls")
 def ls_cmd(
     ctx: typer.Context,
@@ -129,20 +152,7 @@ def ls_cmd(
 
     async def body() -> None:
         async with Session(resolve_target(g), g.timeout) as s:
-            if run_id is not None:
-                check_token(run_id, "run id")
-                await s.get_run(run_id)
-                run_ids = [run_id]
-            else:
-                query = {"status": RunStatus.AWAITING_APPROVAL.value, "limit": MAX_RUNS}
-                data = await s.query(subjects.CORE_RUNS_LIST, query)
-                run_ids = [r["run_id"] for r in data.get("runs", [])]
-            now = datetime.now(UTC)
-            rows = []
-            for rid in run_ids:
-                for record in await run_approvals(s.bus, rid):
-                    if _pending(record, now):
-                        rows.append(_row(record))
+            rows = await pending_approvals(s, run_id)
         emit(
             output,
             {"approvals": rows},

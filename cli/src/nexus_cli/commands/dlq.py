@@ -79,6 +79,23 @@ async def _original(s: Session, seq: int, letter: DeadLetter) -> tuple[bytes, di
     return data, dict(raw.headers or {})
 
 
+async def dead_letters(s: Session, service: str | None) -> list[dict[str, Any]]:
+    """Dead letters on NEXUS_DLQ (of one service, or all), oldest first."""
+    letters = []
+    subject = (
+        subjects.dead_letter(service) if service else subjects.family_filter(subjects.Family.DLQ)
+    )
+    async for msg in s.bus.replay_raw(DLQ, filter_subject=subject):
+        try:
+            d = decode_msg(msg)
+        except DecodeError:
+            continue
+        if isinstance(d.event, DeadLetter):
+            at = d.envelope.timestamp.isoformat() if d.envelope.timestamp else None
+            letters.append(_view(d.envelope.stream_seq or 0, d.event, at))
+    return letters
+
+
 @app.command("ls")
 def ls_cmd(
     ctx: typer.Context,
@@ -89,21 +106,8 @@ def ls_cmd(
     g = globals_of(ctx)
 
     async def body() -> None:
-        letters = []
-        subject = (
-            subjects.dead_letter(service)
-            if service
-            else subjects.family_filter(subjects.Family.DLQ)
-        )
         async with Session(resolve_target(g), g.timeout) as s:
-            async for msg in s.bus.replay_raw(DLQ, filter_subject=subject):
-                try:
-                    d = decode_msg(msg)
-                except DecodeError:
-                    continue
-                if isinstance(d.event, DeadLetter):
-                    at = d.envelope.timestamp.isoformat() if d.envelope.timestamp else None
-                    letters.append(_view(d.envelope.stream_seq or 0, d.event, at))
+            letters = await dead_letters(s, service)
         emit(
             output,
             {"dead_letters": letters},

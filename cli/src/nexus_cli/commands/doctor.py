@@ -106,6 +106,27 @@ async def _pg_check(target: Target) -> Check:
     return Check("postgresql", "ok", f"PostgreSQL {version}")
 
 
+def _confinement_check() -> Check | None:
+    """Whether local runners started here would be confined by bubblewrap, and why not."""
+    if os.environ.get("NEXUS_RUNTIME", "local") != "local":
+        return None
+    if importlib.util.find_spec("nexus_scheduler") is None:
+        return None
+    from nexus_scheduler.runtime.confinement import MODES, decide
+
+    given = os.environ.get("NEXUS_CONFINEMENT") or os.environ.get(
+        "NEXUS_SCHEDULER_CONFINEMENT", "auto"
+    )
+    mode = MODES.get(given)
+    if mode is None:
+        return Check("confinement", "fail", f"NEXUS_CONFINEMENT={given!r}: use auto, on or off")
+    decision = decide(mode)
+    if decision.enabled:
+        return Check("confinement", "ok", f"local runs confined: {decision.reason}")
+    level: Level = "fail" if mode == "on" else "warn"
+    return Check("confinement", level, f"local runs NOT confined: {decision.reason}")
+
+
 def _config_checks(target: Target) -> list[Check]:
     checks = []
     if importlib.util.find_spec("nexus_runner") is None:
@@ -114,6 +135,9 @@ def _config_checks(target: Target) -> list[Check]:
         )
     else:
         checks.append(Check("runner", "ok", "nexus_runner importable"))
+    confinement = _confinement_check()
+    if confinement is not None:
+        checks.append(confinement)
     state = read_state(target.dev_home) if target.dev_home is not None else None
     model_vars = ("NEXUS_LLM_BASE_URL", "NEXUS_RUNNER_LLM_BASE_URL", "OPENAI_API_KEY")
     if state is not None and "model" in state.services:

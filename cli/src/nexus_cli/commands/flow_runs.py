@@ -131,6 +131,48 @@ async def _existing(s: Session, flow_run_id: str) -> dict[str, Any] | None:
         return None
 
 
+def build_flow_request(
+    *,
+    flow: str,
+    requested_by: str,
+    task: str | None = None,
+    input_text: str = "",
+    repo: str | None = None,
+    revision: int | None = None,
+    labels: dict[str, str] | None = None,
+    flow_run_id: str | None = None,
+) -> tuple[str, FlowRequested]:
+    """The flow run id and its validated request (FlowRequested); a one-line CliError."""
+    check_token(flow, "flow id")
+    if task is not None:
+        check_token(task, "task id")
+    fid = check_token(flow_run_id, "flow run id") if flow_run_id else new_flow_run_id()
+    try:
+        request = FlowRequested(
+            flow=flow,
+            revision=revision,
+            task_id=task,
+            input=input_text,
+            repo=_repo(repo),
+            origin=Origin.CLI,
+            requested_by=requested_by,
+            labels=labels or {},
+        )
+    except ValidationError as exc:
+        first = exc.errors(include_url=False)[0]
+        where = ".".join(str(p) for p in first["loc"]) or "request"
+        raise CliError(
+            f"invalid flow request: {where}: {first['msg']}", code=ExitCode.INVALID
+        ) from None
+    return fid, request
+
+
+async def publish_flow(
+    s: Session, fid: str, request: FlowRequested, msg_prefix: str = "cli"
+) -> None:
+    await _publish(s, fid, request, msg_id=f"{msg_prefix}:flow:requested:{fid}")
+
+
 @app.command("run")
 def run_cmd(
     ctx: typer.Context,
@@ -158,22 +200,18 @@ def run_cmd(
     g = globals_of(ctx)
 
     async def body() -> None:
-        check_token(flow, "flow id")
-        if task is not None:
-            check_token(task, "task id")
-        fid = check_token(flow_run_id, "flow run id") if flow_run_id else new_flow_run_id()
-        request = FlowRequested(
+        fid, request = build_flow_request(
             flow=flow,
-            revision=revision,
-            task_id=task,
-            input=input_text,
-            repo=_repo(repo),
-            origin=Origin.CLI,
             requested_by=whoami(),
+            task=task,
+            input_text=input_text,
+            repo=repo,
+            revision=revision,
             labels=_labels(label or []),
+            flow_run_id=flow_run_id,
         )
         async with Session(resolve_target(g), g.timeout) as s:
-            await _publish(s, fid, request, msg_id=f"cli:flow:requested:{fid}")
+            await publish_flow(s, fid, request)
             if not follow_flow:
                 message(output, fid, {"flow_run_id": fid, "status": "requested"})
                 return

@@ -5,16 +5,17 @@ from __future__ import annotations
 
 import contextlib
 import time
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 from nexus_events import subjects
 from nexus_events.approvals import approval_record, claim_approval, release_approval
+from nexus_events.approver_policy import Answer
 from nexus_events.events import ApprovalDecision, CancelRequested
 from nexus_events.runstate import is_terminal
 
 from nexus_cli.client import Session, check_token, whoami
-from nexus_cli.commands.approvals import check_may_decide, cli_user, settled_as
+from nexus_cli.commands.approvals import check_may_decide, cli_answer, cli_user, settled_as
 from nexus_cli.commands.runs import watch_run
 from nexus_cli.errors import CliError, ExitCode
 from nexus_cli.options import Output, OutputOpt, RunArg, globals_of, run
@@ -30,31 +31,89 @@ def already_decided(approval: str, told: str) -> CliError:
     return CliError(f"approval {approval} is already decided: {told}", code=ExitCode.INVALID)
 
 
-async def _claim(s: Session, run_id: str, approval: str, decision: str, who: str) -> None:
+async def _claim(
+    s: Session, run_id: str, approval: str, decision: str, who: str, surface: str = "cli"
+) -> None:
     """Claim the decision; chat may answer the same approval at this moment, and the KV claim
     lets exactly one surface publish a decision (nexus_events.approvals)."""
     claim = await claim_approval(
-        s.bus.js, run_id, approval, decision, decided_by=who, surface="cli"
+        s.bus.js, run_id, approval, decision, decided_by=who, surface=surface
     )
     if not claim.won:
         raise already_decided(approval, claim.told())
 
 
 async def _publish_or_release(
-    s: Session, run_id: str, approval: str, decided: ApprovalDecision
+    s: Session, run_id: str, approval: str, decided: ApprovalDecision, msg_prefix: str = "cli"
 ) -> None:
     """Publish the decision the claim won; if that fails, give the claim back so the
     approval is not left held by a decision nobody will ever read."""
     try:
         await s.publish_guarded(
             s.bus.publish(
-                subjects.inbox(run_id), decided, msg_id=f"cli:approval:{run_id}:{approval}"
+                subjects.inbox(run_id), decided, msg_id=f"{msg_prefix}:approval:{run_id}:{approval}"
             )
         )
     except CliError:
         with contextlib.suppress(Exception):
             await release_approval(s.bus.js, run_id, approval)
         raise
+
+
+async def request_cancel(
+    s: Session, run_id: str, reason: str, requested_by: str, msg_prefix: str = "cli"
+) -> dict[str, Any]:
+    """Ask a run to stop; what happened (``cancel_requested`` False if it had already ended).
+    Exit 3 (CliError) if there is no such run."""
+    check_token(run_id, "run id")
+    row = await s.get_run(run_id)
+    if is_terminal(row["status"]):
+        return {"run_id": run_id, "status": row["status"], "cancel_requested": False}
+    await s.publish_guarded(
+        s.bus.publish(
+            subjects.run_event(run_id, "cancel_requested"),
+            CancelRequested(reason=reason, requested_by=requested_by),
+            msg_id=f"{msg_prefix}:cancel:{run_id}",
+        )
+    )
+    return {"run_id": run_id, "status": row["status"], "cancel_requested": True}
+
+
+async def decide_approval(
+    s: Session,
+    run_id: str,
+    approval: str,
+    decision: str,
+    comment: str | None,
+    *,
+    who: str,
+    answer: Answer,
+    surface: str = "cli",
+) -> None:
+    """Settle an approval the run waits on, as `answer` allows (approver policy), through the
+    KV claim so exactly one surface decides; CliError (one line) otherwise."""
+    check_token(run_id, "run id")
+    check_token(approval, "approval id")
+    if decision not in ("approve", "deny"):
+        raise CliError(f"decision must be approve or deny, not {decision!r}", code=ExitCode.INVALID)
+    row = await s.get_run(run_id)
+    record = await approval_record(s.bus, run_id, approval)
+    if record.asked is None:
+        raise CliError(
+            f"run {run_id} has no approval {approval!r}",
+            hint=f"`nexus approvals ls --run {run_id}` shows pending approvals",
+            code=ExitCode.NOT_FOUND,
+        )
+    # Who may decide comes first: a refused answer is recorded even when late.
+    await check_may_decide(s, record, decision, answer)
+    told = await settled_as(s, record, row["status"])
+    if told is not None:
+        raise already_decided(approval, told)
+    await _claim(s, run_id, approval, decision, who, surface)
+    decided = ApprovalDecision(
+        approval_id=approval, decision=decision, decided_by=who, comment=comment, surface=surface
+    )
+    await _publish_or_release(s, run_id, approval, decided, msg_prefix=surface)
 
 
 def register(app: typer.Typer) -> None:
@@ -76,21 +135,10 @@ def register(app: typer.Typer) -> None:
         async def body() -> None:
             check_token(run_id, "run id")
             async with Session(resolve_target(g), g.timeout) as s:
-                row = await s.get_run(run_id)
-                if is_terminal(row["status"]):
-                    message(
-                        output,
-                        f"run {run_id} already ended: {row['status']}",
-                        {"run_id": run_id, "status": row["status"], "cancel_requested": False},
-                    )
+                done = await request_cancel(s, run_id, reason, whoami())
+                if not done["cancel_requested"]:
+                    message(output, f"run {run_id} already ended: {done['status']}", done)
                     return
-                await s.publish_guarded(
-                    s.bus.publish(
-                        subjects.run_event(run_id, "cancel_requested"),
-                        CancelRequested(reason=reason, requested_by=whoami()),
-                        msg_id=f"cli:cancel:{run_id}",
-                    )
-                )
                 if not wait:
                     message(
                         output,
@@ -119,29 +167,15 @@ def register(app: typer.Typer) -> None:
             check_token(run_id, "run id")
             check_token(approval, "approval id")
             async with Session(resolve_target(g), g.timeout) as s:
-                row = await s.get_run(run_id)
-                record = await approval_record(s.bus, run_id, approval)
-                if record.asked is None:
-                    raise CliError(
-                        f"run {run_id} has no approval {approval!r}",
-                        hint=f"`nexus approvals ls --run {run_id}` shows pending approvals",
-                        code=ExitCode.NOT_FOUND,
-                    )
-                # Who may decide comes first: a refused answer is recorded even when late.
-                await check_may_decide(s, record, decision)
-                told = await settled_as(s, record, row["status"])
-                if told is not None:
-                    raise already_decided(approval, told)
-                who = cli_user(s.target)
-                await _claim(s, run_id, approval, decision, who)
-                answer = ApprovalDecision(
-                    approval_id=approval,
-                    decision=decision,
-                    decided_by=who,
-                    comment=comment,
-                    surface="cli",
+                await decide_approval(
+                    s,
+                    run_id,
+                    approval,
+                    decision,
+                    comment,
+                    who=cli_user(s.target),
+                    answer=cli_answer(s.target),
                 )
-                await _publish_or_release(s, run_id, approval, answer)
             verb = "approved" if decision == "approve" else "denied"
             message(
                 output,

@@ -7,6 +7,7 @@ import contextlib
 import sys
 import time
 import uuid
+from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Annotated, Any
@@ -34,6 +35,41 @@ def new_run_id() -> str:
     return f"run_{uuid.uuid4().hex[:12]}"
 
 
+Show = Callable[[str, Decoded], Awaitable[None]]
+
+
+async def track_run(session: Session, view: RunView, show: Show, wait: float | None) -> RunView:
+    """Apply the run's events (stored, then live) to `view` and hand each to `show` until the
+    run ends; a CliError (exit 5) if it has not ended within `wait` seconds."""
+    run_id = view.run_id
+    events = follow(session.bus, RUNS, subjects.run_events_filter(run_id))
+
+    async def consume() -> None:
+        async with contextlib.aclosing(events) as stream:
+            async for d in stream:
+                name = d.address.event or ""
+                view.apply(name, d.event.model_dump(mode="json"), d.envelope.timestamp)
+                await show(name, d)
+                if name in TERMINAL_EVENTS:
+                    return
+
+    try:
+        await asyncio.wait_for(consume(), wait)
+    except TimeoutError:
+        raise CliError(
+            f"run {run_id} had not ended when the wait ran out (status {view.status})",
+            hint=f"it goes on; `nexus attach {run_id}` or `nexus events {run_id} -f`",
+            code=ExitCode.TIMEOUT,
+        ) from None
+    return view
+
+
+def event_line(name: str, d: Decoded) -> str:
+    """One run event as the CLI prints it while following: ``HH:MM:SS <what happened>``."""
+    stamp = d.envelope.timestamp.strftime("%H:%M:%S") if d.envelope.timestamp else ""
+    return f"{stamp} {describe(name, d.event.model_dump(mode='json'))}"
+
+
 async def watch_run(
     session: Session,
     run_id: str,
@@ -45,49 +81,24 @@ async def watch_run(
     """Follow the run's events (stored, then live) until it ends; show them as they come."""
     view = RunView(run_id)
     use_live = (sys.stdout.isatty() if live is None else live) and output is Output.TABLE
-    events = follow(session.bus, RUNS, subjects.run_events_filter(run_id))
-
-    async def consume(show: Any) -> None:
-        async with contextlib.aclosing(events) as stream:
-            async for d in stream:
-                name = d.address.event or ""
-                view.apply(name, d.event.model_dump(mode="json"), d.envelope.timestamp)
-                show(name, d)
-                if name in TERMINAL_EVENTS:
-                    return
-
     timeout = None if deadline is None else max(deadline - time.monotonic(), 0.1)
-    try:
-        if use_live:
-            with Live(view.render(), console=console, refresh_per_second=4) as screen:
+    if use_live:
+        with Live(view.render(), console=console, refresh_per_second=4) as screen:
 
-                def refresh(_: str, __: Decoded) -> None:
-                    screen.update(view.render(datetime.now(UTC)))
+            async def refresh(_: str, __: Decoded) -> None:
+                screen.update(view.render(datetime.now(UTC)))
 
-                ticker = asyncio.create_task(_tick(screen, view))
-                try:
-                    await asyncio.wait_for(consume(refresh), timeout)
-                finally:
-                    ticker.cancel()
-        else:
+            ticker = asyncio.create_task(_tick(screen, view))
+            try:
+                return await track_run(session, view, refresh, timeout)
+            finally:
+                ticker.cancel()
 
-            def line(name: str, d: Decoded) -> None:
-                if output is Output.TABLE:
-                    stamp = (
-                        d.envelope.timestamp.strftime("%H:%M:%S") if d.envelope.timestamp else ""
-                    )
-                    console.print(
-                        f"{stamp} {describe(name, d.event.model_dump(mode='json'))}", markup=False
-                    )
+    async def line(name: str, d: Decoded) -> None:
+        if output is Output.TABLE:
+            console.print(event_line(name, d), markup=False)
 
-            await asyncio.wait_for(consume(line), timeout)
-    except TimeoutError:
-        raise CliError(
-            f"run {run_id} had not ended when the wait ran out (status {view.status})",
-            hint=f"it goes on; `nexus attach {run_id}` or `nexus events {run_id} -f`",
-            code=ExitCode.TIMEOUT,
-        ) from None
-    return view
+    return await track_run(session, view, line, timeout)
 
 
 async def _tick(screen: Live, view: RunView) -> None:
@@ -117,7 +128,57 @@ def _labels(values: list[str]) -> dict[str, str]:
     return out
 
 
-def register(app: typer.Typer) -> None:  # noqa: PLR0915 - one place registers the run commands
+def build_run_request(
+    *,
+    agent: str,
+    requested_by: str,
+    task: str | None = None,
+    input_text: str = "",
+    repo: str | None = None,
+    labels: dict[str, str] | None = None,
+    plan_mode: bool | None = None,
+    run_id: str | None = None,
+) -> tuple[str, RunRequested]:
+    """The run id and its validated request (RunRequested); a one-line CliError (exit 2)."""
+    check_token(agent, "agent id")
+    if task is not None and subjects.TOKEN_PATTERN.fullmatch(task) is None:
+        raise CliError(
+            f"invalid task id {task!r}: must match [A-Za-z0-9_-]{{1,128}}",
+            hint="--task takes a task id (`nexus task create`); put instructions in --input",
+            code=ExitCode.INVALID,
+        )
+    rid = check_token(run_id, "run id") if run_id else new_run_id()
+    try:
+        request = RunRequested(
+            agent_id=agent,
+            task_id=task,
+            input=input_text,
+            repo=_repo(repo),
+            origin=Origin.CLI,
+            requested_by=requested_by,
+            labels=labels or {},
+            plan_mode=plan_mode,
+        )
+    except ValidationError as exc:
+        first = exc.errors(include_url=False)[0]
+        where = ".".join(str(p) for p in first["loc"]) or "request"
+        raise CliError(
+            f"invalid run request: {where}: {first['msg']}", code=ExitCode.INVALID
+        ) from None
+    return rid, request
+
+
+async def publish_run(s: Session, rid: str, request: RunRequested, msg_prefix: str = "cli") -> int:
+    """Publish the run request; its sequence in NEXUS_RUNS."""
+    ack = await s.publish_guarded(
+        s.bus.publish(
+            subjects.run_event(rid, "requested"), request, msg_id=f"{msg_prefix}:requested:{rid}"
+        )
+    )
+    return int(ack.seq)
+
+
+def register(app: typer.Typer) -> None:
     """Register `run`, `ps` and `attach`."""
 
     @app.command("run")
@@ -163,32 +224,19 @@ def register(app: typer.Typer) -> None:  # noqa: PLR0915 - one place registers t
         async def body() -> None:
             if follow_run and background:
                 raise CliError("--follow and --bg exclude each other", code=ExitCode.INVALID)
-            check_token(agent, "agent id")
-            if task is not None and subjects.TOKEN_PATTERN.fullmatch(task) is None:
-                raise CliError(
-                    f"invalid task id {task!r}: must match [A-Za-z0-9_-]{{1,128}}",
-                    hint="--task takes a task id (`nexus task create`);"
-                    " put instructions in --input",
-                    code=ExitCode.INVALID,
-                )
-            rid = check_token(run_id, "run id") if run_id else new_run_id()
-            request = RunRequested(
-                agent_id=agent,
-                task_id=task,
-                input=input_text,
-                repo=_repo(repo),
-                origin=Origin.CLI,
+            rid, request = build_run_request(
+                agent=agent,
                 requested_by=whoami(),
+                task=task,
+                input_text=input_text,
+                repo=repo,
                 labels=_labels(label or []),
                 plan_mode=plan_mode,
+                run_id=run_id,
             )
             following = follow_run or (not background and sys.stdout.isatty())
             async with Session(resolve_target(g), g.timeout) as s:
-                await s.publish_guarded(
-                    s.bus.publish(
-                        subjects.run_event(rid, "requested"), request, msg_id=f"cli:requested:{rid}"
-                    )
-                )
+                await publish_run(s, rid, request)
                 if not following:
                     message(output, rid, {"run_id": rid, "status": "requested"})
                     return

@@ -32,6 +32,13 @@ name ``offline-NAME``, else by the role the system prompt opens with as examples
   the branch it is asked to review and the branch it works on), so it needs no memory: the same
   request always gets the same verdict.
 - ``tester``: runs the tests, finishes with ``details.passed`` (whether they passed).
+- ``resume``: ten quick turns for the resume chaos test (scripts/chaos_resume.py): writes
+  three files, reads each back a few turns later, appends a distinct line to ``journal.log``
+  three times (a side effect that must not happen twice), prints the journal, then finishes
+  with ``details.seen`` (whether each read found what was written), ``details.journal`` (the
+  journal's lines) and ``details.interrupted`` (tool results that said the call was
+  interrupted). A resumed attempt that restored the workspace and the conversation finishes
+  with the same details.
 
 A request from memory's extraction (its instruction carries ``[nexus-memory-extraction]``)
 gets JSON naming what the finished run taught: its result summary, in the repository's scope
@@ -105,6 +112,8 @@ class Turn:
     tools: frozenset[str]  # the tools offered in this request
     # The system prompt and the run's input (the messages before the first assistant turn).
     prompt: str = ""
+    # Every answered tool call so far, in order: (tool, arguments, what the tool said).
+    results: tuple[tuple[str, dict[str, Any], str], ...] = ()
 
 
 Step = Callable[[Turn], Reply]
@@ -246,6 +255,76 @@ def _chat_steps(first: Turn) -> list[Step]:
     return [lambda t: _finish("Hello from the offline model.")]
 
 
+# The `resume` script's files: each written at one turn and read back at a later one.
+RESUME_FILES = {
+    "notes/alpha.txt": "alpha: the first note of the resume script\n",
+    "notes/beta.txt": "beta: the second note, written after the first journal line\n",
+    "notes/gamma.txt": "gamma: the third note, read back two turns later\n",
+}
+RESUME_JOURNAL = "journal.log"
+
+
+def _append(step: int, pause: float = 0.0) -> Call:
+    # A distinct line per step: a line twice in the journal is a side effect run twice.
+    wait = f"sleep {pause}; " if pause else ""
+    line = f"step {step}"
+    command = f"{wait}echo '{line}' >> {RESUME_JOURNAL} && echo 'appended {line}'"
+    return Call("run_shell", {"command": command})
+
+
+def _resume_report(t: Turn) -> Reply:
+    seen = dict.fromkeys(RESUME_FILES, False)
+    journal: list[str] = []
+    interrupted = 0
+    for tool, arguments, output in t.results:
+        if "interrupted" in output.lower():
+            interrupted += 1
+        if tool == "read_file" and arguments.get("path") in seen:
+            path = str(arguments["path"])
+            seen[path] = RESUME_FILES[path].strip() in output
+        elif tool == "run_shell" and str(arguments.get("command", "")).startswith("cat "):
+            journal = [x for x in output.splitlines() if x.startswith("step ")]
+    ok = all(seen.values())
+    return _finish(
+        "Wrote, read back and journaled; " + ("every read matched." if ok else "a read differed."),
+        seen=seen,
+        journal=journal,
+        interrupted=interrupted,
+    )
+
+
+def _resume_steps(first: Turn) -> list[Step]:
+    alpha, beta, gamma = RESUME_FILES
+
+    def write(path: str) -> Step:
+        return lambda t: Reply(
+            f"Writing {path}.", (Call("write_file", {"path": path, "content": RESUME_FILES[path]}),)
+        )
+
+    def read(path: str) -> Step:
+        return lambda t: Reply(f"Reading {path} back.", (Call("read_file", {"path": path}),))
+
+    def shell(call: Call) -> Step:
+        return lambda t: Reply("Noting progress in the journal.", (call,))
+
+    return [
+        write(alpha),
+        shell(_append(2)),
+        write(beta),
+        read(alpha),
+        # A short pause: a kill after this turn's event often lands inside the command.
+        shell(_append(5, pause=0.3)),
+        write(gamma),
+        read(beta),
+        shell(_append(8)),
+        read(gamma),
+        lambda t: Reply(
+            "Printing the journal.", (Call("run_shell", {"command": f"cat {RESUME_JOURNAL}"}),)
+        ),
+        _resume_report,
+    ]
+
+
 # A script's steps, given the conversation (its prompt may shape them).
 SCRIPTS: dict[str, Callable[[Turn], list[Step]]] = {
     "fix": _fix_steps,
@@ -257,6 +336,7 @@ SCRIPTS: dict[str, Callable[[Turn], list[Step]]] = {
     "planner": _planner_steps,
     "reviewer": _reviewer_steps,
     "tester": _tester_steps,
+    "resume": _resume_steps,
 }
 
 
@@ -282,6 +362,28 @@ def script_name(body: dict[str, Any]) -> str:
     system: dict[str, Any] = next((m for m in messages if m.get("role") == "system"), {})
     role = ROLE.match(_text_of(system.get("content")))
     return role.group(1) if role else DEFAULT_SCRIPT
+
+
+def _results_of(messages: list[dict[str, Any]]) -> tuple[tuple[str, dict[str, Any], str], ...]:
+    """Each tool message with the call it answers (matched by id): (tool, arguments, text)."""
+    calls: dict[str, tuple[str, dict[str, Any]]] = {}
+    for message in messages:
+        for call in message.get("tool_calls") or []:
+            function = call.get("function") or {}
+            try:
+                arguments = json.loads(function.get("arguments") or "{}")
+            except ValueError:
+                arguments = {}
+            calls[str(call.get("id"))] = (
+                str(function.get("name")),
+                arguments if isinstance(arguments, dict) else {},
+            )
+    out = []
+    for message in messages:
+        if message.get("role") == "tool":
+            tool, arguments = calls.get(str(message.get("tool_call_id")), ("", {}))
+            out.append((tool, arguments, _text_of(message.get("content"))))
+    return tuple(out)
 
 
 def _prompt_of(messages: list[dict[str, Any]]) -> str:
@@ -321,7 +423,7 @@ def reply_for(body: dict[str, Any]) -> Reply:
     tool_messages = [m for m in messages if m.get("role") == "tool"]
     last_tool = _text_of(tool_messages[-1].get("content")) if tool_messages else ""
     offered = frozenset(str((t.get("function") or {}).get("name")) for t in body.get("tools") or [])
-    turn = Turn(turns, last_tool, offered, _prompt_of(messages))
+    turn = Turn(turns, last_tool, offered, _prompt_of(messages), _results_of(messages))
     steps = SCRIPTS[script_name(body)](turn)
     reply = steps[turns](turn) if turns < len(steps) else _finish("Nothing more to do.")
     missing = [c.name for c in reply.calls if offered and c.name not in offered]

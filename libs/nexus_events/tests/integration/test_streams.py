@@ -22,7 +22,8 @@ from nexus_events.streams import (
 
 ALL = {
     "NEXUS_RUNS", "NEXUS_LOGS", "NEXUS_TASKS", "NEXUS_CATALOG", "NEXUS_INBOX",
-    "NEXUS_SCHEDULES", "NEXUS_MEMORY", "NEXUS_CHANNELS", "NEXUS_PLANE", "NEXUS_FLOWS", "NEXUS_DLQ",
+    "NEXUS_SCHEDULES", "NEXUS_MEMORY", "NEXUS_CHANNELS", "NEXUS_PLANE", "NEXUS_FLOWS",
+    "NEXUS_TRANSCRIPTS", "NEXUS_DLQ",
 }  # fmt: skip
 
 
@@ -36,10 +37,10 @@ async def raw_bus(nats_url: str):
         await b.close()
 
 
-async def test_creates_all_eleven_then_reports_unchanged(raw_bus: Bus):
+async def test_creates_all_twelve_then_reports_unchanged(raw_bus: Bus):
     first = await ensure_streams(raw_bus.js)
     assert set(first.created) == ALL
-    assert len(first.created) == 11
+    assert len(first.created) == 12
     assert first.unchanged == []
     assert not first.drifted
 

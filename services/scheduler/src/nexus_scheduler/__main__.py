@@ -2,15 +2,22 @@
 
 from __future__ import annotations
 
-from nexus_events.process import run_service
+import sys
+
+from nexus_events.process import EXIT_BAD_SETTINGS, run_service
 
 from nexus_scheduler.app import SchedulerApp
 from nexus_scheduler.config import SchedulerSettings
+from nexus_scheduler.runtime.confinement import ConfinementUnavailableError
 
 
 def main() -> None:
     # No outer bound on the drain: SchedulerApp bounds its own (drain_timeout_seconds).
-    run_service("scheduler", SchedulerSettings, SchedulerApp)
+    try:
+        run_service("scheduler", SchedulerSettings, SchedulerApp)
+    except ConfinementUnavailableError as exc:  # NEXUS_CONFINEMENT=on: no unconfined runs
+        print(f"scheduler: {exc}", file=sys.stderr)
+        sys.exit(EXIT_BAD_SETTINGS)
 
 
 if __name__ == "__main__":

@@ -47,8 +47,10 @@ def build_runtime(settings: SchedulerSettings) -> AgentRuntime:
         from nexus_scheduler.runtime.kubernetes import KubernetesRuntime, KubernetesSettings
 
         return KubernetesRuntime(KubernetesSettings.from_scheduler(settings))
+    from nexus_scheduler.runtime.confinement import Confinement, resolve
     from nexus_scheduler.runtime.local import LocalProcessRuntime
 
+    decision = resolve(settings.confinement)
     return LocalProcessRuntime(
         Path(settings.local_workdir),
         command=settings.local_command,
@@ -56,6 +58,7 @@ def build_runtime(settings: SchedulerSettings) -> AgentRuntime:
         pass_env=settings.local_pass_env,
         finished_kept=settings.local_finished_kept,
         finished_ttl=settings.local_finished_ttl_seconds,
+        confinement=Confinement(decision.bwrap) if decision.bwrap else None,
     )
 
 

@@ -122,6 +122,11 @@ class SchedulerSettings(NexusSettings):
         default_factory=lambda: ["python", "-m", "nexus_runner"],
         description="Runner command; `--config FILE` is appended.",
     )
+    confinement: Literal["auto", "on", "off"] = Field(
+        "auto",
+        description="Local runners under bubblewrap (runtime/confinement.py): auto = when bwrap"
+        " works here, on = refuse to start unconfined, off = never (logged as a warning).",
+    )
     local_kill_grace_seconds: float = Field(10.0, ge=0, description="SIGTERM -> SIGKILL.")
     local_pass_env: list[str] = Field(
         default_factory=list,
@@ -146,6 +151,12 @@ class SchedulerSettings(NexusSettings):
         gt=0,
         description="Client-side timeout of every Kubernetes API call (a hung API server"
         " fails the call instead of stalling the scheduler).",
+    )
+    k8s_runtime_class: str | None = Field(
+        None,
+        description="RuntimeClass of runner pods, e.g. 'runsc' for gVisor (a kernel of its own"
+        " between the run and the node; deploy/k8s/extras/gvisor-runtimeclass.yaml). None:"
+        " the cluster's default runtime.",
     )
     k8s_runner_env_secret: str | None = Field(
         "runner-env", description="Secret whose keys become the runner pods' env (NATS, LLM)."

@@ -4,7 +4,8 @@ The Job is named from the run id and the attempt (the idempotency key of a start
 keeps the name runs always had, a resumed attempt n gets a name of its own (`job_name`), its
 own config Secret, and an attempt label. Pods run non-root with a
 read-only root filesystem, a writable workspace volume, no privilege escalation, no
-capabilities and no service-account token; the RunConfig travels in a Secret owned by the
+capabilities, seccomp RuntimeDefault, no service-account token and, when set, a
+RuntimeClass of their own (gVisor); the RunConfig travels in a Secret owned by the
 Job. `job_status` maps a Job and its pods to a `RuntimeStatus`, naming the Kubernetes reason
 (image pull errors, OOMKilled, evictions, deadlines).
 """
@@ -57,6 +58,8 @@ class KubernetesSettings:
     request_timeout: float = 30.0
     # Secret in the runs namespace with the runner's NATS and LLM settings (deploy/k8s).
     env_secret: str | None = "runner-env"  # noqa: S105 - a Secret's name, not a secret
+    # RuntimeClass of runner pods, e.g. gVisor's "runsc" (docs/deploy.md); None: the default.
+    runtime_class: str | None = None
 
     @classmethod
     def from_scheduler(cls, s: SchedulerSettings) -> KubernetesSettings:
@@ -68,6 +71,7 @@ class KubernetesSettings:
             service_account=s.k8s_service_account,
             env_secret=s.k8s_runner_env_secret,
             request_timeout=s.k8s_request_timeout_seconds,
+            runtime_class=s.k8s_runtime_class,
         )
 
 
@@ -155,6 +159,7 @@ def build_job(
         # what this spec and the runner-env Secret set, nothing more.
         enable_service_links=False,
         service_account_name=settings.service_account,
+        runtime_class_name=settings.runtime_class,
         security_context=client.V1PodSecurityContext(
             run_as_non_root=True,
             run_as_user=RUNNER_UID,

@@ -4,7 +4,9 @@ The RunConfig is written to ``<workdir>/<run_id>/config.json`` (mode 0600) and t
 started as ``<command...> --config <file>`` with the caller's trace context in
 ``TRACEPARENT``/``TRACESTATE``, in an environment built from scratch (`runner_env`: only the
 variables the runner reads, ``HOME`` = ``<run dir>/home``); stdout and stderr go to
-``runner.log`` beside it. Cancel sends SIGTERM to the whole process group and SIGKILL after
+``runner.log`` beside it. With a `Confinement` (runtime/confinement.py) the runner starts
+inside bubblewrap: read-only host, its workspace and home the only writable paths, no network
+but its endpoints. Cancel sends SIGTERM to the whole process group and SIGKILL after
 the kill grace.
 
 The runner leads a session of its own; its pid and start time go to ``runner.pid`` in the run
@@ -43,6 +45,7 @@ from nexus_events import telemetry
 from nexus_events.events import RunConfig
 
 from nexus_scheduler.runtime.base import AgentRuntimeError, RunHandle, RuntimeState, RuntimeStatus
+from nexus_scheduler.runtime.confinement import Confinement
 from nexus_scheduler.runtime.runner_env import runner_env
 from nexus_scheduler.runtime.sessions import (
     RunnerPid,
@@ -91,6 +94,7 @@ class LocalProcessRuntime:
         finished_kept: int = FINISHED_KEPT,
         finished_ttl: float = FINISHED_TTL_SECONDS,
         monotonic: Callable[[], float] = time.monotonic,
+        confinement: Confinement | None = None,
     ) -> None:
         self.workdir = Path(workdir)
         self.command = tuple(command)
@@ -100,6 +104,7 @@ class LocalProcessRuntime:
         self.finished_kept = finished_kept
         self.finished_ttl = finished_ttl
         self._monotonic = monotonic
+        self.confinement = confinement  # None: runners run unconfined
         self._procs: dict[str, _Proc] = {}
         # Runners a previous scheduler started that were found alive (by their pid file):
         # run id -> (attempt, runner).
@@ -174,12 +179,13 @@ class LocalProcessRuntime:
                     **telemetry.trace_env(),
                 },
             )
+            argv = [*self.command, "--config", str(config_path)]
+            if self.confinement is not None:
+                argv = self.confinement.wrap_run(argv, config, env, run_dir)
             log_file = (run_dir / "runner.log").open("ab")
             try:
                 proc = await asyncio.create_subprocess_exec(
-                    *self.command,
-                    "--config",
-                    str(config_path),
+                    *argv,
                     stdin=asyncio.subprocess.DEVNULL,
                     stdout=log_file,
                     stderr=asyncio.subprocess.STDOUT,

@@ -1,0 +1,138 @@
+"""Who calls: bearer tokens (stored as sha256 digests), their scope and NATS identity.
+
+The tokens file (YAML, NEXUS_MCP_TOKENS_FILE) never holds a token, only its digest; a request's
+token is hashed and compared with every entry in constant time, so neither a match nor its
+position leaks through timing.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import json
+import os
+import secrets
+from dataclasses import dataclass
+from enum import StrEnum
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from nexus_cli.errors import CliError, ExitCode
+
+
+class Scope(StrEnum):
+    READ = "read"
+    OPERATE = "operate"
+
+
+class TokenEntry(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    name: str = Field(pattern=r"^[A-Za-z0-9_.@-]{1,64}$")
+    sha256: str = Field(pattern=r"^[0-9a-f]{64}$")
+    scope: Scope
+    nats_user: str | None = None
+    nats_password_env: str | None = None
+
+
+class TokensFile(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    tokens: list[TokenEntry] = Field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class Identity:
+    """One caller: `name` (logs, ``requested_by``), its scope, and the NATS user it acts as
+    (None: the server's own connection)."""
+
+    name: str
+    scope: Scope
+    requested_by: str
+    nats_user: str | None = None
+    nats_password: str | None = None
+
+    def may(self, needs: Scope) -> bool:
+        return needs is Scope.READ or self.scope is Scope.OPERATE
+
+
+def digest(token: str) -> str:
+    return hashlib.sha256(token.encode()).hexdigest()
+
+
+def load_tokens(path: Path) -> list[TokenEntry]:
+    """The entries of a tokens file; a one-line CliError (exit 2) if it is unreadable or bad."""
+    try:
+        raw: Any = yaml.safe_load(path.read_text())
+    except OSError as exc:
+        raise CliError(f"cannot read tokens file {path}: {exc.strerror}") from None
+    except yaml.YAMLError as exc:
+        raise CliError(f"tokens file {path} is not YAML: {' '.join(str(exc).split())}") from None
+    try:
+        entries = TokensFile.model_validate(raw or {}).tokens
+    except ValidationError as exc:
+        first = exc.errors(include_url=False)[0]
+        where = ".".join(str(p) for p in first["loc"])
+        raise CliError(f"tokens file {path}: {where}: {first['msg']}") from None
+    names = [e.name for e in entries]
+    if len(set(names)) != len(names):
+        raise CliError(f"tokens file {path}: token names must be unique")
+    for e in entries:
+        if e.nats_user and e.nats_password_env and e.nats_password_env not in os.environ:
+            raise CliError(
+                f"tokens file {path}: token {e.name}: {e.nats_password_env} is not set",
+                code=ExitCode.INVALID,
+            )
+    return entries
+
+
+class Tokens:
+    """Resolve a presented bearer token to an Identity."""
+
+    def __init__(self, entries: list[TokenEntry]) -> None:
+        self._entries = entries
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+    def identify(self, token: str) -> Identity | None:
+        presented = digest(token).encode()
+        found: TokenEntry | None = None
+        for entry in self._entries:
+            # Every entry is compared, match or not: the time taken says nothing about which.
+            if hmac.compare_digest(presented, entry.sha256.encode()):
+                found = entry
+        if found is None:
+            return None
+        password = os.environ.get(found.nats_password_env) if found.nats_password_env else None
+        return Identity(
+            name=found.name,
+            scope=found.scope,
+            requested_by=f"mcp:{found.name}",
+            nats_user=found.nats_user,
+            nats_password=password,
+        )
+
+    def from_header(self, value: str | None) -> Identity | None:
+        if not value:
+            return None
+        kind, _, token = value.partition(" ")
+        if kind.lower() != "bearer" or not token.strip():
+            return None
+        return self.identify(token.strip())
+
+
+def new_token(name: str, scope: Literal["read", "operate"]) -> tuple[str, str]:
+    """A fresh random token and the YAML entry (its digest) to add to the tokens file."""
+    token = f"nxm_{secrets.token_urlsafe(32)}"
+    entry: dict[str, Any] = {"name": name, "sha256": digest(token), "scope": scope}
+    TokenEntry.model_validate(entry)
+    text = yaml.safe_dump({"tokens": [entry]}, sort_keys=False)
+    return token, text
+
+
+def unauthorized_body(message: str) -> bytes:
+    return json.dumps({"error": message}).encode()

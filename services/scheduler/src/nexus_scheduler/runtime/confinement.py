@@ -1,0 +1,359 @@
+"""Local runners confined by bubblewrap: the command line that starts one, and whether it can.
+
+What a confined runner gets (`Confinement.wrap`):
+
+- the host read-only (``--ro-bind / /``), with a private, empty ``/tmp``, the scheduler
+  user's home and the roots of workspaces and run dirs (other runs) hidden (tmpfs); what the
+  runner itself needs from under them (its Python, its run dir) is bound back read-only.
+  Writable: its workspace (and its tools' HOME beside it), its ``HOME`` (``<run
+  dir>/home``) and a local git remote (a path or ``file://`` URL, pushed to). The run dir
+  itself stays read-only: the runner cannot rewrite its pid file or config;
+- new PID, IPC, UTS, cgroup and network namespaces (``--unshare-all``), a minimal ``/dev``
+  and a ``/proc`` of its own, ``--die-with-parent``, no capabilities but binding low ports in its
+  own network namespace (``--cap-drop ALL --cap-add CAP_NET_BIND_SERVICE``: a scheduler
+  running as root would otherwise hand all of root's on) and no new privileges;
+- the environment `runner_env` built, nothing more: it is the process environment bwrap is
+  started with (not ``--setenv`` arguments, which every user could read in ``ps``);
+- no network but its allowed endpoints: NATS, the model, the git remote (and the GitHub API
+  with a token), the OTLP collector. The network namespace has only loopback; `netrelay`
+  relays each allowed ``host:port`` through a unix socket, and the sandbox's ``/etc/hosts``
+  points each allowed host name at the loopback address its relay listens on. Any other
+  address, a port on the host's 127.0.0.1 included, is unreachable: it is not the host's
+  loopback. An endpoint given as a non-loopback IP address cannot be relayed transparently
+  (TLS and the URL name it); it is left out with a warning (name it by host name).
+
+`resolve` turns the setting (``NEXUS_CONFINEMENT=auto|on|off``) into a decision at start-up:
+``auto`` confines when bwrap works here, ``on`` refuses to run unconfined, ``off`` warns.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import logging
+import os
+import shutil
+import subprocess
+import sys
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Literal
+from urllib.parse import urlsplit
+
+from nexus_events.events import RunConfig
+
+log = logging.getLogger(__name__)
+
+Mode = Literal["auto", "on", "off"]
+MODES: dict[str, Mode] = {"auto": "auto", "on": "on", "off": "off"}
+RELAY_SCRIPT = Path(__file__).with_name("netrelay.py")
+# Inside the sandbox: where the relays' unix sockets appear (short: a socket path is < 108).
+NET_MOUNT = "/tmp/.nexus-net"  # noqa: S108 - inside the sandbox's private /tmp
+# Host names get loopback addresses from here on (127.0.0.1 stays what it is).
+_ALIAS_BASE = int(ipaddress.IPv4Address("127.0.1.1"))
+_DEFAULT_PORTS = {"nats": 4222, "tls": 4222, "http": 80, "https": 443, "ssh": 22, "git": 9418}
+_PROBE_TIMEOUT = 10.0
+
+
+class ConfinementUnavailableError(RuntimeError):
+    """NEXUS_CONFINEMENT=on, and runners cannot be confined here."""
+
+
+@dataclass(frozen=True)
+class Endpoint:
+    host: str
+    port: int
+
+    @classmethod
+    def from_url(cls, url: str, default_scheme: str = "https") -> Endpoint | None:
+        url = url.strip()
+        if not url:
+            return None
+        parts = urlsplit(url if "://" in url else f"{default_scheme}://{url}")
+        if not parts.hostname:
+            return None
+        port = parts.port or _DEFAULT_PORTS.get(parts.scheme, 443)
+        return cls(parts.hostname, port)
+
+
+@dataclass(frozen=True)
+class Decision:
+    """Whether runners are confined, and why (for the start-up log and `nexus doctor`)."""
+
+    enabled: bool
+    reason: str
+    bwrap: str | None = None
+
+
+# Run in the probe sandbox: the inner relay must be able to listen on a port below 1024.
+_BIND_CHECK = "import socket; socket.socket().bind(('127.0.0.1', 443))"
+
+
+def probe(bwrap: str, python: str = sys.executable) -> str | None:
+    """None when `bwrap` can build the sandbox runners get here, else why not."""
+    argv = [bwrap, *_BASE_ARGS, "--", python, "-I", "-S", "-c", _BIND_CHECK]
+    try:
+        done = subprocess.run(
+            argv, capture_output=True, text=True, timeout=_PROBE_TIMEOUT, check=False
+        )
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        return f"{bwrap} does not run: {exc}"
+    why = (done.stderr.strip().splitlines() or [f"exit code {done.returncode}"])[-1]
+    if done.returncode != 0 and "PermissionError" in why:
+        return (
+            f"the sandbox cannot listen on ports below 1024 ({why}), which the relays of"
+            " https/ssh endpoints need: CAP_NET_BIND_SERVICE is not honoured here"
+        )
+    if done.returncode != 0:
+        return (
+            f"bwrap cannot create the namespaces ({why}); user namespaces may be off"
+            " (sysctl kernel.unprivileged_userns_clone / user.max_user_namespaces) or blocked"
+            " by the container's seccomp/AppArmor profile"
+        )
+    return None
+
+
+def decide(
+    mode: Mode,
+    *,
+    which: Callable[[str], str | None] = shutil.which,
+    check: Callable[[str], str | None] = probe,
+    platform: str = sys.platform,
+) -> Decision:
+    """Whether runners are confined under `mode` here, and why (pure but for the probe)."""
+    if mode == "off":
+        return Decision(False, "turned off (NEXUS_CONFINEMENT=off)")
+    bwrap = which("bwrap")
+    if not platform.startswith("linux"):
+        why: str | None = "bubblewrap needs Linux"
+    elif bwrap is None:
+        why = "bwrap is not installed (apt-get install bubblewrap)"
+    else:
+        why = check(bwrap)
+    if why is None and bwrap is not None:
+        return Decision(True, f"bubblewrap ({bwrap}), NEXUS_CONFINEMENT={mode}", bwrap)
+    return Decision(False, f"unavailable: {why}")
+
+
+def resolve(mode: Mode, decision: Decision | None = None) -> Decision:
+    """`decide` (or `decision`) at start-up: raises `ConfinementUnavailableError` for ``on`` when
+    runners cannot be confined; logs what runners get either way (a warning unconfined)."""
+    decision = decision or decide(mode)
+    if decision.enabled:
+        log.info("local runners are confined: %s", decision.reason)
+        return decision
+    if mode == "on":
+        raise ConfinementUnavailableError(f"NEXUS_CONFINEMENT=on but {decision.reason}")
+    log.warning(
+        "local runners are NOT confined (%s): they run as this user, with its files and network",
+        decision.reason,
+    )
+    return decision
+
+
+# The namespaces and mounts every sandbox starts from (the probe checks exactly these).
+_BASE_ARGS = (
+    "--unshare-all",
+    "--die-with-parent",
+    # Started by root, bwrap would keep root's capabilities (remounts could undo the rest).
+    # One is kept: the inner relay listens on the endpoints' own ports, 443 and 22 among
+    # them, in the sandbox's private network namespace (binding there reaches nothing else).
+    "--cap-drop", "ALL",
+    "--cap-add", "CAP_NET_BIND_SERVICE",
+    "--ro-bind", "/", "/",
+    "--dev", "/dev",
+    "--proc", "/proc",
+    "--tmpfs", "/tmp",  # noqa: S108 - the sandbox's own, empty /tmp
+)  # fmt: skip
+
+
+def runner_endpoints(config: RunConfig, env: Mapping[str, str]) -> list[Endpoint]:
+    """Where a runner may connect: NATS, the model, the git remote (and the GitHub API when
+    it has a token), the OTLP collector; deduplicated, in that order."""
+    urls: list[tuple[str, str]] = [
+        (u, "nats") for u in env.get("NEXUS_NATS_URL", "nats://127.0.0.1:4222").split(",")
+    ]
+    llm = (
+        config.model.base_url
+        or env.get("NEXUS_LLM_BASE_URL")
+        or env.get("NEXUS_RUNNER_LLM_BASE_URL")
+        or "https://api.openai.com/v1"
+    )
+    urls.append((llm, "https"))
+    if config.repo is not None and _local_remote(config.repo.url) is None:
+        urls.append((_git_url(config.repo.url), "https"))
+    if env.get("NEXUS_GITHUB_TOKEN") or env.get("NEXUS_RUNNER_GITHUB_TOKEN"):
+        urls.append((env.get("NEXUS_GITHUB_API_URL", "https://api.github.com"), "https"))
+    for name in ("OTEL_EXPORTER_OTLP_ENDPOINT", "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT"):
+        if env.get(name):
+            urls.append((env[name], "http"))
+    found: list[Endpoint] = []
+    for url, scheme in urls:
+        endpoint = Endpoint.from_url(url, scheme)
+        if endpoint is not None and endpoint not in found:
+            found.append(endpoint)
+    return found
+
+
+def _git_url(url: str) -> str:
+    """An scp-like ``user@host:path`` as an ssh URL (its port is 22)."""
+    if "://" not in url and ":" in url.split("/", 1)[0]:
+        return "ssh://" + url.split(":", 1)[0]
+    return url
+
+
+def _local_remote(url: str) -> Path | None:
+    if url.startswith("file://"):
+        return Path(urlsplit(url).path)
+    if url.startswith("/"):
+        return Path(url)
+    return None
+
+
+@dataclass(frozen=True)
+class _Route:
+    name: str
+    endpoint: Endpoint
+    address: str  # where the runner dials it, inside the sandbox
+
+
+def _routes(endpoints: Iterable[Endpoint]) -> tuple[list[_Route], dict[str, str]]:
+    """Each endpoint's loopback address inside the sandbox, and the host names to map."""
+    routes: list[_Route] = []
+    names: dict[str, str] = {}
+    for endpoint in endpoints:
+        host = endpoint.host
+        try:
+            ip = ipaddress.ip_address(host)
+        except ValueError:
+            if host == "localhost":
+                address = "127.0.0.1"
+            else:
+                address = names.setdefault(
+                    host, str(ipaddress.IPv4Address(_ALIAS_BASE + len(names)))
+                )
+        else:
+            if not ip.is_loopback:
+                log.warning(
+                    "confined runners cannot reach %s:%d: an IP address other than loopback"
+                    " cannot be relayed transparently; name it by host name",
+                    host,
+                    endpoint.port,
+                )
+                continue
+            address = str(ip)
+        if any((r.address, r.endpoint.port) == (address, endpoint.port) for r in routes):
+            continue  # localhost:4222 beside 127.0.0.1:4222: one listener serves both
+        routes.append(_Route(f"e{len(routes)}", endpoint, address))
+    return routes, names
+
+
+def _hosts_file(names: Mapping[str, str]) -> str:
+    lines = ["127.0.0.1\tlocalhost", *(f"{addr}\t{host}" for host, addr in names.items())]
+    return "\n".join(lines) + "\n"
+
+
+def _hidden() -> list[Path]:
+    """Host directories replaced by an empty tmpfs: the private /tmp, the user's home."""
+    hidden = [Path("/tmp")]  # noqa: S108
+    home = Path(os.path.expanduser("~"))
+    if home.is_absolute() and home != Path("/") and home.is_dir():
+        hidden.append(home)
+    return hidden
+
+
+def _under(path: Path, roots: Iterable[Path]) -> bool:
+    return any(path == r or r in path.parents for r in roots)
+
+
+@dataclass(frozen=True)
+class Confinement:
+    """Builds the command line of a confined runner (see the module's doc)."""
+
+    bwrap: str
+    python: str = sys.executable
+    # Host paths the runner must read even under a hidden directory (its interpreter and
+    # packages); default: the interpreter's prefixes and import path.
+    readable: tuple[Path, ...] = field(
+        default_factory=lambda: tuple(
+            Path(p) for p in {sys.prefix, sys.base_prefix, *sys.path} if p and Path(p).exists()
+        )
+    )
+
+    def wrap(
+        self,
+        command: Sequence[str],
+        *,
+        run_dir: Path,
+        writable: Sequence[Path],
+        endpoints: Sequence[Endpoint],
+        readable: Sequence[Path] = (),
+        hide: Sequence[Path] = (),
+    ) -> list[str]:
+        """`command` as a confined process: outer relay -> bwrap -> inner relay -> command.
+        `hide`: more directories replaced by an empty tmpfs (what `writable` and `readable`
+        name under them is bound again). Makes the writable paths, the net dir and the
+        sandbox's hosts file in `run_dir`."""
+        run_dir = run_dir.resolve()
+        routes, names = _routes(endpoints)
+        net_dir = run_dir / "net"
+        net_dir.mkdir(mode=0o700, exist_ok=True)
+        hosts = run_dir / "hosts"
+        hosts.write_text(_hosts_file(names))
+        hidden = _hidden()
+        hidden += [p for p in hide if p.is_absolute() and p != Path("/") and p not in hidden]
+        args: list[str] = [self.bwrap, *_BASE_ARGS]
+        for path in hidden[1:]:  # /tmp is in the base
+            args += ["--tmpfs", str(path)]
+        # Readable again under the hidden directories: the interpreter, then the run dir.
+        shown: list[Path] = []
+        mine = (*self.readable, *readable)
+        wanted = {*mine, *(p.resolve() for p in mine), run_dir}
+        for path in sorted(wanted, key=lambda p: len(p.parts)):  # a parent covers its children
+            # Never a hidden directory itself (a scheduler started in ~ has it on sys.path).
+            if path not in hidden and _under(path, hidden) and not _under(path, shown):
+                shown.append(path)
+                args += ["--ro-bind", str(path), str(path)]
+        for path in writable:
+            path.mkdir(parents=True, exist_ok=True)
+            args += ["--bind", str(path), str(path)]
+        args += ["--ro-bind", str(net_dir), NET_MOUNT, "--ro-bind", str(hosts), "/etc/hosts"]
+        args += ["--chdir", str(run_dir)]  # the cwd an unconfined runner has
+        relay = [self.python, "-I", "-S", str(RELAY_SCRIPT)]
+        outer = [f"{r.name}={_join(r.endpoint.host, r.endpoint.port)}" for r in routes]
+        inner = [f"{r.name}={_join(r.address, r.endpoint.port)}" for r in routes]
+        return [
+            *relay, "outer", str(net_dir), *outer, "--",
+            *args, "--",
+            *relay, "inner", NET_MOUNT, *inner, "--",
+            *command,
+        ]  # fmt: skip
+
+    def wrap_run(
+        self, command: Sequence[str], config: RunConfig, env: Mapping[str, str], run_dir: Path
+    ) -> list[str]:
+        """`wrap` for a run: its workspace and ``HOME`` writable (and a local git remote),
+        its endpoints from `config` and the runner's `env`."""
+        root = env.get("NEXUS_WORKSPACE_ROOT") or env.get("NEXUS_RUNNER_WORKSPACE_ROOT")
+        workspace = Path(root or "/tmp/nexus-runs") / config.run_id  # noqa: S108 - runner's
+        # The runner's tools get a HOME beside the workspace (nexus_runner.app._tool_home).
+        tool_home = workspace.with_name(f"{workspace.name}.home")
+        writable = [workspace, tool_home, Path(env["HOME"])]
+        remote = _local_remote(config.repo.url) if config.repo is not None else None
+        if remote is not None and remote.exists():
+            writable.append(remote)
+        # A command found on the runner's PATH (``python``) may live in a hidden home's venv.
+        exe = shutil.which(command[0], path=env.get("PATH")) if command else None
+        return self.wrap(
+            command,
+            run_dir=run_dir,
+            writable=writable,
+            endpoints=runner_endpoints(config, env),
+            readable=[Path(exe).resolve().parent.parent] if exe else [],
+            # Other runs: their workspaces and run dirs, wherever the roots are.
+            hide=[workspace.parent.resolve(), run_dir.resolve().parent],
+        )
+
+
+def _join(host: str, port: int) -> str:
+    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
