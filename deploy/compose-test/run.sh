@@ -9,11 +9,13 @@
 #      `debootstrap --variant=minbase` (bookworm, trixie) + deploy/compose-test/images/*;
 #   4. `docker-compose build` of the Nexus images, `up -d` with the profiles `test` (the offline
 #      model, the fake Plane, the fake Slack), `plane` and `channels` (plane-sync and the
-#      gateway, pointed at the fakes), waits until every service's healthcheck says healthy;
+#      gateway, pointed at the fakes) and `mcp` (the MCP server), waits until every service's
+#      healthcheck says healthy;
 #   5. as an operator, with the host venv's `nexus` CLI as NATS user admin on the published
 #      port: applies an agent, runs it to completion, finds what memory learned from the run;
 #      then the Plane and Slack round trips of roundtrips.py (a labelled work item and a Slack
-#      mention each start a run whose result comes back to the fake);
+#      mention each start a run whose result comes back to the fake); the MCP server answers
+#      /healthz and refuses /mcp without a token (401);
 #   6. checks the NATS server log has no permission violation, each service connected as its
 #      own user and runs as the user its image says; `stop` (every Nexus service drains and
 #      exits 0), `down -v`.
@@ -209,7 +211,7 @@ build_stand_in() {  # IMAGE DIR: IMAGE built from deploy/compose-test/images/DIR
     die "building the stand-in $image"
 }
 # docker-compose 1.x builds with the `docker` on PATH: the one matching our daemon.
-PROFILES="--profile test --profile plane --profile channels"
+PROFILES="--profile test --profile plane --profile channels --profile mcp"
 # shellcheck disable=SC2086  # PROFILES is words on purpose
 compose() { (cd "$ROOT/deploy" && PATH="$(dirname "$DOCKER"):$PATH" "${COMPOSE[@]}" -p "$PROJECT" $PROFILES "$@"); }
 active() {  # active KIND: the services `up` with PROFILES starts ("all") or their pulled images
@@ -217,7 +219,7 @@ active() {  # active KIND: the services `up` with PROFILES starts ("all") or the
 import sys, yaml
 services = yaml.safe_load(open(sys.argv[1]))["services"]
 for name, s in services.items():
-    if set(s.get("profiles", [])) <= {"test", "plane", "channels"}:
+    if set(s.get("profiles", [])) <= {"test", "plane", "channels", "mcp"}:
         if sys.argv[2] == "all":
             print(name)
         elif "build" not in s:
@@ -254,9 +256,10 @@ for image in "${stand_ins[@]}"; do build_stand_in "$image" "${STAND_INS[$image]}
 # ---- 4. the Nexus images, the stack ------------------------------------------------------
 free_port() { "$PY" -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
 export NATS_PORT NATS_MONITOR_PORT POSTGRES_PORT PROMETHEUS_PORT PLANE_SYNC_PORT GATEWAY_PORT \
-  FAKE_PLANE_PORT FAKE_SLACK_PORT
+  FAKE_PLANE_PORT FAKE_SLACK_PORT MCP_PORT
 NATS_PORT=$(free_port) NATS_MONITOR_PORT=$(free_port) POSTGRES_PORT=$(free_port) PROMETHEUS_PORT=$(free_port)
 PLANE_SYNC_PORT=$(free_port) GATEWAY_PORT=$(free_port) FAKE_PLANE_PORT=$(free_port) FAKE_SLACK_PORT=$(free_port)
+MCP_PORT=$(free_port)
 # The runs and memory's extraction ask the offline model (the `test` profile's service).
 export NEXUS_LLM_BASE_URL=http://offline-model:8090/v1
 # plane-sync and the gateway talk to the fakes (profile `test`); the fakes take the same key,
@@ -274,7 +277,7 @@ ADMIN_PASSWORD=${NEXUS_ADMIN_NATS_PASSWORD:-admin-dev-password}
 phase "build Nexus images"
 compose build -q >"$RUNDIR/build.log" 2>&1 || { cat "$RUNDIR/build.log"; die "docker-compose build"; }
 for image in nexus/core:dev nexus/memory:dev nexus/runner:dev nexus/flows:dev \
-  nexus/plane-sync:dev nexus/channel-gateway:dev; do
+  nexus/plane-sync:dev nexus/channel-gateway:dev nexus/cli:dev; do
   $DOCKER image inspect "$image" >/dev/null || die "$image was not built"
 done
 
@@ -356,6 +359,32 @@ phase "operator: Plane round trip"
 phase "operator: Slack round trip"
 (cd "$ROOT" && PYTHONPATH="$ROOT" "$PY" deploy/compose-test/roundtrips.py slack "$AGENT") || die "the Slack round trip"
 
+phase "operator: MCP server health and token check"
+# /healthz answers without a token; /mcp refuses a request without one, and one with a token
+# the (committed, empty) tokens file does not hold: HTTP 401 with a one-line JSON reason.
+"$PY" - "$MCP_PORT" <<'EOF'
+import json, sys, urllib.error, urllib.request
+base = f"http://127.0.0.1:{sys.argv[1]}"
+with urllib.request.urlopen(f"{base}/healthz", timeout=5) as resp:
+    assert resp.status == 200, resp.status
+body = json.dumps({"jsonrpc": "2.0", "id": 1, "method": "tools/list"}).encode()
+for headers in ({}, {"Authorization": "Bearer not-a-token"}):
+    request = urllib.request.Request(
+        f"{base}/mcp", data=body, method="POST",
+        headers={"Content-Type": "application/json",
+                 "Accept": "application/json, text/event-stream", **headers},
+    )
+    try:
+        urllib.request.urlopen(request, timeout=5)
+    except urllib.error.HTTPError as exc:
+        assert exc.code == 401, exc.code
+        reason = json.loads(exc.read())["error"]
+        assert reason and "\n" not in reason, reason
+    else:
+        raise AssertionError(f"/mcp answered without a valid token ({headers})")
+print("    MCP server: /healthz 200, /mcp 401 without a valid token")
+EOF
+
 # ---- 6. NATS users and permissions, clean drain, down -----------------------------------
 phase "checks, stop, down -v"
 "$PY" - "$NATS_MONITOR_PORT" <<'EOF'
@@ -370,6 +399,7 @@ print("    NATS connections (name: users):", {k: sorted(v) for k, v in sorted(us
 for service in ("core", "memory", "scheduler", "runner", "flows", "plane-sync", "channel-gateway"):
     assert users.get(service) == {service}, f"{service} connected as {users.get(service)}"
 assert users.get("nexus-cli") == {"admin"}, users.get("nexus-cli")
+assert users.get("nexus-mcp") == {"mcp-read"}, users.get("nexus-mcp")
 EOF
 violations=$(compose logs --no-color nats | grep -c Violation || true)
 [ "$violations" = 0 ] || die "NATS permission violations: $(compose logs --no-color nats | grep Violation | head -20)"

@@ -28,6 +28,7 @@ KNOWN_SERVICES = {
     "plane-sync",
     "channel-gateway",
     "flows",
+    "mcp",
     "operator",
 }
 # Where each service's code lives, for the scan of the subjects it builds.
@@ -206,3 +207,48 @@ def test_runner_publishes_what_its_publisher_may_send() -> None:
     for (family, name), model in registered().items():
         if family is Family.RUN and re.search(rf"\b{model.__name__}\(", source):
             assert Service.RUNNER in _real(EVENT_ROLES[(family, name)].publishers), name
+
+
+# --- the MCP server's NATS users (render.CLIENTS: no service of the table) -------------------
+
+
+def _mcp_consumed() -> set[str]:
+    return {
+        STREAM_OF_FAMILY[family]
+        for (family, _), entry in EVENT_ROLES.items()
+        if Service.MCP in _real(entry.consumers)
+    }
+
+
+def test_the_client_users_are_the_mcp_party(render: ModuleType) -> None:
+    assert set(render.CLIENT_ROLES) == set(render.CLIENTS) == {"mcp-read", "mcp-operate"}
+    assert set(render.CLIENT_ROLES.values()) == {Service.MCP.value}
+    assert not set(render.CLIENTS) & set(render.SERVICES)
+
+
+def test_mcp_operate_may_publish_what_the_roles_say_and_read_nothing(render: ModuleType) -> None:
+    operate, read = render.CLIENTS["mcp-operate"], render.CLIENTS["mcp-read"]
+    assert read.publishes == ()
+    for (family, name), entry in EVENT_ROLES.items():
+        subject = _sample_subject(family, name)
+        if Service.MCP in _real(entry.publishers):
+            assert any(subjects.matches(p, subject) for p in operate.publishes), (family, name)
+    for pattern in operate.publishes:
+        if pattern.endswith((".*", ">")):
+            continue
+        for (family, name), entry in EVENT_ROLES.items():
+            if subjects.matches(pattern, _sample_subject(family, name)):
+                assert Service.MCP in _real(entry.publishers), (family, name)
+
+
+def test_the_mcp_users_read_the_streams_the_roles_say(render: ModuleType) -> None:
+    for user, access in render.CLIENTS.items():
+        assert set(access.reads) == _mcp_consumed(), user
+
+
+def test_the_mcp_users_ask_the_queries_the_roles_say(render: ModuleType) -> None:
+    operate, read = render.CLIENTS["mcp-operate"], render.CLIENTS["mcp-read"]
+    asked = {s for s, entry in QUERY_ROLES.items() if Service.MCP in _real(entry.clients)}
+    assert set(operate.requests) == asked
+    # A read token asks every query but the write one (memory's guarded record).
+    assert set(read.requests) == asked - {subjects.MEMORY_RECORD}

@@ -29,7 +29,7 @@ def test_committed_configs_are_the_rendered_ones(renderer: ModuleType) -> None:
 
 
 def test_nats_server_accepts_the_config(renderer: ModuleType) -> None:
-    users = [*renderer.SERVICES, "admin"]
+    users = [*renderer.SERVICES, *renderer.CLIENTS, "admin"]
     env = {**os.environ, **{renderer.password_variable(u): "x" for u in users}}
     out = subprocess.run(
         [nats_server_binary(), "-c", str(ROOT / "deploy/nats/nats.conf"), "-t"],
@@ -58,3 +58,38 @@ def test_each_service_publishes_only_its_own_subjects(renderer: ModuleType) -> N
     assert subjects.run_events_filter(event="prepared") not in sched_pub
     assert subjects.run_events_filter(event="dispatched") in sched_pub
     assert subjects.run_events_filter(event="dispatched") not in core_pub
+
+
+def test_the_mcp_users_may_read_and_only_operate_may_act(renderer: ModuleType) -> None:
+    read_pub, read_sub = renderer.permissions(renderer.CLIENTS["mcp-read"])
+    operate_pub, operate_sub = renderer.permissions(renderer.CLIENTS["mcp-operate"])
+    requested = subjects.run_event("r1", "requested")
+    # A read token's identity asks queries and follows streams; it publishes no event, files
+    # no dead letter, claims no approval and writes no memory.
+    assert subjects.CORE_RUNS_GET in read_pub
+    assert "$JS.API.CONSUMER.CREATE.NEXUS_RUNS" in read_pub
+    assert not any(subjects.matches(p, requested) for p in read_pub if not p.startswith("$"))
+    assert not any(p.startswith(("nexus.agent.", "nexus.dlq.", "$KV.")) for p in read_pub)
+    assert subjects.MEMORY_RECORD not in read_pub
+    # operate starts runs and flows, cancels, answers approvals (KV claim, inbox) and records
+    # memory through memory's guard: never a memory event itself, nor a stream's deletion.
+    assert any(subjects.matches(p, requested) for p in operate_pub)
+    assert any(
+        subjects.matches(p, subjects.run_event("r1", "cancel_requested")) for p in operate_pub
+    )
+    assert any(subjects.matches(p, subjects.flow_event("f1", "requested")) for p in operate_pub)
+    assert any(subjects.matches(p, subjects.inbox("r1")) for p in operate_pub)
+    assert "$KV.nexus_approvals.>" in operate_pub
+    assert subjects.MEMORY_RECORD in operate_pub
+    assert not any(subjects.matches(p, subjects.run_event("r1", "completed")) for p in operate_pub)
+    recorded = subjects.memory_event("global", "recorded")
+    assert not any(subjects.matches(p, recorded) for p in operate_pub)
+    assert not any(p.startswith("nexus.dlq.") for p in operate_pub)
+    for pub, sub in ((read_pub, read_sub), (operate_pub, operate_sub)):
+        assert ">" not in pub
+        # It creates no Nexus stream (the services do) and serves no query.
+        assert not any(
+            p.startswith(("$JS.API.STREAM.DELETE", "$JS.API.STREAM.CREATE.NEXUS_")) for p in pub
+        )
+        assert {s for s in sub if not s.startswith("$JS.EVENT.ADVISORY.")} == {"_INBOX.>"}
+    assert set(read_pub) < set(operate_pub)

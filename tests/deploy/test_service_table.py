@@ -36,7 +36,8 @@ def _ids(specs: dict[str, ServiceSpec]) -> list[str]:
 
 def _password_variables() -> set[str]:
     renderer = load_renderer()
-    return {renderer.password_variable(s.nats_user) for s in services.SERVICES} | {ADMIN_PASSWORD}
+    users = [*(s.nats_user for s in services.SERVICES), *renderer.CLIENTS]
+    return {renderer.password_variable(u) for u in users} | {ADMIN_PASSWORD}
 
 
 def _settings(spec: ServiceSpec) -> Any:
@@ -73,15 +74,16 @@ def test_the_table_names_real_packages_modules_and_settings() -> None:
         services.service("nope")
 
 
-def test_the_roles_of_the_contract_are_the_tables_services_the_cli_and_operators() -> None:
-    assert {s.value for s in Service} == {s.name for s in services.SERVICES} | {"cli", "operator"}
+def test_the_roles_of_the_contract_are_the_tables_services_the_cli_mcp_and_operators() -> None:
+    parties = {"cli", "operator", "mcp"}
+    assert {s.value for s in Service} == {s.name for s in services.SERVICES} | parties
 
 
 def test_the_nats_users_are_the_tables() -> None:
     renderer = load_renderer()
     assert [user for user, _ in renderer.table_users()] == [s.nats_user for s in services.SERVICES]
     users = re.findall(r'^\s+user: "([^"]+)"$', renderer.render(), re.MULTILINE)
-    assert users == [*(s.nats_user for s in services.SERVICES), "admin"]
+    assert users == [*(s.nats_user for s in services.SERVICES), *renderer.CLIENTS, "admin"]
 
 
 # --- compose -------------------------------------------------------------------------------

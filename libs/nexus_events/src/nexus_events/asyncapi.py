@@ -129,6 +129,8 @@ _QUERY_MODELS: dict[str, tuple[type[BaseModel], type[BaseModel]]] = {
 # The parties that are no deployed service; the services' lines are the service table's.
 _SERVICE_TEXT: dict[str, str] = {
     Service.CLI: "The `nexus` operator CLI.",
+    Service.MCP: "`nexus mcp serve`: the MCP server coding assistants and IDEs drive Nexus"
+    " through (NATS users mcp-read and mcp-operate).",
     Service.OPERATOR: "A person with the nats CLI: a bare JSON `nats pub` is a valid command.",
     **{spec.name: spec.summary for spec in SERVICES},
 }

@@ -20,7 +20,7 @@ from nexus_events.subjects import Family
 
 
 class Service(StrEnum):
-    """A party on the bus: the Nexus services, the `nexus` CLI and operators."""
+    """A party on the bus: the Nexus services, the `nexus` CLI, its MCP server and operators."""
 
     CORE = "core"
     SCHEDULER = "scheduler"
@@ -30,6 +30,10 @@ class Service(StrEnum):
     PLANE_SYNC = "plane-sync"
     CHANNEL_GATEWAY = "channel-gateway"
     FLOWS = "flows"
+    # `nexus mcp serve` (docs/mcp.md): coding assistants and IDEs start and watch runs and
+    # flows, answer approvals and search memory; deployed as the NATS users mcp-read and
+    # mcp-operate (deploy/nats/render.py CLIENTS).
+    MCP = "mcp"
     # People with the `nats` CLI (admin user): a bare `nats pub` is a valid command (DESIGN §1.4).
     OPERATOR = "operator"
 
@@ -65,20 +69,21 @@ class QueryRoles:
 CORE, SCHEDULER, RUNNER, CLI = Service.CORE, Service.SCHEDULER, Service.RUNNER, Service.CLI
 MEMORY, PLANE = Service.MEMORY, Service.PLANE_SYNC
 GATEWAY, OPERATOR = Service.CHANNEL_GATEWAY, Service.OPERATOR
-FLOWS = Service.FLOWS
+FLOWS, MCP = Service.FLOWS, Service.MCP
 
 _CORE, _SCHEDULER, _RUNNER, _CLI = Party(CORE), Party(SCHEDULER), Party(RUNNER), Party(CLI)
 _OPERATOR, _MEMORY = Party(OPERATOR), Party(MEMORY)
 _PLANE, _GATEWAY = Party(PLANE), Party(GATEWAY)
-_FLOWS = Party(FLOWS)
+_FLOWS, _MCP = Party(FLOWS), Party(MCP)
 
 # Core's poison sweeper (nexus_core.poison_sweeper) reads all of NEXUS_INBOX and NEXUS_CHANNELS,
 # whose own readers may be absent, and dead-letters what does not decode.
 _SWEEPER = _CORE
 
-# Every run event lands in core's projections (agent_runs, board) and in `nexus runs watch`;
-# plane-sync mirrors the lifecycle to Plane's agent runs (DESIGN §5 step 9).
-_RUN_READERS = (_CORE, _CLI, _PLANE)
+# Every run event lands in core's projections (agent_runs, board), in `nexus runs watch` and
+# in the MCP server's follow_run and resource subscriptions; plane-sync mirrors the lifecycle
+# to Plane's agent runs (DESIGN §5 step 9).
+_RUN_READERS = (_CORE, _CLI, _PLANE, _MCP)
 # The scheduler's admission state (nexus_scheduler.service.WATCHED_EVENTS).
 _ADMISSION = (*_RUN_READERS, _SCHEDULER)
 # Terminal events also end a run's chat thread, feed memory extraction (DESIGN §2) and finish
@@ -95,8 +100,8 @@ EVENT_ROLES: dict[tuple[Family, str], EventRoles] = {
     (Family.RUN, "requested"): _run(
         # core re-publishes a `new` request under the id it generates; the scheduler fires
         # schedules; Plane and chat start runs too; a flow's run and map steps (the run id
-        # derived from the step, `step_run_id`).
-        (_CLI, _CORE, _SCHEDULER, _OPERATOR, _PLANE, _GATEWAY, _FLOWS),
+        # derived from the step, `step_run_id`); an MCP client's start_run.
+        (_CLI, _CORE, _SCHEDULER, _OPERATOR, _PLANE, _GATEWAY, _FLOWS, _MCP),
         # The gateway reads `reply_to`: where the run's progress is posted.
         (*_RUN_READERS, _GATEWAY),
     ),
@@ -114,11 +119,11 @@ EVENT_ROLES: dict[tuple[Family, str], EventRoles] = {
     (Family.RUN, "approval_decided"): _run((_RUNNER, _FLOWS), (*_RUN_READERS, _GATEWAY)),
     # An answer the approver policy refused (docs/approvals.md), recorded by the surface that
     # refused it: the audit trail `nexus events RUN` shows.
-    (Family.RUN, "approval_refused"): _run((_GATEWAY, _PLANE, _CLI), (_CORE, _CLI)),
+    (Family.RUN, "approval_refused"): _run((_GATEWAY, _PLANE, _CLI, _MCP), (_CORE, _CLI, _MCP)),
     (Family.RUN, "cancel_requested"): _run(
         # The scheduler cancels the previous run of a schedule (overlap policy); the flows
         # service the live runs of a cancelled flow and a map's runs no longer needed.
-        (_CLI, _SCHEDULER, _OPERATOR, _PLANE, planned(GATEWAY), _FLOWS),
+        (_CLI, _SCHEDULER, _OPERATOR, _PLANE, planned(GATEWAY), _FLOWS, _MCP),
         (*_ADMISSION, _RUNNER),
     ),
     (Family.RUN, "cancelled"): _run((_RUNNER, _SCHEDULER), _TERMINAL),
@@ -141,13 +146,14 @@ EVENT_ROLES: dict[tuple[Family, str], EventRoles] = {
     (Family.TRANSCRIPT, "entry"): _run((_RUNNER,), (_RUNNER,)),
     # -- tasks (NEXUS_TASKS): the board projection ----------------------------------------
     # plane-sync mirrors every task to a work item, and files a work item that asks for a run
-    # as a task (external_source "plane").
-    (Family.TASK, "created"): _run((_CLI, _OPERATOR, _PLANE), (_CORE, _PLANE)),
+    # as a task (external_source "plane"). A subscription to the MCP server's nexus://board
+    # is notified on each.
+    (Family.TASK, "created"): _run((_CLI, _OPERATOR, _PLANE), (_CORE, _PLANE, _MCP)),
     # A person renaming or moving a Plane work item edits its task (updated_by/moved_by
     # "plane:<person>").
-    (Family.TASK, "updated"): _run((_OPERATOR, _PLANE), (_CORE, _PLANE)),
-    (Family.TASK, "moved"): _run((_OPERATOR, _PLANE), (_CORE, _PLANE)),
-    (Family.TASK, "deleted"): _run((_OPERATOR, planned(PLANE)), (_CORE, _PLANE)),
+    (Family.TASK, "updated"): _run((_OPERATOR, _PLANE), (_CORE, _PLANE, _MCP)),
+    (Family.TASK, "moved"): _run((_OPERATOR, _PLANE), (_CORE, _PLANE, _MCP)),
+    (Family.TASK, "deleted"): _run((_OPERATOR, planned(PLANE)), (_CORE, _PLANE, _MCP)),
     # -- catalog (NEXUS_CATALOG): core's catalog projection; `nexus agents history` -------
     (Family.CATALOG, "agent.applied"): _run((_CLI, _OPERATOR), (_CORE, _CLI)),
     (Family.CATALOG, "agent.deleted"): _run((_OPERATOR,), (_CORE, _CLI)),
@@ -165,7 +171,7 @@ EVENT_ROLES: dict[tuple[Family, str], EventRoles] = {
     # Chat and the CLI claim the decision first (nexus_events.approvals): one answer wins.
     # The flows service reads the decisions on its gates' run ids (FlowWaiting.gate_run_id).
     (Family.INBOX, "approval_decision"): _run(
-        (_CLI, _OPERATOR, _PLANE, _GATEWAY), (_RUNNER, _SWEEPER, _FLOWS)
+        (_CLI, _OPERATOR, _PLANE, _GATEWAY, _MCP), (_RUNNER, _SWEEPER, _FLOWS)
     ),
     # Delegation: a run or a chat hands work to an agent; core turns it into a run.
     # The runner's `delegate` tool asks; the gateway checks depth and cycles and requests the
@@ -210,10 +216,12 @@ EVENT_ROLES: dict[tuple[Family, str], EventRoles] = {
     # -- flows (NEXUS_FLOWS): the flows service folds the stream and decides each next step --
     # Started from the CLI, a bare `nats pub`, a schedule, a Plane label or a chat message.
     # plane-sync's mirror reads the request for the flow's task and requester; the gateway for
-    # `reply_to`, the thread its progress goes to.
+    # `reply_to`, the thread its progress goes to. Whoever answers a flow gate's approval
+    # (the CLI, the MCP server) reads the request and the pinned definition (accepted) for
+    # who may decide (nexus_events.approvals).
     (Family.FLOW, "requested"): _run(
-        (_CLI, _OPERATOR, _FLOWS, _SCHEDULER, _PLANE, _GATEWAY),
-        (_FLOWS, _PLANE, _GATEWAY),
+        (_CLI, _OPERATOR, _FLOWS, _SCHEDULER, _PLANE, _GATEWAY, _MCP),
+        (_FLOWS, _PLANE, _GATEWAY, _MCP),
     ),
     # Removing a work item's `flow:<id>` label cancels the flow runs it started; the scheduler
     # cancels the previous flow run of a schedule (overlap cancel_previous).
@@ -223,7 +231,6 @@ EVENT_ROLES: dict[tuple[Family, str], EventRoles] = {
     **{
         (Family.FLOW, name): _run((_FLOWS,), (_FLOWS, _CLI, _PLANE, _GATEWAY))
         for name in (
-            "accepted",
             "step_started",
             "step_finished",
             "waiting",
@@ -231,12 +238,14 @@ EVENT_ROLES: dict[tuple[Family, str], EventRoles] = {
             "escalated",
         )
     },
+    (Family.FLOW, "accepted"): _run((_FLOWS,), (_FLOWS, _CLI, _PLANE, _GATEWAY, _MCP)),
     # The scheduler reads a flow schedule's previous flow run's end (overlap policies).
     **{
         (Family.FLOW, name): _run((_FLOWS,), (_FLOWS, _CLI, _SCHEDULER, _PLANE, _GATEWAY))
         for name in ("completed", "failed", "cancelled")
     },
-    # -- dead letters (NEXUS_DLQ): every Bus consumer files its own; `nexus dlq` reads -----
+    # -- dead letters (NEXUS_DLQ): every Bus consumer files its own; `nexus dlq` and the MCP
+    # server's list_dead_letters read them.
     (Family.DLQ, "dead_letter"): _run(
         (
             _CORE,
@@ -247,28 +256,31 @@ EVENT_ROLES: dict[tuple[Family, str], EventRoles] = {
             _GATEWAY,
             _FLOWS,
         ),
-        (_CLI, _OPERATOR),
+        (_CLI, _OPERATOR, _MCP),
     ),
 }
 
 _CORE_CLIENTS = (_CLI, _OPERATOR)
+# The queries behind the MCP server's read tools and resources (deploy/nats/render.py).
+_READERS = (*_CORE_CLIENTS, _MCP)
 
 QUERY_ROLES: dict[str, QueryRoles] = {
-    subjects.CORE_RUNS_GET: QueryRoles(_CORE, _CORE_CLIENTS),
-    subjects.CORE_RUNS_LIST: QueryRoles(_CORE, _CORE_CLIENTS),
-    subjects.CORE_RUNS_EVENTS: QueryRoles(_CORE, _CORE_CLIENTS),
-    subjects.CORE_BOARD_GET: QueryRoles(_CORE, (*_CORE_CLIENTS, planned(PLANE))),
-    subjects.CORE_CATALOG_AGENTS_LIST: QueryRoles(_CORE, _CORE_CLIENTS),
-    subjects.CORE_CATALOG_AGENTS_GET: QueryRoles(_CORE, _CORE_CLIENTS),
+    subjects.CORE_RUNS_GET: QueryRoles(_CORE, _READERS),
+    subjects.CORE_RUNS_LIST: QueryRoles(_CORE, _READERS),
+    subjects.CORE_RUNS_EVENTS: QueryRoles(_CORE, _READERS),
+    subjects.CORE_BOARD_GET: QueryRoles(_CORE, (*_READERS, planned(PLANE))),
+    subjects.CORE_CATALOG_AGENTS_LIST: QueryRoles(_CORE, _READERS),
+    subjects.CORE_CATALOG_AGENTS_GET: QueryRoles(_CORE, _READERS),
     subjects.CORE_CATALOG_SKILLS_LIST: QueryRoles(_CORE, _CORE_CLIENTS),
     subjects.CORE_CATALOG_SKILLS_GET: QueryRoles(_CORE, _CORE_CLIENTS),
     # Core rebuilds its own tables on request: the CLI never writes core's schema.
     subjects.CORE_PROJECTIONS_STATUS: QueryRoles(_CORE, _CORE_CLIENTS),
     subjects.CORE_PROJECTIONS_REBUILD: QueryRoles(_CORE, _CORE_CLIENTS),
     # Run assembly asks memory for context (bounded wait, DESIGN §5 steps 1-4).
-    subjects.MEMORY_SEARCH: QueryRoles(_MEMORY, (_CORE, *_CORE_CLIENTS)),
-    # Every write goes through memory's secret guard; a run's `remember` tool writes too.
-    subjects.MEMORY_RECORD: QueryRoles(_MEMORY, (*_CORE_CLIENTS, _RUNNER)),
+    subjects.MEMORY_SEARCH: QueryRoles(_MEMORY, (_CORE, *_READERS)),
+    # Every write goes through memory's secret guard; a run's `remember` tool writes too, and
+    # the MCP server's add_memory (operate).
+    subjects.MEMORY_RECORD: QueryRoles(_MEMORY, (*_CORE_CLIENTS, _RUNNER, _MCP)),
     subjects.MEMORY_FORGET: QueryRoles(_MEMORY, _CORE_CLIENTS),
     subjects.MEMORY_LIST: QueryRoles(_MEMORY, _CORE_CLIENTS),
     subjects.MEMORY_CONSOLIDATE: QueryRoles(_MEMORY, _CORE_CLIENTS),
@@ -279,8 +291,8 @@ QUERY_ROLES: dict[str, QueryRoles] = {
     # `nexus pair ls|approve|revoke`: the gateway's tables outlive the stream's 7 days.
     subjects.CHANNEL_PAIRINGS: QueryRoles(_GATEWAY, _CORE_CLIENTS),
     # Flow definitions live in core's catalog; the flows service pins a run to a revision.
-    subjects.CORE_CATALOG_FLOWS_LIST: QueryRoles(_CORE, _CORE_CLIENTS),
-    subjects.CORE_CATALOG_FLOWS_GET: QueryRoles(_CORE, (*_CORE_CLIENTS, _FLOWS)),
+    subjects.CORE_CATALOG_FLOWS_LIST: QueryRoles(_CORE, _READERS),
+    subjects.CORE_CATALOG_FLOWS_GET: QueryRoles(_CORE, (*_READERS, _FLOWS)),
     subjects.FLOWS_GET: QueryRoles(_FLOWS, _CORE_CLIENTS),
     subjects.FLOWS_LIST: QueryRoles(_FLOWS, _CORE_CLIENTS),
 }

@@ -38,7 +38,7 @@ def secured_nats(tmp_path: Path) -> Iterator[tuple[str, Path]]:
     env = {**os.environ, **PASSWORDS}
     # Every other user of the rendered file needs its password variable to load it.
     render = load_renderer()
-    for name in render.SERVICES:
+    for name in [*render.SERVICES, *render.CLIENTS]:
         env.setdefault(render.password_variable(name), "x")
     proc = subprocess.Popen(
         [nats_server_binary(), "-c", str(ROOT / "deploy/nats/nats.conf"), "-a", "127.0.0.1",
