@@ -311,6 +311,21 @@ class SandboxLimits(Spec):
     )
 
 
+def _sandbox_name(value: str) -> str:
+    if _SANDBOX_TOOL_NAME.fullmatch(value) is None:
+        raise ValueError("must be 1-64 letters, digits, '_' and '-', starting with a letter")
+    return value
+
+
+def _capability_tokens(value: list[str]) -> list[str]:
+    """Tokens that all parse (nexus_events.capabilities fails closed), else a ValueError."""
+    try:
+        capabilities.parse_all(value)
+    except capabilities.CapabilityError as exc:
+        raise ValueError(str(exc)) from None
+    return value
+
+
 class SandboxTool(Spec):
     """A tool defined in JavaScript, run in QuickJS on WebAssembly inside the runner.
 
@@ -337,12 +352,7 @@ class SandboxTool(Spec):
     )
     limits: SandboxLimits = Field(default_factory=SandboxLimits, description="Per-call limits.")
 
-    @field_validator("name")
-    @classmethod
-    def _tool_name(cls, value: str) -> str:
-        if _SANDBOX_TOOL_NAME.fullmatch(value) is None:
-            raise ValueError("must be 1-64 letters, digits, '_' and '-', starting with a letter")
-        return value
+    _name = field_validator("name")(classmethod(lambda cls, v: _sandbox_name(v)))
 
     @field_validator("parameters")
     @classmethod
@@ -351,14 +361,7 @@ class SandboxTool(Spec):
             raise ValueError("must be a JSON Schema of type object")
         return value
 
-    @field_validator("capabilities")
-    @classmethod
-    def _tokens(cls, value: list[str]) -> list[str]:
-        try:
-            capabilities.parse_all(value)
-        except capabilities.CapabilityError as exc:
-            raise ValueError(str(exc)) from None
-        return value
+    _tokens = field_validator("capabilities")(classmethod(lambda cls, v: _capability_tokens(v)))
 
     @property
     def read_only(self) -> bool:
@@ -396,26 +399,14 @@ class HookScript(Spec):
         default_factory=lambda: SandboxLimits(wall_seconds=1.0), description="Per-call limits."
     )
 
-    @field_validator("name")
-    @classmethod
-    def _hook_name(cls, value: str) -> str:
-        if _SANDBOX_TOOL_NAME.fullmatch(value) is None:
-            raise ValueError("must be 1-64 letters, digits, '_' and '-', starting with a letter")
-        return value
+    _name = field_validator("name")(classmethod(lambda cls, v: _sandbox_name(v)))
 
     @field_validator("tool")
     @classmethod
     def _glob_or_regex(cls, value: str) -> str:
         return _check_pattern(value, "tool")
 
-    @field_validator("capabilities")
-    @classmethod
-    def _tokens(cls, value: list[str]) -> list[str]:
-        try:
-            capabilities.parse_all(value)
-        except capabilities.CapabilityError as exc:
-            raise ValueError(str(exc)) from None
-        return value
+    _tokens = field_validator("capabilities")(classmethod(lambda cls, v: _capability_tokens(v)))
 
 
 class Hooks(Spec):
