@@ -233,6 +233,38 @@ async def test_sigterm_to_the_group_reaches_the_runner_and_its_network_stays(
     assert (workspace / "stopped").read_text() == "stopped after SIGTERM, NATS said INFO"
 
 
+async def test_a_run_dir_deeper_than_a_unix_socket_path_still_relays(
+    nats_url: str, tmp_path: Path
+) -> None:
+    """The relays' sockets live in the run dir; under a deep NEXUS_LOCAL_WORKDIR their full
+    paths pass the 107-byte limit of a unix socket address (the runner then died with exit 125,
+    `AF_UNIX path too long`, before its first event)."""
+    run_dir = tmp_path / ("deep" * 12) / "nexus_local_workdir" / "run-b70d9a0b7e"
+    run_dir.mkdir(parents=True)
+    assert len(str(run_dir / "net" / "ctl.sock")) > 107
+    port = int(nats_url.rsplit(":", 1)[1])
+    reach = (
+        "import socket\n"
+        f"with socket.create_connection(('127.0.0.1', {port}), timeout=5) as c:\n"
+        "    print(c.recv(4).decode())"
+    )
+    argv = Confinement(shutil.which("bwrap") or "bwrap").wrap(
+        [sys.executable, "-I", "-c", reach],
+        run_dir=run_dir,
+        writable=[tmp_path / "ws"],
+        endpoints=[Endpoint("127.0.0.1", port)],
+    )
+    proc = await asyncio.create_subprocess_exec(
+        *argv,
+        env={"PATH": "/usr/bin:/bin"},
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+    )
+    out, err = await asyncio.wait_for(proc.communicate(), 30)
+    assert proc.returncode == 0, err.decode()
+    assert out.decode().strip() == "INFO"
+
+
 def test_only_what_the_runner_needs_is_shown_again_under_hidden_dirs(tmp_path: Path) -> None:
     home = Path.home()
     venv = home / "venv"

@@ -128,8 +128,13 @@ async def _main(argv: Sequence[str]) -> int:
     mode, net_dir, *rest = argv
     split = rest.index("--")
     routes, child = rest[:split], rest[split + 1 :]
+    cwd = os.getcwd()
     if mode == "outer":
         os.makedirs(net_dir, mode=0o700, exist_ok=True)
+        # A unix socket's path is at most 107 bytes, and a run dir under a deep
+        # NEXUS_LOCAL_WORKDIR passes that: bind by names relative to the net dir instead.
+        os.chdir(net_dir)
+        net_dir = "."
     servers = await _start(mode, net_dir, routes)
     loop = asyncio.get_running_loop()
     signals = _Signals()
@@ -144,7 +149,7 @@ async def _main(argv: Sequence[str]) -> int:
     # Outside, bwrap gets a process group of its own: a signal to the runtime's group would
     # kill it (it forwards none), and with it the sandbox, before the runner could stop.
     proc = await asyncio.create_subprocess_exec(
-        *child, process_group=0 if mode == "outer" else None
+        *child, cwd=cwd, process_group=0 if mode == "outer" else None
     )
     forwarder = asyncio.create_task(_forward_signals(net_dir, proc)) if mode == "inner" else None
     code = await proc.wait()
