@@ -25,7 +25,8 @@ from urllib.parse import urlsplit
 import jsonschema
 import nats
 import pytest
-from nats.js.api import StreamInfo
+from nats.js.api import PubAck, StreamInfo
+from nats.js.errors import NoStreamResponseError
 from nexus_events import subjects
 from nexus_events.streams import RUNS, StreamSettings, ensure_streams, stream_configs
 from nexus_events.testing import eventually, free_port, http_status, nats_server_binary
@@ -415,9 +416,20 @@ async def test_the_rendered_cluster_config_forms_a_cluster_that_takes_r3_streams
         js = nc.jetstream()
         report = await ensure_streams(js, StreamSettings(replicas=NODES))
         assert sorted(report.created) == sorted(c.name for c in stream_configs())
-        ack = await js.publish(
-            subjects.run_event("r1", "requested"), b"{}", headers={"Nats-Msg-Id": "r1:requested"}
-        )
+
+        async def publish() -> PubAck | None:
+            # A new R3 stream answers once its Raft group has elected a leader; until then
+            # there is no responder. The same message id keeps a retry from storing twice.
+            try:
+                return await js.publish(
+                    subjects.run_event("r1", "requested"),
+                    b"{}",
+                    headers={"Nats-Msg-Id": "r1:requested"},
+                )
+            except NoStreamResponseError:
+                return None
+
+        ack = await eventually(publish, what="NEXUS_RUNS taking a publish")
         assert ack.stream == RUNS
 
         async def runs_info() -> StreamInfo:
