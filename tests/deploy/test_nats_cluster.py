@@ -386,7 +386,7 @@ def _meta_cluster(monitor: int) -> dict[str, Any]:
 async def test_the_rendered_cluster_config_forms_a_cluster_that_takes_r3_streams(
     which: str, renderer: ModuleType, start_cluster: Any
 ) -> None:
-    spec = renderer.__dict__[which]
+    spec = getattr(renderer, which)
     [conf] = [p for p, c in renderer.OUTPUTS.items() if c == spec]
     nodes = start_cluster(conf, spec)
 
