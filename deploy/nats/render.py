@@ -5,6 +5,11 @@ below says what each may do, and rendering fails while the two name different se
 `CLIENTS`: users that no service of the table runs as, the MCP server's identities
 (`nexus mcp serve`, docs/mcp.md), and last the operators' `admin`.
 
+Besides the single node's config it renders the same users for the nodes of a three-node
+JetStream cluster (`CLUSTERS`): compose's profile `cluster` and the Kubernetes prod overlay
+(docs/deploy.md, "NATS cluster"). A cluster node's config adds its server name (taken from
+the node's environment), a `cluster` block with a route to every node, and lame-duck timings.
+
 Run ``uv run python deploy/nats/render.py`` after a contract change; tests/deploy fails while
 the committed files differ from what this renders. Passwords are never written here: each is
 an environment variable of the nats-server process (``$NEXUS_<SERVICE>_NATS_PASSWORD``),
@@ -37,12 +42,14 @@ from nexus_events.streams import (
 from nexus_events.subjects import Family
 
 ROOT = Path(__file__).resolve().parents[2]
-# The same file serves compose (mounted) and Kubernetes (a kustomize configMapGenerator, which
-# only reads files inside its own directory).
-OUTPUTS = (ROOT / "deploy/nats/nats.conf", ROOT / "deploy/k8s/base/nats/nats.conf")
 ALL_STREAMS = tuple(sorted(set(STREAM_OF_FAMILY.values())))
 SCHEDULER_LEASE_BUCKET = "nexus_scheduler"  # SchedulerSettings.lease_bucket
 SCHEDULER_SNAPSHOT_BUCKET = "nexus_scheduler_snapshot"  # SchedulerSettings.snapshot_bucket
+# The leases that let one of two core (memory) replicas run the projections (docs/cluster.md).
+CORE_LEASE_BUCKET = "nexus_core_lease"
+MEMORY_LEASE_BUCKET = "nexus_memory_lease"
+# The port routes between cluster nodes use (NATS' default, the Helm chart's too).
+CLUSTER_PORT = 6222
 
 
 @dataclass(frozen=True)
@@ -80,6 +87,7 @@ SERVICES: dict[str, Access] = {
         serves=tuple(s for s in subjects.QUERY_SUBJECTS if s.startswith("nexus.core.")),
         requests=(subjects.MEMORY_SEARCH,),
         watches_all=True,
+        kv_buckets=(CORE_LEASE_BUCKET,),
     ),
     # Admission and dispatch, terminal events it decides, schedule fires, and the cancel
     # request of a schedule's previous run (overlap policy cancel_previous).
@@ -124,6 +132,7 @@ SERVICES: dict[str, Access] = {
         ensures_streams=True,
         serves=tuple(s for s in subjects.QUERY_SUBJECTS if s.startswith("nexus.memory.")),
         erases_from=(MEMORY,),
+        kv_buckets=(MEMORY_LEASE_BUCKET,),
     ),
     # plane-sync: mirrors tasks and runs to Plane (reads both), files Plane's webhooks and
     # its writes' intents/outcomes (NEXUS_PLANE), and turns webhooks into run requests,
@@ -318,7 +327,85 @@ def table_users() -> list[tuple[str, Access]]:
     return [(user, SERVICES[user]) for user in table]
 
 
-def render() -> str:
+@dataclass(frozen=True)
+class Cluster:
+    """The JetStream cluster a rendered config makes its node part of."""
+
+    name: str
+    # nats://<host>:6222 of every node, this one included: a node ignores the route to itself,
+    # so one file serves every node.
+    routes: tuple[str, ...]
+    # The environment variable holding this node's server name (unique in the cluster; the
+    # Raft groups know peers by it, so it must survive restarts: the pod or service name).
+    server_name_variable: str
+    max_file_store: str
+    # Where the server writes its pid, for `nats-server --signal ldm=<file>` (lame duck) from
+    # a preStop hook; None when the stop signal itself asks for lame duck (compose: SIGUSR2).
+    pid_file: str | None = None
+
+
+# compose: `nats` (the seed node of the single-node stack) and the profile's nats-2, nats-3.
+COMPOSE_CLUSTER = Cluster(
+    name="nexus",
+    routes=tuple(f"nats://{host}:{CLUSTER_PORT}" for host in ("nats", "nats-2", "nats-3")),
+    server_name_variable="NATS_SERVER_NAME",
+    max_file_store="10G",
+)
+# Kubernetes prod: StatefulSet `nats`, headless Service `nats-headless` in namespace `nexus`.
+# 90G of the 100Gi volume (overlays/prod/nats-storage.yaml): the Raft logs and snapshots of
+# the streams' groups live in the same store directory.
+K8S_CLUSTER = Cluster(
+    name="nexus",
+    routes=tuple(f"nats://nats-{i}.nats-headless.nexus.svc:{CLUSTER_PORT}" for i in range(3)),
+    server_name_variable="SERVER_NAME",
+    max_file_store="90G",
+    pid_file="/var/run/nats/nats.pid",
+)
+# Every rendered file and the cluster its node joins (None: a single server). The single
+# server's file serves compose (mounted) and Kubernetes (a kustomize configMapGenerator, which
+# only reads files inside its own directory).
+OUTPUTS: dict[Path, Cluster | None] = {
+    ROOT / "deploy/nats/nats.conf": None,
+    ROOT / "deploy/k8s/base/nats/nats.conf": None,
+    ROOT / "deploy/nats/cluster.conf": COMPOSE_CLUSTER,
+    ROOT / "deploy/k8s/overlays/prod/nats/nats.conf": K8S_CLUSTER,
+}
+# Lame duck: on a stop the node first stops accepting clients, waits this grace period, then
+# closes its clients over the duration (spread out, so they reconnect to the other nodes without
+# a stampede) and hands its Raft leaderships over before it exits. The Helm chart's values; the
+# stop grace period (compose) and terminationGracePeriodSeconds (Kubernetes) are longer.
+LAME_DUCK_GRACE_PERIOD = "10s"
+LAME_DUCK_DURATION = "30s"
+
+
+def _cluster_head(cluster: Cluster) -> str:
+    pid = f'pid_file: "{cluster.pid_file}"\n' if cluster.pid_file else ""
+    return f"""server_name: ${cluster.server_name_variable}
+port: 4222
+http_port: 8222
+{pid}lame_duck_grace_period: {LAME_DUCK_GRACE_PERIOD}
+lame_duck_duration: {LAME_DUCK_DURATION}
+"""
+
+
+def _cluster_block(cluster: Cluster) -> str:
+    return f"""
+# Three nodes: JetStream's meta group and every R3 stream keep working with one node down.
+# Routes carry no credentials (a route URL cannot take a password from the environment): the
+# cluster port is reachable from the other nodes only (compose does not publish it; the
+# NetworkPolicy nats-routes on Kubernetes). no_advertise: clients use the URLs they are given
+# (NEXUS_NATS_URL names every node) rather than addresses gossiped from inside the cluster.
+cluster {{
+  name: "{cluster.name}"
+  port: {CLUSTER_PORT}
+  no_advertise: true
+  routes: {_list(list(cluster.routes), "  ")}
+}}
+"""
+
+
+def render(cluster: Cluster | None = None) -> str:
+    """The config of a single server, or of one node of `cluster`."""
     blocks = []
     for name, access in [*table_users(), *CLIENTS.items()]:
         pub, sub = permissions(access)
@@ -341,18 +428,23 @@ def render() -> str:
     }"""
     )
     body = "\n".join(blocks)
+    if cluster is None:
+        head, tail, max_file_store = "port: 4222\nhttp_port: 8222\n", "", "10G"
+        what = ""
+    else:
+        head, tail = _cluster_head(cluster), _cluster_block(cluster)
+        max_file_store = cluster.max_file_store
+        what = f"# A node of the JetStream cluster `{cluster.name}` (docs/deploy.md).\n"
     return f"""# GENERATED by deploy/nats/render.py from nexus_events; do not edit.
-# One user per service, each allowed only its own subjects (DESIGN.md section 8), then the
+{what}# One user per service, each allowed only its own subjects (DESIGN.md section 8), then the
 # MCP server's users (mcp-read, mcp-operate: docs/mcp.md) and the operators' admin.
 # Passwords come from the server's environment: NEXUS_<USER>_NATS_PASSWORD.
-port: 4222
-http_port: 8222
-
+{head}
 # The store directory is a command-line flag (-sd), so tests can point it elsewhere.
 jetstream {{
-  max_file_store: 10G
+  max_file_store: {max_file_store}
 }}
-
+{tail}
 authorization {{
   users: [
 {body}
@@ -361,9 +453,13 @@ authorization {{
 """
 
 
+def rendered() -> dict[Path, str]:
+    """What each file of `OUTPUTS` should hold."""
+    return {path: render(cluster) for path, cluster in OUTPUTS.items()}
+
+
 def main() -> int:
-    text = render()
-    for path in OUTPUTS:
+    for path, text in rendered().items():
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(text)
     return 0

@@ -104,3 +104,55 @@ NEXUS_SERVICES = nexus_services()
 def env_names(cls: type[BaseSettings]) -> set[str]:
     prefix = str(cls.model_config.get("env_prefix", ""))
     return {(prefix + name).upper() for name in cls.model_fields}
+
+
+CLUSTER_OVERRIDE = ROOT / "deploy/compose.cluster.yaml"
+
+
+def load_override_raw() -> dict[str, Any]:
+    data: dict[str, Any] = yaml.safe_load(CLUSTER_OVERRIDE.read_text())
+    return data
+
+
+def _volume_target(volume: str) -> str:
+    return volume.split(":")[1]
+
+
+def _merge_service(base: dict[str, Any], override: dict[str, Any]) -> dict[str, Any]:
+    """Compose's merge of one service given in several files (the rules this repository's
+    files rely on): maps merge key by key (environment, depends_on, healthcheck), volumes merge
+    by their container path, any other value (command, profiles, ports, ...) is replaced."""
+    out = dict(base)
+    for key, value in override.items():
+        if key == "volumes":
+            merged = {_volume_target(v): v for v in base.get("volumes", [])}
+            merged.update({_volume_target(v): v for v in value})
+            out[key] = list(merged.values())
+        elif isinstance(value, dict) and isinstance(base.get(key), dict):
+            out[key] = {**base[key], **value}
+        else:
+            out[key] = value
+    return out
+
+
+def merge_files(base: dict[str, Any], override: dict[str, Any]) -> dict[str, Any]:
+    """`docker compose -f base -f override`: services merged, other top-level maps joined."""
+    out = dict(base)
+    for key, value in override.items():
+        if key.startswith("x-"):
+            continue
+        if key == "services":
+            services = dict(base["services"])
+            for name, service in value.items():
+                services[name] = (
+                    _merge_service(services[name], service) if name in services else service
+                )
+            out["services"] = services
+        else:
+            out[key] = {**base.get(key, {}), **value}
+    return out
+
+
+def load_cluster(env: Mapping[str, str] | None = None) -> dict[str, Any]:
+    """compose.yaml with compose.cluster.yaml over it, interpolated (the cluster profile)."""
+    return interpolate(merge_files(load_raw(), load_override_raw()), env or {})

@@ -1,10 +1,11 @@
 """The subset of kustomize that deploy/k8s uses, to render overlays without the binary.
 
 Supported: `resources` (files and directories with a kustomization.yaml), `configMapGenerator`
-(files, literals; `generatorOptions.disableNameSuffixHash: true` required), `images`
-(newName/newTag), `replicas`, `labels` (metadata labels only), and `patches` given by `path`
-as strategic-merge patches matched on kind, name and namespace (maps merge; lists of maps
-with a `name` merge by name; other lists are replaced). Anything else raises, so a manifest
+(files, literals, `behavior` create/replace/merge against a ConfigMap of the resources;
+`generatorOptions.disableNameSuffixHash: true` required), `images` (newName/newTag),
+`replicas`, `labels` (metadata labels only), and `patches` given by `path` as strategic-merge
+patches matched on kind, name and namespace (maps merge; a null value deletes the key; lists
+of maps with a `name` merge by name; other lists are replaced). Anything else raises, so a manifest
 using a feature this renderer lacks fails the tests instead of being checked half-way.
 """
 
@@ -43,7 +44,10 @@ def merge(base: Any, patch: Any) -> Any:
     if isinstance(base, dict) and isinstance(patch, dict):
         out = dict(base)
         for k, v in patch.items():
-            out[k] = merge(base[k], v) if k in base else copy.deepcopy(v)
+            if v is None:
+                out.pop(k, None)
+            else:
+                out[k] = merge(base[k], v) if k in base else copy.deepcopy(v)
         return out
     if (
         isinstance(base, list)
@@ -92,7 +96,23 @@ def render(directory: Path) -> list[dict[str, Any]]:
             "name": gen["name"],
             **({"namespace": gen["namespace"]} if "namespace" in gen else {}),
         }
-        objects.append({"apiVersion": "v1", "kind": "ConfigMap", "metadata": meta, "data": data})
+        behavior = gen.get("behavior", "create")
+        existing = [
+            o for o in objects if _key(o) == ("ConfigMap", meta["name"], meta.get("namespace", ""))
+        ]
+        if behavior == "create":
+            if existing:
+                raise ValueError(f"{kfile}: ConfigMap {meta['name']} exists; use behavior replace")
+            objects.append(
+                {"apiVersion": "v1", "kind": "ConfigMap", "metadata": meta, "data": data}
+            )
+        elif behavior in ("replace", "merge") and existing:
+            [found] = existing
+            found["data"] = data if behavior == "replace" else {**found.get("data", {}), **data}
+        else:
+            raise ValueError(
+                f"{kfile}: generator {meta['name']}: behavior {behavior} needs one to change"
+            )
     for label_set in k.get("labels", []):
         for obj in objects:
             obj.setdefault("metadata", {}).setdefault("labels", {}).update(label_set["pairs"])

@@ -23,16 +23,29 @@ def renderer() -> ModuleType:
 
 
 def test_committed_configs_are_the_rendered_ones(renderer: ModuleType) -> None:
-    text = renderer.render()
-    for path in renderer.OUTPUTS:
+    for path, text in renderer.rendered().items():
         assert path.read_text() == text, f"{path} is stale: run deploy/nats/render.py"
 
 
-def test_nats_server_accepts_the_config(renderer: ModuleType) -> None:
+def test_every_node_of_a_cluster_has_the_single_servers_users(renderer: ModuleType) -> None:
+    single = renderer.render()
+    users = single[single.index("authorization {") :]
+    for path, cluster in renderer.OUTPUTS.items():
+        text = path.read_text()
+        assert text.endswith(users), path
+        assert ("cluster {" in text) == (cluster is not None), path
+
+
+@pytest.mark.parametrize(
+    "name", ["nats/nats.conf", "nats/cluster.conf", "k8s/overlays/prod/nats/nats.conf"]
+)
+def test_nats_server_accepts_the_config(renderer: ModuleType, name: str) -> None:
     users = [*renderer.SERVICES, *renderer.CLIENTS, "admin"]
     env = {**os.environ, **{renderer.password_variable(u): "x" for u in users}}
+    # A cluster node's server name comes from its environment.
+    env |= {"SERVER_NAME": "nats-0", "NATS_SERVER_NAME": "nats-1"}
     out = subprocess.run(
-        [nats_server_binary(), "-c", str(ROOT / "deploy/nats/nats.conf"), "-t"],
+        [nats_server_binary(), "-c", str(ROOT / "deploy" / name), "-t"],
         env=env, capture_output=True, text=True, timeout=20, check=False,
     )  # fmt: skip
     assert out.returncode == 0, out.stdout + out.stderr
