@@ -6,8 +6,8 @@ PostgreSQL with a running core (memory lookups off).
   an IDE starts it) and over streamable HTTP (a bearer token of an `operate` scope), beside
   the same over NATS: a JetStream publish of the RunRequested awaiting its PubAck, then core's
   runs.get until core has projected it (the tool returns the id only then, so that a get_run
-  on it finds the run; it asks the same way, every 50 ms). The PubAck alone is shown too, and
-  the same wait asking every 2 ms: core's own projection lag, what a finer poll would cost.
+  on it finds the run; it asks the same way: after 5 ms, doubling to 50 ms). The PubAck alone
+  is shown too, and the same wait asking every 2 ms: core's own projection lag.
 - get_run: the tool over both transports beside core's `nexus.core.v1.runs.get` query asked
   with a plain NATS request (the runs are ones core has already projected).
 """
@@ -166,12 +166,12 @@ async def _nats_figures(bus: Bus, known_run: str) -> tuple[list[float], ...]:
     async def start(i: int) -> None:
         run_id = f"bench-nats-p-{i}-{secrets.token_hex(4)}"
         ack = await bus.publish(subjects.run_event(run_id, "requested"), body)
-        await _projected(bus, run_id, ack.seq, poll=0.05)
+        await _projected(bus, run_id, ack.seq, poll=0.005, most=0.05)
 
     async def start_fine(i: int) -> None:
         run_id = f"bench-nats-f-{i}-{secrets.token_hex(4)}"
         ack = await bus.publish(subjects.run_event(run_id, "requested"), body)
-        await _projected(bus, run_id, ack.seq, poll=0.002)
+        await _projected(bus, run_id, ack.seq, poll=0.002, most=0.002)
 
     query = json.dumps({"run_id": known_run}).encode()
 
@@ -187,9 +187,9 @@ async def _nats_figures(bus: Bus, known_run: str) -> tuple[list[float], ...]:
     )
 
 
-async def _projected(bus: Bus, run_id: str, seq: int, poll: float = 0.1) -> None:
+async def _projected(bus: Bus, run_id: str, seq: int, poll: float, most: float) -> None:
     """Until core's runs.get shows `run_id` at stream sequence `seq` (its projection trails
-    the stream)."""
+    the stream), asking after `poll` seconds, doubling up to `most` (the tool's wait)."""
     query = json.dumps({"run_id": run_id}).encode()
     deadline = time.monotonic() + 30
     while True:
@@ -201,6 +201,7 @@ async def _projected(bus: Bus, run_id: str, seq: int, poll: float = 0.1) -> None
         if time.monotonic() > deadline:
             raise RuntimeError(f"core never projected {run_id}: {reply.data!r}")
         await asyncio.sleep(poll)
+        poll = min(poll * 2, most)
 
 
 def _rows(label: str, start: list[float], get: list[float], base: dict[str, float]) -> list[Row]:
@@ -234,7 +235,7 @@ async def run(nats_url: str, dsn: str) -> list[Row]:
             ack = await bus.publish(
                 subjects.run_event(known_run, "requested"), RunRequested(agent_id=AGENT_ID)
             )
-            await _projected(bus, known_run, ack.seq)
+            await _projected(bus, known_run, ack.seq, poll=0.005, most=0.05)
 
             npub, ns, nfine, ng = await _nats_figures(bus, known_run)
             stdio = StdioServerParameters(command=NEXUS, args=["mcp", "serve"], env=env)
