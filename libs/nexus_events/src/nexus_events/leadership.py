@@ -47,6 +47,10 @@ STANDBY_ROUNDS_PER_TTL = 10
 # A leader renews this often per TTL, as the scheduler does: two renewals may fail in a row
 # (a NATS blip, a leader election of the KV stream) before the key can expire.
 RENEWALS_PER_TTL = 3
+# After a failed renewal: a JetStream leader election of the bucket's stream takes a few
+# seconds (measured on a 3-node cluster: a renewal sent as the stream's leader node died
+# timed out after 5 s, the next one went through), so retry each second while still ours.
+RENEW_RETRY_SECONDS = 1.0
 
 
 @dataclass(frozen=True)
@@ -221,20 +225,24 @@ class Leadership:
         self._wake.set()
 
     async def _renew_loop(self) -> None:
-        period = self.ttl / RENEWALS_PER_TTL
+        period = wait = self.ttl / RENEWALS_PER_TTL
         while not self._stopping.is_set():
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._stopping.wait(), timeout=period)
+                await asyncio.wait_for(self._stopping.wait(), timeout=wait)
             if self._stopping.is_set():
                 return
+            wait = period
             try:
                 renewed = await self.lease.renew()
             except _AWAY as exc:
-                # Not renewed this time; still ours until `ttl` after the last write.
+                # Not renewed this time (a node lost mid-request: nats-py waits out its 5 s
+                # request timeout); still ours until `ttl` after the last write, so try again
+                # soon rather than a whole period later.
                 log.warning("%s: lease renewal failed: %s", self.service, exc)
                 if not await self.lease.still_held():
                     self._lost("not renewed within the TTL")
                     return
+                wait = min(period, RENEW_RETRY_SECONDS)
                 continue
             if not renewed:
                 self._lost("taken or deleted")
@@ -298,6 +306,7 @@ class FencedProjectionRunner(ProjectionRunner):
 
 __all__ = [
     "RENEWALS_PER_TTL",
+    "RENEW_RETRY_SECONDS",
     "STANDBY_ROUNDS_PER_TTL",
     "FencedProjectionRunner",
     "Leadership",

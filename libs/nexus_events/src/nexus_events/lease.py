@@ -134,7 +134,8 @@ class Lease:
             pass
         else:
             self._wrote(revision, sent)
-            log.info("lease acquired", extra={"holder": self.holder, "bucket": self.bucket})
+            # DEBUG: the service says it leads, once, when it has taken over.
+            log.debug("lease acquired", extra={"holder": self.holder, "bucket": self.bucket})
             return True
         try:
             entry = await kv.get(LEADER_KEY)
@@ -161,7 +162,8 @@ class Lease:
         fresh = self._written_at is not None and time.monotonic() - self._written_at < self.ttl
         if fresh and self._owner == self.holder.encode():
             return True
-        log.error("the lease %s is no longer ours", self.bucket, extra={"holder": self.holder})
+        # A warning, not an error: leader changes happen; the service steps down.
+        log.warning("the lease %s is no longer ours", self.bucket, extra={"holder": self.holder})
         self._revision = None
         return False
 
