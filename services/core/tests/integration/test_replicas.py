@@ -114,7 +114,10 @@ async def test_kill_9_of_the_projecting_core_the_standby_takes_over(
             "NEXUS_LEASE_TTL_SECONDS": str(KILL_TTL), "NEXUS_MEMORY_ENABLED": "false",
             "OTEL_SDK_DISABLED": "true",
         }  # fmt: skip
-        return await asyncio.create_subprocess_exec(sys.executable, "-m", "nexus_core", env=env)
+        return await asyncio.create_subprocess_exec(
+            sys.executable, "-m", "nexus_core", env=env,
+            stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT,
+        )  # fmt: skip
 
     procs = [await spawn(port) for port in ports]
     try:
@@ -164,6 +167,12 @@ async def test_kill_9_of_the_projecting_core_the_standby_takes_over(
             if entry is not None:
                 ops.append(entry.operation)
         await watcher.stop()  # type: ignore[no-untyped-call]
+        # The takeover is one INFO line; no error and no traceback anywhere in its log.
+        assert standby.stdout is not None
+        log = (await standby.stdout.read()).decode()
+        assert log.count("core: leading (lease nexus_core_lease") == 1, log
+        assert "Traceback" not in log, log
+        assert '"level": "ERROR"' not in log, log
     finally:
         for proc in procs:
             if proc.returncode is None:
