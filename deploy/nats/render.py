@@ -46,8 +46,8 @@ ALL_STREAMS = tuple(sorted(set(STREAM_OF_FAMILY.values())))
 SCHEDULER_LEASE_BUCKET = "nexus_scheduler"  # SchedulerSettings.lease_bucket
 SCHEDULER_SNAPSHOT_BUCKET = "nexus_scheduler_snapshot"  # SchedulerSettings.snapshot_bucket
 # The leases that let one of two core (memory) replicas run the projections (docs/cluster.md).
-CORE_LEASE_BUCKET = "nexus_core_lease"
-MEMORY_LEASE_BUCKET = "nexus_memory_lease"
+CORE_LEASE_BUCKET = "nexus_core_lease"  # CoreSettings.core_lease_bucket
+MEMORY_LEASE_BUCKET = "nexus_memory_lease"  # MemorySettings.memory_lease_bucket
 # The port routes between cluster nodes use (NATS' default, the Helm chart's too).
 CLUSTER_PORT = 6222
 
@@ -87,7 +87,7 @@ SERVICES: dict[str, Access] = {
         serves=tuple(s for s in subjects.QUERY_SUBJECTS if s.startswith("nexus.core.")),
         requests=(subjects.MEMORY_SEARCH,),
         watches_all=True,
-        kv_buckets=(CORE_LEASE_BUCKET,),
+        kv_buckets=(CORE_LEASE_BUCKET,),  # which replica projects (nexus_events.leadership)
     ),
     # Admission and dispatch, terminal events it decides, schedule fires, and the cancel
     # request of a schedule's previous run (overlap policy cancel_previous).
@@ -132,7 +132,7 @@ SERVICES: dict[str, Access] = {
         ensures_streams=True,
         serves=tuple(s for s in subjects.QUERY_SUBJECTS if s.startswith("nexus.memory.")),
         erases_from=(MEMORY,),
-        kv_buckets=(MEMORY_LEASE_BUCKET,),
+        kv_buckets=(MEMORY_LEASE_BUCKET,),  # which replica projects (nexus_events.leadership)
     ),
     # plane-sync: mirrors tasks and runs to Plane (reads both), files Plane's webhooks and
     # its writes' intents/outcomes (NEXUS_PLANE), and turns webhooks into run requests,

@@ -40,7 +40,7 @@ from nexus_events.events import (
     RunRequested,
 )
 from nexus_events.runstate import RunEvent
-from nexus_events.streams import FLOWS, RUNS
+from nexus_events.streams import FLOWS, RUNS, StreamSettings
 from nexus_events.subjects import validate_token
 
 # KV bucket of approval claims. Entries outlive any approval (the runner's expiry is minutes
@@ -70,12 +70,18 @@ def decided_as(decision: str, decided_by: str | None, surface: str | None) -> st
     return f"{decision}{by}{via}"
 
 
-async def approvals_bucket(js: JetStreamContext) -> KeyValue:
-    """The claims bucket, created on first use (idempotent across services)."""
+async def approvals_bucket(js: JetStreamContext, replicas: int | None = None) -> KeyValue:
+    """The claims bucket, created on first use (idempotent across services) with `replicas`
+    JetStream replicas (None: the streams' setting, NEXUS_STREAMS_REPLICAS)."""
     try:
         return await js.key_value(APPROVALS_BUCKET)
     except BucketNotFoundError:
-        return await js.create_key_value(bucket=APPROVALS_BUCKET, history=1, ttl=CLAIM_TTL_SECONDS)
+        return await js.create_key_value(
+            bucket=APPROVALS_BUCKET,
+            history=1,
+            ttl=CLAIM_TTL_SECONDS,
+            replicas=StreamSettings().replicas if replicas is None else replicas,
+        )
 
 
 def claim_key(run_id: str, approval_id: str) -> str:

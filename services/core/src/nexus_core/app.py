@@ -1,11 +1,18 @@
 """Wiring and lifecycle of the core service: start everything in order, stop it draining.
 
 Start: the health endpoint, connect NATS and PostgreSQL, ensure streams, apply migrations,
-start the catalog, agent_runs and board projections, the run assembly consumer, the poison
-sweepers of NEXUS_INBOX and NEXUS_CHANNELS, the queries and the metrics. Stop (SIGTERM)
-unwinds that in reverse (`ServiceApp`): not ready at once, metrics, queries, the sweepers and
-the assembly consumer finish their batch, then the projections commit their batch in hand,
-connections close, and the health endpoint goes last.
+create the projections' tables, campaign for the lease, then the run assembly consumer, the
+poison sweepers of NEXUS_INBOX and NEXUS_CHANNELS and the queries. Stop (SIGTERM) unwinds
+that in reverse (`ServiceApp`): not ready at once, queries, the sweepers and the assembly
+consumer finish their batch, then the leader's projections commit their batch in hand and
+the lease is handed over, connections close, and the health endpoint goes last.
+
+Several replicas may run (`nexus_events.leadership`). Only the lease holder runs what one
+replica may run: the catalog, agent_runs and board projections (each follows its stream
+through one consumer it recreates from its checkpoint) and the run metrics (counted from
+one durable consumer, see `nexus_core.run_metrics`). Every replica answers queries, and
+assembles runs and sweeps poison on shared durables: those deliver each message to one
+replica, and assembly is idempotent (a claim ledger, deterministic event ids).
 """
 
 from __future__ import annotations
@@ -18,14 +25,20 @@ from typing import Any
 import asyncpg
 from nexus_events.bus import Bus, BusSettings, Consumer
 from nexus_events.health import HealthServer
+from nexus_events.leadership import FencedProjectionRunner, Leadership
 from nexus_events.metrics import setup_metrics
 from nexus_events.process import ServiceApp
-from nexus_events.projection import ProjectionRunner
-from nexus_events.streams import CATALOG, ensure_streams
+from nexus_events.projection import ProjectionRunner, read_checkpoint
+from nexus_events.streams import CATALOG, StreamSettings, ensure_streams
 from opentelemetry.sdk.metrics import MeterProvider as SdkMeterProvider
 
 from nexus_core.board_projection import BoardProjection
-from nexus_core.catalog_store import CatalogProjection, CatalogStore, PgCatalogStore
+from nexus_core.catalog_store import (
+    CATALOG_SCHEMA,
+    CatalogProjection,
+    CatalogStore,
+    PgCatalogStore,
+)
 from nexus_core.config import CoreSettings
 from nexus_core.errors import CatalogBackendError
 from nexus_core.handlers import AssemblyHandler, assembly_consumer_spec
@@ -48,6 +61,11 @@ from nexus_core.runs_projection import AgentRunsProjection
 log = logging.getLogger(__name__)
 
 SOURCE = "core"
+# How often a standby looks at the catalog checkpoint the leader stores while a run waits for
+# a definition (the leader itself is woken by its runner instead).
+CATALOG_POLL_SECONDS = 0.05
+# Serializes the creation of the projections' tables by replicas starting together.
+_PREPARE_LOCK = "nexus_core:prepare"
 
 
 class CoreApp(ServiceApp):
@@ -74,9 +92,12 @@ class CoreApp(ServiceApp):
         self.bus_settings = bus_settings
         super().__init__("core", bus=bus, pool=pool)
         self.catalog: CatalogStore | None = None
+        self._mongo_store: MongoCatalogStore | None = None
+        # The leader's projections (None on a standby): the catalog's, and agent_runs and
+        # board, which follow NEXUS_RUNS together (one reader, one transaction).
         self.catalog_runner: ProjectionRunner | MongoCatalogRunner | None = None
-        # agent_runs and board follow NEXUS_RUNS together: one reader, one transaction.
         self.views_runner: ProjectionRunner | None = None
+        self.leadership: Leadership | None = None
         self.assembly: Consumer | None = None
         # Durable readers of NEXUS_INBOX and NEXUS_CHANNELS that dead-letter their poison.
         self.sweepers: list[Consumer] = []
@@ -84,9 +105,16 @@ class CoreApp(ServiceApp):
         self.health: HealthServer | None = None
 
     def ready(self) -> bool:
-        """Connected, running, and no projection stuck (failing over and over without
-        applying anything): a core whose views stopped moving must not look healthy."""
-        return self._running and self.nats_connected and not any(r.stuck for r in self.followers())
+        """Connected, running, campaigning for the lease (leading or standing by), and no
+        projection stuck (failing over and over without applying anything): a core whose
+        views stopped moving must not look healthy."""
+        return (
+            self._running
+            and self.nats_connected
+            and self.leadership is not None
+            and self.leadership.campaigning
+            and not any(r.stuck for r in self.followers())
+        )
 
     def followers(self) -> list[ProjectionRunner | MongoCatalogRunner]:
         """The stream followers behind core's views (for readiness and metrics)."""
@@ -114,43 +142,36 @@ class CoreApp(ServiceApp):
         await ensure_streams(bus.js)
         requests = RunRequestStore(pool)
         await requests.migrate()
-        batch = s.projection_batch
-        catalog: CatalogStore
         if mongo:
             assert s.catalog_url is not None
             client = connect_mongo(s.catalog_url)
             stack.callback(client.close)
-            store = MongoCatalogStore(default_database(client))
-            catalog = store
-            self.catalog_runner = MongoCatalogRunner(
-                bus,
-                store,
-                batch=batch,
-                fetch_timeout=s.fetch_timeout,
-                consumer=f"{s.consumer_prefix}_catalog_mongo",
-            )
+            self._mongo_store = MongoCatalogStore(default_database(client))
+            self.catalog = self._mongo_store
         else:
-            catalog = PgCatalogStore(pool)
-            self.catalog_runner = ProjectionRunner(
-                bus, pool, CatalogProjection(), batch=batch, fetch_timeout=s.fetch_timeout
-            )
-        self.catalog = catalog
-        self.views_runner = ProjectionRunner(
-            bus,
-            pool,
-            [AgentRunsProjection(), BoardProjection()],
-            batch=batch,
-            fetch_timeout=s.fetch_timeout,
+            self.catalog = PgCatalogStore(pool)
+        await self._prepare(pool)
+        if self.metrics_settings.enabled:
+            self.meter_provider = provider = setup_metrics("core", self.metrics_settings)
+            stack.callback(provider.shutdown)
+            self.metrics = RunMetrics(bus, provider, pool=pool, settings=self.metrics_settings)
+            stack.callback(self._release_metrics)
+        self.leadership = leadership = Leadership(
+            bus.js,
+            service=SOURCE,
+            bucket=s.core_lease_bucket,
+            ttl=s.lease_ttl_seconds,
+            replicas=StreamSettings().replicas,
+            lead=self._lead,
+            step_down=self._step_down,
         )
-        # Those started stop together (each commits its batch in hand), after all below.
-        started: list[ProjectionRunner | MongoCatalogRunner] = []
-        stack.push_async_callback(_stop_all, started)
-        for runner in (self.catalog_runner, self.views_runner):
-            await runner.start()
-            started.append(runner)
+        # Stops after all below: the leader's projections commit their batch in hand, then
+        # the lease is deleted so a standby takes over at once.
+        stack.push_async_callback(leadership.stop)
+        await leadership.start()
         handler = AssemblyHandler(
             bus=bus,
-            catalog=catalog,
+            catalog=self.catalog,
             requests=requests,
             memory=MemoryClient(bus.nc, timeout=s.memory_timeout, enabled=s.memory_enabled),
             catalog_caught_up=self.catalog_caught_up,
@@ -162,18 +183,68 @@ class CoreApp(ServiceApp):
         await self.assembly.start()
         stack.push_async_callback(self.assembly.stop)
         await self._start_sweepers(stack, bus)
-        self.queries = CoreQueries(bus, pool, catalog)
+        self.queries = CoreQueries(bus, pool, self.catalog, leadership=leadership.status)
         await self.queries.start()
         stack.push_async_callback(self.queries.stop)
-        if self.metrics_settings.enabled:
-            self.meter_provider = provider = setup_metrics("core", self.metrics_settings)
-            stack.callback(provider.shutdown)
-            self.metrics = RunMetrics(
-                bus, provider, pool=pool, settings=self.metrics_settings,
-                followers=self.followers(),
+
+    def _runners(self) -> tuple[ProjectionRunner | MongoCatalogRunner, ProjectionRunner]:
+        """Fresh projection runners (a stopped runner does not start again)."""
+        s = self.settings
+        fence = self._fence
+        catalog: ProjectionRunner | MongoCatalogRunner
+        if self._mongo_store is not None:
+            # MongoDB applies each event keyed by its stream sequence: idempotent unfenced.
+            catalog = MongoCatalogRunner(
+                self.bus,
+                self._mongo_store,
+                batch=s.projection_batch,
+                fetch_timeout=s.fetch_timeout,
+                consumer=f"{s.consumer_prefix}_catalog_mongo",
+            )
+        else:
+            catalog = FencedProjectionRunner(
+                self.bus, self.pool, CatalogProjection(), fence=fence,
+                batch=s.projection_batch, fetch_timeout=s.fetch_timeout,
             )  # fmt: skip
+        views = FencedProjectionRunner(
+            self.bus, self.pool, [AgentRunsProjection(), BoardProjection()], fence=fence,
+            batch=s.projection_batch, fetch_timeout=s.fetch_timeout,
+        )  # fmt: skip
+        return catalog, views
+
+    async def _fence(self) -> bool:
+        return self.leadership is not None and await self.leadership.fence()
+
+    async def _prepare(self, pool: asyncpg.Pool[Any]) -> None:
+        """Create the projections' tables (if missing) on every replica, so a standby answers
+        queries before any leader has run; one replica at a time (an advisory lock), since
+        concurrent CREATE ... IF NOT EXISTS can still collide."""
+        async with pool.acquire() as conn:
+            await conn.execute("SELECT pg_advisory_lock(hashtext($1))", _PREPARE_LOCK)
+            try:
+                for runner in self._runners():
+                    await runner.setup()
+            finally:
+                await conn.execute("SELECT pg_advisory_unlock(hashtext($1))", _PREPARE_LOCK)
+
+    async def _lead(self) -> None:
+        """Taking the lease: the projections resume from their checkpoints, then metrics."""
+        catalog, views = self._runners()
+        self.catalog_runner, self.views_runner = catalog, views
+        for runner in (catalog, views):
+            await runner.start()
+        if self.metrics is not None:
+            self.metrics.followers = tuple(self.followers())
             await self.metrics.start()
-            stack.push_async_callback(self._stop_metrics)
+
+    async def _step_down(self) -> None:
+        """Losing or handing over the lease: metrics stop, each projection commits its batch
+        in hand (a fenced one, refused, commits nothing) and stops."""
+        if self.metrics is not None:
+            await self.metrics.stop()
+        runners = self.followers()
+        self.catalog_runner = self.views_runner = None
+        await _stop_all(runners)
 
     async def _start_sweepers(self, stack: contextlib.AsyncExitStack, bus: Bus) -> None:
         """The durable readers that dead-letter poison on NEXUS_INBOX and NEXUS_CHANNELS."""
@@ -184,10 +255,8 @@ class CoreApp(ServiceApp):
             stack.push_async_callback(sweeper.stop)
             self.sweepers.append(sweeper)
 
-    async def _stop_metrics(self) -> None:
-        metrics, self.metrics = self.metrics, None  # released with core
-        if metrics is not None:
-            await metrics.stop()
+    def _release_metrics(self) -> None:
+        self.metrics = None  # stopped by the step-down, released with core
 
     async def catalog_fresh(self) -> bool:
         """Whether the catalog projection has applied everything in NEXUS_CATALOG."""
@@ -195,19 +264,32 @@ class CoreApp(ServiceApp):
 
     async def catalog_caught_up(self, within: float) -> bool:
         """Wait up to `within` seconds until the catalog projection has applied everything
-        NEXUS_CATALOG holds now; return whether it has."""
-        if self.catalog_runner is None:
-            return False
+        NEXUS_CATALOG holds now; return whether it has. The leader asks its runner; a
+        standby reads the checkpoint the leader stores."""
         last = (await self.bus.js.stream_info(CATALOG)).state.last_seq
-        if self.catalog_runner.last_seq.get(CATALOG, 0) >= last:
-            return True
-        if within <= 0:
-            return False
-        try:
-            await self.catalog_runner.wait_until(CATALOG, last, within=within)
-        except TimeoutError:
-            return False
+        deadline = asyncio.get_running_loop().time() + within
+        while await self._catalog_checkpoint() < last:
+            left = deadline - asyncio.get_running_loop().time()
+            if left <= 0:
+                return False
+            runner = self.catalog_runner
+            if runner is None:
+                await asyncio.sleep(min(CATALOG_POLL_SECONDS, left))
+                continue
+            try:
+                await runner.wait_until(CATALOG, last, within=left)
+            except TimeoutError:
+                return False
         return True
+
+    async def _catalog_checkpoint(self) -> int:
+        runner = self.catalog_runner
+        if runner is not None:
+            return runner.last_seq.get(CATALOG, 0)
+        if self._mongo_store is not None:
+            return await self._mongo_store.checkpoint(CATALOG)
+        async with self.pool.acquire() as conn:
+            return await read_checkpoint(conn, CATALOG_SCHEMA, CATALOG)
 
 
 async def _stop_all(runners: list[ProjectionRunner | MongoCatalogRunner]) -> None:

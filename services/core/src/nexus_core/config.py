@@ -49,6 +49,19 @@ class CoreSettings(BaseSettings):
     consumer_prefix: str = Field(
         "core", pattern=r"^[A-Za-z0-9_-]+$", description="Prefix of durable consumer names."
     )
+    # Several replicas: the lease holder projects and hosts the metrics, all answer queries
+    # and assemble runs. Its own name (not NEXUS_LEASE_BUCKET, the scheduler's): core and the
+    # scheduler must never share a lease.
+    core_lease_bucket: str = Field(
+        "nexus_core_lease",
+        pattern=r"^[A-Za-z0-9_-]+$",
+        description="JetStream KV bucket of the lease of the projecting replica.",
+    )
+    # 10 s: a crashed projecting replica is replaced within ~11 s (a standby checks every
+    # tenth of it), while renewals every ~3.3 s ride out a NATS leader election (a few s).
+    lease_ttl_seconds: float = Field(
+        10.0, gt=0, le=300, description="Seconds before a dead projecting replica is replaced."
+    )
 
     def effective_gc_threshold(self) -> int:
         """`gc_threshold`, or one sized to keep projection batches out of the collector."""

@@ -15,7 +15,7 @@ import functools
 import json
 import logging
 import time
-from collections.abc import AsyncGenerator
+from collections.abc import AsyncGenerator, Callable
 from typing import Any, cast
 
 import asyncpg
@@ -23,6 +23,7 @@ from nats.micro.service import Service
 from nexus_events import micro, subjects
 from nexus_events.bus import Bus
 from nexus_events.codec import Decoded
+from nexus_events.leadership import LeadershipStatus
 from nexus_events.micro import Handler
 from nexus_events.projection import Projection, projection_status, quote_ident, rebuild
 from nexus_events.streams import RUNS
@@ -120,8 +121,11 @@ class CoreQueries:
         *,
         runs_schema: str = RUNS_SCHEMA,
         board_schema: str = BOARD_SCHEMA,
+        leadership: Callable[[], LeadershipStatus] | None = None,
     ) -> None:
         self.bus = bus
+        # This replica's role and who holds the lease (`projections.status` says it).
+        self.leadership = leadership
         self.pool = pool
         self.catalog = catalog
         self.runs = quote_ident(runs_schema)
@@ -173,7 +177,10 @@ class CoreQueries:
         for name, projection in self.projections.items():
             for stream, pos in (await projection_status(self.bus, self.pool, projection)).items():
                 rows.append({"projection": name, "stream": stream, **pos})
-        return {"projections": rows}
+        reply: dict[str, Any] = {"projections": rows}
+        if self.leadership is not None:
+            reply["leadership"] = self.leadership().as_dict()
+        return reply
 
     async def projections_rebuild(self, query: ProjectionRebuild) -> dict[str, Any]:
         """Replay into a fresh schema and swap it in (`nexus_events.projection.rebuild`):

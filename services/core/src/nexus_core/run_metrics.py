@@ -422,9 +422,11 @@ class RunMetrics:
     # -- lifecycle ---------------------------------------------------------------------
 
     async def start(self) -> None:
-        """Follow NEXUS_RUNS from where the durable consumer stopped, and start polling."""
+        """Follow NEXUS_RUNS from where the durable consumer stopped, and start polling.
+        Again after `stop` too: core's metrics follow the lease from replica to replica."""
         if not self.settings.enabled:
             return
+        self._stopping.clear()
         spec = ConsumerSpec(
             stream=RUNS,
             durable=self.settings.durable,
@@ -444,6 +446,7 @@ class RunMetrics:
         if self._poller is not None:
             await self._poller
             self._poller = None
+        self._runs.clear()  # a later term (this replica leading again) starts afresh
 
     async def __aenter__(self) -> RunMetrics:
         await self.start()

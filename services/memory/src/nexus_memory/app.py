@@ -2,11 +2,17 @@
 
 Start: the health endpoint, connect NATS, create missing streams (core owns their settings),
 connect PostgreSQL (pgvector extension, vector codec, HNSW iterative scans), load the
-embedder, re-embed by replay if the tables hold another embedder's vectors, then the
-projection, the stream guard and extraction, consolidation and the `nexus-memory` endpoints.
-Stop (SIGTERM) unwinds that in reverse (`ServiceApp`): endpoints first, access counts are
-flushed, the handlers finish what they hold, the projection commits its batch in hand, then
-connections close and the health endpoint goes last.
+embedder, create the tables, campaign for the lease, then the stream guard and extraction
+and the `nexus-memory` endpoints. Stop (SIGTERM) unwinds that in reverse (`ServiceApp`):
+endpoints first, access counts are flushed, the handlers finish what they hold, the leader's
+projection commits its batch in hand and the lease is handed over, then connections close
+and the health endpoint goes last.
+
+Several replicas may run (`nexus_events.leadership`). The lease holder re-embeds by replay if
+the tables hold another embedder's vectors, runs the projection and the periodic
+consolidation; every replica answers search/record/list/forget (and an asked-for
+consolidation, whose event ids make a repeated pass harmless), and runs the stream guard and
+extraction on shared durables (each message goes to one replica).
 """
 
 from __future__ import annotations
@@ -24,10 +30,11 @@ from nexus_events.bus import Bus, BusSettings
 from nexus_events.events import MemoryConsolidateReply, MemoryRebuildReply
 from nexus_events.fast import Handlers
 from nexus_events.health import HealthServer
+from nexus_events.leadership import FencedProjectionRunner, Leadership
 from nexus_events.metrics import MetricsSettings, setup_metrics
 from nexus_events.process import ServiceApp
-from nexus_events.projection import ProjectionRunner, quote_ident, rebuild
-from nexus_events.streams import MEMORY, ensure_streams
+from nexus_events.projection import ProjectionRunner, quote_ident, read_checkpoint, rebuild
+from nexus_events.streams import MEMORY, StreamSettings, ensure_streams
 from opentelemetry.sdk.metrics import MeterProvider as SdkMeterProvider
 from pgvector.asyncpg import register_vector
 
@@ -49,6 +56,10 @@ SOURCE = "memory"
 # Most seconds a request waits for the projection to catch up with the stream (well inside a
 # client's usual 5 s request timeout).
 CATCH_UP_WAIT = 2.0
+# How often a standby looks at the checkpoint the leader stores while a request waits.
+CATCH_UP_POLL = 0.05
+# Serializes the creation of the tables by replicas starting together.
+_PREPARE_LOCK = "nexus_memory:prepare"
 
 
 async def _init_connection(conn: asyncpg.Connection[Any]) -> None:
@@ -101,7 +112,9 @@ class MemoryApp(ServiceApp):
         self.meter_provider: SdkMeterProvider | None = None
         self.metrics = MemoryMetrics()
         self.projection: MemoryProjection | None = None
+        # The leader's projection runner (None on a standby).
         self.runner: ProjectionRunner | None = None
+        self.leadership: Leadership | None = None
         self.stream_guard: StreamGuard | None = None
         # The stream guard and extraction durables: FastStream subscribers (nexus_events.fast).
         self.handlers: Handlers | None = None
@@ -116,17 +129,28 @@ class MemoryApp(ServiceApp):
 
     async def caught_up(self, within: float = CATCH_UP_WAIT) -> None:
         """Wait (at most `within` seconds) until the projection has applied everything
-        NEXUS_MEMORY holds now: read-your-writes for a request that needs a fresh memory."""
-        if self.runner is None:
-            return
+        NEXUS_MEMORY holds now: read-your-writes for a request that needs a fresh memory.
+        The leader asks its runner; a standby reads the checkpoint the leader stores."""
         last = (await self.bus.js.stream_info(MEMORY)).state.last_seq
-        with contextlib.suppress(TimeoutError):
-            await self.runner.wait_until(MEMORY, last, within=within)
+        deadline = asyncio.get_running_loop().time() + within
+        while True:
+            runner = self.runner
+            left = deadline - asyncio.get_running_loop().time()
+            if runner is not None:
+                with contextlib.suppress(TimeoutError):
+                    await runner.wait_until(MEMORY, last, within=max(left, 0))
+                return
+            async with self.pool.acquire() as conn:
+                if await read_checkpoint(conn, self.schema, MEMORY) >= last or left <= 0:
+                    return
+            await asyncio.sleep(min(CATCH_UP_POLL, left))
 
     def ready(self) -> bool:
         return (
             self._running
             and self.nats_connected
+            and self.leadership is not None
+            and self.leadership.campaigning
             and (self.handlers is None or self.handlers.connected)
             and not (self.runner is not None and self.runner.stuck)
         )
@@ -148,20 +172,26 @@ class MemoryApp(ServiceApp):
             stack.callback(self.meter_provider.shutdown)
             self.metrics = MemoryMetrics(self.meter_provider)
         self.projection = MemoryProjection(self.embedder, self.guard, schema=self.schema)
-        held = await stored_embedder(self.pool, self.schema)
-        if held is not None and held != self.embedder.name:
-            log.warning(
-                "memory tables hold %s vectors, configured embedder is %s: re-embedding by replay",
-                held,
-                self.embedder.name,
-            )
-            await self._replay_all()
-        self.runner = ProjectionRunner(
-            self.bus, self.pool, self.projection, batch=s.projection_batch,
-            fetch_timeout=s.fetch_timeout,
-        )  # fmt: skip
-        await self.runner.start()
-        stack.push_async_callback(self.runner.stop)
+        await self._prepare()
+        self.consolidator = Consolidator(
+            self.bus,
+            self.pool,
+            Thresholds(s.memory_near_duplicate, s.memory_contradiction, s.memory_decay_days),
+            schema=self.schema,
+        )
+        self.leadership = leadership = Leadership(
+            self.bus.js,
+            service=SOURCE,
+            bucket=s.memory_lease_bucket,
+            ttl=s.lease_ttl_seconds,
+            replicas=StreamSettings().replicas,
+            lead=self._lead,
+            step_down=self._step_down,
+        )
+        # Stops after all below: the projection commits its batch in hand, then the lease
+        # is deleted so a standby takes over at once.
+        stack.push_async_callback(leadership.stop)
+        await leadership.start()
         # Its own connection; in-flight handlers get half the drain timeout to finish.
         self.handlers = handlers = Handlers(self.bus, graceful_timeout=s.drain_timeout / 2)
         self.stream_guard = StreamGuard(self.bus, self.guard, self.metrics)
@@ -189,18 +219,6 @@ class MemoryApp(ServiceApp):
         self.tracker = AccessTracker(self.bus, s.memory_access_flush)
         await self.tracker.start()
         stack.push_async_callback(self.tracker.stop)
-        self.consolidator = Consolidator(
-            self.bus,
-            self.pool,
-            Thresholds(s.memory_near_duplicate, s.memory_contradiction, s.memory_decay_days),
-            schema=self.schema,
-        )
-        if s.memory_consolidation_interval > 0:
-            self._consolidation_task = asyncio.create_task(
-                self._consolidate_every(s.memory_consolidation_interval),
-                name="memory-consolidation",
-            )
-            stack.push_async_callback(_cancel, self._consolidation_task)
         self.search = search = MemorySearch(
             self.pool,
             self.embedder,
@@ -219,6 +237,59 @@ class MemoryApp(ServiceApp):
         await self.endpoints.start()
         stack.push_async_callback(self.endpoints.stop)
         log.info("memory embedder: %s", self.embedder.name)
+
+    def _runner(self) -> FencedProjectionRunner:
+        assert self.projection is not None
+        s = self.settings
+        return FencedProjectionRunner(
+            self.bus, self.pool, self.projection, fence=self._fence,
+            batch=s.projection_batch, fetch_timeout=s.fetch_timeout,
+        )  # fmt: skip
+
+    async def _fence(self) -> bool:
+        return self.leadership is not None and await self.leadership.fence()
+
+    async def _prepare(self) -> None:
+        """Create the tables (if missing) on every replica, so a standby answers before any
+        leader has run; one replica at a time (concurrent CREATE ... IF NOT EXISTS can
+        still collide). An existing table keeps its embedder: the leader re-embeds."""
+        async with self.pool.acquire() as conn:
+            await conn.execute("SELECT pg_advisory_lock(hashtext($1))", _PREPARE_LOCK)
+            try:
+                await self._runner().setup()
+            finally:
+                await conn.execute("SELECT pg_advisory_unlock(hashtext($1))", _PREPARE_LOCK)
+
+    async def _lead(self) -> None:
+        """Taking the lease: re-embed if another embedder filled the tables, resume the
+        projection from its checkpoint, consolidate on the interval."""
+        assert self.embedder is not None
+        held = await stored_embedder(self.pool, self.schema)
+        if held is not None and held != self.embedder.name:
+            log.warning(
+                "memory tables hold %s vectors, configured embedder is %s: re-embedding by replay",
+                held,
+                self.embedder.name,
+            )
+            async with self._rebuild_lock:
+                await self._replay_all()
+        self.runner = runner = self._runner()
+        await runner.start()
+        interval = self.settings.memory_consolidation_interval
+        if interval > 0:
+            self._consolidation_task = asyncio.create_task(
+                self._consolidate_every(interval), name="memory-consolidation"
+            )
+
+    async def _step_down(self) -> None:
+        """Losing or handing over the lease: no more periodic passes; the projection commits
+        its batch in hand (refused by the fence if the lease is gone) and stops."""
+        task, self._consolidation_task = self._consolidation_task, None
+        if task is not None:
+            await _cancel(task)
+        runner, self.runner = self.runner, None
+        if runner is not None:
+            await runner.stop()
 
     async def consolidate(self, scopes: list[str] | None = None) -> MemoryConsolidateReply:
         """One consolidation pass now (over `scopes`, else all)."""

@@ -107,3 +107,14 @@ class MemorySettings(BaseSettings):
     consumer_prefix: str = Field(
         "memory", pattern=r"^[A-Za-z0-9_-]+$", description="Prefix of durable consumer names."
     )
+    # Several replicas: the lease holder projects and consolidates on its interval, all
+    # answer search/record/list. Not NEXUS_LEASE_BUCKET (the scheduler's): never shared.
+    memory_lease_bucket: str = Field(
+        "nexus_memory_lease",
+        pattern=r"^[A-Za-z0-9_-]+$",
+        description="JetStream KV bucket of the lease of the projecting replica.",
+    )
+    # As core's (nexus_core.config): replaced within ~1.1 TTL, renewed every third of it.
+    lease_ttl_seconds: float = Field(
+        10.0, gt=0, le=300, description="Seconds before a dead projecting replica is replaced."
+    )

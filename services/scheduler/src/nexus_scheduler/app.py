@@ -20,15 +20,15 @@ import nats.errors
 import nats.js.errors
 from nexus_events.bus import BusSettings, Consumer, ConsumerSpec
 from nexus_events.health import HealthServer
+from nexus_events.lease import Lease
 from nexus_events.metrics import MetricsSettings, setup_metrics
 from nexus_events.process import ServiceApp
-from nexus_events.streams import RUNS, SCHEDULES, ensure_streams
+from nexus_events.streams import RUNS, SCHEDULES, StreamSettings, ensure_streams
 
 from nexus_scheduler.checkpoint import Checkpointer
 from nexus_scheduler.clock import Clock, SystemClock
 from nexus_scheduler.config import SchedulerSettings
 from nexus_scheduler.handlers import create_run_handler, create_schedule_handler
-from nexus_scheduler.lease import Lease
 from nexus_scheduler.metrics import SchedulerMetrics
 from nexus_scheduler.rebuild import rebuild
 from nexus_scheduler.runtime.base import AgentRuntime
@@ -86,6 +86,7 @@ class SchedulerApp(ServiceApp):
         self.schedules: ScheduleService | None = None
         self._schedule_consumer: Consumer | None = None
         self._lease: Lease | None = None
+        self._replicas = 1
         self._consumer: Consumer | None = None
         self._stopping = asyncio.Event()
         self._campaign: asyncio.Task[None] | None = None
@@ -114,11 +115,14 @@ class SchedulerApp(ServiceApp):
             self.metrics = SchedulerMetrics(provider)
         await self.runtime.start()
         stack.push_async_callback(self._close_runtime)
+        # The lease and snapshot buckets are replicated like the streams (NEXUS_STREAMS_REPLICAS).
+        self._replicas = StreamSettings().replicas
         self._lease = lease = Lease(
             bus.js,
             self.settings.lease_bucket,
             self.settings.replica_id,
             self.settings.lease_ttl_seconds,
+            replicas=self._replicas,
         )
         stack.push_async_callback(lease.release)
         self._campaign = asyncio.create_task(self._campaign_loop(), name="scheduler:lease")
@@ -252,7 +256,12 @@ class SchedulerApp(ServiceApp):
             metrics=self.metrics,
         )
         self.service = service
-        store = SnapshotStore(self.bus, self.settings.snapshot_bucket, self.settings.replica_id)
+        store = SnapshotStore(
+            self.bus,
+            self.settings.snapshot_bucket,
+            self.settings.replica_id,
+            replicas=self._replicas,
+        )
         snapshot = await self._load_snapshot(store) if self.settings.snapshots else None
         rebuilt = await rebuild(self.bus, service, snapshot)
         adopted = await service.recover()

@@ -77,11 +77,13 @@ class Written:
 
 
 class SnapshotStore:
-    def __init__(self, bus: Bus, bucket: str, holder: str) -> None:
+    def __init__(self, bus: Bus, bucket: str, holder: str, *, replicas: int = 1) -> None:
         self.bus = bus
         self.js = bus.js
         self.bucket = bucket
         self.holder = holder
+        # JetStream replicas of the bucket when this store creates it (NEXUS_STREAMS_REPLICAS).
+        self.replicas = replicas
         self._kv: KeyValue | None = None
 
     async def _bucket(self) -> KeyValue:
@@ -90,7 +92,9 @@ class SnapshotStore:
                 self._kv = await self.js.key_value(self.bucket)
             except nats.js.errors.BucketNotFoundError:
                 # No TTL (unlike the lease's bucket): a snapshot must outlive every leader.
-                self._kv = await self.js.create_key_value(bucket=self.bucket, history=1)
+                self._kv = await self.js.create_key_value(
+                    bucket=self.bucket, history=1, replicas=self.replicas
+                )
         return self._kv
 
     async def head(self) -> tuple[int | None, SnapshotHead | None]:

@@ -14,9 +14,9 @@ import pytest
 from nexus_events import subjects
 from nexus_events.bus import Bus
 from nexus_events.events import ScheduleDefined
+from nexus_events.lease import LEADER_KEY
 from nexus_events.streams import SCHEDULES
 from nexus_scheduler.clock import ManualClock
-from nexus_scheduler.lease import LEADER_KEY
 from nexus_scheduler.service import SchedulerService
 
 from tests.support.noop_runtime import NoopRuntime

@@ -12,11 +12,11 @@ import pytest
 from nexus_events import subjects
 from nexus_events.bus import Bus, Outgoing, decode_msg
 from nexus_events.events import Event, RunCompleted
+from nexus_events.lease import Lease
 from nexus_events.streams import RUNS
 from nexus_scheduler.admission import Limits, Timeouts
 from nexus_scheduler.checkpoint import Checkpointer
 from nexus_scheduler.clock import SystemClock
-from nexus_scheduler.lease import Lease
 from nexus_scheduler.rebuild import Rebuilt, advance, rebuild
 from nexus_scheduler.service import SchedulerService, watched_subjects
 from nexus_scheduler.snapshot import LifecycleFold, Snapshot

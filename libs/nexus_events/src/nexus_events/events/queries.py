@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from datetime import UTC, datetime
 from enum import StrEnum
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field
 from pydantic_core import PydanticCustomError
@@ -293,8 +293,26 @@ class ProjectionPosition(Reply):
     behind: int = Field(..., description="Stream messages not applied yet.")
 
 
+class LeadershipView(Reply):
+    """The answering replica's part in a service that may run several (one leads by a lease)."""
+
+    role: Literal["leader", "standby"] = Field(
+        ...,
+        description="leader: holds the lease and runs the projections; standby: answers"
+        " queries and takes the lease over when it is free.",
+    )
+    replica: str = Field(..., description="This replica's id in the lease (host/pid/suffix).")
+    holder: str | None = Field(
+        None, description="Who holds the lease as this replica last saw it (None: free)."
+    )
+    lease_bucket: str = Field(..., description="JetStream KV bucket of the lease.")
+
+
 class ProjectionsStatusReply(Reply):
     projections: list[ProjectionPosition] = Field(..., description="Per projection and stream.")
+    leadership: LeadershipView | None = Field(
+        None, description="The answering replica's role (any replica may answer)."
+    )
 
 
 class ProjectionRebuildReply(Reply):

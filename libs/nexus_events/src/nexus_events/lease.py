@@ -1,4 +1,7 @@
-"""Leadership through a JetStream KV key: one scheduler acts, the others stand by.
+"""Leadership through a JetStream KV key: one replica acts, the others stand by.
+
+Used by the scheduler and, through `nexus_events.leadership`, by core and memory: each
+service has its own bucket, and the key's value names the holder (``host/pid/…``).
 
 The leader's key expires with the bucket TTL unless renewed, so a crashed leader is replaced
 after at most `ttl` seconds; a stopping leader deletes it for an immediate hand-over.
@@ -19,6 +22,9 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import os
+import secrets
+import socket
 import time
 from datetime import datetime
 
@@ -32,12 +38,28 @@ log = logging.getLogger(__name__)
 LEADER_KEY = "leader"
 
 
+def default_holder() -> str:
+    """``<host>/<pid>/<random>``: says where the holder runs; the random part keeps two
+    instances in one process (tests) apart, and a restarted process from reclaiming a key a
+    dead one left (it waits for the key to expire instead, as any other replica does)."""
+    return f"{socket.gethostname()}/{os.getpid()}/{secrets.token_hex(3)}"
+
+
 class Lease:
-    def __init__(self, js: JetStreamContext, bucket: str, holder: str, ttl: float) -> None:
+    """One replica's view of the lease key in `bucket` (created on first use, with `ttl` as
+    the bucket's max age and `replicas` JetStream replicas; an existing bucket is used as it
+    is). `changed` is set whenever the watch sees the key written or deleted, so a standby
+    can try at once instead of at its next round."""
+
+    def __init__(
+        self, js: JetStreamContext, bucket: str, holder: str, ttl: float, *, replicas: int = 1
+    ) -> None:
         self.js = js
         self.bucket = bucket
         self.holder = holder
         self.ttl = ttl
+        self.replicas = replicas
+        self.changed = asyncio.Event()
         self._kv: KeyValue | None = None
         self._revision: int | None = None
         # Creation time of the lease bucket (None until first used).
@@ -55,6 +77,11 @@ class Lease:
         return self._revision is not None
 
     @property
+    def owner(self) -> str | None:
+        """Who holds the key as far as this replica has seen (None: free, or not known yet)."""
+        return None if self._owner is None else self._owner.decode(errors="replace")
+
+    @property
     def revision(self) -> int | None:
         """The KV revision of our last write of the key (None: not held). It grows with every
         write of the key, so a later holder's revision is always greater."""
@@ -65,7 +92,13 @@ class Lease:
             try:
                 kv = await self.js.key_value(self.bucket)
             except nats.js.errors.BucketNotFoundError:
-                kv = await self.js.create_key_value(bucket=self.bucket, ttl=self.ttl, history=1)
+                kv = await self.js.create_key_value(
+                    bucket=self.bucket,
+                    ttl=self.ttl,
+                    history=1,
+                    replicas=self.replicas,
+                    description="Leader lease: the key expires unless its holder renews it.",
+                )
             # Revisions count from 1 again in a recreated bucket: the creation time tells
             # whose revision is comparable with whose (`SnapshotStore.write`).
             self.epoch = (await self.js.stream_info(f"KV_{self.bucket}")).created
@@ -85,6 +118,7 @@ class Lease:
         # Our write's reply and the watch can arrive in either order: the newest one counts.
         if revision > self._seen_revision:
             self._seen_revision, self._owner = revision, owner
+            self.changed.set()
 
     def _wrote(self, revision: int, sent: float) -> None:
         self._revision, self._written_at = revision, sent
@@ -100,12 +134,15 @@ class Lease:
             pass
         else:
             self._wrote(revision, sent)
-            log.info("lease acquired", extra={"holder": self.holder})
+            # DEBUG: the service says it leads, once, when it has taken over.
+            log.debug("lease acquired", extra={"holder": self.holder, "bucket": self.bucket})
             return True
         try:
             entry = await kv.get(LEADER_KEY)
         except nats.js.errors.KeyNotFoundError:
             return False
+        if entry.revision is not None:
+            self._see(entry.revision, entry.value)  # who holds it, even before the watch says
         if entry.value == self.holder.encode() and entry.revision is not None:
             # Our own lease from before a restart: take it back.
             return await self._update(kv, entry.revision)
@@ -125,7 +162,8 @@ class Lease:
         fresh = self._written_at is not None and time.monotonic() - self._written_at < self.ttl
         if fresh and self._owner == self.holder.encode():
             return True
-        log.error("the scheduler lease is no longer ours", extra={"holder": self.holder})
+        # A warning, not an error: leader changes happen; the service steps down.
+        log.warning("the lease %s is no longer ours", self.bucket, extra={"holder": self.holder})
         self._revision = None
         return False
 

@@ -1,0 +1,69 @@
+"""Two memory replicas on one NATS and one database: the lease holder projects, both answer,
+and a holder that stops renewing (a paused or dead process) is replaced within the TTL."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import time
+from typing import Any
+
+from nexus_events.bus import Bus
+from nexus_events.testing import eventually
+
+from services.memory.tests.conftest import MakeApp
+from services.memory.tests.support import record, search, until_found
+
+# Short, so the takeover is quick; renewals every half second survive a busy test process.
+TTL = 1.5
+# Beyond the TTL: a standby round (TTL/10), starting the runner, a loaded machine.
+MARGIN = 3.0
+
+
+async def _instance_stats(bus: Bus, instances: int) -> list[dict[str, Any]]:
+    inbox = bus.nc.new_inbox()
+    sub = await bus.nc.subscribe(inbox, max_msgs=instances)
+    await bus.nc.publish("$SRV.STATS.nexus-memory", b"", reply=inbox)
+    replies = [json.loads((await sub.next_msg(timeout=5)).data) for _ in range(instances)]
+    await sub.unsubscribe()
+    return replies
+
+
+def _requests(stats: dict[str, Any], endpoint: str) -> int:
+    return int(next(e["num_requests"] for e in stats["endpoints"] if e["name"] == endpoint))
+
+
+async def test_one_replica_projects_and_a_silent_holder_is_replaced(
+    make_memory: MakeApp, bus: Bus
+) -> None:
+    first = await make_memory(lease_ttl_seconds=TTL)
+    second = await make_memory(lease_ttl_seconds=TTL)
+    assert first.leadership is not None
+    assert second.leadership is not None
+    assert (first.leadership.role, second.leadership.role) == ("leader", "standby")
+    assert first.runner is not None
+    assert second.runner is None
+    mid = await record(bus, "Deploys go out on Tuesdays after the freeze", "global")
+    await until_found(bus, "which day do deploys go out", ["global"], mid)
+    for _ in range(20):
+        assert any(i["memory_id"] == mid for i in await search(bus, "deploy day", ["global"]))
+    stats = await _instance_stats(bus, 2)
+    assert all(_requests(s, "search") > 0 for s in stats), stats
+
+    # The holder goes silent (no more rounds or renewals) without giving the key back.
+    lead = first.leadership
+    for task in (lead._campaign, lead._renewal):
+        assert task is not None
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+    silent = time.monotonic()
+    await eventually(lambda: second.leadership.role == "leader", within=TTL + MARGIN)  # type: ignore[union-attr]
+    took = time.monotonic() - silent
+    print(f"memory takeover {took:.2f} s after the holder went silent (TTL {TTL} s)")
+    assert second.runner is not None
+    # The silent one knows it may no longer act: no write of its own within the TTL.
+    assert not await first.leadership.fence()
+    later = await record(bus, "Releases are tagged vX.Y.Z by the release job", "global")
+    await until_found(bus, "how are releases tagged", ["global"], later)
