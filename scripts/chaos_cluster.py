@@ -355,15 +355,9 @@ async def rejoined(js: JetStreamContext, node: str, unreplicated: set[str]) -> b
 # -- the experiment ------------------------------------------------------------------------
 
 
-async def run_round(
-    bus: Bus, home: Path, figures: Figures, number: int, run_ids: list[str], *, wait: float
-) -> None:
-    """Request `run_ids`, kill the round's target node once all are live, wait it out."""
-    js = bus.js
-    # Probes get a short timeout: an API call that hangs in an election is simply asked again.
-    probe_js = bus.nc.jetstream(timeout=PROBE_TIMEOUT)
-    target = TARGETS[(number - 1) % len(TARGETS)]
-    watch = RunWatch(js, run_ids, (await js.stream_info(RUNS)).state.last_seq)
+async def request_runs(bus: Bus, run_ids: list[str]) -> RunWatch:
+    """Request `run_ids` (all at once, like a burst of `nexus run`); a watch on them."""
+    watch = RunWatch(bus.js, run_ids, (await bus.js.stream_info(RUNS)).state.last_seq)
     for run_id in run_ids:
         request = RunRequested(
             agent_id=AGENT_ID, input="Go.", origin=Origin.CLI, requested_by="chaos"
@@ -371,10 +365,32 @@ async def run_round(
         await bus.publish(
             run_event(run_id, request.event_name), request, msg_id=f"chaos:requested:{run_id}"
         )
+    return watch
+
+
+async def run_round(
+    bus: Bus,
+    home: Path,
+    figures: Figures,
+    number: int,
+    watch: RunWatch,
+    *,
+    wait: float,
+    on_elected: Callable[[], Awaitable[None]] | None = None,
+) -> asyncio.Task[None] | None:
+    """Kill the round's target node once all of `watch`'s runs are live; return once a new
+    leader answers and the node is back (restarted and caught up), with a task that waits
+    for the round's runs to end (the next round need not wait for that). `on_elected` runs
+    once the new leader answers (the next round's runs start while the node catches up)."""
+    js = bus.js
+    # Probes get a short timeout: an API call that hangs in an election is simply asked again.
+    probe_js = bus.nc.jetstream(timeout=PROBE_TIMEOUT)
+    target = TARGETS[(number - 1) % len(TARGETS)]
+    runs = len(watch.seen)
 
     async def all_live() -> bool:
         await watch.poll()
-        return watch.live() == len(run_ids) or any(watch.ended(r) for r in run_ids)
+        return watch.live() == runs or any(watch.ended(r) for r in watch.seen)
 
     if await until(all_live, wait) is None:
         figures.problems.append(f"round {number}: runs not live within {wait:.0f}s")
@@ -386,7 +402,7 @@ async def run_round(
     pid = node_pid(home, victim) if victim else None
     if victim is None or pid is None:
         figures.problems.append(f"round {number}: no live {target} to kill ({victim})")
-        return
+        return None
     killed = datetime.now(UTC)
     os.kill(pid, signal.SIGKILL)
     kill = Kill(number, target, victim, pid, watch.live())
@@ -404,16 +420,29 @@ async def run_round(
         await watch.poll()
         return watch.all_ended()
 
+    async def runs_end() -> None:
+        kill.ended = await until(ended, wait)
+        if kill.ended is not None:  # from the kill, not from this task's start
+            kill.ended = (datetime.now(UTC) - killed).total_seconds()
+
+    tail = asyncio.create_task(runs_end(), name=f"round {number}: runs end")
     unreplicated: set[str] = set()
 
     async def back() -> bool:
         return await restarted() and await rejoined(probe_js, victim, unreplicated)
 
+    async def elected_then() -> float | None:
+        took = await until(elected, wait)
+        if on_elected is not None:
+            await on_elected()
+        return took
+
     # Each measured from the kill, side by side.
-    kill.elected, kill.restarted, kill.rejoined, kill.ended = await asyncio.gather(
-        until(elected, wait), until(restarted, wait), until(back, wait), until(ended, wait)
+    kill.elected, kill.restarted, kill.rejoined = await asyncio.gather(
+        elected_then(), until(restarted, wait), until(back, wait)
     )
     figures.unreplicated = sorted(set(figures.unreplicated) | unreplicated)
+    return tail
 
 
 RUNNER_ID = re.compile(r"^(?P<run>[^:]+):(?P<attempt>\d+):(?P<event>[a-z_]+):(?P<n>\d+)$")
@@ -491,15 +520,19 @@ async def compare_projections(figures: Figures, nexus: Nexus, dsn: str, wait: fl
         rows = json.loads(status.stdout).get("projections", [])
         return bool(rows) and all(r.get("behind") == 0 for r in rows)
 
-    if await until(caught_up, wait) is None:
+    took = await until(caught_up, wait)
+    if took is None:
         figures.problems.append(f"core's projections did not catch up within {wait:.0f}s")
         return
+    figures.phases["projections caught up"] = took
     before = await projection_rows(dsn)
     for name in PROJECTION_SCHEMAS:
+        mark = time.monotonic()
         rebuilt = await asyncio.to_thread(nexus, "projections", "rebuild", name, "-o", "json")
         if rebuilt.returncode != 0:
             figures.problems.append(f"rebuild of {name} failed: {rebuilt.stderr or rebuilt.stdout}")
             return
+        figures.phases[f"rebuild {name}"] = time.monotonic() - mark
     after = await projection_rows(dsn)
     figures.projections_compared = sum(len(v) for v in before.values())
     for table in sorted(set(before) | set(after)):
@@ -541,17 +574,33 @@ async def run_chaos(
     state = _state(home)
     bus = await Bus.connect(BusSettings(url=state.nats_url or ""), source="chaos")
     start = time.monotonic()
-    all_runs: list[str] = []
     try:
         dlq_seq = (await bus.js.stream_info(DLQ)).state.last_seq
+        tails = []
+        ids = [[f"{prefix}-k{k}r{i:02d}" for i in range(runs)] for k in range(1, rounds + 1)]
+        all_runs = [r for batch in ids for r in batch]
+        watches = [await request_runs(bus, ids[0])]
+
+        async def next_round() -> None:
+            # Requested once the last kill's new leader answers, so the runners start up
+            # while the killed node catches up; killed only once it is back (two nodes down
+            # would be no quorum). The last round's runs may still be finishing meanwhile.
+            if len(watches) < rounds:
+                watches.append(await request_runs(bus, ids[len(watches)]))
+
         for number in range(1, rounds + 1):
-            run_ids = [f"{prefix}-k{number}r{i:02d}" for i in range(runs)]
-            all_runs += run_ids
-            await run_round(bus, home, figures, number, run_ids, wait=wait)
+            tail = await run_round(
+                bus, home, figures, number, watches[number - 1], wait=wait, on_elected=next_round
+            )
+            if len(watches) == number:  # the kill failed: nothing requested the next runs
+                await next_round()
+            tails += [tail] if tail is not None else []
             figures.phases[f"round {number}"] = (
                 time.monotonic() - start - sum(figures.phases.values())
             )
+        await asyncio.gather(*tails)
         figures.wall = time.monotonic() - start
+        figures.phases["last runs ending"] = figures.wall - sum(figures.phases.values())
         stored = await read_from(bus.js, RUNS, run_events_filter())
         dead = await read_from(bus.js, DLQ, "nexus.dlq.v1.>", dlq_seq)
     finally:

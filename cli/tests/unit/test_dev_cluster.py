@@ -5,6 +5,7 @@ itself runs in tests/e2e/test_cluster_chaos.py."""
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 from pathlib import Path
@@ -58,7 +59,7 @@ def test_each_node_routes_to_the_others_on_its_own_ports(tmp_path: Path) -> None
     ports = [p for n in nodes for p in (n.client_port, n.cluster_port, n.monitor_port)]
     assert len(set(ports)) == 9
     cmd = nats_cluster.node_command("nats-server", nodes[1], nodes)
-    flags = dict(zip(cmd[1::2], cmd[2::2], strict=False))
+    flags = {a: b for a, b in itertools.pairwise(cmd) if a.startswith("-") and b[0] != "-"}
     assert cmd[0] == "nats-server"
     assert "-js" in cmd
     assert flags["-n"] == "nats-2"

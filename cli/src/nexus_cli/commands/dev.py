@@ -148,8 +148,9 @@ def up(
                         f"[yellow]cleaned up a stale stack (supervisor gone): "
                         f"stopped {', '.join(stopped)}[/]"
                     )
-            size = cluster or 1
             stored = store_layout(where / "nats")
+            # Without --cluster a home starts as it was stored: one server, or its cluster.
+            size = cluster or stored or 1
             if stored is not None and stored != size:
                 # The streams live in the store: a cluster would start without them while
                 # PostgreSQL's projections remember their sequences.
