@@ -47,7 +47,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import asyncpg
 import nats.errors
@@ -79,6 +79,7 @@ PROBE_TIMEOUT = 1.0  # seconds a look at the cluster may take
 MAX_SHOWN = 20  # problems listed in the report
 
 Nexus = cr.Nexus
+T = TypeVar("T")
 
 
 def agent_yaml() -> str:
@@ -355,9 +356,22 @@ async def rejoined(js: JetStreamContext, node: str, unreplicated: set[str]) -> b
 # -- the experiment ------------------------------------------------------------------------
 
 
+async def retried(call: Callable[[], Awaitable[T]], within: float = 60.0) -> T:
+    """`call()`, asked again while JetStream's API is busy electing (timeouts, 503s)."""
+    deadline = time.monotonic() + within
+    while True:
+        try:
+            return await call()
+        except (nats.errors.Error, nats.js.errors.Error, TimeoutError):
+            if time.monotonic() > deadline:
+                raise
+        await asyncio.sleep(POLL)  # a retry period: the election has no event to await
+
+
 async def request_runs(bus: Bus, run_ids: list[str]) -> RunWatch:
     """Request `run_ids` (all at once, like a burst of `nexus run`); a watch on them."""
-    watch = RunWatch(bus.js, run_ids, (await bus.js.stream_info(RUNS)).state.last_seq)
+    info = await retried(lambda: bus.js.stream_info(RUNS))
+    watch = RunWatch(bus.js, run_ids, info.state.last_seq)
     for run_id in run_ids:
         request = RunRequested(
             agent_id=AGENT_ID, input="Go.", origin=Origin.CLI, requested_by="chaos"
@@ -382,7 +396,6 @@ async def run_round(
     leader answers and the node is back (restarted and caught up), with a task that waits
     for the round's runs to end (the next round need not wait for that). `on_elected` runs
     once the new leader answers (the next round's runs start while the node catches up)."""
-    js = bus.js
     # Probes get a short timeout: an API call that hangs in an election is simply asked again.
     probe_js = bus.nc.jetstream(timeout=PROBE_TIMEOUT)
     target = TARGETS[(number - 1) % len(TARGETS)]
@@ -395,10 +408,18 @@ async def run_round(
     if await until(all_live, wait) is None:
         figures.problems.append(f"round {number}: runs not live within {wait:.0f}s")
     nodes = _state(home).nats_nodes
-    if target == "runs-leader":
-        victim = (await stream_leader(js, RUNS))[0]
-    else:
-        victim = await nats_cluster.meta_leader(nodes)
+    found: list[str] = []
+
+    async def leader_known() -> bool:
+        if target == "runs-leader":
+            leader = (await stream_leader(probe_js, RUNS))[0]
+        else:
+            leader = await nats_cluster.meta_leader(nodes)
+        found[:] = [leader] if leader else []
+        return bool(found)
+
+    await until(leader_known, wait)
+    victim = found[0] if found else None
     pid = node_pid(home, victim) if victim else None
     if victim is None or pid is None:
         figures.problems.append(f"round {number}: no live {target} to kill ({victim})")
@@ -601,8 +622,8 @@ async def run_chaos(
         await asyncio.gather(*tails)
         figures.wall = time.monotonic() - start
         figures.phases["last runs ending"] = figures.wall - sum(figures.phases.values())
-        stored = await read_from(bus.js, RUNS, run_events_filter())
-        dead = await read_from(bus.js, DLQ, "nexus.dlq.v1.>", dlq_seq)
+        stored = await retried(lambda: read_from(bus.js, RUNS, run_events_filter()))
+        dead = await retried(lambda: read_from(bus.js, DLQ, "nexus.dlq.v1.>", dlq_seq))
     finally:
         await bus.close()
     check_runs(figures, all_runs, stored)
