@@ -19,6 +19,7 @@ would make them flaky.
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import sys
 import time
@@ -28,6 +29,7 @@ from typing import Any
 
 import psutil
 import pytest
+from nexus_events import subjects
 from nexus_events.bus import Bus, BusSettings
 from nexus_events.streams import RUNS
 from nexus_events.testing import eventually_blocking
@@ -157,6 +159,13 @@ def test_a_second_core_keeps_runs_projected_when_the_first_is_killed(
                 )
             print(f"runs requested after the kill projected in {time.monotonic() - started:.1f}s")
             assert replica.proc.poll() is None, replica.log.read_text()[-2000:]
+            # With core's projection lease (docs/cluster.md, "Two replicas of core and
+            # memory") the only core left holds it; a core of before the lease says nothing.
+            leadership = asyncio.run(_leadership(cluster_stack.state()["nats_url"]))
+            print(f"core's leadership after the kill: {leadership}")
+            if leadership is not None:
+                assert leadership["role"] == "leader", leadership
+                assert f"/{replica.proc.pid}/" in leadership["holder"], leadership
             # Stopped before the supervised core comes back: without a lease, a core starting
             # re-creates the projection consumers under the other's feet.
             code = replica.stop()
@@ -175,6 +184,17 @@ def test_a_second_core_keeps_runs_projected_when_the_first_is_killed(
         within=30,
         what="the supervisor to restart the killed core",
     )
+
+
+async def _leadership(nats_url: str) -> dict[str, Any] | None:
+    """The `leadership` part of core's projections.status reply, if it has one."""
+    bus = await Bus.connect(BusSettings(url=nats_url, connect_attempts=1), source="test")
+    try:
+        reply = await bus.nc.request(subjects.CORE_PROJECTIONS_STATUS, b"{}", timeout=10)
+    finally:
+        await bus.close()
+    leadership = json.loads(reply.data).get("leadership")
+    return leadership if isinstance(leadership, dict) else None
 
 
 def _dead(proc: psutil.Process) -> bool:
