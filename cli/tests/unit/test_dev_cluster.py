@@ -124,3 +124,11 @@ def test_logs_of_a_node(env: dict[str, str]) -> None:
     unknown = nexus(env, "dev", "logs", "nats-4")
     assert unknown.exit_code == 2
     assert "nats-1, nats-2, nats-3" in unknown.stderr
+
+
+def test_the_single_server_keeps_its_command_line(tmp_path: Path) -> None:
+    # `nexus dev up` without --cluster runs nats-server exactly as before issue 27.
+    assert nats_cluster.single_command("nats-server", 4222, 8222, tmp_path) == [
+        "nats-server", "-a", "127.0.0.1", "-p", "4222", "-js", "-sd", str(tmp_path),
+        "-m", "8222", "-n", "nexus-dev",
+    ]  # fmt: skip

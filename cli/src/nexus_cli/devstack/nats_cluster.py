@@ -11,10 +11,21 @@ group for JetStream), as the official Helm chart configures it.
 
 from __future__ import annotations
 
+import asyncio
+import logging
+import time
 from pathlib import Path
+
+import nats.errors
+import nats.js.errors
+from nats.js import JetStreamContext
+from nexus_events.errors import BusError
+from nexus_events.streams import StreamSettings, ensure_streams
 
 from nexus_cli.devstack import probes
 from nexus_cli.devstack.state import NatsNode
+
+log = logging.getLogger("nexus.dev")
 
 CLUSTER_NAME = "nexus-dev"
 # JetStream's meta group and every R>1 stream need a majority of their peers: an even count
@@ -45,6 +56,12 @@ def plan_nodes(size: int, nats_home: Path, first_client_port: int | None = None)
         )
         for i in range(1, size + 1)
     ]
+
+
+def single_command(binary: str, port: int, monitor_port: int, store: Path) -> list[str]:
+    """The command line of the dev stack's one nats-server (no cluster)."""
+    return [binary, "-a", "127.0.0.1", "-p", str(port), "-js", "-sd", str(store),
+            "-m", str(monitor_port), "-n", "nexus-dev"]  # fmt: skip
 
 
 def node_command(binary: str, node: NatsNode, nodes: list[NatsNode]) -> list[str]:
@@ -105,3 +122,24 @@ async def formed(nodes: list[NatsNode]) -> bool:
         if await probes.http_status(node.monitor_url + "/healthz") != 200:
             return False
     return await meta_leader(nodes) is not None
+
+
+async def ensure_replicated_streams(js: JetStreamContext, replicas: int, within: float) -> None:
+    """Create the streams with `replicas` replicas (`update=False`: core owns their settings).
+    Right after the meta leader is elected it may not know every peer yet and refuse an R3
+    stream for want of resources, so this retries until the cluster takes them; raises
+    TimeoutError naming the last refusal after `within` seconds."""
+    settings = StreamSettings(replicas=replicas)
+    deadline = time.monotonic() + within
+    while True:
+        try:
+            await ensure_streams(js, settings, update=False)
+        except (BusError, nats.errors.Error, nats.js.errors.Error) as exc:
+            if time.monotonic() > deadline:
+                raise TimeoutError(
+                    f"the NATS cluster did not take R{replicas} streams within {within:.0f}s: {exc}"
+                ) from exc
+            log.info("the cluster does not take R%d streams yet: %s", replicas, exc)
+        else:
+            return
+        await asyncio.sleep(0.2)  # a retry period, not a wait for a condition

@@ -28,13 +28,10 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 import asyncpg
-import nats.errors
-import nats.js.errors
 import psutil
 from nexus_events.bus import Bus, BusSettings
-from nexus_events.errors import BusError
 from nexus_events.services import CHANNELS
-from nexus_events.streams import StreamSettings, ensure_streams
+from nexus_events.streams import ensure_streams
 
 from nexus_cli.devstack import nats_cluster, probes
 from nexus_cli.devstack.control import CLUSTER_ENV
@@ -277,7 +274,9 @@ class Supervisor:
             # Every service creates its streams, KV buckets and object stores with this many
             # replicas (nexus_events.streams.StreamSettings).
             cluster_env["NEXUS_STREAMS_REPLICAS"] = str(self.cluster_size)
-            await self._ensure_replicated_streams()
+            await nats_cluster.ensure_replicated_streams(
+                self.bus.js, self.cluster_size, CLUSTER_STREAMS_TIMEOUT
+            )
 
         service_env = {
             **base_env,
@@ -341,20 +340,7 @@ class Supervisor:
             self.state.nats_monitor_url = f"http://127.0.0.1:{monitor_port}"
             server = self._child(
                 "nats",
-                [
-                    binary,
-                    "-a",
-                    "127.0.0.1",
-                    "-p",
-                    str(nats_port),
-                    "-js",
-                    "-sd",
-                    str(self.home / "nats"),
-                    "-m",
-                    str(monitor_port),
-                    "-n",
-                    "nexus-dev",
-                ],
+                nats_cluster.single_command(binary, nats_port, monitor_port, self.home / "nats"),
                 env,
             )
             server.entry.url = nats_url
@@ -378,27 +364,6 @@ class Supervisor:
             f"the {self.cluster_size} NATS nodes to form a JetStream cluster with a meta leader",
         )
         return self.state.nats_url
-
-    async def _ensure_replicated_streams(self) -> None:
-        """Create the streams with one replica per node. Right after the meta leader is
-        elected the leader may not know every peer yet and refuse an R3 stream for want of
-        resources, so this retries until the cluster takes them (bounded)."""
-        assert self.bus is not None
-        settings = StreamSettings(replicas=self.cluster_size)
-        deadline = time.monotonic() + CLUSTER_STREAMS_TIMEOUT
-        while True:
-            try:
-                await ensure_streams(self.bus.js, settings, update=False)
-            except (BusError, nats.errors.Error, nats.js.errors.Error) as exc:
-                if time.monotonic() > deadline:
-                    raise TimeoutError(
-                        f"the NATS cluster did not take R{self.cluster_size} streams within"
-                        f" {CLUSTER_STREAMS_TIMEOUT:.0f}s: {exc}"
-                    ) from exc
-                log.info("the cluster does not take R%d streams yet: %s", self.cluster_size, exc)
-            else:
-                return
-            await asyncio.sleep(0.2)  # a retry period, not a wait for a condition
 
     async def _model_env(self, base_env: dict[str, str]) -> dict[str, str]:
         """The runner's model settings: the offline model server (started here) with
