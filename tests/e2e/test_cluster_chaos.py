@@ -10,7 +10,8 @@ replicas report current again. The logic is scripts/chaos_cluster.py (its long v
 `uv run python -m scripts.chaos_cluster`); its checks are tested on hand-made streams first,
 so a broken checker cannot pass the chaos test vacuously. Then a second core, started with
 the supervised core's environment, keeps runs projected when the supervised core is
-SIGKILLed (and, the supervisor being stopped meanwhile, not restarted).
+SIGKILLed (and, the supervisor being stopped meanwhile, not restarted); with core's KV lease
+it must also report itself the lease holder.
 
 The stack is this module's own: killing NATS nodes and core under the other end-to-end tests
 would make them flaky.
