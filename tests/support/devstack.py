@@ -4,7 +4,8 @@
 teardown runs `nexus dev down` and fails if any process the stack started (every one
 `Stack.remember_processes` noted) is still alive. A suite's conftest subclasses `Stack` for
 what differs (how `nexus` runs, which further processes to track) and passes its own
-environment through `stack_env`.
+environment through `stack_env`. `start_replica` runs one more replica of a supervised
+service (a second core) beside the stack, with that service's very environment.
 """
 
 from __future__ import annotations
@@ -12,9 +13,13 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import signal
+import socket
 import subprocess
 import sys
 import time
+import urllib.error
+import urllib.request
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -144,3 +149,64 @@ def stack_env(
     )
     env.update(extra or {})
     return env
+
+
+@dataclass
+class Replica:
+    """One more process of a supervised service, started beside the stack (not supervised:
+    nothing restarts it, `dev down` does not stop it; `stop` or the teardown's leak check)."""
+
+    name: str
+    proc: subprocess.Popen[bytes]
+    health_url: str
+    log: Path
+
+    def ready(self) -> bool:
+        """Whether its /readyz answers 200."""
+        try:
+            with urllib.request.urlopen(self.health_url + "/readyz", timeout=2) as resp:
+                return bool(resp.status == 200)
+        except (OSError, urllib.error.URLError):
+            return False
+
+    def stop(self, timeout: float = 40.0) -> int:
+        """SIGTERM (it drains), SIGKILL after `timeout`; its exit code."""
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                return self.proc.wait(timeout)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+        return self.proc.wait()
+
+
+def service_env(stack: Stack, name: str) -> dict[str, str]:
+    """The environment the supervisor started service `name` with, read from its process."""
+    pid = stack.state()["services"][name]["pid"]
+    env: dict[str, str] = psutil.Process(pid).environ()
+    return env
+
+
+def start_replica(stack: Stack, name: str = "core", module: str = "nexus_core") -> Replica:
+    """``python -m <module>`` with the environment of the supervised `name` but its own health
+    port (and no Prometheus port, which only one process can bind): a second replica on the
+    same NATS and database. Noted in `stack.seen`, so teardown fails if it is left running."""
+    env = service_env(stack, name)
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    env["NEXUS_HEALTH_PORT"] = str(port)
+    env.pop("NEXUS_METRICS_PROMETHEUS_PORT", None)
+    log = stack.home / "logs" / f"{name}-replica-{port}.log"
+    with log.open("ab") as out:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", module],
+            env=env,
+            cwd=stack.home,
+            stdin=subprocess.DEVNULL,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+    stack.seen[f"{name}-replica:{proc.pid}"] = psutil.Process(proc.pid)
+    return Replica(name, proc, f"http://127.0.0.1:{port}", log)

@@ -22,8 +22,9 @@ from nexus_cli.devstack.control import (
     stop_stack,
     wait_ready,
 )
+from nexus_cli.devstack.nats_cluster import cluster_size_error, meta_leader, store_layout
 from nexus_cli.devstack.services import APP_SERVICES, always_started, stack_services
-from nexus_cli.devstack.state import StackState, read_state
+from nexus_cli.devstack.state import NatsNode, StackState, read_state
 from nexus_cli.errors import CliError, ExitCode
 from nexus_cli.options import Output, OutputOpt, guard, run
 from nexus_cli.output import console, duration, emit, message, print_json
@@ -46,12 +47,26 @@ def _summary(state: StackState) -> dict[str, Any]:
         "home": state.home,
         "nats_url": state.nats_url,
         "nats_monitor_url": state.nats_monitor_url,
+        "cluster_size": state.cluster_size,
+        "nats_nodes": [_node_view(state, node) for node in state.nats_nodes],
         "database_url": state.database_url,
         "core_health_url": state.core_health_url,
         "model_url": state.model_url,
         "offline_model": "model" in state.services,
         "supervisor_pid": state.supervisor.pid,
         "logs": str(Path(state.home) / "logs"),
+    }
+
+
+def _node_view(state: StackState, node: NatsNode) -> dict[str, Any]:
+    entry = state.services.get(node.name)
+    return {
+        "name": node.name,
+        "url": node.url,
+        "cluster_url": node.cluster_url,
+        "monitor_url": node.monitor_url,
+        "store": node.store,
+        "pid": entry.pid if entry else None,
     }
 
 
@@ -63,6 +78,13 @@ def _print_where(output: Output, state: StackState, headline: str) -> None:
     console.print(f"[bold green]{headline}[/]")
     for key in ("nats_url", "nats_monitor_url", "database_url", "core_health_url", "logs"):
         console.print(f"  {key:<17} {data[key]}", markup=False)
+    if state.nats_nodes:
+        names = ", ".join(node.name for node in state.nats_nodes)
+        console.print(
+            f"  {'cluster':<17} {state.cluster_size} NATS nodes ({names}),"
+            f" streams with {state.cluster_size} replicas",
+            markup=False,
+        )
     if data["offline_model"]:
         console.print(
             f"  {'model_url':<17} {data['model_url']} (offline scripted model, no LLM)",
@@ -84,16 +106,35 @@ def up(
             help="Also start the offline scripted model server and point the runners at it.",
         ),
     ] = False,
+    cluster: Annotated[
+        int | None,
+        typer.Option(
+            "--cluster",
+            metavar="N",
+            help="Run NATS as a JetStream cluster of N nodes (3 or 5) on loopback, with"
+            " N-replica streams; 1 (the default) is one nats-server.",
+            show_default=False,
+        ),
+    ] = None,
     output: OutputOpt = Output.TABLE,
 ) -> None:
     """Start the stack in the background and wait until every service is healthy."""
 
     def body() -> None:
+        if cluster is not None and (error := cluster_size_error(cluster)) is not None:
+            raise CliError(error, code=ExitCode.INVALID)
         _require_dev_stack()
         where = _home(home)
         with stack_lock(where):
             state = read_state(where)
             if state is not None and state.supervisor_alive():
+                if cluster is not None and cluster != state.cluster_size:
+                    raise CliError(
+                        f"the dev stack in {where} runs {_nodes(state.cluster_size)},"
+                        f" not {cluster}",
+                        hint=f"`nexus dev down`, then `nexus dev up --cluster {cluster}`",
+                        code=ExitCode.INVALID,
+                    )
                 if state.status == "ready":
                     _print_where(output, state, f"the dev stack is already up in {where}")
                     return
@@ -107,11 +148,26 @@ def up(
                         f"[yellow]cleaned up a stale stack (supervisor gone): "
                         f"stopped {', '.join(stopped)}[/]"
                     )
-            pid = spawn_supervisor(where, offline_model=offline_model)
+            stored = store_layout(where / "nats")
+            # Without --cluster a home starts as it was stored: one server, or its cluster.
+            size = cluster or stored or 1
+            if stored is not None and stored != size:
+                # The streams live in the store: a cluster would start without them while
+                # PostgreSQL's projections remember their sequences.
+                raise CliError(
+                    f"{where / 'nats'} holds the streams of {_nodes(stored)}, not {size}",
+                    hint=f"`nexus dev up --cluster {stored}`, or another --home",
+                    code=ExitCode.INVALID,
+                )
+            pid = spawn_supervisor(where, offline_model=offline_model, cluster=size)
             ready = wait_ready(where, pid, timeout)
             _print_where(output, ready, f"the dev stack is up in {where}")
 
     guard(output, body)
+
+
+def _nodes(count: int) -> str:
+    return "one NATS server" if count == 1 else f"a cluster of {count} NATS nodes"
 
 
 # What the supervisor imports or runs: the `dev-stack` extra of nexus-cli.
@@ -165,8 +221,11 @@ def down(
 
 async def _probe(state: StackState) -> dict[str, str]:
     health: dict[str, str] = {}
-    nats_ok = bool(state.nats_url) and await probes.nats_answers(state.nats_url or "")
-    health["nats"] = "healthy" if nats_ok else "down"
+    if state.nats_nodes:
+        nats_ok = await _probe_nodes(state, health)
+    else:
+        nats_ok = bool(state.nats_url) and await probes.nats_answers(state.nats_url or "")
+        health["nats"] = "healthy" if nats_ok else "down"
     health["postgres"] = (
         "healthy"
         if state.services.get("postgres", None) and (state.services["postgres"].alive())
@@ -206,6 +265,20 @@ async def _probe(state: StackState) -> dict[str, str]:
     return health
 
 
+async def _probe_nodes(state: StackState, health: dict[str, str]) -> bool:
+    """Each cluster node's health into `health` (the meta leader marked, as the first node
+    that answers knows it); whether any node answers."""
+    leader = await meta_leader(state.nats_nodes)
+    answering = False
+    for node in state.nats_nodes:
+        if await probes.nats_answers(node.url):
+            answering = True
+            health[node.name] = "healthy (meta leader)" if node.name == leader else "healthy"
+        else:
+            health[node.name] = "down"
+    return answering
+
+
 @app.command()
 def status(home: HomeOpt = None, output: OutputOpt = Output.TABLE) -> None:
     """Each service: pid, health, restarts, where it listens. Exit 4 if the stack is not up."""
@@ -224,6 +297,9 @@ def status(home: HomeOpt = None, output: OutputOpt = Output.TABLE) -> None:
         # Every service the supervisor recorded (plane-sync, the gateway and the offline model
         # only when it started them), in the order of stack_services().
         listed = [n for n in stack_services() if n in always_started() or n in state.services]
+        # A cluster's nodes stand where the single server does.
+        at = listed.index("nats")
+        listed[at : at + 1] = state.nats_services()
         for name in listed:
             entry = state.services.get(name)
             services.append(
@@ -273,8 +349,8 @@ def logs(
     service: Annotated[
         str | None,
         typer.Argument(
-            help="nats, postgres, core, memory, scheduler, plane-sync, channel-gateway, model"
-            " or supervisor."
+            help="nats (nats-1..N in a cluster), postgres, core, memory, scheduler, plane-sync,"
+            " channel-gateway, model or supervisor."
         ),
     ] = None,
     follow: Annotated[bool, typer.Option("--follow", "-f", help="Keep printing.")] = False,
@@ -285,7 +361,9 @@ def logs(
 
     def body() -> None:
         where = _home(home)
-        known = (*stack_services(), "supervisor")
+        state = read_state(where)
+        nodes = [n.name for n in state.nats_nodes] if state is not None else []
+        known = (*stack_services(), *nodes, "supervisor")
         names = [service] if service else list(known)
         for name in names:
             if name not in known:

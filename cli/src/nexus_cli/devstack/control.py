@@ -15,6 +15,8 @@ from nexus_cli.devstack.postgres import stop_data_dir
 from nexus_cli.devstack.state import StackState, pid_alive, read_state, terminate
 from nexus_cli.errors import CliError, ExitCode
 
+# How `spawn_supervisor` tells the supervisor to run a NATS cluster of N nodes.
+CLUSTER_ENV = "NEXUS_DEV_CLUSTER"
 # How often `up`/`down` look at the state file while waiting.
 POLL = 0.1
 SUPERVISOR_LOG = "supervisor.log"
@@ -45,13 +47,16 @@ def clean_stale(home: Path, state: StackState) -> list[str]:
     return stopped
 
 
-def spawn_supervisor(home: Path, *, offline_model: bool = False) -> int:
+def spawn_supervisor(home: Path, *, offline_model: bool = False, cluster: int = 1) -> int:
     """Start the supervisor in its own session; with `offline_model` it also starts the
-    offline scripted model server and points the runners at it."""
+    offline scripted model server and points the runners at it; `cluster`: NATS nodes."""
     (home / "logs").mkdir(parents=True, exist_ok=True)
     env = dict(os.environ)
     if offline_model:
         env["NEXUS_DEV_OFFLINE_MODEL"] = "1"
+    env.pop(CLUSTER_ENV, None)
+    if cluster != 1:
+        env[CLUSTER_ENV] = str(cluster)
     with (home / "logs" / SUPERVISOR_LOG).open("ab") as out:
         proc = subprocess.Popen(
             [sys.executable, "-m", "nexus_cli.devstack.supervisor", str(home)],

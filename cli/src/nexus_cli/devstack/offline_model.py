@@ -39,6 +39,8 @@ name ``offline-NAME``, else by the role the system prompt opens with as examples
   journal's lines) and ``details.interrupted`` (tool results that said the call was
   interrupted). A resumed attempt that restored the workspace and the conversation finishes
   with the same details.
+- ``paced``: ``resume`` with two seconds' sleep in each journal append, so runs started
+  together are all still going seconds later (the cluster chaos test kills a NATS node then).
 
 A request from memory's extraction (its instruction carries ``[nexus-memory-extraction]``)
 gets JSON naming what the finished run taught: its result summary, in the repository's scope
@@ -293,7 +295,8 @@ def _resume_report(t: Turn) -> Reply:
     )
 
 
-def _resume_steps(first: Turn) -> list[Step]:
+def _resume_steps(first: Turn, pauses: tuple[float, float, float] = (0.0, 0.3, 0.0)) -> list[Step]:
+    """The `resume` script; `pauses`: seconds each of its three journal appends sleeps first."""
     alpha, beta, gamma = RESUME_FILES
 
     def write(path: str) -> Step:
@@ -309,14 +312,14 @@ def _resume_steps(first: Turn) -> list[Step]:
 
     return [
         write(alpha),
-        shell(_append(2)),
+        shell(_append(2, pause=pauses[0])),
         write(beta),
         read(alpha),
         # A short pause: a kill after this turn's event often lands inside the command.
-        shell(_append(5, pause=0.3)),
+        shell(_append(5, pause=pauses[1])),
         write(gamma),
         read(beta),
-        shell(_append(8)),
+        shell(_append(8, pause=pauses[2])),
         read(gamma),
         lambda t: Reply(
             "Printing the journal.", (Call("run_shell", {"command": f"cat {RESUME_JOURNAL}"}),)
@@ -337,6 +340,9 @@ SCRIPTS: dict[str, Callable[[Turn], list[Step]]] = {
     "reviewer": _reviewer_steps,
     "tester": _tester_steps,
     "resume": _resume_steps,
+    # Seconds in each journal append: five runs started together all still run when a NATS
+    # node is killed a moment later (scripts/chaos_cluster.py).
+    "paced": lambda first: _resume_steps(first, pauses=(2.0, 2.0, 2.0)),
 }
 
 

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import socket
+from typing import Any
 from urllib.parse import urlsplit
 
 import nats.errors
@@ -45,6 +47,37 @@ async def http_status(url: str, within: float = PROBE_TIMEOUT) -> int:
         return 0
     fields = line.split()
     return int(fields[1]) if len(fields) > 1 and fields[1].isdigit() else 0
+
+
+async def http_json(url: str, within: float = PROBE_TIMEOUT) -> dict[str, Any] | None:
+    """The JSON object ``GET url`` answers with 200 (nats-server's monitoring endpoints), or
+    None: nothing answers, another status, not a JSON object."""
+    parts = urlsplit(url)
+    host, port = parts.hostname or "127.0.0.1", parts.port or 80
+    path = parts.path + (f"?{parts.query}" if parts.query else "") or "/"
+    try:
+        async with asyncio.timeout(within):
+            reader, writer = await asyncio.open_connection(host, port)
+            try:
+                # HTTP/1.0: the server closes after the body, so reading to EOF is the body.
+                writer.write(f"GET {path} HTTP/1.0\r\nHost: {host}\r\n\r\n".encode())
+                await writer.drain()
+                raw = await reader.read()
+            finally:
+                writer.close()
+                with contextlib.suppress(OSError):
+                    await writer.wait_closed()
+    except (OSError, TimeoutError):
+        return None
+    head, _, body = raw.partition(b"\r\n\r\n")
+    fields = head.split(b"\r\n", 1)[0].split()
+    if len(fields) < 2 or fields[1] != b"200":
+        return None
+    try:
+        data = json.loads(body)
+    except ValueError:
+        return None
+    return data if isinstance(data, dict) else None
 
 
 async def nats_answers(url: str, within: float = PROBE_TIMEOUT) -> bool:

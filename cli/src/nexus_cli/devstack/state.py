@@ -44,6 +44,31 @@ class ServiceEntry(ProcessRef):
     log: str | None = None
 
 
+class NatsNode(BaseModel):
+    """One nats-server of a clustered dev stack (`nexus dev up --cluster N`): where it listens
+    and keeps its store. Its process (pid, restarts) is the service entry of the same name."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    name: str = Field(description="Server name, nats-1..N; also its service entry's name.")
+    client_port: int
+    cluster_port: int = Field(description="Where the other nodes route to it.")
+    monitor_port: int = Field(description="HTTP monitoring: /healthz, /jsz.")
+    store: str = Field(description="Its JetStream store directory.")
+
+    @property
+    def url(self) -> str:
+        return f"nats://127.0.0.1:{self.client_port}"
+
+    @property
+    def cluster_url(self) -> str:
+        return f"nats://127.0.0.1:{self.cluster_port}"
+
+    @property
+    def monitor_url(self) -> str:
+        return f"http://127.0.0.1:{self.monitor_port}"
+
+
 class StackState(BaseModel):
     model_config = ConfigDict(extra="ignore")
 
@@ -52,13 +77,21 @@ class StackState(BaseModel):
     status: StackStatus = "starting"
     error: str | None = None
     supervisor: ProcessRef = Field(default_factory=ProcessRef)
-    nats_url: str | None = None
+    nats_url: str | None = Field(None, description="Every NATS server URL, comma-joined.")
     nats_monitor_url: str | None = None
     database_url: str | None = None
     core_health_url: str | None = None
     scheduler_health_url: str | None = None
     model_url: str | None = Field(None, description="The runners' model base URL, if known.")
     services: dict[str, ServiceEntry] = Field(default_factory=dict)
+    cluster_size: int = Field(1, description="NATS servers: 1, or a cluster of 3 or 5.")
+    nats_nodes: list[NatsNode] = Field(
+        default_factory=list, description="The cluster's nodes (none for a single server)."
+    )
+
+    def nats_services(self) -> list[str]:
+        """The service entries of the stack's NATS servers: `nats`, or nats-1..N."""
+        return [node.name for node in self.nats_nodes] or ["nats"]
 
     def supervisor_alive(self) -> bool:
         return self.supervisor.alive()

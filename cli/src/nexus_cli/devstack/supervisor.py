@@ -1,7 +1,9 @@
 """The dev stack's supervisor: ``python -m nexus_cli.devstack.supervisor HOME``.
 
 Started in the background by `nexus dev up` (its own session, so a Ctrl-C in the terminal does
-not reach it). It starts nats-server (JetStream, store HOME/nats), PostgreSQL (HOME/pg),
+not reach it). It starts nats-server (JetStream, store HOME/nats) or, with NEXUS_DEV_CLUSTER=N
+(`nexus dev up --cluster N`), N clustered nodes (`nats_cluster`: stores HOME/nats/nats-<i>,
+streams with N replicas, every service given all N URLs), PostgreSQL (HOME/pg),
 ensures the streams, then the Nexus services of ``APP_SERVICES`` (core, memory, the
 scheduler with the local runtime, runs under HOME/runs, and the channel gateway, which runs
 delegation; plane-sync when Plane is configured), each writing to
@@ -31,7 +33,8 @@ from nexus_events.bus import Bus, BusSettings
 from nexus_events.services import CHANNELS
 from nexus_events.streams import ensure_streams
 
-from nexus_cli.devstack import probes
+from nexus_cli.devstack import nats_cluster, probes
+from nexus_cli.devstack.control import CLUSTER_ENV
 from nexus_cli.devstack.postgres import EmbeddedPostgres
 from nexus_cli.devstack.services import APP_SERVICES
 from nexus_cli.devstack.state import ServiceEntry, StackState, process_ref, write_state
@@ -49,6 +52,8 @@ READY_TIMEOUT = 90.0
 # Restart backoff: first delay, doubling up to the cap.
 RESTART_DELAY = 0.5
 RESTART_DELAY_CAP = 10.0
+# Seconds a new cluster may take to accept its replicated streams after electing a leader.
+CLUSTER_STREAMS_TIMEOUT = 30.0
 # How often the supervisor looks at PostgreSQL (not its child) and refreshes readiness.
 WATCH_PERIOD = 1.0
 
@@ -174,7 +179,7 @@ def note(child: Child, text: str) -> None:
 
 
 class Supervisor:
-    def __init__(self, home: Path) -> None:
+    def __init__(self, home: Path, cluster_size: int = 1) -> None:
         self.home = home
         self.state = StackState(home=str(home), supervisor=process_ref(os.getpid()))
         self.children: dict[str, Child] = {}
@@ -182,10 +187,12 @@ class Supervisor:
         self.pg_entry = ServiceEntry(name="postgres", log=str(home / "logs" / "postgres.log"))
         self.stop_event = asyncio.Event()
         self.bus: Bus | None = None
+        self.cluster_size = cluster_size
+        self.state.cluster_size = cluster_size
 
     def save(self) -> None:
         self.state.services = {
-            "nats": self._entry("nats"),
+            **{name: self._entry(name) for name in self.state.nats_services()},
             "postgres": self.pg_entry,
             **{
                 app.name: self._entry(app.name)
@@ -244,32 +251,7 @@ class Supervisor:
             # People read these logs (`nexus dev logs`): text unless asked otherwise.
             "NEXUS_LOG_FORMAT": os.environ.get("NEXUS_LOG_FORMAT", "text"),
         }
-        nats_port = int(os.environ.get("NEXUS_DEV_NATS_PORT") or probes.free_port())
-        monitor_port = probes.free_port()
-        nats_url = f"nats://127.0.0.1:{nats_port}"
-        self.state.nats_url = nats_url
-        self.state.nats_monitor_url = f"http://127.0.0.1:{monitor_port}"
-        nats = self._child(
-            "nats",
-            [
-                nats_server_binary(),
-                "-a",
-                "127.0.0.1",
-                "-p",
-                str(nats_port),
-                "-js",
-                "-sd",
-                str(self.home / "nats"),
-                "-m",
-                str(monitor_port),
-                "-n",
-                "nexus-dev",
-            ],
-            base_env,
-        )
-        nats.entry.url = nats_url
-        await nats.start()
-        await _until(lambda: probes.nats_answers(nats_url), "nats-server to accept connections")
+        nats_url = await self._start_nats(base_env)
 
         await self._start_postgres()
         admin_dsn = self.pg.dsn("postgres")
@@ -285,9 +267,23 @@ class Supervisor:
         self.save()
 
         self.bus = await Bus.connect(BusSettings(url=nats_url, name="nexus-dev"), source="dev")
-        await ensure_streams(self.bus.js, update=False)  # core owns stream settings
+        cluster_env: dict[str, str] = {}
+        if self.cluster_size == 1:
+            await ensure_streams(self.bus.js, update=False)  # core owns stream settings
+        else:
+            # Every service creates its streams, KV buckets and object stores with this many
+            # replicas (nexus_events.streams.StreamSettings).
+            cluster_env["NEXUS_STREAMS_REPLICAS"] = str(self.cluster_size)
+            await nats_cluster.ensure_replicated_streams(
+                self.bus.js, self.cluster_size, CLUSTER_STREAMS_TIMEOUT
+            )
 
-        service_env = {**base_env, "NEXUS_NATS_URL": nats_url, **await self._model_env(base_env)}
+        service_env = {
+            **base_env,
+            "NEXUS_NATS_URL": nats_url,
+            **cluster_env,
+            **await self._model_env(base_env),
+        }
         # Runners clone into the stack's directory (not a /tmp shared by every stack), where
         # `down` finds whatever they left running.
         # (The deprecated NEXUS_RUNNER_/NEXUS_SCHEDULER_ names still count where set.)
@@ -330,6 +326,44 @@ class Supervisor:
             await self.children[app.name].start()
         names = ", ".join(app.name for app in started if app.gates_readiness)
         await _until(self._healthy, f"{names} to become ready", READY_TIMEOUT)
+
+    async def _start_nats(self, env: dict[str, str]) -> str:
+        """Start the NATS server, or the cluster's nodes, and wait until clients (and, for a
+        cluster, replicated streams) can be served; return every client URL, comma-joined."""
+        first_port = os.environ.get("NEXUS_DEV_NATS_PORT")
+        binary = nats_server_binary()
+        if self.cluster_size == 1:
+            nats_port = int(first_port or probes.free_port())
+            monitor_port = probes.free_port()
+            nats_url = f"nats://127.0.0.1:{nats_port}"
+            self.state.nats_url = nats_url
+            self.state.nats_monitor_url = f"http://127.0.0.1:{monitor_port}"
+            server = self._child(
+                "nats",
+                nats_cluster.single_command(binary, nats_port, monitor_port, self.home / "nats"),
+                env,
+            )
+            server.entry.url = nats_url
+            await server.start()
+            await _until(lambda: probes.nats_answers(nats_url), "nats-server to accept connections")
+            return nats_url
+        nodes = nats_cluster.plan_nodes(
+            self.cluster_size, self.home / "nats", int(first_port) if first_port else None
+        )
+        self.state.nats_nodes = nodes
+        self.state.nats_url = nats_cluster.urls(nodes)
+        self.state.nats_monitor_url = nodes[0].monitor_url
+        for node in nodes:
+            child = self._child(node.name, nats_cluster.node_command(binary, node, nodes), env)
+            child.entry.url = node.url
+        # All at once: each node keeps dialling its routes until the others listen.
+        for node in nodes:
+            await self.children[node.name].start()
+        await _until(
+            lambda: nats_cluster.formed(nodes),
+            f"the {self.cluster_size} NATS nodes to form a JetStream cluster with a meta leader",
+        )
+        return self.state.nats_url
 
     async def _model_env(self, base_env: dict[str, str]) -> dict[str, str]:
         """The runner's model settings: the offline model server (started here) with
@@ -423,9 +457,8 @@ class Supervisor:
             await asyncio.to_thread(self.pg.stop)
             self.pg_entry.state = "stopped"
             self.save()
-        nats = self.children.get("nats")
-        if nats is not None:
-            await nats.stop(within=10)
+        nodes = [self.children[n] for n in self.state.nats_services() if n in self.children]
+        await asyncio.gather(*(node.stop(within=10) for node in nodes))
 
 
 def _last_line(path: Path, tail: int = 8192) -> str:
@@ -479,8 +512,8 @@ async def _until(probe: Callable[[], Awaitable[bool]], what: str, within: float 
         await asyncio.sleep(0.1)
 
 
-async def _main(home: Path) -> int:
-    supervisor = Supervisor(home)
+async def _main(home: Path, cluster_size: int) -> int:
+    supervisor = Supervisor(home, cluster_size)
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, supervisor.stop_event.set)
@@ -493,8 +526,14 @@ def main(argv: list[str] | None = None) -> None:
         sys.stderr.write("usage: python -m nexus_cli.devstack.supervisor HOME\n")
         raise SystemExit(2)
     home = Path(args[0]).resolve()
+    raw = os.environ.get(CLUSTER_ENV) or "1"
+    size = int(raw) if raw.isdigit() else 0
+    error = nats_cluster.cluster_size_error(size)
+    if error is not None:
+        sys.stderr.write(f"{CLUSTER_ENV}={raw}: {error}\n")
+        raise SystemExit(2)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s")
-    raise SystemExit(asyncio.run(_main(home)))
+    raise SystemExit(asyncio.run(_main(home, size)))
 
 
 if __name__ == "__main__":

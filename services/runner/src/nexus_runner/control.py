@@ -7,14 +7,16 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import time
 from dataclasses import dataclass
 from typing import Any
 
 import nats.errors
+import nats.js.errors
 from nats.aio.msg import Msg
 from nats.js.api import ConsumerConfig, DeliverPolicy
 from nexus_events import subjects
-from nexus_events.bus import Bus, decode_msg
+from nexus_events.bus import Bus, decode_msg, stream_for_subject
 from nexus_events.codec import Envelope
 from nexus_events.errors import DecodeError
 from nexus_events.events.inbox import ApprovalDecision, InboxMessage
@@ -30,6 +32,19 @@ from nexus_events.streams import INBOX, RUNS
 from nexus_runner.errors import RunStopped
 
 log = logging.getLogger(__name__)
+
+# What JetStream's API raises while a stream or the meta group elects a leader, or while the
+# connection moves to another server: the control channel's subscriptions are retried on them.
+_ELECTION_ERRORS = (
+    nats.errors.TimeoutError,
+    nats.errors.NoRespondersError,
+    nats.errors.ConnectionReconnectingError,
+    nats.errors.StaleConnectionError,
+    nats.js.errors.ServiceUnavailableError,
+)
+# Waits between attempts: 50 ms doubling to 1 s, as a publish's retries.
+_FIRST_RETRY_DELAY = 0.05
+_LAST_RETRY_DELAY = 1.0
 
 # The runner publishes its own terminal event only after it stopped following these, so one
 # seen while it runs was published by someone else and ends the run for good.
@@ -144,14 +159,31 @@ class RunControl:
         followed += [(subjects.run_event(self.run_id, n), points.runs_seq) for n in TERMINAL_EVENTS]
         followed.append((subjects.run_event(self.run_id, "resuming"), points.runs_seq))
         for subject, seq in followed:
+            self._subs.append(await self._follow(subject, seq))
+
+    async def _follow(self, subject: str, seq: int) -> Any:
+        """An ordered consumer of `subject` from `seq`, retried through a JetStream leader
+        election or a reconnect (its API answers 503, nothing or too late for a few seconds)
+        for as long as a publish would be (``publish_deadline``)."""
+        stream = stream_for_subject(subject)  # named: one JetStream API call fewer
+        deadline = time.monotonic() + self.bus.settings.publish_deadline
+        delay = _FIRST_RETRY_DELAY
+        while True:
+            # A fresh config each time: nats-py writes the deliver inbox into the one given.
             config = ConsumerConfig(
                 deliver_policy=DeliverPolicy.BY_START_SEQUENCE if seq > 1 else DeliverPolicy.ALL,
                 opt_start_seq=seq if seq > 1 else None,
             )
-            sub = await self.bus.js.subscribe(
-                subject, cb=self._on_msg, ordered_consumer=True, config=config
-            )
-            self._subs.append(sub)
+            try:
+                return await self.bus.js.subscribe(
+                    subject, stream=stream, cb=self._on_msg, ordered_consumer=True, config=config
+                )
+            except _ELECTION_ERRORS as exc:
+                if time.monotonic() + delay >= deadline:
+                    raise
+                log.info("following %s: JetStream busy (%s); retrying", subject, exc)
+            await asyncio.sleep(delay)  # a backoff between attempts, not a wait for a condition
+            delay = min(delay * 2, _LAST_RETRY_DELAY)
 
     async def _dead_letter(self, msg: Msg, exc: DecodeError) -> None:
         # Not dropped: a person who typed a bad `nats pub` finds it in `nexus dlq ls` with the

@@ -1,0 +1,145 @@
+"""The dev stack's NATS as a JetStream cluster on loopback (`nexus dev up --cluster N`).
+
+N nats-server processes, named nats-1..N, in one cluster (`CLUSTER_NAME`): each listens for
+clients, for routes from the others and for monitoring on its own 127.0.0.1 ports, routes to
+every other node, and keeps its JetStream store under HOME/nats/<name>. The ports are drawn
+once, when the stack starts, and a node the supervisor restarts gets the same command line
+(same ports, same store), so it rejoins the cluster and catches its stream replicas up.
+Nothing here is Nexus's own clustering: it is how nats-server clusters (routes + a RAFT meta
+group for JetStream), as the official Helm chart configures it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from pathlib import Path
+
+import nats.errors
+import nats.js.errors
+from nats.js import JetStreamContext
+from nexus_events.errors import BusError
+from nexus_events.streams import StreamSettings, ensure_streams
+
+from nexus_cli.devstack import probes
+from nexus_cli.devstack.state import NatsNode
+
+log = logging.getLogger("nexus.dev")
+
+CLUSTER_NAME = "nexus-dev"
+# JetStream's meta group and every R>1 stream need a majority of their peers: an even count
+# adds a node without adding a failure it survives, and nats-server caps replicas at 5.
+MAX_NODES = 5
+
+
+def cluster_size_error(size: int) -> str | None:
+    """Why `size` nodes is not a cluster the dev stack runs, or None if it is."""
+    if size < 1 or size > MAX_NODES or size % 2 == 0:
+        return (
+            f"--cluster must be 1, 3 or 5 NATS nodes, not {size}: JetStream needs a majority of"
+            " an odd number of nodes, and streams have at most 5 replicas"
+        )
+    return None
+
+
+def plan_nodes(size: int, nats_home: Path, first_client_port: int | None = None) -> list[NatsNode]:
+    """`size` nodes with free ports (client ports from `first_client_port` on, if given) and
+    their stores under `nats_home`."""
+    return [
+        NatsNode(
+            name=f"nats-{i}",
+            client_port=first_client_port + i - 1 if first_client_port else probes.free_port(),
+            cluster_port=probes.free_port(),
+            monitor_port=probes.free_port(),
+            store=str(nats_home / f"nats-{i}"),
+        )
+        for i in range(1, size + 1)
+    ]
+
+
+def single_command(binary: str, port: int, monitor_port: int, store: Path) -> list[str]:
+    """The command line of the dev stack's one nats-server (no cluster)."""
+    return [binary, "-a", "127.0.0.1", "-p", str(port), "-js", "-sd", str(store),
+            "-m", str(monitor_port), "-n", "nexus-dev"]  # fmt: skip
+
+
+def node_command(binary: str, node: NatsNode, nodes: list[NatsNode]) -> list[str]:
+    """The nats-server command line of `node` in the cluster of `nodes`."""
+    routes = ",".join(other.cluster_url for other in nodes if other.name != node.name)
+    return [
+        binary,
+        "-a",
+        "127.0.0.1",
+        "-p",
+        str(node.client_port),
+        "-js",
+        "-sd",
+        node.store,
+        "-m",
+        str(node.monitor_port),
+        # JetStream in a cluster needs a stable server name: the RAFT peers are named after it.
+        "-n",
+        node.name,
+        "--cluster_name",
+        CLUSTER_NAME,
+        "--cluster",
+        node.cluster_url,
+        "--routes",
+        routes,
+    ]
+
+
+def urls(nodes: list[NatsNode]) -> str:
+    """Every node's client URL, comma-joined (what NEXUS_NATS_URL takes)."""
+    return ",".join(node.url for node in nodes)
+
+
+def store_layout(nats_home: Path) -> int | None:
+    """How many NATS nodes the stores under `nats_home` belong to: 1 for a single server's,
+    N for a cluster's nats-1..N, None if there is no store yet."""
+    if (nats_home / "jetstream").exists():
+        return 1
+    nodes = [p for p in nats_home.glob("nats-*") if (p / "jetstream").exists()]
+    return len(nodes) or None
+
+
+async def meta_leader(nodes: list[NatsNode]) -> str | None:
+    """The node leading the JetStream meta group, as the first node that answers knows it
+    (its /jsz), or None if none answers or no leader is elected."""
+    for node in nodes:
+        jsz = await probes.http_json(node.monitor_url + "/jsz")
+        meta = jsz.get("meta_cluster") if jsz else None
+        if isinstance(meta, dict) and meta.get("leader"):
+            return str(meta["leader"])
+    return None
+
+
+async def formed(nodes: list[NatsNode]) -> bool:
+    """Whether every node answers /healthz (JetStream current with the meta group) and a
+    meta leader is elected: the cluster can take a replicated stream."""
+    for node in nodes:
+        if await probes.http_status(node.monitor_url + "/healthz") != 200:
+            return False
+    return await meta_leader(nodes) is not None
+
+
+async def ensure_replicated_streams(js: JetStreamContext, replicas: int, within: float) -> None:
+    """Create the streams with `replicas` replicas (`update=False`: core owns their settings).
+    Right after the meta leader is elected it may not know every peer yet and refuse an R3
+    stream for want of resources, so this retries until the cluster takes them; raises
+    TimeoutError naming the last refusal after `within` seconds."""
+    settings = StreamSettings(replicas=replicas)
+    deadline = time.monotonic() + within
+    while True:
+        try:
+            await ensure_streams(js, settings, update=False)
+        except (BusError, nats.errors.Error, nats.js.errors.Error) as exc:
+            if time.monotonic() > deadline:
+                raise TimeoutError(
+                    f"the NATS cluster did not take R{replicas} streams within {within:.0f}s: {exc}"
+                ) from exc
+            log.info("the cluster does not take R%d streams yet: %s", replicas, exc)
+        else:
+            return
+        await asyncio.sleep(0.2)  # a retry period, not a wait for a condition
