@@ -10,7 +10,7 @@ from typing import Any
 import nats.errors
 from nexus_events import subjects
 from nexus_events.bus import Bus, BusSettings
-from nexus_events.errors import BusError, BusUnavailable
+from nexus_events.errors import BusError, BusUnavailable, JetStreamUnavailable, NoQuorum
 
 from nexus_cli.errors import CliError, ExitCode
 from nexus_cli.target import Target
@@ -159,11 +159,21 @@ class Session:
         try:
             return await coro
         except BusError as exc:
-            raise CliError(
-                f"could not publish: {exc}",
-                hint="check `nexus doctor`",
-                code=ExitCode.UNAVAILABLE,
-            ) from exc
+            raise bus_failure(exc, "could not publish") from exc
+
+
+def bus_failure(exc: BusError, doing: str) -> CliError:
+    """The one-line error (exit 4) for a bus failure while `doing` something.
+
+    A JetStream cluster without quorum is named as such, on one line and without a hint: the
+    cause is the whole story (docs/deploy.md says what to do).
+    """
+    message = " ".join(str(exc).split())
+    if isinstance(exc, NoQuorum):
+        return CliError(message, code=ExitCode.UNAVAILABLE)
+    if isinstance(exc, JetStreamUnavailable):
+        return CliError(f"{doing}: {message}", code=ExitCode.UNAVAILABLE)
+    return CliError(f"{doing}: {message}", hint="check `nexus doctor`", code=ExitCode.UNAVAILABLE)
 
 
 def check_token(value: str, what: str) -> str:
