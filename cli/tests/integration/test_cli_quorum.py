@@ -14,14 +14,15 @@ from pathlib import Path
 from nexus_events.bus import Bus, BusSettings
 from nexus_events.streams import CATALOG, RUNS, StreamSettings, ensure_streams, storage_problem
 from nexus_events.testing import NatsCluster, eventually
-from tests.support.cli import cli_env
+from tests.support.cli import cli_env, nexus
 
 from nexus_cli.errors import ExitCode
 
 PLANNER = Path(__file__).parents[3] / "examples" / "agents" / "planner.yaml"
 # Seconds a failing command may take: its publish deadline (5 s with --timeout 1), one
-# diagnosis, the interpreter's start-up on a busy machine.
-BOUNDED = 15.0
+# diagnosis (at most 2 s), and the interpreter's start-up, which took up to ~10 s with the
+# two cores at load 18. Well under what a hung command would take (the old 30 s deadline).
+BOUNDED = 25.0
 ELECTION = 15.0
 
 
@@ -62,20 +63,26 @@ async def test_without_quorum_commands_fail_on_one_line_and_a_retry_stores_once(
         assert result.returncode == ExitCode.UNAVAILABLE, result.stderr
         lines = result.stderr.strip().splitlines()
         assert len(lines) == 1, result.stderr  # one line, no traceback
-        assert lines[0].startswith("error: NATS JetStream ")
-        assert f"no quorum for {stream}" in lines[0] or "no meta leader" in lines[0]
+        # The cause: "no quorum for <stream>" once the node left alone has seen its peers go
+        # (~7-9 s), before that "no stream or meta leader reachable (... quorum)".
+        assert lines[0].startswith("error: ")
+        assert stream in lines[0]
+        assert "quorum" in lines[0]
     assert "retry with --run-id run_quorum" in run.stderr
 
     for node in range(3):
-        nats_cluster.start_node(node)
+        nats_cluster.start(node)
     nats_cluster.wait_ready(within=ELECTION)
     bus = await Bus.connect(BusSettings(url=nats_cluster.urls), source="test")
     try:
         await eventually(
             lambda: storage_problem(bus.js, RUNS), lambda p: p is None, within=ELECTION
         )
-        retried = await _nexus(env, "run", "planner", "--run-id", "run_quorum", "--bg")
-        assert retried.returncode == ExitCode.OK, retried.stderr
+        # The retry in this process (typer's runner): no second interpreter start-up.
+        retried = await nexus(
+            nats_cluster.urls, tmp_path, "run", "planner", "--run-id", "run_quorum", "--bg"
+        )
+        assert retried.exit_code == ExitCode.OK, retried.output
         requested = [m async for m in bus.replay_raw(RUNS)]
         # Whether or not the failed attempt reached the log, the request is there once.
         assert [m.subject for m in requested] == ["nexus.agent.run.v1.run_quorum.requested"]

@@ -258,6 +258,11 @@ class StreamFollower(abc.ABC):
                 filter_subject=filters[0] if len(filters) == 1 else None,
                 filter_subjects=filters if len(filters) > 1 else None,
                 max_waiting=4,
+                # Its position is the stored checkpoint, so nothing of it is worth
+                # replicating: one replica in memory. On an R3 stream it would otherwise be
+                # an R3 raft group, whose re-creation after a node died hung for 15 s+.
+                num_replicas=1,
+                mem_storage=True,
             ),
         )
         reader = await PullReader(self.bus.nc, feed.stream, feed.consumer).start()

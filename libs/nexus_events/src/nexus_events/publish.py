@@ -23,7 +23,7 @@ from nexus_events.connect import BusSettings
 from nexus_events.errors import BusUnavailable, NoQuorum, PublishFailed, PublishRejected
 from nexus_events.events.base import Event
 from nexus_events.natsclient import Client
-from nexus_events.streams import DIAGNOSIS_TIMEOUT, storage_problem, stream_of
+from nexus_events.streams import storage_problem, stream_of
 
 # Errors after which a publish is retried with the same Nats-Msg-Id (dedupe makes it safe).
 # A closed connection is not among them: it never comes back (BusUnavailable at once).
@@ -278,24 +278,29 @@ class Publisher:
     def _unavailable(self, enc: Encoded, exc: nats.js.errors.APIError) -> str:
         within = f"within {self.settings.publish_deadline}s"
         if exc.err_code == _IN_PROCESS:
+            # Still "in process" after every retry: the leader cannot get it committed.
+            stream = stream_of(enc.subject) or "its stream"
             return (
-                f"JetStream did not commit {enc.subject} {within}: an earlier attempt is still"
-                " being replicated (err_code 10158; is a majority of the stream's nodes up?)"
+                f"NATS JetStream did not commit {enc.subject} {within}: {stream}'s leader"
+                " has no quorum of its replicas (err_code 10158, an earlier attempt still"
+                " being replicated)"
             )
         return f"JetStream unavailable for {enc.subject} {within}: {exc}"
 
     async def failure(self, subject: str, message: str) -> PublishFailed:
         """The error for a publish on `subject` that got no ack before its deadline: `NoQuorum`
         naming the cause when the cluster says it cannot elect a leader, else `PublishFailed`
-        with `message`. Asks JetStream once, briefly; only on this failure path."""
+        with `message` and whatever else the diagnosis found. Asks JetStream (at most two
+        requests of `streams.DIAGNOSIS_TIMEOUT`), only on this failure path."""
         stream = stream_of(subject)
-        if stream is not None and not self.nc.is_closed:
-            problem = await storage_problem(
-                self.js, stream, timeout=min(self.settings.publish_timeout, DIAGNOSIS_TIMEOUT)
-            )
-            if problem is not None and problem.quorum:
-                return NoQuorum(problem.message, stream=stream)
-        return PublishFailed(message)
+        if stream is None or self.nc.is_closed:
+            return PublishFailed(message)
+        problem = await storage_problem(self.js, stream)
+        if problem is None:
+            return PublishFailed(message)
+        if problem.quorum:
+            return NoQuorum(problem.message, stream=stream)
+        return PublishFailed(f"{message}; {problem.message}")
 
     def _pipelined_js(self, window: int) -> JetStreamContext:
         # One context per window size: each owns a reply subscription and an in-flight limit.

@@ -320,12 +320,17 @@ class NatsCluster:
         """Every node's client URL, comma-joined (`BusSettings.url`)."""
         return ",".join(n.url for n in self.nodes)
 
-    def start(self, *, within: float = SERVER_START_TIMEOUT) -> None:
-        """Start every node (in parallel) and wait until JetStream is ready on all of them."""
-        for node in self.nodes:
-            node.spawn()
-        for node in self.nodes:
-            node.wait_accepting()
+    def start(self, node: int | None = None, *, within: float = SERVER_START_TIMEOUT) -> None:
+        """Start every node side by side and wait until JetStream is ready on all of them;
+        with `node`, start that one again on its ports and store (it rejoins and catches up:
+        `wait_ready` waits for that)."""
+        if node is not None:
+            self.nodes[node].start()
+            return
+        for n in self.nodes:
+            n.spawn()
+        for n in self.nodes:
+            n.wait_accepting()
         self.wait_ready(within=within)
 
     def stop(self, *, kill: bool = False) -> None:
@@ -335,10 +340,6 @@ class NatsCluster:
     def kill(self, node: int) -> None:
         """SIGKILL one node (``kill -9``): no goodbye to its routes, its store kept."""
         self.nodes[node].stop(kill=True)
-
-    def start_node(self, node: int) -> None:
-        """Start one node again on its ports and store (it rejoins and catches up)."""
-        self.nodes[node].start()
 
     def running(self) -> list[int]:
         return [i for i, n in enumerate(self.nodes) if n.running]

@@ -79,7 +79,7 @@ async def test_killing_the_stream_leader_mid_publish_loses_and_repeats_nothing(
     spec = ConsumerSpec(stream=RUNS, durable="elections", ack_wait=2.0, fetch_timeout=0.5)
     follower = MemoryFollower(bus)
     await follower.start()
-    singles, many = _heartbeats("run_single", 150), _heartbeats("run_many", 3000)
+    singles, many = _heartbeats("run_single", 100), _heartbeats("run_many", 1500)
     leader = nats_cluster.stream_leader(RUNS)
     assert leader is not None
     async with bus.consumer(spec, handler):
@@ -87,7 +87,7 @@ async def test_killing_the_stream_leader_mid_publish_loses_and_repeats_nothing(
         async def one_by_one() -> None:
             for i, o in enumerate(singles):
                 await bus.publish(o.subject, o.event, msg_id=o.msg_id)
-                if i == 20:
+                if i == 10:
                     nats_cluster.kill(leader)  # kill -9, mid-publish of both publishers
 
         acks, _ = await asyncio.gather(bus.publish_many(many, window=200), one_by_one())
@@ -109,15 +109,7 @@ async def test_killing_the_stream_leader_mid_publish_loses_and_repeats_nothing(
     # A leader change is expected in a cluster: warnings, never a traceback.
     assert _tracebacks(caplog) == []
 
-    # The killed node restarts on its ports and store, rejoins and catches up.
-    nats_cluster.start_node(leader)
-    nats_cluster.wait_ready(within=ELECTION)
-    await eventually(
-        lambda: (nats_cluster.nodes[leader].monitor("/jsz")[1] or {}).get("messages", 0),
-        lambda stored_there: stored_there >= len(expected),
-        within=ELECTION,
-        what="the restarted node caught up",
-    )
+    # (Restarted nodes rejoining: test_cluster_quorum.)
 
 
 async def test_killing_the_meta_leader_makes_readiness_drop_and_return(
@@ -135,8 +127,9 @@ async def test_killing_the_meta_leader_makes_readiness_drop_and_return(
         assert meta is not None
         nats_cluster.kill(meta)
         await eventually(lambda: not probe.ok, within=ELECTION, what="not ready in the election")
+        # No meta leader: JetStream answers 503 (10008) or not at all while the vote goes on.
         assert probe.problem is not None
-        assert probe.problem.quorum
+        assert "meta leader" in probe.problem.message
         # Publishing goes on through the election (retried with the same ids) ...
         items = _heartbeats("run_meta", 200)
         await bus.publish_many(items)
