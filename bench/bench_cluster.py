@@ -1,18 +1,20 @@
 """JetStream cluster: the bus on three nats-server nodes, R3 streams against R1, same run.
 
-A three-node cluster on loopback (`nexus_events.testing.NatsCluster`, started here). Every
-figure is taken on R1 streams, then (`ensure_streams` scales the live streams in place, once)
-on R3 streams, in the same run on the same nodes; the bus figures keep each side's best of
-two rounds, so a noisy neighbour on the two cores does not decide the ratio:
+Two three-node clusters on loopback side by side (`nexus_events.testing.NatsCluster`,
+started here), one with every stream R1, one with every stream R3. Each figure is taken on
+both in alternating rounds, each side's best round kept, so a neighbour loading the two
+cores for a while does not decide the ratio (scaling one cluster's streams back and forth
+instead would measure the scaling too):
 
 - publish_many: 20,000 heartbeats pipelined (window 500), msg/s until the last ack
-  (`bus_bench.nexus_publish`);
+  (`bus_bench.nexus_publish`), beside raw nats-py publish_async of the same messages
+  (`bus_bench.raw_publish`);
 - consumer: a durable nexus `Consumer` decoding and acking them (`bus_bench.nexus_consume`);
 - replay: `Bus.replay` of them (an ephemeral, ack-less pull consumer), msg/s;
 - dispatch burst: 2,000 `prepared` in one burst through a SchedulerApp until the last
   `dispatched` (`bench_scheduler`'s measurement), runs/s, on R1 and on R3.
 
-On R3 every write is stored by the leader and one follower before it is acknowledged
+On R3 every write is stored by the leader and a follower before it is acknowledged
 (quorum), so publishing pays a round trip between nodes; reading is served by the leader
 alone.
 """
@@ -20,7 +22,6 @@ alone.
 from __future__ import annotations
 
 import asyncio
-import logging
 import os
 import shutil
 import tempfile
@@ -37,7 +38,8 @@ from nexus_events.testing import NatsCluster, eventually
 
 from bench import bench_scheduler, bus_bench
 
-ROUNDS = 2
+ROUNDS = 3
+BURST_ROUNDS = 2
 Row = tuple[str, float, str, float]
 
 
@@ -67,14 +69,14 @@ def _replicas_env(replicas: int) -> Iterator[None]:
             os.environ["NEXUS_STREAMS_REPLICAS"] = before
 
 
-async def _scale(bus: Bus, replicas: int) -> None:
-    """Every stream to `replicas`, then wait until each replica of NEXUS_RUNS is current."""
+async def _ensure(bus: Bus, replicas: int) -> None:
+    """Every stream with `replicas`; wait until each replica of NEXUS_RUNS is current."""
     await ensure_streams(bus.js, StreamSettings(replicas=replicas))
 
     async def in_sync() -> bool:
         info = await bus.js.stream_info(RUNS)
         if replicas == 1:
-            return info.config.num_replicas == 1
+            return True
         peers = info.cluster.replicas if info.cluster is not None else None
         return len(peers or []) == replicas - 1 and all(p.current for p in peers or [])
 
@@ -90,8 +92,11 @@ async def _replay(bus: Bus, run_id: str) -> float:
     return n / (time.perf_counter() - t0)
 
 
-async def _bus_round(bus: Bus) -> tuple[float, float, float]:
+async def _bus_round(bus: Bus) -> tuple[float, float, float, float]:
     run_id = f"cl{uuid.uuid4().hex[:8]}"
+    raw_js = bus.nc.jetstream(publish_async_max_pending=bus_bench.WINDOW)
+    raw = await bus_bench.raw_publish(raw_js, f"raw{run_id}")
+    await bus.js.purge_stream(RUNS, subject=subjects.run_events_filter(f"raw{run_id}"))
     publish = await bus_bench.nexus_publish(bus, run_id)
     consume = await bus_bench.nexus_consume(bus, run_id)
     replay = await _replay(bus, run_id)
@@ -99,32 +104,41 @@ async def _bus_round(bus: Bus) -> tuple[float, float, float]:
     # nexus_consume leaves its durable behind: none of them is the scheduler's business.
     for info in await bus.js.consumers_info(RUNS):
         await bus.js.delete_consumer(RUNS, info.name)
-    return publish, consume, replay
+    return raw, publish, consume, replay
 
 
 async def run() -> list[Row]:
-    # Each scaling updates every stream, which nexus_events.streams reports as a warning.
-    logging.getLogger("nexus_events.streams").setLevel(logging.ERROR)
-    with _cluster() as cluster:
-        bus = await Bus.connect(BusSettings(url=cluster.urls, name="bench-cluster"), source="bench")
-        best: dict[int, list[float]] = {1: [0.0, 0.0, 0.0], 3: [0.0, 0.0, 0.0]}
-        bursts: dict[int, float] = {}
+    with _cluster() as r1_nodes, _cluster() as r3_nodes:
+        clusters = {1: r1_nodes, 3: r3_nodes}
+        buses = {
+            r: await Bus.connect(BusSettings(url=c.urls, name=f"bench-r{r}"), source="bench")
+            for r, c in clusters.items()
+        }
+        best: dict[int, list[float]] = {1: [0.0] * 4, 3: [0.0] * 4}
+        bursts: dict[int, float] = {1: 0.0, 3: 0.0}
         try:
-            # Only ever scaled up: R3 -> R1 and back in a loop is not what a deployment does.
-            for replicas in (1, 3):
-                await _scale(bus, replicas)
-                for _ in range(ROUNDS):
+            for replicas, bus in buses.items():
+                await _ensure(bus, replicas)
+            for _ in range(ROUNDS):
+                for replicas, bus in buses.items():
                     figures = zip(best[replicas], await _bus_round(bus), strict=True)
                     best[replicas] = [max(a, b) for a, b in figures]
-                with _replicas_env(replicas):
-                    bursts[replicas] = (await bench_scheduler._scheduler(cluster.urls))[2]
+            for _ in range(BURST_ROUNDS):
+                for replicas, cluster in clusters.items():
+                    with _replicas_env(replicas):
+                        burst = (await bench_scheduler._scheduler(cluster.urls))[2]
+                    bursts[replicas] = max(bursts[replicas], burst)
         finally:
-            await bus.close()
-    (p1, c1, r1), (p3, c3, r3) = best[1], best[3]
+            for bus in buses.values():
+                await bus.close()
+    (w1, p1, c1, r1), (w3, p3, c3, r3) = best[1], best[3]
     streams = len(set(STREAM_OF_FAMILY.values()))
     return [
-        (f"3 nodes, R1 ({streams} streams): publish_many (msg/s)", p1, "", 1.0),
-        ("3 nodes, R3: publish_many (msg/s)", p3, "R1 publish_many", p3 / p1),
+        (f"3 nodes, R1 ({streams} streams): raw publish_async (msg/s)", w1, "", 1.0),
+        ("3 nodes, R1: nexus publish_many (msg/s)", p1, "R1 raw publish", p1 / w1),
+        ("3 nodes, R3: raw publish_async (msg/s)", w3, "R1 raw publish", w3 / w1),
+        ("3 nodes, R3: nexus publish_many (msg/s)", p3, "R1 publish_many", p3 / p1),
+        ("  the same, against R3 raw publish (msg/s)", p3, "R3 raw publish", p3 / w3),
         ("3 nodes, R1: consumer decode+ack (msg/s)", c1, "", 1.0),
         ("3 nodes, R3: consumer decode+ack (msg/s)", c3, "R1 consumer", c3 / c1),
         ("3 nodes, R1: replay (msg/s)", r1, "", 1.0),

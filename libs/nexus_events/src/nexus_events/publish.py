@@ -186,18 +186,18 @@ class Publisher:
         """Pipelined publish of encoded messages; see `publish_many`.
 
         Sent in rounds: a round pipelines every message not yet acknowledged and stops
-        sending at the first failure (a leader election answers every later one with "no
-        responders" too); the failed and unsent ones go again in the next round, after the
+        sending at the first failure it sees (a leader election answers every later one with
+        "no responders" too); the failed and unsent ones go again in the next round, after the
         same waits as `publish_encoded`. The call fails only once `publish_deadline` passes
         without a round storing anything.
         """
-        js = self._pipelined_js(window or self.settings.publish_window)
+        window = window or self.settings.publish_window
         acks: list[PubAck | None] = [None] * len(encoded)
         todo = list(range(len(encoded)))
         deadline = time.monotonic() + self.settings.publish_deadline
         delay = _FIRST_RETRY_DELAY
         while todo:
-            failed, error = await self._round(js, encoded, todo, acks)
+            failed, error = await self._round(window, encoded, todo, acks)
             if len(failed) < len(todo):  # progress: the deadline counts from here
                 deadline = time.monotonic() + self.settings.publish_deadline
                 delay = _FIRST_RETRY_DELAY
@@ -217,44 +217,49 @@ class Publisher:
 
     async def _round(
         self,
-        js: JetStreamContext,
+        window: int,
         encoded: Sequence[Encoded],
         todo: list[int],
         acks: list[PubAck | None],
     ) -> tuple[list[int], str]:
-        """Pipeline the messages `todo` once; fill `acks`; return the indexes still to send
-        and what went wrong. Raises `PublishRejected` for a refused message and
-        `BusUnavailable` for a closed connection."""
-        trouble = asyncio.Event()
-
-        def watch(fut: asyncio.Future[PubAck]) -> None:
-            if fut.cancelled() or fut.exception() is not None:
-                trouble.set()
-
-        sent: list[tuple[int, asyncio.Future[PubAck]]] = []
-        error = ""
+        """Pipeline the messages `todo` once, at most `window` acks in flight; fill `acks`;
+        return the indexes still to send and what went wrong. Raises `PublishRejected` for a
+        refused message and `BusUnavailable` for a closed connection."""
+        js = self._pipelined_js(window)
         timeout = self.settings.publish_timeout
+        sent: list[tuple[int, asyncio.Future[PubAck]]] = []
+        pending: set[asyncio.Future[PubAck]] = set()
+        error = ""
         for i in todo:
-            if trouble.is_set():
-                break
+            if len(pending) >= window:
+                # The window is full: wait for a free slot here, bounded. (nats-py's own
+                # wait_stall starts a task per send; without any bound, acks lost with a
+                # killed leader would hold their slots, and this loop, forever.)
+                done, pending = await asyncio.wait(
+                    pending, timeout=timeout, return_when=asyncio.FIRST_COMPLETED
+                )
+                if not done:
+                    error = f"no ack within {timeout}s"
+                    break
+                if any(f.cancelled() or f.exception() is not None for f in done):
+                    break  # an election fails every later one alike: they go next round
             enc = encoded[i]
             try:
-                # wait_stall bounds the wait for a free slot: an ack lost with a killed
-                # leader would otherwise hold its slot, and this loop, forever.
-                fut = await js.publish_async(
-                    enc.subject, enc.body, headers=enc.headers, wait_stall=timeout
-                )
+                fut = await js.publish_async(enc.subject, enc.body, headers=enc.headers)
             except nats.errors.ConnectionClosedError as exc:
                 raise BusUnavailable("the NATS connection is closed") from exc
             except nats.errors.Error as exc:
+                # Reconnecting: the rest goes next round, on a fresh context, as nats-py
+                # may keep a failed send's in-flight slot.
+                self._pipelines.pop(window, None)
                 error = f"{type(exc).__name__}: {exc}"
-                break  # reconnecting, or stalled: the rest goes in the next round
-            fut.add_done_callback(watch)
+                break
             sent.append((i, fut))
-        if sent:
+            pending.add(fut)
+        if pending:
             # publish_async futures have no timeout of their own, and nats-py never settles
             # one whose reply is a JetStream API error (it raises in its reply callback).
-            await asyncio.wait([f for _, f in sent], timeout=timeout)
+            await asyncio.wait(pending, timeout=timeout)
         failed: list[int] = []
         for i, fut in sent:
             if fut.done() and not fut.cancelled() and fut.exception() is None:
