@@ -294,7 +294,8 @@ class NatsCluster:
 
     Each node keeps its ports and store across `kill`/`start`, so clients given `urls`
     reconnect to it and it rejoins with what it stored. Who leads is read from a node's
-    monitoring endpoint (``/jsz``): `meta_leader()`, `stream_leader(stream)`, as node indexes.
+    monitoring endpoint (``/jsz``): `meta_leader()`, `stream_leader(stream)`,
+    `consumer_leader(stream, consumer)`, as node indexes.
     """
 
     def __init__(self, base: Path, size: int = 3, *, name: str = "nexus") -> None:
@@ -378,6 +379,21 @@ class NatsCluster:
                     leader = self.index((detail.get("cluster") or {}).get("leader"))
                     if leader is not None and leader in self.running():
                         return leader
+        return None
+
+    def consumer_leader(self, stream: str, consumer: str) -> int | None:
+        """The node that leads `consumer` of `stream`, None while it has no leader."""
+        for body in self._jsz("accounts=true&consumers=true"):
+            for account in body.get("account_details") or []:
+                for detail in account.get("stream_detail") or []:
+                    if detail.get("name") != stream:
+                        continue
+                    for c in detail.get("consumer_detail") or []:
+                        if c.get("name") != consumer:
+                            continue
+                        leader = self.index((c.get("cluster") or {}).get("leader"))
+                        if leader is not None and leader in self.running():
+                            return leader
         return None
 
     def healthy(self) -> bool:

@@ -5,10 +5,13 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import contextlib
+import json
 import logging
 import uuid
 from collections.abc import AsyncIterator
 
+import nats.errors
 import pytest
 from nexus_events import subjects
 from nexus_events.bus import Bus, BusSettings, ConsumerSpec, Delivery, Outgoing
@@ -61,6 +64,21 @@ async def _stored_ids(bus: Bus) -> list[str]:
     return [(m.headers or {}).get("Nats-Msg-Id", "") async for m in bus.replay_raw(RUNS)]
 
 
+async def _lead_consumer_on(cluster: NatsCluster, bus: Bus, durable: str, node: int) -> None:
+    """Ask the durable's leader to step down in favour of `node` until `node` leads it."""
+    stepdown = f"$JS.API.CONSUMER.LEADER.STEPDOWN.{RUNS}.{durable}"
+    preferred = json.dumps({"placement": {"preferred": cluster.nodes[node].name}}).encode()
+
+    async def leads() -> bool:
+        if cluster.consumer_leader(RUNS, durable) == node:
+            return True
+        with contextlib.suppress(nats.errors.Error):
+            await bus.nc.request(stepdown, preferred, timeout=2)
+        return False
+
+    await eventually(leads, within=ELECTION, interval=0.5, what=f"n{node} leading {durable}")
+
+
 def _tracebacks(caplog: pytest.LogCaptureFixture) -> list[str]:
     return [f"{r.name}: {r.getMessage()}" for r in caplog.records if r.exc_info]
 
@@ -83,6 +101,8 @@ async def test_killing_the_stream_leader_mid_publish_loses_and_repeats_nothing(
     leader = nats_cluster.stream_leader(RUNS)
     assert leader is not None
     async with bus.consumer(spec, handler):
+        # The durable's leader onto the stream's, so the one kill moves both.
+        await _lead_consumer_on(nats_cluster, bus, spec.durable, leader)
 
         async def one_by_one() -> None:
             for i, o in enumerate(singles):
@@ -101,6 +121,7 @@ async def test_killing_the_stream_leader_mid_publish_loses_and_repeats_nothing(
     new_leader = nats_cluster.stream_leader(RUNS)
     assert new_leader is not None
     assert new_leader != leader
+    assert nats_cluster.consumer_leader(RUNS, spec.durable) not in (None, leader)
     stored = await _stored_ids(bus)
     assert len(stored) == len(expected)  # nothing stored twice ...
     assert set(stored) == expected  # ... and nothing lost
