@@ -166,7 +166,7 @@ async def _scheduler(nats_url: str) -> tuple[float, float, float]:
     await bus.js.purge_stream(RUNS)
     settings = SchedulerSettings(
         replica_id=f"bench-{tag}",
-        runtime="noop",
+        runtime="local",  # the NoopRuntime is passed to the app itself
         max_concurrent_runs=100 * N,
         tick_seconds=3600,  # no timers during the measurement
         lease_bucket=f"bench_scheduler_{tag}",
@@ -308,7 +308,7 @@ async def _timed_takeover(
     name = f"{tag}-{'snap' if snapshots else 'nosnap'}"
     settings = SchedulerSettings(
         replica_id=f"bench-{name}",
-        runtime="noop",
+        runtime="local",  # the NoopRuntime is passed to the app itself
         tick_seconds=3600,
         lease_bucket=f"bench_takeover_{name}",
         consumer_name=f"bench-takeover-{name}",

@@ -10,7 +10,13 @@ from typing import Any
 import nats.errors
 from nexus_events import subjects
 from nexus_events.bus import Bus, BusSettings
-from nexus_events.errors import BusError, BusUnavailable
+from nexus_events.errors import (
+    BusError,
+    BusUnavailable,
+    JetStreamUnavailable,
+    NoQuorum,
+    PublishFailed,
+)
 
 from nexus_cli.errors import CliError, ExitCode
 from nexus_cli.target import Target
@@ -159,11 +165,22 @@ class Session:
         try:
             return await coro
         except BusError as exc:
-            raise CliError(
-                f"could not publish: {exc}",
-                hint="check `nexus doctor`",
-                code=ExitCode.UNAVAILABLE,
-            ) from exc
+            raise bus_failure(exc, "could not publish") from exc
+
+
+def bus_failure(exc: BusError, doing: str) -> CliError:
+    """The one-line error (exit 4) for a bus failure while `doing` something.
+
+    Connected but JetStream could not store or answer (no quorum, no meta leader, an
+    election): one line naming the cause, no hint (docs/deploy.md says what to do). A
+    cluster without quorum is named as such, on its own.
+    """
+    message = " ".join(str(exc).split())
+    if isinstance(exc, NoQuorum):
+        return CliError(message, code=ExitCode.UNAVAILABLE)
+    if isinstance(exc, (JetStreamUnavailable, PublishFailed)):
+        return CliError(f"{doing}: {message}", code=ExitCode.UNAVAILABLE)
+    return CliError(f"{doing}: {message}", hint="check `nexus doctor`", code=ExitCode.UNAVAILABLE)
 
 
 def check_token(value: str, what: str) -> str:

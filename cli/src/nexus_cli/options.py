@@ -74,7 +74,24 @@ def run(output: Output, body: Callable[[], Awaitable[T]]) -> T:
 
 
 async def _guarded(body: Callable[[], Awaitable[T]]) -> T:
-    return await body()
+    # A bus error no command translated itself (a replay or a JetStream API call while the
+    # cluster has no quorum) still leaves as one line and exit 4, never a traceback.
+    import nats.errors
+    from nexus_events.errors import BusError
+
+    from nexus_cli.client import bus_failure
+
+    try:
+        return await body()
+    except BusError as exc:
+        raise bus_failure(exc, "NATS JetStream failed") from exc
+    except nats.errors.Error as exc:
+        message = " ".join(str(exc).split()) or type(exc).__name__
+        raise CliError(
+            f"NATS failed: {type(exc).__name__}: {message}",
+            hint="check `nexus doctor`",
+            code=ExitCode.UNAVAILABLE,
+        ) from exc
 
 
 def guard(output: Output, body: Callable[[], T]) -> T:

@@ -169,12 +169,22 @@ def build_run_request(
 
 
 async def publish_run(s: Session, rid: str, request: RunRequested, msg_prefix: str = "cli") -> int:
-    """Publish the run request; its sequence in NEXUS_RUNS."""
-    ack = await s.publish_guarded(
-        s.bus.publish(
-            subjects.run_event(rid, "requested"), request, msg_id=f"{msg_prefix}:requested:{rid}"
+    """Publish the run request; its sequence in NEXUS_RUNS.
+
+    On failure the error names the run id: the request may still be stored once NATS is
+    back, and asking again with ``--run-id`` (the same message id) stores it at most once.
+    """
+    try:
+        ack = await s.publish_guarded(
+            s.bus.publish(
+                subjects.run_event(rid, "requested"),
+                request,
+                msg_id=f"{msg_prefix}:requested:{rid}",
+            )
         )
-    )
+    except CliError as exc:
+        exc.message = f"{exc.message} (run {rid}: retry with --run-id {rid} to request it once)"
+        raise
     return int(ack.seq)
 
 

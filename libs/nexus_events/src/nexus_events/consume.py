@@ -217,6 +217,9 @@ class Consumer:
 
     async def _run(self) -> None:
         sub = await self.bus.js.pull_subscribe_bind(self.spec.durable, stream=self.spec.stream)
+        # The last fetch error logged: a leader election fails fetches for seconds, said once
+        # (again only if the error changes or after a fetch delivered something).
+        reported: str | None = None
         try:
             while not self._stopping.is_set():
                 try:
@@ -224,9 +227,15 @@ class Consumer:
                 except (TimeoutError, nats.errors.TimeoutError):
                     continue
                 except FETCH_AWAY_ERRORS as exc:
-                    log.warning("fetch on %s failed, retrying: %s", self.spec.durable, exc)
+                    error = f"{type(exc).__name__}: {exc}"
+                    if error != reported:
+                        reported = error
+                        log.warning("fetch on %s failed, retrying: %s", self.spec.durable, error)
                     await self._pause(0.5)
                     continue
+                if reported is not None:
+                    log.info("fetch on %s works again", self.spec.durable)
+                    reported = None
                 try:
                     await self._process(msgs)
                 except (nats.errors.Error, nats.js.errors.Error, BusError) as exc:

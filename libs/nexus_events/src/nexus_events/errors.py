@@ -11,8 +11,10 @@
     │   └── InvalidEvent         the JSON does not match the event's model
     ├── BusError                 talking to NATS JetStream failed
     │   ├── BusUnavailable       not connected / connection lost (also a ConnectionError)
+    │   │   └── JetStreamUnavailable  connected, but JetStream's cluster has no meta leader
     │   ├── PublishFailed        the server did not acknowledge a publish
-    │   │   └── PublishRejected  the message itself was refused (too large, denied): never retry
+    │   │   ├── PublishRejected  the message itself was refused (too large, denied): never retry
+    │   │   └── NoQuorum         a JetStream cluster cannot store now (no stream or meta leader)
     │   ├── PullStalled          a pull consumer refused or lost a pull request
     │   └── StreamDrift          a stream's live config differs and cannot be updated
     ├── ProjectionError          a projection cannot apply or rebuild
@@ -99,6 +101,11 @@ class BusUnavailable(BusError, ConnectionError):  # noqa: N818
     """Not connected to NATS, or the connection was lost."""
 
 
+class JetStreamUnavailable(BusUnavailable):
+    """Connected, but JetStream cannot serve the request: its cluster has no meta leader (an
+    election under way, or too few nodes reachable for a quorum). Retry later."""
+
+
 class PublishFailed(BusError):  # noqa: N818
     """JetStream did not acknowledge a publish (no stream, timeout, or server error)."""
 
@@ -106,6 +113,17 @@ class PublishFailed(BusError):  # noqa: N818
 class PublishRejected(PublishFailed):
     """The message itself was refused (over max_payload, no permission, bad header): publishing
     the same message again cannot succeed, so callers must not retry it."""
+
+
+class NoQuorum(PublishFailed):
+    """A JetStream cluster cannot store in `stream` now: the stream (or the cluster's meta
+    group) has no leader because too few of its nodes are reachable. A message that got no
+    ack may still be stored once quorum is back (it may have reached the log before the
+    leader stepped down); publishing it again with the same ``Nats-Msg-Id`` stores it once."""
+
+    def __init__(self, message: str, *, stream: str | None = None) -> None:
+        super().__init__(message)
+        self.stream = stream
 
 
 class PullStalled(BusError):  # noqa: N818

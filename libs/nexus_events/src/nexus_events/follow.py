@@ -258,6 +258,11 @@ class StreamFollower(abc.ABC):
                 filter_subject=filters[0] if len(filters) == 1 else None,
                 filter_subjects=filters if len(filters) > 1 else None,
                 max_waiting=4,
+                # Its position is the stored checkpoint, so nothing of it is worth
+                # replicating: one replica in memory. On an R3 stream it would otherwise be
+                # an R3 raft group, whose re-creation after a node died hung for 15 s+.
+                num_replicas=1,
+                mem_storage=True,
             ),
         )
         reader = await PullReader(self.bus.nc, feed.stream, feed.consumer).start()
@@ -297,33 +302,8 @@ class StreamFollower(abc.ABC):
                 handling = None
                 await self._drop(reader)
                 reader = None
-            except Exception as exc:  # the loop must outlive anything; it says what happened
-                self.consecutive_failures += 1
-                self.last_error = f"{type(exc).__name__}: {exc}"[:500]
-                if isinstance(exc, (*_NATS_AWAY, *self.unavailable)):
-                    log.warning("%s %s: %s; retrying", type(self).__name__, self.name, exc)
-                    pause = 0.5
-                else:
-                    self.restarts += 1
-                    log.exception(
-                        "%s %s failed; restarting from the checkpoint (restart %d, %d failures"
-                        " in a row)",
-                        type(self).__name__,
-                        self.name,
-                        self.restarts,
-                        self.consecutive_failures,
-                    )
-                    pause = 2.0
-                if self.stuck:
-                    log.exception(
-                        "%s %s is stuck: %d failures in a row, nothing applied for %.0f s; last:"
-                        " %s",
-                        type(self).__name__,
-                        self.name,
-                        self.consecutive_failures,
-                        time.monotonic() - self.last_progress,
-                        self.last_error,
-                    )
+            except Exception as exc:  # noqa: BLE001 - the loop outlives anything; _failed says it
+                pause = self._failed(exc)
                 await self._settle(handling)
                 handling = None
                 await self._drop(reader)
@@ -331,6 +311,34 @@ class StreamFollower(abc.ABC):
                 await self._pause(pause)
         await self._settle(handling)
         await self._drop(reader)
+
+    def _failed(self, exc: Exception) -> float:
+        """Count and report a failure of the loop; the seconds to pause before going on."""
+        self.consecutive_failures += 1
+        previous, self.last_error = self.last_error, f"{type(exc).__name__}: {exc}"[:500]
+        what = f"{type(self).__name__} {self.name}"
+        away = isinstance(exc, (*_NATS_AWAY, *self.unavailable))
+        if away:
+            # NATS away (a reconnect, a leader election): expected, so no traceback, and said
+            # once per streak (or when the error changes), not every half second.
+            if self.consecutive_failures == 1 or self.last_error != previous:
+                log.warning("%s: %s; retrying", what, exc)
+        else:
+            self.restarts += 1
+            log.exception(
+                "%s failed; restarting from the checkpoint (restart %d, %d failures in a row)",
+                what,
+                self.restarts,
+                self.consecutive_failures,
+            )
+        if self.consecutive_failures == STUCK_AFTER or (self.stuck and not away):
+            stuck = "%s is stuck: %d failures in a row, nothing applied for %.0f s; last: %s"
+            args = (what, self.consecutive_failures, time.monotonic() - self.last_progress)
+            if away:
+                log.error(stuck, *args, self.last_error)
+            else:
+                log.exception(stuck, *args, self.last_error)
+        return 0.5 if away else 2.0
 
     async def _handle(self, feed: Feed, batch: Batch, delivered: int) -> int:
         await self.handle(feed, batch, delivered)

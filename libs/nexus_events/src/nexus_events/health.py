@@ -1,5 +1,5 @@
 """The HTTP health endpoint for probes (aiohttp.web): ``/healthz`` (alive) and ``/readyz``
-(ready).
+(ready), and `JetStreamProbe`, which tells readiness whether JetStream can store.
 
 Each service passes its own `ready()` (core: NATS connected and every component running;
 scheduler: NATS connected and campaigning for the lease). Port 0 picks a free port, which
@@ -8,13 +8,20 @@ scheduler: NATS connected and campaigning for the lease). Port 0 picks a free po
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import asyncio
+import contextlib
+import logging
+from collections.abc import Callable, Sequence
 from typing import Annotated, Any
 
 from aiohttp import web
+from nats.js import JetStreamContext
 from pydantic import BeforeValidator
 
 from nexus_events.errors import HealthUnavailable
+from nexus_events.streams import StorageProblem, meta_problem, storage_problem
+
+log = logging.getLogger(__name__)
 
 # Seconds a stop waits for probe requests in flight (they answer at once) before closing.
 SHUTDOWN_TIMEOUT = 1.0
@@ -80,4 +87,62 @@ class HealthServer:
         return web.Response(status=503, text="service unavailable")
 
 
-__all__ = ["HealthPort", "HealthServer"]
+class JetStreamProbe:
+    """Checks every `interval` seconds that JetStream's meta group has a leader and each of
+    `streams` has one (JetStream can store in it and make consumers); `ok` is False from the
+    first check that finds one missing, with `problem` saying why (no quorum, no meta leader,
+    no such stream), and True again by itself at the first check after that passes. A
+    service's ``ready()`` adds ``and probe.ok``.
+
+    Only leader changes are logged (one line each way), never with a traceback: an election
+    is an expected event in a cluster, not an error of this process.
+    """
+
+    def __init__(
+        self, js: JetStreamContext, streams: Sequence[str], *, interval: float = 2.0
+    ) -> None:
+        self.js = js
+        self.streams = list(streams)
+        self.interval = interval
+        self.problem: StorageProblem | None = None
+        self.checks = 0
+        self._task: asyncio.Task[None] | None = None
+
+    @property
+    def ok(self) -> bool:
+        return self.problem is None
+
+    async def check(self) -> StorageProblem | None:
+        """Ask once (each stream in turn, bounded); update and return `problem`."""
+        found = await meta_problem(self.js)
+        for stream in self.streams if found is None else ():
+            found = await storage_problem(self.js, stream)
+            if found is not None:
+                break
+        if found is not None and self.problem is None:
+            log.warning("JetStream cannot store: %s", found.message)
+        elif found is None and self.problem is not None:
+            log.info("JetStream stores again (%s)", ", ".join(self.streams))
+        self.problem = found
+        self.checks += 1
+        return found
+
+    async def start(self) -> None:
+        """Check once now, then every `interval` seconds in a task until `stop`."""
+        await self.check()
+        self._task = asyncio.create_task(self._loop(), name="jetstream-probe")
+
+    async def stop(self) -> None:
+        task, self._task = self._task, None
+        if task is not None:
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+
+    async def _loop(self) -> None:
+        while True:
+            await asyncio.sleep(self.interval)
+            await self.check()
+
+
+__all__ = ["HealthPort", "HealthServer", "JetStreamProbe"]

@@ -20,9 +20,10 @@ from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy
 from nexus_events import subjects
 from nexus_events.codec import Decoded, JsMeta
 from nexus_events.consume import decode_msg
-from nexus_events.errors import BusError, BusUnavailable, DecodeError
+from nexus_events.errors import BusError, BusUnavailable, DecodeError, JetStreamUnavailable
 from nexus_events.natsclient import Client
 from nexus_events.pull import PullReader
+from nexus_events.streams import NO_META_LEADER
 
 
 class Replayer:
@@ -96,6 +97,8 @@ class Replayer:
             raise BusUnavailable("the NATS connection is closed") from exc
         except nats.js.errors.NotFoundError as exc:
             raise BusError(f"cannot replay {stream}: no such stream") from exc
+        except nats.js.errors.ServiceUnavailableError as exc:
+            raise JetStreamUnavailable(f"cannot replay {stream}: {NO_META_LEADER}") from exc
         except (TimeoutError, nats.errors.Error) as exc:
             # nats-py's TimeoutError is an asyncio one; both mean the server did not answer.
             raise BusError(f"cannot replay {stream}: {type(exc).__name__} {exc}") from exc

@@ -14,19 +14,21 @@ stream (max_msg_size, sealed, mirrors, placement, ...) is sent back as it is.
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import logging
 from dataclasses import dataclass, field
 from typing import Any
 
+import nats.errors
 from nats.js import JetStreamContext
-from nats.js.api import DiscardPolicy, RetentionPolicy, StorageType, StreamConfig
-from nats.js.errors import APIError, NotFoundError
+from nats.js.api import DiscardPolicy, RetentionPolicy, StorageType, StreamConfig, StreamInfo
+from nats.js.errors import APIError, NotFoundError, ServiceUnavailableError
 from pydantic import Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from nexus_events import subjects
-from nexus_events.errors import BusError, StreamDrift
+from nexus_events.errors import BusError, InvalidSubject, StreamDrift
 from nexus_events.subjects import Family
 
 log = logging.getLogger(__name__)
@@ -211,15 +213,34 @@ def drift(live: StreamConfig, wanted: StreamConfig) -> dict[str, tuple[Any, Any]
     return out
 
 
+# JetStream's answers when a stream cannot have the replicas asked for: a server that is not
+# clustered (10074), or fewer suitable nodes than replicas (10005 no suitable peers for
+# placement, 10023 insufficient resources).
+_REPLICA_ERRORS = frozenset({10074, 10005, 10023})
+
+
+def _explain(exc: APIError, wanted: StreamConfig) -> str:
+    replicas = wanted.num_replicas or 1
+    if replicas > 1 and exc.err_code in _REPLICA_ERRORS:
+        return (
+            f"{exc.description} (err_code {exc.err_code}): NEXUS_STREAMS_REPLICAS={replicas}"
+            f" needs a JetStream cluster with at least {replicas} nodes up"
+        )
+    return str(exc)
+
+
 async def ensure_streams(
     js: JetStreamContext, settings: StreamSettings | None = None, *, update: bool = True
 ) -> EnsureReport:
     """Create every missing Nexus stream and, with `update` (the owner, core), bring the
     managed fields of live ones to `settings`; idempotent.
 
-    With `update=False` a drifted stream is reported in `EnsureReport.drifted` only. Raises
-    `StreamDrift` when a live stream differs in a way JetStream cannot update (e.g. storage),
-    and `BusError` for other server errors.
+    With `update=False` a drifted stream is reported in `EnsureReport.drifted` only. A
+    changed replica count is an update like any other: on a cluster, JetStream scales a live
+    stream (R1 to R3, or back) in place, keeping its messages. Raises `StreamDrift` when a
+    live stream differs in a way JetStream cannot update (storage; more replicas than the
+    cluster has nodes), and `BusError` for other server errors (e.g. replicas on a server
+    that is not clustered).
     """
     report = EnsureReport()
     for wanted in stream_configs(settings):
@@ -236,7 +257,7 @@ async def ensure_streams(
                 try:
                     info = await js.stream_info(name)
                 except NotFoundError:
-                    raise BusError(f"cannot create stream {name}: {exc}") from exc
+                    raise BusError(f"cannot create stream {name}: {_explain(exc, wanted)}") from exc
             else:
                 report.created.append(name)
                 log.info("stream created", extra={"stream": name})
@@ -258,7 +279,127 @@ async def ensure_streams(
         try:
             await js.update_stream(merged)
         except APIError as exc:
-            raise StreamDrift(f"stream {name} drifted {diff} and cannot be updated: {exc}") from exc
+            raise StreamDrift(
+                f"stream {name} drifted {diff} and cannot be updated: {_explain(exc, wanted)}"
+            ) from exc
         report.updated[name] = diff
         log.warning("stream updated to the contract", extra={"stream": name, "drift": diff})
     return report
+
+
+def stream_of(subject: str) -> str | None:
+    """The Nexus stream that stores `subject`, None for a subject outside the contract."""
+    try:
+        return STREAM_OF_FAMILY[subjects.parse_subject(subject).family]
+    except (InvalidSubject, KeyError):
+        return None
+
+
+# Seconds a diagnosis waits for each JetStream answer: it runs only after a publish failed.
+# A node that can answer does so in milliseconds; one that cannot (no leader reachable) does
+# not answer in 2 s either, so waiting longer only delays the error.
+DIAGNOSIS_TIMEOUT = 1.0
+
+
+@dataclass(frozen=True)
+class StorageProblem:
+    """Why JetStream cannot store in `stream` now. `quorum`: the cluster lacks the nodes to
+    elect a leader (for the stream or for the meta group); writes resume once they are back."""
+
+    stream: str
+    quorum: bool
+    message: str
+
+
+# What JetStream says without a meta leader (err_code 10008 is "JetStream system temporarily
+# unavailable"): most API calls (consumers, stream changes) wait for one.
+NO_META_LEADER = (
+    "NATS JetStream is unavailable: the cluster has no meta leader (an election, or too few"
+    " nodes reachable for a quorum)"
+)
+
+
+async def meta_problem(
+    js: JetStreamContext,
+    *,
+    timeout: float = DIAGNOSIS_TIMEOUT,  # noqa: ASYNC109 - one bounded request, not a scope
+) -> StorageProblem | None:
+    """Whether JetStream's meta group has a leader (needed to make consumers and change
+    streams, not to store in a stream that has its own leader); None if it has."""
+    try:
+        await asyncio.wait_for(js.account_info(), timeout)
+    except ServiceUnavailableError:
+        return StorageProblem("", True, NO_META_LEADER)
+    except (TimeoutError, nats.errors.Error) as exc:
+        # A request routed to a meta leader that just died goes unanswered until a new one
+        # is elected: the same outage as the 503, but this side cannot tell it from a slow
+        # server, so it is not called a quorum loss.
+        return StorageProblem(
+            "", False, f"JetStream did not answer ({type(exc).__name__}): no meta leader?"
+        )
+    return None
+
+
+async def storage_problem(
+    js: JetStreamContext,
+    stream: str,
+    *,
+    timeout: float = DIAGNOSIS_TIMEOUT,  # noqa: ASYNC109 - one bounded request, not a scope
+) -> StorageProblem | None:
+    """Ask JetStream why `stream` cannot store now; None if it has a leader (or is not
+    replicated), i.e. nothing is wrong on the server's side at this moment.
+
+    A replicated stream without a leader lists its replicas: those still current are the
+    nodes its group can reach. Without a meta leader the cluster answers 503 (err_code
+    10008, "JetStream system temporarily unavailable") to most API calls. A node that has
+    just lost its peers answers nothing at all for its first ~7-9 s alone (measured with
+    nats-server 2.15 on loopback), exactly as during an election: then the problem is
+    named, but not called a quorum loss.
+    """
+    try:
+        info = await asyncio.wait_for(js.stream_info(stream), timeout)
+    except NotFoundError:
+        return StorageProblem(stream, False, f"no stream {stream} (are the streams ensured?)")
+    except ServiceUnavailableError:
+        return StorageProblem(stream, True, f"{NO_META_LEADER} ({stream})")
+    except (TimeoutError, nats.errors.Error) as exc:
+        # A stream without a leader may answer late or not at all: the meta group says more.
+        meta = await meta_problem(js, timeout=timeout)
+        if meta is not None and meta.quorum:
+            return StorageProblem(stream, True, f"{meta.message} ({stream})")
+        return StorageProblem(
+            stream,
+            False,
+            f"NATS JetStream did not answer about {stream} within {timeout}s"
+            f" ({type(exc).__name__}): no stream or meta leader reachable (an election, or too"
+            " few nodes up for a quorum)",
+        )
+    return _replica_problem(stream, info)
+
+
+def _replica_problem(stream: str, info: StreamInfo) -> StorageProblem | None:
+    """What a stream's cluster info says about its leader (see `storage_problem`)."""
+    cluster = info.cluster
+    total = info.config.num_replicas or 1
+    if cluster is None or total == 1:
+        return None
+    # The leader lists the others; without a leader every replica is listed. A leader that
+    # lost its followers still calls itself leader until it notices, but commits nothing.
+    current = (1 if cluster.leader else 0) + sum(1 for p in cluster.replicas or [] if p.current)
+    quorum = total // 2 + 1
+    if current >= quorum:
+        if cluster.leader:
+            return None
+        return StorageProblem(
+            stream,
+            False,
+            f"{stream} has no leader yet: an election is under way ({current} of {total}"
+            " replicas reachable)",
+        )
+    who = f"leader {cluster.leader} without its followers" if cluster.leader else "no leader"
+    return StorageProblem(
+        stream,
+        True,
+        f"NATS JetStream has no quorum for {stream}: {who}, {current} of {total} replicas"
+        f" reachable; writes resume once {quorum} are back",
+    )

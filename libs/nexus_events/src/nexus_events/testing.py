@@ -5,6 +5,9 @@ Loaded as a plugin (``-p nexus_events.testing``) so every package's tests share 
 - ``nats_server``: a fresh nats-server per test on a free port, JetStream in a temp dir;
   ``stop()``/``start()``/``restart()`` keep the port and the store, so clients reconnect.
 - ``nats_url``: its URL. ``bus``: a connected `Bus` with every stream ensured.
+- ``nats_cluster``: three nats-server nodes in one JetStream cluster (`NatsCluster`: kill -9
+  and restart a node, who leads the meta group and each stream); its ``urls`` go in
+  ``BusSettings.url``.
 - ``postgres_server``: one embedded PostgreSQL per test session.
 - ``pg_dsn``: a fresh database in it per test; ``pg_pool``: an asyncpg pool on it.
 
@@ -19,6 +22,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import inspect
+import json
 import os
 import shutil
 import signal
@@ -28,8 +32,10 @@ import sys
 import sysconfig
 import tempfile
 import time
+import urllib.error
+import urllib.request
 import uuid
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -153,11 +159,30 @@ async def http_status(port: int, path: str) -> int:
 
 
 class NatsServer:
-    """A real nats-server process with JetStream, restartable on the same port and store."""
+    """A real nats-server process with JetStream, restartable on the same port and store.
 
-    def __init__(self, store_dir: Path, port: int | None = None) -> None:
+    Alone by default; `NatsCluster` gives each of its nodes a `name`, the `cluster` name,
+    a `cluster_port` and `routes` to every node, and a monitoring port (`monitor_port`).
+    """
+
+    def __init__(
+        self,
+        store_dir: Path,
+        port: int | None = None,
+        *,
+        name: str | None = None,
+        cluster: str | None = None,
+        cluster_port: int | None = None,
+        routes: Sequence[str] = (),
+        monitor_port: int | None = None,
+    ) -> None:
         self.store_dir = store_dir
         self.port = port or free_port()
+        self.name = name
+        self.cluster = cluster
+        self.cluster_port = cluster_port
+        self.routes = list(routes)
+        self.monitor_port = monitor_port
         self._proc: subprocess.Popen[bytes] | None = None
         self._log = store_dir / "nats-server.log"
 
@@ -166,13 +191,18 @@ class NatsServer:
         return f"nats://127.0.0.1:{self.port}"
 
     @property
+    def route_url(self) -> str:
+        """Where the other nodes of its cluster reach this one."""
+        if self.cluster_port is None:
+            raise RuntimeError("not a cluster node: no cluster port")
+        return f"nats://127.0.0.1:{self.cluster_port}"
+
+    @property
     def running(self) -> bool:
         return self._proc is not None and self._proc.poll() is None
 
-    def start(self) -> None:
-        if self.running:
-            return
-        self.store_dir.mkdir(parents=True, exist_ok=True)
+    def command(self) -> list[str]:
+        """The nats-server command line of this node."""
         cmd = [
             nats_server_binary(),
             "-a", "127.0.0.1",
@@ -181,10 +211,32 @@ class NatsServer:
             "-sd", str(self.store_dir / "jetstream"),
             "-l", str(self._log),
         ]  # fmt: skip
-        self._proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        self._wait_ready()
+        if self.name is not None:
+            cmd += ["-n", self.name]
+        if self.monitor_port is not None:
+            cmd += ["-m", str(self.monitor_port)]
+        if self.cluster_port is not None:
+            cmd += ["--cluster_name", self.cluster or "nexus", "--cluster", self.route_url]
+            if self.routes:
+                cmd += ["--routes", ",".join(self.routes)]
+        return cmd
 
-    def _wait_ready(self) -> None:
+    def start(self) -> None:
+        """Start the process (if it is not running) and wait until it accepts clients."""
+        self.spawn()
+        self.wait_accepting()
+
+    def spawn(self) -> None:
+        """Start the process without waiting (`NatsCluster` starts its nodes side by side)."""
+        if self.running:
+            return
+        self.store_dir.mkdir(parents=True, exist_ok=True)
+        self._proc = subprocess.Popen(
+            self.command(), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+        )
+
+    def wait_accepting(self) -> None:
+        """Wait until the server greets a client (its INFO line), or raise with its log."""
         deadline = time.monotonic() + SERVER_START_TIMEOUT
         while time.monotonic() < deadline:
             if self._proc is not None and self._proc.poll() is not None:
@@ -204,6 +256,22 @@ class NatsServer:
         except OSError:
             return "(no log)"
 
+    def monitor(self, path: str, timeout: float = 1.0) -> tuple[int, Any]:
+        """``GET path`` on the monitoring port: (status, parsed JSON or None); (0, None) when
+        nothing answers (the node is down)."""
+        if self.monitor_port is None:
+            raise RuntimeError("no monitoring port: start the server with monitor_port")
+        url = f"http://127.0.0.1:{self.monitor_port}{path}"
+        try:
+            with urllib.request.urlopen(url, timeout=timeout) as resp:
+                return resp.status, json.loads(resp.read() or b"null")
+        except urllib.error.HTTPError as exc:
+            with contextlib.suppress(ValueError, OSError):
+                return exc.code, json.loads(exc.read() or b"null")
+            return exc.code, None
+        except (OSError, ValueError):
+            return 0, None
+
     def stop(self, *, kill: bool = False) -> None:
         """Stop the server (SIGTERM, or SIGKILL with kill=True); the store is kept."""
         proc, self._proc = self._proc, None
@@ -221,6 +289,129 @@ class NatsServer:
         self.start()
 
 
+class NatsCluster:
+    """`size` real nats-server nodes with JetStream, routed to each other on loopback.
+
+    Each node keeps its ports and store across `kill`/`start`, so clients given `urls`
+    reconnect to it and it rejoins with what it stored. Who leads is read from a node's
+    monitoring endpoint (``/jsz``): `meta_leader()`, `stream_leader(stream)`,
+    `consumer_leader(stream, consumer)`, as node indexes.
+    """
+
+    def __init__(self, base: Path, size: int = 3, *, name: str = "nexus") -> None:
+        if size < 1:
+            raise ValueError("a cluster has at least one node")
+        self.name = name
+        cluster_ports = [free_port() for _ in range(size)]
+        routes = [f"nats://127.0.0.1:{p}" for p in cluster_ports]
+        self.nodes = [
+            NatsServer(
+                base / f"n{i}",
+                name=f"n{i}",
+                cluster=name,
+                cluster_port=cluster_ports[i],
+                routes=[r for j, r in enumerate(routes) if j != i],
+                monitor_port=free_port(),
+            )
+            for i in range(size)
+        ]
+
+    @property
+    def urls(self) -> str:
+        """Every node's client URL, comma-joined (`BusSettings.url`)."""
+        return ",".join(n.url for n in self.nodes)
+
+    def start(self, node: int | None = None, *, within: float = SERVER_START_TIMEOUT) -> None:
+        """Start every node side by side and wait until JetStream is ready on all of them;
+        with `node`, start that one again on its ports and store (it rejoins and catches up:
+        `wait_ready` waits for that)."""
+        if node is not None:
+            self.nodes[node].start()
+            return
+        for n in self.nodes:
+            n.spawn()
+        for n in self.nodes:
+            n.wait_accepting()
+        self.wait_ready(within=within)
+
+    def stop(self, *, kill: bool = False) -> None:
+        for node in self.nodes:
+            node.stop(kill=kill)
+
+    def kill(self, node: int) -> None:
+        """SIGKILL one node (``kill -9``): no goodbye to its routes, its store kept."""
+        self.nodes[node].stop(kill=True)
+
+    def running(self) -> list[int]:
+        return [i for i, n in enumerate(self.nodes) if n.running]
+
+    def index(self, server_name: str | None) -> int | None:
+        """The node index of a server name (``n0``...), None for None or a stranger."""
+        for i, n in enumerate(self.nodes):
+            if n.name == server_name:
+                return i
+        return None
+
+    def _jsz(self, query: str) -> list[dict[str, Any]]:
+        answers = []
+        for i in self.running():
+            status, body = self.nodes[i].monitor(f"/jsz?{query}")
+            if status == 200 and isinstance(body, dict):
+                answers.append(body)
+        return answers
+
+    def meta_leader(self) -> int | None:
+        """The node that leads the JetStream meta group, as a running node sees it; None while
+        there is none (an election, or no quorum)."""
+        for body in self._jsz("leader-only=false"):
+            leader = self.index((body.get("meta_cluster") or {}).get("leader"))
+            if leader is not None and leader in self.running():
+                return leader
+        return None
+
+    def stream_leader(self, stream: str) -> int | None:
+        """The node that leads `stream` (every account), None while it has no leader."""
+        for body in self._jsz("accounts=true&streams=true"):
+            for account in body.get("account_details") or []:
+                for detail in account.get("stream_detail") or []:
+                    if detail.get("name") != stream:
+                        continue
+                    leader = self.index((detail.get("cluster") or {}).get("leader"))
+                    if leader is not None and leader in self.running():
+                        return leader
+        return None
+
+    def consumer_leader(self, stream: str, consumer: str) -> int | None:
+        """The node that leads `consumer` of `stream`, None while it has no leader."""
+        for body in self._jsz("accounts=true&consumers=true"):
+            for account in body.get("account_details") or []:
+                for detail in account.get("stream_detail") or []:
+                    if detail.get("name") != stream:
+                        continue
+                    for c in detail.get("consumer_detail") or []:
+                        if c.get("name") != consumer:
+                            continue
+                        leader = self.index((c.get("cluster") or {}).get("leader"))
+                        if leader is not None and leader in self.running():
+                            return leader
+        return None
+
+    def healthy(self) -> bool:
+        """Every running node answers ``/healthz`` 200: JetStream is enabled, it knows a meta
+        leader and its streams are current."""
+        running = self.running()
+        return bool(running) and all(self.nodes[i].monitor("/healthz")[0] == 200 for i in running)
+
+    def wait_ready(self, *, within: float = SERVER_START_TIMEOUT) -> None:
+        """Wait until a meta leader is elected and every running node is healthy."""
+        eventually_blocking(
+            lambda: self.healthy() and self.meta_leader() is not None,
+            within=within,
+            interval=0.02,
+            what=f"JetStream cluster {self.name} ready",
+        )
+
+
 @pytest.fixture
 def nats_server(tmp_path: Path) -> Iterator[NatsServer]:
     """A fresh nats-server with JetStream for one test."""
@@ -230,6 +421,17 @@ def nats_server(tmp_path: Path) -> Iterator[NatsServer]:
         yield server
     finally:
         server.stop(kill=True)
+
+
+@pytest.fixture
+def nats_cluster(tmp_path: Path) -> Iterator[NatsCluster]:
+    """A fresh three-node JetStream cluster for one test (ready: a meta leader elected)."""
+    cluster = NatsCluster(tmp_path / "cluster", 3)
+    try:
+        cluster.start()
+        yield cluster
+    finally:
+        cluster.stop(kill=True)
 
 
 @pytest.fixture
@@ -312,6 +514,7 @@ async def pg_pool(pg_dsn: str) -> AsyncIterator[asyncpg.Pool[Any]]:
 
 
 __all__ = [
+    "NatsCluster",
     "NatsServer",
     "PostgresServer",
     "eventually",

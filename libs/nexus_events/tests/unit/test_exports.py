@@ -12,9 +12,9 @@ from nexus_events import errors
 EXPECTED = {
     "Bus", "BusError", "BusSettings", "BusUnavailable", "Command", "Consumer", "ConsumerSpec",
     "ContractError", "DecodeError", "Decoded", "Delivery", "DocumentInvalid", "Envelope", "Event",
-    "HealthUnavailable", "InvalidEvent", "InvalidSubject", "NexusError", "Outgoing", "Projection",
-    "ProjectionError", "ProjectionRunner", "PublishFailed", "PublishRejected", "PullStalled",
-    "RunStatus", "Source", "StreamDrift",
+    "HealthUnavailable", "InvalidEvent", "InvalidSubject", "JetStreamUnavailable", "NexusError",
+    "NoQuorum", "Outgoing", "Projection", "ProjectionError", "ProjectionRunner", "PublishFailed",
+    "PublishRejected", "PullStalled", "RunStatus", "Source", "StreamDrift",
     "StreamSettings", "UndecodableMessage", "UnknownEvent", "UnregisteredEvent", "decode", "encode",
     "ensure_streams", "next_status", "rebuild",
 }  # fmt: skip
