@@ -12,7 +12,7 @@ import time
 from pathlib import Path
 
 from nexus_events.bus import Bus, BusSettings
-from nexus_events.streams import CATALOG, RUNS, StreamSettings, ensure_streams, storage_problem
+from nexus_events.streams import CATALOG, RUNS, storage_problem
 from nexus_events.testing import NatsCluster, eventually
 from tests.support.cli import cli_env, nexus
 
@@ -42,7 +42,7 @@ async def test_without_quorum_commands_fail_on_one_line_and_a_retry_stores_once(
 ) -> None:
     bus = await Bus.connect(BusSettings(url=nats_cluster.urls), source="test")
     try:
-        await ensure_streams(bus.js, StreamSettings(replicas=3))
+        await nats_cluster.ensure_streams(bus.js)
     finally:
         await bus.close()
     env = cli_env(nats_cluster.urls, tmp_path)

@@ -43,6 +43,7 @@ import pytest
 
 if TYPE_CHECKING:
     import asyncpg
+    from nats.js import JetStreamContext
 
     from nexus_events.bus import Bus
     from nexus_events.events.dlq import DeadLetter
@@ -409,6 +410,33 @@ class NatsCluster:
             within=within,
             interval=0.02,
             what=f"JetStream cluster {self.name} ready",
+        )
+
+    async def ensure_streams(self, js: JetStreamContext, *, within: float = 30.0) -> None:
+        """Every Nexus stream with as many replicas as there are nodes, retried while the
+        young cluster leaves a stream's creation unanswered or answers 503 (its meta group and
+        the new streams' groups still electing: seconds on a busy machine); then wait until
+        NEXUS_RUNS has a leader, since a new replicated stream takes writes only from then."""
+        import nats.errors
+        import nats.js.errors
+
+        from nexus_events.streams import RUNS, StreamSettings
+        from nexus_events.streams import ensure_streams as ensure
+
+        deadline = time.monotonic() + within
+        while True:
+            try:
+                await ensure(js, StreamSettings(replicas=len(self.nodes)))
+                break
+            except (nats.errors.TimeoutError, nats.js.errors.ServiceUnavailableError):
+                if time.monotonic() > deadline:
+                    raise
+                await asyncio.sleep(0.2)  # a pause between retries, not a wait for a state
+        await eventually(
+            lambda: self.stream_leader(RUNS),
+            lambda leader: leader is not None,
+            within=max(1.0, deadline - time.monotonic()),
+            what="a NEXUS_RUNS leader",
         )
 
 

@@ -18,7 +18,7 @@ from nexus_events.bus import Bus, BusSettings, ConsumerSpec, Delivery, Outgoing
 from nexus_events.events import RunHeartbeat
 from nexus_events.follow import Batch, Feed, StreamFollower
 from nexus_events.health import JetStreamProbe
-from nexus_events.streams import RUNS, StreamSettings, ensure_streams
+from nexus_events.streams import RUNS
 from nexus_events.testing import NatsCluster, eventually
 
 # Seconds an election may take: nats-server's election timeout is randomised in 4-9 s.
@@ -45,7 +45,7 @@ async def cluster_bus(nats_cluster: NatsCluster) -> AsyncIterator[Bus]:
     """A bus on all three nodes, every stream ensured with three replicas."""
     settings = BusSettings(url=nats_cluster.urls, name="test", reconnect_time_wait=0.1)
     bus = await Bus.connect(settings, source="test")
-    await ensure_streams(bus.js, StreamSettings(replicas=3))
+    await nats_cluster.ensure_streams(bus.js)
     try:
         yield bus
     finally:

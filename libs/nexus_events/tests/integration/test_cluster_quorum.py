@@ -14,7 +14,7 @@ from nexus_events.bus import Bus, BusSettings
 from nexus_events.errors import NoQuorum
 from nexus_events.events import RunHeartbeat
 from nexus_events.health import JetStreamProbe
-from nexus_events.streams import RUNS, StreamSettings, ensure_streams, storage_problem
+from nexus_events.streams import RUNS, storage_problem
 from nexus_events.testing import NatsCluster, eventually
 
 from .test_cluster_elections import ELECTION, MemoryFollower
@@ -33,7 +33,8 @@ async def cluster_bus(nats_cluster: NatsCluster) -> AsyncIterator[Bus]:
         publish_deadline=DEADLINE,
     )
     bus = await Bus.connect(settings, source="test")
-    await ensure_streams(bus.js, StreamSettings(replicas=3))
+    # Not the bus's own context: its 0.5 s API timeout is for the test's publishes.
+    await nats_cluster.ensure_streams(bus.nc.jetstream(timeout=5))
     try:
         yield bus
     finally:
@@ -76,7 +77,11 @@ async def test_without_quorum_writes_stop_with_the_cause_and_resume_after(
     assert raised.value.stream == RUNS
     assert "no quorum for NEXUS_RUNS" in str(raised.value) or "no meta leader" in str(raised.value)
     await eventually(lambda: not probe.ok, what="not ready without quorum")
-    await eventually(lambda: follower.stuck, within=ELECTION, what="the follower stuck")
+    # The follower is not asked to go stuck here: its ack-less consumer (one replica) lives
+    # on one node, and where that is the survivor its fetches just come back empty (failed
+    # 2 of 3 runs on a busy machine). The probe is what reports the outage; the follower must
+    # apply everything, once and in order, when the quorum is back (below).
+    assert follower.applied == list(range(1, len(acked) + 1))
 
     # The nodes come back: leaders are elected, readiness returns, nothing was restarted.
     for node in range(3):
