@@ -6,6 +6,7 @@ checked against the hashes tiktoken itself expects, never fetched (issue 24)."""
 
 from __future__ import annotations
 
+import abc
 import base64
 import gzip
 import hashlib
@@ -143,7 +144,7 @@ def encoding(name: str) -> tiktoken.Encoding:
     )
 
 
-class _Counter:
+class _Counter(abc.ABC):
     """The shared message arithmetic; subclasses say how many tokens a text is."""
 
     name = "abstract"
@@ -151,8 +152,9 @@ class _Counter:
     def __init__(self) -> None:
         self._cache: OrderedDict[tuple[int, int], int] = OrderedDict()
 
+    @abc.abstractmethod
     def _encode_len(self, text: str) -> int:
-        raise NotImplementedError
+        """How many tokens `text` is (uncached)."""
 
     def text(self, text: str) -> int:
         if not text:
