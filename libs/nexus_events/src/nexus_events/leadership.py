@@ -22,6 +22,7 @@ import asyncio
 import contextlib
 import logging
 from collections.abc import Awaitable, Callable, Sequence
+from contextlib import AsyncExitStack
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -34,6 +35,7 @@ from nexus_events.bus import Bus
 from nexus_events.follow import Batch, Feed, Reposition
 from nexus_events.lease import Lease, default_holder
 from nexus_events.projection import Projection, ProjectionRunner
+from nexus_events.streams import StreamSettings
 
 log = logging.getLogger(__name__)
 
@@ -86,11 +88,13 @@ class Leadership:
         ttl: float,
         lead: Callable[[], Awaitable[None]],
         step_down: Callable[[], Awaitable[None]],
-        replicas: int = 1,
+        replicas: int | None = None,
         holder: str | None = None,
     ) -> None:
         self.service = service
         self.ttl = ttl
+        if replicas is None:  # the bucket's copies, as the streams' (NEXUS_STREAMS_REPLICAS)
+            replicas = StreamSettings().replicas
         self.lease = Lease(js, bucket, holder or default_holder(), ttl, replicas=replicas)
         self._lead = lead
         self._step_down = step_down
@@ -128,6 +132,13 @@ class Leadership:
         return False
 
     # -- lifecycle -------------------------------------------------------------------------
+
+    async def open(self, stack: AsyncExitStack) -> None:
+        """`start`, with `stop` on `stack`: it runs after everything pushed later, so the
+        singletons commit the batch in hand before the key is deleted and a standby takes
+        over at once."""
+        stack.push_async_callback(self.stop)
+        await self.start()
 
     async def start(self) -> None:
         """One round now (a replica that finds the lease free leads before this returns),

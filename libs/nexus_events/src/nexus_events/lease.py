@@ -27,15 +27,25 @@ import secrets
 import socket
 import time
 from datetime import datetime
+from typing import Annotated
 
 import nats.errors
 import nats.js.errors
 from nats.js import JetStreamContext
 from nats.js.kv import KV_DEL, KV_PURGE, KeyValue
+from pydantic import Field
 
 log = logging.getLogger(__name__)
 
 LEADER_KEY = "leader"
+
+# A service's lease TTL setting (NEXUS_LEASE_TTL_SECONDS). Core and memory default to 10 s:
+# a crashed holder is replaced within ~1.1 TTL (a standby checks every tenth of it), while
+# renewals every third of it ride out a NATS leader election (a few seconds).
+LeaseTtl = Annotated[
+    float,
+    Field(gt=0, le=300, description="Seconds before a dead projecting replica is replaced."),
+]
 
 
 def default_holder() -> str:

@@ -29,7 +29,7 @@ from nexus_events.leadership import FencedProjectionRunner, Leadership
 from nexus_events.metrics import setup_metrics
 from nexus_events.process import ServiceApp
 from nexus_events.projection import ProjectionRunner, read_checkpoint
-from nexus_events.streams import CATALOG, StreamSettings, ensure_streams
+from nexus_events.streams import CATALOG, ensure_streams
 from opentelemetry.sdk.metrics import MeterProvider as SdkMeterProvider
 
 from nexus_core.board_projection import BoardProjection
@@ -161,14 +161,10 @@ class CoreApp(ServiceApp):
             service=SOURCE,
             bucket=s.core_lease_bucket,
             ttl=s.lease_ttl_seconds,
-            replicas=StreamSettings().replicas,
             lead=self._lead,
             step_down=self._step_down,
         )
-        # Stops after all below: the leader's projections commit their batch in hand, then
-        # the lease is deleted so a standby takes over at once.
-        stack.push_async_callback(leadership.stop)
-        await leadership.start()
+        await leadership.open(stack)  # stops after all below
         handler = AssemblyHandler(
             bus=bus,
             catalog=self.catalog,

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from nexus_events.health import HealthPort
+from nexus_events.lease import LeaseTtl
 from nexus_events.process import gc_threshold_for_batch
 from pydantic import Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
@@ -57,11 +58,7 @@ class CoreSettings(BaseSettings):
         pattern=r"^[A-Za-z0-9_-]+$",
         description="JetStream KV bucket of the lease of the projecting replica.",
     )
-    # 10 s: a crashed projecting replica is replaced within ~11 s (a standby checks every
-    # tenth of it), while renewals every ~3.3 s ride out a NATS leader election (a few s).
-    lease_ttl_seconds: float = Field(
-        10.0, gt=0, le=300, description="Seconds before a dead projecting replica is replaced."
-    )
+    lease_ttl_seconds: LeaseTtl = 10.0
 
     def effective_gc_threshold(self) -> int:
         """`gc_threshold`, or one sized to keep projection batches out of the collector."""

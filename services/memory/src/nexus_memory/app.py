@@ -34,7 +34,7 @@ from nexus_events.leadership import FencedProjectionRunner, Leadership
 from nexus_events.metrics import MetricsSettings, setup_metrics
 from nexus_events.process import ServiceApp
 from nexus_events.projection import ProjectionRunner, quote_ident, read_checkpoint, rebuild
-from nexus_events.streams import MEMORY, StreamSettings, ensure_streams
+from nexus_events.streams import MEMORY, ensure_streams
 from opentelemetry.sdk.metrics import MeterProvider as SdkMeterProvider
 from pgvector.asyncpg import register_vector
 
@@ -184,14 +184,10 @@ class MemoryApp(ServiceApp):
             service=SOURCE,
             bucket=s.memory_lease_bucket,
             ttl=s.lease_ttl_seconds,
-            replicas=StreamSettings().replicas,
             lead=self._lead,
             step_down=self._step_down,
         )
-        # Stops after all below: the projection commits its batch in hand, then the lease
-        # is deleted so a standby takes over at once.
-        stack.push_async_callback(leadership.stop)
-        await leadership.start()
+        await leadership.open(stack)  # stops after all below
         # Its own connection; in-flight handlers get half the drain timeout to finish.
         self.handlers = handlers = Handlers(self.bus, graceful_timeout=s.drain_timeout / 2)
         self.stream_guard = StreamGuard(self.bus, self.guard, self.metrics)

@@ -9,6 +9,7 @@ from __future__ import annotations
 from typing import Literal
 
 from nexus_events.health import HealthPort
+from nexus_events.lease import LeaseTtl
 from pydantic import Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
@@ -114,7 +115,4 @@ class MemorySettings(BaseSettings):
         pattern=r"^[A-Za-z0-9_-]+$",
         description="JetStream KV bucket of the lease of the projecting replica.",
     )
-    # As core's (nexus_core.config): replaced within ~1.1 TTL, renewed every third of it.
-    lease_ttl_seconds: float = Field(
-        10.0, gt=0, le=300, description="Seconds before a dead projecting replica is replaced."
-    )
+    lease_ttl_seconds: LeaseTtl = 10.0
