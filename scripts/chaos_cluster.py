@@ -32,7 +32,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import contextlib
 import json
 import os
 import random
@@ -55,7 +54,6 @@ import nats.js.errors
 import psutil
 from nats.aio.msg import Msg
 from nats.js import JetStreamContext
-from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy
 from nexus_cli.devstack import nats_cluster
 from nexus_cli.devstack.state import NatsNode, StackState, read_state
 from nexus_events.bus import Bus, BusSettings
@@ -64,7 +62,7 @@ from nexus_events.streams import DLQ, RUNS
 from nexus_events.subjects import run_event, run_events_filter
 
 from scripts import chaos_resume as cr
-from scripts.chaos_flows import cli
+from scripts.chaos_flows import cli, read_messages
 from tests.support import devstack
 
 AGENT_ID = "chaos-cluster"
@@ -200,34 +198,7 @@ async def read_from(
     js: JetStreamContext, stream: str, subject: str, after: int = 0
 ) -> list[Stored]:
     """`stream`'s messages on `subject` past sequence `after`, to its current end."""
-    out: list[Stored] = []
-    if (await js.stream_info(stream)).state.last_seq <= after:
-        return out  # nothing new: no consumer, no fetch that waits its timeout out
-    sub = await js.pull_subscribe(
-        subject,
-        stream=stream,
-        config=ConsumerConfig(
-            deliver_policy=DeliverPolicy.BY_START_SEQUENCE,
-            opt_start_seq=after + 1,
-            ack_policy=AckPolicy.NONE,
-            inactive_threshold=30.0,
-        ),
-    )
-    try:
-        while True:
-            try:
-                msgs = await sub.fetch(500, timeout=2.0)
-            except nats.errors.TimeoutError:
-                if (await sub.consumer_info()).num_pending == 0:
-                    break
-                continue
-            out += [_stored(m) for m in msgs]
-            if msgs[-1].metadata.num_pending == 0:
-                break
-    finally:
-        with contextlib.suppress(Exception):
-            await sub.unsubscribe()
-    return out
+    return [_stored(m) for m in await read_messages(js, stream, subject, after)]
 
 
 def _stored(msg: Msg) -> Stored:

@@ -196,15 +196,20 @@ def _json_object(data: bytes) -> dict[str, Any] | None:
     return body if isinstance(body, dict) else None
 
 
-async def read_stream(js: Any, stream: str, subject: str) -> list[tuple[str, dict[str, Any]]]:
-    """Every message of `stream` on `subject` from the start whose body is a JSON object:
-    (subject, body)."""
-    out: list[tuple[str, dict[str, Any]]] = []
+async def read_messages(js: Any, stream: str, subject: str, after: int = 0) -> list[Any]:
+    """`stream`'s messages on `subject` past sequence `after`, to its current end (the chaos
+    checkers read the streams, not the projections)."""
+    if (await js.stream_info(stream)).state.last_seq <= after:
+        return []  # nothing new: no consumer, no fetch that waits its timeout out
+    out: list[Any] = []
     sub = await js.pull_subscribe(
         subject,
         stream=stream,
         config=ConsumerConfig(
-            deliver_policy=DeliverPolicy.ALL, ack_policy=AckPolicy.NONE, inactive_threshold=30.0
+            deliver_policy=DeliverPolicy.BY_START_SEQUENCE,
+            opt_start_seq=after + 1,
+            ack_policy=AckPolicy.NONE,
+            inactive_threshold=30.0,
         ),
     )
     try:
@@ -216,15 +221,23 @@ async def read_stream(js: Any, stream: str, subject: str) -> list[tuple[str, dic
                 if (await sub.consumer_info()).num_pending == 0:
                     break
                 continue
-            for msg in msgs:
-                body = _json_object(msg.data)
-                if body is not None:
-                    out.append((msg.subject, body))
+            out += msgs
             if msgs[-1].metadata.num_pending == 0:
                 break
     finally:
         with contextlib.suppress(Exception):
             await sub.unsubscribe()
+    return out
+
+
+async def read_stream(js: Any, stream: str, subject: str) -> list[tuple[str, dict[str, Any]]]:
+    """Every message of `stream` on `subject` from the start whose body is a JSON object:
+    (subject, body)."""
+    out: list[tuple[str, dict[str, Any]]] = []
+    for msg in await read_messages(js, stream, subject):
+        body = _json_object(msg.data)
+        if body is not None:
+            out.append((msg.subject, body))
     return out
 
 

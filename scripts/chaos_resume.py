@@ -54,14 +54,13 @@ from typing import Any
 
 import psutil
 from nats.aio.msg import Msg
-from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy
 from nexus_cli.devstack import offline_model
 from nexus_events.bus import Bus, BusSettings
 from nexus_events.events.runs import Origin, RunRequested
 from nexus_events.streams import DLQ, RUNS
 from nexus_events.subjects import run_event, run_events_filter
 
-from scripts.chaos_flows import cli, read_stream, stack_state
+from scripts.chaos_flows import cli, read_messages, read_stream, stack_state
 from tests.support import devstack
 
 AGENT_ID = "chaos-resume"
@@ -476,32 +475,7 @@ def _planned(rng: random.Random, turns: tuple[int, int], delay: tuple[float, flo
 
 async def read_since(js: Any, stream: str, subject: str, seq: int) -> list[dict[str, Any]]:
     """Bodies of `stream`'s messages on `subject` past sequence `seq`."""
-    out: list[dict[str, Any]] = []
-    sub = await js.pull_subscribe(
-        subject,
-        stream=stream,
-        config=ConsumerConfig(
-            deliver_policy=DeliverPolicy.BY_START_SEQUENCE,
-            opt_start_seq=seq + 1,
-            ack_policy=AckPolicy.NONE,
-            inactive_threshold=30.0,
-        ),
-    )
-    try:
-        while True:
-            try:
-                msgs = await sub.fetch(500, timeout=2.0)
-            except TimeoutError:
-                if (await sub.consumer_info()).num_pending == 0:
-                    break
-                continue
-            out += [json.loads(m.data) for m in msgs]
-            if msgs[-1].metadata.num_pending == 0:
-                break
-    finally:
-        with contextlib.suppress(Exception):
-            await sub.unsubscribe()
-    return out
+    return [json.loads(m.data) for m in await read_messages(js, stream, subject, seq)]
 
 
 def apply_agents(nexus: Nexus, workdir: Path) -> None:
