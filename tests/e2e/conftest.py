@@ -44,13 +44,18 @@ class Stack(devstack.Stack):
         return pids
 
 
-@pytest.fixture(scope="package")
-def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
-    tmp = tmp_path_factory.mktemp("e2e")
+def e2e_env(tmp: Path) -> dict[str, str]:
+    """A suite stack's environment in `tmp`: none of the caller's NEXUS_/OPENAI_ settings."""
     # The runner runs the demo repo's tests with `python -m pytest`: this interpreter's.
     path = f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}"
     extra = {"PATH": path, "NEXUS_HEARTBEAT_INTERVAL": "2"}
-    env = devstack.stack_env(tmp, extra, drop=("NEXUS_", "OPENAI_"))
+    return devstack.stack_env(tmp, extra, drop=("NEXUS_", "OPENAI_"))
+
+
+@pytest.fixture(scope="package")
+def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
+    tmp = tmp_path_factory.mktemp("e2e")
+    env = e2e_env(tmp)
 
     def offline(up: devstack.Result) -> None:
         assert up.json()["offline_model"] is True

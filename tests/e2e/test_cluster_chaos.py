@@ -21,8 +21,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
-import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -37,7 +35,7 @@ from nexus_events.testing import eventually_blocking
 
 from scripts import chaos_cluster as cc
 from scripts.chaos_flows import cli
-from tests.e2e.conftest import Stack
+from tests.e2e.conftest import Stack, e2e_env
 from tests.support import devstack
 
 NODES = 3
@@ -55,9 +53,7 @@ tools: [finish]
 @pytest.fixture(scope="module")
 def cluster_stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
     tmp = tmp_path_factory.mktemp("cluster")
-    path = f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}"
-    extra = {"PATH": path, "NEXUS_HEARTBEAT_INTERVAL": "2"}
-    env = devstack.stack_env(tmp, extra, drop=("NEXUS_", "OPENAI_"))
+    env = e2e_env(tmp)
 
     def clustered(up: devstack.Result) -> None:
         data = up.json()

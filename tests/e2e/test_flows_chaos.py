@@ -13,7 +13,6 @@ under the other end-to-end tests would make them flaky.
 from __future__ import annotations
 
 import asyncio
-import os
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -23,7 +22,7 @@ from typing import Any
 import pytest
 
 from scripts import chaos_flows
-from tests.e2e.conftest import Stack
+from tests.e2e.conftest import Stack, e2e_env
 from tests.support import devstack
 
 FLOWS = 30
@@ -38,9 +37,7 @@ KILLS = 2  # per service: 6 SIGKILLs in all, spread over the flows' life
 @pytest.fixture(scope="module")
 def chaos_stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[devstack.Stack]:
     tmp = tmp_path_factory.mktemp("chaos")
-    path = f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}"
-    extra = {"PATH": path, "NEXUS_HEARTBEAT_INTERVAL": "2"}
-    env = devstack.stack_env(tmp, extra, drop=("NEXUS_", "OPENAI_"))
+    env = e2e_env(tmp)
     # The end-to-end Stack: its leak check at teardown covers runners too.
     yield from devstack.running(Stack(tmp / ".nexus", tmp, env), "--offline-model")
 
