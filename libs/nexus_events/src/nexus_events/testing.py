@@ -137,6 +137,22 @@ async def dead_letters(bus: Bus) -> list[DeadLetter]:
     return letters
 
 
+async def micro_stats(bus: Bus, service: str, instances: int) -> list[dict[str, Any]]:
+    """``$SRV.STATS.<service>`` from each of `instances` instances of a nats.micro service
+    (every instance answers once): which replicas serve queries."""
+    inbox = bus.nc.new_inbox()
+    sub = await bus.nc.subscribe(inbox, max_msgs=instances)
+    await bus.nc.publish(f"$SRV.STATS.{service}", b"", reply=inbox)
+    replies = [json.loads((await sub.next_msg(timeout=5)).data) for _ in range(instances)]
+    await sub.unsubscribe()
+    return replies
+
+
+def endpoint_requests(stats: dict[str, Any], endpoint: str) -> int:
+    """How many requests one instance's `micro_stats` says `endpoint` answered."""
+    return int(next(e["num_requests"] for e in stats["endpoints"] if e["name"] == endpoint))
+
+
 def free_port() -> int:
     """A TCP port on 127.0.0.1 that nothing listened on a moment ago."""
     with socket.socket() as s:
@@ -545,9 +561,11 @@ __all__ = [
     "NatsCluster",
     "NatsServer",
     "PostgresServer",
+    "endpoint_requests",
     "eventually",
     "eventually_blocking",
     "free_port",
     "http_status",
+    "micro_stats",
     "nats_server_binary",
 ]

@@ -9,7 +9,6 @@ and a holder that lost its key stops projecting (fenced) while the new holder go
 from __future__ import annotations
 
 import asyncio
-import json
 import os
 import signal
 import sys
@@ -25,7 +24,7 @@ from nexus_events import subjects
 from nexus_events.bus import Bus, Outgoing
 from nexus_events.events import RunCompleted, RunResult, RunStarted
 from nexus_events.lease import LEADER_KEY
-from nexus_events.testing import free_port, http_status
+from nexus_events.testing import endpoint_requests, free_port, http_status, micro_stats
 
 from nexus_core.app import CoreApp
 
@@ -62,20 +61,6 @@ async def _holder(bus: Bus) -> str | None:
     except (nats.js.errors.KeyNotFoundError, nats.js.errors.KeyDeletedError):
         return None
     return None if entry.value is None else entry.value.decode()
-
-
-async def _instance_stats(bus: Bus, instances: int) -> list[dict[str, Any]]:
-    """`$SRV.STATS.nexus-core` from every core instance (nats.micro answers once each)."""
-    inbox = bus.nc.new_inbox()
-    sub = await bus.nc.subscribe(inbox, max_msgs=instances)
-    await bus.nc.publish("$SRV.STATS.nexus-core", b"", reply=inbox)
-    replies = [json.loads((await sub.next_msg(timeout=5)).data) for _ in range(instances)]
-    await sub.unsubscribe()
-    return replies
-
-
-def _requests(stats: dict[str, Any], endpoint: str) -> int:
-    return int(next(e["num_requests"] for e in stats["endpoints"] if e["name"] == endpoint))
 
 
 async def _roles(bus: Bus) -> dict[str, str]:
@@ -137,8 +122,8 @@ async def test_kill_9_of_the_projecting_core_the_standby_takes_over(
         await eventually(lambda: _run_status(bus, "before-kill"), lambda s: s == "completed")
         for _ in range(20):
             assert await _run_status(bus, "before-kill") == "completed"
-        stats = await _instance_stats(bus, 2)
-        assert all(_requests(s, "runs-get") > 0 for s in stats), stats
+        stats = await micro_stats(bus, "nexus-core", 2)
+        assert all(endpoint_requests(s, "runs-get") > 0 for s in stats), stats
 
         leader.send_signal(signal.SIGKILL)
         killed = time.monotonic()

@@ -5,12 +5,10 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import time
-from typing import Any
 
 from nexus_events.bus import Bus
-from nexus_events.testing import eventually
+from nexus_events.testing import endpoint_requests, eventually, micro_stats
 
 from services.memory.tests.conftest import MakeApp
 from services.memory.tests.support import record, search, until_found
@@ -20,19 +18,6 @@ from services.memory.tests.support import record, search, until_found
 TTL = 3.0
 # Beyond the TTL: a standby round (TTL/10), starting the runner, a loaded machine.
 MARGIN = 5.0
-
-
-async def _instance_stats(bus: Bus, instances: int) -> list[dict[str, Any]]:
-    inbox = bus.nc.new_inbox()
-    sub = await bus.nc.subscribe(inbox, max_msgs=instances)
-    await bus.nc.publish("$SRV.STATS.nexus-memory", b"", reply=inbox)
-    replies = [json.loads((await sub.next_msg(timeout=5)).data) for _ in range(instances)]
-    await sub.unsubscribe()
-    return replies
-
-
-def _requests(stats: dict[str, Any], endpoint: str) -> int:
-    return int(next(e["num_requests"] for e in stats["endpoints"] if e["name"] == endpoint))
 
 
 async def test_one_replica_projects_and_a_silent_holder_is_replaced(
@@ -49,8 +34,8 @@ async def test_one_replica_projects_and_a_silent_holder_is_replaced(
     await until_found(bus, "which day do deploys go out", ["global"], mid)
     for _ in range(20):
         assert any(i["memory_id"] == mid for i in await search(bus, "deploy day", ["global"]))
-    stats = await _instance_stats(bus, 2)
-    assert all(_requests(s, "search") > 0 for s in stats), stats
+    stats = await micro_stats(bus, "nexus-memory", 2)
+    assert all(endpoint_requests(s, "search") > 0 for s in stats), stats
 
     # The holder goes silent (no more rounds or renewals) without giving the key back.
     lead = first.leadership
