@@ -178,9 +178,9 @@ def bus_failure(exc: BusError, doing: str) -> CliError:
     message = " ".join(str(exc).split())
     if isinstance(exc, NoQuorum):
         return CliError(message, code=ExitCode.UNAVAILABLE)
-    if isinstance(exc, (JetStreamUnavailable, PublishFailed)):
-        return CliError(f"{doing}: {message}", code=ExitCode.UNAVAILABLE)
-    return CliError(f"{doing}: {message}", hint="check `nexus doctor`", code=ExitCode.UNAVAILABLE)
+    named = isinstance(exc, (JetStreamUnavailable, PublishFailed))
+    hint = None if named else "check `nexus doctor`"
+    return CliError(f"{doing}: {message}", hint=hint, code=ExitCode.UNAVAILABLE)
 
 
 def check_token(value: str, what: str) -> str:
