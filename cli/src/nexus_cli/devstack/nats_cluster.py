@@ -11,21 +11,10 @@ group for JetStream), as the official Helm chart configures it.
 
 from __future__ import annotations
 
-import asyncio
-import logging
-import time
 from pathlib import Path
-
-import nats.errors
-import nats.js.errors
-from nats.js import JetStreamContext
-from nexus_events.errors import BusError
-from nexus_events.streams import StreamSettings, ensure_streams
 
 from nexus_cli.devstack import probes
 from nexus_cli.devstack.state import NatsNode
-
-log = logging.getLogger("nexus.dev")
 
 CLUSTER_NAME = "nexus-dev"
 # JetStream's meta group and every R>1 stream need a majority of their peers: an even count
@@ -122,24 +111,3 @@ async def formed(nodes: list[NatsNode]) -> bool:
         if await probes.http_status(node.monitor_url + "/healthz") != 200:
             return False
     return await meta_leader(nodes) is not None
-
-
-async def ensure_replicated_streams(js: JetStreamContext, replicas: int, within: float) -> None:
-    """Create the streams with `replicas` replicas (`update=False`: core owns their settings).
-    Right after the meta leader is elected it may not know every peer yet and refuse an R3
-    stream for want of resources, so this retries until the cluster takes them; raises
-    TimeoutError naming the last refusal after `within` seconds."""
-    settings = StreamSettings(replicas=replicas)
-    deadline = time.monotonic() + within
-    while True:
-        try:
-            await ensure_streams(js, settings, update=False)
-        except (BusError, nats.errors.Error, nats.js.errors.Error) as exc:
-            if time.monotonic() > deadline:
-                raise TimeoutError(
-                    f"the NATS cluster did not take R{replicas} streams within {within:.0f}s: {exc}"
-                ) from exc
-            log.info("the cluster does not take R%d streams yet: %s", replicas, exc)
-        else:
-            return
-        await asyncio.sleep(0.2)  # a retry period, not a wait for a condition

@@ -31,7 +31,7 @@ import asyncpg
 import psutil
 from nexus_events.bus import Bus, BusSettings
 from nexus_events.services import CHANNELS
-from nexus_events.streams import ensure_streams
+from nexus_events.streams import ensure_replicated_streams, ensure_streams
 
 from nexus_cli.devstack import nats_cluster, probes
 from nexus_cli.devstack.control import CLUSTER_ENV
@@ -274,9 +274,7 @@ class Supervisor:
             # Every service creates its streams, KV buckets and object stores with this many
             # replicas (nexus_events.streams.StreamSettings).
             cluster_env["NEXUS_STREAMS_REPLICAS"] = str(self.cluster_size)
-            await nats_cluster.ensure_replicated_streams(
-                self.bus.js, self.cluster_size, CLUSTER_STREAMS_TIMEOUT
-            )
+            await ensure_replicated_streams(self.bus.js, self.cluster_size, CLUSTER_STREAMS_TIMEOUT)
 
         service_env = {
             **base_env,

@@ -17,10 +17,12 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import logging
+import time
 from dataclasses import dataclass, field
 from typing import Any
 
 import nats.errors
+import nats.js.errors
 from nats.js import JetStreamContext
 from nats.js.api import DiscardPolicy, RetentionPolicy, StorageType, StreamConfig, StreamInfo
 from nats.js.errors import APIError, NotFoundError, ServiceUnavailableError
@@ -285,6 +287,27 @@ async def ensure_streams(
         report.updated[name] = diff
         log.warning("stream updated to the contract", extra={"stream": name, "drift": diff})
     return report
+
+
+async def ensure_replicated_streams(js: JetStreamContext, replicas: int, within: float) -> None:
+    """`ensure_streams` with `replicas` replicas on a cluster that has just formed
+    (`update=False`: core owns the settings). Right after its meta leader is elected a cluster
+    may not know every peer yet, leave a creation unanswered or answer 503, so this retries
+    until it takes them; raises TimeoutError naming the last refusal after `within` seconds."""
+    settings = StreamSettings(replicas=replicas)
+    deadline = time.monotonic() + within
+    while True:
+        try:
+            await ensure_streams(js, settings, update=False)
+        except (BusError, nats.errors.Error, nats.js.errors.Error) as exc:
+            if time.monotonic() > deadline:
+                raise TimeoutError(
+                    f"the NATS cluster did not take R{replicas} streams within {within:.0f}s: {exc}"
+                ) from exc
+            log.info("the cluster does not take R%d streams yet: %s", replicas, exc)
+        else:
+            return
+        await asyncio.sleep(0.2)  # a retry period, not a wait for a condition
 
 
 def stream_of(subject: str) -> str | None:

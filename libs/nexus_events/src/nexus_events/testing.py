@@ -429,25 +429,13 @@ class NatsCluster:
         )
 
     async def ensure_streams(self, js: JetStreamContext, *, within: float = 30.0) -> None:
-        """Every Nexus stream with as many replicas as there are nodes, retried while the
-        young cluster leaves a stream's creation unanswered or answers 503 (its meta group and
-        the new streams' groups still electing: seconds on a busy machine); then wait until
+        """Every Nexus stream with as many replicas as there are nodes (retried while the
+        young cluster refuses, `streams.ensure_replicated_streams`); then wait until
         NEXUS_RUNS has a leader, since a new replicated stream takes writes only from then."""
-        import nats.errors
-        import nats.js.errors
-
-        from nexus_events.streams import RUNS, StreamSettings
-        from nexus_events.streams import ensure_streams as ensure
+        from nexus_events.streams import RUNS, ensure_replicated_streams
 
         deadline = time.monotonic() + within
-        while True:
-            try:
-                await ensure(js, StreamSettings(replicas=len(self.nodes)))
-                break
-            except (nats.errors.TimeoutError, nats.js.errors.ServiceUnavailableError):
-                if time.monotonic() > deadline:
-                    raise
-                await asyncio.sleep(0.2)  # a pause between retries, not a wait for a state
+        await ensure_replicated_streams(js, len(self.nodes), within)
         await eventually(
             lambda: self.stream_leader(RUNS),
             lambda leader: leader is not None,
