@@ -4,11 +4,13 @@ resumes by itself and a publish retried with the same id is stored once."""
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import time
 from collections.abc import AsyncIterator
 
 import pytest
+from nats.js.api import PubAck
 from nexus_events import subjects
 from nexus_events.bus import Bus, BusSettings
 from nexus_events.errors import NoQuorum
@@ -48,10 +50,27 @@ async def test_without_quorum_writes_stop_with_the_cause_and_resume_after(
     bus = cluster_bus
     subject = subjects.run_event("run_q", "heartbeat")
     acked = [await bus.publish(subject, RunHeartbeat(seq=i), msg_id=f"q-{i}") for i in range(5)]
+    # Stopped whatever happens: left running, they kept the failed test from ending.
+    stack = contextlib.AsyncExitStack()
     probe = JetStreamProbe(bus.js, [RUNS], interval=0.05)
     await probe.start()
+    stack.push_async_callback(probe.stop)
     follower = MemoryFollower(bus)
     await follower.start()
+    stack.push_async_callback(follower.stop)
+    async with stack:
+        await _lose_and_regain_quorum(nats_cluster, bus, probe, follower, acked)
+    assert [r.getMessage() for r in caplog.records if r.exc_info] == []
+
+
+async def _lose_and_regain_quorum(
+    nats_cluster: NatsCluster,
+    bus: Bus,
+    probe: JetStreamProbe,
+    follower: MemoryFollower,
+    acked: list[PubAck],
+) -> None:
+    subject = subjects.run_event("run_q", "heartbeat")
     await eventually(lambda: len(follower.applied) == len(acked))
 
     # Two of three nodes gone: no stream and no meta group can elect a leader. The node kept
@@ -90,13 +109,16 @@ async def test_without_quorum_writes_stop_with_the_cause_and_resume_after(
     await eventually(lambda: probe.ok, within=ELECTION, what="ready with quorum back")
     await eventually(lambda: storage_problem(bus.js, RUNS), lambda p: p is None, within=ELECTION)
     # The unacked publish may have reached the log before the leader stepped down; retried
-    # with its id it is stored exactly once either way.
-    retried = await bus.publish(subject, RunHeartbeat(seq=99), msg_id="q-unacked")
+    # with its id it is stored exactly once either way. Retried with the usual publish
+    # deadline: the test bus' 1 s one can pass while the new leaders settle (it did).
+    settings = BusSettings(url=nats_cluster.urls, name="test-retry")
+    retrier = await Bus.connect(settings, source="test")
+    try:
+        retried = await retrier.publish(subject, RunHeartbeat(seq=99), msg_id="q-unacked")
+    finally:
+        await retrier.close()
     ids = [(m.headers or {}).get("Nats-Msg-Id") async for m in bus.replay_raw(RUNS)]
     assert ids == [f"q-{i}" for i in range(5)] + ["q-unacked"]
     assert retried.seq == len(ids)
     await eventually(lambda: follower.applied == list(range(1, len(ids) + 1)), within=ELECTION)
     assert not follower.stuck
-    await follower.stop()
-    await probe.stop()
-    assert [r.getMessage() for r in caplog.records if r.exc_info] == []
