@@ -3,27 +3,33 @@ the SDK's own client, against a real core on a real nats-server and PostgreSQL."
 
 from __future__ import annotations
 
+import asyncio
 import json
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any
 
+import httpx2
 import pytest
+import uvicorn
 from mcp import Client, MCPError
+from mcp.client.streamable_http import streamable_http_client
+from mcp.shared.subscriptions import ResourceUpdated
 from mcp_types import CallToolResult, TextResourceContents
 from nexus_core.app import CoreApp
 from nexus_events import subjects
 from nexus_events.bus import Bus
 from nexus_events.catalog_commands import apply_agent, apply_flow
-from nexus_events.events import Column, TaskCreated
+from nexus_events.events import CancelRequested, Column, RunRequested, RunStarted, TaskCreated
 from nexus_events.streams import RUNS
 from nexus_events.testing import eventually
 
 from nexus_cli.client import Session
 from nexus_cli.errors import CliError
-from nexus_cli.mcp.auth import Identity, Scope
+from nexus_cli.mcp.auth import Identity, Scope, TokenEntry, Tokens, digest
 from nexus_cli.mcp.server import build_server
 from nexus_cli.mcp.state import Nexus
+from nexus_cli.mcp.web import BearerAuth
 from nexus_cli.target import Target
 
 AGENT = "id: {id}\nrole: {id}\nmodel: {{name: test-model}}\nsystem_prompt: You {id}.\n"
@@ -162,7 +168,6 @@ async def test_an_operate_token_scoped_to_planner_starts_and_stops_only_planner(
     nats_url: str, bus: Bus
 ) -> None:
     async with _client(nats_url, Scope.OPERATE, ("planner",)) as client:
-        before = (await bus.js.stream_info(RUNS)).state.last_seq
         refused = await client.call_tool("start_run", {"agent": "implementer", "input": "x"})
         assert _error(refused) == "agent 'implementer' is outside this token's agents"
         flow = await client.call_tool("start_flow", {"flow": "review-flow"})
@@ -173,7 +178,83 @@ async def test_an_operate_token_scoped_to_planner_starts_and_stops_only_planner(
             "answer_approval", {"run_id": "run_rev", "approval_id": "apr-1", "decision": "approve"}
         )
         assert _error(answer) == "no run 'run_rev'"
-        # Every refusal came before a publish: nothing new on the runs stream.
-        assert (await bus.js.stream_info(RUNS)).state.last_seq == before
         started = _data(await client.call_tool("start_run", {"agent": "planner", "input": "go"}))
         assert _data(await client.call_tool("get_run", {"run_id": started["run_id"]}))
+    # Every refusal came before a publish: the only requests and cancels are the fixture's two
+    # runs and the planner run this token started.
+    published = [
+        (d.envelope.subject, type(d.event).__name__)
+        async for d in bus.replay(RUNS)
+        if isinstance(d.event, RunRequested | CancelRequested)
+    ]
+    assert published == [
+        (subjects.run_event(rid, "requested"), "RunRequested")
+        for rid in ("run_plan", "run_rev", started["run_id"])
+    ]
+
+
+@asynccontextmanager
+async def _http_server(nats_url: str, tokens: Tokens) -> AsyncIterator[str]:
+    """The HTTP server as `nexus mcp serve --http` wires it, in this process; its /mcp URL."""
+    target = Target("test", nats_url, None, None)
+    nobody = Identity(name="anonymous", scope=Scope.READ, requested_by="mcp:anonymous")
+    async with Session(target, 2.0, persistent=True) as s:
+        nexus = Nexus(target=target, timeout=2.0, session=s, local=nobody, tokens=tokens)
+        server, watchers = build_server(nexus)
+        app = BearerAuth(server.streamable_http_app(host="127.0.0.1"), tokens)
+        config = uvicorn.Config(app, host="127.0.0.1", port=0, log_level="warning", lifespan="on")
+        web = uvicorn.Server(config)
+        serving = asyncio.create_task(web.serve())
+        try:
+            await eventually(lambda: web.started, within=10, what="uvicorn started")
+            port = web.servers[0].sockets[0].getsockname()[1]
+            yield f"http://127.0.0.1:{port}/mcp"
+        finally:
+            web.should_exit = True
+            await serving
+            watchers.close()
+            await nexus.close()
+
+
+@asynccontextmanager
+async def _http_client(url: str, token: str) -> AsyncIterator[Client]:
+    http = httpx2.AsyncClient(headers={"Authorization": f"Bearer {token}"}, timeout=30)
+    async with http, Client(streamable_http_client(url, http_client=http)) as client:
+        yield client
+
+
+@pytest.mark.usefixtures("runs")
+async def test_over_http_the_bearer_token_carries_the_scope(nats_url: str) -> None:
+    entries = [
+        TokenEntry(name="plan", sha256=digest("t-plan"), scope=Scope.READ, agents=["planner"]),
+        TokenEntry(name="all", sha256=digest("t-all"), scope=Scope.READ),
+    ]
+    async with _http_server(nats_url, Tokens(entries)) as url:
+        async with _http_client(url, "t-plan") as planner:
+            hidden = await planner.call_tool("get_run", {"run_id": "run_rev"})
+            assert _error(hidden) == "no run 'run_rev'"
+            with pytest.raises(MCPError):
+                await planner.read_resource("nexus://runs/run_rev")
+            board = await _resource(planner, "nexus://board")
+            assert "run_plan" in board
+            assert "run_rev" not in board
+        async with _http_client(url, "t-all") as everyone:
+            assert _data(await everyone.call_tool("get_run", {"run_id": "run_rev"}))
+            assert "run_rev" in await _resource(everyone, "nexus://board")
+
+
+@pytest.mark.usefixtures("runs")
+async def test_a_scoped_subscription_to_another_agents_run_never_fires(
+    nats_url: str, bus: Bus
+) -> None:
+    mine, theirs = "nexus://runs/run_plan", "nexus://runs/run_rev"
+    async with (
+        _client(nats_url, Scope.READ, ("planner",)) as client,
+        client.listen(resource_subscriptions=[theirs, mine]) as sub,
+    ):
+        # The other run's event first: had it been watched, its update would come first.
+        await bus.publish(subjects.run_event("run_rev", "started"), RunStarted())
+        await bus.publish(subjects.run_event("run_plan", "started"), RunStarted())
+        first = await asyncio.wait_for(anext(aiter(sub)), 15)
+        assert isinstance(first, ResourceUpdated)
+        assert first.uri == mine
