@@ -195,6 +195,8 @@ def describe(event: str, body: dict[str, Any]) -> str:  # noqa: PLR0911 - one ca
         return f"approval_requested {body.get('approval_id')}: {body.get('summary')}"
     if event == RunEvent.APPROVAL_DECIDED:
         return f"approval_decided {body.get('approval_id')}: {body.get('decision')}"
+    if event == RunEvent.MCP_SERVER_UNAVAILABLE:
+        return f"mcp_server_unavailable {body.get('server')}: {body.get('detail')}"
     if event == RunEvent.APPROVAL_REFUSED:
         return (
             f"approval_refused {body.get('approval_id')}: {body.get('answered_by')} may not decide"

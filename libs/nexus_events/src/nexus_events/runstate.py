@@ -61,6 +61,7 @@ class RunEvent(StrEnum):
     RESUMED = "resumed"
     CHECKPOINTED = "checkpointed"
     CONDENSED = "condensed"
+    MCP_SERVER_UNAVAILABLE = "mcp_server_unavailable"
     COMPLETED = "completed"
     FAILED = "failed"
     CANCELLED = "cancelled"
@@ -96,6 +97,7 @@ EVENT_STATUS: Mapping[str, RunStatus | None] = MappingProxyType(
         RunEvent.RESUMED: RunStatus.RUNNING,
         RunEvent.CHECKPOINTED: RunStatus.RUNNING,
         RunEvent.CONDENSED: RunStatus.RUNNING,
+        RunEvent.MCP_SERVER_UNAVAILABLE: RunStatus.RUNNING,
         RunEvent.COMPLETED: RunStatus.COMPLETED,
         RunEvent.FAILED: RunStatus.FAILED,
         RunEvent.CANCELLED: RunStatus.CANCELLED,

@@ -384,7 +384,7 @@ async def _execute_run(  # noqa: PLR0915 - one run's lifecycle, read top to bott
         # MCP servers live as long as the loop: closing kills their process groups, also
         # when the run is cancelled.
         async with McpTools.started(
-            list(config.mcp_servers), settings, ctx.workspace.root, pub.log
+            list(config.mcp_servers), settings, ctx.workspace.root, pub.log, pub.event
         ) as mcp:
             tools = ContainedRegistry(
                 list(config.tools),
