@@ -19,21 +19,24 @@ MIN_SECRET_CHARS = 8
 # a piece at least this long, one of 40 split in five too.
 FRAGMENT_CHARS = 8
 
+# The patterns below start with a character class and have no lookbehind, so Python's engine
+# skips ahead quickly (a lookbehind or an optional prefix first made them 3-5x slower); a
+# match starting inside a longer word only costs a decoding that finds nothing.
 # Decimal character codes, 8 or more: ``115,107,45``, ``115 107 45``, ``[115, 107]``,
-# ``&#115;&#107;`` (each code at most 3 digits: a byte, or a Latin-1/Greek... code point).
-_DECIMAL_RUN = re.compile(
-    r"(?<![\w.])(?:&#)?\d{1,3}(?:(?:[ \t]*[,;][ \t]*|[ \t]+)(?:&#)?\d{1,3}){7,}(?![\w.])"
-)
-# Hex bytes with or without separators or prefixes, 8 or more: ``73:6b:2d``, ``73 6b``,
-# ``\x73\x6b`` (also JSON-escaped ``\\x73``), ``0x73,0x6b``, ``%73%6B``, ``\u0073``.
+# ``&#115;&#107;`` (each code at most 3 digits).
+_DECIMAL_RUN = re.compile(r"\d{1,3}(?:[ \t,;&#]+\d{1,3}){7,}")
+# Hex bytes with separators or prefixes between them, 8 or more: ``73:6b:2d``, ``73 6b``,
+# ``\x73\x6b`` (also JSON-escaped ``\\x73``), ``0x73,0x6b``, ``%73%6B``, ``\u0073``. Plain
+# hex without separators is a variant already (`variants`).
 _HEX_PREFIX = r"(?:\\{1,2}(?:x|u00)|0[xX]|%)"
 _HEX_RUN = re.compile(
-    rf"(?<![0-9A-Za-z])(?:{_HEX_PREFIX}?[0-9A-Fa-f]{{2}}[ \t:,;.-]{{0,2}}){{7,}}"
-    rf"{_HEX_PREFIX}?[0-9A-Fa-f]{{2}}"
+    rf"[0-9A-Fa-f]{{2}}(?:(?:[ \t:,;.-]{{1,2}}{_HEX_PREFIX}?|{_HEX_PREFIX})[0-9A-Fa-f]{{2}}){{7,}}"
 )
 _HEX_NOISE = re.compile(rf"{_HEX_PREFIX}|[ \t:,;.-]")
+_LEADING_HEX_PREFIX = re.compile(rf"{_HEX_PREFIX}$")
 # Base64 of gzip (``H4sI``) or zlib (``eJ``, ``eN``, ``eF``, ``eAE``) data, standard or URL-safe.
-_COMPRESSED_RUN = re.compile(r"(?<![A-Za-z0-9+/_-])(?:H4sI|eJ|eN|eF|eAE)[A-Za-z0-9+/_-]{14,}={0,2}")
+_COMPRESSED_RUN = re.compile(r"[He][4JNFA][A-Za-z0-9+/_-]{14,}={0,2}")
+_COMPRESSED_STARTS = ("H4sI", "eJ", "eN", "eF", "eAE")
 # Bounds on the work one text can cost: what one compressed run may inflate to, and how much
 # all of a text's compressed runs may inflate to together (a zip bomb stops there).
 MAX_INFLATED_BYTES = 1_000_000
@@ -102,14 +105,16 @@ def encoded_runs(text: str) -> Iterator[EncodedRun]:
         yield EncodedRun(match.start(), match.end(), "".join(map(chr, codes)))
     for match in _HEX_RUN.finditer(text):
         digits = _HEX_NOISE.sub("", match.group())
-        for shift in (0, 1) if len(digits) % 2 else (0,):
-            even = digits[shift : len(digits) - ((len(digits) - shift) % 2)]
-            decoded = bytes.fromhex(even).decode("utf-8", errors="replace")
-            yield EncodedRun(match.start(), match.end(), decoded)
+        decoded = bytes.fromhex(digits).decode("utf-8", errors="replace")
+        # The first byte's prefix (``\x``, ``0x``, ``%``) is redacted with the run.
+        before = _LEADING_HEX_PREFIX.search(text, max(0, match.start() - 5), match.start())
+        yield EncodedRun(before.start() if before else match.start(), match.end(), decoded)
     budget = MAX_INFLATED_PER_TEXT
     for match in _COMPRESSED_RUN.finditer(text):
         if budget <= 0:
             break
+        if not match.group().startswith(_COMPRESSED_STARTS):
+            continue
         inflated = _inflate(match.group(), min(budget, MAX_INFLATED_BYTES))
         if inflated:
             budget -= len(inflated)
