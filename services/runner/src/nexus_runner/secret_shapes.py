@@ -18,6 +18,7 @@ MIN_SECRET_CHARS = 8
 # characters is the shortest tracked value; a value of 16 or more characters split in two has
 # a piece at least this long, one of 40 split in five too.
 FRAGMENT_CHARS = 8
+_SEGMENT_BREAKS = re.compile(r"[:/@?&=#.,;]")
 
 # The patterns below start with a character class and have no lookbehind, so Python's engine
 # skips ahead quickly (a lookbehind or an optional prefix first made them 3-5x slower); a
@@ -72,20 +73,23 @@ def _base64_variants(raw: bytes) -> Iterable[str]:
 
 def fragments(value: str) -> set[str]:
     """The pieces of `value` that count as the value: every run of `FRAGMENT_CHARS`
-    characters holding a letter and a digit, of a value with no whitespace.
+    characters holding a letter and a digit, inside one token-like segment of a value with
+    no whitespace (segments split at URL and list punctuation: ``: / @ ? & = # . , ;``).
 
     Why this rule: keys and tokens are whitespace-free mixes of letters and digits, so a
-    piece of one with both is as unlikely to appear by chance as a short key is; pieces of
-    plain words (``password``), paths (``/usr/local``) or lines of text (a value with a space,
-    read from a command's output) would refuse ordinary calls and are not taken.
+    piece of one with both is as unlikely to appear by chance as a short key is. Pieces of
+    plain words (``password``), of the host and port of a URL value (``localhost:5432``:
+    only its password segment gives pieces) or of lines of text (a value with a space, read
+    from a command's output) would refuse ordinary calls and are not taken.
     """
-    if any(c.isspace() for c in value) or len(value) < FRAGMENT_CHARS:
+    if any(c.isspace() for c in value):
         return set()
     found = set()
-    for start in range(len(value) - FRAGMENT_CHARS + 1):
-        piece = value[start : start + FRAGMENT_CHARS]
-        if any(c.isalpha() for c in piece) and any(c.isdigit() for c in piece):
-            found.add(piece)
+    for segment in _SEGMENT_BREAKS.split(value):
+        for start in range(len(segment) - FRAGMENT_CHARS + 1):
+            piece = segment[start : start + FRAGMENT_CHARS]
+            if any(c.isalpha() for c in piece) and any(c.isdigit() for c in piece):
+                found.add(piece)
     return found
 
 

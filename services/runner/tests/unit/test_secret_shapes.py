@@ -101,6 +101,13 @@ def test_pieces_of_words_paths_and_lines_are_not_tracked() -> None:
         assert not secrets.holds_piece(text), text
 
 
+def test_only_the_secret_segment_of_a_url_value_gives_pieces() -> None:
+    secrets = SecretRegistry(["postgres://app:S3cr3tPw99@localhost:5432/app"])
+    assert not secrets.holds_piece("psql -h localhost:5432/app -U app")
+    assert secrets.holds_piece("echo S3cr3tPw")
+    assert secrets.holds_piece("echo cr3tPw99")
+
+
 def contained(tmp_path: Path, tools: list[str]) -> ToolRegistry:
     ws = Workspace(tmp_path)
     secrets = SecretRegistry([SECRET])
