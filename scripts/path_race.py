@@ -2,14 +2,15 @@
 
     uv run --frozen python -m scripts.path_race [--calls 10000]
 
-A thread keeps swapping the workspace directory ``d`` for a symlink to a directory outside
-the workspace (and back) while the calls run one at a time through a real `ToolRegistry`,
-as the runner makes them: read_file, write_file and edit_file of ``d/f.txt`` and
-``d/new.txt``, and a sandboxed JavaScript tool (tokens ``workspace:read:d/*`` and
-``workspace:write:d/*``) calling ``nexus.workspace.read`` / ``write``. It counts:
+A process keeps swapping the workspace directory ``d`` for a symlink to a directory outside
+the workspace, or for a link loop (and back, atomically: renameat2 RENAME_EXCHANGE), while
+the calls run one at a time through a real `ToolRegistry`, as the runner makes them:
+read_file, write_file and edit_file of ``d/f.txt`` and ``d/new.txt``, and a sandboxed
+JavaScript tool (tokens ``workspace:read:d/*`` and ``workspace:write:d/*``) calling
+``nexus.workspace.read`` / ``write``. It counts:
 
 - outputs carrying the outside file's content (a read that left the workspace);
-- files created or changed outside (names, sizes and mtimes before and after);
+- calls after which a file outside was created or changed (names, sizes, mtimes);
 - exceptions out of the registry's `decide` or `execute` (each would kill the runner).
 
 All three must be 0. Calls refused during a swap (no such file, the path changed) are fine:
@@ -21,14 +22,18 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import itertools
+import contextlib
+import ctypes
 import json
+import multiprocessing
 import os
 import tempfile
-import threading
 import time
 import uuid
+from collections.abc import Iterator
 from dataclasses import dataclass, field
+from multiprocessing.sharedctypes import Synchronized
+from multiprocessing.synchronize import Event
 from pathlib import Path
 
 from nexus_events.events.specs import Permissions, SandboxTool, ToolGrant
@@ -49,7 +54,8 @@ async function run(args) {
 class RaceResult:
     calls: int = 0
     outside_reads: int = 0
-    outside_writes: list[str] = field(default_factory=list)
+    outside_writes: int = 0  # calls after which something outside had changed
+    outside_changed: list[str] = field(default_factory=list)
     escaped: list[str] = field(default_factory=list)
     refused: int = 0
     swaps: int = 0
@@ -85,27 +91,35 @@ def _snapshot(directory: Path) -> dict[str, tuple[int, int]]:
     }
 
 
-def _swapper(ws: Path, outside: Path, stop: threading.Event, result: RaceResult) -> None:
-    """`d` a real directory, then a symlink to `outside`, and back, until stopped."""
-    d, parked = ws / "d", ws / "d.parked"
-    aside = itertools.count()
+def _exchange(a: Path, b: Path) -> None:
+    """Swap two names atomically (renameat2 RENAME_EXCHANGE): `d` is never missing, so the
+    calls see a directory or a link, as an attacker's swapper would arrange."""
+    if _renameat2(_AT_FDCWD, bytes(a), _AT_FDCWD, bytes(b), _RENAME_EXCHANGE) != 0:
+        err = ctypes.get_errno()
+        raise OSError(err, os.strerror(err), str(a))
+
+
+_libc = ctypes.CDLL(None, use_errno=True)
+_renameat2 = _libc.renameat2
+_renameat2.argtypes = [ctypes.c_int, ctypes.c_char_p, ctypes.c_int, ctypes.c_char_p, ctypes.c_uint]
+_AT_FDCWD = -100
+_RENAME_EXCHANGE = 2
+
+
+def _swapper(ws: Path, outside: Path, stop: Event, swaps: Synchronized[int]) -> None:
+    """`d` a real directory, then a symlink (to `outside`, or every other time a link loop,
+    which the path checks must survive too), and back, until stopped. Runs in a process of
+    its own, as an agent's shell would: truly beside the calls, not taking turns on the GIL."""
+    d, to_outside, loop = ws / "d", ws / "d.out", ws / "d.loop"
+    to_outside.symlink_to(outside)
+    loop.symlink_to("d")  # a loop while it is named `d`
+    count = 0
     while not stop.is_set():
-        os.rename(d, parked)
-        # While `d` is missing, a write may make it again (inside: a fine result): set aside.
-        while True:
-            try:
-                os.symlink(outside, d)
-                break
-            except FileExistsError:
-                os.rename(d, ws / f"d.made-{next(aside)}")
-        os.unlink(d)
-        while True:
-            try:
-                os.rename(parked, d)
-                break
-            except OSError:
-                os.rename(d, ws / f"d.made-{next(aside)}")
-        result.swaps += 1
+        link = to_outside if count % 2 == 0 else loop
+        _exchange(d, link)
+        _exchange(d, link)
+        count += 1
+        swaps.value = count
 
 
 _CALLS: list[tuple[str, dict[str, object]]] = [
@@ -118,50 +132,77 @@ _CALLS: list[tuple[str, dict[str, object]]] = [
 ]
 
 
-async def race(base: Path, calls: int) -> RaceResult:
-    """Run `calls` tool calls against the swapper in `base` (made empty by the caller)."""
-    secret = f"OUTSIDE-{uuid.uuid4().hex}"
+@contextlib.contextmanager
+def _swapping(ws: Path, outside: Path) -> Iterator[Synchronized[int]]:
+    """The swapper process, running (it has swapped at least once) until the block ends."""
+    processes = multiprocessing.get_context("spawn")
+    stop = processes.Event()
+    swaps: Synchronized[int] = processes.Value("q", 0)
+    swapper = processes.Process(target=_swapper, args=(ws, outside, stop, swaps), daemon=True)
+    swapper.start()
+    try:
+        deadline = time.monotonic() + 30
+        while swaps.value == 0:
+            if not swapper.is_alive() or time.monotonic() > deadline:
+                raise RuntimeError("the swapper process did not start swapping")
+            time.sleep(0.01)
+        yield swaps
+    finally:
+        stop.set()
+        swapper.join(10)
+        if swapper.is_alive():
+            swapper.kill()
+            swapper.join()
+
+
+def _setup(base: Path, secret: str) -> tuple[Path, Path]:
     ws, outside = base / "ws", base / "outside"
     (ws / "d").mkdir(parents=True)
     outside.mkdir()
     (ws / "d" / "f.txt").write_text("inside\n")
     (outside / "f.txt").write_text(f"inside {secret}\n")  # edit_file would match it too
     (outside / "new.txt").write_text(f"{secret}\n")
+    return ws, outside
+
+
+async def race(base: Path, calls: int) -> RaceResult:
+    """Run `calls` tool calls against the swapper in `base` (made empty by the caller)."""
+    secret = f"OUTSIDE-{uuid.uuid4().hex}"
+    ws, outside = _setup(base, secret)
     before = _snapshot(outside)
     reg = _registry(ws)
     result = RaceResult()
-    stop = threading.Event()
-    swapper = threading.Thread(target=_swapper, args=(ws, outside, stop, result), daemon=True)
     started = time.monotonic()
-    swapper.start()
     try:
-        for i in range(calls):
-            name, args = _CALLS[i % len(_CALLS)]
-            result.calls += 1
-            try:
-                decision = reg.decide(name, json.dumps(args))
-                if decision.action != "run":
-                    result.refused += 1
+        with _swapping(ws, outside) as swaps:
+            for i in range(calls):
+                name, args = _CALLS[i % len(_CALLS)]
+                result.calls += 1
+                try:
+                    decision = reg.decide(name, json.dumps(args))
+                    outcome = await reg.execute(decision) if decision.action == "run" else None
+                except Exception as exc:  # noqa: BLE001 - counted: each would kill the runner
+                    result.escaped.append(f"{name}: {type(exc).__name__}: {exc}")
                     continue
-                outcome = await reg.execute(decision)
-            except Exception as exc:  # noqa: BLE001 - counted: each one would kill the runner
-                result.escaped.append(f"{name}: {type(exc).__name__}: {exc}")
-                continue
-            if secret in outcome.output:
-                result.outside_reads += 1
-            if not outcome.ok:
-                result.refused += 1
+                if outcome is None or not outcome.ok:
+                    result.refused += 1
+                if outcome is not None and secret in outcome.output:
+                    result.outside_reads += 1
+                now = _snapshot(outside)
+                if now != before:
+                    result.outside_writes += 1
+                    result.outside_changed.extend(_changed(before, now))
+                    before = now
+        result.swaps = swaps.value
     finally:
-        stop.set()
-        swapper.join()
         result.seconds = time.monotonic() - started
         if reg._sandbox is not None and reg._sandbox._worker is not None:
             reg._sandbox._worker.stop()
-    after = _snapshot(outside)
-    result.outside_writes = sorted(
-        name for name in set(before) | set(after) if before.get(name) != after.get(name)
-    )
     return result
+
+
+def _changed(before: dict[str, tuple[int, int]], after: dict[str, tuple[int, int]]) -> list[str]:
+    return sorted(name for name in set(before) | set(after) if before.get(name) != after.get(name))
 
 
 def main() -> None:
@@ -173,7 +214,7 @@ def main() -> None:
     print(
         f"{result.calls} calls in {result.seconds:.1f} s against {result.swaps} swaps:"
         f" {result.outside_reads} reads of the outside file,"
-        f" {len(result.outside_writes)} files written outside {result.outside_writes},"
+        f" {result.outside_writes} calls that wrote outside {sorted(set(result.outside_changed))},"
         f" {len(result.escaped)} exceptions out of the registry,"
         f" {result.refused} calls refused during swaps"
     )

@@ -50,9 +50,6 @@ class Workspace:
             rel = beneath.locate(self.root, path)
         return self.root if rel == "." else self.root / rel
 
-    def relative(self, path: Path) -> str:
-        return path.relative_to(self.root).as_posix() or "."
-
     def read_bytes(self, path: str, limit: int, check: Check | None = None) -> tuple[str, bytes]:
         """(canonical relative path, content) of a file of at most `limit` bytes."""
         with tool_errors(path), beneath.open_file(self.root, path, "read", check) as opened:
