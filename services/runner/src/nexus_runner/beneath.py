@@ -80,10 +80,14 @@ class _Walk:
         self.root = root
         self.path = path
         self.hops = 0
-        self.root_fd = os.open(root, _DIR)
-        self.fd = os.dup(self.root_fd)
         self.done: list[str] = []
-        self.pending = parts_of(path)
+        self.pending = parts_of(path)  # before any fd is held: a refusal leaks none
+        self.root_fd = os.open(root, _DIR)
+        try:
+            self.fd = os.dup(self.root_fd)
+        except OSError:
+            os.close(self.root_fd)
+            raise
 
     def close(self) -> None:
         for fd in (self.fd, self.root_fd):
@@ -205,16 +209,18 @@ def open_file(root: Path, path: str, mode: Mode, check: Check | None = None) -> 
         while True:
             if not walk.pending:  # the root itself, or a link to it
                 raise ToolError(f"{path or '.'} is a directory")
-            walk.parents(create=(check or _nothing) if mode == "write" else None)
-            name = walk.pending[0]
-            _no_git(path, walk.canonical())
             try:
+                walk.parents(create=(check or _nothing) if mode == "write" else None)
+                name = walk.pending[0]
+                _no_git(path, walk.canonical())
                 fd = os.open(name, _FILE | _MODES[mode], dir_fd=walk.fd)
                 break
             except OSError as exc:
-                if exc.errno == errno.ELOOP and walk.follow(name):
+                if exc.errno == errno.ELOOP and walk.follow(walk.pending[0]):
                     continue
                 if exc.errno != errno.ENOENT or mode != "write":
+                    if check is not None:  # a path outside the token's glob: not even
+                        check(_rel(walk.canonical()))  # whether it exists is told
                     raise
             if check is not None:
                 check(_rel(walk.canonical()))
@@ -223,16 +229,7 @@ def open_file(root: Path, path: str, mode: Mode, check: Check | None = None) -> 
             created = True
             break
         rel = _rel(walk.canonical())
-        info = os.fstat(fd)
-        if stat.S_ISDIR(info.st_mode):
-            raise ToolError(f"{path} is a directory")
-        if not stat.S_ISREG(info.st_mode):
-            raise ToolError(f"{path} is not a regular file")
-        if info.st_nlink > 1:
-            raise ToolError(
-                f"{path} has {info.st_nlink} hard links: refused (another name of the same"
-                " file may be outside the workspace)"
-            )
+        _single_regular_file(fd, path)
         if check is not None and not created:
             check(rel)
         yield Opened(fd, rel)
@@ -260,6 +257,21 @@ def open_dir(root: Path, path: str) -> Iterator[Opened]:
         yield Opened(walk.fd, _rel(walk.done))
     finally:
         walk.close()
+
+
+def _single_regular_file(fd: int, path: str) -> None:
+    """Refuse what is not a regular file with one name (a hard link's other name may be
+    outside the workspace, and the kernel cannot say where)."""
+    info = os.fstat(fd)
+    if stat.S_ISDIR(info.st_mode):
+        raise ToolError(f"{path} is a directory")
+    if not stat.S_ISREG(info.st_mode):
+        raise ToolError(f"{path} is not a regular file")
+    if info.st_nlink > 1:
+        raise ToolError(
+            f"{path} has {info.st_nlink} hard links: refused (another name of the same"
+            " file may be outside the workspace)"
+        )
 
 
 def _nothing(_: str) -> None:

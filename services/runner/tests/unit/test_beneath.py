@@ -250,3 +250,30 @@ async def test_the_sandbox_state_is_capped_run_wide_in_keys_and_bytes(tmp_path: 
     env = reg._host_env()
     assert env.state_bytes == sum(len(k) + len(v) for k, v in env.state.items())
     assert env.state_bytes <= 2_000
+
+
+async def test_a_token_tells_nothing_about_paths_outside_its_glob(tmp_path: Path) -> None:
+    """Missing or not: outside the glob, the answer is the missing token, never whether the
+    file exists."""
+    ws, _ = layout(tmp_path)
+    reg = registry(ws, ["workspace:read:src/**"])
+    for path in ("secret.txt", "nope.txt", "nope/deeper.txt", "secret.txt/x"):
+        ok, output = await call(reg, "js_io", op="read", path=path)
+        assert not ok
+        assert f"missing capability workspace:read:{path}" in output, output
+    ok, output = await call(reg, "js_io", op="read", path="src/nope.txt")
+    assert not ok
+    assert "src/nope.txt: no such file or directory" in output
+
+
+async def test_refused_and_failed_calls_hold_no_descriptor(tmp_path: Path) -> None:
+    """An agent repeating a refused call must not run the runner out of file descriptors."""
+    ws, outside = layout(tmp_path)
+    (ws / "out").symlink_to(outside)
+    reg = registry(ws)
+    open_fds = len(os.listdir("/proc/self/fd"))
+    for _ in range(50):
+        for path in ("../x", "out/secret.txt", "secret.txt/x", "nope/x", ".git/config"):
+            assert not (await call(reg, "read_file", path=path))[0]
+            assert not (await call(reg, "js_io", op="read", path=path))[0]
+    assert len(os.listdir("/proc/self/fd")) <= open_fds + 5  # the sandbox thread's own
