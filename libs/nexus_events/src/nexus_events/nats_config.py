@@ -46,8 +46,6 @@ SCHEDULER_SNAPSHOT_BUCKET = "nexus_scheduler_snapshot"  # SchedulerSettings.snap
 # The leases that let one of two core (memory) replicas run the projections (docs/cluster.md).
 CORE_LEASE_BUCKET = "nexus_core_lease"  # CoreSettings.core_lease_bucket
 MEMORY_LEASE_BUCKET = "nexus_memory_lease"  # MemorySettings.memory_lease_bucket
-# The operators' user: every permission (the nats CLI, `nexus` commands, stream admin).
-ADMIN = "admin"
 # The port routes between cluster nodes use (NATS' default, the Helm chart's too).
 CLUSTER_PORT = 6222
 
@@ -325,6 +323,10 @@ def table_users() -> list[tuple[str, Access]]:
             f" SERVICES gives permissions to {sorted(SERVICES)}: add or remove the Access entry"
         )
     return [(user, SERVICES[user]) for user in table]
+
+
+# The operators' user: every permission (the nats CLI, `nexus` commands, stream admin).
+ADMIN = "admin"
 
 
 def users() -> list[str]:
