@@ -28,6 +28,7 @@ from typing import Any
 
 import psutil
 import pytest
+from nexus_cli.devstack.nats_auth import without_credentials
 from nexus_events import subjects
 from nexus_events.bus import Bus, BusSettings
 from nexus_events.streams import RUNS
@@ -59,7 +60,10 @@ def cluster_stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
         data = up.json()
         assert data["cluster_size"] == NODES
         assert [n["name"] for n in data["nats_nodes"]] == ["nats-1", "nats-2", "nats-3"]
-        assert data["nats_url"] == ",".join(n["url"] for n in data["nats_nodes"])
+        # Every node's URL, each with the operators' credentials (the nodes share the users).
+        plain, user, _ = without_credentials(data["nats_url"])
+        assert plain == ",".join(n["url"] for n in data["nats_nodes"])
+        assert user == "admin"
 
     # The end-to-end Stack: its leak check at teardown covers runners too.
     stack = Stack(tmp / ".nexus", tmp, env)

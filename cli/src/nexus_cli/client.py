@@ -9,7 +9,7 @@ from typing import Any
 
 import nats.errors
 from nexus_events import subjects
-from nexus_events.bus import Bus, BusSettings
+from nexus_events.bus import Bus
 from nexus_events.errors import (
     BusError,
     BusUnavailable,
@@ -61,8 +61,7 @@ class Session:
         return self._bus
 
     async def __aenter__(self) -> Session:
-        settings = BusSettings(
-            url=self.target.nats_url,
+        settings = self.target.bus_settings(
             name=self._name,
             connect_timeout=min(self.timeout, 2.0),
             connect_attempts=1,
@@ -76,7 +75,7 @@ class Session:
             self._bus = await Bus.connect(settings, source=SOURCE)
         except BusUnavailable as exc:
             raise CliError(
-                f"cannot reach NATS at {self.target.nats_url}",
+                f"cannot reach NATS at {self.target.shown_url}",
                 hint="is the stack up? `nexus dev status` or `nexus doctor`",
                 code=ExitCode.UNAVAILABLE,
             ) from exc

@@ -40,8 +40,12 @@ async def main(config_path: str) -> int:
     bus = await Bus.connect(BusSettings(), source="runner")
     stop = asyncio.Event()
     asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, stop.set)
-    cancel = await bus.nc.subscribe(subjects.run_event(rid, "cancel_requested"))
-    inbox = await bus.nc.subscribe(subjects.inbox(rid))
+    # From the streams, as the real runner reads them: the stack's `runner` NATS user may
+    # consume NEXUS_RUNS and NEXUS_INBOX but not subscribe to their subjects directly.
+    cancel = await bus.js.subscribe(
+        subjects.run_event(rid, "cancel_requested"), ordered_consumer=True
+    )
+    inbox = await bus.js.subscribe(subjects.inbox(rid), ordered_consumer=True)
 
     async def pub(name: str, event: object, key: str | None = None) -> None:
         await bus.publish(subjects.run_event(rid, name), event, msg_id=f"fake:{rid}:{key or name}")  # type: ignore[arg-type]

@@ -58,9 +58,11 @@ def test_each_node_routes_to_the_others_on_its_own_ports(tmp_path: Path) -> None
     assert [n.client_port for n in nodes] == [14222, 14223, 14224]
     ports = [p for n in nodes for p in (n.client_port, n.cluster_port, n.monitor_port)]
     assert len(set(ports)) == 9
-    cmd = nats_cluster.node_command("nats-server", nodes[1], nodes)
+    config = tmp_path / "nats.conf"
+    cmd = nats_cluster.node_command("nats-server", config, nodes[1], nodes)
     flags = {a: b for a, b in itertools.pairwise(cmd) if a.startswith("-") and b[0] != "-"}
     assert cmd[0] == "nats-server"
+    assert flags["-c"] == str(config)  # the users every node shares
     assert "-js" in cmd
     assert flags["-n"] == "nats-2"
     assert flags["-p"] == "14223"
@@ -127,8 +129,10 @@ def test_logs_of_a_node(env: dict[str, str]) -> None:
 
 
 def test_the_single_server_keeps_its_command_line(tmp_path: Path) -> None:
-    # `nexus dev up` without --cluster runs nats-server exactly as before issue 27.
-    assert nats_cluster.single_command("nats-server", 4222, 8222, tmp_path) == [
-        "nats-server", "-a", "127.0.0.1", "-p", "4222", "-js", "-sd", str(tmp_path),
-        "-m", "8222", "-n", "nexus-dev",
+    # `nexus dev up` without --cluster runs nats-server as before issue 27, with the rendered
+    # config (its users) loaded first, so the flags' loopback ports win over the file's.
+    config = tmp_path / "nats.conf"
+    assert nats_cluster.single_command("nats-server", config, 4222, 8222, tmp_path) == [
+        "nats-server", "-c", str(config), "-a", "127.0.0.1", "-p", "4222", "-js",
+        "-sd", str(tmp_path), "-m", "8222", "-n", "nexus-dev",
     ]  # fmt: skip

@@ -22,6 +22,7 @@ from nexus_cli.devstack.control import (
     stop_stack,
     wait_ready,
 )
+from nexus_cli.devstack.nats_auth import redacted
 from nexus_cli.devstack.nats_cluster import cluster_size_error, meta_leader, store_layout
 from nexus_cli.devstack.services import APP_SERVICES, always_started, stack_services
 from nexus_cli.devstack.state import NatsNode, StackState, read_state
@@ -77,7 +78,10 @@ def _print_where(output: Output, state: StackState, headline: str) -> None:
         return
     console.print(f"[bold green]{headline}[/]")
     for key in ("nats_url", "nats_monitor_url", "database_url", "core_health_url", "logs"):
-        console.print(f"  {key:<17} {data[key]}", markup=False)
+        # The URL carries the operators' password: the state file and `-o json` keep it, a
+        # terminal (and whoever reads over a shoulder or a shared log) does not.
+        shown = redacted(data[key]) if key == "nats_url" and data[key] else data[key]
+        console.print(f"  {key:<17} {shown}", markup=False)
     if state.nats_nodes:
         names = ", ".join(node.name for node in state.nats_nodes)
         console.print(

@@ -11,11 +11,12 @@ import asyncpg
 import nats.errors
 import nats.js.errors
 import typer
-from nexus_events.bus import Bus, BusSettings
+from nexus_events.bus import Bus
 from nexus_events.errors import BusUnavailable
 from nexus_events.streams import DLQ, LOGS, drift, stream_configs
 
 from nexus_cli.devstack import probes
+from nexus_cli.devstack.nats_auth import redacted
 from nexus_cli.devstack.state import read_state
 from nexus_cli.errors import CliError, ExitCode
 from nexus_cli.options import Globals, Output, OutputOpt, globals_of, run
@@ -176,18 +177,18 @@ async def diagnose(g: Globals) -> tuple[Target | None, list[Check]]:
         return None, [
             Check("context", "fail", exc.message + (f" ({exc.hint})" if exc.hint else ""))
         ]
-    checks.append(Check("context", "ok", f"{target.context}: {target.nats_url}"))
+    checks.append(Check("context", "ok", f"{target.context}: {target.shown_url}"))
     try:
-        bus = await Bus.connect(BusSettings(url=target.nats_url, connect_attempts=1), source="cli")
+        bus = await Bus.connect(target.bus_settings(connect_attempts=1), source="cli")
     except BusUnavailable as exc:
-        checks.append(Check("nats", "fail", str(exc)))
+        checks.append(Check("nats", "fail", redacted(str(exc))))
     else:
         try:
             checks.append(
                 Check(
                     "nats",
                     "ok",
-                    f"connected to {target.nats_url}",
+                    f"connected to {target.shown_url}",
                 )
             )
             await _nats_checks(bus, checks)

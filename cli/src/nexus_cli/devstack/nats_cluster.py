@@ -2,9 +2,11 @@
 
 N nats-server processes, named nats-1..N, in one cluster (`CLUSTER_NAME`): each listens for
 clients, for routes from the others and for monitoring on its own 127.0.0.1 ports, routes to
-every other node, and keeps its JetStream store under HOME/nats/<name>. The ports are drawn
-once, when the stack starts, and a node the supervisor restarts gets the same command line
-(same ports, same store), so it rejoins the cluster and catches its stream replicas up.
+every other node, and keeps its JetStream store under HOME/nats/<name>. Every node loads the
+same config (HOME/nats/nats.conf, `dev_cluster`): the users of the single server's. The ports
+are drawn once, when the stack starts, and a node the supervisor restarts gets the same
+command line (same ports, same store), so it rejoins the cluster and catches its stream
+replicas up.
 Nothing here is Nexus's own clustering: it is how nats-server clusters (routes + a RAFT meta
 group for JetStream), as the official Helm chart configures it.
 """
@@ -13,7 +15,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from nexus_cli.devstack import probes
+from nexus_events.nats_config import Cluster
+
+from nexus_cli.devstack import nats_auth, probes
 from nexus_cli.devstack.state import NatsNode
 
 CLUSTER_NAME = "nexus-dev"
@@ -47,17 +51,35 @@ def plan_nodes(size: int, nats_home: Path, first_client_port: int | None = None)
     ]
 
 
-def single_command(binary: str, port: int, monitor_port: int, store: Path) -> list[str]:
-    """The command line of the dev stack's one nats-server (no cluster)."""
-    return [binary, "-a", "127.0.0.1", "-p", str(port), "-js", "-sd", str(store),
-            "-m", str(monitor_port), "-n", "nexus-dev"]  # fmt: skip
+def dev_cluster(nodes: list[NatsNode]) -> Cluster:
+    """The cluster block of the nodes' config (nexus_events.nats_config renders it as compose's
+    cluster.conf): the users of a single server, a route to every node (a node ignores its
+    own), each node's server name from its environment."""
+    return Cluster(
+        name=CLUSTER_NAME,
+        routes=tuple(node.cluster_url for node in nodes),
+        server_name_variable=nats_auth.SERVER_NAME_VARIABLE,
+        max_file_store="10G",
+    )
 
 
-def node_command(binary: str, node: NatsNode, nodes: list[NatsNode]) -> list[str]:
-    """The nats-server command line of `node` in the cluster of `nodes`."""
+def single_command(
+    binary: str, config: Path, port: int, monitor_port: int, store: Path
+) -> list[str]:
+    """The command line of the dev stack's one nats-server (no cluster). The flags override
+    the rendered config's ports (4222, 8222: compose's) with the stack's loopback ones."""
+    return [binary, "-c", str(config), "-a", "127.0.0.1", "-p", str(port), "-js",
+            "-sd", str(store), "-m", str(monitor_port), "-n", "nexus-dev"]  # fmt: skip
+
+
+def node_command(binary: str, config: Path, node: NatsNode, nodes: list[NatsNode]) -> list[str]:
+    """The nats-server command line of `node` in the cluster of `nodes`, loading `config`
+    (`dev_cluster`'s) for its users; the flags set its own ports, name and routes."""
     routes = ",".join(other.cluster_url for other in nodes if other.name != node.name)
     return [
         binary,
+        "-c",
+        str(config),
         "-a",
         "127.0.0.1",
         "-p",

@@ -19,6 +19,8 @@ class AppService:
 
     name: str
     module: str
+    # The NATS user it connects as (the service table's; nexus_events.nats_config's users).
+    nats_user: str
     # The service's Settings read its health endpoint from these (one NEXUS_ prefix for all).
     health_host_env: str = "NEXUS_HEALTH_HOST"
     health_port_env: str = "NEXUS_HEALTH_PORT"
@@ -43,6 +45,7 @@ def _app(spec: ServiceSpec) -> AppService:
     return AppService(
         spec.name,
         spec.module,
+        spec.nats_user,
         needs_database=spec.database,
         only_with=spec.profile.enabled_by
         if spec.profile and spec.name not in ALWAYS_IN_DEV

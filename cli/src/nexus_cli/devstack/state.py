@@ -77,7 +77,12 @@ class StackState(BaseModel):
     status: StackStatus = "starting"
     error: str | None = None
     supervisor: ProcessRef = Field(default_factory=ProcessRef)
-    nats_url: str | None = Field(None, description="Every NATS server URL, comma-joined.")
+    nats_url: str | None = Field(
+        None,
+        description="Every NATS server URL, comma-joined, each with the operators' `admin`"
+        " user and password (nats://admin:PASSWORD@127.0.0.1:PORT): what the CLI, scripts and"
+        " the nats CLI connect with. The file is its owner's only (mode 0600).",
+    )
     nats_monitor_url: str | None = None
     database_url: str | None = None
     core_health_url: str | None = None
@@ -113,7 +118,10 @@ def read_state(home: Path) -> StackState | None:
 def write_state(home: Path, state: StackState) -> None:
     path = state_path(home)
     tmp = path.with_suffix(f".tmp.{os.getpid()}")
-    tmp.write_text(json.dumps(state.model_dump(mode="json"), indent=2))
+    # Owner only: `nats_url` carries the operators' NATS password (devstack.nats_auth).
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w") as fh:
+        fh.write(json.dumps(state.model_dump(mode="json"), indent=2))
     tmp.replace(path)
 
 

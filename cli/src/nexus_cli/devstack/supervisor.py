@@ -30,10 +30,12 @@ from pathlib import Path
 import asyncpg
 import psutil
 from nexus_events.bus import Bus, BusSettings
+from nexus_events.nats_config import ADMIN
 from nexus_events.services import CHANNELS
 from nexus_events.streams import ensure_replicated_streams, ensure_streams
 
-from nexus_cli.devstack import nats_cluster, probes
+from nexus_cli.devstack import nats_auth, nats_cluster, probes
+from nexus_cli.devstack.as_runner import RUNNER_PASSWORD_ENV, RUNNER_USER
 from nexus_cli.devstack.control import CLUSTER_ENV
 from nexus_cli.devstack.postgres import EmbeddedPostgres
 from nexus_cli.devstack.services import APP_SERVICES
@@ -187,6 +189,7 @@ class Supervisor:
         self.pg_entry = ServiceEntry(name="postgres", log=str(home / "logs" / "postgres.log"))
         self.stop_event = asyncio.Event()
         self.bus: Bus | None = None
+        self.passwords: dict[str, str] = {}
         self.cluster_size = cluster_size
         self.state.cluster_size = cluster_size
 
@@ -251,7 +254,11 @@ class Supervisor:
             # People read these logs (`nexus dev logs`): text unless asked otherwise.
             "NEXUS_LOG_FORMAT": os.environ.get("NEXUS_LOG_FORMAT", "text"),
         }
-        nats_url = await self._start_nats(base_env)
+        # Every NATS user's password (kept in HOME); nats-server alone gets them all.
+        self.passwords = nats_auth.stack_passwords(self.home)
+        nats_url = await self._start_nats({**base_env, **nats_auth.server_env(self.passwords)})
+        self.state.nats_url = nats_auth.admin_url(nats_url, self.passwords)
+        self.save()
 
         await self._start_postgres()
         admin_dsn = self.pg.dsn("postgres")
@@ -266,7 +273,18 @@ class Supervisor:
         self.pg_entry.url = self.state.database_url
         self.save()
 
-        self.bus = await Bus.connect(BusSettings(url=nats_url, name="nexus-dev"), source="dev")
+        # The supervisor ensures the streams and reads the scheduler's lease: the operators'
+        # user, as a person running `nexus dev status` would.
+        admin = nats_auth.service_env(ADMIN, self.passwords)
+        self.bus = await Bus.connect(
+            BusSettings(
+                url=nats_url,
+                name="nexus-dev",
+                user=admin["NEXUS_NATS_USER"],
+                password=admin["NEXUS_NATS_PASSWORD"],
+            ),
+            source="dev",
+        )
         cluster_env: dict[str, str] = {}
         if self.cluster_size == 1:
             await ensure_streams(self.bus.js, update=False)  # core owns stream settings
@@ -292,6 +310,15 @@ class Supervisor:
             or os.environ.get("NEXUS_SCHEDULER_LOCAL_COMMAND")
             or json.dumps([sys.executable, "-m", "nexus_runner"])
         )
+        # Runners connect as the `runner` user: the scheduler keeps its password beside its own
+        # and passes it on, and the run process swaps it in (nexus_cli.devstack.as_runner).
+        runner_env = {
+            "NEXUS_LOCAL_COMMAND": json.dumps(nats_auth.runner_command(_command(runner_cmd))),
+            RUNNER_PASSWORD_ENV: self.passwords[RUNNER_USER],
+            "NEXUS_LOCAL_PASS_ENV": nats_auth.runner_pass_env(
+                os.environ.get("NEXUS_LOCAL_PASS_ENV")
+            ),
+        }
         per_service = {
             # Plane calls this port: keep one someone set, else the documented 8090.
             "plane-sync": {"NEXUS_WEBHOOK_PORT": service_env.get("NEXUS_WEBHOOK_PORT", "8090")},
@@ -299,7 +326,7 @@ class Supervisor:
             "channel-gateway": {"NEXUS_GATEWAY_PORT": gateway_port(service_env)},
             "scheduler": {
                 "NEXUS_RUNTIME": "local",
-                "NEXUS_LOCAL_COMMAND": runner_cmd,
+                **runner_env,
                 "NEXUS_LOCAL_WORKDIR": str(self.home / "runs"),
                 "NEXUS_REPLICA_ID": SCHEDULER_REPLICA,
             },
@@ -313,6 +340,8 @@ class Supervisor:
                 **{k: v for k, v in per_service.get(app.name, {}).items() if v},
                 app.health_host_env: "127.0.0.1",
                 app.health_port_env: str(port),
+                # Its own NATS user, with its own permissions (compose's, Kubernetes').
+                **nats_auth.service_env(app.nats_user, self.passwords),
             }
             if app.needs_database:
                 env["NEXUS_DATABASE_URL"] = self.state.database_url
@@ -326,19 +355,21 @@ class Supervisor:
         await _until(self._healthy, f"{names} to become ready", READY_TIMEOUT)
 
     async def _start_nats(self, env: dict[str, str]) -> str:
-        """Start the NATS server, or the cluster's nodes, and wait until clients (and, for a
-        cluster, replicated streams) can be served; return every client URL, comma-joined."""
+        """Start the NATS server, or the cluster's nodes, with the rendered config and `env`
+        (holding every user's password), and wait until clients (and, for a cluster,
+        replicated streams) can be served; return every client URL, comma-joined."""
         first_port = os.environ.get("NEXUS_DEV_NATS_PORT")
         binary = nats_server_binary()
+        nats_home = self.home / "nats"
         if self.cluster_size == 1:
             nats_port = int(first_port or probes.free_port())
             monitor_port = probes.free_port()
             nats_url = f"nats://127.0.0.1:{nats_port}"
-            self.state.nats_url = nats_url
             self.state.nats_monitor_url = f"http://127.0.0.1:{monitor_port}"
+            config = nats_auth.write_server_config(nats_home)
             server = self._child(
                 "nats",
-                nats_cluster.single_command(binary, nats_port, monitor_port, self.home / "nats"),
+                nats_cluster.single_command(binary, config, nats_port, monitor_port, nats_home),
                 env,
             )
             server.entry.url = nats_url
@@ -346,13 +377,17 @@ class Supervisor:
             await _until(lambda: probes.nats_answers(nats_url), "nats-server to accept connections")
             return nats_url
         nodes = nats_cluster.plan_nodes(
-            self.cluster_size, self.home / "nats", int(first_port) if first_port else None
+            self.cluster_size, nats_home, int(first_port) if first_port else None
         )
         self.state.nats_nodes = nodes
-        self.state.nats_url = nats_cluster.urls(nodes)
         self.state.nats_monitor_url = nodes[0].monitor_url
+        config = nats_auth.write_server_config(nats_home, nats_cluster.dev_cluster(nodes))
         for node in nodes:
-            child = self._child(node.name, nats_cluster.node_command(binary, node, nodes), env)
+            child = self._child(
+                node.name,
+                nats_cluster.node_command(binary, config, node, nodes),
+                {**env, nats_auth.SERVER_NAME_VARIABLE: node.name},
+            )
             child.entry.url = node.url
         # All at once: each node keeps dialling its routes until the others listen.
         for node in nodes:
@@ -361,7 +396,7 @@ class Supervisor:
             lambda: nats_cluster.formed(nodes),
             f"the {self.cluster_size} NATS nodes to form a JetStream cluster with a meta leader",
         )
-        return self.state.nats_url
+        return nats_cluster.urls(nodes)
 
     async def _model_env(self, base_env: dict[str, str]) -> dict[str, str]:
         """The runner's model settings: the offline model server (started here) with
@@ -469,6 +504,17 @@ def _last_line(path: Path, tail: int = 8192) -> str:
         return ""
     last = next((line.strip() for line in reversed(lines) if line.strip()), "")
     return last[:300]
+
+
+def _command(raw: str) -> list[str]:
+    """NEXUS_LOCAL_COMMAND's JSON list (what the scheduler's settings parse it as)."""
+    try:
+        command = json.loads(raw)
+    except ValueError:
+        command = None
+    if not isinstance(command, list) or not command or not all(isinstance(a, str) for a in command):
+        raise ValueError(f"NEXUS_LOCAL_COMMAND={raw!r}: expected a JSON list of strings")
+    return command
 
 
 def _link_log(link: Path, target: Path) -> None:
