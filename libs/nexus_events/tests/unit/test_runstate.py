@@ -42,6 +42,8 @@ def test_run_events_are_the_documented_ones():
         "approval_refused",
         # issue 24: resume after runner loss, checkpoints and context condensation.
         "resuming", "resumed", "checkpointed", "condensed",
+        # issue 35: a network request of the tools through the runner's egress proxy.
+        "egress",
     }  # fmt: skip
 
 

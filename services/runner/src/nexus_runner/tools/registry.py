@@ -18,6 +18,7 @@ from nexus_events.events.specs import Hooks, Permissions, SandboxTool, ToolGrant
 from pydantic import ValidationError
 
 from nexus_runner import safety
+from nexus_runner.egress.access import EgressAccess
 from nexus_runner.errors import PathEscape, ToolError
 from nexus_runner.git import Git
 from nexus_runner.guard import hooks as guard_hooks
@@ -26,6 +27,7 @@ from nexus_runner.guard.shell import classify
 from nexus_runner.plan import READ_TOOLS
 from nexus_runner.sandbox import HostEnv, RunSandbox
 from nexus_runner.sandbox.hooks import ScriptHooks
+from nexus_runner.sandbox.host import RecordEgress
 from nexus_runner.tools.args import DelegateArgs, FinishArgs, RememberArgs, ToolArgs
 from nexus_runner.tools.builtin import BUILTINS
 from nexus_runner.tools.mcp import McpTools
@@ -74,6 +76,12 @@ class ToolContext:
     # How a sandboxed tool's `nexus.approve(reason)` asks a human (tool, reason) -> granted;
     # None: not wired, such a call fails (closed).
     approve: Callable[[str, str], Coroutine[Any, Any, bool]] | None = None
+    # The run's egress proxy (nexus_runner.egress), when its agent has egress grants: what the
+    # tools' sandbox binds in (`egress.net_dir`), wraps commands in (`egress.relay_argv()`)
+    # and sets (`egress.env()`). None: the tools have no network at all.
+    egress: EgressAccess | None = None
+    # Records a sandboxed tool's `nexus.http.fetch` as an `egress` event; None: unrecorded.
+    record_egress: RecordEgress | None = None
 
 
 Action = Literal["run", "refuse", "approve", "invalid"]
@@ -173,7 +181,11 @@ class ToolRegistry:
             except RuntimeError:
                 loop = None
             self._env = HostEnv(
-                self.ctx.workspace, self.ctx.secrets, loop, approve=self.ctx.approve
+                self.ctx.workspace,
+                self.ctx.secrets,
+                loop,
+                approve=self.ctx.approve,
+                record_egress=self.ctx.record_egress,
             )
         return self._env
 

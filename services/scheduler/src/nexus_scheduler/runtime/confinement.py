@@ -40,13 +40,16 @@ from pathlib import Path
 from typing import Literal
 from urllib.parse import urlsplit
 
+from nexus_events import netrelay
 from nexus_events.events import RunConfig
 
 log = logging.getLogger(__name__)
 
 Mode = Literal["auto", "on", "off"]
 MODES: dict[str, Mode] = {"auto": "auto", "on": "on", "off": "off"}
-RELAY_SCRIPT = Path(__file__).with_name("netrelay.py")
+# The relays run by path (stdlib only, `python -I -S`); the runner runs the same script in
+# the tools' sandbox (nexus_runner.egress), hence its home in the contract library.
+RELAY_SCRIPT = Path(netrelay.__file__)
 # Inside the sandbox: where the relays' unix sockets appear (short: a socket path is < 108).
 NET_MOUNT = "/tmp/.nexus-net"  # noqa: S108 - inside the sandbox's private /tmp
 # Host names get loopback addresses from here on (127.0.0.1 stays what it is).
