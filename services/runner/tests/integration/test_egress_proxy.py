@@ -95,6 +95,7 @@ class Running:
     proxy: EgressProxy
     socket: Path
     events: list[RunEgress]
+    recorded: asyncio.Event
 
 
 @contextlib.asynccontextmanager
@@ -102,16 +103,18 @@ async def _proxy(
     net_dir: Path, grants: list[EgressGrant], **kwargs: object
 ) -> AsyncIterator[Running]:
     events: list[RunEgress] = []
+    recorded = asyncio.Event()
 
     async def record(event: RunEgress) -> None:
         events.append(event)
+        recorded.set()
 
     secrets = SecretRegistry()
     secrets.add(SECRET)
     proxy = EgressProxy(grants, secrets=secrets, record=record, resolve=_resolve, **kwargs)  # type: ignore[arg-type]
     path = net_dir / "egress.sock"
     await proxy.start(path)
-    yield Running(proxy, path, events)
+    yield Running(proxy, path, events, recorded)
     await proxy.close()
 
 
@@ -135,7 +138,8 @@ async def settled(running: Running, count: int) -> list[RunEgress]:
     """The events once `count` are recorded (the proxy records as each exchange ends)."""
     async with asyncio.timeout(10):
         while len(running.events) < count:
-            await asyncio.sleep(0.01)
+            running.recorded.clear()
+            await running.recorded.wait()
     return running.events
 
 
@@ -166,7 +170,8 @@ async def test_a_granted_get_passes_and_everything_else_is_refused_each_an_event
     assert (ok.via, ok.scheme, ok.host, ok.port, ok.method, ok.path, ok.allowed, ok.status) == (
         "proxy", "http", "pkgs.example.test", port, "GET", "/simple/x", True, 200,
     )  # fmt: skip
-    assert ok.bytes_up > 0 and ok.bytes_down > len(body)
+    assert ok.bytes_up > 0
+    assert ok.bytes_down > len(body)
     assert ok.reason.startswith("grant pkgs.example.test")
     assert [(e.allowed, e.status, e.method, e.host) for e in events[1:]] == [
         (False, 403, "GET", "pkgs.example.test"),
@@ -201,9 +206,11 @@ async def test_connect_tunnels_bytes_to_a_granted_port_only(
             running, f"CONNECT mirror.example.test:{outside.echo_port} HTTP/1.1\r\n\r\n".encode()
         )
         events = await settled(running, 3)
-    assert other[0] == 403 and b"no egress grant" in other[1]
+    assert other[0] == 403
+    assert b"no egress grant" in other[1]
     assert ruled[0] == 403
-    assert b"cannot be checked" in ruled[1] and b"grant the host without them" in ruled[1]
+    assert b"cannot be checked" in ruled[1]
+    assert b"grant the host without them" in ruled[1]
     tunnel = events[0]
     assert (tunnel.scheme, tunnel.method, tunnel.path, tunnel.allowed) == (
         "https",
@@ -229,7 +236,8 @@ async def test_a_request_carrying_a_secret_is_refused(outside: Outside, net_dir:
         events = await settled(running, 4)
     assert [s for s, _ in answers] == [403, 403, 403]
     assert all(b"keeps secret" in b for _, b in answers)
-    assert clean[0] == 200 and clean[1].endswith(b"body=a=1")
+    assert clean[0] == 200
+    assert clean[1].endswith(b"body=a=1")
     assert [e.allowed for e in events] == [False, False, False, True]
 
 
@@ -249,10 +257,12 @@ async def test_private_destinations_need_a_grant_naming_them_and_the_runners_nev
         mapped = await ask(running, get(f"http://[::ffff:127.0.0.1]:{port}/"))
         runners = await ask(running, get(f"http://127.0.0.1:{outside.echo_port}/"))
         events = await settled(running, 4)
-    assert wild[0] == 403 and b"non-public address 127.0.0.1" in wild[1]
+    assert wild[0] == 403
+    assert b"non-public address 127.0.0.1" in wild[1]
     assert named[0] == 200
     assert mapped[0] == 403  # not the granted literal, and never a way round it
-    assert runners[0] == 403 and b"runner's own endpoint" in runners[1]
+    assert runners[0] == 403
+    assert b"runner's own endpoint" in runners[1]
     assert [e.allowed for e in events] == [False, True, False, False]
 
 
@@ -275,12 +285,13 @@ async def test_bad_requests_and_the_connection_limit_get_answers_not_a_dead_prox
         # A silent client is dropped after the head timeout, answered 400.
         assert (await ask(running, b"GET http://pkgs"))[0] == 400
         # One connection held open: the next is over the limit and refused at once.
-        held_r, held_w = await asyncio.open_unix_connection(str(running.socket))
+        _held_r, held_w = await asyncio.open_unix_connection(str(running.socket))
         held_w.write(f"CONNECT pkgs.example.test:{port} HTTP/1.1\r\n".encode())
         await held_w.drain()
         over = await ask(running, get(f"http://pkgs.example.test:{port}/"))
         held_w.close()
-        assert over[0] == 503 and b"at once" in over[1]
+        assert over[0] == 503
+        assert b"at once" in over[1]
         assert (await ask(running, get(f"http://pkgs.example.test:{port}/")))[0] == 200
 
 
@@ -309,12 +320,14 @@ async def test_a_real_client_in_the_relay_reaches_the_proxy_through_the_env_it_i
     runner_urls = [config.model.base_url]
     async with run_egress(
         config, runner_urls=runner_urls, secrets=SecretRegistry(), record=record, resolve=_resolve
-    ) as access:
-        assert isinstance(access, EgressAccess) and access.socket_path.is_socket()
-        access = EgressAccess(access.net_dir, _free_port())
+    ) as started:
+        assert isinstance(started, EgressAccess)
+        assert started.socket_path.is_socket()
+        access = EgressAccess(started.net_dir, _free_port())
         client = (
             "import urllib.request as u\n"
-            f"print(u.urlopen('http://pkgs.example.test:{port}/simple/', timeout=10).read().decode())\n"
+            f"url = 'http://pkgs.example.test:{port}/simple/'\n"
+            "print(u.urlopen(url, timeout=10).read().decode())\n"
             "try:\n"
             f"    u.urlopen('http://127.0.0.1.nip.example:{outside.echo_port}/v1', timeout=10)\n"
             "except Exception as e:\n"
