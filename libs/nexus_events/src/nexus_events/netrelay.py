@@ -66,6 +66,8 @@ async def _serve(
         return
     try:
         await asyncio.gather(_pipe(reader, peer_writer), _pipe(peer_reader, writer))
+    except asyncio.CancelledError:
+        pass  # the relay is exiting (its child ended): no traceback on the child's stderr
     finally:
         for w in (writer, peer_writer):
             w.close()

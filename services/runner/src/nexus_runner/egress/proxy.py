@@ -128,9 +128,7 @@ class EgressProxy:
             self._tasks.add(task)
         self.active += 1
         try:
-            await self._serve(reader, writer)
-        except (ConnectionError, OSError, TimeoutError, asyncio.IncompleteReadError) as exc:
-            log.debug("egress connection ended: %s", exc)
+            await self._serve_and_close(reader, writer)
         except asyncio.CancelledError:
             if not self._closing:
                 raise
@@ -140,6 +138,15 @@ class EgressProxy:
             self.active -= 1
             if task is not None:
                 self._tasks.discard(task)
+
+    async def _serve_and_close(
+        self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter
+    ) -> None:
+        try:
+            await self._serve(reader, writer)
+        except (ConnectionError, OSError, TimeoutError, asyncio.IncompleteReadError) as exc:
+            log.debug("egress connection ended: %s", exc)
+        finally:
             writer.close()
             with contextlib.suppress(ConnectionError, OSError):
                 await writer.wait_closed()
