@@ -285,10 +285,12 @@ async def test_bad_requests_and_the_connection_limit_get_answers_not_a_dead_prox
         # A silent client is dropped after the head timeout, answered 400.
         assert (await ask(running, b"GET http://pkgs"))[0] == 400
         # One connection held open: the next is over the limit and refused at once.
-        _held_r, held_w = await asyncio.open_unix_connection(str(running.socket))
+        held, held_w = await asyncio.open_unix_connection(str(running.socket))
         held_w.write(f"CONNECT pkgs.example.test:{port} HTTP/1.1\r\n".encode())
         await held_w.drain()
         over = await ask(running, get(f"http://pkgs.example.test:{port}/"))
+        held_w.write_eof()
+        assert (await held.read()).startswith(b"HTTP/1.1 400")  # the proxy let it go
         held_w.close()
         assert over[0] == 503
         assert b"at once" in over[1]

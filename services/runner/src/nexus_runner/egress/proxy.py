@@ -126,7 +126,6 @@ class EgressProxy:
         task = asyncio.current_task()
         if task is not None:
             self._tasks.add(task)
-        self.active += 1
         try:
             await self._serve_and_close(reader, writer)
         except asyncio.CancelledError:
@@ -135,18 +134,19 @@ class EgressProxy:
             # Ended by `close` (the run is over): asyncio would log a cancelled connection
             # task as an error.
         finally:
-            self.active -= 1
             if task is not None:
                 self._tasks.discard(task)
 
     async def _serve_and_close(
         self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter
     ) -> None:
+        self.active += 1
         try:
             await self._serve(reader, writer)
         except (ConnectionError, OSError, TimeoutError, asyncio.IncompleteReadError) as exc:
             log.debug("egress connection ended: %s", exc)
         finally:
+            self.active -= 1  # before the client can see the end and open another
             writer.close()
             with contextlib.suppress(ConnectionError, OSError):
                 await writer.wait_closed()
