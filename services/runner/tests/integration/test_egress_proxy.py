@@ -311,7 +311,7 @@ async def test_a_real_client_in_the_relay_reaches_the_proxy_through_the_env_it_i
         run_id="r",
         agent_id="a",
         system_prompt="s",
-        model={"name": "m", "base_url": f"http://127.0.0.1:{outside.echo_port}/v1"},  # type: ignore[arg-type]
+        model={"name": "m", "base_url": f"http://127.0.0.1:{outside.echo_port}/v1"},
         egress=[EgressGrant(host="pkgs.example.test", port=port)],
     )
     events: list[RunEgress] = []
@@ -362,7 +362,7 @@ def _retrying(client: str) -> str:
 
 
 async def test_no_grant_no_proxy() -> None:
-    config = RunConfig(run_id="r", agent_id="a", system_prompt="s", model={"name": "m"})  # type: ignore[arg-type]
+    config = RunConfig(run_id="r", agent_id="a", system_prompt="s", model={"name": "m"})
 
     async def record(event: RunEgress) -> None:
         raise AssertionError(event)

@@ -15,7 +15,8 @@ from nexus_runner.sandbox import HostEnv, RunSandbox
 from nexus_runner.workspace import Workspace
 
 SOURCE = """async function run(args) {
-  const r = await nexus.http.fetch(args.url, {method: args.method || "GET", body: args.body ?? null});
+  const options = {method: args.method || "GET", body: args.body ?? null};
+  const r = await nexus.http.fetch(args.url, options);
   return r.body;
 }"""
 
