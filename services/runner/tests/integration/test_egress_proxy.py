@@ -371,3 +371,24 @@ async def test_no_grant_no_proxy() -> None:
         config, runner_urls=[], secrets=SecretRegistry(), record=record
     ) as access:
         assert access is None
+
+
+async def test_a_tunnel_open_when_the_run_ends_is_closed_and_recorded(
+    outside: Outside, net_dir: Path
+) -> None:
+    grants = [EgressGrant(host="pkgs.example.test", port=outside.echo_port)]
+    async with _proxy(net_dir, grants) as running:
+        reader, writer = await asyncio.open_unix_connection(str(running.socket))
+        writer.write(f"CONNECT pkgs.example.test:{outside.echo_port} HTTP/1.1\r\n\r\n".encode())
+        await reader.readuntil(b"\r\n\r\n")
+        writer.write(TLS_BYTES)
+        assert await asyncio.wait_for(reader.readexactly(len(TLS_BYTES)), 5) == TLS_BYTES
+        await running.proxy.close()  # the run ends with the tunnel open
+        assert await asyncio.wait_for(reader.read(), 5) == b""
+        writer.close()
+    [event] = running.events
+    assert (event.allowed, event.reason, event.bytes_up) == (
+        True,
+        "ended with the run",
+        len(TLS_BYTES),
+    )

@@ -80,6 +80,7 @@ class _Exchange:
     up: int = 0
     down: int = 0
     status: int | None = None
+    gone_out: bool = False  # it passed every check and the proxy dialled the destination
 
 
 class EgressProxy:
@@ -172,7 +173,7 @@ class EgressProxy:
                 return
             await self._forward(ex, checked, reader, writer)
         except asyncio.CancelledError:
-            await self._record(ex, allowed=True, reason="ended with the run")
+            await self._record(ex, allowed=ex.gone_out, reason="ended with the run")
             raise
 
     async def _check(  # noqa: PLR0911 - one refusal per check, in the order they are made
@@ -214,6 +215,7 @@ class EgressProxy:
     ) -> None:
         reason, addresses, body = allowed.reason, allowed.addresses, allowed.body
         head = ex.head
+        ex.gone_out = True
         try:
             up_reader, up_writer = await asyncio.wait_for(
                 asyncio.open_connection(str(addresses[0]), head.port),
