@@ -198,11 +198,14 @@ def test_every_registered_run_event_has_a_status_and_a_name() -> None:
         assert next_status(None, event) == status
     # Status-less: a request (it asks, and the run's own events say what happened) and the
     # audit record of a refused answer (the approval still waits), and the scheduler's
-    # `resuming` (the run is where it was until the new attempt says `resumed`).
+    # `resuming` (the run is where it was until the new attempt says `resumed`), and the audit
+    # record of a tools' network request, `egress` (a background process may make one while
+    # the run awaits an approval).
     assert [e for e, s in runstate.EVENT_STATUS.items() if s is None] == [
         runstate.RunEvent.APPROVAL_REFUSED,
         runstate.RunEvent.CANCEL_REQUESTED,
         runstate.RunEvent.RESUMING,
+        runstate.RunEvent.EGRESS,
     ]
     assert set(runstate.TERMINAL_EVENTS) == {
         e for e, s in runstate.EVENT_STATUS.items() if s in TERMINAL
