@@ -195,6 +195,12 @@ def describe(event: str, body: dict[str, Any]) -> str:  # noqa: PLR0911 - one ca
         return f"approval_requested {body.get('approval_id')}: {body.get('summary')}"
     if event == RunEvent.APPROVAL_DECIDED:
         return f"approval_decided {body.get('approval_id')}: {body.get('decision')}"
+    if event == RunEvent.EGRESS:
+        where = (
+            f"{body.get('method')} {body.get('host')}:{body.get('port')}{body.get('path') or ''}"
+        )
+        verdict = f"-> {body.get('status')}" if body.get("allowed") else "refused"
+        return f"egress {where} {verdict}: {body.get('reason')}"
     if event == RunEvent.APPROVAL_REFUSED:
         return (
             f"approval_refused {body.get('approval_id')}: {body.get('answered_by')} may not decide"
