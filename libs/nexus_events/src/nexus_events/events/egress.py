@@ -162,7 +162,9 @@ class RunEgress(Event):
     port: int = Field(..., ge=0, le=65535, description="Destination port.")
     method: str = Field(..., description="HTTP method; CONNECT for an https tunnel.")
     path: str | None = Field(
-        None, description="Path (query cut) of a plain http request; None for https."
+        None,
+        description="Path (query cut) of a plain http request or a sandboxed fetch; None for"
+        " a CONNECT tunnel (the path is inside TLS).",
     )
     allowed: bool = Field(..., description="Whether the request went out.")
     reason: str = Field("", description="Why it was refused, or the grant that allowed it.")
