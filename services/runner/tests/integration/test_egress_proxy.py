@@ -295,6 +295,19 @@ async def test_bad_requests_and_the_connection_limit_get_answers_not_a_dead_prox
         assert over[0] == 503
         assert b"at once" in over[1]
         assert (await ask(running, get(f"http://pkgs.example.test:{port}/")))[0] == 200
+        # A body that never comes: the exchange ends at the timeout, and is still an event.
+        reader, writer = await asyncio.open_unix_connection(str(running.socket))
+        writer.write(get(f"http://pkgs.example.test:{port}/slow", "POST", "Content-Length: 9\r\n"))
+        assert await asyncio.wait_for(reader.read(), 5) == b""
+        writer.close()
+        events = await settled(running, 4)
+    assert [(e.path, e.allowed, e.status) for e in events] == [
+        ("/", False, 411),
+        ("/", False, 503),
+        ("/", True, 200),
+        ("/slow", False, None),
+    ]
+    assert events[3].reason == "ended early: TimeoutError"
 
 
 def _free_port() -> int:

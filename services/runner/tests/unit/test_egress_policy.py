@@ -75,7 +75,7 @@ def test_non_public_addresses_need_an_exact_grant_and_the_runners_own_are_never_
 
 def test_request_heads_parse_strictly_and_go_on_without_hop_headers() -> None:
     head = parse_head(
-        b"GET http://pypi.org/simple/x?q=1 HTTP/1.1\r\nHost: evil.org\r\n"
+        b"POST http://pypi.org/simple/x?q=1 HTTP/1.1\r\nHost: evil.org\r\nContent-Length: 3\r\n"
         b"Proxy-Authorization: Basic eA==\r\nAccept: */*\r\nConnection: keep-alive\r\n\r\n"
     )
     assert (head.scheme, head.host, head.port, head.path, head.target) == (
@@ -85,8 +85,9 @@ def test_request_heads_parse_strictly_and_go_on_without_hop_headers() -> None:
         "/simple/x",
         "/simple/x?q=1",
     )
-    assert forwarded_head(head) == (
-        b"GET /simple/x?q=1 HTTP/1.1\r\nHost: pypi.org\r\nAccept: */*\r\nConnection: close\r\n\r\n"
+    assert forwarded_head(head, 3) == (
+        b"POST /simple/x?q=1 HTTP/1.1\r\nHost: pypi.org\r\nAccept: */*\r\n"
+        b"Content-Length: 3\r\nConnection: close\r\n\r\n"
     )
     tunnel = parse_head(b"CONNECT [::1]:8443 HTTP/1.1\r\n\r\n")
     assert (tunnel.scheme, tunnel.host, tunnel.port, tunnel.path) == ("https", "::1", 8443, "")

@@ -86,22 +86,27 @@ def parse_head(data: bytes) -> RequestHead:
     return RequestHead(method, "http", parts.hostname, port, path, origin, tuple(headers), raw)
 
 
-def forwarded_head(head: RequestHead) -> bytes:
+def forwarded_head(head: RequestHead, body_length: int = 0) -> bytes:
     """The request as the destination gets it: origin-form, without hop-by-hop headers, one
-    request per connection (the proxy never keeps a destination connection for another)."""
+    request per connection (the proxy never keeps a destination connection for another), and
+    one Content-Length, the body's the proxy read and checked (never the client's repeats)."""
     # Host is the checked URL's, whatever the client wrote: a shared front (a CDN) would
     # otherwise serve another site behind a granted address.
     host = f"[{head.host}]" if ":" in head.host else head.host
     lines = [f"{head.method} {head.target} HTTP/1.1"]
     lines.append(f"Host: {host}" + ("" if head.port == 80 else f":{head.port}"))
-    lines += [f"{k}: {v}" for k, v in head.headers if k.lower() not in {*HOP_BY_HOP, "host"}]
+    dropped = {*HOP_BY_HOP, "host", "content-length"}
+    lines += [f"{k}: {v}" for k, v in head.headers if k.lower() not in dropped]
+    if body_length or head.header("content-length") is not None:
+        lines.append(f"Content-Length: {body_length}")
     lines.append("Connection: close")
     return ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1")
 
 
 def refusal(status: int, reason: str) -> bytes:
     """A short answer of the proxy's own, the reason as its one-line body."""
-    titles = {400: "Bad Request", 403: "Forbidden", 413: "Content Too Large"}
+    titles = {400: "Bad Request", 403: "Forbidden", 411: "Length Required"}
+    titles |= {413: "Content Too Large"}
     titles |= {502: "Bad Gateway", 503: "Service Unavailable", 504: "Gateway Timeout"}
     body = (reason.replace("\r", " ").replace("\n", " ") + "\n").encode()
     return (

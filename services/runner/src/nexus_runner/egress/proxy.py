@@ -172,6 +172,10 @@ class EgressProxy:
                 await self._record(ex, allowed=False, reason=reason)
                 return
             await self._forward(ex, checked, reader, writer)
+        except (ConnectionError, OSError, TimeoutError, asyncio.IncompleteReadError) as exc:
+            # The client went away or stalled (sending its body, say): still one event.
+            why = f"ended early: {type(exc).__name__}"
+            await self._record(ex, allowed=ex.gone_out, reason=why)
         except asyncio.CancelledError:
             await self._record(ex, allowed=ex.gone_out, reason="ended with the run")
             raise
@@ -235,7 +239,7 @@ class EgressProxy:
                     self._pipe(up_reader, writer, ex, "down"),
                 )
             else:
-                request = http1.forwarded_head(head) + body
+                request = http1.forwarded_head(head, len(body)) + body
                 up_writer.write(request)
                 ex.up += len(request)
                 await self._pipe(up_reader, writer, ex, "down")
