@@ -170,7 +170,7 @@ class RunView:
         return Panel(Group(grid, recent), title=title, title_align="left")
 
 
-def describe(event: str, body: dict[str, Any]) -> str:  # noqa: PLR0911 - one case per event
+def describe(event: str, body: dict[str, Any]) -> str:  # noqa: PLR0911, PLR0912 - one case per event
     """One line per event for logs and the live view."""
     resume = describe_resume(event, body)
     if resume is not None:
@@ -201,6 +201,8 @@ def describe(event: str, body: dict[str, Any]) -> str:  # noqa: PLR0911 - one ca
         )
         verdict = f"-> {body.get('status')}" if body.get("allowed") else "refused"
         return f"egress {where} {verdict}: {body.get('reason')}"
+    if event == RunEvent.MCP_SERVER_UNAVAILABLE:
+        return f"mcp_server_unavailable {body.get('server')}: {body.get('detail')}"
     if event == RunEvent.APPROVAL_REFUSED:
         return (
             f"approval_refused {body.get('approval_id')}: {body.get('answered_by')} may not decide"

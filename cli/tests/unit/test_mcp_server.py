@@ -240,3 +240,54 @@ def test_serve_without_nats_is_one_line_and_exit_4(env: dict[str, str]) -> None:
     result = nexus({**env, "NEXUS_NATS_URL": "nats://127.0.0.1:1"}, "mcp", "serve")
     assert result.exit_code == 4
     assert "cannot reach NATS at nats://127.0.0.1:1" in result.output
+
+
+def test_a_token_entry_names_the_agents_it_sees(tmp_path: Path) -> None:
+    path = _tokens_file(
+        tmp_path,
+        [
+            _entry("all", "t-all", "read"),
+            _entry("plan", "t-plan", "operate", agents=["planner", "review*"]),
+        ],
+    )
+    tokens = Tokens(load_tokens(path))
+    everyone = tokens.identify("t-all")
+    assert everyone is not None
+    assert everyone.agents is None
+    assert everyone.sees("anything")
+    scoped = tokens.identify("t-plan")
+    assert scoped is not None
+    assert scoped.agents == ("planner", "review*")
+    assert [scoped.sees(a) for a in ("planner", "reviewer", "planner2", "implementer", None)] == [
+        True,
+        True,
+        False,
+        False,
+        False,
+    ]
+
+
+@pytest.mark.parametrize("agents", [[], ["bad agent"], ["a.b"], "planner"])
+def test_a_bad_agents_list_is_one_line(tmp_path: Path, agents: Any) -> None:
+    path = _tokens_file(tmp_path, [_entry("a", "x", "read", agents=agents)])
+    with pytest.raises(CliError) as err:
+        load_tokens(path)
+    assert "agents" in err.value.message
+    assert "\n" not in err.value.message
+
+
+def test_token_command_with_agents(env: dict[str, str], tmp_path: Path) -> None:
+    made = nexus(
+        env, "mcp", "token", "--name", "ide", "--scope", "read", "--agents", "planner, review*"
+    )
+    assert made.exit_code == 0, made.output
+    token = made.output.split("token: ", 1)[1].split()[0]
+    entry = made.output.split("add to the tokens file:\n", 1)[1]
+    path = tmp_path / "tokens.yaml"
+    path.write_text(entry)
+    found = Tokens(load_tokens(path)).identify(token)
+    assert found is not None
+    assert found.agents == ("planner", "review*")
+    bad = nexus(env, "mcp", "token", "--name", "ide", "--agents", "plan ner")
+    assert bad.exit_code == 2
+    assert "invalid --agents" in bad.output

@@ -84,6 +84,11 @@ def test_render_and_describe() -> None:
         describe("queued", {"position": 2, "limit": "agent"})
         == "queued at position 2 (agent limit)"
     )
+    unavailable = {"server": "github", "reason": "exited", "detail": "exited with code 1"}
+    assert (
+        describe("mcp_server_unavailable", unavailable)
+        == "mcp_server_unavailable github: exited with code 1"
+    )
 
 
 def test_every_exit_code_is_documented() -> None:

@@ -69,9 +69,16 @@ def serve_cmd(
 def token_cmd(
     name: Annotated[str, typer.Option(help="Who holds it: shown in logs, requested_by mcp:NAME.")],
     scope: Annotated[str, typer.Option(help="read or operate.")] = "read",
+    agents: Annotated[
+        str | None,
+        typer.Option(
+            help="Comma-separated agent ids or globs (planner,review*) the token sees and acts"
+            " on; left out: every agent."
+        ),
+    ] = None,
 ) -> None:
     """Print a new random bearer token (give it to the client; it is shown once) and the
-    tokens-file entry holding its sha256 (add it to the file the server reads)."""
+    tokens-file entry holding its sha256 and its agents (add it to the file the server reads)."""
     from pydantic import ValidationError
 
     from nexus_cli.mcp.auth import new_token
@@ -80,9 +87,15 @@ def token_cmd(
         if scope not in ("read", "operate"):
             raise CliError(f"--scope must be read or operate, not {scope!r}")
         chosen: Literal["read", "operate"] = "operate" if scope == "operate" else "read"
+        patterns = None if agents is None else [a.strip() for a in agents.split(",") if a.strip()]
         try:
-            token, entry = new_token(name, chosen)
-        except ValidationError:
+            token, entry = new_token(name, chosen, patterns)
+        except ValidationError as exc:
+            if any(e["loc"][:1] == ("agents",) for e in exc.errors()):
+                raise CliError(
+                    f"invalid --agents {agents!r}: comma-separated agent ids or globs"
+                    " (letters, digits, _ - * ?)"
+                ) from None
             raise CliError(
                 f"invalid --name {name!r}: 1-64 of letters, digits and _ . @ -"
             ) from None

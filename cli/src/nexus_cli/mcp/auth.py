@@ -7,6 +7,7 @@ position leaks through timing.
 
 from __future__ import annotations
 
+import fnmatch
 import hashlib
 import hmac
 import json
@@ -15,7 +16,7 @@ import secrets
 from dataclasses import dataclass
 from enum import StrEnum
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
@@ -28,12 +29,19 @@ class Scope(StrEnum):
     OPERATE = "operate"
 
 
+# An agent id ([A-Za-z0-9_-]) or a glob of them (`review*`, `team-?-planner`).
+AgentPattern = Annotated[str, Field(pattern=r"^[A-Za-z0-9_*?-]{1,128}$")]
+
+
 class TokenEntry(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     name: str = Field(pattern=r"^[A-Za-z0-9_.@-]{1,64}$")
     sha256: str = Field(pattern=r"^[0-9a-f]{64}$")
     scope: Scope
+    # None (left out): every agent. Otherwise the agents (ids or globs) whose runs, approvals
+    # and memories the token sees and acts on; the rest is "not found" to it.
+    agents: list[AgentPattern] | None = Field(None, min_length=1)
     nats_user: str | None = None
     nats_password_env: str | None = None
 
@@ -46,17 +54,32 @@ class TokensFile(BaseModel):
 
 @dataclass(frozen=True)
 class Identity:
-    """One caller: `name` (logs, ``requested_by``), its scope, and the NATS user it acts as
-    (None: the server's own connection)."""
+    """One caller: `name` (logs, ``requested_by``), its scope, the NATS user it acts as
+    (None: the server's own connection) and the agents it sees (None: all)."""
 
     name: str
     scope: Scope
     requested_by: str
     nats_user: str | None = None
     nats_password: str | None = None
+    agents: tuple[str, ...] | None = None
 
     def may(self, needs: Scope) -> bool:
         return needs is Scope.READ or self.scope is Scope.OPERATE
+
+    @property
+    def scoped(self) -> bool:
+        """Whether the caller sees only some agents."""
+        return self.agents is not None
+
+    def sees(self, agent_id: str | None) -> bool:
+        """Whether runs of `agent_id` are visible to the caller (an unknown agent: only to an
+        unscoped caller)."""
+        if self.agents is None:
+            return True
+        if not agent_id:
+            return False
+        return any(fnmatch.fnmatchcase(agent_id, pattern) for pattern in self.agents)
 
 
 def digest(token: str) -> str:
@@ -114,6 +137,7 @@ class Tokens:
             requested_by=f"mcp:{found.name}",
             nats_user=found.nats_user,
             nats_password=password,
+            agents=None if found.agents is None else tuple(found.agents),
         )
 
     def from_header(self, value: str | None) -> Identity | None:
@@ -125,10 +149,15 @@ class Tokens:
         return self.identify(token.strip())
 
 
-def new_token(name: str, scope: Literal["read", "operate"]) -> tuple[str, str]:
-    """A fresh random token and the YAML entry (its digest) to add to the tokens file."""
+def new_token(
+    name: str, scope: Literal["read", "operate"], agents: list[str] | None = None
+) -> tuple[str, str]:
+    """A fresh random token and the YAML entry (its digest, its agents if any) to add to the
+    tokens file; a pydantic ValidationError for a bad name or agent pattern."""
     token = f"nxm_{secrets.token_urlsafe(32)}"
     entry: dict[str, Any] = {"name": name, "sha256": digest(token), "scope": scope}
+    if agents is not None:
+        entry["agents"] = agents
     TokenEntry.model_validate(entry)
     text = yaml.safe_dump({"tokens": [entry]}, sort_keys=False)
     return token, text

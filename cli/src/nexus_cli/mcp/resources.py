@@ -33,6 +33,7 @@ from nexus_events.errors import InvalidSubject
 from nexus_events.streams import RUNS, TASKS
 
 from nexus_cli.errors import CliError, ExitCode
+from nexus_cli.mcp.scoping import visible_agent, visible_flow, visible_run
 from nexus_cli.mcp.state import Nexus
 from nexus_cli.mcp.tools import run_view, wait_projected
 
@@ -70,6 +71,10 @@ class Watchers:
         self._ready: dict[str, asyncio.Event] = {}
         # 2025-era clients (resources/subscribe): the connections told of each URI.
         self._connections: dict[str, dict[int, Any]] = {}
+
+    @property
+    def nexus(self) -> Nexus:
+        return self._nexus
 
     @property
     def watched(self) -> dict[str, int]:
@@ -170,6 +175,21 @@ class Watchers:
         self._counts.clear()
 
 
+async def watchable(watchers: Watchers, ctx: ServerRequestContext[Any, Any], uri: str) -> bool:
+    """Whether the caller may be told of changes to `uri`: a scoped caller not of a run it
+    cannot see (nor of one core does not know yet, whose id a run of another agent may take).
+    Such a subscription is honoured and never fires, as for a URI no event changes."""
+    nexus = watchers.nexus
+    try:
+        who = nexus.identity_of(getattr(ctx.request, "headers", None))
+        if not who.scoped or not uri.startswith(RUN_PREFIX):
+            return True
+        await visible_run(await nexus.session_for(who), who, uri.removeprefix(RUN_PREFIX))
+    except (CliError, PermissionError):
+        return False
+    return True
+
+
 def listen_handler(
     watchers: Watchers, inner: ListenHandler
 ) -> Callable[
@@ -185,8 +205,9 @@ def listen_handler(
         acquired: list[str] = []
         try:
             for uri in uris:
-                await watchers.acquire(uri)
-                acquired.append(uri)
+                if await watchable(watchers, ctx, uri):
+                    await watchers.acquire(uri)
+                    acquired.append(uri)
             return await inner(ctx, params)
         finally:
             for uri in acquired:
@@ -211,7 +232,8 @@ def legacy_handlers(
     async def subscribe(
         ctx: ServerRequestContext[Any, Any], params: SubscribeRequestParams
     ) -> EmptyResult:
-        await watchers.subscribe_connection(str(params.uri), connection_of(ctx))
+        if await watchable(watchers, ctx, str(params.uri)):
+            await watchers.subscribe_connection(str(params.uri), connection_of(ctx))
         return EmptyResult()
 
     async def unsubscribe(
@@ -259,7 +281,9 @@ def register_resources(server: MCPServer, nexus: Nexus) -> None:
         mime_type="application/json",
     )
     async def board_resource() -> str:
-        # A static resource gets no request context (SDK): the server's own connection reads it.
+        # Listed from here; read by `server.NexusMCP.read_resource`, which knows the caller (a
+        # static resource gets no request context from the SDK). Reached only if that were
+        # bypassed: then as the server's own, unscoped, connection.
         try:
             return _json(await nexus.session.query(subjects.CORE_BOARD_GET, {}))
         except CliError as exc:
@@ -272,9 +296,8 @@ def register_resources(server: MCPServer, nexus: Nexus) -> None:
         mime_type="application/json",
     )
     async def agent_resource(agent_id: str, ctx: Context) -> str:
-        return await _read(
-            nexus, ctx, lambda s: s.query(subjects.CORE_CATALOG_AGENTS_GET, {"id": agent_id})
-        )
+        who = nexus.identity(ctx)
+        return await _read(nexus, ctx, lambda s: visible_agent(s, who, agent_id))
 
     @server.resource(
         "nexus://flows/{flow_id}",
@@ -283,6 +306,5 @@ def register_resources(server: MCPServer, nexus: Nexus) -> None:
         mime_type="application/json",
     )
     async def flow_resource(flow_id: str, ctx: Context) -> str:
-        return await _read(
-            nexus, ctx, lambda s: s.query(subjects.CORE_CATALOG_FLOWS_GET, {"id": flow_id})
-        )
+        who = nexus.identity(ctx)
+        return await _read(nexus, ctx, lambda s: visible_flow(s, who, flow_id))

@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import json
 import logging
+from collections.abc import Iterable
 from typing import Any
 
+from mcp.server.lowlevel.helper_types import ReadResourceContents
 from mcp.server.mcpserver import Context, MCPServer
-from mcp.server.mcpserver.exceptions import ToolError, UnexpectedToolError
+from mcp.server.mcpserver.exceptions import ResourceError, ToolError, UnexpectedToolError
 from mcp.server.subscriptions import InMemorySubscriptionBus, ListenHandler
 from mcp_types import (
     CallToolResult,
@@ -19,16 +21,18 @@ from mcp_types import (
 from nexus_events.micro import one_line
 from pydantic import ValidationError
 
+from nexus_cli.errors import CliError
 from nexus_cli.mcp.auth import Identity
 from nexus_cli.mcp.prompts import register_prompts
 from nexus_cli.mcp.resources import (
+    BOARD,
     Watchers,
     legacy_handlers,
     listen_handler,
     register_resources,
 )
 from nexus_cli.mcp.state import Nexus
-from nexus_cli.mcp.tools import needs, register_tools
+from nexus_cli.mcp.tools import board_view, needs, register_tools
 
 log = logging.getLogger("nexus_cli.mcp")
 
@@ -83,6 +87,23 @@ class NexusMCP(MCPServer[Any]):
                 raise ToolError(_argument_error(name, exc.__cause__)) from None
             text = one_line(str(exc)).removeprefix(f"Error executing tool {name}: ")
             raise ToolError(text) from None
+
+    async def read_resource(
+        self, uri: Any, context: Context[Any, Any] | None = None
+    ) -> Iterable[ReadResourceContents] | InputRequiredResult:
+        """The board is read here, as the caller: the SDK gives a static resource's function
+        no request context, so it could not filter the board by the caller's agents."""
+        if str(uri) != BOARD:
+            return await super().read_resource(uri, context)
+        try:
+            who = self.nexus.identity(context)
+            board = await board_view(self.nexus, who)
+        except PermissionError as exc:
+            raise ResourceError(str(exc)) from None
+        except CliError as exc:
+            raise ResourceError(exc.message) from None
+        text = json.dumps(board, default=str, indent=1)
+        return [ReadResourceContents(content=text, mime_type="application/json")]
 
 
 def build_server(nexus: Nexus) -> tuple[NexusMCP, Watchers]:

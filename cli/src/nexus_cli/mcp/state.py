@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from mcp.server.mcpserver import Context
@@ -29,7 +30,10 @@ class Nexus:
     def identity(self, ctx: Context | None) -> Identity:
         """The caller: the token on this HTTP request, else (stdio) the local user. The HTTP
         middleware already refused requests without a valid token."""
-        headers = ctx.headers if ctx is not None else None
+        return self.identity_of(ctx.headers if ctx is not None else None)
+
+    def identity_of(self, headers: Mapping[str, str] | None) -> Identity:
+        """The caller of a request with these HTTP `headers` (None: stdio, the local user)."""
         if headers is None or self.tokens is None:
             return self.local
         found = self.tokens.from_header(headers.get("authorization"))

@@ -30,6 +30,17 @@ from nexus_cli.commands.run_control import decide_approval, request_cancel
 from nexus_cli.commands.runs import build_run_request, event_line, publish_run, track_run
 from nexus_cli.errors import CliError
 from nexus_cli.mcp.auth import Identity, Scope
+from nexus_cli.mcp.scoping import (
+    check_agent,
+    check_memory_scope,
+    check_unscoped,
+    filter_agents,
+    filter_approvals,
+    filter_board,
+    filter_flows,
+    visible_flow,
+    visible_run,
+)
 from nexus_cli.mcp.state import Nexus
 from nexus_cli.runview import RunView
 
@@ -100,12 +111,19 @@ def answer_of(who: Identity) -> Answer:
 
 
 async def run_view(nexus: Nexus, who: Identity, run_id: str) -> dict[str, Any]:
-    """The run as core projects it, with its most recent events (exit 3: no such run)."""
+    """The run as core projects it, with its most recent events (exit 3: no such run, or
+    one outside the caller's agents)."""
     s = await nexus.session_for(who)
-    row = await s.get_run(run_id)
+    row = await visible_run(s, who, run_id)
     reply = await s.query(subjects.CORE_RUNS_EVENTS, {"run_id": run_id})
     events = reply.get("events", [])
     return {"run": row, "recent_events": events[-RECENT_EVENTS:]}
+
+
+async def board_view(nexus: Nexus, who: Identity) -> dict[str, Any]:
+    """The board, with only the runs (and tasks) the caller's agents account for."""
+    s = await nexus.session_for(who)
+    return await filter_board(s, who, await s.query(subjects.CORE_BOARD_GET, {}))
 
 
 async def wait_projected(s: Session, run_id: str, seq: int) -> None:
@@ -130,14 +148,16 @@ def register_tools(server: MCPServer, nexus: Nexus) -> None:  # noqa: PLR0915
     @server.tool(annotations=READ_ONLY, description="The agents in the catalog.")
     @one_line_error
     async def list_agents(ctx: Context) -> dict[str, Any]:
-        s = await nexus.session_for(nexus.identity(ctx))
-        return await s.query(subjects.CORE_CATALOG_AGENTS_LIST)
+        who = nexus.identity(ctx)
+        s = await nexus.session_for(who)
+        return filter_agents(who, await s.query(subjects.CORE_CATALOG_AGENTS_LIST))
 
     @server.tool(annotations=READ_ONLY, description="The flow definitions in the catalog.")
     @one_line_error
     async def list_flows(ctx: Context) -> dict[str, Any]:
-        s = await nexus.session_for(nexus.identity(ctx))
-        return await s.query(subjects.CORE_CATALOG_FLOWS_LIST)
+        who = nexus.identity(ctx)
+        s = await nexus.session_for(who)
+        return filter_flows(who, await s.query(subjects.CORE_CATALOG_FLOWS_LIST))
 
     @server.tool(annotations=READ_ONLY, description="A run: status, cost, result, recent events.")
     @one_line_error
@@ -155,7 +175,8 @@ def register_tools(server: MCPServer, nexus: Nexus) -> None:  # noqa: PLR0915
             raise ToolError(f"timeout_seconds must be in (0, {MAX_FOLLOW_SECONDS:.0f}]")
         who = nexus.identity(ctx)
         s = await nexus.session_for(who)
-        await s.get_run(check_token(run_id, "run id"))  # a run that does not exist: one line
+        # A run that does not exist, or is outside the caller's agents: one line.
+        await visible_run(s, who, check_token(run_id, "run id"))
         seen = 0
         last_seq = 0
 
@@ -172,8 +193,7 @@ def register_tools(server: MCPServer, nexus: Nexus) -> None:  # noqa: PLR0915
     @server.tool(annotations=READ_ONLY, description="The board: tasks by column, with their runs.")
     @one_line_error
     async def board(ctx: Context) -> dict[str, Any]:
-        s = await nexus.session_for(nexus.identity(ctx))
-        return await s.query(subjects.CORE_BOARD_GET, {})
+        return await board_view(nexus, nexus.identity(ctx))
 
     @server.tool(
         annotations=READ_ONLY,
@@ -181,8 +201,11 @@ def register_tools(server: MCPServer, nexus: Nexus) -> None:  # noqa: PLR0915
     )
     @one_line_error
     async def list_approvals(ctx: Context, run_id: str | None = None) -> dict[str, Any]:
-        s = await nexus.session_for(nexus.identity(ctx))
-        return {"approvals": await pending_approvals(s, run_id)}
+        who = nexus.identity(ctx)
+        s = await nexus.session_for(who)
+        if run_id is not None:
+            await visible_run(s, who, check_token(run_id, "run id"))
+        return {"approvals": filter_approvals(who, await pending_approvals(s, run_id))}
 
     @server.tool(
         annotations=READ_ONLY,
@@ -194,7 +217,9 @@ def register_tools(server: MCPServer, nexus: Nexus) -> None:  # noqa: PLR0915
         query: str, ctx: Context, scope: str = "global", limit: int = 8
     ) -> dict[str, Any]:
         request = validated(MemorySearchRequest, query=query, scopes=[scope], limit=limit)
-        s = await nexus.session_for(nexus.identity(ctx))
+        who = nexus.identity(ctx)
+        check_memory_scope(who, scope)
+        s = await nexus.session_for(who)
         return await s.query(
             subjects.MEMORY_SEARCH, request.model_dump(mode="json"), service="memory"
         )
@@ -208,7 +233,9 @@ def register_tools(server: MCPServer, nexus: Nexus) -> None:  # noqa: PLR0915
             check_token(service, "service")
         if not 1 <= limit <= 1000:
             raise ToolError("limit must be between 1 and 1000")
-        s = await nexus.session_for(nexus.identity(ctx))
+        who = nexus.identity(ctx)
+        check_unscoped(who, "list_dead_letters")
+        s = await nexus.session_for(who)
         return {"dead_letters": (await dead_letters(s, service))[-limit:]}
 
     @server.tool(
@@ -228,6 +255,7 @@ def register_tools(server: MCPServer, nexus: Nexus) -> None:  # noqa: PLR0915
         rid, request = build_run_request(
             agent=agent, requested_by=who.requested_by, task=task, input_text=input, repo=repo
         )
+        check_agent(who, agent)
         s = await nexus.session_for(who)
         seq = await publish_run(s, rid, request, msg_prefix=SURFACE)
         # Returned once core knows the run (bounded): get_run on the id then finds it.
@@ -248,6 +276,8 @@ def register_tools(server: MCPServer, nexus: Nexus) -> None:  # noqa: PLR0915
             flow=flow, requested_by=who.requested_by, task=task, input_text=input, repo=repo
         )
         s = await nexus.session_for(who)
+        if who.scoped:
+            await visible_flow(s, who, flow)
         await publish_flow(s, fid, request, msg_prefix=SURFACE)
         return {"flow_run_id": fid}
 
@@ -258,6 +288,7 @@ def register_tools(server: MCPServer, nexus: Nexus) -> None:  # noqa: PLR0915
     ) -> dict[str, Any]:
         who = nexus.identity(ctx)
         s = await nexus.session_for(who)
+        await visible_run(s, who, run_id)
         return await request_cancel(s, run_id, reason, who.requested_by, msg_prefix=SURFACE)
 
     @server.tool(
@@ -275,6 +306,7 @@ def register_tools(server: MCPServer, nexus: Nexus) -> None:  # noqa: PLR0915
     ) -> dict[str, Any]:
         who = nexus.identity(ctx)
         s = await nexus.session_for(who)
+        await visible_run(s, who, run_id)
         answer = answer_of(who)
         await decide_approval(
             s,
@@ -296,7 +328,9 @@ def register_tools(server: MCPServer, nexus: Nexus) -> None:  # noqa: PLR0915
     @one_line_error
     async def add_memory(text: str, scope: str, ctx: Context, kind: str = "fact") -> dict[str, Any]:
         request = validated(MemoryRecordRequest, text=text, scope=scope, kind=kind, source="manual")
-        s = await nexus.session_for(nexus.identity(ctx))
+        who = nexus.identity(ctx)
+        check_memory_scope(who, scope)
+        s = await nexus.session_for(who)
         return await s.query(
             subjects.MEMORY_RECORD, request.model_dump(mode="json"), service="memory"
         )

@@ -141,6 +141,8 @@ EVENT_ROLES: dict[tuple[Family, str], EventRoles] = {
     # transcript holds the same), so the runner reads its run's as well.
     (Family.RUN, "checkpointed"): _run((_RUNNER,), (*_RUN_READERS, _RUNNER)),
     (Family.RUN, "condensed"): _run((_RUNNER,), (*_RUN_READERS, _RUNNER)),
+    # issue 35: an MCP server of the run that could not start, and why.
+    (Family.RUN, "mcp_server_unavailable"): _run((_RUNNER,), _RUN_READERS),
     # -- logs (NEXUS_LOGS) ----------------------------------------------------------------
     (Family.LOG, "line"): _run((_RUNNER,), (_CLI,)),
     # -- transcripts (NEXUS_TRANSCRIPTS): written ahead of each model call, read on resume -

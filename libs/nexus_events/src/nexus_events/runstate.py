@@ -62,6 +62,7 @@ class RunEvent(StrEnum):
     CHECKPOINTED = "checkpointed"
     CONDENSED = "condensed"
     EGRESS = "egress"
+    MCP_SERVER_UNAVAILABLE = "mcp_server_unavailable"
     COMPLETED = "completed"
     FAILED = "failed"
     CANCELLED = "cancelled"
@@ -100,6 +101,7 @@ EVENT_STATUS: Mapping[str, RunStatus | None] = MappingProxyType(
         # An audit record of a network request of the tools: it moves no status (a tool's
         # background process may make one while the run awaits an approval).
         RunEvent.EGRESS: None,
+        RunEvent.MCP_SERVER_UNAVAILABLE: RunStatus.RUNNING,
         RunEvent.COMPLETED: RunStatus.COMPLETED,
         RunEvent.FAILED: RunStatus.FAILED,
         RunEvent.CANCELLED: RunStatus.CANCELLED,

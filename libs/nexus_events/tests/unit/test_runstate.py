@@ -44,6 +44,8 @@ def test_run_events_are_the_documented_ones():
         "resuming", "resumed", "checkpointed", "condensed",
         # issue 35: a network request of the tools through the runner's egress proxy.
         "egress",
+        # issue 35: an MCP server that could not start.
+        "mcp_server_unavailable",
     }  # fmt: skip
 
 

@@ -401,7 +401,7 @@ async def _execute_run(  # noqa: PLR0915 - one run's lifecycle, read top to bott
                 record=pub.event,
             ) as ctx.egress,
             McpTools.started(
-                list(config.mcp_servers), settings, ctx.workspace.root, pub.log
+                list(config.mcp_servers), settings, ctx.workspace.root, pub.log, pub.event
             ) as mcp,
         ):
             tools = ContainedRegistry(

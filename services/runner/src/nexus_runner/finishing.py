@@ -124,7 +124,7 @@ async def finish_run(
         }
     leaks: list[str] = []
     if perms.can_push and ctx.commits and config.repo is not None:
-        leaks = await ctx.git.secret_leaks(base_sha)
+        leaks = await ctx.git.secret_leaks(base_sha, branch)
         if leaks:
             details["push_refused"] = {
                 "leaks": leaks,

@@ -1,11 +1,19 @@
-"""The git CLI, asynchronously: clone, branch, status, diff, commit, push."""
+"""The git CLI, asynchronously: clone, branch, status, diff, commit, push.
+
+None of the runner's git commands runs a program the workspace's repository config names
+(the agent's shell can edit that config): hooks, the fsmonitor, signing, filters, textconv
+and external diff drivers are switched off on every command line, replace refs are ignored,
+and global config is not read.
+"""
 
 from __future__ import annotations
 
+import re
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
+from nexus_runner import commit_scan
 from nexus_runner.errors import ToolError
 from nexus_runner.process import ProcessResult, run_process, scrubbed_env
 from nexus_runner.safety import SecretRegistry
@@ -15,8 +23,23 @@ GIT_TIMEOUT = 600.0
 GIT_OUTPUT_CAP = 1_000_000
 EMPTY_TREE = "4b825dc642cb6eb9a060e54bf8d69288fbee4904"
 # Settings a repository's own config (which the agent can edit) must not change for the
-# runner's git: hooks and the fsmonitor would run commands, signing would run gpg.
-_OVERRIDES = ("core.hooksPath=/dev/null", "core.fsmonitor=false", "commit.gpgSign=false")
+# runner's git: hooks and the fsmonitor would run commands, signing would run gpg, a pager or
+# an automatic gc (its hook) too.
+_OVERRIDES = (
+    "core.hooksPath=/dev/null", "core.fsmonitor=false", "commit.gpgSign=false",
+    "tag.gpgSign=false", "core.pager=cat", "gc.auto=0", "maintenance.auto=false",
+    "submodule.recurse=false",
+)  # fmt: skip
+# A filter driver's programs (`.gitattributes` names the driver, the repository's config
+# defines it) run on add, status and checkout: blanked on the command line for every driver
+# the config defines, since ``-c`` takes no wildcard (and git 2.39 has no ``--attr-source``).
+# Diff drivers (textconv, command) are not blanked (an empty one is run as a command): every
+# diff of the runner says ``--no-ext-diff --no-textconv`` instead.
+_FILTER_KEY = re.compile(r"^filter\.(.+)\.(?:clean|smudge|process|required)$")
+_PLAIN_DIFF = ("--no-color", "--no-ext-diff", "--no-textconv")
+# Every git command of the runner: replace refs ignored (the check reads what a push sends),
+# no global config (the run's HOME, which the agent's shell can write).
+_RUNNER_ENV = {"GIT_NO_REPLACE_OBJECTS": "1", "GIT_CONFIG_GLOBAL": "/dev/null"}
 # What the final push reads besides its own staging repository: nothing the agent can write.
 # (Global config would be the run's HOME, which the agent's shell commands can write.)
 _PUSH_ENV = {"GIT_CONFIG_GLOBAL": "/dev/null", "GIT_CONFIG_NOSYSTEM": "1"}
@@ -36,18 +59,45 @@ class Git:
         self.author = author
         # Commits never take a secret value of the run (message redacted, file withheld).
         self.secrets = secrets if secrets is not None else SecretRegistry()
-        self.withheld: list[str] = []  # files not committed: they hold a secret value
+        # Files not committed, as shown (a name holding a secret is redacted).
+        self.withheld: list[str] = []
+        self.empty_tree = EMPTY_TREE
 
-    def _env(self, extra: dict[str, str] | None = None) -> dict[str, str]:
+    def env(self, extra: dict[str, str] | None = None) -> dict[str, str]:
+        """The environment of the runner's git commands."""
         return scrubbed_env(
             {
                 "GIT_AUTHOR_NAME": self.author.name,
                 "GIT_AUTHOR_EMAIL": self.author.email,
                 "GIT_COMMITTER_NAME": self.author.name,
                 "GIT_COMMITTER_EMAIL": self.author.email,
+                **_RUNNER_ENV,
                 **(extra or {}),
             }
         )
+
+    @staticmethod
+    def argv(*args: str, blanked: tuple[str, ...] = ()) -> list[str]:
+        """A git command line with the repository's programs switched off (`_OVERRIDES`,
+        and the driver settings `blanked`)."""
+        settings = (*_OVERRIDES, *blanked)
+        return ["git", *(part for item in settings for part in ("-c", item)), *args]
+
+    async def _blanked_filters(self, cwd: Path) -> tuple[str, ...]:
+        """``filter.<driver>.{clean,smudge,process}=`` for each filter driver the repository's
+        config defines, and ``required=false`` (else git stops on the blanked filter)."""
+        listed = await run_process(
+            ["git", "config", "-z", "--get-regexp", r"^filter\."],
+            cwd=cwd, timeout=GIT_TIMEOUT, output_cap=GIT_OUTPUT_CAP, env=self.env(),
+        )  # fmt: skip
+        blanked: dict[str, None] = {}
+        for record in listed.output.split("\0") if listed.ok else []:
+            match = _FILTER_KEY.match(record.split("\n", 1)[0])
+            if match is not None:
+                driver = match.group(1)
+                for key in ("clean=", "smudge=", "process=", "required=false"):
+                    blanked[f"filter.{driver}.{key}"] = None
+        return tuple(blanked)
 
     async def run(
         self,
@@ -56,13 +106,14 @@ class Git:
         cwd: Path | None = None,
         env: dict[str, str] | None = None,
     ) -> ProcessResult:
-        overrides = [part for item in _OVERRIDES for part in ("-c", item)]
+        where = cwd or self.root
+        blanked = await self._blanked_filters(where) if where.is_dir() else ()
         result = await run_process(
-            ["git", *overrides, *args],
-            cwd=cwd or self.root,
+            self.argv(*args, blanked=blanked),
+            cwd=where,
             timeout=GIT_TIMEOUT,
             output_cap=GIT_OUTPUT_CAP,
-            env=self._env(env),
+            env=self.env(env),
         )
         if check and not result.ok:
             raise ToolError(f"git {args[0]} failed: {result.output.strip()[-2000:]}")
@@ -99,23 +150,26 @@ class Git:
         return (await self.run("status", "--short", "--branch")).output
 
     async def diff(self, staged: bool = False, path: str | None = None) -> str:
-        args = ["diff", "--no-color"] + (["--cached"] if staged else [])
+        args = ["diff", *_PLAIN_DIFF] + (["--cached"] if staged else [])
         return (await self.run(*args, *(["--", path] if path else []))).output
 
     async def commit(self, message: str, paths: list[str] | None = None) -> str | None:
         """Stage `paths` (all changes if None) and commit; the new sha, or None if nothing to do.
 
-        Files whose added lines hold a secret value of the run are unstaged and listed in
-        `withheld`; the message is committed with secret values redacted.
+        Files whose name or whole content (binary too, `commit_scan.staged_leaks`) holds a
+        secret value of the run are unstaged and listed in `withheld`; the message is
+        committed with secret values redacted.
         """
         await self.run("add", "--all", *(["--", *paths] if paths else []))
-        leaking = await self._files_with_secrets("--cached")
+        leaking = await commit_scan.staged_leaks(self) if len(self.secrets) else []
         if leaking:
             head = await self.head()
-            for path in leaking:
-                undo = ("reset", "-q", "--", path) if head else ("rm", "--cached", "-q", "--", path)
-                await self.run(*undo)
-            self.withheld = sorted(set(self.withheld) | set(leaking))
+            for leak in leaking:
+                assert leak.path is not None  # a staged file's
+                undo = ("reset", "-q") if head else ("rm", "--cached", "-q")
+                await self.run(*undo, "--", f":(literal){leak.path}")
+            shown = [leak.label.removeprefix("a file name: ") for leak in leaking]
+            self.withheld = sorted(set(self.withheld) | set(shown))
         if (await self.run("diff", "--cached", "--quiet", check=False)).ok:
             return None
         await self.run("commit", "--quiet", "-m", self.secrets.redact_values(message))
@@ -128,37 +182,21 @@ class Git:
             self.withheld
         )
 
-    async def _files_with_secrets(self, *diff_args: str) -> list[str]:
-        """Files whose added lines (in ``git diff <diff_args>``) hold a secret value."""
-        if not len(self.secrets):
+    async def secret_leaks(self, base: str | None, branch: str | None = None) -> list[str]:
+        """What of the commits since `base` (and the name `branch`) holds a secret value,
+        read as a push sends it (`commit_scan.push_leaks`): paths, binary files, file names,
+        commit messages; also commits made from the shell, which `commit` did not see."""
+        head = await self.head()
+        if head is None or not len(self.secrets):
             return []
-        plain = ("--no-color", "--no-ext-diff", "--no-textconv", "-U0")
-        diff = (await self.run("diff", *plain, *diff_args)).output
-        found: set[str] = set()
-        current = ""
-        for line in diff.splitlines():
-            if line.startswith("+++ "):
-                current = line[4:].removeprefix("b/")
-            elif line.startswith("+") and self.secrets.contains(line[1:]):
-                found.add(current)
-        return sorted(found)
-
-    async def secret_leaks(self, base: str | None) -> list[str]:
-        """What of the commits since `base` holds a secret value: files and commit messages
-        (also commits made from the shell, which `commit` did not see)."""
-        span = f"{base}..HEAD" if base else "HEAD"
-        leaks = await self._files_with_secrets(base or EMPTY_TREE, "HEAD")
-        log = (await self.run("log", "--format=%H %B", span, check=False)).output
-        if self.secrets.contains(log):
-            leaks.append("(a commit message)")
-        return leaks
+        return await commit_scan.push_leaks(self, base, head, branch)
 
     async def changes_since(self, base: str | None) -> tuple[list[str], str]:
         """Files changed and the diff stat of the work tree against `base` (commits included)."""
         target = [base] if base else []
-        names = (await self.run("diff", "--name-only", *target)).output.split()
+        names = (await self.run("diff", *_PLAIN_DIFF, "--name-only", *target)).output.split()
         untracked = (await self.run("ls-files", "--others", "--exclude-standard")).output.split()
-        stat = (await self.run("diff", "--stat", *target)).output.strip()
+        stat = (await self.run("diff", *_PLAIN_DIFF, "--stat", *target)).output.strip()
         return sorted(set(names) | set(untracked)), stat
 
     async def push(self, url: str, branch: str) -> str:

@@ -22,6 +22,7 @@ from nexus_events.events.runs import (
 from nexus_events.spans import OUTCOME
 from opentelemetry import trace
 
+from nexus_runner.approval_text import call_summary
 from nexus_runner.budget import StuckDetector, Usage, exceeded, turn_cost
 from nexus_runner.checkpoint import Checkpointer
 from nexus_runner.config import RunnerSettings
@@ -469,10 +470,10 @@ class AgentLoop:
 
     async def _with_approval(self, decision: Decision) -> tuple[ToolOutcome, bool]:
         """Ask for approval, run the call if approved; (outcome, whether approved)."""
-        summary = truncate(redact(json.dumps(decision.raw)), 500)[0]
-        _, verdict, by, comment, _ = await self._ask(
-            decision.tool, f"{decision.tool} {summary}", decision.reason
-        )
+        # The whole call, normalised (approval_text): a benign start padded with blanks
+        # must not hide the rest.
+        summary = call_summary(decision.tool, decision.raw)
+        _, verdict, by, comment, _ = await self._ask(decision.tool, summary, decision.reason)
         if verdict != "approved":
             note = f" ({comment})" if comment else ""
             who = f" by {by}" if by else ""

@@ -2,10 +2,19 @@
 
 from __future__ import annotations
 
-import base64
 import re
 from collections.abc import Iterable
-from urllib.parse import quote
+
+from nexus_runner.secret_shapes import (
+    MIN_SECRET_CHARS,
+    encoded_runs,
+    fragments,
+    variants,
+)
+
+__all__ = [
+    "MIN_SECRET_CHARS", "REDACTED", "SECRET_REFUSAL", "SecretRegistry", "redact", "truncate",
+]  # fmt: skip
 
 # Token shapes of common providers, plus key=value pairs whose key says "secret".
 _SECRET_PATTERNS = [
@@ -22,6 +31,8 @@ _SECRET_PATTERNS = [
     re.compile(r"(?i)(https?://)[^/\s:@]+:[^/\s@]+@"),
 ]
 REDACTED = "[REDACTED]"
+# What a call whose arguments hold a secret value of the run (or a piece of one) gets instead.
+SECRET_REFUSAL = "refused: the arguments hold a secret value this run read; not run"  # noqa: S105
 
 
 def redact(text: str) -> str:
@@ -36,45 +47,30 @@ def redact(text: str) -> str:
     return text
 
 
-# Values shorter than this are not tracked: they would redact ordinary words.
-MIN_SECRET_CHARS = 8
 # Lines of one secret file (or one shell output that read outside the workspace) tracked.
 MAX_LINES_PER_SOURCE = 500
 _ASSIGNMENT = re.compile(r"^\s*(?:export\s+)?[A-Za-z_][A-Za-z0-9_.-]*\s*[=:]\s*(.*?)\s*$")
-
-
-def _base64_variants(raw: bytes) -> Iterable[str]:
-    """The base64 text of `raw` as it appears inside a longer encoded text: in each of the
-    three alignments, minus the characters that also carry the neighbouring bytes."""
-    for pad in range(3):
-        for encode in (base64.b64encode, base64.urlsafe_b64encode):
-            text = encode(b"\0" * pad + raw).decode()
-            start = (0, 2, 3)[pad]
-            end = 4 * ((pad + len(raw)) // 3)
-            yield text[start:end]
-
-
-def _variants(value: str) -> set[str]:
-    raw = value.encode()
-    found = {value, value[::-1], raw.hex(), raw.hex().upper(), quote(value, safe="")}
-    found.update(_base64_variants(raw))
-    return {v for v in found if len(v) >= MIN_SECRET_CHARS}
 
 
 class SecretRegistry:
     """Values the run has read from secret places, redacted wherever the run records them.
 
     A value is matched whatever its shape (it need not look like a key): as is, reversed,
-    hex (either case), URL-quoted and base64 (standard or URL-safe, in any alignment inside
-    a longer encoded text). Values come from the runner's own secret settings and
-    environment, from `.env`-like files of the workspace and from what the run read outside
-    its workspace (`nexus_runner.containment`).
+    rot13, hex (either case, and with separators or prefixes: ``73:6b``, ``\\x73``, ``0x73``,
+    ``%73``), decimal character codes (``115,107`` or space separated), URL-quoted, base64
+    (standard or URL-safe, in any alignment inside a longer encoded text) and gzip or zlib
+    data in base64 (`nexus_runner.secret_shapes`). A call's arguments are also refused for a
+    piece of a value (`holds_piece`), so a value sent in pieces over several calls is not.
+    Values come from the runner's own secret settings and environment, from `.env`-like
+    files of the workspace and from what the run read outside its workspace
+    (`nexus_runner.containment`).
     """
 
     def __init__(self, values: Iterable[str] = ()) -> None:
         self._values: set[str] = set()
         self._public: set[str] = set()
         self._variants: set[str] = set()
+        self._pieces: set[str] = set()
         self._longest_first: list[str] | None = None
         for value in values:
             self.add(value)
@@ -88,7 +84,8 @@ class SecretRegistry:
         if len(value) < MIN_SECRET_CHARS or value in self._values or value in self._public:
             return False
         self._values.add(value)
-        self._variants |= _variants(value)
+        self._variants |= variants(value)
+        self._pieces |= fragments(value)
         self._longest_first = None
         return True
 
@@ -115,13 +112,39 @@ class SecretRegistry:
             self._longest_first = sorted(self._variants, key=len, reverse=True)
         return self._longest_first
 
-    def contains(self, text: str) -> bool:
+    def _plainly_in(self, text: str) -> bool:
         # Substring tests are C loops: several times cheaper than one regex of hundreds of
         # alternatives, which Python's engine tries one by one at every position.
         return any(variant in text for variant in self._variants)
 
+    def contains(self, text: str) -> bool:
+        """Whether `text` holds a tracked value in any of its shapes."""
+        if not self._values:
+            return False
+        if self._plainly_in(text):
+            return True
+        return any(self._plainly_in(run.decoded) for run in encoded_runs(text))
+
+    def holds_piece(self, text: str) -> bool:
+        """Whether `text` holds a tracked value or a piece of one (`secret_shapes.fragments`):
+        what a call's arguments are refused for."""
+        if self.contains(text):
+            return True
+        if not self._pieces:
+            return False
+        width = len(next(iter(self._pieces)))
+        pieces = self._pieces
+        return any(text[i : i + width] in pieces for i in range(len(text) - width + 1))
+
     def redact_values(self, text: str) -> str:
-        """`text` with every tracked value (in any of its encodings) replaced."""
+        """`text` with every tracked value (in any of its shapes) replaced."""
+        if not self._values:
+            return text
+        hits = sorted(
+            (run.start, run.end) for run in encoded_runs(text) if self._plainly_in(run.decoded)
+        )
+        for start, end in reversed(_merged(hits)):
+            text = text[:start] + REDACTED + text[end:]
         for variant in self._ordered():  # longest first: a value inside a longer one
             if variant in text:
                 text = text.replace(variant, REDACTED)
@@ -140,6 +163,17 @@ class SecretRegistry:
         if isinstance(value, list):
             return [self.redact_tree(v) for v in value]
         return value
+
+
+def _merged(spans: list[tuple[int, int]]) -> list[tuple[int, int]]:
+    """Sorted spans with the overlapping ones joined."""
+    out: list[tuple[int, int]] = []
+    for start, end in spans:
+        if out and start <= out[-1][1]:
+            out[-1] = (out[-1][0], max(out[-1][1], end))
+        else:
+            out.append((start, end))
+    return out
 
 
 def truncate(text: str, cap: int) -> tuple[str, bool]:

@@ -260,3 +260,38 @@ async def test_failing_acceptance_without_push_permission_keeps_the_diff(
     assert terminal.detail["pushed"] is False
     assert "a * b" in terminal.detail["result"]["details"]["diff"]
     assert "nexus/" not in git(remote, "branch", "--list")
+
+
+async def test_files_named_with_or_holding_a_secret_in_binary_are_not_pushed(
+    bus: Bus,
+    runner_bus: Bus,
+    settings: RunnerSettings,
+    remote: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """write_file keeps its arguments in the workspace; the commit reads names and whole
+    blobs (binary too), so neither file reaches the remote, and no record names the value."""
+    script = [
+        Reply(tool_calls=(tc("write_file", path=f"k-{TOKEN}.txt", content="nothing\n"),)),
+        Reply(tool_calls=(tc("write_file", path="blob.bin", content=f"\0\0{TOKEN[::-1]}\0"),)),
+        Reply(tool_calls=(tc("write_file", path="notes.txt", content="fine\n"),)),
+        finish("Notes"),
+    ]
+    async with FakeGitHub(token=TOKEN) as gh, FakeOpenAI(script) as llm:
+        perms = {"can_commit": True, "can_push": True}
+        config = make_config(llm.base_url, repo={"url": str(remote)}, permissions=perms)
+        terminal = await execute_run(config, github_settings(settings, monkeypatch, gh), runner_bus)
+    assert isinstance(terminal, RunFailed), terminal  # calc's tests fail: the work is pushed
+    result = terminal.detail["result"]
+    assert result["pushed"] is True
+    assert sorted(result["details"]["not_committed"]["files"]) == [
+        "blob.bin (a binary file)",
+        "k-[REDACTED].txt",
+    ]
+    branch = f"nexus/{config.run_id}"
+    assert git(remote, "ls-tree", "--name-only", branch).split() == [
+        ".gitignore", "calc.py", "notes.txt", "pyproject.toml", "test_calc.py",
+    ]  # fmt: skip
+    published = await everything_published(bus, config.run_id)
+    assert TOKEN not in published
+    assert TOKEN[::-1] not in published

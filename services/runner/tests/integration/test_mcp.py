@@ -13,6 +13,7 @@ import pytest
 from nexus_events.bus import Bus
 from nexus_events.events.runs import (
     ApprovalDecided,
+    McpServerUnavailable,
     Reason,
     RunCancelled,
     RunCompleted,
@@ -26,7 +27,7 @@ from nexus_runner.app import RunHandle, execute_run
 from nexus_runner.config import RunnerSettings
 from nexus_runner.errors import RunStopped
 
-from .support import make_config, run_events, wait_for
+from .support import log_text, make_config, run_events, wait_for
 from .test_scenarios import _decide
 
 FAKE_SERVER = Path(__file__).resolve().parents[4] / "tests" / "fakes" / "mcp_server.py"
@@ -247,21 +248,54 @@ async def test_servers_that_cannot_start_are_left_out_and_the_model_is_told(
     settings = mcp_settings
     silent = server(name="silent", command="/bin/sleep", args=["30"], env={}, startup_timeout=1.0)
     nosecret = server(name="nosecret", env={"FAKE_MCP_TOKEN": "no-such-secret"})
-    dies = server(name="dies", command="/bin/sh", args=["-c", "echo gone >&2; exit 4"], env={})
-    async with FakeOpenAI([finish()]) as llm:
-        config = make_config(llm.base_url, mcp_servers=[silent, nosecret, dies, server()])
+    dies = server(
+        name="dies", command="/bin/sh", args=["-c", "echo gone >&2; echo more >&2; exit 4"], env={}
+    )
+    # Installed where the run cannot see it (issue 35: ~/.local/bin, /tmp under confinement).
+    hidden = server(name="hidden", command="/nonexistent/bin/mcp-hidden", args=[], env={})
+    # The model tries a tool of the hidden server, then finishes.
+    script = [Reply(tool_calls=(tc("mcp_hidden__search", q="x"),)), finish()]
+    async with FakeOpenAI(script) as llm:
+        specs = [silent, nosecret, dies, hidden, server()]
+        config = make_config(llm.base_url, mcp_servers=specs)
         terminal = await asyncio.wait_for(execute_run(config, settings, runner_bus), 30)
     assert isinstance(terminal, RunCompleted), terminal
+    expected = {
+        "silent": ("handshake_timeout", "did not answer the handshake within 1s", None),
+        "nosecret": ("missing_secret", "unknown secret(s) no-such-secret", None),
+        "dies": ("exited", "exited with code 4 before the handshake; stderr: gone", 4),
+        "hidden": (
+            "command_not_found",
+            "command '/nonexistent/bin/mcp-hidden' not found: not on the run's PATH, or hidden"
+            " from its sandbox",
+            None,
+        ),
+    }
+    # The run's timeline: one event per server left out, saying why.
+    events = await run_events(bus, config.run_id)
+    recorded = {
+        e.server: (e.reason, e.detail, e.exit_code)
+        for e in events
+        if isinstance(e, McpServerUnavailable)
+    }
+    assert recorded == expected
+    # The model is told on its first turn, and the log says the same.
     system = str(llm.requests[0]["messages"])
-    assert "MCP server silent did not start: did not start within 1s" in system
-    assert "MCP server nosecret was not started: unknown secret(s) no-such-secret" in system
-    assert "MCP server dies did not start: Connection closed; its stderr ends: gone" in system
+    log = await log_text(bus, config.run_id, "runner")
+    for name, (_, detail, _) in expected.items():
+        note = f"MCP server {name} is unavailable ({detail}); its tools cannot be called"
+        assert note in system, name
+        assert note in log, name
     tools = offered(llm.requests[0])
     assert ECHO in tools  # the healthy server is still there
-    assert not any(t.startswith(("mcp_silent__", "mcp_nosecret__", "mcp_dies__")) for t in tools)
-    from .support import log_text
-
-    assert "unknown secret(s) no-such-secret" in await log_text(bus, config.run_id, "runner")
+    assert not any(
+        t.startswith(("mcp_silent__", "mcp_nosecret__", "mcp_dies__", "mcp_hidden__"))
+        for t in tools
+    )
+    # A call to a tool of the hidden server says why, not "not granted".
+    [refusal] = tool_outputs(llm.requests[1])
+    assert "MCP server hidden is unavailable (command '/nonexistent/bin/mcp-hidden'" in refusal
+    assert "not granted" not in refusal
 
 
 async def test_streamable_http_server(

@@ -343,6 +343,33 @@ class ApprovalRefused(_RunEvent):
     reason: str = Field(..., description="Why it was refused, as the person was told.")
 
 
+# Why an MCP server of the run could not start (McpServerUnavailable.reason).
+McpUnavailableReason = Literal[
+    "command_not_found", "exited", "handshake_timeout", "missing_secret", "failed"
+]
+
+
+@register
+class McpServerUnavailable(_RunEvent):
+    """An MCP server of the run's agent could not start, so its tools are not offered in this
+    run; the model is told the same (docs/mcp.md)."""
+
+    event_name: ClassVar[str] = RunEvent.MCP_SERVER_UNAVAILABLE
+
+    server: str = Field(..., description="The server's name in the agent definition.")
+    reason: McpUnavailableReason = Field(
+        ...,
+        description="command_not_found (not on the run's PATH, or hidden from the sandbox),"
+        " exited (before the handshake; exit_code), handshake_timeout (no answer within its"
+        " startup_timeout), missing_secret (an env entry names an unknown runner secret),"
+        " failed (anything else: detail says what).",
+    )
+    detail: str = Field(
+        "", description="One line, secrets redacted: the command, the first line of stderr."
+    )
+    exit_code: int | None = Field(None, description="The server's exit code, if it exited.")
+
+
 @register
 class RunResuming(_RunEvent):
     """The scheduler found the runner of attempt `attempt - 1` gone and starts attempt

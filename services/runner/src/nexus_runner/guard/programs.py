@@ -317,6 +317,7 @@ def shell(w: Walker, name: str, args: list[Word]) -> None:
         for reason in found.reasons:
             w.flag(found.command_class, reason)
         w.git_subs |= found.git
+        w.programs.extend(found.programs)
         return
     interpreter(w, name, args)
 

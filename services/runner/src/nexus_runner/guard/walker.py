@@ -42,6 +42,7 @@ class Classification:
     command_class: CommandClass
     reasons: tuple[str, ...] = ()
     git: frozenset[str] = frozenset()  # git sub-commands run anywhere in the command
+    programs: tuple[str, ...] = ()  # the programs it runs, first appearance first
 
     @property
     def reason(self) -> str:
@@ -67,6 +68,7 @@ class Walker:
     # Loop variables whose every value is a plain word inside the workspace, and one value.
     safe_vars: dict[str, str] = field(default_factory=dict)
     git_subs: set[str] = field(default_factory=set)
+    programs: list[str] = field(default_factory=list)
 
     # -- results ------------------------------------------------------------------------
     def flag(self, cls: CommandClass, reason: str) -> None:
@@ -75,7 +77,12 @@ class Walker:
             self.reasons.append(reason)
 
     def result(self) -> Classification:
-        return Classification(_ORDER[self.level], tuple(self.reasons), frozenset(self.git_subs))
+        return Classification(
+            _ORDER[self.level],
+            tuple(self.reasons),
+            frozenset(self.git_subs),
+            tuple(dict.fromkeys(self.programs)),
+        )
 
     # -- tree walk ----------------------------------------------------------------------
     def visit(self, node: Any) -> None:
@@ -179,6 +186,7 @@ class Walker:
 
     def merge(self, inner: Walker) -> None:
         self.git_subs |= inner.git_subs
+        self.programs.extend(inner.programs)
         self.level = max(self.level, inner.level)
         for reason in inner.reasons:
             if reason not in self.reasons:
@@ -197,6 +205,8 @@ class Walker:
 
     def program(self, words: list[Word]) -> None:
         head = words[0]
+        standard = head.text.startswith(_STANDARD_BIN)
+        self.programs.append(posixpath.basename(head.text) if standard else head.text)
         if head.dynamic:
             self.flag("destructive", f"runs a command chosen when the shell runs ({head.text})")
             return

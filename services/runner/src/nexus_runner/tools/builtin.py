@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 from nexus_runner.containment import is_secret_file, reads_outside
 from nexus_runner.errors import ToolError
 from nexus_runner.process import run_process, scrubbed_env
+from nexus_runner.safety import SECRET_REFUSAL
 from nexus_runner.tools import args as a
 
 if TYPE_CHECKING:
@@ -218,13 +219,22 @@ async def run_tests(ctx: ToolContext, args: a.RunTestsArgs) -> str:
     return out
 
 
+def _refuse_secrets(ctx: ToolContext, args: a.RememberArgs | a.DelegateArgs) -> None:
+    """Memory and another agent's run are outside this run: what goes there passes the
+    secret scanner here, whichever registry runs the call."""
+    if ctx.secrets.holds_piece(args.model_dump_json()):
+        raise ToolError(SECRET_REFUSAL)
+
+
 async def remember(ctx: ToolContext, args: a.RememberArgs) -> str:
+    _refuse_secrets(ctx, args)
     if ctx.memory is None:
         raise ToolError("memory is unavailable: this runner has no connection to it")
     return await ctx.memory.remember(args, ctx.call_id)
 
 
 async def delegate(ctx: ToolContext, args: a.DelegateArgs) -> str:
+    _refuse_secrets(ctx, args)
     if ctx.delegate is None:
         raise ToolError("delegation is not available in this run")
     return await ctx.delegate(args)

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import hashlib
 import json
 import logging
@@ -21,17 +22,24 @@ import tempfile
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, Any, NoReturn
 
 import anyio.abc
 from mcp import Client, MCPError
 from mcp import types as mcp_types
+from nexus_events.events.runs import McpServerUnavailable
 from nexus_events.events.specs import McpServerSpec
 from opentelemetry import trace
 
 from nexus_runner.config import RunnerSettings
 from nexus_runner.safety import REDACTED, redact
 from nexus_runner.tools.mcp_stdio import stdio_transport
+from nexus_runner.tools.mcp_unavailable import (
+    ServerUnavailable,
+    first_stderr_line,
+    missing_secrets,
+    start_failure,
+)
 
 log = logging.getLogger(__name__)
 
@@ -133,7 +141,11 @@ class McpOutcome:
 
 
 class McpStartFailed(Exception):  # noqa: N818 - internal signal, never leaves this module
-    """A server did not start or list its tools in time."""
+    """A server did not start or list its tools in time; `unavailable` says why, once known."""
+
+    def __init__(self, message: str, unavailable: ServerUnavailable | None = None) -> None:
+        super().__init__(message)
+        self.unavailable = unavailable
 
 
 @dataclass
@@ -197,13 +209,24 @@ class McpServer:
         try:
             await asyncio.wait_for(asyncio.shield(ready), self.startup_timeout)
         except TimeoutError:
-            await self.stop()
-            raise McpStartFailed(
-                f"did not start within {self.startup_timeout:g}s{self._stderr_note()}"
-            ) from None
+            await self._start_failed(None)
         except (MCPError, OSError, McpStartFailed) as exc:
-            await self.stop()
-            raise McpStartFailed(self.redact(f"{exc}{self._stderr_note()}")) from None
+            await self._start_failed(exc)
+
+    async def _start_failed(self, error: BaseException | None) -> NoReturn:
+        """Stop what started, then raise `McpStartFailed` saying why (redacted)."""
+        process = self._process
+        await self.stop()  # waits for the process: its exit code is known after
+        unavailable = start_failure(
+            self.spec.name,
+            self.spec.command,
+            error,
+            exit_code=process.returncode if process is not None else None,
+            stderr=first_stderr_line(self.scratch / f"{self.spec.name}.stderr"),
+            timeout=self.startup_timeout,
+        )
+        unavailable = dataclasses.replace(unavailable, detail=self.redact(unavailable.detail))
+        raise McpStartFailed(unavailable.detail, unavailable) from None
 
     async def _own(self, ready: asyncio.Future[None]) -> None:
         stderr_path = self.scratch / f"{self.spec.name}.stderr"
@@ -339,24 +362,24 @@ class McpTools:
         self.scratch = scratch
         self.tools: dict[str, McpTool] = {}
         self.notes: list[str] = []
+        # Servers of the definition that did not start, by name.
+        self.unavailable: dict[str, ServerUnavailable] = {}
 
     @classmethod
     async def start(
         cls, specs: list[McpServerSpec], settings: RunnerSettings, workspace: Path
     ) -> McpTools:
-        """Start every server (concurrently); a server that fails is left out with a note."""
+        """Start every server (concurrently); a server that fails is left out, in `unavailable`
+        and with a note for the model."""
         scratch = Path(tempfile.mkdtemp(prefix="nexus-mcp-"))
         servers: list[McpServer] = []
-        notes: list[str] = []
+        unavailable: list[ServerUnavailable] = []
         for spec in specs:
             home = scratch / f"{spec.name}.home"
             home.mkdir(mode=0o700, exist_ok=True)
             env, secrets, missing = _environment(spec, settings, home)
             if missing:
-                notes.append(
-                    f"MCP server {spec.name} was not started: unknown secret(s) "
-                    + ", ".join(missing)
-                )
+                unavailable.append(missing_secrets(spec.name, missing))
                 continue
             servers.append(McpServer(spec, settings, workspace, scratch, env, secrets))
         try:
@@ -367,11 +390,15 @@ class McpTools:
         started = []
         for server, result in zip(servers, results, strict=True):
             if isinstance(result, BaseException):
-                notes.append(redact(f"MCP server {server.spec.name} did not start: {result}"))
+                why = getattr(result, "unavailable", None) or start_failure(
+                    server.spec.name, server.spec.command, result, exit_code=None, stderr=""
+                )
+                unavailable.append(dataclasses.replace(why, detail=redact(why.detail)))
             else:
                 started.append(server)
         tools = cls(started, scratch)
-        tools.notes = notes
+        tools.unavailable = {u.server: u for u in unavailable}
+        tools.notes = [u.note() for u in unavailable]
         tools._index()
         return tools
 
@@ -401,6 +428,14 @@ class McpTools:
             return None
         return tool
 
+    def unavailable_note(self, function: str) -> str | None:
+        """Why `function` cannot be called, if it names a tool of a server that did not start
+        (``mcp_<server>__…``); None otherwise."""
+        for name, why in self.unavailable.items():
+            if function.startswith(f"{PREFIX}{name}__"):
+                return why.note()
+        return None
+
     def names(self) -> list[str]:
         """The function names of the granted tools still offered (not withdrawn)."""
         return [name for name in self.tools if self.available(name) is not None]
@@ -429,12 +464,16 @@ class McpTools:
         settings: RunnerSettings,
         workspace: Path,
         log_line: Callable[[str, str], Awaitable[None]],
+        record: Callable[[McpServerUnavailable], Awaitable[None]] | None = None,
     ) -> AsyncIterator[McpTools]:
-        """`start`, log the notes on servers left out, and `close` on the way out."""
+        """`start`; a server left out is a log line and (`record`) an `mcp_server_unavailable`
+        event on the run; `close` on the way out."""
         tools = await cls.start(specs, settings, workspace)
         try:
-            for note in tools.notes:
-                await log_line("runner", note)
+            for why in tools.unavailable.values():
+                await log_line("runner", why.note())
+                if record is not None:
+                    await record(why.event())
             yield tools
         finally:
             await tools.close()

@@ -277,6 +277,8 @@ class ToolRegistry:
             return self._decide_mcp(name, raw)
         if name in self.sandboxed:
             return self._decide_sandboxed(name, raw)
+        if (unavailable := self.mcp.unavailable_note(name)) is not None:
+            return Decision(name, "refuse", raw=raw, reason=unavailable)
         if name not in self.granted:
             # Everything the model may call now: built-ins and the MCP tools still offered.
             offered = ", ".join(
