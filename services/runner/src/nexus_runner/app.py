@@ -75,6 +75,7 @@ from nexus_runner.provider import GitHubProvider, GitProvider
 from nexus_runner.publisher import RunPublisher
 from nexus_runner.resume import Resumption, pending_calls
 from nexus_runner.safety import SecretRegistry
+from nexus_runner.sandbox import StateCap
 from nexus_runner.tools import ToolContext
 from nexus_runner.tools.contained import ContainedRegistry
 from nexus_runner.tools.mcp import McpTools
@@ -280,6 +281,7 @@ def _tool_context(  # noqa: PLR0917
             task_id=config.task_id,
         ),
         approve=approve,
+        state_cap=StateCap(settings.sandbox_state_max_keys, settings.sandbox_state_max_bytes),
     )
 
 

@@ -92,6 +92,13 @@ class RunnerSettings(NexusSettings):
     mcp_restart_backoff: float = Field(
         1.0, ge=0, description="First MCP restart delay (s), doubled each time."
     )
+    # Sandboxed tools (nexus_runner.sandbox): run-wide bounds of their key/value state.
+    sandbox_state_max_keys: int = Field(
+        1_000, ge=1, description="Keys in a run's sandbox state (all its sandboxed tools)."
+    )
+    sandbox_state_max_bytes: int = Field(
+        16 << 20, ge=1, description="Bytes of keys and JSON values in a run's sandbox state."
+    )
     # Git
     git_author_name: str = Field("Nexus Agent", description="Author of the runner's commits.")
     git_author_email: str = Field("agent@nexus.local", description="Author email.")

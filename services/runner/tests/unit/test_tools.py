@@ -78,17 +78,17 @@ async def test_file_tools_run_off_the_event_loop(tmp_path: Path, monkeypatch) ->
     from nexus_runner.tools import builtin
 
     threads: list[str] = []
-    real_walk = os.walk
+    real_walk = os.fwalk
 
     def recording_walk(*a: Any, **kw: Any) -> Any:
         threads.append(threading.current_thread().name)
         return real_walk(*a, **kw)
 
-    monkeypatch.setattr(builtin.os, "walk", recording_walk)
+    monkeypatch.setattr(builtin.os, "fwalk", recording_walk)
     reg = make_registry(tmp_path)
     await call(reg, "write_file", path="a.txt", content="hello\n")
-    await call(reg, "list_files", pattern="*")
-    await call(reg, "search_files", pattern="hello")
+    assert (await call(reg, "list_files", pattern="*"))[2] == "a.txt"
+    assert (await call(reg, "search_files", pattern="hello"))[2] == "a.txt:1: hello"
     assert len(threads) == 2
     assert threading.main_thread().name not in threads
 

@@ -15,6 +15,7 @@ import time
 from collections.abc import Callable, Coroutine
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
+from pathlib import PurePosixPath
 from typing import Any, Literal, TypeVar
 from urllib.parse import urlsplit
 
@@ -25,7 +26,7 @@ from nexus_events.subjects import validate_token
 
 from nexus_runner import safety
 from nexus_runner.containment import is_secret_file
-from nexus_runner.errors import PathEscape
+from nexus_runner.errors import ToolError
 from nexus_runner.workspace import Workspace
 
 MAX_FILE_BYTES = 1_000_000
@@ -51,6 +52,19 @@ class Emitted:
     payload: Any
 
 
+@dataclass(frozen=True)
+class StateCap:
+    """Run-wide bounds of the key/value state, shared by all sandboxed tools and hook scripts
+    of a run (`state_mutations` bounds one call only: many calls could grow it without end)."""
+
+    keys: int = 1_000
+    bytes: int = 16 << 20
+
+
+def _size(key: str, value: str) -> int:
+    return len(key.encode(errors="surrogatepass")) + len(value.encode(errors="surrogatepass"))
+
+
 @dataclass
 class HostEnv:
     """What a run's sandboxed tools act on (one per run, shared by its tools)."""
@@ -62,7 +76,9 @@ class HostEnv:
     loop: asyncio.AbstractEventLoop | None
     approve: Approve | None = None
     memory_read: MemoryRead | None = None
-    state: dict[str, Any] = field(default_factory=dict)
+    state: dict[str, str] = field(default_factory=dict)
+    state_cap: StateCap = field(default_factory=StateCap)
+    state_bytes: int = 0  # of keys and JSON values in `state`, UTF-8
     emitted: list[Emitted] = field(default_factory=list)
     http_transport: httpx.AsyncBaseTransport | None = None
     # Each `nexus.http.fetch`, allowed or refused, is an `egress` run event through this (on
@@ -143,14 +159,10 @@ class Host:
             raise self._refuse(f"{what} is larger than {MAX_VALUE_BYTES} bytes")
         return text
 
-    def _path(self, path: Any) -> tuple[str, Any]:
+    def _path(self, path: Any) -> str:
         if not isinstance(path, str):
             raise self._refuse("a path must be a string")
-        try:
-            real = self.env.workspace.resolve(path)
-        except PathEscape as exc:
-            raise self._refuse(str(exc)) from None
-        return self.env.workspace.relative(real), real
+        return path
 
     async def _on_main(self, coro: Coroutine[Any, Any, T], timeout: float | None) -> T:
         """Run `coro` on the runner's loop, bounded by the call's remaining wall time."""
@@ -168,30 +180,36 @@ class Host:
 
     # -- the functions, as the guest sees them (sync ones run on the sandbox's thread) --
     def read(self, path: Any) -> str:
+        """The token's glob is matched against the canonical path of the file actually opened
+        (nexus_runner.beneath), before a byte is read."""
         self._enter()
-        rel, real = self._path(path)
-        self._need("workspace:read", rel)
-        if not real.is_file():
-            raise self._refuse(f"{rel}: no such file")
-        if real.stat().st_size > MAX_FILE_BYTES:
-            raise self._refuse(f"{rel} is larger than {MAX_FILE_BYTES} bytes")
-        text: str = real.read_text(errors="replace")
-        if is_secret_file(real.name):
+        try:
+            rel, data = self.env.workspace.read_bytes(
+                self._path(path),
+                MAX_FILE_BYTES,
+                check=lambda rel: self._need("workspace:read", rel),
+            )
+        except ToolError as exc:  # PathEscape, hard links, any OSError on the way
+            raise self._refuse(str(exc)) from None
+        text = data.decode(errors="replace")
+        if is_secret_file(PurePosixPath(rel).name):
             self.env.secrets.add_text(text)
         return text
 
     def write(self, path: Any, content: Any) -> int:
+        """Checked like `read`, before any directory or the file is created or truncated."""
         self._enter()
-        rel, real = self._path(path)
-        self._need("workspace:write", rel)
+        where = self._path(path)
         if not isinstance(content, str):
             raise self._refuse("content must be a string")
         if len(content) > MAX_FILE_BYTES:
             raise self._refuse(f"content is larger than {MAX_FILE_BYTES} bytes")
-        if real.is_dir():
-            raise self._refuse(f"{rel} is a directory")
-        real.parent.mkdir(parents=True, exist_ok=True)
-        real.write_text(content)
+        try:
+            self.env.workspace.write_text(
+                where, content, check=lambda rel: self._need("workspace:write", rel)
+            )
+        except ToolError as exc:
+            raise self._refuse(str(exc)) from None
         return len(content)
 
     def state_get(self, key: Any) -> Any:
@@ -210,7 +228,17 @@ class Host:
         self.mutations += 1
         if self.mutations > self.limits.state_mutations:
             raise self._refuse(f"state mutation limit of {self.limits.state_mutations} reached")
-        self.env.state[key] = self._sized(value, f"state {key}")
+        text = self._sized(value, f"state {key}")
+        env = self.env
+        cap = env.state_cap
+        old = env.state.get(key)
+        if old is None and len(env.state) >= cap.keys:
+            raise self._refuse(f"state limit of {cap.keys} keys reached (run-wide)")
+        size = env.state_bytes + _size(key, text) - (0 if old is None else _size(key, old))
+        if size > cap.bytes:
+            raise self._refuse(f"state limit of {cap.bytes} bytes reached (run-wide)")
+        env.state[key] = text
+        env.state_bytes = size
 
     def emit(self, name: Any, payload: Any) -> None:
         self._enter()

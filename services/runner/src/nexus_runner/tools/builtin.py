@@ -4,10 +4,13 @@ and returns the text the model reads, or raises `ToolError` with a message it ca
 from __future__ import annotations
 
 import asyncio
+import errno
 import fnmatch
 import os
 import re
-from collections.abc import Awaitable, Callable
+import stat
+from collections.abc import Awaitable, Callable, Iterator
+from pathlib import PurePosixPath
 from typing import TYPE_CHECKING, Any
 
 from nexus_runner.containment import is_secret_file, reads_outside
@@ -27,7 +30,8 @@ MAX_SEARCH_FILE_BYTES = 1_000_000
 MAX_SEARCH_TOTAL_BYTES = 64_000_000
 
 # The file tools below touch the disk (stat, walk, read, write): each runs in a worker thread,
-# so a large tree or a slow disk never blocks the event loop (heartbeats, cancellation).
+# so a large tree or a slow disk never blocks the event loop (heartbeats, cancellation). They
+# open files only through the workspace (nexus_runner.beneath: atomically, beneath its root).
 
 
 async def read_file(ctx: ToolContext, args: a.ReadFileArgs) -> str:
@@ -35,13 +39,9 @@ async def read_file(ctx: ToolContext, args: a.ReadFileArgs) -> str:
 
 
 def _read_file(ctx: ToolContext, args: a.ReadFileArgs) -> str:
-    path = ctx.workspace.resolve(args.path)
-    if not path.is_file():
-        raise ToolError(f"{args.path}: no such file")
-    if path.stat().st_size > MAX_READ_BYTES:
-        raise ToolError(f"{args.path} is larger than {MAX_READ_BYTES} bytes; use search_files")
-    content = path.read_text(errors="replace")
-    if is_secret_file(path.name):
+    rel, data = ctx.workspace.read_bytes(args.path, MAX_READ_BYTES)
+    content = data.decode(errors="replace")
+    if is_secret_file(PurePosixPath(rel).name):
         ctx.secrets.add_text(content)  # the model reads it with its values redacted
     lines = content.splitlines(keepends=True)
     part = lines[args.offset : args.offset + args.limit]
@@ -57,11 +57,7 @@ async def write_file(ctx: ToolContext, args: a.WriteFileArgs) -> str:
 
 
 def _write_file(ctx: ToolContext, args: a.WriteFileArgs) -> str:
-    path = ctx.workspace.resolve(args.path)
-    if path.is_dir():
-        raise ToolError(f"{args.path} is a directory")
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(args.content)
+    ctx.workspace.write_text(args.path, args.content)
     return f"wrote {len(args.content)} characters to {args.path}"
 
 
@@ -70,38 +66,52 @@ async def edit_file(ctx: ToolContext, args: a.EditFileArgs) -> str:
 
 
 def _edit_file(ctx: ToolContext, args: a.EditFileArgs) -> str:
-    path = ctx.workspace.resolve(args.path)
-    if not path.is_file():
-        raise ToolError(f"{args.path}: no such file")
-    text = path.read_text()
-    count = text.count(args.old)
-    if count == 0:
-        raise ToolError(f"the text to replace was not found in {args.path}; read it again")
-    if count > 1 and not args.replace_all:
-        raise ToolError(
-            f"the text to replace occurs {count} times in {args.path}; "
-            "give more context or set replace_all"
-        )
-    path.write_text(text.replace(args.old, args.new))
-    return f"replaced {count if args.replace_all else 1} occurrence(s) in {args.path}"
+    counted: list[int] = []
+
+    def change(text: str) -> str:
+        count = text.count(args.old)
+        if count == 0:
+            raise ToolError(f"the text to replace was not found in {args.path}; read it again")
+        if count > 1 and not args.replace_all:
+            raise ToolError(
+                f"the text to replace occurs {count} times in {args.path}; "
+                "give more context or set replace_all"
+            )
+        counted.append(count)
+        return text.replace(args.old, args.new)
+
+    ctx.workspace.edit_text(args.path, change, MAX_READ_BYTES)
+    return f"replaced {counted[0] if args.replace_all else 1} occurrence(s) in {args.path}"
 
 
 async def list_files(ctx: ToolContext, args: a.ListFilesArgs) -> str:
     return await asyncio.to_thread(_list_files, ctx, args)
 
 
-def _list_files(ctx: ToolContext, args: a.ListFilesArgs) -> str:
-    base = ctx.workspace.resolve(args.path)
-    if not base.is_dir():
-        raise ToolError(f"{args.path}: not a directory")
-    found: list[str] = []
-    for dirpath, dirnames, filenames in os.walk(base):
+def _walk(fd: int, base: str) -> Iterator[tuple[str, list[str], int]]:
+    """(directory relative to the workspace, file names, its fd) under the directory `fd`,
+    `.git` left out: `os.fwalk` opens each one from its parent's fd without following links,
+    so the walk never leaves the directory it started from."""
+    for dirpath, dirnames, filenames, dir_fd in os.fwalk(".", dir_fd=fd, follow_symlinks=False):
         dirnames[:] = sorted(d for d in dirnames if d != ".git")
-        for name in sorted(filenames):
-            if fnmatch.fnmatch(name, args.pattern):
-                found.append(ctx.workspace.relative(base / dirpath / name))
-                if len(found) >= args.limit:
-                    return "\n".join(found) + f"\n... [stopped at {args.limit} entries]"
+        inner = os.path.normpath(dirpath)
+        rel = os.path.normpath(os.path.join(base, inner)) if base != "." else inner
+        yield rel, sorted(filenames), dir_fd
+
+
+def _joined(rel: str, name: str) -> str:
+    return name if rel == "." else f"{rel}/{name}"
+
+
+def _list_files(ctx: ToolContext, args: a.ListFilesArgs) -> str:
+    found: list[str] = []
+    with ctx.workspace.directory(args.path) as opened:
+        for rel, filenames, _ in _walk(opened.fd, opened.rel):
+            for name in filenames:
+                if fnmatch.fnmatch(name, args.pattern):
+                    found.append(_joined(rel, name))
+                    if len(found) >= args.limit:
+                        return "\n".join(found) + f"\n... [stopped at {args.limit} entries]"
     return "\n".join(found) if found else "(no files)"
 
 
@@ -114,37 +124,61 @@ async def search_files(ctx: ToolContext, args: a.SearchFilesArgs) -> str:
 
 
 def _search_files(ctx: ToolContext, args: a.SearchFilesArgs, regex: re.Pattern[str]) -> str:
-    base = ctx.workspace.resolve(args.path)
     hits: list[str] = []
     skipped: list[str] = []
     scanned = 0
-    for dirpath, dirnames, filenames in os.walk(base):
-        dirnames[:] = sorted(d for d in dirnames if d != ".git")
-        for name in sorted(filenames):
-            if not fnmatch.fnmatch(name, args.glob):
-                continue
-            file = base / dirpath / name
-            try:
-                size = file.stat().st_size
-                if size > MAX_SEARCH_FILE_BYTES:
-                    skipped.append(ctx.workspace.relative(file))
+    with ctx.workspace.directory(args.path) as opened:
+        for rel, filenames, dir_fd in _walk(opened.fd, opened.rel):
+            for name in filenames:
+                if not fnmatch.fnmatch(name, args.glob):
                     continue
-                if scanned + size > MAX_SEARCH_TOTAL_BYTES:
+                file = _joined(rel, name)
+                try:
+                    size, lines = _search_lines(name, dir_fd, MAX_SEARCH_TOTAL_BYTES - scanned)
+                except _TooLargeError:
+                    skipped.append(file)
+                    continue
+                except _OverBudgetError:
                     return _search_result(hits, skipped) + (
                         f"\n... [stopped after reading {scanned} bytes; narrow path or glob]"
                     )
+                except (UnicodeDecodeError, OSError):
+                    continue  # links, hard-linked files, non-text and vanished files
                 scanned += size
-                lines = file.read_text().splitlines()
-            except (UnicodeDecodeError, OSError):
-                continue
-            for number, line in enumerate(lines, 1):
-                if regex.search(line):
-                    hits.append(f"{ctx.workspace.relative(file)}:{number}: {line[:300]}")
-                    if len(hits) >= args.limit:
-                        return _search_result(hits, skipped) + (
-                            f"\n... [stopped at {args.limit} matches]"
-                        )
+                for number, line in enumerate(lines, 1):
+                    if regex.search(line):
+                        hits.append(f"{file}:{number}: {line[:300]}")
+                        if len(hits) >= args.limit:
+                            return _search_result(hits, skipped) + (
+                                f"\n... [stopped at {args.limit} matches]"
+                            )
     return _search_result(hits, skipped)
+
+
+class _TooLargeError(Exception):
+    """A file over MAX_SEARCH_FILE_BYTES: listed as not searched."""
+
+
+class _OverBudgetError(Exception):
+    """Reading the file would pass MAX_SEARCH_TOTAL_BYTES: the search stops."""
+
+
+def _search_lines(name: str, dir_fd: int, budget: int) -> tuple[int, list[str]]:
+    """A file of the walk, opened from its directory's fd without following a link; only a
+    regular file with one link (a hard link may be an outside file's other name)."""
+    fd = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, dir_fd=dir_fd)
+    with os.fdopen(fd, "rb") as file:
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode) or info.st_nlink > 1:
+            raise OSError(errno.EPERM, "not a regular file with a single link")
+        if info.st_size > MAX_SEARCH_FILE_BYTES:
+            raise _TooLargeError
+        if info.st_size > budget:
+            raise _OverBudgetError
+        data = file.read(MAX_SEARCH_FILE_BYTES + 1)
+    if len(data) > MAX_SEARCH_FILE_BYTES:
+        raise _TooLargeError
+    return len(data), data.decode().splitlines()
 
 
 def _search_result(hits: list[str], skipped: list[str]) -> str:

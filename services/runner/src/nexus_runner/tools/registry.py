@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import json
+import logging
 import re
 from collections.abc import Awaitable, Callable, Coroutine
 from dataclasses import dataclass, field
@@ -19,13 +20,13 @@ from pydantic import ValidationError
 
 from nexus_runner import safety
 from nexus_runner.egress.access import EgressAccess
-from nexus_runner.errors import PathEscape, ToolError
+from nexus_runner.errors import ToolError
 from nexus_runner.git import Git
 from nexus_runner.guard import hooks as guard_hooks
 from nexus_runner.guard.policy import judge_builtin, judge_mcp
 from nexus_runner.guard.shell import classify
 from nexus_runner.plan import READ_TOOLS
-from nexus_runner.sandbox import HostEnv, RunSandbox
+from nexus_runner.sandbox import HostEnv, RunSandbox, StateCap
 from nexus_runner.sandbox.hooks import ScriptHooks
 from nexus_runner.sandbox.host import RecordEgress
 from nexus_runner.tools.args import DelegateArgs, FinishArgs, RememberArgs, ToolArgs
@@ -42,6 +43,8 @@ IDEMPOTENT_TOOLS = READ_TOOLS | {"write_file", "edit_file", "finish"}
 
 if TYPE_CHECKING:
     from nexus_runner.tools.memory import RunMemory
+
+log = logging.getLogger(__name__)
 
 # Argument fields holding workspace paths, checked before a call is even announced.
 _PATH_FIELDS = ("path", "cwd")
@@ -82,6 +85,8 @@ class ToolContext:
     egress: EgressAccess | None = None
     # Records a sandboxed tool's `nexus.http.fetch` as an `egress` event; None: unrecorded.
     record_egress: RecordEgress | None = None
+    # Run-wide bounds of the sandboxed tools' key/value state (settings sandbox_state_*).
+    state_cap: StateCap = field(default_factory=StateCap)
 
 
 Action = Literal["run", "refuse", "approve", "invalid"]
@@ -186,6 +191,7 @@ class ToolRegistry:
                 loop,
                 approve=self.ctx.approve,
                 record_egress=self.ctx.record_egress,
+                state_cap=self.ctx.state_cap,
             )
         return self._env
 
@@ -403,7 +409,7 @@ class ToolRegistry:
             if isinstance(value, str):
                 try:
                     self.ctx.workspace.resolve(value)
-                except PathEscape as exc:
+                except ToolError as exc:  # PathEscape, or any failure on the way
                     return str(exc)
         if name == "git_commit" and not self.permissions.can_commit:
             return "this run is not permitted to commit"
@@ -469,4 +475,7 @@ class ToolRegistry:
         except ToolError as exc:
             return ToolOutcome(False, str(exc))
         except OSError as exc:
-            return ToolOutcome(False, f"{type(exc).__name__}: {exc}")
+            return ToolOutcome(False, f"{decision.tool}: {exc.strerror or type(exc).__name__}")
+        except Exception as exc:  # the tool boundary: no call may kill the runner
+            log.exception("tool %s failed unexpectedly", decision.tool)
+            return ToolOutcome(False, f"{decision.tool} failed: {type(exc).__name__}: {exc}")
