@@ -170,7 +170,7 @@ class RunView:
         return Panel(Group(grid, recent), title=title, title_align="left")
 
 
-def describe(event: str, body: dict[str, Any]) -> str:  # noqa: PLR0911 - one case per event
+def describe(event: str, body: dict[str, Any]) -> str:  # noqa: PLR0911, PLR0912 - one case per event
     """One line per event for logs and the live view."""
     resume = describe_resume(event, body)
     if resume is not None:
@@ -195,6 +195,12 @@ def describe(event: str, body: dict[str, Any]) -> str:  # noqa: PLR0911 - one ca
         return f"approval_requested {body.get('approval_id')}: {body.get('summary')}"
     if event == RunEvent.APPROVAL_DECIDED:
         return f"approval_decided {body.get('approval_id')}: {body.get('decision')}"
+    if event == RunEvent.EGRESS:
+        where = (
+            f"{body.get('method')} {body.get('host')}:{body.get('port')}{body.get('path') or ''}"
+        )
+        verdict = f"-> {body.get('status')}" if body.get("allowed") else "refused"
+        return f"egress {where} {verdict}: {body.get('reason')}"
     if event == RunEvent.MCP_SERVER_UNAVAILABLE:
         return f"mcp_server_unavailable {body.get('server')}: {body.get('detail')}"
     if event == RunEvent.APPROVAL_REFUSED:

@@ -130,3 +130,15 @@ def test_a_refused_answer_is_shown_and_leaves_the_run_waiting():
     assert (view.status, view.phase) == ("awaiting_approval", "approval_requested")
     assert view.pending_approvals == {"ap1": "rm"}
     assert view.recent[-1] == "approval_refused ap1: slack:U2 may not decide"
+
+
+def test_an_egress_event_is_one_line_with_its_verdict() -> None:
+    allowed = {"method": "GET", "host": "pypi.org", "port": 80, "path": "/simple/",
+               "allowed": True, "status": 200, "reason": "grant pypi.org"}  # fmt: skip
+    reason = "no egress grant for evil.org:443"
+    refused = {"method": "CONNECT", "host": "evil.org", "port": 443, "path": None,
+               "allowed": False, "status": 403, "reason": reason}  # fmt: skip
+    assert describe("egress", allowed) == "egress GET pypi.org:80/simple/ -> 200: grant pypi.org"
+    assert describe("egress", refused) == (
+        "egress CONNECT evil.org:443 refused: no egress grant for evil.org:443"
+    )

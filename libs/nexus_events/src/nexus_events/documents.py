@@ -19,7 +19,7 @@ from nexus_events.events import AgentDefinition, FlowDefinition, SkillDefinition
 
 WHOLE = "(document)"
 # Front matter keys that are SkillDefinition fields; any other key goes to `metadata`.
-_SKILL_FIELDS = ("name", "version", "description", "hooks", "sandbox_tools")
+_SKILL_FIELDS = ("name", "version", "description", "hooks", "sandbox_tools", "egress")
 # A flow's graph checks (nexus_events.flowgraph) name the step in the message itself.
 _STEP_MESSAGE = re.compile(r"\A(step '[^']*'|steps): (.*)\Z", re.DOTALL)
 _VALUE_ERROR = "Value error, "
@@ -149,5 +149,7 @@ def render_skill(skill: SkillDefinition) -> str:
         front["hooks"] = skill.hooks.model_dump(exclude_defaults=True)
     if skill.sandbox_tools:
         front["sandbox_tools"] = [t.model_dump(exclude_defaults=True) for t in skill.sandbox_tools]
+    if skill.egress:
+        front["egress"] = [g.model_dump(exclude_none=True) for g in skill.egress]
     head = yaml.safe_dump({**front, **skill.metadata}, sort_keys=False).strip()
     return f"---\n{head}\n---\n{skill.content}\n"

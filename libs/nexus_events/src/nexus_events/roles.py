@@ -113,6 +113,7 @@ EVENT_ROLES: dict[tuple[Family, str], EventRoles] = {
     (Family.RUN, "turn"): _run((_RUNNER,), _RUN_READERS),
     (Family.RUN, "tool_called"): _run((_RUNNER,), _RUN_READERS),
     (Family.RUN, "tool_result"): _run((_RUNNER,), _RUN_READERS),
+    (Family.RUN, "egress"): _run((_RUNNER,), _RUN_READERS),
     # Approvals are relayed to chat and to Plane (elicitation) for a person to answer. A flow's
     # gate step asks the same way, on its gate's run id, and records the decision it read.
     (Family.RUN, "approval_requested"): _run((_RUNNER, _FLOWS), (*_RUN_READERS, _GATEWAY)),

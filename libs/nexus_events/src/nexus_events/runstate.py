@@ -61,6 +61,7 @@ class RunEvent(StrEnum):
     RESUMED = "resumed"
     CHECKPOINTED = "checkpointed"
     CONDENSED = "condensed"
+    EGRESS = "egress"
     MCP_SERVER_UNAVAILABLE = "mcp_server_unavailable"
     COMPLETED = "completed"
     FAILED = "failed"
@@ -97,6 +98,9 @@ EVENT_STATUS: Mapping[str, RunStatus | None] = MappingProxyType(
         RunEvent.RESUMED: RunStatus.RUNNING,
         RunEvent.CHECKPOINTED: RunStatus.RUNNING,
         RunEvent.CONDENSED: RunStatus.RUNNING,
+        # An audit record of a network request of the tools: it moves no status (a tool's
+        # background process may make one while the run awaits an approval).
+        RunEvent.EGRESS: None,
         RunEvent.MCP_SERVER_UNAVAILABLE: RunStatus.RUNNING,
         RunEvent.COMPLETED: RunStatus.COMPLETED,
         RunEvent.FAILED: RunStatus.FAILED,

@@ -42,6 +42,8 @@ def test_run_events_are_the_documented_ones():
         "approval_refused",
         # issue 24: resume after runner loss, checkpoints and context condensation.
         "resuming", "resumed", "checkpointed", "condensed",
+        # issue 35: a network request of the tools through the runner's egress proxy.
+        "egress",
         # issue 35: an MCP server that could not start.
         "mcp_server_unavailable",
     }  # fmt: skip
@@ -198,11 +200,14 @@ def test_every_registered_run_event_has_a_status_and_a_name() -> None:
         assert next_status(None, event) == status
     # Status-less: a request (it asks, and the run's own events say what happened) and the
     # audit record of a refused answer (the approval still waits), and the scheduler's
-    # `resuming` (the run is where it was until the new attempt says `resumed`).
+    # `resuming` (the run is where it was until the new attempt says `resumed`), and the audit
+    # record of a tools' network request, `egress` (a background process may make one while
+    # the run awaits an approval).
     assert [e for e, s in runstate.EVENT_STATUS.items() if s is None] == [
         runstate.RunEvent.APPROVAL_REFUSED,
         runstate.RunEvent.CANCEL_REQUESTED,
         runstate.RunEvent.RESUMING,
+        runstate.RunEvent.EGRESS,
     ]
     assert set(runstate.TERMINAL_EVENTS) == {
         e for e, s in runstate.EVENT_STATUS.items() if s in TERMINAL

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from nexus_events.events import MemoryContext, Reason, RunConfig, RunRequested, SkillDoc
+from nexus_events.events.egress import unique_grants
 
 from nexus_core.catalog_store import StoredAgent, StoredSkill
 
@@ -55,6 +56,7 @@ def assemble(
     missing: list[str] = []
     hooks = definition.hooks  # the agent's rules first, then each skill's, in skill order
     sandbox_tools = list(definition.sandbox_tools)
+    egress = list(definition.egress)  # the agent's grants, then each skill's
     for ref in definition.skills:
         key = skill_key(ref.name, ref.version)
         stored = skills.get(key)
@@ -71,6 +73,7 @@ def assemble(
         # The agent's own tool wins a name clash: a skill cannot replace what the agent defines.
         taken = {t.name for t in sandbox_tools}
         sandbox_tools.extend(t for t in stored.skill.sandbox_tools if t.name not in taken)
+        egress.extend(stored.skill.egress)
     if missing:
         return AssemblyFailure(
             Reason.UNKNOWN_SKILL,
@@ -101,6 +104,7 @@ def assemble(
         output_schema=definition.output_schema,
         resume=definition.resume,
         sandbox_tools=sandbox_tools,
+        egress=unique_grants(egress),
     )
 
 

@@ -477,6 +477,7 @@ _COUNTED_STATES = frozenset(RunEvent) - {
     RunEvent.RESUMED,
     RunEvent.CHECKPOINTED,
     RunEvent.CONDENSED,
+    RunEvent.EGRESS,
 }
 
 

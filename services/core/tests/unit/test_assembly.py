@@ -132,3 +132,27 @@ def test_plan_mode_from_the_definition_unless_the_request_says_otherwise():
             config = assemble("r1", request, agent, {}, MEMORY)
             assert isinstance(config, RunConfig)
             assert config.plan_mode is asked
+
+
+def test_egress_grants_are_the_agents_then_its_skills_without_repeats():
+    agent = _agent(
+        "skills: [python]\negress: [{host: pypi.org}, {host: '*.example.com', port: 8443}]\n"
+    )
+    skill = StoredSkill(
+        parse_skill(
+            "---\nname: python\nversion: '5'\n"
+            "egress: [{host: files.pythonhosted.org}, {host: pypi.org}]\n---\nUse uv."
+        ),
+        7,
+        None,
+    )
+    config = assemble("r1", REQUEST, agent, {"python": skill}, MEMORY)
+    assert isinstance(config, RunConfig)
+    assert [(g.host, g.port) for g in config.egress] == [
+        ("pypi.org", None),
+        ("*.example.com", 8443),
+        ("files.pythonhosted.org", None),
+    ]
+    no_grants = assemble("r1", REQUEST, AGENT, {"python": PY, "git@2": GIT}, MEMORY)
+    assert isinstance(no_grants, RunConfig)
+    assert no_grants.egress == []

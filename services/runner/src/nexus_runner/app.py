@@ -29,6 +29,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
+import functools
 import logging
 import socket
 from collections.abc import Callable, Coroutine
@@ -61,6 +62,7 @@ from nexus_runner.containment import track_runner, track_workspace
 from nexus_runner.context import RunContext
 from nexus_runner.control import RunControl, resume_points, start_points
 from nexus_runner.delegation import Delegation
+from nexus_runner.egress import record_safely, run_egress
 from nexus_runner.errors import RunnerError, RunStopped, ToolError
 from nexus_runner.finishing import configured_test_command, finish_run
 from nexus_runner.git import Author, Git
@@ -283,6 +285,11 @@ def _tool_context(  # noqa: PLR0917
     )
 
 
+def _runner_urls(config: RunConfig, settings: RunnerSettings, bus: Bus) -> list[str | None]:
+    """The runner's own endpoints, which the tools' egress never reaches: the model, NATS."""
+    return [config.model.base_url or settings.llm_base_url, *bus.settings.url.split(",")]
+
+
 def _default_provider(config: RunConfig, settings: RunnerSettings) -> GitProvider | None:
     if settings.github_token is None or not config.permissions.can_open_pr:
         return None
@@ -383,11 +390,22 @@ async def _execute_run(  # noqa: PLR0915 - one run's lifecycle, read top to bott
         if resumption is not None and not resumption.fresh and resumption.history.checkpoint:
             await checkpointer.restore(resumption.history.checkpoint)
         await checkpointer.start()
-        # MCP servers live as long as the loop: closing kills their process groups, also
-        # when the run is cancelled.
-        async with McpTools.started(
-            list(config.mcp_servers), settings, ctx.workspace.root, pub.log, pub.event
-        ) as mcp:
+        ctx.record_egress = functools.partial(record_safely, pub.event)
+        # The tools' egress proxy (only with grants) lives as long as the loop, and starts
+        # before the MCP servers, whose sandbox reaches the network only through it. MCP
+        # servers live as long as the loop: closing kills their process groups, also when
+        # the run is cancelled.
+        async with (
+            run_egress(
+                config,
+                runner_urls=_runner_urls(config, settings, bus),
+                secrets=pub.secrets,
+                record=pub.event,
+            ) as ctx.egress,
+            McpTools.started(
+                list(config.mcp_servers), settings, ctx.workspace.root, pub.log, pub.event
+            ) as mcp,
+        ):
             tools = ContainedRegistry(
                 list(config.tools),
                 config.permissions,

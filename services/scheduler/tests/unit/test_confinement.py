@@ -65,6 +65,28 @@ def test_endpoints_are_nats_the_model_the_git_remote_github_and_otlp() -> None:
     ]
 
 
+def test_exact_egress_grants_are_endpoints_of_the_runner_and_wildcards_are_not(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    config = _config(
+        model={"name": "m", "base_url": "https://llm.example/v1"},
+        egress=[
+            {"host": "pypi.org"},
+            {"host": "*.pythonhosted.org"},
+            {"host": "llm.example"},
+            {"host": "mirror.internal", "port": 3141},
+        ],
+    )
+    assert runner_endpoints(config, {})[1:] == [
+        Endpoint("llm.example", 443),
+        Endpoint("pypi.org", 80),
+        Endpoint("pypi.org", 443),
+        Endpoint("llm.example", 80),
+        Endpoint("mirror.internal", 3141),
+    ]
+    assert "*.pythonhosted.org cannot be relayed" in caplog.text
+
+
 def test_endpoint_defaults_and_local_remotes_need_no_network() -> None:
     config = _config(repo={"url": "/srv/git/app.git"})
     env = {"NEXUS_LLM_BASE_URL": "http://localhost:11434/v1"}

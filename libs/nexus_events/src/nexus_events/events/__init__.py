@@ -25,6 +25,7 @@ from nexus_events.events.channels import (
     WebhookReceived,
 )
 from nexus_events.events.dlq import DeadLetter
+from nexus_events.events.egress import EgressGrant, RunEgress
 from nexus_events.events.flows import (
     END,
     FLOW_TERMINAL,
@@ -184,6 +185,7 @@ __all__ = [
     "Command",
     "Condensation",
     "DeadLetter",
+    "EgressGrant",
     "Event",
     "FlowAccepted",
     "FlowApplied",
@@ -271,6 +273,7 @@ __all__ = [
     "RunCondensed",
     "RunConfig",
     "RunDispatched",
+    "RunEgress",
     "RunFailed",
     "RunHeartbeat",
     "RunLost",

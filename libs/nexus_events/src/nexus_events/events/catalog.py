@@ -12,6 +12,7 @@ from typing import Any, ClassVar
 from pydantic import Field, field_validator
 
 from nexus_events.events.base import Command, register
+from nexus_events.events.egress import EgressGrant, unique_grants
 from nexus_events.events.specs import (
     Budgets,
     Hooks,
@@ -77,6 +78,11 @@ class AgentDefinition(Spec):
         description="Tools defined in JavaScript, run sandboxed with capability tokens"
         " (docs/sandbox.md).",
     )
+    egress: list[EgressGrant] = Field(
+        default_factory=list,
+        description="Where its tools may reach on the network, through the runner's proxy"
+        " (docs/sandbox.md, Egress grants); none = no network.",
+    )
 
     @field_validator("id")
     @classmethod
@@ -97,6 +103,8 @@ class AgentDefinition(Spec):
     def _unique_sandbox_tools(cls, value: list[SandboxTool]) -> list[SandboxTool]:
         return unique_sandbox_tools(value)
 
+    _unique_egress = field_validator("egress")(classmethod(lambda cls, v: unique_grants(v)))
+
 
 class SkillDefinition(Spec):
     name: str = Field(..., description="Skill name, a subject token.")
@@ -112,11 +120,17 @@ class SkillDefinition(Spec):
         description="Sandboxed JavaScript tools added to every agent using the skill"
         " (docs/sandbox.md).",
     )
+    egress: list[EgressGrant] = Field(
+        default_factory=list,
+        description="Egress grants added to every agent using the skill (docs/sandbox.md).",
+    )
 
     @field_validator("sandbox_tools")
     @classmethod
     def _unique_sandbox_tools(cls, value: list[SandboxTool]) -> list[SandboxTool]:
         return unique_sandbox_tools(value)
+
+    _unique_egress = field_validator("egress")(classmethod(lambda cls, v: unique_grants(v)))
 
     @field_validator("name")
     @classmethod

@@ -13,6 +13,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from nexus_events.events.base import Command, Event, register
 from nexus_events.events.channels import ChannelAddress
+from nexus_events.events.egress import EgressGrant
 from nexus_events.events.specs import (
     Budgets,
     Hooks,
@@ -172,6 +173,11 @@ class RunConfig(BaseModel):
     sandbox_tools: list[SandboxTool] = Field(
         default_factory=list,
         description="Sandboxed JavaScript tools: the agent's, then its skills' (docs/sandbox.md).",
+    )
+    egress: list[EgressGrant] = Field(
+        default_factory=list,
+        description="Egress grants: the agent's, then its skills' (docs/sandbox.md); none ="
+        " its tools have no network.",
     )
 
 

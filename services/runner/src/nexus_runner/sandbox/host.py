@@ -9,6 +9,7 @@ guest stops within a tick.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import time
 from collections.abc import Callable, Coroutine
@@ -20,7 +21,7 @@ from urllib.parse import urlsplit
 
 import httpx
 from nexus_events.capabilities import Grants, Kind
-from nexus_events.events import SandboxLimits
+from nexus_events.events import RunEgress, SandboxLimits
 from nexus_events.subjects import validate_token
 
 from nexus_runner import safety
@@ -31,10 +32,13 @@ from nexus_runner.workspace import Workspace
 MAX_FILE_BYTES = 1_000_000
 MAX_VALUE_BYTES = 64_000
 MAX_HTTP_BYTES = 1_000_000
+# Seconds a tool call waits for its egress event to be handed to the publisher.
+RECORD_TIMEOUT = 5.0
 T = TypeVar("T")
 
 Approve = Callable[[str, str], Coroutine[Any, Any, bool]]
 MemoryRead = Callable[[str, str], Coroutine[Any, Any, list[dict[str, Any]]]]
+RecordEgress = Callable[[RunEgress], Coroutine[Any, Any, None]]
 
 
 class Violation(Exception):  # noqa: N818 - reads as what happened
@@ -77,6 +81,9 @@ class HostEnv:
     state_bytes: int = 0  # of keys and JSON values in `state`, UTF-8
     emitted: list[Emitted] = field(default_factory=list)
     http_transport: httpx.AsyncBaseTransport | None = None
+    # Each `nexus.http.fetch`, allowed or refused, is an `egress` run event through this (on
+    # the runner's loop); None: not recorded (no run, e.g. a test of the sandbox alone).
+    record_egress: RecordEgress | None = None
 
 
 class Clock:
@@ -267,33 +274,81 @@ class Host:
         parts = urlsplit(url)
         if parts.scheme not in ("http", "https") or not parts.hostname:
             raise self._refuse(f"{url!r} is not an http(s) URL")
-        self._need("http", parts.hostname)
         opts = options if isinstance(options, dict) else {}
         method = str(opts.get("method", "GET")).upper()
-        headers = opts.get("headers") or {}
-        body = opts.get("body")
-        if not isinstance(headers, dict) or not (body is None or isinstance(body, str)):
-            raise self._refuse("http options: headers is an object, body a string")
-        self._no_secrets(url, headers, body)
-        return await self._on_main(
+        started = time.monotonic()
+        try:
+            self._need("http", parts.hostname)
+            headers = opts.get("headers") or {}
+            body = opts.get("body")
+            if not isinstance(headers, dict) or not (body is None or isinstance(body, str)):
+                raise self._refuse("http options: headers is an object, body a string")
+            self._no_secrets(url, headers, body)
+        except Violation as exc:
+            await self._record_http(url, method, started, refused=str(exc))
+            raise
+        result, sent, received = await self._on_main(
             self._request(method, url, {str(k): str(v) for k, v in headers.items()}, body),
             self.clock.remaining(),
         )
+        await self._record_http(url, method, started, result["status"], sent, received)
+        return result
 
     async def _request(
         self, method: str, url: str, headers: dict[str, str], body: str | None
-    ) -> dict[str, Any]:
+    ) -> tuple[dict[str, Any], int, int]:
         # The runner makes the request: no proxy from the environment, no redirect to a host
         # the token does not name.
         async with httpx.AsyncClient(
             transport=self.env.http_transport, trust_env=False, follow_redirects=False
         ) as client:
             response = await client.request(method, url, headers=headers, content=body)
-        return {
+        result = {
             "status": response.status_code,
             "headers": dict(response.headers),
             "body": response.text[:MAX_HTTP_BYTES],
         }
+        return result, len((body or "").encode()), len(response.content)
+
+    async def _record_http(  # noqa: PLR0917 - one event's fields
+        self,
+        url: str,
+        method: str,
+        started: float,
+        status: int | None = None,
+        sent: int = 0,
+        received: int = 0,
+        *,
+        refused: str | None = None,
+    ) -> None:
+        """The same `egress` event as the tools' proxy records (via "sandbox")."""
+        record, loop = self.env.record_egress, self.env.loop
+        if record is None or loop is None:
+            return
+        parts = urlsplit(url)
+        scheme = "https" if parts.scheme == "https" else "http"
+        try:
+            port = parts.port or (443 if scheme == "https" else 80)
+        except ValueError:
+            port = 0
+        event = RunEgress(
+            via="sandbox",
+            tool=self.tool,
+            scheme=scheme,
+            host=(parts.hostname or "")[:253],
+            port=port,
+            method=method[:16],
+            path=(parts.path or "/")[:1000],
+            allowed=refused is None,
+            reason=refused or f"capability http:{parts.hostname}",
+            status=status,
+            bytes_up=sent,
+            bytes_down=received,
+            duration_ms=int((time.monotonic() - started) * 1000),
+        )
+        future = asyncio.run_coroutine_threadsafe(record(event), loop)
+        with contextlib.suppress(TimeoutError):  # a stuck bus never holds the tool up
+            await asyncio.wait_for(asyncio.wrap_future(future), RECORD_TIMEOUT)
 
     async def approve(self, reason: Any) -> bool:
         """Suspends the call until a human decides; wall time does not run meanwhile."""

@@ -19,6 +19,7 @@ from nexus_events.events.specs import Hooks, Permissions, SandboxTool, ToolGrant
 from pydantic import ValidationError
 
 from nexus_runner import safety
+from nexus_runner.egress.access import EgressAccess
 from nexus_runner.errors import ToolError
 from nexus_runner.git import Git
 from nexus_runner.guard import hooks as guard_hooks
@@ -27,6 +28,7 @@ from nexus_runner.guard.shell import classify
 from nexus_runner.plan import READ_TOOLS
 from nexus_runner.sandbox import HostEnv, RunSandbox, StateCap
 from nexus_runner.sandbox.hooks import ScriptHooks
+from nexus_runner.sandbox.host import RecordEgress
 from nexus_runner.tools.args import DelegateArgs, FinishArgs, RememberArgs, ToolArgs
 from nexus_runner.tools.builtin import BUILTINS
 from nexus_runner.tools.mcp import McpTools
@@ -77,6 +79,12 @@ class ToolContext:
     # How a sandboxed tool's `nexus.approve(reason)` asks a human (tool, reason) -> granted;
     # None: not wired, such a call fails (closed).
     approve: Callable[[str, str], Coroutine[Any, Any, bool]] | None = None
+    # The run's egress proxy (nexus_runner.egress), when its agent has egress grants: what the
+    # tools' sandbox binds in (`egress.net_dir`), wraps commands in (`egress.relay_argv()`)
+    # and sets (`egress.env()`). None: the tools have no network at all.
+    egress: EgressAccess | None = None
+    # Records a sandboxed tool's `nexus.http.fetch` as an `egress` event; None: unrecorded.
+    record_egress: RecordEgress | None = None
     # Run-wide bounds of the sandboxed tools' key/value state (settings sandbox_state_*).
     state_cap: StateCap = field(default_factory=StateCap)
 
@@ -182,6 +190,7 @@ class ToolRegistry:
                 self.ctx.secrets,
                 loop,
                 approve=self.ctx.approve,
+                record_egress=self.ctx.record_egress,
                 state_cap=self.ctx.state_cap,
             )
         return self._env

@@ -40,13 +40,16 @@ from pathlib import Path
 from typing import Literal
 from urllib.parse import urlsplit
 
+from nexus_events import netrelay
 from nexus_events.events import RunConfig
 
 log = logging.getLogger(__name__)
 
 Mode = Literal["auto", "on", "off"]
 MODES: dict[str, Mode] = {"auto": "auto", "on": "on", "off": "off"}
-RELAY_SCRIPT = Path(__file__).with_name("netrelay.py")
+# The relays run by path (stdlib only, `python -I -S`); the runner runs the same script in
+# the tools' sandbox (nexus_runner.egress), hence its home in the contract library.
+RELAY_SCRIPT = Path(netrelay.__file__)
 # Inside the sandbox: where the relays' unix sockets appear (short: a socket path is < 108).
 NET_MOUNT = "/tmp/.nexus-net"  # noqa: S108 - inside the sandbox's private /tmp
 # Host names get loopback addresses from here on (127.0.0.1 stays what it is).
@@ -192,6 +195,26 @@ def runner_endpoints(config: RunConfig, env: Mapping[str, str]) -> list[Endpoint
         endpoint = Endpoint.from_url(url, scheme)
         if endpoint is not None and endpoint not in found:
             found.append(endpoint)
+    found += [e for e in _egress_endpoints(config) if e not in found]
+    return found
+
+
+def _egress_endpoints(config: RunConfig) -> list[Endpoint]:
+    """Where the run's egress proxy (inside the runner's sandbox) connects for its tools: each
+    exact host of a grant, on its port (80 and 443 without one). A wildcard names no host a
+    relay can be set up for: its requests find nothing (warned once, at the run's start)."""
+    found: list[Endpoint] = []
+    for grant in config.egress:
+        if grant.wildcard:
+            log.warning(
+                "run %s: egress grant %s cannot be relayed out of a confined runner (a"
+                " wildcard); name the hosts",
+                config.run_id,
+                grant.host,
+            )
+            continue
+        ports = [grant.port] if grant.port is not None else [80, 443]
+        found += [Endpoint(grant.host, p) for p in ports]
     return found
 
 

@@ -20,6 +20,10 @@ SIGHUP (the runtime signals its process group: only ``outer`` is in it) and pass
 out while it shuts down. SIGKILL of ``outer`` ends everything: bwrap's --die-with-parent,
 and the runtime kills what is left of the session.
 
+The runner runs ``inner`` alone in its tools' sandbox (``nexus_runner.egress``): there the
+one route is ``egress=127.0.0.1:<port>``, the tools' HTTP proxy, whose unix socket the runner's
+egress proxy listens on; no ``ctl.sock`` exists, so no signal is forwarded.
+
 Usage::
 
     netrelay.py outer NET_DIR NAME=HOST:PORT ... -- CHILD...
@@ -62,6 +66,8 @@ async def _serve(
         return
     try:
         await asyncio.gather(_pipe(reader, peer_writer), _pipe(peer_reader, writer))
+    except asyncio.CancelledError:
+        pass  # the relay is exiting (its child ended): no traceback on the child's stderr
     finally:
         for w in (writer, peer_writer):
             w.close()
