@@ -187,8 +187,9 @@ async def test_a_sandboxed_process_reaches_only_nats_and_the_model(
     assert report[f"connect=127.0.0.1:{forbidden_port}"] == "ConnectionRefusedError"
     assert "DEPLOY_TOKEN" not in report["env"]
     assert report["home"] == str(run_dir / "home")
-    # Only CAP_NET_BIND_SERVICE (bit 10), for the relays: even where the tests run as root.
-    assert int(report["caps"], 16) == 1 << 10
+    # Only CAP_NET_BIND_SERVICE (bit 10), for the relays, and CAP_SETFCAP (bit 31), for the
+    # tools' nested sandbox: even where the tests run as root.
+    assert int(report["caps"], 16) == (1 << 10) | (1 << 31)
 
 
 GRACEFUL = """

@@ -26,6 +26,7 @@ from nexus_runner.guard.shell import classify
 from nexus_runner.plan import READ_TOOLS
 from nexus_runner.sandbox import HostEnv, RunSandbox
 from nexus_runner.sandbox.hooks import ScriptHooks
+from nexus_runner.tool_sandbox import UNSANDBOXED, ToolSandbox
 from nexus_runner.tools.args import DelegateArgs, FinishArgs, RememberArgs, ToolArgs
 from nexus_runner.tools.builtin import BUILTINS
 from nexus_runner.tools.mcp import McpTools
@@ -74,6 +75,8 @@ class ToolContext:
     # How a sandboxed tool's `nexus.approve(reason)` asks a human (tool, reason) -> granted;
     # None: not wired, such a call fails (closed).
     approve: Callable[[str, str], Coroutine[Any, Any, bool]] | None = None
+    # Where shell commands run (run_shell, run_tests, acceptance): the tools' own sandbox.
+    sandbox: ToolSandbox = UNSANDBOXED
 
 
 Action = Literal["run", "refuse", "approve", "invalid"]

@@ -1,0 +1,394 @@
+"""The tools' own bubblewrap sandbox: what the agent makes run (run_shell, run_tests, the
+acceptance command, MCP stdio servers) runs apart from the runner.
+
+The runner keeps NATS, the model, git and its credentials; a command of the agent gets, per
+command, a second sandbox (`ToolSandbox.command`):
+
+- its own PID, IPC, UTS, cgroup and network namespaces (``--unshare-all``: only loopback,
+  nothing relayed), ``--new-session``, ``--die-with-parent``, no capabilities and no new
+  privileges (bwrap always sets ``no_new_privs``);
+- a default-deny filesystem: an empty root with only the OS runtime (``/usr`` and the
+  ``/bin``, ``/lib*``, ``/sbin`` links or directories as on the host), ``/etc`` read-only with
+  the files only root may read withheld (``/etc/shadow``…), the interpreters on the tools'
+  ``PATH`` and their prefixes (a venv and its base Python, resolved) and the operator's
+  allowlist read-only, the workspace read-write at its own path with its ``.git`` read-only
+  and its ``.env``-like files withheld (an empty file bound over each), the tools' home
+  read-write, a private empty ``/tmp``, a minimal ``/dev``. Never the project sources, the
+  stack home, the run dir, other runs, or a local git remote;
+- a ``/proc`` of its own PID namespace when the kernel allows one here (not inside a confined
+  runner: see `probe`), else none;
+- the environment it is given (`tool_env`), nothing of the runner's.
+
+The process group semantics of `nexus_runner.process` stay: bwrap leads the group, and
+killing it kills the sandbox's PID 1 (``--die-with-parent``), which takes every process of
+the sandbox's PID namespace with it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import logging
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Literal
+
+from nexus_runner.containment import is_secret_file
+from nexus_runner.errors import ToolError
+from nexus_runner.process import scrubbed_env
+
+log = logging.getLogger(__name__)
+
+Mode = Literal["auto", "on", "off"]
+# The OS runtime: bound read-only (a directory) or recreated (a symlink, /bin -> usr/bin).
+SYSTEM_PATHS = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32")
+# Variables a tool command keeps from the runner's environment (plus LC_*); HOME, TMPDIR
+# and the two below are the sandbox's own. Nothing else: no API key, token or NATS setting.
+TOOL_ENV_KEYS = ("PATH", "LANG", "TERM", "TZ", "USER")
+# Directories (under /etc) searched for files only root may read, withheld from the tools:
+# the runner may run as root, and root owns /etc/shadow even without capabilities.
+_ETC = Path("/etc")
+_PROBE_TIMEOUT = 10.0
+# The namespaces and privileges of every tool sandbox (the probe checks exactly these).
+_BASE_ARGS = (
+    "--unshare-all",
+    "--die-with-parent",
+    "--new-session",
+    "--cap-drop", "ALL",
+    "--dev", "/dev",
+    "--tmpfs", "/tmp",  # noqa: S108 - the sandbox's own, empty /tmp
+)  # fmt: skip
+
+
+class ToolSandboxUnavailableError(ToolError):
+    """NEXUS_TOOL_SANDBOX=on and the tools' sandbox cannot be built here."""
+
+
+def tool_env(
+    parent: Mapping[str, str], home: Path | None, extra: Mapping[str, str] | None = None
+) -> dict[str, str]:
+    """The environment of a sandboxed tool command: PATH, the locale, TERM, TZ, USER from
+    `parent`, ``HOME`` = `home`, ``TMPDIR=/tmp`` (its private one), and `extra` (an MCP
+    server's named variables)."""
+    env = {k: v for k, v in parent.items() if k in TOOL_ENV_KEYS or k.startswith("LC_")}
+    env.setdefault("PATH", "/usr/local/bin:/usr/bin:/bin")
+    if home is not None:
+        env["HOME"] = str(home)
+    env["TMPDIR"] = "/tmp"  # noqa: S108 - the sandbox's private /tmp
+    env["GIT_TERMINAL_PROMPT"] = "0"
+    # As nexus_runner.process.scrubbed_env: no stale .pyc shadowing a same-second edit.
+    env["PYTHONDONTWRITEBYTECODE"] = "1"
+    env.update(extra or {})
+    return env
+
+
+def _is_ancestor_or_same(path: Path, of: Path) -> bool:
+    return path == of or path in of.parents
+
+
+def _prefix_of(executable: Path) -> Path:
+    """The installation prefix of a resolved executable: ``<prefix>/bin/x`` -> ``<prefix>``
+    when it has a ``lib`` beside ``bin``; else the executable's directory."""
+    parent = executable.parent
+    if parent.name == "bin" and (parent.parent / "lib").is_dir():
+        return parent.parent
+    return parent
+
+
+def _shebang(path: Path) -> Path | None:
+    """The interpreter a script names on its first line (``#!/x/python``), if absolute."""
+    try:
+        with path.open("rb") as fh:
+            head = fh.read(256)
+    except OSError:
+        return None
+    if not head.startswith(b"#!"):
+        return None
+    words = head[2:].split(b"\n", 1)[0].split()
+    return Path(words[0].decode(errors="replace")) if words and words[0].startswith(b"/") else None
+
+
+def executable_paths(executable: Path) -> list[Path]:
+    """What must be readable for `executable` to run: its directory, its resolved prefix, a
+    venv's base interpreter prefix, and its script interpreter's (one level)."""
+    found = [executable.parent]
+    for candidate in (executable, _shebang(executable.resolve())):
+        if candidate is None:
+            continue
+        real = candidate.resolve()
+        found += [candidate.parent, _prefix_of(real)]
+        venv = candidate.parent.parent
+        cfg = venv / "pyvenv.cfg"
+        if cfg.is_file():
+            found.append(venv)
+            for line in cfg.read_text(errors="replace").splitlines():
+                key, _, value = line.partition("=")
+                if key.strip() == "home" and value.strip():
+                    found.append(_prefix_of(Path(value.strip()).resolve() / "python"))
+    return found
+
+
+def interpreter_paths(path_var: str, extra_prefixes: Iterable[str] = ()) -> list[Path]:
+    """The directories on `path_var` outside the OS runtime, and the prefixes of the
+    interpreters they hold (symlinks resolved, venvs and their base Python), plus
+    `extra_prefixes` (the runner's own interpreter)."""
+    found: list[Path] = []
+    for entry in path_var.split(":"):
+        directory = Path(entry)
+        if not entry or not directory.is_absolute() or not directory.is_dir():
+            continue
+        if directory.resolve().is_relative_to("/usr"):
+            continue  # the OS runtime is bound whole
+        found.append(directory)
+        if (directory.parent / "pyvenv.cfg").is_file():
+            found += executable_paths(directory / "python")
+        try:
+            links = [directory / n for n in sorted(os.listdir(directory))]
+        except OSError:
+            continue
+        for exe in links:
+            if exe.is_symlink():
+                found += executable_paths(exe)
+    found += [Path(p) for p in extra_prefixes if p]
+    return found
+
+
+def _etc_withheld(root: Path = _ETC) -> tuple[Path, ...]:
+    """Files under /etc that others may not read: withheld from the tools."""
+    withheld: list[Path] = []
+    for dirpath, _dirs, files in os.walk(root):
+        for name in files:
+            path = Path(dirpath) / name
+            try:
+                st = path.lstat()
+            except OSError:
+                continue
+            if path.is_file() and not path.is_symlink() and not st.st_mode & 0o004:
+                withheld.append(path)
+    return tuple(withheld)
+
+
+def secret_files(workspace: Path) -> list[Path]:
+    """The `.env`-like files of `workspace` (``.git`` skipped), a symlinked one as the file
+    inside the workspace it points at (one outside is not in the sandbox anyway)."""
+    found: list[Path] = []
+    for dirpath, dirnames, filenames in os.walk(workspace):
+        dirnames[:] = [d for d in dirnames if d != ".git"]
+        for name in filenames:
+            if not is_secret_file(name):
+                continue
+            path = Path(dirpath) / name
+            if path.is_symlink():
+                try:
+                    path = path.resolve(strict=True)
+                except (OSError, RuntimeError):
+                    continue
+                if not path.is_relative_to(workspace):
+                    continue
+            if path.is_file() and path not in found:
+                found.append(path)
+    return found
+
+
+@functools.cache
+def _empty_file() -> Path:
+    """An empty read-only file bound over each withheld file of the workspace.
+
+    A regular file, not /dev/null: git (run by the tools) cannot hash a device and
+    ``git diff`` would fail whenever a repository tracks a ``.env``; with an empty file it
+    shows the file as emptied (the runner redacts the values it tracked from the clone)."""
+    fd, name = tempfile.mkstemp(prefix="nexus-withheld-")
+    os.close(fd)
+    os.chmod(name, 0o444)
+    return Path(name)
+
+
+@dataclass(frozen=True)
+class Probe:
+    """Whether bwrap builds the tools' sandbox here, with a ``/proc`` or without; why not."""
+
+    works: bool
+    with_proc: bool
+    why: str = ""
+
+
+@functools.cache
+def probe(bwrap: str) -> Probe:
+    """Build the tools' sandbox once here, with a fresh ``/proc`` and without.
+
+    Inside a confined runner the kernel refuses a procfs mount in the nested user namespace
+    (the runner's /proc has overmounts, which bwrap's ``--proc`` makes): there the tools get
+    no /proc at all, which bash, git and Python do without. Cached: the answer does not
+    change while the process lives."""
+    base = [bwrap, *_BASE_ARGS, *_system_args()]
+    why = ""
+    for with_proc in (True, False):
+        argv = [*base, *(["--proc", "/proc"] if with_proc else []), "--", "/bin/sh", "-c", ":"]
+        try:
+            done = subprocess.run(
+                argv, capture_output=True, text=True, timeout=_PROBE_TIMEOUT, check=False
+            )
+        except (OSError, subprocess.TimeoutExpired) as exc:
+            return Probe(works=False, with_proc=False, why=f"{bwrap} does not run: {exc}")
+        if done.returncode == 0:
+            return Probe(works=True, with_proc=with_proc)
+        why = (done.stderr.strip().splitlines() or [f"exit code {done.returncode}"])[-1]
+    return Probe(works=False, with_proc=False, why=f"bwrap cannot build the sandbox ({why})")
+
+
+def _system_args() -> list[str]:
+    """The OS runtime as on the host: directories bound read-only, symlinks recreated."""
+    args: list[str] = []
+    for name in SYSTEM_PATHS:
+        path = Path(name)
+        if path.is_symlink():
+            args += ["--symlink", os.readlink(path), name]
+        elif path.is_dir():
+            args += ["--ro-bind", name, name]
+    return args
+
+
+@dataclass(frozen=True)
+class ToolSandbox:
+    """How the tools' commands are started: in bwrap (`bwrap` set) or as before (None).
+
+    `forbidden`: paths never bound in, nor any ancestor of them (the runner's cwd, its HOME,
+    the workspace root); `private`: nothing under them either (the workspace root: the other
+    runs). An interpreter prefix or allowlisted path that would reveal one is left out with a
+    warning."""
+
+    mode: Mode
+    bwrap: str | None
+    reason: str
+    with_proc: bool = False
+    readable: tuple[Path, ...] = ()
+    etc_withheld: tuple[Path, ...] = ()
+    forbidden: tuple[Path, ...] = ()
+    private: tuple[Path, ...] = ()
+
+    @classmethod
+    def detect(
+        cls,
+        mode: Mode,
+        *,
+        allow: Sequence[Path] = (),
+        forbidden: Sequence[Path] = (),
+        private: Sequence[Path] = (),
+        env: Mapping[str, str] | None = None,
+        which: str | None = None,
+    ) -> ToolSandbox:
+        """Decide once at start-up (probing bwrap) and log what the tools get."""
+        env = os.environ if env is None else env
+        if mode == "off":
+            log.warning("tool commands are NOT sandboxed (NEXUS_TOOL_SANDBOX=off)")
+            return cls(mode, None, "turned off (NEXUS_TOOL_SANDBOX=off)")
+        bwrap = which or shutil.which("bwrap")
+        if not sys.platform.startswith("linux"):
+            found = Probe(works=False, with_proc=False, why="bubblewrap needs Linux")
+        elif bwrap is None:
+            found = Probe(works=False, with_proc=False, why="bwrap is not installed")
+        else:
+            found = probe(bwrap)
+        if not found.works or bwrap is None:
+            reason = f"the tools' sandbox is unavailable: {found.why}"
+            if mode == "on":
+                log.error("%s; tool commands will be refused (NEXUS_TOOL_SANDBOX=on)", reason)
+            else:
+                log.warning("%s; tool commands run in the runner's own sandbox", reason)
+            return cls(mode, None, reason)
+        paths = interpreter_paths(env.get("PATH", ""), (sys.prefix, sys.base_prefix))
+        sandbox = cls(
+            mode,
+            bwrap,
+            f"bubblewrap ({bwrap}), {'with' if found.with_proc else 'no'} /proc",
+            with_proc=found.with_proc,
+            etc_withheld=_etc_withheld(),
+            forbidden=tuple(p.resolve() for p in (*forbidden, *private)),
+            private=tuple(p.resolve() for p in private),
+        )
+        readable = sandbox.allowed([*paths, *allow])
+        sandbox = dataclasses.replace(sandbox, readable=tuple(readable))
+        log.info("tool commands are sandboxed: %s", sandbox.reason)
+        return sandbox
+
+    def allowed(self, paths: Iterable[Path]) -> list[Path]:
+        """`paths` that may be bound read-only (existing, not forbidden), deduplicated, a
+        parent covering its children."""
+        kept: list[Path] = []
+        resolved = {p.resolve() for p in paths if p.is_absolute() and p.exists()}
+        for path in sorted(resolved, key=lambda p: len(p.parts)):
+            if any(path.is_relative_to(s) for s in SYSTEM_PATHS) or path.is_relative_to(_ETC):
+                continue  # bound whole already
+            if any(_is_ancestor_or_same(path, f) for f in self.forbidden) or any(
+                path.is_relative_to(p) for p in self.private
+            ):
+                log.warning("the tools' sandbox leaves out %s: it holds the runner's files", path)
+                continue
+            if not any(path.is_relative_to(k) for k in kept):
+                kept.append(path)
+        return kept
+
+    def command(
+        self,
+        argv: Sequence[str],
+        *,
+        workspace: Path,
+        home: Path | None,
+        cwd: Path,
+        readable: Sequence[Path] = (),
+        writable: Sequence[Path] = (),
+    ) -> list[str]:
+        """`argv` as a sandboxed tool command (see the module's doc), or `argv` unchanged when
+        the sandbox is off or unavailable under ``auto``.
+
+        Raises `ToolSandboxUnavailableError` under ``on`` when it cannot be built."""
+        if self.bwrap is None:
+            if self.mode == "on":
+                raise ToolSandboxUnavailableError(
+                    f"{self.reason}; NEXUS_TOOL_SANDBOX=on, so the command was not run"
+                )
+            return list(argv)
+        workspace = workspace.resolve()
+        args = [self.bwrap, *_BASE_ARGS, *_system_args()]
+        args += ["--ro-bind", str(_ETC), str(_ETC)]
+        for path in self.etc_withheld:
+            args += ["--ro-bind", "/dev/null", str(path)]
+        if self.with_proc:
+            args += ["--proc", "/proc"]
+        for path in [*self.readable, *self.allowed(readable)]:
+            args += ["--ro-bind", str(path), str(path)]
+        args += ["--bind", str(workspace), str(workspace)]
+        git_dir = workspace / ".git"
+        if git_dir.exists() and not git_dir.is_symlink():
+            # The runner's own git (git_commit, the push) reads this config and these hooks:
+            # the agent may not plant any.
+            args += ["--ro-bind", str(git_dir), str(git_dir)]
+        withheld = secret_files(workspace)
+        for path in withheld:
+            args += ["--ro-bind", str(_empty_file()), str(path)]
+        for path in [*([home] if home is not None else []), *writable]:
+            path.mkdir(mode=0o700, parents=True, exist_ok=True)
+            args += ["--bind", str(path), str(path)]
+        args += ["--chdir", str(cwd)]
+        return [*args, "--", *argv]
+
+    def shell(
+        self, command: str, *, workspace: Path, home: Path | None, cwd: Path
+    ) -> tuple[list[str], dict[str, str]]:
+        """(argv, environment) of a tool's shell `command` (run_shell, run_tests,
+        acceptance): sandboxed with `tool_env`, or as before (``scrubbed_env``) when the
+        sandbox is off or unavailable under ``auto``. Raises like `command`."""
+        argv = self.command(["bash", "-c", command], workspace=workspace, home=home, cwd=cwd)
+        if self.bwrap is None:
+            return argv, scrubbed_env({"HOME": str(home)} if home else None)
+        return argv, tool_env(os.environ, home)
+
+
+# What tools run in when no sandbox was decided (unit tests building a bare ToolContext).
+UNSANDBOXED = ToolSandbox("off", None, "not configured")
