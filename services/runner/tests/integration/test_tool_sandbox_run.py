@@ -126,7 +126,7 @@ async def test_the_agents_commands_reach_nothing_of_the_runner(
                     "args": [
                         "-c",
                         f"python tool_probe.py mcp.json && exec python -P {FAKE_SERVER}",
-                    ],  # noqa: E501
+                    ],
                     "tools": ["echo"],
                     "auto_approve": ["*"],
                 }

@@ -32,7 +32,12 @@ from opentelemetry import trace
 from nexus_runner.config import RunnerSettings
 from nexus_runner.errors import ToolError
 from nexus_runner.safety import REDACTED, redact
-from nexus_runner.tool_sandbox import UNSANDBOXED, ToolSandbox, executable_paths
+from nexus_runner.tool_sandbox import (
+    UNSANDBOXED,
+    ToolSandbox,
+    executable_paths,
+    interpreter_paths,
+)
 from nexus_runner.tools.mcp_stdio import stdio_transport
 
 log = logging.getLogger(__name__)
@@ -213,7 +218,8 @@ class McpServer:
                 workspace=self.workspace,
                 home=home,
                 cwd=self.workspace,
-                readable=executable_paths(Path(exe)),
+                # Its program, and what its PATH offers (``#!/usr/bin/env python3``).
+                readable=[*executable_paths(Path(exe)), *interpreter_paths(path)],
             )
         except ToolError as exc:
             raise McpStartFailed(str(exc)) from None

@@ -307,13 +307,38 @@ def runner_import_paths(
 
 def command_paths(command: str, path_var: str) -> list[Path]:
     """Where the program `command` (found on `path_var` unless absolute) lives: its
-    directory and its resolved installation prefix (``<prefix>/bin/x`` -> ``<prefix>``)."""
+    directory, and for a symlink (``uv tool``, pipx) or a script, the installation prefix
+    of its target and of the interpreter its ``#!`` line names."""
     exe = shutil.which(command, path=path_var) if "/" not in command else command
     if exe is None or not Path(exe).exists():
         return []
-    real = Path(exe).resolve()
-    prefix = real.parent.parent if real.parent.name == "bin" else real.parent
-    return [Path(exe).parent, prefix]
+    found = [Path(exe).parent]
+    for program in (Path(exe), _interpreter(Path(exe))):
+        if program is None:
+            continue
+        real = program.resolve()
+        if program.is_symlink() or program != Path(exe):
+            found.append(_prefix(real))
+    return found
+
+
+def _prefix(executable: Path) -> Path:
+    """``<prefix>/bin/x`` -> ``<prefix>`` when a ``lib`` is beside ``bin``, else its dir."""
+    parent = executable.parent
+    if parent.name == "bin" and (parent.parent / "lib").is_dir():
+        return parent.parent
+    return parent
+
+
+def _interpreter(script: Path) -> Path | None:
+    """The absolute interpreter of a ``#!`` script, if any."""
+    try:
+        with script.resolve().open("rb") as fh:
+            head = fh.read(256)
+    except OSError:
+        return None
+    words = head[2:].split(b"\n", 1)[0].split() if head.startswith(b"#!") else []
+    return Path(words[0].decode(errors="replace")) if words and words[0][:1] == b"/" else None
 
 
 @dataclass(frozen=True)
