@@ -39,9 +39,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
-from nexus_runner.containment import is_secret_file
 from nexus_runner.errors import ToolError
 from nexus_runner.process import scrubbed_env
+from nexus_runner.tool_paths import ETC, etc_withheld, interpreter_paths, secret_files
 
 log = logging.getLogger(__name__)
 
@@ -51,9 +51,6 @@ SYSTEM_PATHS = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32")
 # Variables a tool command keeps from the runner's environment (plus LC_*); HOME, TMPDIR
 # and the two below are the sandbox's own. Nothing else: no API key, token or NATS setting.
 TOOL_ENV_KEYS = ("PATH", "LANG", "TERM", "TZ", "USER")
-# Directories (under /etc) searched for files only root may read, withheld from the tools:
-# the runner may run as root, and root owns /etc/shadow even without capabilities.
-_ETC = Path("/etc")
 _PROBE_TIMEOUT = 10.0
 # The namespaces and privileges of every tool sandbox (the probe checks exactly these).
 _BASE_ARGS = (
@@ -90,110 +87,6 @@ def tool_env(
 
 def _is_ancestor_or_same(path: Path, of: Path) -> bool:
     return path == of or path in of.parents
-
-
-def _prefix_of(executable: Path) -> Path:
-    """The installation prefix of a resolved executable: ``<prefix>/bin/x`` -> ``<prefix>``
-    when it has a ``lib`` beside ``bin``; else the executable's directory."""
-    parent = executable.parent
-    if parent.name == "bin" and (parent.parent / "lib").is_dir():
-        return parent.parent
-    return parent
-
-
-def _shebang(path: Path) -> Path | None:
-    """The interpreter a script names on its first line (``#!/x/python``), if absolute."""
-    try:
-        with path.open("rb") as fh:
-            head = fh.read(256)
-    except OSError:
-        return None
-    if not head.startswith(b"#!"):
-        return None
-    words = head[2:].split(b"\n", 1)[0].split()
-    return Path(words[0].decode(errors="replace")) if words and words[0].startswith(b"/") else None
-
-
-def executable_paths(executable: Path) -> list[Path]:
-    """What must be readable for `executable` to run: its directory, its resolved prefix, a
-    venv's base interpreter prefix, and its script interpreter's (one level)."""
-    found = [executable.parent]
-    for candidate in (executable, _shebang(executable.resolve())):
-        if candidate is None:
-            continue
-        real = candidate.resolve()
-        found += [candidate.parent, _prefix_of(real)]
-        venv = candidate.parent.parent
-        cfg = venv / "pyvenv.cfg"
-        if cfg.is_file():
-            found.append(venv)
-            for line in cfg.read_text(errors="replace").splitlines():
-                key, _, value = line.partition("=")
-                if key.strip() == "home" and value.strip():
-                    found.append(_prefix_of(Path(value.strip()).resolve() / "python"))
-    return found
-
-
-def interpreter_paths(path_var: str, extra_prefixes: Iterable[str] = ()) -> list[Path]:
-    """The directories on `path_var` outside the OS runtime, and the prefixes of the
-    interpreters they hold (symlinks resolved, venvs and their base Python), plus
-    `extra_prefixes` (the runner's own interpreter)."""
-    found: list[Path] = []
-    for entry in path_var.split(":"):
-        directory = Path(entry)
-        if not entry or not directory.is_absolute() or not directory.is_dir():
-            continue
-        if directory.resolve().is_relative_to("/usr"):
-            continue  # the OS runtime is bound whole
-        found.append(directory)
-        if (directory.parent / "pyvenv.cfg").is_file():
-            found += executable_paths(directory / "python")
-        try:
-            links = [directory / n for n in sorted(os.listdir(directory))]
-        except OSError:
-            continue
-        for exe in links:
-            if exe.is_symlink():
-                found += executable_paths(exe)
-    found += [Path(p) for p in extra_prefixes if p]
-    return found
-
-
-def _etc_withheld(root: Path = _ETC) -> tuple[Path, ...]:
-    """Files under /etc that others may not read: withheld from the tools."""
-    withheld: list[Path] = []
-    for dirpath, _dirs, files in os.walk(root):
-        for name in files:
-            path = Path(dirpath) / name
-            try:
-                st = path.lstat()
-            except OSError:
-                continue
-            if path.is_file() and not path.is_symlink() and not st.st_mode & 0o004:
-                withheld.append(path)
-    return tuple(withheld)
-
-
-def secret_files(workspace: Path) -> list[Path]:
-    """The `.env`-like files of `workspace` (``.git`` skipped), a symlinked one as the file
-    inside the workspace it points at (one outside is not in the sandbox anyway)."""
-    found: list[Path] = []
-    for dirpath, dirnames, filenames in os.walk(workspace):
-        dirnames[:] = [d for d in dirnames if d != ".git"]
-        for name in filenames:
-            if not is_secret_file(name):
-                continue
-            path = Path(dirpath) / name
-            if path.is_symlink():
-                try:
-                    path = path.resolve(strict=True)
-                except (OSError, RuntimeError):
-                    continue
-                if not path.is_relative_to(workspace):
-                    continue
-            if path.is_file() and path not in found:
-                found.append(path)
-    return found
 
 
 @functools.cache
@@ -308,7 +201,7 @@ class ToolSandbox:
             bwrap,
             f"bubblewrap ({bwrap}), {'with' if found.with_proc else 'no'} /proc",
             with_proc=found.with_proc,
-            etc_withheld=_etc_withheld(),
+            etc_withheld=etc_withheld(),
             forbidden=tuple(p.resolve() for p in (*forbidden, *private)),
             private=tuple(p.resolve() for p in private),
         )
@@ -323,7 +216,7 @@ class ToolSandbox:
         kept: list[Path] = []
         resolved = {p.resolve() for p in paths if p.is_absolute() and p.exists()}
         for path in sorted(resolved, key=lambda p: len(p.parts)):
-            if any(path.is_relative_to(s) for s in SYSTEM_PATHS) or path.is_relative_to(_ETC):
+            if any(path.is_relative_to(s) for s in SYSTEM_PATHS) or path.is_relative_to(ETC):
                 continue  # bound whole already
             if any(_is_ancestor_or_same(path, f) for f in self.forbidden) or any(
                 path.is_relative_to(p) for p in self.private
@@ -356,9 +249,14 @@ class ToolSandbox:
             return list(argv)
         workspace = workspace.resolve()
         args = [self.bwrap, *_BASE_ARGS, *_system_args()]
-        args += ["--ro-bind", str(_ETC), str(_ETC)]
+        # Read-only, minus what only root may read: the runner may run as root, and root
+        # owns /etc/shadow even without capabilities.
+        args += ["--ro-bind", str(ETC), str(ETC)]
         for path in self.etc_withheld:
-            args += ["--ro-bind", "/dev/null", str(path)]
+            if path.is_dir():  # an empty tmpfs of the sandbox's own over it
+                args += ["--tmpfs", str(path)]
+            else:
+                args += ["--ro-bind", "/dev/null", str(path)]
         if self.with_proc:
             args += ["--proc", "/proc"]
         for path in [*self.readable, *self.allowed(readable)]:

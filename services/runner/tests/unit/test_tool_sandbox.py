@@ -20,19 +20,16 @@ from nexus_events.events.specs import McpServerSpec, Permissions, ToolGrant
 from nexus_runner.config import RunnerSettings
 from nexus_runner.errors import ToolError
 from nexus_runner.git import Author, Git
-from nexus_runner.tool_sandbox import (
-    ToolSandbox,
-    ToolSandboxUnavailableError,
-    interpreter_paths,
-    secret_files,
-    tool_env,
-)
+from nexus_runner.tool_paths import interpreter_paths, secret_files
+from nexus_runner.tool_sandbox import ToolSandbox, ToolSandboxUnavailableError, tool_env
 from nexus_runner.tools import ToolContext, ToolRegistry
 from nexus_runner.tools.args import RunShellArgs
 from nexus_runner.tools.builtin import run_shell
 from nexus_runner.tools.mcp import McpServer, McpStartFailed
 from nexus_runner.workspace import Workspace
 
+# A root-only directory of /etc on Debian hosts (TLS private keys), if this host has it.
+SSL_PRIVATE = Path("/etc/ssl/private").is_dir()
 GIT_ENV = {
     "GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@x", "GIT_COMMITTER_NAME": "t",
     "GIT_COMMITTER_EMAIL": "t@x", "PATH": "/usr/bin:/bin",
@@ -190,7 +187,8 @@ async def test_a_shell_command_reaches_nothing_of_the_runner(
             f" cat {outside} 2>&1;"
             f" (exec 3<>/dev/tcp/127.0.0.1/{port}) 2>&1;"
             " echo planted >> .git/config 2>&1; mkdir .git/hooks/x 2>&1;"
-            " echo env=$(wc -c < .env) nexus=$(env | grep -c NEXUS_)"
+            " echo env=$(wc -c < .env) nexus=$(env | grep -c NEXUS_);"
+            " echo shadow=$(wc -c < /etc/shadow) private=$(ls -A /etc/ssl/private | wc -l)"
         )
         ok, output = await _shell(reg, probes)
     assert ok, output
@@ -201,6 +199,9 @@ async def test_a_shell_command_reaches_nothing_of_the_runner(
     assert output.count("Read-only file system") == 2  # .git/config, .git/hooks
     assert "env=0" in output  # .env withheld: an empty file
     assert "nexus=0" in output  # no NEXUS_ variable
+    assert "/etc/shadow: Permission denied" in output  # root-only files withheld
+    if SSL_PRIVATE:
+        assert "private=0" in output  # and root-only directories emptied
     assert honey not in output
     assert "planted" not in (workspace / ".git" / "config").read_text()
 

@@ -32,12 +32,8 @@ from opentelemetry import trace
 from nexus_runner.config import RunnerSettings
 from nexus_runner.errors import ToolError
 from nexus_runner.safety import REDACTED, redact
-from nexus_runner.tool_sandbox import (
-    UNSANDBOXED,
-    ToolSandbox,
-    executable_paths,
-    interpreter_paths,
-)
+from nexus_runner.tool_paths import executable_paths, interpreter_paths
+from nexus_runner.tool_sandbox import UNSANDBOXED, ToolSandbox
 from nexus_runner.tools.mcp_stdio import stdio_transport
 
 log = logging.getLogger(__name__)
