@@ -35,7 +35,7 @@ import subprocess
 import sys
 import tempfile
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
 
@@ -164,6 +164,10 @@ class ToolSandbox:
     etc_withheld: tuple[Path, ...] = ()
     forbidden: tuple[Path, ...] = ()
     private: tuple[Path, ...] = ()
+    # The `.env`-like files of each workspace, found at its first command: they come with the
+    # clone (or a checkpoint restore, before any tool), and what the agent makes later it
+    # already knows; a walk per command would cost seconds in a large tree (node_modules).
+    _secrets: dict[Path, list[Path]] = field(default_factory=dict, compare=False, repr=False)
 
     @classmethod
     def detect(
@@ -267,9 +271,13 @@ class ToolSandbox:
             # The runner's own git (git_commit, the push) reads this config and these hooks:
             # the agent may not plant any.
             args += ["--ro-bind", str(git_dir), str(git_dir)]
-        withheld = secret_files(workspace)
-        for path in withheld:
-            args += ["--ro-bind", str(_empty_file()), str(path)]
+        if workspace not in self._secrets:
+            self._secrets[workspace] = secret_files(workspace)
+        for path in self._secrets[workspace]:
+            # Still a regular file (not deleted, not swapped for a symlink or directory):
+            # bwrap would otherwise create it in the workspace, or fail the command.
+            if path.is_file() and not path.is_symlink():
+                args += ["--ro-bind", str(_empty_file()), str(path)]
         for path in [*([home] if home is not None else []), *writable]:
             path.mkdir(mode=0o700, parents=True, exist_ok=True)
             args += ["--bind", str(path), str(path)]

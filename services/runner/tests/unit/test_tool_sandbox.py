@@ -153,6 +153,15 @@ def test_git_is_read_only_secrets_withheld_and_runner_paths_never_bound(
     assert str(tmp_path / "runs" / "run-2") not in sources  # another run
     assert "/" not in sources
     assert argv[argv.index("--") - 2 : argv.index("--")] == ["--chdir", str(workspace)]
+    # Later: a withheld file the agent deleted or swapped for a link is not bound again (bwrap
+    # would create it in the workspace); one it made itself is its own, not the clone's.
+    (workspace / ".env").unlink()
+    (workspace / ".env").symlink_to(workspace / "a.txt")
+    (workspace / "sub" / "prod.pem").unlink()
+    (workspace / "new.key").write_text("made by the agent")
+    again = sandbox.command(["true"], workspace=workspace, home=None, cwd=workspace)
+    read_only = [again[i + 2] for i, a in enumerate(again) if a == "--ro-bind"]
+    assert [d for d in read_only if d.startswith(str(workspace))] == [str(workspace / ".git")]
 
 
 def test_the_interpreters_on_path_and_their_prefixes_are_found(tmp_path: Path) -> None:
