@@ -76,6 +76,7 @@ from nexus_runner.publisher import RunPublisher
 from nexus_runner.resume import Resumption, pending_calls
 from nexus_runner.safety import SecretRegistry
 from nexus_runner.sandbox import StateCap
+from nexus_runner.tool_sandbox import UNSANDBOXED, ToolSandbox
 from nexus_runner.tools import ToolContext
 from nexus_runner.tools.contained import ContainedRegistry
 from nexus_runner.tools.mcp import McpTools
@@ -259,6 +260,7 @@ def _tool_context(  # noqa: PLR0917
     git: Git,
     secrets: SecretRegistry,
     approve: Callable[[str, str], Coroutine[Any, Any, bool]] | None = None,
+    sandbox: ToolSandbox = UNSANDBOXED,
 ) -> ToolContext:
     """What the run's tools act on, in the cloned workspace."""
     return ToolContext(
@@ -282,6 +284,18 @@ def _tool_context(  # noqa: PLR0917
         ),
         approve=approve,
         state_cap=StateCap(settings.sandbox_state_max_keys, settings.sandbox_state_max_bytes),
+        sandbox=sandbox,
+    )
+
+
+def _tool_sandbox(settings: RunnerSettings) -> ToolSandbox:
+    """Decide (probing bwrap once) where the agent's commands run: never binding in the
+    runner's cwd (its run dir), its HOME, nor the workspace root (other runs)."""
+    return ToolSandbox.detect(
+        settings.tool_sandbox,
+        allow=settings.tool_sandbox_readable,
+        forbidden=[Path.cwd(), Path.home()],
+        private=[settings.workspace_root],
     )
 
 
@@ -374,6 +388,7 @@ async def _execute_run(  # noqa: PLR0915 - one run's lifecycle, read top to bott
         # Before the clone: an output_schema that is not a JSON Schema fails the run at once.
         typed = TypedOutput.of(config.output_schema, settings.output_retries)
         base_sha, base_branch = await prepare_workspace(config, settings, git, branch)
+        sandbox = await asyncio.to_thread(_tool_sandbox, settings)
         ctx = _tool_context(
             config,
             settings,
@@ -383,6 +398,7 @@ async def _execute_run(  # noqa: PLR0915 - one run's lifecycle, read top to bott
             git,
             pub.secrets,
             approve=_sandbox_approval(loop_ref),
+            sandbox=sandbox,
         )
         checkpointer = Checkpointer(
             git, bus.js, pub, base_sha=base_sha, guard=control.ensure_not_ended
@@ -403,7 +419,12 @@ async def _execute_run(  # noqa: PLR0915 - one run's lifecycle, read top to bott
                 record=pub.event,
             ) as ctx.egress,
             McpTools.started(
-                list(config.mcp_servers), settings, ctx.workspace.root, pub.log, pub.event
+                list(config.mcp_servers),
+                settings,
+                ctx.workspace.root,
+                pub.log,
+                pub.event,
+                sandbox=sandbox,
             ) as mcp,
         ):
             tools = ContainedRegistry(

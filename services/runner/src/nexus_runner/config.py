@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Literal
 
 from nexus_events.settings import ENV_PREFIX, NexusSettings
 from pydantic import BaseModel, ConfigDict, Field, SecretStr
@@ -71,6 +72,19 @@ class RunnerSettings(NexusSettings):
         5.0,
         gt=0,
         description="Seconds the `remember` tool waits for the memory service to record.",
+    )
+    # The tools' own sandbox (nexus_runner.tool_sandbox): run_shell, run_tests, acceptance
+    # and MCP stdio servers run apart from the runner (its network, processes, files).
+    tool_sandbox: Literal["auto", "on", "off"] = Field(
+        "auto",
+        description="auto: sandbox the tools' commands when bubblewrap works here, else warn"
+        " once and run them as the runner; on: refuse a command that cannot be sandboxed;"
+        " off: never sandbox.",
+    )
+    tool_sandbox_readable: list[Path] = Field(
+        default_factory=list,
+        description="More host paths the tools' sandbox shows read-only (what a team's"
+        " toolchain needs beyond the OS and the interpreters on PATH); JSON list.",
     )
     # MCP servers (nexus_runner.tools.mcp). Secrets are named in agent definitions
     # (`mcp_servers[].env: {VAR: secret-name}`) and resolved only from this mapping.

@@ -10,9 +10,9 @@ from typing import Any
 from nexus_events.events.runs import Reason, RunConfig, RunResult
 
 from nexus_runner.config import RunnerSettings
-from nexus_runner.errors import RunnerError, RunStopped
+from nexus_runner.errors import RunnerError, RunStopped, ToolError
 from nexus_runner.plan import READ_TOOLS
-from nexus_runner.process import run_process, scrubbed_env
+from nexus_runner.process import run_process
 from nexus_runner.provider import GitProvider
 from nexus_runner.safety import redact, truncate
 from nexus_runner.tools import ToolContext, detect_test_command
@@ -56,12 +56,15 @@ async def run_acceptance(ctx: ToolContext, settings: RunnerSettings) -> Acceptan
     command = ctx.test_command
     if command is None:
         return Acceptance(None, None, "no test command detected")
+    root = ctx.workspace.root
+    try:  # in the tools' sandbox, as run_tests: the repository chooses what this runs
+        argv, env = ctx.sandbox.shell(
+            command, workspace=root, home=ctx.home, cwd=root, egress=ctx.egress
+        )
+    except ToolError as exc:
+        return Acceptance(command, False, str(exc))
     result = await run_process(
-        ["bash", "-c", command],
-        cwd=ctx.workspace.root,
-        timeout=settings.acceptance_timeout,
-        output_cap=settings.output_cap,
-        env=scrubbed_env({"HOME": str(ctx.home)} if ctx.home else None),  # as run_tests
+        argv, cwd=root, timeout=settings.acceptance_timeout, output_cap=settings.output_cap, env=env
     )
     tail = truncate(ctx.secrets.redact(result.output[-2000:]), 2000)[0]
     return Acceptance(command, result.ok, tail)

@@ -40,6 +40,9 @@ async def test_a_confined_run_completes_and_reaches_nothing_else(
         "NEXUS_WORKSPACE_ROOT": str(tmp_path / "workspaces"),
         "NEXUS_HEARTBEAT_INTERVAL": "1",
         "OTEL_SDK_DISABLED": "true",
+        # The test command runs in the tools' sandbox, which shows the probe script only
+        # through the operator's allowlist (it is in the project's sources).
+        "NEXUS_TOOL_SANDBOX_READABLE": json.dumps([str(PROBE.parent)]),
     }.items():
         monkeypatch.setenv(name, value)
     with socket.socket() as listener:

@@ -66,6 +66,10 @@ def mcp_settings(settings: RunnerSettings) -> RunnerSettings:
             "mcp_startup_timeout": 15,
             "mcp_restart_backoff": 0.01,
             "mcp_max_restarts": 1,
+            # These tests follow the servers' processes by the pids they record, which the
+            # tools' sandbox (its own PID namespace) renames: a sandboxed server is tested in
+            # test_tool_sandbox_run.py.
+            "tool_sandbox": "off",
         }
     )
 

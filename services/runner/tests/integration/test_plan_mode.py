@@ -25,7 +25,7 @@ from nexus_runner.config import RunnerSettings
 
 from .conftest import git
 from .support import make_config, run_events, wait_for
-from .test_mcp import server
+from .test_mcp import FAKE_SERVER, server
 
 PLAN = "1. Read calc.py.\n2. Change `a - b` to `a + b` in add().\n3. Run the tests."
 READS = {"read_file", "list_files", "search_files", "git_status", "git_diff"}
@@ -206,6 +206,8 @@ async def test_mcp_tools_annotated_read_only_are_offered_in_plan_mode(
         Reply(tool_calls=(tc("exit_plan_mode", plan=PLAN),)),
     ]
     mcp = server(tools=["echo", "lookup"], env={})
+    # The server's script is not the command (python is): the operator's allowlist shows it.
+    settings = settings.model_copy(update={"tool_sandbox_readable": [FAKE_SERVER.parent]})
     terminal, events, llm, _ = await _plan_run(
         bus, runner_bus, settings, script, "deny", mcp_servers=[mcp]
     )

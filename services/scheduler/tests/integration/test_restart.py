@@ -8,7 +8,7 @@ import contextlib
 import os
 import signal
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -219,13 +219,38 @@ async def test_killed_runner_leaves_no_process_of_its_session(
     assert session_members(runner) == []
 
 
+def descendants(pid: int) -> list[int]:
+    """Live processes below `pid` in the process tree (by parent pid, from /proc)."""
+    parents: dict[int, int] = {}
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+        except (OSError, IndexError):
+            continue
+        if fields[0] not in ("Z", "X"):
+            parents[int(entry.name)] = int(fields[1])
+    found: list[int] = []
+    frontier = [pid]
+    while frontier:
+        children = [p for p, parent in parents.items() if parent in frontier]
+        found += children
+        frontier = children
+    return found
+
+
 async def kill_runner_with_tools(
-    runtime: LocalProcessRuntime, run_id: str, runner: int
+    runtime: LocalProcessRuntime,
+    run_id: str,
+    runner: int,
+    find: Callable[[int], list[int]] = session_members,
+    at_least: int = 3,
 ) -> list[int]:
-    """Once the runner's tool and its two children run in its session, kill -9 the runner and
-    wait until the runtime sees it exited; the tool processes' pids."""
+    """Once at least `at_least` of the runner's tool processes run (`find`: in its session,
+    by default), kill -9 the runner and wait until the runtime sees it exited; their pids."""
     left: list[int] = await eventually(
-        lambda: _value([p for p in session_members(runner) if p != runner], 3),
+        lambda: _value([p for p in find(runner) if p != runner], at_least),
         what="tool processes",
     )
     os.kill(runner, signal.SIGKILL)
@@ -277,8 +302,10 @@ async def test_killed_real_runner_leaves_no_tool_process(
         await eventually(
             lambda: _has_event(bus, "real", "tool_called"), within=30, what="tool called"
         )
-        # bash -c (run_shell), sh, and its two sleeps: all in the runner's session.
-        left = await kill_runner_with_tools(runtime, "real", runner)
+        # In the tools' sandbox (bwrap --new-session) the command has a session of its own:
+        # bwrap, the sandbox's PID 1, sh and its two sleeps, all below the runner. Killing
+        # the runner takes them down (bwrap --die-with-parent, the runtime's session kill).
+        left = await kill_runner_with_tools(runtime, "real", runner, descendants, 5)
         for pid in left:
             await eventually(lambda pid=pid: _true(not alive(pid)), what=f"tool process {pid}")
         svc = service(app)

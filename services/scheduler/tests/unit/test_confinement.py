@@ -25,6 +25,7 @@ from nexus_scheduler.runtime.confinement import (
     probe,
     resolve,
     runner_endpoints,
+    runner_import_paths,
 )
 from nexus_scheduler.runtime.runner_env import runner_env
 
@@ -209,8 +210,9 @@ async def test_a_sandboxed_process_reaches_only_nats_and_the_model(
     assert report[f"connect=127.0.0.1:{forbidden_port}"] == "ConnectionRefusedError"
     assert "DEPLOY_TOKEN" not in report["env"]
     assert report["home"] == str(run_dir / "home")
-    # Only CAP_NET_BIND_SERVICE (bit 10), for the relays: even where the tests run as root.
-    assert int(report["caps"], 16) == 1 << 10
+    # Only CAP_NET_BIND_SERVICE (bit 10), for the relays, and CAP_SETFCAP (bit 31), for the
+    # tools' nested sandbox: even where the tests run as root.
+    assert int(report["caps"], 16) == (1 << 10) | (1 << 31)
 
 
 GRACEFUL = """
@@ -342,3 +344,48 @@ async def test_the_scheduler_will_not_start_unconfined_when_on(tmp_path: Path) -
         "scheduler: NEXUS_CONFINEMENT=on but unavailable: bwrap is not installed"
         " (apt-get install bubblewrap)"
     )
+
+
+def test_the_runner_reads_its_interpreter_and_packages_never_the_stack_home(
+    tmp_path: Path,
+) -> None:
+    stack = tmp_path / "stack"  # the scheduler's cwd: the stack home, every run dir under it
+    site = tmp_path / "venv" / "lib" / "site-packages"
+    src = tmp_path / "checkout" / "services" / "runner" / "src"  # an editable install
+    for path in (stack / "runs" / "run-x", site, src):
+        path.mkdir(parents=True)
+    found = runner_import_paths(
+        prefixes=[str(tmp_path / "venv")],
+        import_path=["", str(stack), str(tmp_path), "/", str(site), str(src), "relative"],
+        cwd=stack,
+    )
+    assert found == (tmp_path / "venv", site, src)
+
+
+def test_var_tmp_is_hidden_like_tmp(tmp_path: Path) -> None:
+    (tmp_path / "run").mkdir()
+    argv = Confinement("bwrap", readable=()).wrap(
+        ["runner"], run_dir=tmp_path / "run", writable=[], endpoints=[]
+    )
+    hidden = [argv[i + 1] for i, a in enumerate(argv) if a == "--tmpfs"]
+    assert {"/tmp", "/var/tmp"} <= set(hidden)
+
+
+def test_an_mcp_server_under_a_hidden_path_is_shown_read_only(tmp_path: Path) -> None:
+    run_dir = tmp_path / "run-dirs" / "run-c1"
+    run_dir.mkdir(parents=True)
+    tool_bin = tmp_path / "home" / ".local" / "bin"  # under /tmp here: hidden in the sandbox
+    tool_bin.mkdir(parents=True)
+    (tool_bin / "mcp-server-x").write_text("#!/bin/sh\n")
+    (tool_bin / "mcp-server-x").chmod(0o755)
+    env = {
+        "NEXUS_WORKSPACE_ROOT": str(tmp_path / "ws"),
+        "HOME": str(run_dir / "home"),
+        "NEXUS_MCP_PATH": f"{tool_bin}:/usr/bin",
+    }
+    config = _config(mcp_servers=[{"name": "x", "command": "mcp-server-x", "tools": ["*"]}])
+    argv = Confinement("bwrap", readable=()).wrap_run(["runner"], config, env, run_dir)
+    mounts = [(argv[i], argv[i + 1]) for i, a in enumerate(argv) if a.startswith("--")]
+    assert ("--ro-bind", str(tool_bin)) in mounts
+    assert ("--bind", str(tool_bin)) not in mounts
+    assert ("--ro-bind", str(tmp_path / "home")) not in mounts  # only what it needs

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 from nexus_runner.containment import is_secret_file, reads_outside
 from nexus_runner.errors import ToolError
-from nexus_runner.process import run_process, scrubbed_env
+from nexus_runner.process import run_process
 from nexus_runner.safety import SECRET_REFUSAL
 from nexus_runner.tools import args as a
 
@@ -192,12 +192,12 @@ def _search_result(hits: list[str], skipped: list[str]) -> str:
 
 
 async def _shell(ctx: ToolContext, command: str, cwd: str, timeout: float | None) -> str:
+    where = ctx.workspace.resolve(cwd)
+    argv, env = ctx.sandbox.shell(
+        command, workspace=ctx.workspace.root, home=ctx.home, cwd=where, egress=ctx.egress
+    )
     result = await run_process(
-        ["bash", "-c", command],
-        cwd=ctx.workspace.resolve(cwd),
-        timeout=timeout or ctx.shell_timeout,
-        output_cap=ctx.output_cap,
-        env=scrubbed_env({"HOME": str(ctx.home)} if ctx.home else None),
+        argv, cwd=where, timeout=timeout or ctx.shell_timeout, output_cap=ctx.output_cap, env=env
     )
     ctx.last_exit_code = result.exit_code
     if reads_outside(command, ctx.workspace.root):

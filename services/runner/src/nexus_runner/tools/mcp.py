@@ -32,7 +32,10 @@ from nexus_events.events.specs import McpServerSpec
 from opentelemetry import trace
 
 from nexus_runner.config import RunnerSettings
+from nexus_runner.errors import ToolError
 from nexus_runner.safety import REDACTED, redact
+from nexus_runner.tool_paths import executable_paths, interpreter_paths
+from nexus_runner.tool_sandbox import UNSANDBOXED, ToolSandbox
 from nexus_runner.tools.mcp_stdio import stdio_transport
 from nexus_runner.tools.mcp_unavailable import (
     ServerUnavailable,
@@ -160,6 +163,9 @@ class McpServer:
     secrets: list[str]
     restarts: int = 0
     withdrawn: bool = False
+    # Where a stdio server runs: the tools' own sandbox, as shell commands.
+    sandbox: ToolSandbox = UNSANDBOXED
+    argv: list[str] = field(default_factory=list)
     listing: list[mcp_types.Tool] = field(default_factory=list)
     _client: Client | None = None
     _process: anyio.abc.Process | None = None
@@ -191,15 +197,45 @@ class McpServer:
             self._process = process
 
         return stdio_transport(
-            [self.spec.command, *self.spec.args],
+            self.argv,
             env=self.env,
             cwd=self.workspace,
             stderr=stderr,
             on_spawn=spawned,
         )
 
+    def command_line(self) -> list[str]:
+        """The stdio server's argv: in the tools' sandbox with its program (and that
+        program's interpreter and prefix) bound in read-only, its HOME read-write.
+
+        Raises `McpStartFailed` naming what is missing: the program on the server's PATH,
+        or the sandbox (NEXUS_TOOL_SANDBOX=on)."""
+        assert self.spec.command is not None
+        argv = [self.spec.command, *self.spec.args]
+        if self.sandbox.mode == "off":
+            return argv
+        path = self.env.get("PATH", "")
+        exe = shutil.which(self.spec.command, path=path)
+        if exe is None:
+            where = "does not exist" if "/" in self.spec.command else f"is not on its PATH {path}"
+            raise McpStartFailed(f"its command {self.spec.command!r} {where}")
+        home = Path(self.env["HOME"]) if "HOME" in self.env else None
+        try:
+            return self.sandbox.command(
+                [exe, *self.spec.args],
+                workspace=self.workspace,
+                home=home,
+                cwd=self.workspace,
+                # Its program, and what its PATH offers (``#!/usr/bin/env python3``).
+                readable=[*executable_paths(Path(exe)), *interpreter_paths(path)],
+            )
+        except ToolError as exc:
+            raise McpStartFailed(str(exc)) from None
+
     async def start(self) -> None:
         """Start the server and list its tools; raise `McpStartFailed` (redacted message)."""
+        if self.spec.transport == "stdio":
+            self.argv = self.command_line()
         self._stop = asyncio.Event()
         ready: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         self._ready = ready
@@ -367,7 +403,11 @@ class McpTools:
 
     @classmethod
     async def start(
-        cls, specs: list[McpServerSpec], settings: RunnerSettings, workspace: Path
+        cls,
+        specs: list[McpServerSpec],
+        settings: RunnerSettings,
+        workspace: Path,
+        sandbox: ToolSandbox = UNSANDBOXED,
     ) -> McpTools:
         """Start every server (concurrently); a server that fails is left out, in `unavailable`
         and with a note for the model."""
@@ -378,10 +418,14 @@ class McpTools:
             home = scratch / f"{spec.name}.home"
             home.mkdir(mode=0o700, exist_ok=True)
             env, secrets, missing = _environment(spec, settings, home)
+            if sandbox.bwrap is not None:
+                env["TMPDIR"] = "/tmp"  # noqa: S108 - the sandbox's private one
             if missing:
                 unavailable.append(missing_secrets(spec.name, missing))
                 continue
-            servers.append(McpServer(spec, settings, workspace, scratch, env, secrets))
+            servers.append(
+                McpServer(spec, settings, workspace, scratch, env, secrets, sandbox=sandbox)
+            )
         try:
             results = await asyncio.gather(*(s.start() for s in servers), return_exceptions=True)
         except BaseException:  # cancelled while starting: no server may outlive the run
@@ -465,10 +509,12 @@ class McpTools:
         workspace: Path,
         log_line: Callable[[str, str], Awaitable[None]],
         record: Callable[[McpServerUnavailable], Awaitable[None]] | None = None,
+        *,
+        sandbox: ToolSandbox = UNSANDBOXED,
     ) -> AsyncIterator[McpTools]:
         """`start`; a server left out is a log line and (`record`) an `mcp_server_unavailable`
         event on the run; `close` on the way out."""
-        tools = await cls.start(specs, settings, workspace)
+        tools = await cls.start(specs, settings, workspace, sandbox)
         try:
             for why in tools.unavailable.values():
                 await log_line("runner", why.note())

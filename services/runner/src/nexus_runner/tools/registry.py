@@ -29,6 +29,7 @@ from nexus_runner.plan import READ_TOOLS
 from nexus_runner.sandbox import HostEnv, RunSandbox, StateCap
 from nexus_runner.sandbox.hooks import ScriptHooks
 from nexus_runner.sandbox.host import RecordEgress
+from nexus_runner.tool_sandbox import UNSANDBOXED, ToolSandbox
 from nexus_runner.tools.args import DelegateArgs, FinishArgs, RememberArgs, ToolArgs
 from nexus_runner.tools.builtin import BUILTINS
 from nexus_runner.tools.mcp import McpTools
@@ -87,6 +88,8 @@ class ToolContext:
     record_egress: RecordEgress | None = None
     # Run-wide bounds of the sandboxed tools' key/value state (settings sandbox_state_*).
     state_cap: StateCap = field(default_factory=StateCap)
+    # Where shell commands run (run_shell, run_tests, acceptance): the tools' own sandbox.
+    sandbox: ToolSandbox = UNSANDBOXED
 
 
 Action = Literal["run", "refuse", "approve", "invalid"]

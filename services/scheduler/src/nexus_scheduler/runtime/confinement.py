@@ -2,16 +2,21 @@
 
 What a confined runner gets (`Confinement.wrap`):
 
-- the host read-only (``--ro-bind / /``), with a private, empty ``/tmp``, the scheduler
-  user's home and the roots of workspaces and run dirs (other runs) hidden (tmpfs); what the
-  runner itself needs from under them (its Python, its run dir) is bound back read-only.
+- the host read-only (``--ro-bind / /``), with a private, empty ``/tmp``, ``/var/tmp``, the
+  scheduler user's home and the roots of workspaces and run dirs (other runs) hidden (tmpfs);
+  what the runner itself needs from under them (its Python's prefixes and import path, never
+  the scheduler's cwd, the stack home; its run dir; the agent's stdio MCP server commands) is
+  bound back read-only.
   Writable: its workspace (and its tools' HOME beside it), its ``HOME`` (``<run
   dir>/home``) and a local git remote (a path or ``file://`` URL, pushed to). The run dir
   itself stays read-only: the runner cannot rewrite its pid file or config;
 - new PID, IPC, UTS, cgroup and network namespaces (``--unshare-all``), a minimal ``/dev``
   and a ``/proc`` of its own, ``--die-with-parent``, no capabilities but binding low ports in its
   own network namespace (``--cap-drop ALL --cap-add CAP_NET_BIND_SERVICE``: a scheduler
-  running as root would otherwise hand all of root's on) and no new privileges;
+  running as root would otherwise hand all of root's on) and starting the tools' nested
+  sandbox (``CAP_SETFCAP``, see `_BASE_ARGS`), and no new privileges. The agent's commands
+  run in that second sandbox (nexus_runner.tool_sandbox), which sees none of the runner's
+  files, network or processes: the local git remote bound writable here is not in it;
 - the environment `runner_env` built, nothing more: it is the process environment bwrap is
   started with (not ``--setenv`` arguments, which every user could read in ``ps``);
 - no network but its allowed endpoints: NATS, the model, the git remote (and the GitHub API
@@ -56,6 +61,8 @@ NET_MOUNT = "/tmp/.nexus-net"  # noqa: S108 - inside the sandbox's private /tmp
 _ALIAS_BASE = int(ipaddress.IPv4Address("127.0.1.1"))
 _DEFAULT_PORTS = {"nats": 4222, "tls": 4222, "http": 80, "https": 443, "ssh": 22, "git": 9418}
 _PROBE_TIMEOUT = 10.0
+# The runner's default PATH of stdio MCP servers (nexus_runner.config.RunnerSettings.mcp_path).
+_MCP_PATH = "/usr/local/bin:/usr/bin:/bin"
 
 
 class ConfinementUnavailableError(RuntimeError):
@@ -163,6 +170,11 @@ _BASE_ARGS = (
     # them, in the sandbox's private network namespace (binding there reaches nothing else).
     "--cap-drop", "ALL",
     "--cap-add", "CAP_NET_BIND_SERVICE",
+    # The runner starts its tools' own sandbox (nexus_runner.tool_sandbox), a nested bwrap:
+    # as root without capabilities it must map uid 0 into a new user namespace, which since
+    # Linux 5.12 needs CAP_SETFCAP. Harmless here: bwrap sets no_new_privs (file
+    # capabilities are ignored at exec) and the bounding set stays these two.
+    "--cap-add", "CAP_SETFCAP",
     "--ro-bind", "/", "/",
     "--dev", "/dev",
     "--proc", "/proc",
@@ -277,8 +289,11 @@ def _hosts_file(names: Mapping[str, str]) -> str:
 
 
 def _hidden() -> list[Path]:
-    """Host directories replaced by an empty tmpfs: the private /tmp, the user's home."""
+    """Host directories replaced by an empty tmpfs: the private /tmp, /var/tmp (the other
+    world-writable scratch, where anything may lie), the user's home."""
     hidden = [Path("/tmp")]  # noqa: S108
+    if Path("/var/tmp").is_dir():  # noqa: S108
+        hidden.append(Path("/var/tmp"))  # noqa: S108
     home = Path(os.path.expanduser("~"))
     if home.is_absolute() and home != Path("/") and home.is_dir():
         hidden.append(home)
@@ -289,6 +304,66 @@ def _under(path: Path, roots: Iterable[Path]) -> bool:
     return any(path == r or r in path.parents for r in roots)
 
 
+def runner_import_paths(
+    prefixes: Iterable[str] | None = None,
+    import_path: Iterable[str] | None = None,
+    cwd: Path | None = None,
+) -> tuple[Path, ...]:
+    """What the runner must read to start: the interpreter's prefixes and the import path
+    (site-packages, and the source dirs editable installs point at), never ``''``, the cwd
+    nor any of its parents: a scheduler's cwd is the stack home, whose run dirs hold every
+    run's config."""
+    here = (cwd or Path.cwd()).resolve()
+    found: list[Path] = []
+    prefixes = (sys.prefix, sys.base_prefix) if prefixes is None else prefixes
+    import_path = sys.path if import_path is None else import_path
+    for entry in (*prefixes, *import_path):
+        if not entry or not Path(entry).is_absolute() or not Path(entry).exists():
+            continue
+        path = Path(entry).resolve()
+        if path == here or path in here.parents or path == Path("/"):
+            continue
+        if path not in found:
+            found.append(path)
+    return tuple(found)
+
+
+def command_paths(command: str, path_var: str) -> list[Path]:
+    """Where the program `command` (found on `path_var` unless absolute) lives: its
+    directory, and for a symlink (``uv tool``, pipx) or a script, the installation prefix
+    of its target and of the interpreter its ``#!`` line names."""
+    exe = shutil.which(command, path=path_var) if "/" not in command else command
+    if exe is None or not Path(exe).exists():
+        return []
+    found = [Path(exe).parent]
+    for program in (Path(exe), _interpreter(Path(exe))):
+        if program is None:
+            continue
+        real = program.resolve()
+        if program.is_symlink() or program != Path(exe):
+            found.append(_prefix(real))
+    return found
+
+
+def _prefix(executable: Path) -> Path:
+    """``<prefix>/bin/x`` -> ``<prefix>`` when a ``lib`` is beside ``bin``, else its dir."""
+    parent = executable.parent
+    if parent.name == "bin" and (parent.parent / "lib").is_dir():
+        return parent.parent
+    return parent
+
+
+def _interpreter(script: Path) -> Path | None:
+    """The absolute interpreter of a ``#!`` script, if any."""
+    try:
+        with script.resolve().open("rb") as fh:
+            head = fh.read(256)
+    except OSError:
+        return None
+    words = head[2:].split(b"\n", 1)[0].split() if head.startswith(b"#!") else []
+    return Path(words[0].decode(errors="replace")) if words and words[0][:1] == b"/" else None
+
+
 @dataclass(frozen=True)
 class Confinement:
     """Builds the command line of a confined runner (see the module's doc)."""
@@ -297,11 +372,7 @@ class Confinement:
     python: str = sys.executable
     # Host paths the runner must read even under a hidden directory (its interpreter and
     # packages); default: the interpreter's prefixes and import path.
-    readable: tuple[Path, ...] = field(
-        default_factory=lambda: tuple(
-            Path(p) for p in {sys.prefix, sys.base_prefix, *sys.path} if p and Path(p).exists()
-        )
-    )
+    readable: tuple[Path, ...] = field(default_factory=runner_import_paths)
 
     def wrap(
         self,
@@ -367,12 +438,19 @@ class Confinement:
             writable.append(remote)
         # A command found on the runner's PATH (``python``) may live in a hidden home's venv.
         exe = shutil.which(command[0], path=env.get("PATH")) if command else None
+        readable = [Path(exe).resolve().parent.parent] if exe else []
+        # The agent's stdio MCP servers, wherever installed (a hidden ~/.local/bin, /tmp):
+        # read-only, so they start (in the tools' sandbox, which binds them again).
+        mcp_path = env.get("NEXUS_MCP_PATH") or env.get("NEXUS_RUNNER_MCP_PATH") or _MCP_PATH
+        for spec in config.mcp_servers:
+            if spec.transport == "stdio" and spec.command:
+                readable += command_paths(spec.command, mcp_path)
         return self.wrap(
             command,
             run_dir=run_dir,
             writable=writable,
             endpoints=runner_endpoints(config, env),
-            readable=[Path(exe).resolve().parent.parent] if exe else [],
+            readable=readable,
             # Other runs: their workspaces and run dirs, wherever the roots are.
             hide=[workspace.parent.resolve(), run_dir.resolve().parent],
         )

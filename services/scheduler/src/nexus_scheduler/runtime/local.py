@@ -177,6 +177,9 @@ class LocalProcessRuntime:
                     **self.env,
                     "NEXUS_RUN_ID": config.run_id,
                     **telemetry.trace_env(),
+                    # A confined runner's tools always get their own sandbox: refused,
+                    # never run beside the runner's credentials, if it cannot be built.
+                    **({"NEXUS_TOOL_SANDBOX": "on"} if self.confinement is not None else {}),
                 },
             )
             argv = [*self.command, "--config", str(config_path)]
