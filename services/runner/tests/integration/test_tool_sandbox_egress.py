@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import asyncio
 import ipaddress
-import subprocess
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -33,9 +32,7 @@ FETCH = (
     "python3 -c 'import sys, urllib.request as u;"
     " print(u.urlopen(sys.argv[1], timeout=10).read().decode())' "
 )
-DIRECT = (
-    "python3 -c 'import socket; socket.create_connection((\"127.0.0.1\", {port}), timeout=3)'"
-)
+DIRECT = "python3 -c 'import socket; socket.create_connection((\"127.0.0.1\", {port}), timeout=3)'"
 
 
 async def _outside(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
@@ -70,7 +67,7 @@ async def test_a_sandboxed_command_reaches_a_granted_host_only_through_the_proxy
 ) -> None:
     root = tmp_path / "runs" / "run-1"
     root.mkdir(parents=True)
-    subprocess.run(["git", "init", "-q", str(root)], check=True)
+    (root / ".git").mkdir()  # a checkout: its .git is bound read-only
     sandbox = ToolSandbox.detect("on", forbidden=[Path.cwd()], private=[tmp_path / "runs"])
     assert sandbox.bwrap is not None, sandbox.reason
     config = make_config(
