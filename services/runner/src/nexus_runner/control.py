@@ -9,14 +9,14 @@ import contextlib
 import logging
 import time
 from dataclasses import dataclass
-from typing import Any
 
 import nats.errors
 import nats.js.errors
 from nats.aio.msg import Msg
-from nats.js.api import ConsumerConfig, DeliverPolicy
-from nexus_events import subjects
-from nexus_events.bus import Bus, decode_msg, stream_for_subject
+from nats.aio.subscription import Subscription
+from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy
+from nexus_events import run_access
+from nexus_events.bus import Bus, decode_msg
 from nexus_events.codec import Envelope
 from nexus_events.errors import DecodeError
 from nexus_events.events.inbox import ApprovalDecision, InboxMessage
@@ -26,7 +26,6 @@ from nexus_events.events.runs import (
     RunResuming,
     TerminalEvent,
 )
-from nexus_events.runstate import TERMINAL_EVENTS
 from nexus_events.streams import INBOX, RUNS
 
 from nexus_runner.errors import RunStopped
@@ -45,9 +44,19 @@ _ELECTION_ERRORS = (
 # Waits between attempts: 50 ms doubling to 1 s, as a publish's retries.
 _FIRST_RETRY_DELAY = 0.05
 _LAST_RETRY_DELAY = 1.0
+# Seconds a control consumer survives without its runner listening (a reconnect's gap).
+_CONSUMER_INACTIVE = 120.0
 
 # The runner publishes its own terminal event only after it stopped following these, so one
 # seen while it runs was published by someone else and ends the run for good.
+
+
+@dataclass(frozen=True)
+class _Followed:
+    """A consumer the control channel made and the subscription its messages arrive on."""
+
+    consumer: run_access.RunConsumer
+    sub: Subscription
 
 
 @dataclass(frozen=True)
@@ -78,7 +87,8 @@ async def start_points(bus: Bus, run_id: str, attempt: int) -> StartPoints:
     runs_end = await _last_seq(bus, RUNS)
     terminal: Envelope | None = None
     dispatched: Envelope | None = None
-    async for decoded in bus.replay(RUNS, run_id=run_id):
+    history = run_access.history_replay(run_id, attempt).name
+    async for decoded in bus.replay(RUNS, run_id=run_id, name=history):
         event = decoded.event
         if isinstance(event, RunDispatched) and event.attempt == attempt:
             dispatched = decoded.envelope
@@ -89,7 +99,8 @@ async def start_points(bus: Bus, run_id: str, attempt: int) -> StartPoints:
         return StartPoints(inbox_seq=inbox_end + 1, runs_seq=runs_end + 1)
     inbox_seq = inbox_end + 1
     # One run's inbox is short: read it to the end (the replay cleans up its consumer).
-    async for decoded in bus.replay(INBOX, filter_subject=subjects.inbox(run_id)):
+    replay = run_access.inbox_replay(run_id, attempt)
+    async for decoded in bus.replay(INBOX, filter_subject=replay.filter, name=replay.name):
         stored = decoded.envelope
         later = stored.timestamp_ns is not None and stored.timestamp_ns > cutoff.timestamp_ns
         if later and stored.stream_seq is not None:
@@ -148,40 +159,58 @@ class RunControl:
         self._seqs: dict[int, int] = {}
         # Delegations waited for (the `delegate` tool): the child's result by correlation id.
         self._correlated: dict[str, asyncio.Future[InboxMessage]] = {}
-        self._subs: list[Any] = []
+        self._subs: list[_Followed] = []
 
     async def start(self, points: StartPoints | None = None) -> None:
         points = points or StartPoints()
-        followed = [
-            (subjects.inbox(self.run_id), points.inbox_seq),
-            (subjects.run_event(self.run_id, "cancel_requested"), points.runs_seq),
+        followed = [(run_access.inbox_consumer(self.run_id, self.attempt), points.inbox_seq)]
+        followed += [
+            (run_access.control_consumer(self.run_id, self.attempt, str(event)), points.runs_seq)
+            for event in run_access.CONTROL_EVENTS
         ]
-        followed += [(subjects.run_event(self.run_id, n), points.runs_seq) for n in TERMINAL_EVENTS]
-        followed.append((subjects.run_event(self.run_id, "resuming"), points.runs_seq))
-        for subject, seq in followed:
-            self._subs.append(await self._follow(subject, seq))
+        for consumer, seq in followed:
+            self._subs.append(await self._follow(consumer, seq))
 
-    async def _follow(self, subject: str, seq: int) -> Any:
-        """An ordered consumer of `subject` from `seq`, retried through a JetStream leader
+    async def _follow(self, consumer: run_access.RunConsumer, seq: int) -> _Followed:
+        """A push consumer of one subject from `seq`, retried through a JetStream leader
         election or a reconnect (its API answers 503, nothing or too late for a few seconds)
-        for as long as a publish would be (``publish_deadline``)."""
-        stream = stream_for_subject(subject)  # named: one JetStream API call fewer
+        for as long as a publish would be (``publish_deadline``).
+
+        Named and filtered as `nexus_events.run_access` says, delivered on the connection's
+        own reply prefix: a run's credential may make exactly these consumers and read
+        exactly these deliveries (an ordered consumer's unnamed ones could be on anything).
+        """
+        nc, js = self.bus.nc, self.bus.js
+        deliver = nc.new_inbox()
+        sub = await nc.subscribe(deliver, cb=self._on_msg)
+        # A consumer of a dead attempt of the same name cannot exist (the attempt is in the
+        # name), but a restart of this one may have left its own: start afresh.
+        with contextlib.suppress(nats.errors.Error, nats.js.errors.Error):
+            await js.delete_consumer(consumer.stream, consumer.name)
+        config = ConsumerConfig(
+            name=consumer.name,
+            filter_subject=consumer.filter,
+            deliver_subject=deliver,
+            deliver_policy=DeliverPolicy.BY_START_SEQUENCE if seq > 1 else DeliverPolicy.ALL,
+            opt_start_seq=seq if seq > 1 else None,
+            ack_policy=AckPolicy.NONE,
+            mem_storage=True,
+            num_replicas=1,
+            # Outlives a reconnect of the runner; gone a while after the runner is.
+            inactive_threshold=_CONSUMER_INACTIVE,
+        )
         deadline = time.monotonic() + self.bus.settings.publish_deadline
         delay = _FIRST_RETRY_DELAY
         while True:
-            # A fresh config each time: nats-py writes the deliver inbox into the one given.
-            config = ConsumerConfig(
-                deliver_policy=DeliverPolicy.BY_START_SEQUENCE if seq > 1 else DeliverPolicy.ALL,
-                opt_start_seq=seq if seq > 1 else None,
-            )
             try:
-                return await self.bus.js.subscribe(
-                    subject, stream=stream, cb=self._on_msg, ordered_consumer=True, config=config
-                )
+                await js.add_consumer(consumer.stream, config)
+                return _Followed(consumer, sub)
             except _ELECTION_ERRORS as exc:
                 if time.monotonic() + delay >= deadline:
+                    with contextlib.suppress(nats.errors.Error):
+                        await sub.unsubscribe()
                     raise
-                log.info("following %s: JetStream busy (%s); retrying", subject, exc)
+                log.info("following %s: JetStream busy (%s); retrying", consumer.filter, exc)
             await asyncio.sleep(delay)  # a backoff between attempts, not a wait for a condition
             delay = min(delay * 2, _LAST_RETRY_DELAY)
 
@@ -196,9 +225,11 @@ class RunControl:
             log.exception("could not dead-letter the control message on %s", msg.subject)
 
     async def stop(self) -> None:
-        for sub in self._subs:
+        for followed in self._subs:
             with contextlib.suppress(nats.errors.Error):
-                await sub.unsubscribe()
+                await followed.sub.unsubscribe()
+            with contextlib.suppress(nats.errors.Error, nats.js.errors.Error):
+                await self.bus.js.delete_consumer(followed.consumer.stream, followed.consumer.name)
         self._subs.clear()
 
     async def _on_msg(self, msg: Msg) -> None:
