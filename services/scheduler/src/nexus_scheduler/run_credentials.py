@@ -123,6 +123,7 @@ class RunCredentialMinter:
         emptied), so a runner never connects as the scheduler."""
         user, password = mint(self.key, self.credential(config, now))
         return {
+            "NEXUS_NATS_NAME": f"runner:{config.run_id}",
             "NEXUS_NATS_USER": user,
             "NEXUS_NATS_PASSWORD": password,
             "NEXUS_NATS_TOKEN": "",
