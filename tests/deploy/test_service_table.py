@@ -87,7 +87,7 @@ def test_the_nats_users_are_the_tables() -> None:
     # Runners have no static user: the auth callout gives each run its own.
     static = [s.nats_user for s in services.SERVICES if s.nats_user not in renderer.CALLOUT_USERS]
     assert users == [*static, *renderer.CLIENTS, "admin"]
-    assert renderer.CALLOUT_USERS == {"runner"}
+    assert {"runner"} == renderer.CALLOUT_USERS
 
 
 # --- compose -------------------------------------------------------------------------------
