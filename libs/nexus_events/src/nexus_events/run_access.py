@@ -97,6 +97,28 @@ def transcript_replay(run_id: str, attempt: int) -> RunConsumer:
     )
 
 
+# The checkpoints' stream: a JetStream object store's, written without its meta records
+# (docs/resume.md): each checkpoint's chunks on a subject of its run's own.
+CHECKPOINTS_STREAM = f"OBJ_{CHECKPOINTS_BUCKET}"
+
+
+def checkpoint_chunks(run_id: str, attempt: int, count: int) -> str:
+    """``$O.nexus_checkpoints.C.<run_id>.<attempt>.<count>``: the chunks of one checkpoint."""
+    run = subjects.validate_token(run_id, "run id")
+    return f"$O.{CHECKPOINTS_BUCKET}.C.{run}.{attempt}.{count}"
+
+
+def checkpoint_replay(run_id: str, attempt: int) -> RunConsumer:
+    """The bounded replay of one of the run's checkpoints (any attempt's: a resume reads the
+    previous attempt's); its filter names the run, the replay's names the checkpoint."""
+    run = subjects.validate_token(run_id, "run id")
+    return RunConsumer(
+        CHECKPOINTS_STREAM,
+        _name(run_id, attempt, "checkpoint"),
+        f"$O.{CHECKPOINTS_BUCKET}.C.{run}.>",
+    )
+
+
 def run_consumers(run_id: str, attempt: int) -> tuple[RunConsumer, ...]:
     """Every consumer attempt `attempt` of `run_id` makes."""
     live = [control_consumer(run_id, attempt, str(e)) for e in CONTROL_EVENTS]
@@ -106,6 +128,7 @@ def run_consumers(run_id: str, attempt: int) -> tuple[RunConsumer, ...]:
         history_replay(run_id, attempt),
         inbox_replay(run_id, attempt),
         transcript_replay(run_id, attempt),
+        checkpoint_replay(run_id, attempt),
     )
 
 
@@ -134,23 +157,14 @@ def _consumer_api(consumer: RunConsumer) -> list[str]:
     ]
 
 
-def _checkpoint_api() -> list[str]:
-    # The object store is not scoped per run yet (docs/deploy.md says what this leaves open):
-    # a put writes chunks on a fresh nuid subject and the meta on the name's base64, a get
-    # reads the meta by subject and the chunks through an unnamed ordered consumer.
-    obj = f"OBJ_{CHECKPOINTS_BUCKET}"
+def _checkpoint_api(run_id: str) -> list[str]:
+    # Its own checkpoints' chunks only (nexus_runner.checkpoint writes no meta records); the
+    # stream's info, and its creation by the stack's first checkpoint. No purge or read by
+    # sequence: those take any subject in their body.
     return [
-        f"$O.{CHECKPOINTS_BUCKET}.>",
-        f"$JS.API.STREAM.INFO.{obj}",
-        f"$JS.API.STREAM.CREATE.{obj}",  # the first checkpoint of a stack makes the bucket
-        f"$JS.API.STREAM.MSG.GET.{obj}",
-        f"$JS.API.DIRECT.GET.{obj}.>",
-        f"$JS.API.STREAM.PURGE.{obj}",
-        f"$JS.API.CONSUMER.CREATE.{obj}",
-        f"$JS.API.CONSUMER.CREATE.{obj}.>",
-        f"$JS.API.CONSUMER.DELETE.{obj}.>",
-        "$JS.FC.>",
-        "$JS.API.STREAM.NAMES",  # a get looks the chunks' stream up by subject
+        f"$O.{CHECKPOINTS_BUCKET}.C.{subjects.validate_token(run_id, 'run id')}.>",
+        f"$JS.API.STREAM.INFO.{CHECKPOINTS_STREAM}",
+        f"$JS.API.STREAM.CREATE.{CHECKPOINTS_STREAM}",
     ]
 
 
@@ -175,13 +189,14 @@ def run_permissions(run_id: str, attempt: int, grants: frozenset[str]) -> RunPer
         pub.append(subjects.MEMORY_RECORD)
     for consumer in run_consumers(run_id, attempt):
         pub += _consumer_api(consumer)
-    pub += _checkpoint_api()
+    pub += _checkpoint_api(run_id)
     return RunPermissions(
         publish=tuple(dict.fromkeys(pub)), subscribe=(f"{inbox_prefix(run_id)}.>",)
     )
 
 
 __all__ = [
+    "CHECKPOINTS_STREAM",
     "CONTROL_EVENTS",
     "DELEGATE",
     "GRANTS",
@@ -189,6 +204,8 @@ __all__ = [
     "RUNNER_EVENTS",
     "RunConsumer",
     "RunPermissions",
+    "checkpoint_chunks",
+    "checkpoint_replay",
     "control_consumer",
     "history_replay",
     "inbox_consumer",

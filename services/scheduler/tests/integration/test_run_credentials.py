@@ -189,10 +189,13 @@ async def test_a_run_credential_publishes_and_reads_its_own_run(
         await asyncio.wait_for(control.message_arrived.wait(), 5)
         assert [m.text for m in control.messages] == ["hello"]
         await control.stop()
-        # Its checkpoints: the object store round-trips.
-        bucket = await bus.js.object_store("nexus_checkpoints")
-        await bucket.put(f"{run_id}/1-1", b"bundle")
-        assert (await bucket.get(f"{run_id}/1-1")).data == b"bundle"
+        # Its checkpoints: chunks on its own subject, read back through its named replay.
+        chunks = run_access.checkpoint_chunks(run_id, 1, 1)
+        await bus.js.publish(chunks, b"bundle")
+        name = run_access.checkpoint_replay(run_id, 1).name
+        stream = run_access.CHECKPOINTS_STREAM
+        got = [m.data async for m in bus.replay_raw(stream, filter_subject=chunks, name=name)]
+        assert got == [b"bundle"]
     finally:
         await bus.close()
 
@@ -211,6 +214,8 @@ async def test_a_run_credential_cannot_touch_other_runs(admin: Bus, run_a: Any) 
         subjects.run_event(other, "requested"),
         subjects.run_event(run_id, "dispatched"),
         subjects.inbox(run_id),  # an approval decision published by the run itself
+        run_access.checkpoint_chunks(other, 1, 1),  # another run's checkpoint
+        "$O.nexus_checkpoints.M.b3RoZXI",  # an object store meta record
     ):
         with pytest.raises(nats.errors.TimeoutError):
             await js.publish(subject, b"{}")
@@ -237,6 +242,15 @@ async def test_a_run_credential_cannot_touch_other_runs(admin: Bus, run_a: Any) 
     ):
         with pytest.raises((nats.errors.TimeoutError, nats.errors.NoRespondersError)):
             await js.add_consumer(INBOX, config)
+    # Another run's checkpoint chunks, through its own checkpoint consumer's name.
+    with pytest.raises((nats.errors.TimeoutError, nats.errors.NoRespondersError)):
+        await js.add_consumer(
+            run_access.CHECKPOINTS_STREAM,
+            ConsumerConfig(
+                name=run_access.checkpoint_replay(run_id, 1).name,
+                filter_subject=run_access.checkpoint_chunks(other, 1, 1),
+            ),
+        )
     body = {"stream_name": INBOX, "config": {"name": mine.name, "filter_subject": "agent.>"}}
     create = f"$JS.API.CONSUMER.CREATE.{INBOX}.{mine.name}.{mine.filter}"
     answer = json.loads((await nc.request(create, json.dumps(body).encode(), timeout=2)).data)

@@ -128,10 +128,14 @@ def test_a_run_may_publish_only_its_own_events_and_what_it_was_granted() -> None
     )
     assert granted - pub == {subjects.family_filter(subjects.Family.ROUTE), subjects.MEMORY_RECORD}
     # Consumers only by name and on its own subjects; replies on its own prefix.
-    creates = [p for p in pub if p.startswith("$JS.API.CONSUMER.CREATE.NEXUS_")]
+    creates = [p for p in pub if p.startswith("$JS.API.CONSUMER.CREATE.")]
     assert len(creates) == len(run_access.run_consumers("run-a", 1))
-    assert all(".run-a_a1_" in p and "run-a" in p.split(".", 6)[-1] for p in creates)
+    assert all(".run-a_a1_" in p and "run-a" in p.split(".", 6)[-1].split(".") for p in creates)
     assert "$JS.API.CONSUMER.CREATE.NEXUS_INBOX" not in pub
+    # Checkpoints: its own chunk subjects; no object store meta, purge or read by sequence.
+    assert "$O.nexus_checkpoints.C.run-a.>" in pub
+    assert not any(p.startswith(("$O.nexus_checkpoints.M", "$O.nexus_checkpoints.>")) for p in pub)
+    assert not any(".PURGE." in p or ".MSG.GET." in p or "DIRECT.GET" in p for p in pub)
     assert perms.subscribe == ("_INBOX_run-a.>",)
     with pytest.raises(ValueError, match="unknown grants"):
         run_access.run_permissions("run-a", 1, frozenset({"everything"}))
