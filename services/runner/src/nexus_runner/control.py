@@ -7,14 +7,9 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import time
 from dataclasses import dataclass
 
-import nats.errors
-import nats.js.errors
 from nats.aio.msg import Msg
-from nats.aio.subscription import Subscription
-from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy
 from nexus_events import run_access
 from nexus_events.bus import Bus, decode_msg
 from nexus_events.codec import Envelope
@@ -29,34 +24,16 @@ from nexus_events.events.runs import (
 from nexus_events.streams import INBOX, RUNS
 
 from nexus_runner.errors import RunStopped
+from nexus_runner.followed import FollowedSubject
 
 log = logging.getLogger(__name__)
 
-# What JetStream's API raises while a stream or the meta group elects a leader, or while the
-# connection moves to another server: the control channel's subscriptions are retried on them.
-_ELECTION_ERRORS = (
-    nats.errors.TimeoutError,
-    nats.errors.NoRespondersError,
-    nats.errors.ConnectionReconnectingError,
-    nats.errors.StaleConnectionError,
-    nats.js.errors.ServiceUnavailableError,
-)
-# Waits between attempts: 50 ms doubling to 1 s, as a publish's retries.
-_FIRST_RETRY_DELAY = 0.05
-_LAST_RETRY_DELAY = 1.0
-# Seconds a control consumer survives without its runner listening (a reconnect's gap).
-_CONSUMER_INACTIVE = 120.0
+# How often the control channel checks that the server still has its consumers (a restarted
+# server has lost them: they are made again from where they left off).
+_CHECK_INTERVAL = 2.0
 
 # The runner publishes its own terminal event only after it stopped following these, so one
 # seen while it runs was published by someone else and ends the run for good.
-
-
-@dataclass(frozen=True)
-class _Followed:
-    """A consumer the control channel made and the subscription its messages arrive on."""
-
-    consumer: run_access.RunConsumer
-    sub: Subscription
 
 
 @dataclass(frozen=True)
@@ -159,7 +136,8 @@ class RunControl:
         self._seqs: dict[int, int] = {}
         # Delegations waited for (the `delegate` tool): the child's result by correlation id.
         self._correlated: dict[str, asyncio.Future[InboxMessage]] = {}
-        self._subs: list[_Followed] = []
+        self._followed: list[FollowedSubject] = []
+        self._check: asyncio.Task[None] | None = None
 
     async def start(self, points: StartPoints | None = None) -> None:
         points = points or StartPoints()
@@ -169,50 +147,16 @@ class RunControl:
             for event in run_access.CONTROL_EVENTS
         ]
         for consumer, seq in followed:
-            self._subs.append(await self._follow(consumer, seq))
+            subject = FollowedSubject(self.bus, consumer, seq, self._on_msg)
+            await subject.start()
+            self._followed.append(subject)
+        self._check = asyncio.create_task(self._check_loop(), name=f"control:{self.run_id}")
 
-    async def _follow(self, consumer: run_access.RunConsumer, seq: int) -> _Followed:
-        """A push consumer of one subject from `seq`, retried through a JetStream leader
-        election or a reconnect (its API answers 503, nothing or too late for a few seconds)
-        for as long as a publish would be (``publish_deadline``).
-
-        Named and filtered as `nexus_events.run_access` says, delivered on the connection's
-        own reply prefix: a run's credential may make exactly these consumers and read
-        exactly these deliveries (an ordered consumer's unnamed ones could be on anything).
-        """
-        nc, js = self.bus.nc, self.bus.js
-        deliver = nc.new_inbox()
-        sub = await nc.subscribe(deliver, cb=self._on_msg)
-        # A consumer of a dead attempt of the same name cannot exist (the attempt is in the
-        # name), but a restart of this one may have left its own: start afresh.
-        with contextlib.suppress(nats.errors.Error, nats.js.errors.Error):
-            await js.delete_consumer(consumer.stream, consumer.name)
-        config = ConsumerConfig(
-            name=consumer.name,
-            filter_subject=consumer.filter,
-            deliver_subject=deliver,
-            deliver_policy=DeliverPolicy.BY_START_SEQUENCE if seq > 1 else DeliverPolicy.ALL,
-            opt_start_seq=seq if seq > 1 else None,
-            ack_policy=AckPolicy.NONE,
-            mem_storage=True,
-            num_replicas=1,
-            # Outlives a reconnect of the runner; gone a while after the runner is.
-            inactive_threshold=_CONSUMER_INACTIVE,
-        )
-        deadline = time.monotonic() + self.bus.settings.publish_deadline
-        delay = _FIRST_RETRY_DELAY
+    async def _check_loop(self) -> None:
         while True:
-            try:
-                await js.add_consumer(consumer.stream, config)
-                return _Followed(consumer, sub)
-            except _ELECTION_ERRORS as exc:
-                if time.monotonic() + delay >= deadline:
-                    with contextlib.suppress(nats.errors.Error):
-                        await sub.unsubscribe()
-                    raise
-                log.info("following %s: JetStream busy (%s); retrying", consumer.filter, exc)
-            await asyncio.sleep(delay)  # a backoff between attempts, not a wait for a condition
-            delay = min(delay * 2, _LAST_RETRY_DELAY)
+            await asyncio.sleep(_CHECK_INTERVAL)  # a poll: the server says nothing on loss
+            for subject in self._followed:
+                await subject.ensure()
 
     async def _dead_letter(self, msg: Msg, exc: DecodeError) -> None:
         # Not dropped: a person who typed a bad `nats pub` finds it in `nexus dlq ls` with the
@@ -225,12 +169,14 @@ class RunControl:
             log.exception("could not dead-letter the control message on %s", msg.subject)
 
     async def stop(self) -> None:
-        for followed in self._subs:
-            with contextlib.suppress(nats.errors.Error):
-                await followed.sub.unsubscribe()
-            with contextlib.suppress(nats.errors.Error, nats.js.errors.Error):
-                await self.bus.js.delete_consumer(followed.consumer.stream, followed.consumer.name)
-        self._subs.clear()
+        if self._check is not None:
+            self._check.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._check
+            self._check = None
+        for subject in self._followed:
+            await subject.stop()
+        self._followed.clear()
 
     async def _on_msg(self, msg: Msg) -> None:
         try:
