@@ -73,6 +73,8 @@ class Access:
     watches_all: bool = False  # lists consumers / stream state of every stream (metrics)
     push_consumers: bool = False  # ordered push consumers (flow control replies)
     erases_from: tuple[str, ...] = ()  # streams it erases single messages from (secret guard)
+    # Answers nats-server's auth callout requests (not a query of the contract's table).
+    answers_auth_callout: bool = False
 
 
 def _run(*events: str) -> tuple[str, ...]:
@@ -109,8 +111,7 @@ SERVICES: dict[str, Access] = {
         reads=(RUNS, SCHEDULES, FLOWS),
         ensures_streams=True,
         kv_buckets=(SCHEDULER_LEASE_BUCKET, SCHEDULER_SNAPSHOT_BUCKET),
-        # The auth callout's responder (nexus_scheduler.auth_callout): run credentials.
-        serves=(AUTH_CALLOUT_SUBJECT,),
+        answers_auth_callout=True,  # run credentials (nexus_scheduler.auth_callout)
     ),
     # The agent loop. No static user is rendered for it (`CALLOUT_USERS`): each run's runner
     # connects with its run's own credential, which the scheduler's auth callout turns into
@@ -307,6 +308,8 @@ def permissions(access: Access) -> tuple[list[str], list[str]]:
     if access.serves:
         sub += list(access.serves)
         sub += ["$SRV.>"]  # nats.micro discovery: PING/INFO/STATS, `nats micro ls`
+    if access.answers_auth_callout:
+        sub.append(AUTH_CALLOUT_SUBJECT)
     if access.push_consumers:
         pub.append("$JS.FC.>")
     for stream in access.erases_from:
@@ -419,7 +422,8 @@ def render(cluster: Cluster | None = None) -> str:
     static = [(n, a) for n, a in table_users() if n not in CALLOUT_USERS]
     for name, access in [*static, *CLIENTS.items()]:
         pub, sub = permissions(access)
-        responses = "\n        allow_responses: true" if access.serves else ""
+        answers = access.serves or access.answers_auth_callout
+        responses = "\n        allow_responses: true" if answers else ""
         blocks.append(
             f"""    {{
       user: "{name}"
