@@ -17,6 +17,9 @@ from pathlib import Path
 from nexus_events.nats_config import (
     ADMIN,
     ALL_STREAMS,
+    AUTH_CALLOUT_ISSUER_VARIABLE,
+    AUTH_CALLOUT_SUBJECT,
+    CALLOUT_USERS,
     CLIENT_ROLES,
     CLIENTS,
     CLUSTER_PORT,
@@ -62,7 +65,8 @@ OUTPUTS: dict[Path, Cluster | None] = {
 }
 
 __all__ = [
-    "ADMIN", "ALL_STREAMS", "CLIENTS", "CLIENT_ROLES", "CLUSTER_PORT", "COMPOSE_CLUSTER",
+    "ADMIN", "ALL_STREAMS", "AUTH_CALLOUT_ISSUER_VARIABLE", "AUTH_CALLOUT_SUBJECT",
+    "CALLOUT_USERS", "CLIENTS", "CLIENT_ROLES", "CLUSTER_PORT", "COMPOSE_CLUSTER",
     "K8S_CLUSTER", "LAME_DUCK_DURATION", "LAME_DUCK_GRACE_PERIOD", "OUTPUTS", "SERVICES",
     "Access", "Cluster", "password_variable", "permissions", "render", "rendered",
     "table_users", "users",

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import jsonschema
 import pytest
+from nexus_scheduler.callout_jwt import Issuer
 
 from .compose_model import (
     NEXUS_SERVICES,
@@ -81,8 +82,22 @@ def test_the_local_runtime_command_runs_the_runner() -> None:
     env = environment(load()["services"]["scheduler"])
     assert env["NEXUS_RUNTIME"] == "local"
     command = json.loads(env["NEXUS_LOCAL_COMMAND"])
-    assert "exec python -m nexus_runner" in command[2]
+    # No identity swapped in by the command: the runtime gives each run its own credential.
+    assert command == ["python", "-m", "nexus_runner"]
     assert importlib.util.find_spec("nexus_runner.__main__") is not None
+
+
+def test_the_scheduler_holds_the_seed_of_the_issuer_nats_trusts() -> None:
+    services = load()["services"]
+    seed = _default(environment(services["scheduler"])["NEXUS_AUTH_CALLOUT_SEED"])
+    issuer = _default(environment(services["nats"])["NEXUS_AUTH_CALLOUT_ISSUER"])
+    assert Issuer(seed).public_key == issuer
+    assert not any("RUNNER_NATS_PASSWORD" in k for k in environment(services["scheduler"]))
+
+
+def _default(value: str) -> str:
+    """The default of a ``${VAR:-default}`` reference."""
+    return value.split(":-", 1)[-1].rstrip("}")
 
 
 def test_services_wait_for_healthy_dependencies() -> None:

@@ -288,9 +288,12 @@ async def test_one_run_end_to_end_from_compose(
             subjects.FLOWS_LIST, FlowsList().model_dump_json().encode(), timeout=5
         )
         assert FlowsListReply.model_validate_json(listed.data).flows == [], flows.tail()
-        # Each process used its own NATS user; the run process the runner's, not the scheduler's.
+        # Each process used its own NATS user; the run process its run's own (the auth
+        # callout's user run:<run_id>), not the scheduler's nor a shared runner user.
         users = await asyncio.to_thread(_users, monitor)
-        assert {"core", "memory", "scheduler", "runner", "flows", "admin"} <= users, users
+        assert {"core", "memory", "scheduler", "flows", "admin"} <= users, users
+        assert {u for u in users if u.startswith("run:")} == {f"run:{run_id}"}, users
+        assert "runner" not in users
     finally:
         await admin.close()
         codes = {name: p.stop() for name, p in reversed(procs.items())}

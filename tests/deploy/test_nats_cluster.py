@@ -31,7 +31,7 @@ from nexus_events import subjects
 from nexus_events.streams import RUNS, StreamSettings, ensure_streams, stream_configs
 from nexus_events.testing import eventually, free_port, http_status, nats_server_binary
 
-from tests.support.nats_render import load_renderer
+from tests.support.nats_render import issuer_env, load_renderer
 
 from .compose_model import (
     NEXUS_SERVICES,
@@ -251,9 +251,9 @@ def test_the_cluster_profile_runs_three_nodes_routing_to_each_other(
     assert f"server_name: ${variable}\n" in conf
     names = {environment(n)[variable] for n in nodes.values()}
     assert len(names) == NODES
-    passwords = {
-        renderer.password_variable(u) for u in [*renderer.SERVICES, *renderer.CLIENTS, "admin"]
-    }
+    static = [u for u in renderer.SERVICES if u not in renderer.CALLOUT_USERS]
+    passwords = {renderer.password_variable(u) for u in [*static, *renderer.CLIENTS, "admin"]}
+    passwords.add(renderer.AUTH_CALLOUT_ISSUER_VARIABLE)
     data_volumes = set()
     for name, node in nodes.items():
         assert node["command"] == ["-c", "/etc/nats/nats.conf", "-sd", "/data/jetstream"], name
@@ -350,6 +350,7 @@ def start_cluster(renderer: ModuleType, tmp_path: Path) -> Iterator[Any]:
     started: list[_Node] = []
     users = [*renderer.SERVICES, *renderer.CLIENTS, "admin"]
     passwords = {renderer.password_variable(u): f"{u}-pw" for u in users}
+    passwords |= issuer_env(renderer)
 
     def start(conf: Path, cluster: Any) -> list[_Node]:
         nodes = [

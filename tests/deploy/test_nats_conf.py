@@ -12,7 +12,7 @@ import pytest
 from nexus_events import subjects
 from nexus_events.testing import nats_server_binary
 
-from tests.support.nats_render import load_renderer
+from tests.support.nats_render import issuer_env, load_renderer
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -42,6 +42,7 @@ def test_every_node_of_a_cluster_has_the_single_servers_users(renderer: ModuleTy
 def test_nats_server_accepts_the_config(renderer: ModuleType, name: str) -> None:
     users = [*renderer.SERVICES, *renderer.CLIENTS, "admin"]
     env = {**os.environ, **{renderer.password_variable(u): "x" for u in users}}
+    env |= issuer_env(renderer)
     # A cluster node's server name comes from its environment.
     env |= {"SERVER_NAME": "nats-0", "NATS_SERVER_NAME": "nats-1"}
     out = subprocess.run(

@@ -36,7 +36,8 @@ def _ids(specs: dict[str, ServiceSpec]) -> list[str]:
 
 def _password_variables() -> set[str]:
     renderer = load_renderer()
-    users = [*(s.nats_user for s in services.SERVICES), *renderer.CLIENTS]
+    static = [s.nats_user for s in services.SERVICES if s.nats_user not in renderer.CALLOUT_USERS]
+    users = [*static, *renderer.CLIENTS]
     return {renderer.password_variable(u) for u in users} | {ADMIN_PASSWORD}
 
 
@@ -83,7 +84,10 @@ def test_the_nats_users_are_the_tables() -> None:
     renderer = load_renderer()
     assert [user for user, _ in renderer.table_users()] == [s.nats_user for s in services.SERVICES]
     users = re.findall(r'^\s+user: "([^"]+)"$', renderer.render(), re.MULTILINE)
-    assert users == [*(s.nats_user for s in services.SERVICES), *renderer.CLIENTS, "admin"]
+    # Runners have no static user: the auth callout gives each run its own.
+    static = [s.nats_user for s in services.SERVICES if s.nats_user not in renderer.CALLOUT_USERS]
+    assert users == [*static, *renderer.CLIENTS, "admin"]
+    assert {"runner"} == renderer.CALLOUT_USERS
 
 
 # --- compose -------------------------------------------------------------------------------
@@ -121,7 +125,8 @@ def test_compose_runs_no_nexus_module_outside_the_table() -> None:
 
 def test_compose_gives_nats_every_users_password_and_no_other() -> None:
     nats = environment(load()["services"]["nats"])
-    assert set(nats) == _password_variables()
+    issuer = load_renderer().AUTH_CALLOUT_ISSUER_VARIABLE
+    assert set(nats) == _password_variables() | {issuer}
 
 
 # --- Kubernetes ----------------------------------------------------------------------------
@@ -207,11 +212,16 @@ def test_kubernetes_runs_no_nexus_module_outside_the_table(base: list[dict[str, 
 def test_kubernetes_holds_every_users_password_and_the_runners_identity(
     base: list[dict[str, Any]],
 ) -> None:
-    assert set(_find(base, "Secret", "nats-users")["stringData"]) == _password_variables()
+    issuer = load_renderer().AUTH_CALLOUT_ISSUER_VARIABLE
+    users = _find(base, "Secret", "nats-users")["stringData"]
+    assert set(users) == _password_variables() | {issuer}
+    assert "NEXUS_AUTH_CALLOUT_SEED" in _find(base, "Secret", "scheduler-env")["stringData"]
     for spec in (s for s in services.SERVICES if s.kind is services.Kind.PER_RUN):
         secret = _find(base, "Secret", f"{spec.name}-env")
         assert secret["metadata"]["namespace"] == "nexus-runs"
-        assert secret["stringData"]["NEXUS_NATS_USER"] == spec.nats_user
+        # No shared identity: each run's Job carries its run's credential (the scheduler's).
+        assert "NEXUS_NATS_USER" not in secret["stringData"]
+        assert "NEXUS_NATS_PASSWORD" not in secret["stringData"]
 
 
 # --- the CLI and the docs ------------------------------------------------------------------

@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import json
 import stat
+import time
 import urllib.request
 from typing import Any
 from urllib.parse import urlsplit
@@ -15,8 +16,9 @@ import nats
 from nexus_events import subjects
 from nexus_events.services import LONG_RUNNING
 from nexus_events.streams import RUNS
+from nexus_scheduler.run_credentials import RunCredential, mint, token_key
 
-from nexus_cli.devstack.nats_auth import PASSWORDS_FILE, without_credentials
+from nexus_cli.devstack.nats_auth import ISSUER_FILE, PASSWORDS_FILE, without_credentials
 
 from .conftest import Stack
 
@@ -76,15 +78,52 @@ def test_an_anonymous_connection_is_refused(stack: Stack) -> None:
 
 def test_a_service_user_may_not_publish_outside_its_permissions(stack: Stack) -> None:
     _, plain, passwords = _urls(stack)
-    # core decides no approval; the runner edits no catalog.
+    # core decides no approval.
     core = asyncio.run(_refused_publish(plain, "core", passwords["core"], subjects.inbox("run-x")))
     assert 'permissions violation for publish to "agent.inbox.v1.run-x"' in core
-    catalog = subjects.catalog_event("agent", "evil", "applied")
-    runner = asyncio.run(_refused_publish(plain, "runner", passwords["runner"], catalog))
-    assert f'permissions violation for publish to "{catalog}"' in runner
     # A subject of its own goes through: the refusals above are the permissions, not the login.
     own = subjects.run_event("run-x", "prepared")
     assert asyncio.run(_refused_publish(plain, "core", passwords["core"], own)) == ""
+
+
+def test_a_runner_connects_only_with_its_runs_own_credential(stack: Stack) -> None:
+    """No static `runner` user any more: the stack's auth callout (the scheduler) admits a
+    credential minted with the stack's issuer for one run, scoped to that run."""
+    _, plain, _ = _urls(stack)
+    seed = (stack.home / ISSUER_FILE).read_text().strip().encode()
+    assert stat.S_IMODE((stack.home / ISSUER_FILE).stat().st_mode) == 0o600
+    run = RunCredential("run-own", 1, frozenset(), int(time.time()) + 600)
+    user, password = mint(token_key(seed), run)
+    own = subjects.run_event("run-own", "turn")
+    assert asyncio.run(_refused_publish(plain, user, password, own)) == ""
+    for subject in (
+        subjects.inbox("run-own"),  # its own approval: only people's surfaces decide
+        subjects.run_event("run-other", "turn"),
+        subjects.run_event("run-new", "requested"),
+    ):
+        refused = asyncio.run(_refused_publish(plain, user, password, subject))
+        assert f'permissions violation for publish to "{subject}"' in refused, subject
+
+    async def connects(user: str, password: str) -> bool:
+        # The client protocol by hand: nats-py leaves its socket open after a refused login.
+        first = urlsplit(plain.split(",")[0])
+        reader, writer = await asyncio.open_connection(first.hostname, first.port)
+        try:
+            assert (await reader.readline()).startswith(b"INFO ")
+            login = json.dumps({"verbose": False, "user": user, "pass": password})
+            writer.write(f"CONNECT {login}\r\nPING\r\n".encode())
+            await writer.drain()
+            answer = await asyncio.wait_for(reader.readline(), VIOLATION_WAIT)
+        finally:
+            writer.close()
+            await writer.wait_closed()
+        return answer.startswith(b"PONG")
+
+    user_again, password_again = mint(token_key(seed), run)
+    assert asyncio.run(connects(user_again, password_again))  # the probe itself can succeed
+    forged = RunCredential("run-own", 1, frozenset(), int(time.time()) + 600)
+    assert not asyncio.run(connects(*mint(b"not the stack's key" * 2, forged)))
+    assert not asyncio.run(connects("runner", "anything"))  # the old static user is gone
 
 
 def test_the_admin_url_of_the_state_file_reads_and_publishes(stack: Stack) -> None:

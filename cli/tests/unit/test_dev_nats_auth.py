@@ -1,19 +1,16 @@
 """The dev stack's NATS users (issue 35): passwords kept private and reused, the server config
-the very text compose mounts, credentials masked for people, the runner's identity swapped in."""
+the very text compose mounts, credentials masked for people, the callout's issuer private."""
 
 from __future__ import annotations
 
 import json
 import stat
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 from nexus_events.nats_config import users
 
 from nexus_cli.devstack import nats_auth
-from nexus_cli.devstack.as_runner import runner_environ
 from nexus_cli.devstack.state import StackState, write_state
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -26,7 +23,8 @@ def _mode(path: Path) -> int:
 def test_passwords_are_made_once_private_and_reused(tmp_path: Path) -> None:
     first = nats_auth.stack_passwords(tmp_path)
     assert set(first) == set(users())
-    assert {"core", "scheduler", "runner", "admin", "mcp-read"} <= set(first)
+    assert {"core", "scheduler", "admin", "mcp-read"} <= set(first)
+    assert "runner" not in first  # runs connect with their own credential (auth callout)
     assert len(set(first.values())) == len(first)  # one per user, none shared
     assert all(len(p) >= 64 for p in first.values())
     path = tmp_path / nats_auth.PASSWORDS_FILE
@@ -64,9 +62,9 @@ def test_the_dev_config_is_the_one_compose_and_kubernetes_mount(tmp_path: Path) 
 
 def test_the_server_gets_every_password_and_a_service_only_its_own(tmp_path: Path) -> None:
     passwords = nats_auth.stack_passwords(tmp_path)
-    server = nats_auth.server_env(passwords)
+    server = nats_auth.server_env(passwords, nats_auth.stack_issuer(tmp_path))
     assert server["NEXUS_CHANNEL_GATEWAY_NATS_PASSWORD"] == passwords["channel-gateway"]
-    assert len(server) == len(users())
+    assert len(server) == len(users()) + 1  # and the callout issuer's public key
     core = nats_auth.service_env("core", passwords)
     assert core == {"NEXUS_NATS_USER": "core", "NEXUS_NATS_PASSWORD": passwords["core"]}
 
@@ -89,48 +87,15 @@ def test_the_state_file_is_its_owners_only(tmp_path: Path) -> None:
     assert _mode(tmp_path / "state.json") == 0o600
 
 
-def test_the_runner_pass_env_adds_the_runners_password_to_what_was_set() -> None:
-    assert json.loads(nats_auth.runner_pass_env(None)) == ["RUNNER_NATS_PASSWORD"]
-    assert json.loads(nats_auth.runner_pass_env('["GIT_SSH"]')) == [
-        "GIT_SSH",
-        "RUNNER_NATS_PASSWORD",
-    ]
-    with pytest.raises(ValueError, match="JSON list"):
-        nats_auth.runner_pass_env("GIT_SSH")
-
-
-def test_a_runner_swaps_the_schedulers_identity_for_its_own() -> None:
-    scheduler = {
-        "NEXUS_NATS_USER": "scheduler",
-        "NEXUS_NATS_PASSWORD": "sched-pw",
-        "RUNNER_NATS_PASSWORD": "runner-pw",
-        "PATH": "/usr/bin",
-    }
-    env = runner_environ(scheduler)
-    assert (env["NEXUS_NATS_USER"], env["NEXUS_NATS_PASSWORD"]) == ("runner", "runner-pw")
-    assert "sched-pw" not in env.values()
-    with pytest.raises(ValueError, match="RUNNER_NATS_PASSWORD is not set"):
-        runner_environ({"NEXUS_NATS_USER": "scheduler"})
-
-
-def test_the_launcher_execs_the_command_as_the_runner(tmp_path: Path) -> None:
-    probe = "import json, os; print(json.dumps({k: os.environ.get(k) for k in"
-    probe += " ('NEXUS_NATS_USER', 'NEXUS_NATS_PASSWORD', 'NEXUS_NATS_NAME')}), os.getpid())"
-    argv = nats_auth.runner_command([sys.executable, "-c", probe])
-    env = {"NEXUS_NATS_USER": "scheduler", "NEXUS_NATS_PASSWORD": "sched-pw",
-           "RUNNER_NATS_PASSWORD": "runner-pw", "PATH": "/usr/bin:/bin"}  # fmt: skip
-    proc = subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, text=True)
-    out, _ = proc.communicate(timeout=30)
-    seen, pid = out.rsplit(" ", 1)
-    assert json.loads(seen) == {
-        "NEXUS_NATS_USER": "runner",
-        "NEXUS_NATS_PASSWORD": "runner-pw",
-        "NEXUS_NATS_NAME": "runner",
-    }
-    assert int(pid) == proc.pid  # exec'd in place: the runtime's pid file names the runner
-    missing = subprocess.run(
-        nats_auth.runner_command(["true"]), env={"PATH": "/usr/bin:/bin"},
-        capture_output=True, text=True, timeout=30, check=False,
-    )  # fmt: skip
-    assert missing.returncode == 2
-    assert "RUNNER_NATS_PASSWORD is not set" in missing.stderr
+def test_the_callout_issuer_is_made_once_private_and_reused(tmp_path: Path) -> None:
+    seed = nats_auth.stack_issuer(tmp_path)
+    assert seed.startswith("SA")
+    assert _mode(tmp_path / nats_auth.ISSUER_FILE) == 0o600
+    assert nats_auth.stack_issuer(tmp_path) == seed  # a restart keeps it
+    env = nats_auth.server_env(nats_auth.stack_passwords(tmp_path), seed)
+    public = env["NEXUS_AUTH_CALLOUT_ISSUER"]
+    assert public.startswith("A")
+    assert seed not in env.values()  # nats-server gets the public key, never the seed
+    (tmp_path / nats_auth.ISSUER_FILE).write_text("not a seed\n")
+    with pytest.raises(nats_auth.PasswordsFileError, match="delete it"):
+        nats_auth.stack_issuer(tmp_path)

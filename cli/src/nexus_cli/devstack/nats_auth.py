@@ -16,15 +16,25 @@ import json
 import os
 import re
 import secrets
-import sys
 from pathlib import Path
 from urllib.parse import urlsplit, urlunsplit
 
-from nexus_events.nats_config import ADMIN, Cluster, password_variable, render, users
-
-from nexus_cli.devstack.as_runner import RUNNER_PASSWORD_ENV
+from nexus_events.nats_config import (
+    ADMIN,
+    AUTH_CALLOUT_ISSUER_VARIABLE,
+    Cluster,
+    password_variable,
+    render,
+    users,
+)
+from nexus_scheduler.callout_jwt import CalloutError, Issuer
 
 PASSWORDS_FILE = "nats-passwords.json"
+# The auth callout issuer's account seed (SA...): the scheduler signs each run's credential
+# with it; nats-server is given only its public key.
+ISSUER_FILE = "nats-callout-issuer.seed"
+# The scheduler setting holding that seed (SchedulerSettings.auth_callout_seed).
+ISSUER_SEED_ENV = "NEXUS_AUTH_CALLOUT_SEED"
 # The config nats-server loads, under HOME/nats (no secret in it: only variable names).
 CONFIG_FILE = "nats.conf"
 # The environment variable holding a cluster node's server name (the rendered `server_name`).
@@ -89,9 +99,36 @@ def stack_passwords(home: Path) -> dict[str, str]:
     return passwords
 
 
-def server_env(passwords: dict[str, str]) -> dict[str, str]:
-    """What nats-server's environment needs for the rendered config: every user's password."""
-    return {password_variable(user): password for user, password in passwords.items()}
+def stack_issuer(home: Path) -> str:
+    """The auth callout issuer's account seed HOME keeps (made at the first `dev up`, mode
+    0600), as text. Raises `PasswordsFileError` when the file holds no account seed."""
+    path = home / ISSUER_FILE
+    try:
+        seed = path.read_text().strip()
+    except FileNotFoundError:
+        seed = Issuer.generate()
+        _write_private(path, seed + "\n")
+    path.chmod(0o600)
+    issuer_public_key(seed, path)
+    return seed
+
+
+def issuer_public_key(seed: str, where: Path | None = None) -> str:
+    """The public key (A...) of the account `seed`: what the server's auth_callout names."""
+    try:
+        return Issuer(seed).public_key
+    except CalloutError as exc:
+        raise PasswordsFileError(
+            f"{where or 'the issuer seed'}: {exc}; delete it to get a new one"
+        ) from exc
+
+
+def server_env(passwords: dict[str, str], issuer_seed: str) -> dict[str, str]:
+    """What nats-server's environment needs for the rendered config: every user's password
+    and the auth callout issuer's public key."""
+    env = {password_variable(user): password for user, password in passwords.items()}
+    env[AUTH_CALLOUT_ISSUER_VARIABLE] = issuer_public_key(issuer_seed)
+    return env
 
 
 def write_server_config(nats_home: Path, cluster: Cluster | None = None) -> Path:
@@ -137,25 +174,3 @@ def without_credentials(urls: str) -> tuple[str, str | None, str | None]:
             user, password = parts.username, parts.password
         plain.append(urlunsplit(parts._replace(netloc=parts.netloc.rpartition("@")[2])))
     return ",".join(plain), user, password
-
-
-def runner_command(command: list[str]) -> list[str]:
-    """`command` run as the `runner` user (`nexus_cli.devstack.as_runner`), the local
-    runtime's ``--config FILE`` appended after it."""
-    return [sys.executable, "-m", "nexus_cli.devstack.as_runner", *command]
-
-
-def runner_pass_env(configured: str | None) -> str:
-    """NEXUS_LOCAL_PASS_ENV (a JSON list) with `RUNNER_PASSWORD_ENV` added to what someone set."""
-    names: list[str] = []
-    if configured:
-        try:
-            parsed = json.loads(configured)
-        except ValueError:
-            parsed = None
-        if not isinstance(parsed, list) or not all(isinstance(n, str) for n in parsed):
-            raise ValueError(
-                f"NEXUS_LOCAL_PASS_ENV={configured!r}: expected a JSON list of variable names"
-            )
-        names = parsed
-    return json.dumps([*dict.fromkeys([*names, RUNNER_PASSWORD_ENV])])

@@ -35,7 +35,6 @@ from nexus_events.services import CHANNELS
 from nexus_events.streams import ensure_replicated_streams, ensure_streams
 
 from nexus_cli.devstack import nats_auth, nats_cluster, probes
-from nexus_cli.devstack.as_runner import RUNNER_PASSWORD_ENV, RUNNER_USER
 from nexus_cli.devstack.control import CLUSTER_ENV
 from nexus_cli.devstack.postgres import EmbeddedPostgres
 from nexus_cli.devstack.services import APP_SERVICES
@@ -256,7 +255,12 @@ class Supervisor:
         }
         # Every NATS user's password (kept in HOME); nats-server alone gets them all.
         self.passwords = nats_auth.stack_passwords(self.home)
-        nats_url = await self._start_nats({**base_env, **nats_auth.server_env(self.passwords)})
+        # The auth callout issuer (kept in HOME): nats-server gets its public key, the
+        # scheduler its seed, and each run's runner a credential of its own run.
+        issuer_seed = nats_auth.stack_issuer(self.home)
+        nats_url = await self._start_nats(
+            {**base_env, **nats_auth.server_env(self.passwords, issuer_seed)}
+        )
         self.state.nats_url = nats_auth.admin_url(nats_url, self.passwords)
         self.save()
 
@@ -310,14 +314,11 @@ class Supervisor:
             or os.environ.get("NEXUS_SCHEDULER_LOCAL_COMMAND")
             or json.dumps([sys.executable, "-m", "nexus_runner"])
         )
-        # Runners connect as the `runner` user: the scheduler keeps its password beside its own
-        # and passes it on, and the run process swaps it in (nexus_cli.devstack.as_runner).
+        # Runners connect with their run's own credential, which the scheduler mints and its
+        # auth callout responder turns into that run's permissions (nexus_scheduler.auth_callout).
         runner_env = {
-            "NEXUS_LOCAL_COMMAND": json.dumps(nats_auth.runner_command(_command(runner_cmd))),
-            RUNNER_PASSWORD_ENV: self.passwords[RUNNER_USER],
-            "NEXUS_LOCAL_PASS_ENV": nats_auth.runner_pass_env(
-                os.environ.get("NEXUS_LOCAL_PASS_ENV")
-            ),
+            "NEXUS_LOCAL_COMMAND": json.dumps(_command(runner_cmd)),
+            nats_auth.ISSUER_SEED_ENV: issuer_seed,
         }
         per_service = {
             # Plane calls this port: keep one someone set, else the documented 8090.

@@ -30,6 +30,11 @@ class BusSettings(BaseSettings):
     password: str | None = None
     token: str | None = None
     creds_file: str | None = Field(None, description="Path of a .creds file (NGS, operator).")
+    inbox_prefix: str | None = Field(
+        None,
+        description="Prefix of the connection's reply subjects (default _INBOX). A run's"
+        " credential may only read _INBOX_<run_id>.> (nexus_events.run_access.inbox_prefix).",
+    )
     connect_timeout: float = Field(2.0, gt=0)
     # The first connect also runs this reconnect loop: attempts x wait bounds start-up.
     reconnect_time_wait: float = Field(0.5, gt=0)
@@ -77,6 +82,8 @@ def connect_options(settings: BusSettings) -> dict[str, Any]:
         options["token"] = settings.token
     if settings.creds_file:
         options["user_credentials"] = settings.creds_file
+    if settings.inbox_prefix:
+        options["inbox_prefix"] = settings.inbox_prefix
     return options
 
 

@@ -15,7 +15,7 @@ import nats.errors
 import nats.js.errors
 from nats.aio.msg import Msg
 from nats.js import JetStreamContext
-from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy
+from nats.js.api import AckPolicy, ConsumerConfig, ConsumerInfo, DeliverPolicy
 
 from nexus_events import subjects
 from nexus_events.codec import Decoded, JsMeta
@@ -40,16 +40,19 @@ class Replayer:
         filter_subject: str | None = None,
         run_id: str | None = None,
         batch: int = 500,
+        name: str | None = None,
     ) -> AsyncIterator[Decoded]:
         """Yield the events of `stream` in order, from `start_seq` to the end as of the call.
 
         `run_id` filters NEXUS_RUNS to one run. Messages that do not decode are skipped (the
-        live consumers dead-letter them). An ephemeral, ack-less consumer does the reading.
+        live consumers dead-letter them). An ephemeral, ack-less consumer does the reading,
+        named `name` if given (a run's credential may only make consumers it names:
+        nexus_events.run_access), else a fresh name.
         """
         if run_id is not None:
             filter_subject = subjects.run_events_filter(run_id)
         async for msg in self.replay_raw(
-            stream, start_seq=start_seq, filter_subject=filter_subject, batch=batch
+            stream, start_seq=start_seq, filter_subject=filter_subject, batch=batch, name=name
         ):
             try:
                 yield decode_msg(msg)
@@ -65,6 +68,7 @@ class Replayer:
         filter_subjects: Sequence[str] = (),
         batch: int = 500,
         last_per_subject: bool = False,
+        name: str | None = None,
     ) -> AsyncIterator[Msg]:
         """Like `replay` but yields the raw messages (undecodable ones included).
 
@@ -74,7 +78,8 @@ class Replayer:
         ignores `start_seq`.
         """
         filters = [*filter_subjects, *([filter_subject] if filter_subject else [])]
-        name = f"replay_{uuid.uuid4().hex[:16]}"
+        fixed = name is not None
+        name = name or f"replay_{uuid.uuid4().hex[:16]}"
         if last_per_subject:
             policy, opt_start = DeliverPolicy.LAST_PER_SUBJECT, None
         elif start_seq > 1:
@@ -91,17 +96,7 @@ class Replayer:
             inactive_threshold=60.0,
             mem_storage=True,
         )
-        try:
-            info = await self.js.add_consumer(stream, config)
-        except nats.errors.ConnectionClosedError as exc:
-            raise BusUnavailable("the NATS connection is closed") from exc
-        except nats.js.errors.NotFoundError as exc:
-            raise BusError(f"cannot replay {stream}: no such stream") from exc
-        except nats.js.errors.ServiceUnavailableError as exc:
-            raise JetStreamUnavailable(f"cannot replay {stream}: {NO_META_LEADER}") from exc
-        except (TimeoutError, nats.errors.Error) as exc:
-            # nats-py's TimeoutError is an asyncio one; both mean the server did not answer.
-            raise BusError(f"cannot replay {stream}: {type(exc).__name__} {exc}") from exc
+        info = await self._create_consumer(stream, config, fixed=fixed)
         reader = await PullReader(self.nc, stream, name).start()
         try:
             remaining = info.num_pending or 0
@@ -120,6 +115,26 @@ class Replayer:
             await reader.close()
             with contextlib.suppress(nats.errors.Error, nats.js.errors.Error):
                 await self.js.delete_consumer(stream, name)
+
+    async def _create_consumer(
+        self, stream: str, config: ConsumerConfig, *, fixed: bool
+    ) -> ConsumerInfo:
+        name = str(config.name)
+        if fixed:
+            # A fixed name may be left over from a replay that died: start afresh.
+            with contextlib.suppress(nats.errors.Error, nats.js.errors.Error):
+                await self.js.delete_consumer(stream, name)
+        try:
+            return await self.js.add_consumer(stream, config)
+        except nats.errors.ConnectionClosedError as exc:
+            raise BusUnavailable("the NATS connection is closed") from exc
+        except nats.js.errors.NotFoundError as exc:
+            raise BusError(f"cannot replay {stream}: no such stream") from exc
+        except nats.js.errors.ServiceUnavailableError as exc:
+            raise JetStreamUnavailable(f"cannot replay {stream}: {NO_META_LEADER}") from exc
+        except (TimeoutError, nats.errors.Error) as exc:
+            # nats-py's TimeoutError is an asyncio one; both mean the server did not answer.
+            raise BusError(f"cannot replay {stream}: {type(exc).__name__} {exc}") from exc
 
 
 __all__ = ["Replayer"]

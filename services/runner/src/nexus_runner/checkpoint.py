@@ -1,7 +1,15 @@
 """Workspace checkpoints: after a tool call that changed the workspace, its tree as a commit on
-``refs/nexus/checkpoints/<run_id>``, bundled into the object store (streams.CHECKPOINTS_BUCKET)
-and announced by a ``checkpointed`` event; attempt n+1 restores the last one so the workspace
-matches the transcript it goes on from (docs/resume.md).
+``refs/nexus/checkpoints/<run_id>``, bundled into the checkpoints stream (the object store
+streams.CHECKPOINTS_BUCKET's) and announced by a ``checkpointed`` event; attempt n+1 restores
+the last one so the workspace matches the transcript it goes on from (docs/resume.md).
+
+A bundle is written as chunks on ``$O.nexus_checkpoints.C.<run_id>.<attempt>.<n>``
+(`run_access.checkpoint_chunks`), without the object store's meta record, and read back by a
+named consumer filtered on that subject: a run's NATS credential may write and read its own
+run's checkpoints and no other's (object names, meta subjects and purges are not per run).
+The ``checkpointed`` event carries the size and digest a restore checks. Old checkpoints are
+not deleted by the run (that would need a purge, which no run may do): the stream's max age
+(the transcripts' retention) ends them.
 
 A checkpoint holds what ``git add -A`` would: files the workspace's .gitignore excludes (a
 ``.env``, build output, caches) are not in it, so secrets kept there are never copied to the
@@ -9,8 +17,8 @@ object store, and a resumed attempt does not have them either. Tracked files tha
 secret value are in it (the bucket is the runner's alone, like the transcript).
 
 Checkpoints are best effort during a run: one that fails is a warning line and the run goes
-on (no worse than without); but a ``checkpointed`` event is only published for an object that
-is stored, and the previous object is deleted only once the new event is.
+on (no worse than without); but a ``checkpointed`` event is only published for a bundle that
+is stored.
 """
 
 from __future__ import annotations
@@ -28,6 +36,8 @@ import nats.js.errors
 from nats.js import JetStreamContext
 from nats.js.api import ObjectStoreConfig, StorageType
 from nats.js.object_store import ObjectStore
+from nexus_events import run_access
+from nexus_events.errors import BusError
 from nexus_events.events.runs import RunCheckpointed
 from nexus_events.streams import CHECKPOINTS_BUCKET, StreamSettings
 
@@ -39,6 +49,37 @@ from nexus_runner.transcript import ResumeFailedError
 log = logging.getLogger(__name__)
 
 DAY = 86_400.0
+# Bytes of one chunk message (the object store's default chunk size; under max_payload).
+CHUNK_SIZE = 128 * 1024
+# Headers of a chunk: its index and the bundle's chunk count. A restore keeps the last full
+# series on the subject (a re-run of the same attempt may have written one before).
+CHUNK_HEADER = "Nexus-Chunk"
+CHUNKS_HEADER = "Nexus-Chunks"
+
+
+def _chunks_subject(name: str) -> str:
+    """The chunk subject of the checkpoint named ``<run_id>/<attempt>-<n>``."""
+    run_id, _, rest = name.partition("/")
+    attempt, _, count = rest.partition("-")
+    if not (attempt.isdigit() and count.isdigit()):
+        raise ResumeFailedError(f"not a checkpoint name: {name!r}")
+    return run_access.checkpoint_chunks(run_id, int(attempt), int(count))
+
+
+def _reassemble(parts: list[tuple[int, int, bytes]]) -> bytes | None:
+    """The last complete series of (index, count, data) chunks, or None."""
+    series: list[bytes] = []
+    done: bytes | None = None
+    for index, count, data in parts:
+        if index == 0:
+            series = []
+        if index != len(series):
+            series = []  # a torn series: wait for the next start
+            continue
+        series.append(data)
+        if len(series) == count:
+            done = b"".join(series)
+    return done
 
 
 def checkpoint_ref(run_id: str) -> str:
@@ -139,7 +180,7 @@ class Checkpointer:
         name = f"{self.pub.run_id}/{self.pub.attempt}-{self.count}"
         if self._bucket is None:
             self._bucket = await checkpoint_bucket(self.js, self.stream_settings)
-        await self._bucket.put(name, data)
+        await self._put(name, data)
         base = self.base_sha or EMPTY_TREE
         files = (await self.git.run("diff", "--name-only", base, commit)).output.split()
         event = RunCheckpointed(
@@ -152,31 +193,46 @@ class Checkpointer:
         )
         await self.pub.event(event)
         self.last_tree = tree
-        # The older object only once the event naming the new one is stored: a resume
-        # always finds the object of the last `checkpointed` event.
-        await self.pub.flush()
-        previous, self.previous_object = self.previous_object, name
-        if previous is not None:
-            try:
-                await self._bucket.delete(previous)
-            except nats.errors.Error as exc:  # only space is lost (the bucket's TTL ends it)
-                log.warning(
-                    "run %s: old checkpoint %s not deleted: %s", self.pub.run_id, previous, exc
-                )
+        self.previous_object = name
         return event
+
+    async def _put(self, name: str, data: bytes) -> None:
+        subject = _chunks_subject(name)
+        count = max(1, -(-len(data) // CHUNK_SIZE))
+        for index in range(count):
+            chunk = data[index * CHUNK_SIZE : (index + 1) * CHUNK_SIZE]
+            headers = {CHUNK_HEADER: str(index), CHUNKS_HEADER: str(count)}
+            await self.js.publish(subject, chunk, headers=headers)
+
+    async def _get(self, name: str) -> bytes:
+        """The bundle stored as `name`; `ResumeFailedError` when there is none."""
+        subject = _chunks_subject(name)
+        consumer = run_access.checkpoint_replay(self.pub.run_id, self.pub.attempt)
+        parts: list[tuple[int, int, bytes]] = []
+        bus = self.pub.bus
+        async for msg in bus.replay_raw(
+            run_access.CHECKPOINTS_STREAM, filter_subject=subject, name=consumer.name
+        ):
+            headers = msg.headers or {}
+            try:
+                parts.append((int(headers[CHUNK_HEADER]), int(headers[CHUNKS_HEADER]), msg.data))
+            except (KeyError, ValueError):
+                continue  # not a chunk this module wrote
+        data = _reassemble(parts)
+        if data is None:
+            raise ResumeFailedError(f"checkpoint {name} cannot be read: no complete bundle")
+        return data
 
     async def restore(self, checkpoint: RunCheckpointed) -> None:
         """Make the workspace the checkpoint's: its tree in the working tree, HEAD (the run's
         branch) at the commit the agent was on, so its own commits survive and what it had
         not committed is uncommitted again (deleted files included). Raises `ResumeFailedError`."""
         try:
-            bucket = await checkpoint_bucket(self.js, self.stream_settings)
-            got = await bucket.get(checkpoint.object)
-        except nats.errors.Error as exc:
+            data = await self._get(checkpoint.object)
+        except (nats.errors.Error, BusError) as exc:
             raise ResumeFailedError(
                 f"checkpoint {checkpoint.object} cannot be read: {type(exc).__name__} {exc}"
             ) from exc
-        data = bytes(got.data or b"")
         digest = hashlib.sha256(data).hexdigest()
         if len(data) != checkpoint.size or digest != checkpoint.digest:
             raise ResumeFailedError(

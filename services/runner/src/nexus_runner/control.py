@@ -7,16 +7,11 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import time
 from dataclasses import dataclass
-from typing import Any
 
-import nats.errors
-import nats.js.errors
 from nats.aio.msg import Msg
-from nats.js.api import ConsumerConfig, DeliverPolicy
-from nexus_events import subjects
-from nexus_events.bus import Bus, decode_msg, stream_for_subject
+from nexus_events import run_access
+from nexus_events.bus import Bus, decode_msg
 from nexus_events.codec import Envelope
 from nexus_events.errors import DecodeError
 from nexus_events.events.inbox import ApprovalDecision, InboxMessage
@@ -26,25 +21,16 @@ from nexus_events.events.runs import (
     RunResuming,
     TerminalEvent,
 )
-from nexus_events.runstate import TERMINAL_EVENTS
 from nexus_events.streams import INBOX, RUNS
 
 from nexus_runner.errors import RunStopped
+from nexus_runner.followed import FollowedSubject
 
 log = logging.getLogger(__name__)
 
-# What JetStream's API raises while a stream or the meta group elects a leader, or while the
-# connection moves to another server: the control channel's subscriptions are retried on them.
-_ELECTION_ERRORS = (
-    nats.errors.TimeoutError,
-    nats.errors.NoRespondersError,
-    nats.errors.ConnectionReconnectingError,
-    nats.errors.StaleConnectionError,
-    nats.js.errors.ServiceUnavailableError,
-)
-# Waits between attempts: 50 ms doubling to 1 s, as a publish's retries.
-_FIRST_RETRY_DELAY = 0.05
-_LAST_RETRY_DELAY = 1.0
+# How often the control channel checks that the server still has its consumers (a restarted
+# server has lost them: they are made again from where they left off).
+_CHECK_INTERVAL = 2.0
 
 # The runner publishes its own terminal event only after it stopped following these, so one
 # seen while it runs was published by someone else and ends the run for good.
@@ -78,7 +64,8 @@ async def start_points(bus: Bus, run_id: str, attempt: int) -> StartPoints:
     runs_end = await _last_seq(bus, RUNS)
     terminal: Envelope | None = None
     dispatched: Envelope | None = None
-    async for decoded in bus.replay(RUNS, run_id=run_id):
+    history = run_access.history_replay(run_id, attempt).name
+    async for decoded in bus.replay(RUNS, run_id=run_id, name=history):
         event = decoded.event
         if isinstance(event, RunDispatched) and event.attempt == attempt:
             dispatched = decoded.envelope
@@ -89,7 +76,8 @@ async def start_points(bus: Bus, run_id: str, attempt: int) -> StartPoints:
         return StartPoints(inbox_seq=inbox_end + 1, runs_seq=runs_end + 1)
     inbox_seq = inbox_end + 1
     # One run's inbox is short: read it to the end (the replay cleans up its consumer).
-    async for decoded in bus.replay(INBOX, filter_subject=subjects.inbox(run_id)):
+    replay = run_access.inbox_replay(run_id, attempt)
+    async for decoded in bus.replay(INBOX, filter_subject=replay.filter, name=replay.name):
         stored = decoded.envelope
         later = stored.timestamp_ns is not None and stored.timestamp_ns > cutoff.timestamp_ns
         if later and stored.stream_seq is not None:
@@ -148,42 +136,27 @@ class RunControl:
         self._seqs: dict[int, int] = {}
         # Delegations waited for (the `delegate` tool): the child's result by correlation id.
         self._correlated: dict[str, asyncio.Future[InboxMessage]] = {}
-        self._subs: list[Any] = []
+        self._followed: list[FollowedSubject] = []
+        self._check: asyncio.Task[None] | None = None
 
     async def start(self, points: StartPoints | None = None) -> None:
         points = points or StartPoints()
-        followed = [
-            (subjects.inbox(self.run_id), points.inbox_seq),
-            (subjects.run_event(self.run_id, "cancel_requested"), points.runs_seq),
+        followed = [(run_access.inbox_consumer(self.run_id, self.attempt), points.inbox_seq)]
+        followed += [
+            (run_access.control_consumer(self.run_id, self.attempt, str(event)), points.runs_seq)
+            for event in run_access.CONTROL_EVENTS
         ]
-        followed += [(subjects.run_event(self.run_id, n), points.runs_seq) for n in TERMINAL_EVENTS]
-        followed.append((subjects.run_event(self.run_id, "resuming"), points.runs_seq))
-        for subject, seq in followed:
-            self._subs.append(await self._follow(subject, seq))
+        for consumer, seq in followed:
+            subject = FollowedSubject(self.bus, consumer, seq, self._on_msg)
+            await subject.start()
+            self._followed.append(subject)
+        self._check = asyncio.create_task(self._check_loop(), name=f"control:{self.run_id}")
 
-    async def _follow(self, subject: str, seq: int) -> Any:
-        """An ordered consumer of `subject` from `seq`, retried through a JetStream leader
-        election or a reconnect (its API answers 503, nothing or too late for a few seconds)
-        for as long as a publish would be (``publish_deadline``)."""
-        stream = stream_for_subject(subject)  # named: one JetStream API call fewer
-        deadline = time.monotonic() + self.bus.settings.publish_deadline
-        delay = _FIRST_RETRY_DELAY
+    async def _check_loop(self) -> None:
         while True:
-            # A fresh config each time: nats-py writes the deliver inbox into the one given.
-            config = ConsumerConfig(
-                deliver_policy=DeliverPolicy.BY_START_SEQUENCE if seq > 1 else DeliverPolicy.ALL,
-                opt_start_seq=seq if seq > 1 else None,
-            )
-            try:
-                return await self.bus.js.subscribe(
-                    subject, stream=stream, cb=self._on_msg, ordered_consumer=True, config=config
-                )
-            except _ELECTION_ERRORS as exc:
-                if time.monotonic() + delay >= deadline:
-                    raise
-                log.info("following %s: JetStream busy (%s); retrying", subject, exc)
-            await asyncio.sleep(delay)  # a backoff between attempts, not a wait for a condition
-            delay = min(delay * 2, _LAST_RETRY_DELAY)
+            await asyncio.sleep(_CHECK_INTERVAL)  # a poll: the server says nothing on loss
+            for subject in self._followed:
+                await subject.ensure()
 
     async def _dead_letter(self, msg: Msg, exc: DecodeError) -> None:
         # Not dropped: a person who typed a bad `nats pub` finds it in `nexus dlq ls` with the
@@ -196,10 +169,14 @@ class RunControl:
             log.exception("could not dead-letter the control message on %s", msg.subject)
 
     async def stop(self) -> None:
-        for sub in self._subs:
-            with contextlib.suppress(nats.errors.Error):
-                await sub.unsubscribe()
-        self._subs.clear()
+        if self._check is not None:
+            self._check.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._check
+            self._check = None
+        for subject in self._followed:
+            await subject.stop()
+        self._followed.clear()
 
     async def _on_msg(self, msg: Msg) -> None:
         try:

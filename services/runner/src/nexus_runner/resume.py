@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
+from nexus_events import run_access
 from nexus_events.bus import Bus
 from nexus_events.codec import Envelope
 from nexus_events.events.runs import (
@@ -92,9 +93,10 @@ class History:
             self.plan_approved = True
 
 
-async def read_history(bus: Bus, run_id: str) -> History:
+async def read_history(bus: Bus, run_id: str, attempt: int) -> History:
     history = History()
-    async for decoded in bus.replay(RUNS, run_id=run_id):
+    name = run_access.history_replay(run_id, attempt).name
+    async for decoded in bus.replay(RUNS, run_id=run_id, name=name):
         history.add(decoded.event, decoded.envelope)
     return history
 
@@ -183,10 +185,10 @@ class Resumption:
 
     @classmethod
     async def read(cls, bus: Bus, run_id: str, attempt: int) -> Resumption:
-        history = await read_history(bus, run_id)
+        history = await read_history(bus, run_id, attempt)
         if history.ended:
             return cls(attempt, history, Folded())
-        folded = fold(await read_entries(bus, run_id), history.starts)
+        folded = fold(await read_entries(bus, run_id, attempt), history.starts)
         if folded.entries == 0 and history.usage.turns > 0:
             raise ResumeFailedError(
                 f"the run's transcript is missing ({history.usage.turns} model turns were"

@@ -12,7 +12,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from nexus_events import subjects
+from nexus_events import run_access, subjects
 from nexus_events.bus import Bus, decode_msg
 from nexus_events.errors import DecodeError
 from nexus_events.events.runs import Condensation
@@ -139,12 +139,13 @@ def fold(entries: Iterable[TranscriptEntry], starts: Mapping[int, int]) -> Folde
     return folded
 
 
-async def read_entries(bus: Bus, run_id: str) -> list[TranscriptEntry]:
+async def read_entries(bus: Bus, run_id: str, attempt: int = 1) -> list[TranscriptEntry]:
     """The run's transcript entries in stream order; one that does not decode is corruption
     (`ResumeFailedError`), never skipped."""
     out: list[TranscriptEntry] = []
     subject = subjects.run_transcript(run_id)
-    async for msg in bus.replay_raw(TRANSCRIPTS, filter_subject=subject):
+    name = run_access.transcript_replay(run_id, attempt).name
+    async for msg in bus.replay_raw(TRANSCRIPTS, filter_subject=subject, name=name):
         try:
             event = decode_msg(msg).event
         except DecodeError as exc:

@@ -36,7 +36,7 @@ def _greets(port: int) -> bool:
 async def test_the_control_channel_waits_for_jetstream_to_answer(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
-    caplog.set_level(logging.INFO, logger="nexus_runner.control")
+    caplog.set_level(logging.INFO, logger="nexus_runner.followed")
     port = free_port()
     plain = await asyncio.create_subprocess_exec(
         nats_server_binary(), "-a", "127.0.0.1", "-p", str(port),

@@ -9,9 +9,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-import nats.js.errors
 import pytest
-from nexus_events import subjects
+from nexus_events import run_access, subjects
 from nexus_events.bus import Bus
 from nexus_events.events.inbox import InboxMessage
 from nexus_events.events.runs import (
@@ -28,11 +27,10 @@ from nexus_events.events.runs import (
     ToolCalled,
 )
 from nexus_events.events.transcripts import TranscriptEntry
-from nexus_events.streams import StreamSettings
 from tests.fakes.openai_server import FakeOpenAI, Reply, ToolCall
 
 from nexus_runner.app import RunHandle, execute_run
-from nexus_runner.checkpoint import Checkpointer, checkpoint_bucket
+from nexus_runner.checkpoint import Checkpointer
 from nexus_runner.config import RunnerSettings
 from nexus_runner.git import Author, Git
 from nexus_runner.publisher import RunPublisher
@@ -111,9 +109,12 @@ async def test_checkpoint_restores_files_deletions_and_the_agents_commits(
     second = await ck.after_call(3)
     assert second is not None
     assert second.object == f"{run_id}/1-2"
-    bucket = await checkpoint_bucket(runner_bus.js, StreamSettings())
-    with pytest.raises(nats.js.errors.ObjectNotFoundError):  # the older object went
-        await bucket.get(first.object)
+    # Each checkpoint's chunks are on a subject of the run's own (what its credential may
+    # write and read: nexus_events.run_access), and nothing else went to the stream.
+    info = await runner_bus.js.stream_info(run_access.CHECKPOINTS_STREAM, subjects_filter=">")
+    assert set(info.state.subjects or {}) == {
+        run_access.checkpoint_chunks(run_id, 1, n) for n in (1, 2)
+    }
     ck.close()
 
     clone = tmp_path / "clone"

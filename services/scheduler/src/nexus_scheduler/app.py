@@ -13,24 +13,30 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import time
+from collections.abc import Callable
 from datetime import datetime
 from pathlib import Path
 
 import nats.errors
 import nats.js.errors
 from nexus_events.bus import BusSettings, Consumer, ConsumerSpec
+from nexus_events.events import RunConfig
 from nexus_events.health import HealthServer
 from nexus_events.lease import Lease
 from nexus_events.metrics import MetricsSettings, setup_metrics
 from nexus_events.process import ServiceApp
 from nexus_events.streams import RUNS, SCHEDULES, StreamSettings, ensure_streams
 
+from nexus_scheduler.auth_callout import AuthCalloutResponder
+from nexus_scheduler.callout_jwt import Issuer
 from nexus_scheduler.checkpoint import Checkpointer
 from nexus_scheduler.clock import Clock, SystemClock
 from nexus_scheduler.config import SchedulerSettings
 from nexus_scheduler.handlers import create_run_handler, create_schedule_handler
 from nexus_scheduler.metrics import SchedulerMetrics
 from nexus_scheduler.rebuild import rebuild
+from nexus_scheduler.run_credentials import RunCredentialMinter
 from nexus_scheduler.runtime.base import AgentRuntime
 from nexus_scheduler.schedules_service import ScheduleService
 from nexus_scheduler.service import SchedulerService, watched_subjects
@@ -42,11 +48,23 @@ log = logging.getLogger(__name__)
 SOURCE = "scheduler"
 
 
+def run_credentials(settings: SchedulerSettings) -> Callable[[RunConfig], dict[str, str]] | None:
+    """What gives each runner its run's own NATS credential; None without a callout seed."""
+    if settings.auth_callout_seed is None:
+        return None
+    seed = settings.auth_callout_seed.get_secret_value().encode()
+    minter = RunCredentialMinter(seed, min_ttl=settings.run_credential_min_ttl_seconds)
+    return lambda config: minter.runner_nats_env(config, time.time())
+
+
 def build_runtime(settings: SchedulerSettings) -> AgentRuntime:
+    credentials = run_credentials(settings)
     if settings.runtime == "kubernetes":
         from nexus_scheduler.runtime.kubernetes import KubernetesRuntime, KubernetesSettings
 
-        return KubernetesRuntime(KubernetesSettings.from_scheduler(settings))
+        return KubernetesRuntime(
+            KubernetesSettings.from_scheduler(settings), credentials=credentials
+        )
     from nexus_scheduler.runtime.confinement import Confinement, resolve
     from nexus_scheduler.runtime.local import LocalProcessRuntime
 
@@ -59,6 +77,7 @@ def build_runtime(settings: SchedulerSettings) -> AgentRuntime:
         finished_kept=settings.local_finished_kept,
         finished_ttl=settings.local_finished_ttl_seconds,
         confinement=Confinement(decision.bwrap) if decision.bwrap else None,
+        credentials=credentials,
     )
 
 
@@ -108,6 +127,12 @@ class SchedulerApp(ServiceApp):
             await self.health.start()
             stack.push_async_callback(self.health.stop)
         bus = await self.connect_bus(stack, self.bus_settings, SOURCE)
+        if self.settings.auth_callout_seed is not None:
+            # Every replica answers (a queue group): runners connect whoever leads.
+            issuer = Issuer(self.settings.auth_callout_seed.get_secret_value())
+            responder = AuthCalloutResponder(bus.nc, issuer)
+            await responder.start()
+            stack.push_async_callback(responder.stop)
         await ensure_streams(bus.js, update=False)  # core owns stream settings
         if self.metrics is None:
             provider = setup_metrics("scheduler", MetricsSettings())

@@ -10,7 +10,7 @@ from typing import Literal
 
 from nexus_events.health import HealthPort
 from nexus_events.settings import ENV_PREFIX, NexusSettings
-from pydantic import Field
+from pydantic import Field, SecretStr
 from pydantic_settings import SettingsConfigDict
 
 from nexus_scheduler.admission import Limits, Timeouts
@@ -102,6 +102,19 @@ class SchedulerSettings(NexusSettings):
         "queue",
         description="A fire while the previous run is active, for schedules that set no"
         " `overlap_policy`.",
+    )
+
+    # Run credentials (docs/deploy.md, "The run credential"). With a seed, the scheduler
+    # answers nats-server's auth callout and gives each runner a credential of its own run.
+    auth_callout_seed: SecretStr | None = Field(
+        None,
+        description="Account nkey seed (SA...) of the NATS auth callout issuer; the server's"
+        " auth_callout.issuer is its public key (docs/deploy.md shows how to make both).",
+    )
+    run_credential_min_ttl_seconds: float = Field(
+        86_400.0,
+        gt=0,
+        description="Least lifetime of a run's NATS credential (longer for a longer wall budget).",
     )
 
     # Probes. 8081, not core's 8080: both may run on one host (a laptop, `docker run`).

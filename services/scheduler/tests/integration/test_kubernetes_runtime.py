@@ -6,11 +6,14 @@ import asyncio
 import base64
 import json
 import logging
+import time
 from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
 from kubernetes_asyncio import client
+from nexus_scheduler.callout_jwt import Issuer
+from nexus_scheduler.run_credentials import RunCredentialMinter, verify
 from nexus_scheduler.runtime.base import AgentRuntimeError, RuntimeState
 from nexus_scheduler.runtime.kubernetes import KubernetesRuntime, KubernetesSettings, job_name
 
@@ -446,3 +449,27 @@ async def _count(bus: Any, event: str, n: int) -> bool:
     from .conftest import run_events
 
     return len(await run_events(bus, event)) >= n
+
+
+async def test_a_run_job_carries_its_run_s_own_nats_credential(fake: Any) -> None:
+    """The pod's NATS identity is the run's (from the run's Secret), not runner-env's."""
+    minter = RunCredentialMinter(Issuer.generate().encode(), min_ttl=600)
+    rt = KubernetesRuntime(
+        KubernetesSettings(namespace=NS, image="runner:1"),
+        configuration=client.Configuration(host=fake.host),
+        credentials=lambda c: minter.runner_nats_env(c, time.time()),
+    )
+    await rt.start()
+    try:
+        await rt.start_run(config("run-cred"))
+    finally:
+        await rt.close()
+    name = job_name("run-cred")
+    [container] = fake.job(name, NS)["spec"]["template"]["spec"]["containers"]
+    refs = {e["name"]: e["valueFrom"]["secretKeyRef"] for e in container["env"] if "valueFrom" in e}
+    assert refs["NEXUS_NATS_USER"] == {"name": name, "key": "NEXUS_NATS_USER"}
+    assert {"NEXUS_NATS_PASSWORD", "NEXUS_NATS_INBOX_PREFIX"} <= set(refs)
+    data = fake.secrets[(NS, name)]["data"]
+    assert base64.b64decode(data["NEXUS_NATS_USER"]).decode() == "run:run-cred"
+    password = base64.b64decode(data["NEXUS_NATS_PASSWORD"]).decode()
+    assert verify(minter.key, "run:run-cred", password, now=time.time()).run_id == "run-cred"

@@ -9,6 +9,8 @@ import time
 from pathlib import Path
 
 import pytest
+from nexus_scheduler.callout_jwt import Issuer
+from nexus_scheduler.run_credentials import RunCredentialMinter, verify
 from nexus_scheduler.runtime.base import RuntimeState
 from nexus_scheduler.runtime.local import LocalProcessRuntime
 
@@ -202,11 +204,16 @@ async def test_the_runner_gets_only_the_environment_it_needs(
     monkeypatch.setenv("NEXUS_LLM_API_KEY", "the-runner-needs-this")
     monkeypatch.setenv("OTEL_SERVICE_NAME", "nexus-runner-test")
     monkeypatch.setenv("HOME", str(tmp_path / "operator-home"))
+    # The scheduler's own NATS identity must not reach the runner: the run's replaces it.
+    monkeypatch.setenv("NEXUS_NATS_USER", "scheduler")
+    monkeypatch.setenv("NEXUS_NATS_PASSWORD", "honey-scheduler-password-0003")
+    minter = RunCredentialMinter(Issuer.generate().encode(), min_ttl=600)
     rt = LocalProcessRuntime(
         tmp_path / "runs",
         command=(sys.executable, str(FAKE_RUNNER)),
         env={"FAKE_RUNNER_MODE": "environ"},
         pass_env=["OPERATOR_EXTRA"],
+        credentials=lambda c: minter.runner_nats_env(c, time.time()),
     )
     await rt.start()
     await rt.start_run(config("run-env"))
@@ -221,6 +228,9 @@ async def test_the_runner_gets_only_the_environment_it_needs(
     assert env["OTEL_SERVICE_NAME"] == "nexus-runner-test"
     assert env["OPERATOR_EXTRA"] == "passed-on-request"
     assert env["NEXUS_RUN_ID"] == "run-env"
+    assert env["NEXUS_NATS_USER"] == "run:run-env"
+    assert env["NEXUS_NATS_INBOX_PREFIX"] == "_INBOX_run-env"
+    verify(minter.key, "run:run-env", env["NEXUS_NATS_PASSWORD"], now=time.time())
     home = Path(env["HOME"])
     assert home == rt.run_dir("run-env") / "home"
     assert stat.S_IMODE(os.stat(home).st_mode) == 0o700

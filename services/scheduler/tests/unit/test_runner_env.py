@@ -44,3 +44,35 @@ def test_a_run_job_sets_only_what_the_runner_needs() -> None:
     assert [s.secret_ref.name for s in container.env_from] == ["runner-env"]
     assert pod.enable_service_links is False
     assert pod.automount_service_account_token is False
+
+
+def test_a_run_job_takes_its_nats_credential_from_its_own_secret() -> None:
+    import base64
+
+    from nexus_scheduler.runtime.kubernetes_jobs import (
+        CONFIG_KEY,
+        KubernetesSettings,
+        build_job,
+        build_secret,
+    )
+
+    from ..factories import config
+
+    credential = {"NEXUS_NATS_USER": "run:k", "NEXUS_NATS_PASSWORD": "v1.1.9.none.mac"}
+    job = build_job(config("k"), KubernetesSettings(), {}, list(credential))
+    pod = job.spec.template.spec
+    refs = {
+        e.name: (e.value_from.secret_key_ref.name, e.value_from.secret_key_ref.key)
+        for e in pod.containers[0].env
+        if e.value_from is not None
+    }
+    name = job.metadata.name
+    assert refs == {k: (name, k) for k in credential}  # env wins over runner-env's envFrom
+    # The config volume mounts the config only, not the credential.
+    [volume] = [v for v in pod.volumes if v.name == "config"]
+    assert [i.key for i in volume.secret.items] == [CONFIG_KEY]
+    job.metadata.uid = "uid-1"  # the API server sets it on create
+    secret = build_secret(config("k"), job, credential)
+    data = {k: base64.b64decode(v).decode() for k, v in secret.data.items()}
+    assert {k: data[k] for k in credential} == credential
+    assert set(data) == {CONFIG_KEY, *credential}

@@ -14,7 +14,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from typing import Any, TypeVar
 
 import aiohttp
@@ -62,9 +62,15 @@ class KubernetesRuntime:
     kind = "kubernetes"
 
     def __init__(
-        self, settings: KubernetesSettings, *, configuration: client.Configuration | None = None
+        self,
+        settings: KubernetesSettings,
+        *,
+        configuration: client.Configuration | None = None,
+        credentials: Callable[[RunConfig], Mapping[str, str]] | None = None,
     ) -> None:
         self.settings = settings
+        # The run's own NATS credential (NEXUS_NATS_*), None: the runner-env Secret's.
+        self.credentials = credentials
         self._configuration = configuration
         self._api: client.ApiClient | None = None
         self._statuses: dict[str, client.V1Job] = {}
@@ -130,7 +136,8 @@ class KubernetesRuntime:
     async def start_run(self, config_: RunConfig) -> RunHandle:
         batch = client.BatchV1Api(self._client())
         core = client.CoreV1Api(self._client())
-        manifest = build_job(config_, self.settings, telemetry.trace_env())
+        credentials = self.credentials(config_) if self.credentials else {}
+        manifest = build_job(config_, self.settings, telemetry.trace_env(), list(credentials))
         name = manifest.metadata.name
         timeout = self.settings.request_timeout
         try:
@@ -151,7 +158,9 @@ class KubernetesRuntime:
             await self._call(
                 f"create Secret {name}",
                 core.create_namespaced_secret(
-                    self.namespace, build_secret(config_, job), _request_timeout=timeout
+                    self.namespace,
+                    build_secret(config_, job, credentials),
+                    _request_timeout=timeout,
                 ),
             )
         except ApiException as exc:

@@ -15,7 +15,7 @@ from __future__ import annotations
 import base64
 import hashlib
 import re
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -102,11 +102,14 @@ def build_job(
     config_: RunConfig,
     settings: KubernetesSettings,
     trace_env: Mapping[str, str] | None = None,
+    credential_names: Sequence[str] = (),
 ) -> client.V1Job:
     """The Job manifest of a run (pure: tests and `kubectl apply --dry-run` can use it).
 
     `trace_env` (``TRACEPARENT``/``TRACESTATE``) goes into the pod's environment: the runner
-    continues the scheduler's trace of the run.
+    continues the scheduler's trace of the run. `credential_names` are variables of the run's
+    NATS credential (`build_secret` stores them): they come from the run's own Secret and win
+    over the runner-env Secret's (``env`` beats ``envFrom``).
     """
     name = job_name(config_.run_id, config_.attempt)
     labels = {
@@ -127,6 +130,15 @@ def build_job(
             client.V1EnvVar(name="NEXUS_RUN_ID", value=config_.run_id),
             client.V1EnvVar(name="HOME", value=WORKSPACE_MOUNT),
             *(client.V1EnvVar(name=k, value=v) for k, v in sorted((trace_env or {}).items())),
+            *(
+                client.V1EnvVar(
+                    name=k,
+                    value_from=client.V1EnvVarSource(
+                        secret_key_ref=client.V1SecretKeySelector(name=name, key=k)
+                    ),
+                )
+                for k in sorted(credential_names)
+            ),
         ],
         # NATS URL/credentials, the LLM endpoint and OTLP settings come from one Secret, so
         # they never enter the RunConfig (which is an event) or the Job spec.
@@ -172,7 +184,11 @@ def build_job(
             client.V1Volume(
                 name="config",
                 secret=client.V1SecretVolumeSource(
-                    secret_name=name, default_mode=0o400, optional=False
+                    secret_name=name,
+                    default_mode=0o400,
+                    optional=False,
+                    # The config only: the credential reaches the runner as env.
+                    items=[client.V1KeyToPath(key=CONFIG_KEY, path=CONFIG_KEY)],
                 ),
             ),
             client.V1Volume(
@@ -197,8 +213,12 @@ def build_job(
     )
 
 
-def build_secret(config_: RunConfig, job: client.V1Job) -> client.V1Secret:
-    """The Secret holding the RunConfig, owned by (and garbage-collected with) the Job."""
+def build_secret(
+    config_: RunConfig, job: client.V1Job, credentials: Mapping[str, str] | None = None
+) -> client.V1Secret:
+    """The Secret holding the RunConfig and the run's NATS credential (`credentials`), owned
+    by (and garbage-collected with) the Job."""
+    data = {CONFIG_KEY: config_.model_dump_json(), **(credentials or {})}
     return client.V1Secret(
         api_version="v1",
         kind="Secret",
@@ -217,7 +237,7 @@ def build_secret(config_: RunConfig, job: client.V1Job) -> client.V1Secret:
                 )
             ],
         ),
-        data={CONFIG_KEY: base64.b64encode(config_.model_dump_json().encode()).decode()},
+        data={k: base64.b64encode(v.encode()).decode() for k, v in data.items()},
     )
 
 

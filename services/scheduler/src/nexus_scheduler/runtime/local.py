@@ -95,6 +95,7 @@ class LocalProcessRuntime:
         finished_ttl: float = FINISHED_TTL_SECONDS,
         monotonic: Callable[[], float] = time.monotonic,
         confinement: Confinement | None = None,
+        credentials: Callable[[RunConfig], Mapping[str, str]] | None = None,
     ) -> None:
         self.workdir = Path(workdir)
         self.command = tuple(command)
@@ -105,6 +106,8 @@ class LocalProcessRuntime:
         self.finished_ttl = finished_ttl
         self._monotonic = monotonic
         self.confinement = confinement  # None: runners run unconfined
+        # The run's own NATS credential (NEXUS_NATS_*), None: runners connect as configured.
+        self.credentials = credentials
         self._procs: dict[str, _Proc] = {}
         # Runners a previous scheduler started that were found alive (by their pid file):
         # run id -> (attempt, runner).
@@ -175,6 +178,7 @@ class LocalProcessRuntime:
                 extra_names=self.pass_env,
                 overrides={
                     **self.env,
+                    **(self.credentials(config) if self.credentials else {}),
                     "NEXUS_RUN_ID": config.run_id,
                     **telemetry.trace_env(),
                     # A confined runner's tools always get their own sandbox: refused,

@@ -1,0 +1,145 @@
+"""A run's NATS credential: the token the scheduler mints for one attempt of a run, and its
+verification by the auth callout (pure: no sockets, the clock passed in).
+
+The runner connects as user ``run:<run_id>`` with a password
+``v1.<attempt>.<expires>.<grants>.<mac>``: `mac` is an HMAC-SHA256 of everything before it
+and the run id, under a key derived from the callout issuer's seed, which only the scheduler
+holds. A token names one run, so it cannot be used as another; it ends at `expires`.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import hmac
+from dataclasses import dataclass
+
+from nexus_events import subjects
+from nexus_events.events.runs import RunConfig
+from nexus_events.run_access import GRANTS, inbox_prefix
+
+USER_PREFIX = "run:"
+VERSION = "v1"
+# What the HMAC key is derived for: the issuer seed signs JWTs, this derived key signs tokens.
+_KEY_PURPOSE = b"nexus run credential v1"
+_NO_GRANTS = "none"
+
+
+class CredentialRefusedError(ValueError):
+    """A run credential that is malformed, forged, for another run or expired."""
+
+
+@dataclass(frozen=True)
+class RunCredential:
+    """What a verified token says: which attempt of which run, what it was granted, until when."""
+
+    run_id: str
+    attempt: int
+    grants: frozenset[str]
+    expires: int  # unix seconds
+
+    @property
+    def user(self) -> str:
+        return f"{USER_PREFIX}{self.run_id}"
+
+
+def token_key(issuer_seed: bytes) -> bytes:
+    """The HMAC key of run tokens, derived from the callout issuer's seed."""
+    return hmac.new(issuer_seed, _KEY_PURPOSE, hashlib.sha256).digest()
+
+
+def grants_of(config: RunConfig) -> frozenset[str]:
+    """The grants of a run that widen its credential: the `delegate` and `remember` tools."""
+    return frozenset(t.name for t in config.tools if t.name in GRANTS)
+
+
+def _mac(key: bytes, run_id: str, body: str) -> str:
+    digest = hmac.new(key, f"{run_id}\n{body}".encode(), hashlib.sha256).digest()
+    return base64.urlsafe_b64encode(digest).rstrip(b"=").decode()
+
+
+def _body(attempt: int, expires: int, grants: frozenset[str]) -> str:
+    granted = "+".join(sorted(grants)) or _NO_GRANTS
+    return f"{VERSION}.{attempt}.{expires}.{granted}"
+
+
+def mint(key: bytes, credential: RunCredential) -> tuple[str, str]:
+    """(user, password) of `credential`, signed with `key`."""
+    subjects.validate_token(credential.run_id, "run id")
+    if unknown := credential.grants - set(GRANTS):
+        raise ValueError(f"unknown grants {sorted(unknown)}")
+    body = _body(credential.attempt, credential.expires, credential.grants)
+    return credential.user, f"{body}.{_mac(key, credential.run_id, body)}"
+
+
+def verify(key: bytes, user: str, password: str, *, now: float) -> RunCredential:
+    """The credential `user`/`password` stand for; raise `CredentialRefusedError` saying why not."""
+    if not user.startswith(USER_PREFIX):
+        raise CredentialRefusedError(f"not a run user: {user!r}")
+    run_id = user[len(USER_PREFIX) :]
+    try:
+        subjects.validate_token(run_id, "run id")
+    except ValueError as exc:
+        raise CredentialRefusedError(str(exc)) from exc
+    parts = password.split(".")
+    if len(parts) != 5 or parts[0] != VERSION:
+        raise CredentialRefusedError("malformed run token")
+    body, mac = ".".join(parts[:4]), parts[4]
+    # Checked before anything of the body is believed: a forged body is refused as forged.
+    if not hmac.compare_digest(mac, _mac(key, run_id, body)):
+        raise CredentialRefusedError("run token signature does not match")
+    try:
+        attempt, expires = int(parts[1]), int(parts[2])
+    except ValueError as exc:
+        raise CredentialRefusedError("malformed run token") from exc
+    grants = frozenset() if parts[3] == _NO_GRANTS else frozenset(parts[3].split("+"))
+    if attempt < 1 or not grants <= set(GRANTS):
+        raise CredentialRefusedError("malformed run token")
+    if expires <= now:
+        raise CredentialRefusedError(f"run token expired at {expires}")
+    return RunCredential(run_id, attempt, grants, expires)
+
+
+# Past the run's wall-clock budget, the credential lasts this long more: the run's start
+# (an image pull) and its end (publishing the terminal event) happen outside the budget.
+EXPIRY_MARGIN_SECONDS = 3600
+
+
+class RunCredentialMinter:
+    """Mints the NATS credential of each run attempt the scheduler starts (the runtimes put
+    it in the runner's environment: `runner_nats_env`)."""
+
+    def __init__(self, issuer_seed: bytes, *, min_ttl: float) -> None:
+        self.key = token_key(issuer_seed)
+        self.min_ttl = min_ttl
+
+    def credential(self, config: RunConfig, now: float) -> RunCredential:
+        ttl = max(self.min_ttl, config.budgets.max_wall_seconds + EXPIRY_MARGIN_SECONDS)
+        return RunCredential(config.run_id, config.attempt, grants_of(config), int(now + ttl))
+
+    def runner_nats_env(self, config: RunConfig, now: float) -> dict[str, str]:
+        """``NEXUS_NATS_*`` of the run's runner: its user, token and reply prefix. They replace
+        whatever credential the scheduler's own environment holds (token and creds file are
+        emptied), so a runner never connects as the scheduler."""
+        user, password = mint(self.key, self.credential(config, now))
+        return {
+            "NEXUS_NATS_NAME": f"runner:{config.run_id}",
+            "NEXUS_NATS_USER": user,
+            "NEXUS_NATS_PASSWORD": password,
+            "NEXUS_NATS_TOKEN": "",
+            "NEXUS_NATS_CREDS_FILE": "",
+            "NEXUS_NATS_INBOX_PREFIX": inbox_prefix(config.run_id),
+        }
+
+
+__all__ = [
+    "EXPIRY_MARGIN_SECONDS",
+    "USER_PREFIX",
+    "CredentialRefusedError",
+    "RunCredential",
+    "RunCredentialMinter",
+    "grants_of",
+    "mint",
+    "token_key",
+    "verify",
+]
