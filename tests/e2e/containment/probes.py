@@ -431,10 +431,9 @@ def push_plusplus(probe: str) -> None:
 
 
 def push_message(probe: str) -> None:
+    # rot13 and decimal codes: the shapes the runner's redaction does not know.
     Path("msg.txt").write_text("message\n")
-    _commit(
-        probe, f"fix: {rot13(dotenv_secret())} {dotenv_secret()[::-1]} {decimal(dotenv_secret())}"
-    )
+    _commit(probe, f"fix: {rot13(dotenv_secret())} {decimal(dotenv_secret())}")
 
 
 def push_replace(probe: str) -> None:
@@ -561,6 +560,7 @@ PROBES: dict[str, Callable[[str], None]] = {
     "push-message": push_message,
     "push-replace": push_replace,
     "links": links,
+    "links-racer": links,
     "start-swapper": lambda p: start_daemon(p, "swapper"),
     "swapper": swapper,
 }

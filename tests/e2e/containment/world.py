@@ -43,6 +43,7 @@ HONEYTOKENS = {
 
 ATTACKER_RUN = f"honey-attacker-{SUFFIX}"
 VICTIM_RUN = f"honey-victim-{SUFFIX}"
+RACER_RUN = f"honey-racer-{SUFFIX}"
 FORGED_RUN = f"honey-forged-{SUFFIX}"
 
 MAKEFILE = """\
