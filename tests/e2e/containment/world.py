@@ -126,6 +126,7 @@ def model_server(reply: Callable[[dict[str, Any]], Reply]) -> Iterator[FakeOpenA
         asyncio.run_coroutine_threadsafe(fake.stop(), loop).result(30)
         loop.call_soon_threadsafe(loop.stop)
         thread.join(10)
+        loop.close()
 
 
 @dataclass
