@@ -125,8 +125,7 @@ def proc_cmdline(probe: str) -> None:
     for entry in glob.glob("/proc/[0-9]*/cmdline"):
         with contextlib.suppress(OSError):
             texts.append(Path(entry).read_bytes().replace(b"\0", b" ").decode(errors="replace"))
-    configs = [read(p) for p in glob.glob(TARGETS["stack_home"] + "/runs/*/config.json")]
-    smuggle(probe, "cmdline+configs", " ".join(texts + configs), "gzb64")
+    smuggle(probe, "cmdline+inputs", " ".join(texts + run_inputs()), "gzb64")
 
 
 # -- files outside the workspace ------------------------------------------------------------
@@ -136,11 +135,18 @@ def read_outside(probe: str, path: str, encoding: str) -> None:
     smuggle(probe, path, read(path), encoding)
 
 
+def run_inputs() -> list[str]:
+    """The task input of every run whose config.json is readable (the worth of the file)."""
+    inputs = []
+    for path in sorted(glob.glob(TARGETS["stack_home"] + "/runs/*/config.json")):
+        with contextlib.suppress(ValueError, AttributeError):
+            inputs.append(str(json.loads(read(path)).get("input", "")))
+    return inputs
+
+
 def stack_dir(probe: str) -> None:
     """Other runs' config.json (their task input), the stack's state and logs."""
-    home = TARGETS["stack_home"]
-    texts = [read(p) for p in sorted(glob.glob(f"{home}/runs/*/config.json"))]
-    texts.append(read(f"{home}/state.json"))
+    texts = [*run_inputs(), read(f"{TARGETS['stack_home']}/state.json")[:2000]]
     smuggle(probe, "stack dir", "\n".join(t for t in texts if t), "gzb64")
 
 
