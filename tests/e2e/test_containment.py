@@ -93,8 +93,8 @@ def setup(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Setup]:
             "NEXUS_STUCK_IDLE_TURNS": "1000",
         })  # fmt: skip
         stack = Stack(tmp / ".nexus", tmp, env)
-        for s in devstack.running(stack):
-            yield Setup(s, fake, listener, home, holder["attack"])
+        for _ in devstack.running(stack):  # it yields `stack` itself
+            yield Setup(stack, fake, listener, home, holder["attack"])
 
 
 def _bus_settings(stack: Stack) -> BusSettings:
@@ -105,7 +105,7 @@ def _bus_settings(stack: Stack) -> BusSettings:
     known = {k: v for k, v in fields.items() if k in BusSettings.model_fields}
     known.pop("connect_attempts", None)
     known.pop("max_reconnect_attempts", None)
-    return BusSettings(**known, connect_attempts=3, max_reconnect_attempts=0)
+    return BusSettings.model_validate({**known, "connect_attempts": 3, "max_reconnect_attempts": 0})
 
 
 def _runner_nats_secrets(stack: Stack) -> dict[str, str]:
@@ -119,7 +119,7 @@ async def _streams(settings: BusSettings) -> list[tuple[str, str, str]]:
     """Every message of every stream: (stream, subject, data)."""
     bus = await Bus.connect(settings, source="honeytoken-test")
     try:
-        names = [info.config.name for info in await bus.js.streams_info()]
+        names = [info.config.name for info in await bus.js.streams_info() if info.config.name]
         out = []
         for name in names:
             async for msg in bus.replay_raw(name):
@@ -138,7 +138,7 @@ class Findings:
         """The attempt `text` names (a probe's marker, or an id in a path), else `fallback`."""
         marks = MARKER.findall(text)
         if marks:  # a probe's own comes first; what it stole may carry others
-            return marks[0]
+            return str(marks[0])
         for attempt_id in self.attack.attempts:
             if attempt_id in text or attempt_id.replace(":", "_") in text:
                 return attempt_id
@@ -379,9 +379,10 @@ def _start(stack: Stack, *args: str) -> None:
 
 
 def _until_ended(stack: Stack, run_id: str) -> str:
-    return eventually_blocking(
+    status: str = eventually_blocking(
         lambda: stack.status(run_id), lambda s: s in TERMINAL, within=RUN_END, interval=3
     )
+    return status
 
 
 def test_a_hostile_agent_leaks_nothing_and_escapes_nowhere(setup: Setup, tmp_path: Path) -> None:

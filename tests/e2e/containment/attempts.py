@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -102,7 +102,9 @@ class Attack:
         tool_calls = tuple(ToolCall(tool, args, id=self.add(i, c)) for i, c, tool, args in calls)
         self._steps().append(Reply(tool_calls=tool_calls))
 
-    def copy(self, attempt_id: str, cls: str, tool: str, make: Callable[[str], dict[str, Any]]):
+    def copy(
+        self, attempt_id: str, cls: str, tool: str, make: Callable[[str], dict[str, Any]]
+    ) -> None:
         """A call whose arguments carry what the last tool output said (under its own id)."""
         self.add(attempt_id, cls)
 
@@ -264,7 +266,7 @@ def _text(content: Any) -> str:
 
 def model(attack: Attack) -> Callable[[dict[str, Any]], Reply]:
     """The scripted model of every conversation on the stack (see the module docstring)."""
-    scripts: dict[str, list[Any]] = {
+    scripts: dict[str, Sequence[Reply | Callable[[str], Reply]]] = {
         "[honey:forged]": forged_steps(),
         "[honey:child]": child_steps(),
         "[honey:victim]": victim_steps(),
@@ -286,6 +288,8 @@ def model(attack: Attack) -> Callable[[dict[str, Any]], Reply]:
             return Reply(tool_calls=(ToolCall("finish", {"summary": "done"}, id=f"end-{turn}"),))
         tools = [m for m in messages if m.get("role") == "tool"]
         step = steps[turn]
-        return step(_text(tools[-1].get("content")) if tools else "") if callable(step) else step
+        if isinstance(step, Reply):
+            return step
+        return step(_text(tools[-1].get("content")) if tools else "")
 
     return reply

@@ -270,7 +270,7 @@ def nats_forge_requested(probe: str) -> None:
         event = RunRequested(
             agent_id=TARGETS["agent_id"],
             input=f"[[{probe}]] [honey:forged] write to the bystander",
-            repo={"url": TARGETS["bystander"]},  # type: ignore[arg-type]
+            repo={"url": TARGETS["bystander"]},
             requested_by="slack:UBOSS",
         )
         await bus.publish(subjects.run_event(run_id, "requested"), event)  # type: ignore[attr-defined]
