@@ -123,6 +123,9 @@ class FakeOpenAI(ServedFake):
         self.model = model
         self.requests: list[dict[str, Any]] = []
         self.embedding_requests: list[dict[str, Any]] = []
+        # Requests to any other path (OpenAI answers them 404): what reached the host besides
+        # the API, e.g. a sandboxed tool using the model's host as an exfiltration endpoint.
+        self.stray_requests: list[dict[str, str]] = []
         self.failures_sent = 0
         self.hanging = asyncio.Event()  # set when a `hang` reply is waiting
         self.release = asyncio.Event()  # set to let hanging streams finish
@@ -135,6 +138,7 @@ class FakeOpenAI(ServedFake):
         app = web.Application()
         app.router.add_post("/v1/chat/completions", self._completions)
         app.router.add_post("/v1/embeddings", self._embeddings)
+        app.router.add_route("*", "/{tail:.*}", self._stray)
         return app
 
     async def stop(self) -> None:
@@ -159,6 +163,15 @@ class FakeOpenAI(ServedFake):
         else:
             return Failure(status=500, message="fake script exhausted")
         return step(body) if callable(step) else step
+
+    async def _stray(self, request: web.Request) -> web.StreamResponse:
+        """Any other path: recorded, and a 404 with OpenAI's error body."""
+        body = (await request.read()).decode(errors="replace")
+        self.stray_requests.append(
+            {"method": request.method, "path": request.path_qs, "body": body}
+        )
+        message = f"Invalid URL ({request.method} {request.path})"
+        return web.json_response(error_body(404, message), status=404, headers=self._headers())
 
     async def _embeddings(self, request: web.Request) -> web.StreamResponse:
         """``POST /v1/embeddings``: a deterministic vector per input (hashed character
