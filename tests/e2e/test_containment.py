@@ -98,21 +98,17 @@ def setup(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Setup]:
 
 
 def _bus_settings(stack: Stack) -> BusSettings:
-    """Core's own connection settings (whatever authentication the stack has)."""
-    env = devstack.service_env(stack, "core")
-    prefix = "NEXUS_NATS_"
-    fields = {k.removeprefix(prefix).lower(): v for k, v in env.items() if k.startswith(prefix)}
-    known = {k: v for k, v in fields.items() if k in BusSettings.model_fields}
-    known.pop("connect_attempts", None)
-    known.pop("max_reconnect_attempts", None)
-    return BusSettings.model_validate({**known, "connect_attempts": 3, "max_reconnect_attempts": 0})
+    """The operators' connection (the admin URL of the state file): it reads every stream."""
+    return BusSettings(url=stack.state()["nats_url"], connect_attempts=3, max_reconnect_attempts=0)
 
 
 def _runner_nats_secrets(stack: Stack) -> dict[str, str]:
     """The NATS credentials the scheduler hands its runners, if any: honeytokens too."""
     env = devstack.service_env(stack, "scheduler")
-    names = ("NEXUS_NATS_PASSWORD", "NEXUS_NATS_TOKEN")
-    return {f"runner NATS {n}": env[n] for n in names if len(env.get(n, "")) >= 8}
+    # The scheduler's own password and the auth callout issuer's seed, which mints every
+    # run's credential: neither may reach a run.
+    names = ("NEXUS_NATS_PASSWORD", "NEXUS_NATS_TOKEN", "NEXUS_AUTH_CALLOUT_SEED")
+    return {f"scheduler {n}": env[n] for n in names if len(env.get(n, "")) >= 8}
 
 
 async def _streams(settings: BusSettings) -> list[tuple[str, str, str]]:

@@ -36,6 +36,8 @@ RUNNER_EVENTS: tuple[RunEvent, ...] = (
     RunEvent.RESUMED,
     RunEvent.CHECKPOINTED,
     RunEvent.CONDENSED,
+    RunEvent.EGRESS,
+    RunEvent.MCP_SERVER_UNAVAILABLE,
     RunEvent.COMPLETED,
     RunEvent.FAILED,
     RunEvent.CANCELLED,

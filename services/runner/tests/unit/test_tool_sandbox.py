@@ -326,3 +326,25 @@ def test_an_mcp_server_installed_under_a_hidden_path_is_bound_in(
     assert argv[-1] == str(script)
     done = subprocess.run(argv, capture_output=True, text=True, env={}, check=False)
     assert done.stdout == "ok\n", done.stderr
+
+
+def test_a_script_the_definition_names_by_absolute_path_is_bound_in(
+    tmp_path: Path, sandbox: ToolSandbox
+) -> None:
+    hidden = tmp_path / "opt" / "servers"  # outside every path the tools see
+    hidden.mkdir(parents=True)
+    script = hidden / "server.sh"
+    script.write_text("echo served\n")
+    workspace = tmp_path / "runs" / "run-1"
+    workspace.mkdir(parents=True, exist_ok=True)
+    spec = McpServerSpec.model_validate(
+        {"name": "x", "command": "sh", "args": [str(script)], "tools": ["*"]}
+    )
+    env = {"PATH": "/usr/bin:/bin", "HOME": str(tmp_path / "mcp-home")}
+    server = McpServer(spec, RunnerSettings(), workspace, tmp_path, env, [], sandbox=sandbox)
+    argv = server.command_line()
+    assert ["--ro-bind", str(script), str(script)] == argv[
+        argv.index(str(script)) - 1 : argv.index(str(script)) + 2
+    ]
+    done = subprocess.run(argv, capture_output=True, text=True, env={}, check=False)
+    assert done.stdout == "served\n", done.stderr

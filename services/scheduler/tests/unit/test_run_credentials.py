@@ -10,6 +10,9 @@ import nkeys  # type: ignore[import-untyped]
 import pytest
 from nexus_events import run_access, subjects
 from nexus_events.events.runs import RunConfig
+from nexus_events.roles import EVENT_ROLES, Service
+from nexus_events.run_access import RUNNER_EVENTS
+from nexus_events.subjects import Family
 from nexus_scheduler.auth_callout import decide
 from nexus_scheduler.callout_jwt import AuthRequest, CalloutError, Issuer, read_request
 from nexus_scheduler.run_credentials import (
@@ -207,3 +210,16 @@ def test_an_issuer_needs_an_account_seed() -> None:
     user_seed = nkeys.encode_seed(b"\x01" * 32, nkeys.PREFIX_BYTE_USER).decode()
     with pytest.raises(CalloutError, match="account seed"):
         Issuer(user_seed)
+
+
+def test_a_run_may_publish_every_run_event_the_contract_gives_the_runner() -> None:
+    """A run event the contract says the runner publishes, missing from its credential, would
+    have the server refuse it and the runner die waiting for the ack (as `egress` and
+    `mcp_server_unavailable` did when they were added beside the credential)."""
+    runner = Service.RUNNER
+    published = {
+        name
+        for (family, name), roles in EVENT_ROLES.items()
+        if family is Family.RUN and any(p.service is runner for p in roles.publishers)
+    }
+    assert published == {str(e) for e in RUNNER_EVENTS}

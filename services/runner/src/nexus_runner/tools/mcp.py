@@ -226,8 +226,14 @@ class McpServer:
                 workspace=self.workspace,
                 home=home,
                 cwd=self.workspace,
-                # Its program, and what its PATH offers (``#!/usr/bin/env python3``).
-                readable=[*executable_paths(Path(exe)), *interpreter_paths(path)],
+                # Its program, what its PATH offers (``#!/usr/bin/env python3``), and the
+                # files its definition names by absolute path (``python /opt/srv.py``): the
+                # operator's definition names them, as it names the program.
+                readable=[
+                    *executable_paths(Path(exe)),
+                    *interpreter_paths(path),
+                    *_named_files(self.spec.args),
+                ],
             )
         except ToolError as exc:
             raise McpStartFailed(str(exc)) from None
@@ -529,6 +535,11 @@ class McpTools:
         await asyncio.gather(*(s.close() for s in self.servers.values()), return_exceptions=True)
         if self.scratch is not None:  # the servers' stderr files may hold secrets
             shutil.rmtree(self.scratch, ignore_errors=True)
+
+
+def _named_files(args: list[str]) -> list[Path]:
+    """The arguments of a server's definition that name an existing file by absolute path."""
+    return [Path(a) for a in args if a.startswith("/") and Path(a).is_file()]
 
 
 def _environment(
