@@ -193,6 +193,7 @@ async def test_a_sandboxed_process_reaches_only_nats_and_the_model(
             run_dir=run_dir,
             writable=[workspace, run_dir / "home"],
             endpoints=runner_endpoints(config, env),
+            readable=[PROBE],  # a checkout under a hidden /tmp: bound back, as runners' are
         )
         proc = await asyncio.create_subprocess_exec(
             *argv, env=env, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE

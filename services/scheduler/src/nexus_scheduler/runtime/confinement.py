@@ -34,6 +34,7 @@ What a confined runner gets (`Confinement.wrap`):
 from __future__ import annotations
 
 import ipaddress
+import json
 import logging
 import os
 import shutil
@@ -101,7 +102,8 @@ _BIND_CHECK = "import socket; socket.socket().bind(('127.0.0.1', 443))"
 
 def probe(bwrap: str, python: str = sys.executable) -> str | None:
     """None when `bwrap` can build the sandbox runners get here, else why not."""
-    argv = [bwrap, *_BASE_ARGS, "--", python, "-I", "-S", "-c", _BIND_CHECK]
+    argv = [bwrap, *_BASE_ARGS, *_interpreter_binds(python), "--", python, "-I", "-S"]
+    argv += ["-c", _BIND_CHECK]
     try:
         done = subprocess.run(
             argv, capture_output=True, text=True, timeout=_PROBE_TIMEOUT, check=False
@@ -114,6 +116,8 @@ def probe(bwrap: str, python: str = sys.executable) -> str | None:
             f"the sandbox cannot listen on ports below 1024 ({why}), which the relays of"
             " https/ssh endpoints need: CAP_NET_BIND_SERVICE is not honoured here"
         )
+    if done.returncode != 0 and "execvp" in why:
+        return f"the sandbox cannot start the interpreter {python} ({why})"
     if done.returncode != 0:
         return (
             f"bwrap cannot create the namespaces ({why}); user namespaces may be off"
@@ -121,6 +125,21 @@ def probe(bwrap: str, python: str = sys.executable) -> str | None:
             " by the container's seccomp/AppArmor profile"
         )
     return None
+
+
+def _interpreter_binds(python: str) -> list[str]:
+    """The interpreter's prefixes the probe sandbox hides (a checkout under /tmp), bound back
+    read-only as `Confinement.wrap` binds them for a runner."""
+    exe = Path(python)
+    prefixes = {exe.parent.parent, exe.resolve().parent.parent}
+    prefixes |= {Path(sys.prefix), Path(sys.base_prefix)}
+    args: list[str] = []
+    shown: list[Path] = []
+    for path in sorted(prefixes, key=lambda p: len(p.parts)):
+        if _under(path, [Path("/tmp")]) and not _under(path, shown) and path.exists():  # noqa: S108
+            shown.append(path)
+            args += ["--ro-bind", str(path), str(path)]
+    return args
 
 
 def decide(
@@ -445,6 +464,12 @@ class Confinement:
         for spec in config.mcp_servers:
             if spec.transport == "stdio" and spec.command:
                 readable += command_paths(spec.command, mcp_path)
+                # A script it names by absolute path (``python /opt/srv.py``), as the tools'
+                # sandbox binds it.
+                readable += [Path(a) for a in spec.args if a.startswith("/") and Path(a).is_file()]
+        # The operator's allowlist of the tools' sandbox: the tools see it only if the runner
+        # does.
+        readable += _tool_allowlist(env)
         return self.wrap(
             command,
             run_dir=run_dir,
@@ -454,6 +479,19 @@ class Confinement:
             # Other runs: their workspaces and run dirs, wherever the roots are.
             hide=[workspace.parent.resolve(), run_dir.resolve().parent],
         )
+
+
+def _tool_allowlist(env: Mapping[str, str]) -> list[Path]:
+    """NEXUS_TOOL_SANDBOX_READABLE of the runner's environment (a JSON list of paths); a
+    malformed value binds nothing (the runner's own settings refuse it at its start)."""
+    raw = env.get("NEXUS_TOOL_SANDBOX_READABLE") or env.get("NEXUS_RUNNER_TOOL_SANDBOX_READABLE")
+    try:
+        paths = json.loads(raw) if raw else []
+    except ValueError:
+        return []
+    if not isinstance(paths, list):
+        return []
+    return [Path(p) for p in paths if isinstance(p, str) and p.startswith("/") and Path(p).exists()]
 
 
 def _join(host: str, port: int) -> str:
