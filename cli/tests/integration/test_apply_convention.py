@@ -98,7 +98,7 @@ async def test_a_retried_apply_stores_one_event_and_a_b_a_still_lands(
         assert result.exit_code == 0, result.output
     assert await _events(bus, "agent", "retry") == ["applied"]
 
-    for path in (b, a):  # A, B, A: the second A is a change, not a retry
+    for path in (b, a, a):  # A, B, A: the second A is a change; the third A a retry of it
         result = await nexus(nats_url, tmp_path, "agents", "apply", "-f", str(path))
         assert result.exit_code == 0, result.output
     assert await _events(bus, "agent", "retry") == ["applied"] * 3

@@ -128,8 +128,8 @@ async def _publish_apply(
     # A duplicate inside the window: a retry of this apply (nothing to do), or the same
     # content applied again after another change to the item (A, B, A), which must land.
     last_seq, last_id = await _last_event(bus, kind, item_id)
-    if last_id == msg_id:
-        return ack
+    if last_id is not None and (last_id == msg_id or last_id.startswith(f"{msg_id}:")):
+        return ack  # the item's last event already carries this content
     return await bus.publish(subject, event, msg_id=f"{msg_id}:{last_seq}")
 
 
