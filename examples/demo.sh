@@ -141,8 +141,8 @@ and make the tests pass."
 }
 
 demo_flow() {
-  say "nexus flows apply examples/flows"
-  nexus flows apply examples/flows
+  say "nexus flows apply -f examples/flows"
+  nexus flows apply -f examples/flows
   nexus flows ls
 
   say "nexus flow run feature --follow: plan, implement, review (changes loop back), test"

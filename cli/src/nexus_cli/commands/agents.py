@@ -13,6 +13,7 @@ from nexus_events import subjects
 from nexus_events.catalog_commands import apply_agent
 from nexus_events.streams import CATALOG
 
+from nexus_cli.apply_sources import PathsArg, apply_paths, file_option
 from nexus_cli.client import Session, check_token, whoami
 from nexus_cli.documents import load_agents
 from nexus_cli.errors import CliError, ExitCode
@@ -22,10 +23,7 @@ from nexus_cli.target import resolve_target
 
 app = typer.Typer(help="Agent definitions: apply from YAML, list, show, history.")
 
-FileOpt = Annotated[
-    list[Path],
-    typer.Option("--file", "-f", help="A YAML/JSON file or a directory of them (repeatable)."),
-]
+FileOpt = Annotated[list[Path] | None, file_option("A YAML/JSON file or a directory of them")]
 WaitOpt = Annotated[
     bool, typer.Option("--wait/--no-wait", help="Wait until core's catalog shows the change.")
 ]
@@ -56,13 +54,17 @@ async def wait_visible(
 
 @app.command("apply")
 def apply_cmd(
-    ctx: typer.Context, file: FileOpt, wait: WaitOpt = True, output: OutputOpt = Output.TABLE
+    ctx: typer.Context,
+    file: FileOpt = None,
+    paths: PathsArg = None,
+    wait: WaitOpt = True,
+    output: OutputOpt = Output.TABLE,
 ) -> None:
     """Validate every document first (errors field by field, exit 2, nothing sent), then apply."""
     g = globals_of(ctx)
 
     async def body() -> None:
-        loaded = load_agents(file)
+        loaded = load_agents(apply_paths(file, paths))
         async with Session(resolve_target(g), g.timeout) as s:
             applied = []
             for item in loaded:

@@ -22,6 +22,7 @@ from nexus_events.errors import DocumentInvalid
 from nexus_events.events import FlowDefinition
 from nexus_events.streams import CATALOG
 
+from nexus_cli.apply_sources import PathsArg, apply_paths, file_option
 from nexus_cli.client import Session, check_token, whoami
 from nexus_cli.commands.agents import APPLY_WAIT_SECONDS, WaitOpt, wait_visible
 from nexus_cli.documents import Loaded, document_files
@@ -33,11 +34,8 @@ from nexus_cli.target import resolve_target
 app = typer.Typer(help="Flow definitions: apply from YAML, list, show, history, remove.")
 
 FLOW_SUFFIXES = (".yaml", ".yml")
-PathsArg = Annotated[
-    list[Path],
-    typer.Argument(
-        metavar="FILE|DIR", help="Flow YAML files, or directories of *.yaml / *.yml files."
-    ),
+FileOpt = Annotated[
+    list[Path] | None, file_option("A flow YAML file, or a directory of *.yaml / *.yml files")
 ]
 FlowArg = Annotated[str, typer.Argument(metavar="FLOW", help="Flow id.")]
 NOTHING_APPLIED = "nothing was applied; fix the file(s) and apply again"
@@ -96,13 +94,17 @@ def unknown_agents(loaded: list[Loaded[FlowDefinition]], agents: set[str]) -> li
 
 @app.command("apply")
 def apply_cmd(
-    ctx: typer.Context, paths: PathsArg, wait: WaitOpt = True, output: OutputOpt = Output.TABLE
+    ctx: typer.Context,
+    file: FileOpt = None,
+    paths: PathsArg = None,
+    wait: WaitOpt = True,
+    output: OutputOpt = Output.TABLE,
 ) -> None:
     """Validate every file (and that its agents exist), then apply them all, or none."""
     g = globals_of(ctx)
 
     async def body() -> None:
-        loaded = load_flows(paths)
+        loaded = load_flows(apply_paths(file, paths))
         async with Session(resolve_target(g), g.timeout) as s:
             problems = unknown_agents(loaded, await _catalog_agents(s))
             # Agents applied a moment ago (`agents apply` then `flows apply`) may not be in
@@ -171,7 +173,7 @@ def ls_cmd(ctx: typer.Context, output: OutputOpt = Output.TABLE) -> None:
             data,
             ("ID", "REV", "STEPS", "AGENTS", "DESCRIPTION"),
             rows,
-            empty="no flows; apply some with `nexus flows apply DIR`",
+            empty="no flows; apply some with `nexus flows apply -f DIR`",
         )
 
     run(output, body)

@@ -11,6 +11,7 @@ from nexus_events.catalog_commands import apply_skill
 from nexus_events.documents import render_skill
 from nexus_events.events import SkillDefinition
 
+from nexus_cli.apply_sources import PathsArg, apply_paths, file_option
 from nexus_cli.client import Session, check_token, whoami
 from nexus_cli.commands.agents import WaitOpt, wait_visible
 from nexus_cli.documents import load_skills
@@ -21,15 +22,16 @@ from nexus_cli.target import resolve_target
 
 app = typer.Typer(help="Skills: apply from markdown, list, show.")
 
-FileOpt = Annotated[
-    list[Path],
-    typer.Option("--file", "-f", help="A .md file or a directory of them (repeatable)."),
-]
+FileOpt = Annotated[list[Path] | None, file_option("A .md file or a directory of them")]
 
 
 @app.command("apply")
 def apply_cmd(
-    ctx: typer.Context, file: FileOpt, wait: WaitOpt = True, output: OutputOpt = Output.TABLE
+    ctx: typer.Context,
+    file: FileOpt = None,
+    paths: PathsArg = None,
+    wait: WaitOpt = True,
+    output: OutputOpt = Output.TABLE,
 ) -> None:
     """Validate every skill first (exit 2 and nothing sent if any is invalid), then apply.
 
@@ -38,7 +40,7 @@ def apply_cmd(
     g = globals_of(ctx)
 
     async def body() -> None:
-        loaded = load_skills(file)
+        loaded = load_skills(apply_paths(file, paths))
         async with Session(resolve_target(g), g.timeout) as s:
             applied = []
             for item in loaded:

@@ -1,16 +1,23 @@
 """Applying and deleting catalog items: validate first, then publish the catalog event.
 
-Nothing is published for an invalid document (`DocumentInvalid` lists every bad field). Each
-call is one operator action with its own event id (a content id would swallow "apply A, apply
-B, apply A again" inside the duplicate window); the bus retries a publish with the same id, and
-the store adds no revision for an unchanged body, so re-applying is harmless.
+Nothing is published for an invalid document (`DocumentInvalid` lists every bad field). An
+apply's event id is derived from its content (kind, id, body), so a retried apply inside the
+stream's duplicate window stores one event, not two identical ones. "Apply A, apply B, apply A
+again" inside the window must still land: when the stream answers "duplicate" and the item's
+last event is not that same apply, it is published again under an id that also names the
+item's last sequence. Outside the window the store adds no revision for an unchanged body.
+A delete is one operator action with its own id (the store ignores a delete of a deleted item).
 """
 
 from __future__ import annotations
 
+import hashlib
+import json
 import uuid
 
+import nats.js.errors
 from nats.js.api import PubAck
+from pydantic import BaseModel
 
 from nexus_events import subjects
 from nexus_events.bus import Bus
@@ -26,6 +33,7 @@ from nexus_events.events import (
     SkillDefinition,
     SkillDeleted,
 )
+from nexus_events.streams import CATALOG
 from nexus_events.subjects import CatalogKind
 
 
@@ -34,11 +42,8 @@ async def apply_agent(
 ) -> AgentDefinition:
     """Validate an agent document (YAML/JSON text or a definition) and publish `AgentApplied`."""
     definition = parse_agent(document) if isinstance(document, str) else document
-    await bus.publish(
-        subjects.catalog_event(CatalogKind.AGENT, definition.id, "applied"),
-        AgentApplied(definition=definition, applied_by=applied_by),
-        msg_id=_action_id(),
-    )
+    event = AgentApplied(definition=definition, applied_by=applied_by)
+    await _publish_apply(bus, CatalogKind.AGENT, definition.id, event, definition)
     return definition
 
 
@@ -51,11 +56,8 @@ async def apply_skill(
 ) -> SkillDefinition:
     """Validate a skill (markdown with front matter, or a definition) and publish `SkillApplied`."""
     skill = parse_skill(document, name=name) if isinstance(document, str) else document
-    await bus.publish(
-        subjects.catalog_event(CatalogKind.SKILL, skill.name, "applied"),
-        SkillApplied(skill=skill, applied_by=applied_by),
-        msg_id=_action_id(),
-    )
+    event = SkillApplied(skill=skill, applied_by=applied_by)
+    await _publish_apply(bus, CatalogKind.SKILL, skill.name, event, skill)
     return skill
 
 
@@ -85,11 +87,8 @@ async def apply_flow(
     Only the document itself is checked here; that its agents exist is the caller's check
     (`nexus flows apply` asks core), since the catalog may legitimately change in between."""
     definition = parse_flow(document) if isinstance(document, str) else document
-    await bus.publish(
-        subjects.catalog_event(CatalogKind.FLOW, definition.id, "applied"),
-        FlowApplied(definition=definition, applied_by=applied_by),
-        msg_id=_action_id(),
-    )
+    event = FlowApplied(definition=definition, applied_by=applied_by)
+    await _publish_apply(bus, CatalogKind.FLOW, definition.id, event, definition)
     return definition
 
 
@@ -104,3 +103,44 @@ async def delete_flow(bus: Bus, flow_id: str, *, deleted_by: str | None = None) 
 
 def _action_id() -> str:
     return f"catalog:{uuid.uuid4().hex}"
+
+
+def apply_id(kind: CatalogKind, item_id: str, body: BaseModel) -> str:
+    """The event id of applying `body`: equal for equal content (the stream deduplicates a
+    retry), whoever applies it."""
+    canonical = json.dumps(body.model_dump(mode="json"), sort_keys=True, separators=(",", ":"))
+    digest = hashlib.sha256(f"{kind.value}\n{item_id}\n{canonical}".encode()).hexdigest()
+    return f"catalog-apply:{digest[:40]}"
+
+
+async def _publish_apply(
+    bus: Bus,
+    kind: CatalogKind,
+    item_id: str,
+    event: AgentApplied | SkillApplied | FlowApplied,
+    body: BaseModel,
+) -> PubAck:
+    subject = subjects.catalog_event(kind, item_id, "applied")
+    msg_id = apply_id(kind, item_id, body)
+    ack = await bus.publish(subject, event, msg_id=msg_id)
+    if not ack.duplicate:
+        return ack
+    # A duplicate inside the window: a retry of this apply (nothing to do), or the same
+    # content applied again after another change to the item (A, B, A), which must land.
+    last_seq, last_id = await _last_event(bus, kind, item_id)
+    if last_id is not None and (last_id == msg_id or last_id.startswith(f"{msg_id}:")):
+        return ack  # the item's last event already carries this content
+    return await bus.publish(subject, event, msg_id=f"{msg_id}:{last_seq}")
+
+
+async def _last_event(bus: Bus, kind: CatalogKind, item_id: str) -> tuple[int, str | None]:
+    """The stream sequence and event id of the item's newest catalog event (0, None: none)."""
+    newest: tuple[int, str | None] = (0, None)
+    for what in ("applied", "deleted"):
+        try:
+            msg = await bus.js.get_last_msg(CATALOG, subjects.catalog_event(kind, item_id, what))
+        except nats.js.errors.NotFoundError:
+            continue
+        if msg.seq is not None and msg.seq > newest[0]:
+            newest = (msg.seq, (msg.headers or {}).get("Nats-Msg-Id"))
+    return newest

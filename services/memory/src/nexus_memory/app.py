@@ -33,8 +33,8 @@ from nexus_events.health import HealthServer
 from nexus_events.leadership import FencedProjectionRunner, Leadership
 from nexus_events.metrics import MetricsSettings, setup_metrics
 from nexus_events.process import ServiceApp
-from nexus_events.projection import ProjectionRunner, quote_ident, read_checkpoint, rebuild
-from nexus_events.streams import MEMORY, ensure_streams
+from nexus_events.projection import ProjectionRunner, quote_ident, rebuild
+from nexus_events.streams import ensure_streams
 from opentelemetry.sdk.metrics import MeterProvider as SdkMeterProvider
 from pgvector.asyncpg import register_vector
 
@@ -53,11 +53,6 @@ from nexus_memory.writer import AccessTracker, MemoryWriter
 log = logging.getLogger(__name__)
 
 SOURCE = "memory"
-# Most seconds a request waits for the projection to catch up with the stream (well inside a
-# client's usual 5 s request timeout).
-CATCH_UP_WAIT = 2.0
-# How often a standby looks at the checkpoint the leader stores while a request waits.
-CATCH_UP_POLL = 0.05
 # Serializes the creation of the tables by replicas starting together.
 _PREPARE_LOCK = "nexus_memory:prepare"
 
@@ -127,24 +122,6 @@ class MemoryApp(ServiceApp):
         self._consolidation_task: asyncio.Task[None] | None = None
         self._rebuild_lock = asyncio.Lock()
 
-    async def caught_up(self, within: float = CATCH_UP_WAIT) -> None:
-        """Wait (at most `within` seconds) until the projection has applied everything
-        NEXUS_MEMORY holds now: read-your-writes for a request that needs a fresh memory.
-        The leader asks its runner; a standby reads the checkpoint the leader stores."""
-        last = (await self.bus.js.stream_info(MEMORY)).state.last_seq
-        deadline = asyncio.get_running_loop().time() + within
-        while True:
-            runner = self.runner
-            left = deadline - asyncio.get_running_loop().time()
-            if runner is not None:
-                with contextlib.suppress(TimeoutError):
-                    await runner.wait_until(MEMORY, last, within=max(left, 0))
-                return
-            async with self.pool.acquire() as conn:
-                if await read_checkpoint(conn, self.schema, MEMORY) >= last or left <= 0:
-                    return
-            await asyncio.sleep(min(CATCH_UP_POLL, left))
-
     def ready(self) -> bool:
         return (
             self._running
@@ -194,10 +171,7 @@ class MemoryApp(ServiceApp):
         handlers.durable(stream_guard_spec(f"{s.consumer_prefix}_stream_guard", s.fetch_timeout))(
             self.stream_guard.on_recorded
         )
-        writer = MemoryWriter(
-            self.bus, self.pool, self.guard, self.metrics, schema=self.schema,
-            caught_up=self.caught_up,
-        )  # fmt: skip
+        writer = MemoryWriter(self.bus, self.pool, self.guard, self.metrics, schema=self.schema)
         if s.memory_extraction:
             self.extractor = Extractor(
                 self.bus, self.pool, writer, self.metrics,

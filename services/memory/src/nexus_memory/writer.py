@@ -14,12 +14,13 @@ import json
 import logging
 import uuid
 from collections import Counter, defaultdict
-from collections.abc import Awaitable, Callable, Iterable
-from typing import Any
+from collections.abc import AsyncGenerator, Iterable
+from typing import Any, cast
 
 import asyncpg
 from nexus_events import subjects
 from nexus_events.bus import Bus
+from nexus_events.codec import Decoded
 from nexus_events.dead_letters import build_dead_letter
 from nexus_events.errors import BusError
 from nexus_events.events import (
@@ -33,11 +34,12 @@ from nexus_events.events import (
     MemoryRecordRequest,
 )
 from nexus_events.micro import QueryError
-from nexus_events.projection import quote_ident
+from nexus_events.projection import CHECKPOINT_TABLE, quote_ident
+from nexus_events.streams import MEMORY
 
 from nexus_memory.guard import SecretGuard
 from nexus_memory.metrics import MemoryMetrics
-from nexus_memory.projection import MEMORY_SCHEMA
+from nexus_memory.projection import MEMORY_SCHEMA, guarded_text
 
 log = logging.getLogger(__name__)
 
@@ -61,14 +63,6 @@ class SecretBlocked(QueryError):  # noqa: N818 - reads as a fact
         )
 
 
-# Waits until the projection has applied what NEXUS_MEMORY holds now (bounded by the caller).
-CatchUp = Callable[[], Awaitable[None]]
-
-
-async def _already_current() -> None:
-    return None
-
-
 class MemoryWriter:
     def __init__(
         self,
@@ -78,14 +72,13 @@ class MemoryWriter:
         metrics: MemoryMetrics,
         *,
         schema: str = MEMORY_SCHEMA,
-        caught_up: CatchUp = _already_current,
     ) -> None:
         self.bus = bus
         self.pool = pool
         self.guard = guard
         self.metrics = metrics
         self.table = f"{quote_ident(schema)}.memories"
-        self.caught_up = caught_up
+        self.checkpoints = f"{quote_ident(schema)}.{CHECKPOINT_TABLE}"
 
     async def record(
         self, request: MemoryRecordRequest, *, msg_id: str | None = None
@@ -154,13 +147,14 @@ class MemoryWriter:
         """Publish `forgotten` in the memory's scope; 404 if no memory has that id.
 
         A memory recorded a moment ago may not be projected yet (`add` then `forget` at
-        once): before answering 404 the writer waits for the projection to apply what the
-        stream holds now, so a fresh memory is found rather than reported missing.
+        once, or a projection held back under load): what the projection has not applied
+        is read from NEXUS_MEMORY itself, so the answer does not depend on the projection's
+        lag. The `forgotten` event lands after the `recorded` one in the stream, so the
+        projection applies them in that order whenever it gets there.
         """
-        scope = await self._scope_of(request.memory_id)
+        applied, scope = await self._projected_scope(request.memory_id)
         if scope is None:
-            await self.caught_up()
-            scope = await self._scope_of(request.memory_id)
+            scope = await self._scope_in_stream(request.memory_id, after=applied)
         if scope is None:
             raise QueryError(404, f"no memory {request.memory_id!r}")
         await self.bus.publish(
@@ -169,11 +163,41 @@ class MemoryWriter:
         )
         return MemoryForgetReply(memory_id=request.memory_id, scope=scope)
 
-    async def _scope_of(self, memory_id: str) -> str | None:
-        scope = await self.pool.fetchval(
-            f"SELECT scope FROM {self.table} WHERE memory_id = $1", memory_id
+    async def _projected_scope(self, memory_id: str) -> tuple[int, str | None]:
+        """The projection's checkpoint and the memory's scope if it is projected, read in one
+        statement (one snapshot): every `recorded` event up to the checkpoint is in the row
+        set read, so only the stream past it remains to be looked at."""
+        row = await self.pool.fetchrow(
+            f"SELECT (SELECT last_seq FROM {self.checkpoints} WHERE stream = $2) AS applied,"
+            f" (SELECT scope FROM {self.table} WHERE memory_id = $1) AS scope",
+            memory_id,
+            MEMORY,
         )
-        return None if scope is None else str(scope)
+        assert row is not None  # a SELECT of two scalar subqueries returns one row
+        scope = row["scope"]
+        return int(row["applied"] or 0), None if scope is None else str(scope)
+
+    async def _scope_in_stream(self, memory_id: str, *, after: int) -> str | None:
+        """The scope of the first `recorded` event for `memory_id` past sequence `after`
+        that the projection will keep (one carrying a secret it never projects)."""
+        replay = cast(
+            AsyncGenerator[Decoded, None],
+            self.bus.replay(
+                MEMORY,
+                start_seq=after + 1,
+                filter_subject=subjects.memory_events_filter(event="recorded"),
+            ),
+        )
+        async with contextlib.aclosing(replay) as events:
+            async for decoded in events:
+                event = decoded.event
+                if (
+                    isinstance(event, MemoryRecorded)
+                    and event.memory_id == memory_id
+                    and not self.guard.has_secret(guarded_text(event))
+                ):
+                    return decoded.address.ids["scope"]
+        return None
 
 
 class AccessTracker:

@@ -64,22 +64,51 @@ async def test_strict_search_hides_superseded_memories(memory: MemoryApp, bus: B
 
 
 async def test_forget_right_after_record_finds_the_memory_not_yet_projected(
-    memory: MemoryApp, bus: Bus
+    memory: MemoryApp, bus: Bus, pg_pool: asyncpg.Pool
 ) -> None:
-    """`add` then `forget` at once: the projection is still behind, and forget waits for it
-    instead of answering 404 (the race that made consolidation see a forgotten duplicate)."""
-    ids = [f"mem-burst-{i}" for i in range(800)]
+    """`add` then `forget` while the projection is behind: forget finds the memory in the
+    stream instead of answering 404 (the race that made consolidation see a forgotten
+    duplicate). The projection is held back for the whole exchange, not raced."""
+    early = await record(bus, "Projected before the hold", "agent:burst")
+    await applied(memory)
+    await memory._step_down()  # the projection stops; the lease (and the endpoints) stay
+    assert memory.runner is None
+    ids = [f"mem-burst-{i}" for i in range(50)]
     await bus.publish_many([
         Outgoing(subjects.memory_event("agent-burst", "recorded"),
                  MemoryRecorded(memory_id=mid, text=f"burst fact {i} about module m{i}"))
         for i, mid in enumerate(ids)
     ])  # fmt: skip
-    assert memory.runner is not None
-    assert memory.runner.last_seq.get("NEXUS_MEMORY", 0) < len(ids)  # still projecting
-    reply = await ask(bus, subjects.MEMORY_FORGET, {"memory_id": ids[-1]})
-    assert reply == {"memory_id": ids[-1], "scope": "agent-burst"}
+    fresh = await record(bus, "Recorded while the projection is held", "repo:acme")
+    projected = await pg_pool.fetchval(
+        "SELECT count(*) FROM memory.memories WHERE memory_id = ANY($1::text[])", [*ids, fresh]
+    )
+    assert projected == 0  # held back: nothing of the burst is in the tables
+
+    assert await ask(bus, subjects.MEMORY_FORGET, {"memory_id": ids[-1]}) == {
+        "memory_id": ids[-1],
+        "scope": "agent-burst",
+    }
+    assert await ask(bus, subjects.MEMORY_FORGET, {"memory_id": fresh, "reason": "wrong"}) == {
+        "memory_id": fresh,
+        "scope": "repo-acme",
+    }
+    assert await ask(bus, subjects.MEMORY_FORGET, {"memory_id": early}) == {
+        "memory_id": early,
+        "scope": "agent-burst",
+    }
     missing = await ask(bus, subjects.MEMORY_FORGET, {"memory_id": "mem-never-recorded"})
     assert missing["error"]["code"] == 404
+
+    await memory._lead()  # the projection resumes: each forget lands after its record
+    await applied(memory)
+    status = dict(
+        await pg_pool.fetch(
+            "SELECT memory_id, forgotten FROM memory.memories WHERE memory_id = ANY($1::text[])",
+            [early, fresh, ids[0], ids[-1]],
+        )
+    )
+    assert status == {early: True, fresh: True, ids[0]: False, ids[-1]: True}
 
 
 async def test_forget_hides_a_memory_and_keeps_its_history(
