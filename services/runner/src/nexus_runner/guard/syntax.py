@@ -1,0 +1,100 @@
+"""Bash syntax for the guard: a command parsed by tree-sitter's bash grammar, and the text of a
+word with its quoting removed (`gi''t` is `git`), as the shell would see it before expansion."""
+
+from __future__ import annotations
+
+import codecs
+import re
+from collections.abc import Iterator, Mapping
+
+import tree_sitter
+import tree_sitter_bash
+
+Node = tree_sitter.Node
+
+_BASH = tree_sitter.Language(tree_sitter_bash.language())
+# Backslash escapes: unquoted, `\x` is x (and a backslash-newline vanishes); inside double
+# quotes only $ ` " \ and newline are escaped, other backslashes stay.
+_UNQUOTED_ESCAPE = re.compile(r"\\(.)", re.DOTALL)
+_QUOTED_ESCAPE = re.compile(r"\\([$`\"\\\n])")
+SUBSTITUTIONS = frozenset(["command_substitution", "process_substitution"])
+# Expansions whose value is only known when the shell runs.
+_EXPANSIONS = frozenset(["simple_expansion", "expansion", "arithmetic_expansion", *SUBSTITUTIONS])
+
+
+def parse(command: str) -> Node | str:
+    """The tree of `command`, or why it has none (a syntax error: tree-sitter marks it in the
+    tree rather than raising, so an ERROR or MISSING node anywhere means no tree)."""
+    # A parser per call: tree-sitter's parser holds state, and creating one costs microseconds.
+    parser = tree_sitter.Parser(_BASH)
+    source = command.encode("utf-8", "surrogatepass")
+    tree = parser.parse(source)
+    if tree.root_node.has_error:
+        return "a syntax error"
+    return tree.root_node
+
+
+def text(node: Node) -> str:
+    return (node.text or b"").decode("utf-8", "surrogatepass")
+
+
+def word(node: Node, values: Mapping[str, str]) -> tuple[str, bool]:  # noqa: PLR0911
+    # (one return per kind of word)
+    """The text of a word node with quoting removed, and whether it holds an expansion.
+    `values` are variables known to hold one plain value (a loop's), put in place."""
+    kind = node.type
+    if kind == "word":
+        return _UNQUOTED_ESCAPE.sub(lambda m: "" if m[1] == "\n" else m[1], text(node)), False
+    if kind == "raw_string":
+        return text(node)[1:-1], False
+    if kind == "ansi_c_string":
+        return _ansi_c(text(node)[2:-1])
+    if kind in ("string", "translated_string"):
+        return _joined(node.named_children, values, quoted=True)
+    if kind == "concatenation":
+        return _joined(node.children, values, quoted=False)
+    if kind == "simple_expansion":
+        name = text(node)[1:]
+        if name in values:
+            return values[name], False
+        return text(node), True
+    if kind == "expansion" and text(node)[2:-1] in values:
+        return values[text(node)[2:-1]], False
+    if kind in _EXPANSIONS:
+        return text(node), True
+    # number, brace_expression, variable_name, …: their text is what the shell sees; a `$` or
+    # a backquote in it is still taken as an expansion.
+    raw = text(node)
+    return raw, "$" in raw or "`" in raw
+
+
+def _joined(parts: list[Node], values: Mapping[str, str], *, quoted: bool) -> tuple[str, bool]:
+    out: list[str] = []
+    dynamic = False
+    for part in parts:
+        if part.type == "string_content" and quoted:
+            out.append(_QUOTED_ESCAPE.sub(r"\1", text(part)))
+            continue
+        piece, part_dynamic = word(part, values)
+        out.append(piece)
+        dynamic = dynamic or part_dynamic
+    joined = "".join(out)
+    return joined, dynamic or "$" in joined or "`" in joined
+
+
+def _ansi_c(body: str) -> tuple[str, bool]:
+    """`$'…'` decoded (`$'\\x67it'` is `git`); what does not decode is taken as an expansion."""
+    try:
+        decoded = codecs.decode(body.encode("latin-1", "backslashreplace"), "unicode_escape")
+    except (UnicodeDecodeError, UnicodeEncodeError):
+        return body, True
+    return decoded, "$" in decoded or "`" in decoded
+
+
+def substitutions(node: Node) -> Iterator[Node]:
+    """The command and process substitutions inside `node` (not those nested in them)."""
+    if node.type in SUBSTITUTIONS:
+        yield node
+        return
+    for child in node.named_children:
+        yield from substitutions(child)
