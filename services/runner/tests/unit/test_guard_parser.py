@@ -53,3 +53,18 @@ def test_a_here_document_command_is_named_among_the_programs() -> None:
     got = classify("cat <<EOF > out.txt && git status\nhi\nEOF\n", WORKSPACE)
     assert got.programs == ("cat", "git")
     assert got.git == frozenset({"status"})
+
+
+@pytest.mark.parametrize(
+    ("command", "programs"),
+    [
+        ("ls\r\u202e; rm -rf build", ("ls\r\u202e", "rm")),
+        ("ls\u00a0-la", ("ls\u00a0-la",)),
+        ("cat\r/etc/shadow", ("cat\r/etc/shadow",)),
+    ],
+)
+def test_only_space_tab_and_newline_split_words_as_in_bash(
+    command: str, programs: tuple[str, ...]
+) -> None:
+    # tree-sitter's grammar also splits on \r, U+00A0, …; bash keeps them inside the word.
+    assert classify(command, WORKSPACE).programs == programs

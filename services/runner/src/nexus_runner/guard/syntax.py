@@ -22,12 +22,27 @@ SUBSTITUTIONS = frozenset(["command_substitution", "process_substitution"])
 _EXPANSIONS = frozenset(["simple_expansion", "expansion", "arithmetic_expansion", *SUBSTITUTIONS])
 
 
+# bash splits words on space, tab and newline only; tree-sitter's grammar also on every other
+# whitespace character (\r, \v, \f, U+00A0, U+2028, …), which bash keeps inside the word
+# (`ls\r` is a program named "ls\r"). Those are moved to a private-use plane, which both keep
+# inside a word, before parsing, and moved back in every text read from the tree.
+_SHIFT = 0xF0000
+_SHIFTED = re.compile("[\U000f0000-\U000f3fff]")
+
+
+def _shift(command: str) -> str:
+    foreign = {ord(c): _SHIFT + ord(c) for c in set(command) if c.isspace() and c not in " \t\n"}
+    return command.translate(foreign) if foreign else command
+
+
 def parse(command: str) -> Node | str:
     """The tree of `command`, or why it has none (a syntax error: tree-sitter marks it in the
     tree rather than raising, so an ERROR or MISSING node anywhere means no tree)."""
+    if _SHIFTED.search(command):
+        return "characters of the private-use plane 15"
     # A parser per call: tree-sitter's parser holds state, and creating one costs microseconds.
     parser = tree_sitter.Parser(_BASH)
-    source = command.encode("utf-8", "surrogatepass")
+    source = _shift(command).encode("utf-8", "surrogatepass")
     tree = parser.parse(source)
     if tree.root_node.has_error:
         return "a syntax error"
@@ -35,7 +50,8 @@ def parse(command: str) -> Node | str:
 
 
 def text(node: Node) -> str:
-    return (node.text or b"").decode("utf-8", "surrogatepass")
+    raw = (node.text or b"").decode("utf-8", "surrogatepass")
+    return _SHIFTED.sub(lambda m: chr(ord(m[0]) - _SHIFT), raw)
 
 
 def word(node: Node, values: Mapping[str, str]) -> tuple[str, bool]:  # noqa: PLR0911
