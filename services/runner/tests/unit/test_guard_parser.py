@@ -37,6 +37,12 @@ WORKSPACE = Path("/work/ws")
         ("ls )", "destructive"),
         ("case x in x) ls ;; esac", "destructive"),
         ("for ((i=0; i<3; i++)); do ls; done", "destructive"),
+        # Arithmetic evaluates a variable's value as code: `a[$(…)]` in it runs a command.
+        ("x='a[$(rm -rf ~)]'; echo $((x))", "destructive"),
+        ("(( x ))", "destructive"),
+        # `[ … ]` is a program on its words (tree-sitter calls it a test_command).
+        ("if [ -f notes.txt ]; then cat notes.txt; fi", "read_only"),
+        ('[ "$(rm -rf /)" = x ]', "destructive"),
     ],
 )
 def test_tree_sitter_forms_are_classified(command: str, expected: str) -> None:

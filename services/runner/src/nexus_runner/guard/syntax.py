@@ -6,6 +6,7 @@ from __future__ import annotations
 import codecs
 import re
 from collections.abc import Iterator, Mapping
+from typing import Final
 
 import tree_sitter
 import tree_sitter_bash
@@ -107,6 +108,34 @@ def _ansi_c(body: str) -> tuple[str, bool]:
     return decoded, "$" in decoded or "`" in decoded
 
 
+def arithmetic(node: Node) -> bool:
+    """Whether `node` holds arithmetic: bash evaluates a variable's value there as an
+    expression, and `a[$(…)]` in that value runs a command (x='a[$(rm -rf ~)]'; echo $((x)))."""
+    if node.type in ("arithmetic_expansion", "c_style_for_statement") or (
+        node.type == "compound_statement" and node.children and node.children[0].type == "(("
+    ):
+        return True
+    return any(arithmetic(child) for child in node.named_children)
+
+
+def operands(node: Node) -> Iterator[Node]:
+    """The words of a `[ … ]` test, in order (its operators aside)."""
+    for child in node.named_children:
+        if child.type in _WORDS:
+            yield child
+        elif child.type != "test_operator":
+            yield from operands(child)
+
+
+_WORDS = frozenset(
+    [
+        *("word", "string", "raw_string", "ansi_c_string", "translated_string", "number"),
+        *("concatenation", "simple_expansion", "expansion", "command_substitution"),
+        *("process_substitution", "arithmetic_expansion"),
+    ]
+)
+
+
 def substitutions(node: Node) -> Iterator[Node]:
     """The command and process substitutions inside `node` (not those nested in them)."""
     if node.type in SUBSTITUTIONS:
@@ -114,3 +143,32 @@ def substitutions(node: Node) -> Iterator[Node]:
         return
     for child in node.named_children:
         yield from substitutions(child)
+
+
+def command_of(node: Node) -> Node | None:
+    """The simple command a pipeline part runs (`cmd 2>&1 |`: the command under redirects)."""
+    if node.type == "redirected_statement":
+        body = node.child_by_field_name("body")
+        return command_of(body) if body is not None else None
+    return node if node.type == "command" else None
+
+
+def assignments(node: Node) -> list[Node]:
+    if node.type == "variable_assignment":
+        return [node]
+    return [c for c in node.named_children if c.type == "variable_assignment"]
+
+
+# Children of a command that are not its words.
+NOT_WORDS = frozenset(
+    [
+        *("variable_assignment", "file_redirect", "herestring_redirect", "heredoc_redirect"),
+        *("comment", "command_name"),
+    ]
+)
+HEREDOC_PARTS = frozenset(["heredoc_start", "heredoc_body", "heredoc_end", "comment"])
+# Forms the guard does not judge: they are destructive and ask (false asks, never false runs).
+UNJUDGED: Final[dict[str, str]] = {
+    "case_statement": "case",
+    "c_style_for_statement": "arithmetic",
+}

@@ -100,11 +100,27 @@ class Walker:
             self.loop(node)
         elif kind == "function_definition":
             self.flag("destructive", "defines a shell function (what it runs is hidden)")
-        elif kind in _UNJUDGED:
-            self.flag("destructive", f"uses {_UNJUDGED[kind]}, which the guard does not judge")
+        elif kind == "test_command":
+            self.test(node)
+        elif syntax.arithmetic(node) and kind in ("compound_statement", "c_style_for_statement"):
+            self.flag("destructive", "uses arithmetic, which evaluates variables as code")
+        elif kind in syntax.UNJUDGED:
+            form = syntax.UNJUDGED[kind]
+            self.flag("destructive", f"uses {form}, which the guard does not judge")
         elif kind != "comment":
             for child in node.named_children:
                 self.visit(child)
+
+    def test(self, node: Node) -> None:
+        """`[ … ]` is the program `[` on its words; `[[ … ]]` evaluates arithmetic operands of
+        -eq and the like, as `(( ))` does: not judged."""
+        if node.children and node.children[0].type == "[":
+            words = [Word("[", dynamic=False, node=node.children[0])]
+            words += [self.word(w) for w in syntax.operands(node)]
+            self.merge(self.substitutions(node))
+            self.program(words)
+        else:
+            self.flag("destructive", "uses a test expression ([[ … ]]), which is not judged")
 
     def loop(self, node: Node) -> None:
         variable = node.child_by_field_name("variable")
@@ -120,7 +136,7 @@ class Walker:
 
     def pipeline(self, parts: list[Node], *, after_pipe: bool = False) -> None:
         for i, part in enumerate(parts):
-            command = _command_of(part)
+            command = syntax.command_of(part)
             if command is not None and (i > 0 or after_pipe):
                 words = self.words(command)
                 if words and self._reads_code_from_stdin([w.text for w in words]):
@@ -154,7 +170,7 @@ class Walker:
         for child in command.named_children:
             if child.type == "command_name":
                 out.extend(self.word(c) for c in child.named_children)
-            elif child.type not in _NOT_WORDS:
+            elif child.type not in syntax.NOT_WORDS:
                 out.append(self.word(child))
         return out
 
@@ -165,6 +181,8 @@ class Walker:
     def substitutions(self, node: Node) -> Walker:
         """The commands inside `node`'s substitutions, judged on their own."""
         inner = Walker(self.workspace, self.depth + 1, rules=self.rules)
+        if syntax.arithmetic(node):
+            inner.flag("destructive", "uses arithmetic, which evaluates variables as code")
         for found in syntax.substitutions(node):
             for child in found.named_children:
                 inner.visit(child)
@@ -177,14 +195,14 @@ class Walker:
                 self.assignments(child)
             elif child.type in ("file_redirect", "herestring_redirect", "heredoc_redirect"):
                 self.redirect(child)
-            elif child.type not in _NOT_WORDS:
+            elif child.type not in syntax.NOT_WORDS:
                 self.merge(self.substitutions(child))
         words = self.words(node)
         if words:
             self.program(words)
 
     def assignments(self, node: Node) -> None:
-        for assignment in _assignments(node):
+        for assignment in syntax.assignments(node):
             name = syntax.text(assignment).split("=", 1)[0].rstrip("+")
             if name in table.DANGEROUS_ASSIGNMENTS:
                 self.flag("destructive", f"sets {name}, which changes what programs run")
@@ -225,7 +243,7 @@ class Walker:
                     self.pipeline(child.named_children, after_pipe=True)
                 elif child.type in ("file_redirect", "herestring_redirect"):
                     self.redirect(child)
-                elif child.type not in _HEREDOC_PARTS:
+                elif child.type not in syntax.HEREDOC_PARTS:
                     self.visit(child)
             return
         operator = next((syntax.text(c) for c in node.children if not c.is_named), "")
@@ -344,38 +362,6 @@ class Walker:
     def nested(self, command: str) -> Classification:
         """A command inside this one (`bash -c '…'`), from where this one stands."""
         return walk(command, self.workspace, self.depth + 1, self.rules, self.cwd_depth)
-
-
-def _command_of(node: Node) -> Node | None:
-    """The simple command a pipeline part runs (`cmd 2>&1 |`: the command under redirects)."""
-    if node.type == "redirected_statement":
-        body = node.child_by_field_name("body")
-        return _command_of(body) if body is not None else None
-    return node if node.type == "command" else None
-
-
-def _assignments(node: Node) -> list[Node]:
-    if node.type == "variable_assignment":
-        return [node]
-    return [c for c in node.named_children if c.type == "variable_assignment"]
-
-
-# Children of a command that are not its words.
-_NOT_WORDS = frozenset(
-    [
-        *("variable_assignment", "file_redirect", "herestring_redirect", "heredoc_redirect"),
-        *("comment", "command_name"),
-    ]
-)
-_HEREDOC_PARTS = frozenset(["heredoc_start", "heredoc_body", "heredoc_end", "comment"])
-# Forms the guard does not judge: they are destructive and ask (false asks, never false runs).
-_UNJUDGED: Final[dict[str, str]] = {
-    "test_command": "a test expression ([[ … ]])",
-    "case_statement": "case",
-    "c_style_for_statement": "an arithmetic for loop",
-    "arithmetic_expansion": "arithmetic",
-    "compound_statement_arithmetic": "arithmetic",
-}
 
 
 def _home_sensitive(rest: str) -> bool:
