@@ -1,6 +1,6 @@
 """The guard's cost per tool call, beside the same calls without it, in one run.
 
-- classify: the shell classifier (bashlex parse + tree walk) over the guard corpus
+- classify: the shell classifier (tree-sitter-bash parse + tree walk) over the guard corpus
   (services/runner/tests/unit/data/guard_corpus.tsv), mean per command;
 - run_shell: the guard on a call (`decide`: parse, grant, dial, classifier, 10 before hook
   rules; then 2 after hook rules on the real output) beside `execute` alone (a real

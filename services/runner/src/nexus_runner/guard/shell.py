@@ -1,9 +1,10 @@
-"""Classify a shell command on a real parse tree (bashlex), not on its text.
+"""Classify a shell command on a real parse tree (tree-sitter-bash), not on its text.
 
 Every simple command — in lists (`&&`, `;`, `||`), pipelines, loops, command and process
 substitutions, and `bash -c` strings — is judged on its words with quoting already removed
-(`gi''t` is `git`); the command's class is the most severe of its parts. Whatever bashlex
-cannot parse is destructive: the guard fails closed.
+(`gi''t` is `git`); the command's class is the most severe of its parts. Whatever has a
+syntax error, and the forms the walker does not judge (`[[ … ]]`, `case`, arithmetic), are
+destructive: the guard fails closed.
 """
 
 from __future__ import annotations

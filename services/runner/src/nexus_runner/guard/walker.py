@@ -1,6 +1,6 @@
-"""The walk over bashlex's parse tree: every simple command, its words (quoting removed),
-redirections and substitutions, and the paths it touches; programs with their own rules
-(nexus_runner.guard.programs) are handed to those."""
+"""The walk over a command's bash parse tree (tree-sitter): every simple command, its words
+(quoting removed), redirections and substitutions, and the paths it touches; programs with
+their own rules (nexus_runner.guard.programs) are handed to those."""
 
 from __future__ import annotations
 
@@ -9,11 +9,10 @@ import posixpath
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Final, Literal
+from typing import Final, Literal
 
-import bashlex  # type: ignore[import-untyped]
-
-from nexus_runner.guard import table
+from nexus_runner.guard import syntax, table
+from nexus_runner.guard.syntax import Node
 
 CommandClass = Literal[
     "read_only", "workspace_write", "outside_workspace", "network", "destructive"
@@ -32,7 +31,7 @@ _ORDER: Final[tuple[CommandClass, ...]] = (
     "network",
     "destructive",
 )
-_MAX_LENGTH = 32_768  # longer commands are not parsed: bashlex is recursive and slow on them
+_MAX_LENGTH = 32_768  # longer commands are not parsed: the walk is recursive
 _MAX_DEPTH = 6  # nested `bash -c` / substitutions deeper than this are refused to the parser
 _STANDARD_BIN = ("/usr/bin/", "/bin/", "/usr/local/bin/", "/usr/sbin/", "/sbin/")
 
@@ -53,7 +52,7 @@ class Classification:
 class Word:
     text: str
     dynamic: bool  # holds an expansion whose value is only known when the shell runs
-    node: Any = None
+    node: Node | None = None
 
 
 @dataclass
@@ -85,50 +84,71 @@ class Walker:
         )
 
     # -- tree walk ----------------------------------------------------------------------
-    def visit(self, node: Any) -> None:
-        kind = getattr(node, "kind", "")
+    def visit(self, node: Node) -> None:
+        kind = node.type
         if kind == "command":
             self.simple(node)
         elif kind == "pipeline":
-            self.pipeline(node)
-        elif kind in ("commandsubstitution", "processsubstitution"):
-            self.visit(node.command)
-        elif kind == "for":
+            self.pipeline(node.named_children)
+        elif kind == "redirected_statement":
+            self.redirected(node)
+        elif kind in ("variable_assignment", "variable_assignments"):
+            self.assignments(node)
+        elif kind in ("declaration_command", "unset_command"):
+            self.declaration(node)
+        elif kind == "for_statement":
             self.loop(node)
-        elif kind == "function":
+        elif kind == "function_definition":
             self.flag("destructive", "defines a shell function (what it runs is hidden)")
-        else:
-            for child in self._children(node):
+        elif kind == "test_command":
+            self.test(node)
+        elif syntax.arithmetic(node) and kind in ("compound_statement", "c_style_for_statement"):
+            self.flag("destructive", "uses arithmetic, which evaluates variables as code")
+        elif kind in syntax.UNJUDGED:
+            form = syntax.UNJUDGED[kind]
+            self.flag("destructive", f"uses {form}, which the guard does not judge")
+        elif kind != "comment":
+            for child in node.named_children:
                 self.visit(child)
 
-    def loop(self, node: Any) -> None:
-        words = [p for p in node.parts if p.kind == "word"]
-        if words:
-            values = [self.word(w) for w in words[1:]]
-            if values and all(not v.dynamic and self.outside(v) is None for v in values):
-                self.safe_vars[words[0].word] = values[0].text
-        for child in self._children(node):
-            self.visit(child)
+    def test(self, node: Node) -> None:
+        """`[ … ]` is the program `[` on its words; `[[ … ]]` evaluates arithmetic operands of
+        -eq and the like, as `(( ))` does: not judged."""
+        if node.children and node.children[0].type == "[":
+            words = [Word("[", dynamic=False, node=node.children[0])]
+            words += [self.word(w) for w in syntax.operands(node)]
+            self.merge(self.substitutions(node))
+            self.program(words)
+        else:
+            self.flag("destructive", "uses a test expression ([[ … ]]), which is not judged")
 
-    @staticmethod
-    def _children(node: Any) -> list[Any]:
-        out: list[Any] = []
-        for attr in ("parts", "list"):
-            out.extend(getattr(node, attr, None) or [])
-        for attr in ("command", "output"):
-            child = getattr(node, attr, None)
-            if child is not None and not isinstance(child, int):
-                out.append(child)
-        return out
+    def loop(self, node: Node) -> None:
+        variable = node.child_by_field_name("variable")
+        values = [self.word(v) for v in node.children_by_field_name("value")]
+        plain = all(not v.dynamic and self.outside(v) is None for v in values)
+        if variable is not None and values and plain:
+            self.safe_vars[syntax.text(variable)] = values[0].text
+        for value in node.children_by_field_name("value"):
+            self.merge(self.substitutions(value))
+        body = node.child_by_field_name("body")
+        if body is not None:
+            self.visit(body)
 
-    def pipeline(self, node: Any) -> None:
-        commands = [p for p in node.parts if getattr(p, "kind", "") == "command"]
-        for i, command in enumerate(commands):
-            words = self.words(command)
-            if i > 0 and words and self._reads_code_from_stdin([w.text for w in words]):
-                self.flag("destructive", "pipes text into a shell or interpreter")
-        for part in node.parts:
+    def pipeline(self, parts: list[Node], *, after_pipe: bool = False) -> None:
+        for i, part in enumerate(parts):
+            command = syntax.command_of(part)
+            if command is not None and (i > 0 or after_pipe):
+                words = self.words(command)
+                if words and self._reads_code_from_stdin([w.text for w in words]):
+                    self.flag("destructive", "pipes text into a shell or interpreter")
             self.visit(part)
+
+    def redirected(self, node: Node) -> None:
+        for child in node.named_children:
+            if child.type in ("file_redirect", "herestring_redirect", "heredoc_redirect"):
+                self.redirect(child)
+            else:
+                self.visit(child)
 
     @staticmethod
     def _reads_code_from_stdin(words: list[str]) -> bool:
@@ -145,44 +165,66 @@ class Walker:
         return False
 
     # -- words --------------------------------------------------------------------------
-    def words(self, command: Any) -> list[Word]:
-        return [self.word(p) for p in command.parts if p.kind == "word"]
+    def words(self, command: Node) -> list[Word]:
+        out: list[Word] = []
+        for child in command.named_children:
+            if child.type == "command_name":
+                out.extend(self.word(c) for c in child.named_children)
+            elif child.type not in syntax.NOT_WORDS:
+                out.append(self.word(child))
+        return out
 
-    def word(self, node: Any) -> Word:
-        dynamic = False
-        text = node.word
-        for part in getattr(node, "parts", None) or []:
-            if part.kind == "parameter" and part.value in self.safe_vars:
-                value = self.safe_vars[part.value]
-                text = text.replace("${" + part.value + "}", value).replace("$" + part.value, value)
-            elif part.kind in ("parameter", "commandsubstitution", "processsubstitution"):
-                dynamic = True
-        return Word(text, dynamic or "$" in text or "`" in text, node)
+    def word(self, node: Node) -> Word:
+        text, dynamic = syntax.word(node, self.safe_vars)
+        return Word(text, dynamic, node)
 
-    def substitutions(self, node: Any) -> Walker:
+    def substitutions(self, node: Node) -> Walker:
         """The commands inside `node`'s substitutions, judged on their own."""
         inner = Walker(self.workspace, self.depth + 1, rules=self.rules)
-        for part in getattr(node, "parts", None) or []:
-            if part.kind in ("commandsubstitution", "processsubstitution"):
-                inner.visit(part.command)
+        if syntax.arithmetic(node):
+            inner.flag("destructive", "uses arithmetic, which evaluates variables as code")
+        for found in syntax.substitutions(node):
+            for child in found.named_children:
+                inner.visit(child)
         return inner
 
     # -- one simple command -------------------------------------------------------------
-    def simple(self, node: Any) -> None:
-        words: list[Word] = []
-        for part in node.parts:
-            if part.kind == "assignment":
-                name = part.word.split("=", 1)[0]
-                if name in table.DANGEROUS_ASSIGNMENTS:
-                    self.flag("destructive", f"sets {name}, which changes what programs run")
-                self.merge(self.substitutions(part))
-            elif part.kind == "word":
-                words.append(self.word(part))
-                self.merge(self.substitutions(part))
-            elif part.kind == "redirect":
-                self.redirect(part)
+    def simple(self, node: Node) -> None:
+        for child in node.named_children:
+            if child.type == "variable_assignment":
+                self.assignments(child)
+            elif child.type in ("file_redirect", "herestring_redirect", "heredoc_redirect"):
+                self.redirect(child)
+            elif child.type not in syntax.NOT_WORDS:
+                self.merge(self.substitutions(child))
+        words = self.words(node)
         if words:
             self.program(words)
+
+    def assignments(self, node: Node) -> None:
+        for assignment in syntax.assignments(node):
+            name = syntax.text(assignment).split("=", 1)[0].rstrip("+")
+            if name in table.DANGEROUS_ASSIGNMENTS:
+                self.flag("destructive", f"sets {name}, which changes what programs run")
+            self.merge(self.substitutions(assignment))
+
+    def declaration(self, node: Node) -> None:
+        """`export A=b`, `declare -x …`, `unset A`: a command whose words are its parts."""
+        words = [Word(syntax.text(node.children[0]), dynamic=False, node=node.children[0])]
+        for child in node.named_children:
+            if child.type == "variable_assignment":
+                self.assignments(child)
+                name = child.child_by_field_name("name")
+                value = child.child_by_field_name("value")
+                text, dynamic = syntax.text(name) if name is not None else "", False
+                if value is not None:
+                    value_text, dynamic = syntax.word(value, self.safe_vars)
+                    text += "=" + value_text
+                words.append(Word(text, dynamic, child))
+            else:
+                words.append(self.word(child))
+                self.merge(self.substitutions(child))
+        self.program(words)
 
     def merge(self, inner: Walker) -> None:
         self.git_subs |= inner.git_subs
@@ -192,13 +234,27 @@ class Walker:
             if reason not in self.reasons:
                 self.reasons.append(reason)
 
-    def redirect(self, node: Any) -> None:
-        target = node.output
-        if isinstance(target, int) or node.type in ("<<", "<<<"):
+    def redirect(self, node: Node) -> None:
+        if node.type != "file_redirect":  # a here-document or here-string: text on stdin
+            self.merge(self.substitutions(node))
+            for child in node.named_children:
+                # What follows the marker on its line is held here: `cat <<EOF > f | sh`.
+                if child.type == "pipeline":
+                    self.pipeline(child.named_children, after_pipe=True)
+                elif child.type in ("file_redirect", "herestring_redirect"):
+                    self.redirect(child)
+                elif child.type not in syntax.HEREDOC_PARTS:
+                    self.visit(child)
             return
+        operator = next((syntax.text(c) for c in node.children if not c.is_named), "")
+        target = node.child_by_field_name("destination")
+        duplicates = ">&" in operator or "<&" in operator
+        fd = syntax.text(target) if target is not None else ""
+        if target is None or (duplicates and (fd == "-" or fd.rstrip("-").isdigit())):
+            return  # `2>&1`, `>&-`: descriptors, not files
         word = self.word(target)
         self.merge(self.substitutions(target))
-        writes = ">" in node.type
+        writes = ">" in operator
         if writes and word.text not in table.HARMLESS_PATHS:
             self.flag("workspace_write", "redirects output to a file")
         self.path(word, write=writes, verb="redirects to" if writes else "reads")
@@ -347,14 +403,12 @@ def walk(  # noqa: PLR0911 - each way of failing closed says why
         return Classification("destructive", (f"longer than {_MAX_LENGTH} characters",))
     if not command.strip():
         return Classification("read_only")
-    try:
-        trees = bashlex.parse(command)
-    except Exception as exc:  # noqa: BLE001 - any parser failure means: cannot judge, ask
-        return Classification("destructive", (f"cannot be parsed ({type(exc).__name__})",))
+    tree = syntax.parse(command)
+    if isinstance(tree, str):
+        return Classification("destructive", (f"cannot be parsed ({tree})",))
     walker = Walker(workspace, depth, cwd_depth=cwd_depth, rules=rules)
     try:
-        for tree in trees:
-            walker.visit(tree)
+        walker.visit(tree)
     except RecursionError:
         return Classification("destructive", ("nested too deeply to judge",))
     except Exception as exc:  # noqa: BLE001 - a tree this walker does not know: ask

@@ -421,7 +421,7 @@ class ToolRegistry:
             return refused
         command = getattr(args, "command", None)
         if name == "run_shell" and isinstance(command, str):
-            # On the parse tree too: `gi''t push` is a push; the regexes catch what bashlex
+            # On the parse tree too: `gi''t push` is a push; the regexes catch what the parser
             # cannot parse.
             git = classify(command, self.ctx.workspace.root).git
             if _GIT_PUSH.search(command) or "push" in git:
