@@ -14,6 +14,7 @@ projection):
 - started twice: a step key (flow run, step, round, item) with two different run ids, a run
   id `prepared` by core more than once, a run `dispatched` twice with the same attempt, or more
   `started` events than dispatch attempts;
+- requested twice: a run whose `requested` NEXUS_RUNS stored more than once;
 - lost: a run step whose run ended (or the flow ended) with no `step_finished` for it, a step
   whose run core never prepared, a flow not terminal by the deadline (stuck).
 
@@ -101,6 +102,9 @@ class Figures:
     kills: Counter[str] = field(default_factory=Counter)
     restarts: dict[str, int] = field(default_factory=dict)
     duplicates: list[str] = field(default_factory=list)
+    # Runs whose `requested` NEXUS_RUNS stored more than once (a restarted flows service
+    # repeating a request after JetStream's duplicate window: issue 36).
+    rerequested: list[str] = field(default_factory=list)
     lost: list[str] = field(default_factory=list)
     not_terminal: list[str] = field(default_factory=list)
     bad_terminal: list[str] = field(default_factory=list)
@@ -111,7 +115,13 @@ class Figures:
 
     @property
     def ok(self) -> bool:
-        return not (self.duplicates or self.lost or self.not_terminal or self.bad_terminal)
+        return not (
+            self.duplicates
+            or self.rerequested
+            or self.lost
+            or self.not_terminal
+            or self.bad_terminal
+        )
 
     def lines(self) -> list[str]:
         out = [
@@ -124,6 +134,7 @@ class Figures:
             "supervisor restarts: " + ", ".join(f"{k}={v}" for k, v in self.restarts.items()),
             f"re-dispatches (attempt > 1): {self.redispatches}",
             f"started twice: {len(self.duplicates)}",
+            f"requested twice: {len(self.rerequested)}",
             f"lost: {len(self.lost)}",
             f"not terminal: {len(self.not_terminal)}",
             f"terminal events without one reason: {len(self.bad_terminal)}",
@@ -132,6 +143,7 @@ class Figures:
         ]
         for label, items in (
             ("DUPLICATE", self.duplicates),
+            ("REQUESTED TWICE", self.rerequested),
             ("LOST", self.lost),
             ("NOT TERMINAL", self.not_terminal),
             ("BAD TERMINAL", self.bad_terminal),
@@ -326,6 +338,8 @@ def _check_run(
         if n in RUN_TERMINAL:
             figures.run_outcomes[n] += 1
             break
+    if names["requested"] > 1:
+        figures.rerequested.append(f"{label}: run {run_id} requested {names['requested']} times")
     if names["prepared"] == 0:
         figures.lost.append(f"{label}: run {run_id} never prepared by core")
     if names["prepared"] > 1:

@@ -79,6 +79,8 @@ def test_kill_9_flows_scheduler_and_core_over_30_flows(chaos_stack: Stack, tmp_p
     assert not figures.not_terminal, report
     assert not figures.bad_terminal, report
     assert not figures.duplicates, report
+    # Every step run's `requested` stored once, however often flows restarted (issue 36).
+    assert not figures.rerequested, report
     assert not figures.lost, report
     assert not figures.dead_letters, report  # a kill must not make a valid event undeliverable
     assert sum(figures.outcomes.values()) == FLOWS, report
@@ -149,6 +151,15 @@ def test_checker_allows_a_second_attempt_but_not_a_second_prepare() -> None:
     runs.append(_run("f1-c-r1", "prepared"))
     figures = _checked(flow, runs, ["f1"])
     assert figures.duplicates == ["f1 step c round 1: run f1-c-r1 prepared 2 times"]
+
+
+def test_checker_finds_a_run_requested_twice() -> None:
+    flow, runs = _healthy("f1")
+    runs.insert(1, _run("f1-b-r1", "requested"))
+    figures = _checked(flow, runs, ["f1"])
+    assert not figures.ok
+    assert figures.rerequested == ["f1 step b round 1: run f1-b-r1 requested 2 times"]
+    assert not figures.duplicates
 
 
 def test_checker_finds_lost_steps_and_stuck_flows() -> None:

@@ -117,15 +117,15 @@ def reference_only(letter: DeadLetter) -> DeadLetter:
     )
 
 
-def dead_letter_id(
-    service: str, consumer: str | None, stream: str | None, stream_seq: int | None, reason: str
-) -> str | None:
-    """Nats-Msg-Id of a dead letter: one per original, service, consumer and reason, however
-    often the consumer meets it again (redelivery, restart); None when the original has no
+def dead_letter_id(stream: str | None, stream_seq: int | None) -> str | None:
+    """Nats-Msg-Id of a dead letter: one per stored original, from its stream position
+    alone, so NEXUS_DLQ's dedupe keeps the first whichever reader files it (two services
+    reading one subject, like core's poison sweeper and the gateway's delegations, or one
+    consumer meeting it again after a redelivery or a restart). None when the original has no
     stream position (nothing stable to key it by)."""
-    if not stream_seq:
+    if not stream or not stream_seq:
         return None
-    return f"dlq:{service}:{consumer or '-'}:{stream}:{stream_seq}:{reason}"
+    return f"dlq:{stream}:{stream_seq}"
 
 
 class DeadLetterPublisher(Publisher):
@@ -188,16 +188,15 @@ class DeadLetterPublisher(Publisher):
         """Publish `letter` (built with `nexus_events.dead_letters.build_dead_letter`, so it
         fits); return whether it was stored.
 
-        Idempotent per original, service, consumer and reason. If the server still refuses
+        Idempotent per stored original (`dead_letter_id`), within NEXUS_DLQ's duplicate
+        window (a day): the first reader's letter is kept. If the server still refuses
         the letter, a reference-only letter (stream + sequence, size, digest) is tried, and if
         that is refused too the failure is logged with the original's position and False
         returned: a consumer must then go past the message rather than stop on it. Raises
         `BusUnavailable` / `PublishFailed` when NATS is away (try again later).
         """
         dlq_subject = subjects.dead_letter(letter.service)
-        msg_id = dead_letter_id(
-            letter.service, letter.consumer, letter.stream, letter.stream_seq, letter.reason
-        )
+        msg_id = dead_letter_id(letter.stream, letter.stream_seq)
         where = {
             "stream": letter.stream,
             "stream_seq": letter.stream_seq,

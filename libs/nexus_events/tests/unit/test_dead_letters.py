@@ -82,10 +82,10 @@ def test_reference_only_keeps_the_position_size_and_digest():
     )
 
 
-def test_ids_differ_per_consumer_and_reason_and_need_a_position():
-    a = dead_letter_id("core", "proj_a", "NEXUS_RUNS", 5, "undecodable")
-    b = dead_letter_id("core", "metrics", "NEXUS_RUNS", 5, "undecodable")
-    c = dead_letter_id("core", "proj_a", "NEXUS_RUNS", 5, "max_deliver")
-    assert len({a, b, c}) == 3
-    assert a == dead_letter_id("core", "proj_a", "NEXUS_RUNS", 5, "undecodable")
-    assert dead_letter_id("core", "proj_a", None, None, "undecodable") is None
+def test_ids_name_the_stored_original_alone_and_need_a_position():
+    # One stored message, one id: whichever service, consumer or reason files it.
+    a = dead_letter_id("NEXUS_INBOX", 16)
+    assert a == "dlq:NEXUS_INBOX:16"
+    assert len({a, dead_letter_id("NEXUS_INBOX", 17), dead_letter_id("NEXUS_RUNS", 16)}) == 3
+    assert dead_letter_id(None, None) is None
+    assert dead_letter_id("NEXUS_RUNS", None) is None

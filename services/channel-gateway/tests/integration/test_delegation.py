@@ -4,12 +4,17 @@ ending reaches the parent's inbox, and cycles and too-deep chains are refused.""
 
 from __future__ import annotations
 
+import asyncpg
+from nexus_core.app import CoreApp
+from nexus_core.config import CoreSettings
 from nexus_events import subjects
 from nexus_events.bus import Bus
 from nexus_events.codec import Decoded
 from nexus_events.events import InboxMessage, RouteRequest, RunCompleted, RunRequested
+from nexus_events.events.dlq import DeadLetter
 from nexus_events.events.runs import RunResult
-from nexus_events.testing import eventually
+from nexus_events.streams import INBOX
+from nexus_events.testing import dead_letters, eventually
 from tests.support.gateway import inbox_of, run_requests
 
 PARENT = "run_parent1"
@@ -118,3 +123,38 @@ async def test_the_limit_counts_delegated_runs_below_the_root_whoever_names_the_
     )
     assert len(await run_requests(bus)) == 4
     assert gateway.metrics.counts["delegation", "route", "refused"] == 1
+
+
+async def _settled(bus: Bus, stream: str, durable: str) -> bool:
+    info = await bus.js.consumer_info(stream, durable)
+    return (info.num_pending or 0) == 0 and (info.num_ack_pending or 0) == 0
+
+
+async def test_a_malformed_route_both_readers_reject_is_one_dead_letter(
+    bus: Bus, make_gateway: object, pg_dsn: str
+) -> None:
+    """Core's poison sweeper and the gateway's delegation durable both read
+    agent.route.v1.<agent> and both reject a route without a correlation id: one stored
+    message, one dead letter, whoever files it first (issue 36 defect 4)."""
+    await make_gateway()  # type: ignore[operator]
+    pool = await asyncpg.create_pool(pg_dsn, min_size=1, max_size=4)
+    assert pool is not None
+    settings = CoreSettings(health_port=0, memory_timeout=0.2, fetch_timeout=0.2)
+    core = CoreApp(settings, bus=bus, pool=pool)
+    await core.start()
+    try:
+        ack = await bus.js.publish(subjects.route("reviewer"), b'{"input": "no correlation id"}')
+
+        async def letters() -> list[DeadLetter]:
+            found = await dead_letters(bus)
+            return [x for x in found if (x.stream, x.stream_seq) == (ack.stream, ack.seq)]
+
+        await eventually(letters, what="the route dead-lettered")
+        for durable in ("core_sweep_inbox", "channel_gateway_delegation"):
+            await eventually(lambda d=durable: _settled(bus, INBOX, d), what=f"{durable} done")
+        filed = await letters()
+        assert len(filed) == 1, [(x.service, x.consumer) for x in filed]
+        assert filed[0].reason == "invalid_event"
+    finally:
+        await core.stop()
+        await pool.close()

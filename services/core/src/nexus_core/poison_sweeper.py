@@ -9,8 +9,9 @@ already dead-letters every message that does not decode (the codec's reason: und
 invalid_event, unknown_event; consumer ``<prefix>_sweep_<stream>``); the handler accepts the
 rest without acting on them: the sweeper validates, it never does the readers' work.
 
-A message that is poison for its own reader too (a live runner, the gateway) is filed once by
-each, as every consumer files its own letter (`nexus dlq ls` tells them apart).
+A message that is poison for its own reader too (a live runner, the gateway) is still filed
+once: a dead letter's message id is the original's stream position alone
+(`nexus_events.dead_letters.dead_letter_id`), so the first reader's letter is the one kept.
 """
 
 from __future__ import annotations

@@ -18,6 +18,7 @@ from typing import Any
 
 import asyncpg
 import nats.errors
+import nats.js.errors
 from nexus_events import subjects
 from nexus_events.approvals import claim_approval
 from nexus_events.bus import Bus, decode_msg
@@ -41,7 +42,7 @@ from nexus_events.events.runs import Origin
 from nexus_events.events.specs import RepoSpec
 from nexus_events.projection import ProjectionRunner, quote_ident
 from nexus_events.publish import Outgoing
-from nexus_events.streams import FLOWS
+from nexus_events.streams import FLOWS, RUNS
 
 from nexus_flows.decide import decide, msg_id, run_input, terminal_msg_id
 from nexus_flows.metrics import FlowMetrics
@@ -100,9 +101,11 @@ class Engine:
         self.wake = asyncio.Event()
         self.new_requests: list[Decoded] = []
         self._touched: set[str] = set()
-        # Run ids this process has requested: after a restart every live one is requested
-        # again, which core treats as a duplicate of the same request.
+        # Run ids this process has requested (or found requested in NEXUS_RUNS).
         self._requested: set[str] = set()
+        # Flow runs live when this process started: their live steps' runs may have been
+        # requested by an earlier process, so the stream is asked before requesting them.
+        self._inherited: set[str] = set()
         self._catalog_after: dict[str, float] = {}
         self._definitions: dict[str, FlowDefinition] = {}
         self._task: asyncio.Task[None] | None = None
@@ -117,7 +120,9 @@ class Engine:
             f"SELECT flow_run_id FROM {self.q}.flow_runs WHERE status <> ALL($1::text[])",
             ["completed", "failed", "cancelled"],
         )
-        self.touch({r["flow_run_id"] for r in rows})
+        live = {r["flow_run_id"] for r in rows}
+        self._inherited |= live
+        self.touch(live)
         # `new` requests are re-published under their generated id after the batch that
         # carried them; one that a crash interrupted is found here. Re-publishing one that
         # was done already is harmless: the fold keeps the first `requested` of an id.
@@ -184,6 +189,7 @@ class Engine:
     async def step(self, flow_run_id: str) -> None:
         state = await load_state(self.pool, flow_run_id, self.schema)
         if state is None or is_terminal(state):
+            self._inherited.discard(flow_run_id)
             return
         if state["definition"] is None:
             await self._accept(state)
@@ -216,7 +222,10 @@ class Engine:
         return found
 
     async def _reconcile(self, state: State, definition: FlowDefinition) -> None:
-        """Request the run of every applied, unfinished run step (once per process)."""
+        """Request the run of every applied, unfinished run step: once per process, and not
+        at all when NEXUS_RUNS holds its request already (see `_stored_request`)."""
+        fid = state["flow_run_id"]
+        inherited = fid in self._inherited
         out = []
         handed: list[dict[str, Any]] = []
         for rec in state["steps"].values():
@@ -225,6 +234,9 @@ class Engine:
                 self._requested.discard(run_id)  # finished: no need to remember it
                 continue
             if run_id in self._requested:
+                continue
+            if inherited and await self._stored_request(run_id):
+                self._requested.add(run_id)
                 continue
             out.append(self._run_request(state, definition, rec))
             handed.append(rec)
@@ -235,6 +247,18 @@ class Engine:
                 before = _finished_before(state, rec)
                 if before is not None:
                     self.metrics.handoff((datetime.now(UTC) - before).total_seconds())
+        self._inherited.discard(fid)  # every step it had is requested now, once
+
+    async def _stored_request(self, run_id: str) -> bool:
+        """Whether NEXUS_RUNS holds a `requested` of `run_id`: one get of the subject's last
+        message. A restart re-requests the live steps of the process before it, and
+        JetStream drops a repeat of the message id only within its duplicate window (2 min
+        by default); a restart after that would store a second request of the same run."""
+        try:
+            await self.bus.js.get_last_msg(RUNS, subjects.run_event(run_id, "requested"))
+        except nats.js.errors.NotFoundError:
+            return False
+        return True
 
     def _run_request(
         self, state: State, definition: FlowDefinition, rec: dict[str, Any]
