@@ -46,6 +46,7 @@ SCHEDULER_SNAPSHOT_BUCKET = "nexus_scheduler_snapshot"  # SchedulerSettings.snap
 # The leases that let one of two core (memory) replicas run the projections (docs/cluster.md).
 CORE_LEASE_BUCKET = "nexus_core_lease"  # CoreSettings.core_lease_bucket
 MEMORY_LEASE_BUCKET = "nexus_memory_lease"  # MemorySettings.memory_lease_bucket
+FLOWS_LEASE_BUCKET = "nexus_flows_lease"  # FlowsSettings.flows_lease_bucket
 # nats-server's auth callout requests (nexus_scheduler.auth_callout.AUTH_SUBJECT).
 AUTH_CALLOUT_SUBJECT = "$SYS.REQ.USER.AUTH"
 # The environment variable of the nats-server process holding the callout issuer's public
@@ -193,6 +194,7 @@ SERVICES: dict[str, Access] = {
         ensures_streams=True,
         serves=(subjects.FLOWS_GET, subjects.FLOWS_LIST),
         requests=(subjects.CORE_CATALOG_FLOWS_GET,),
+        kv_buckets=(FLOWS_LEASE_BUCKET,),  # which replica decides (nexus_events.leadership)
     ),
 }
 
