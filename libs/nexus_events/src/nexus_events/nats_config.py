@@ -262,7 +262,9 @@ def _stream_api(stream: str) -> list[str]:
 
 def permissions(access: Access) -> tuple[list[str], list[str]]:
     """(publish allow, subscribe allow) of one service."""
-    pub: list[str] = [*access.publishes, *access.requests, "$JS.API.STREAM.NAMES"]
+    # $JS.API.INFO: the account's own limits and usage; readiness asks it to learn whether
+    # JetStream has a meta leader (nexus_events.health.JetStreamProbe).
+    pub: list[str] = [*access.publishes, *access.requests, "$JS.API.STREAM.NAMES", "$JS.API.INFO"]
     sub: list[str] = ["_INBOX.>"]
     for stream in access.reads:
         pub += _stream_api(stream)
@@ -280,6 +282,8 @@ def permissions(access: Access) -> tuple[list[str], list[str]]:
             f"$KV.{bucket}.>",
             f"$JS.API.STREAM.INFO.{kv}",
             f"$JS.API.STREAM.CREATE.{kv}",
+            # Its replicas follow NEXUS_STREAMS_REPLICAS (nexus_events.bucket_replicas).
+            f"$JS.API.STREAM.UPDATE.{kv}",
             f"$JS.API.STREAM.MSG.GET.{kv}",
             f"$JS.API.DIRECT.GET.{kv}.>",
             # The lease watches its key: an ordered push consumer, flow-controlled.
