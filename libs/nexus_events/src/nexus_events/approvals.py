@@ -26,6 +26,7 @@ from nats.js.kv import KeyValue
 
 from nexus_events import subjects
 from nexus_events.approver_policy import Answer, ApproverPolicy, Verdict
+from nexus_events.bucket_replicas import follow_replicas
 from nexus_events.bus import Bus
 from nexus_events.consume import decode_msg
 from nexus_events.errors import DecodeError
@@ -72,16 +73,18 @@ def decided_as(decision: str, decided_by: str | None, surface: str | None) -> st
 
 async def approvals_bucket(js: JetStreamContext, replicas: int | None = None) -> KeyValue:
     """The claims bucket, created on first use (idempotent across services) with `replicas`
-    JetStream replicas (None: the streams' setting, NEXUS_STREAMS_REPLICAS)."""
+    JetStream replicas (None: the streams' setting, NEXUS_STREAMS_REPLICAS); an existing one
+    is brought to those replicas."""
+    if replicas is None:
+        replicas = StreamSettings().replicas
     try:
-        return await js.key_value(APPROVALS_BUCKET)
+        kv = await js.key_value(APPROVALS_BUCKET)
     except BucketNotFoundError:
         return await js.create_key_value(
-            bucket=APPROVALS_BUCKET,
-            history=1,
-            ttl=CLAIM_TTL_SECONDS,
-            replicas=StreamSettings().replicas if replicas is None else replicas,
+            bucket=APPROVALS_BUCKET, history=1, ttl=CLAIM_TTL_SECONDS, replicas=replicas
         )
+    await follow_replicas(js, f"KV_{APPROVALS_BUCKET}", replicas)
+    return kv
 
 
 def claim_key(run_id: str, approval_id: str) -> str:

@@ -35,6 +35,8 @@ from nats.js import JetStreamContext
 from nats.js.kv import KV_DEL, KV_PURGE, KeyValue
 from pydantic import Field
 
+from nexus_events.bucket_replicas import follow_replicas
+
 log = logging.getLogger(__name__)
 
 LEADER_KEY = "leader"
@@ -101,6 +103,7 @@ class Lease:
         if self._kv is None:
             try:
                 kv = await self.js.key_value(self.bucket)
+                await follow_replicas(self.js, f"KV_{self.bucket}", self.replicas)
             except nats.js.errors.BucketNotFoundError:
                 kv = await self.js.create_key_value(
                     bucket=self.bucket,

@@ -46,6 +46,7 @@ SCHEDULER_SNAPSHOT_BUCKET = "nexus_scheduler_snapshot"  # SchedulerSettings.snap
 # The leases that let one of two core (memory) replicas run the projections (docs/cluster.md).
 CORE_LEASE_BUCKET = "nexus_core_lease"  # CoreSettings.core_lease_bucket
 MEMORY_LEASE_BUCKET = "nexus_memory_lease"  # MemorySettings.memory_lease_bucket
+FLOWS_LEASE_BUCKET = "nexus_flows_lease"  # FlowsSettings.flows_lease_bucket
 # nats-server's auth callout requests (nexus_scheduler.auth_callout.AUTH_SUBJECT).
 AUTH_CALLOUT_SUBJECT = "$SYS.REQ.USER.AUTH"
 # The environment variable of the nats-server process holding the callout issuer's public
@@ -193,6 +194,7 @@ SERVICES: dict[str, Access] = {
         ensures_streams=True,
         serves=(subjects.FLOWS_GET, subjects.FLOWS_LIST),
         requests=(subjects.CORE_CATALOG_FLOWS_GET,),
+        kv_buckets=(FLOWS_LEASE_BUCKET,),  # which replica decides (nexus_events.leadership)
     ),
 }
 
@@ -260,7 +262,9 @@ def _stream_api(stream: str) -> list[str]:
 
 def permissions(access: Access) -> tuple[list[str], list[str]]:
     """(publish allow, subscribe allow) of one service."""
-    pub: list[str] = [*access.publishes, *access.requests, "$JS.API.STREAM.NAMES"]
+    # $JS.API.INFO: the account's own limits and usage; readiness asks it to learn whether
+    # JetStream has a meta leader (nexus_events.health.JetStreamProbe).
+    pub: list[str] = [*access.publishes, *access.requests, "$JS.API.STREAM.NAMES", "$JS.API.INFO"]
     sub: list[str] = ["_INBOX.>"]
     for stream in access.reads:
         pub += _stream_api(stream)
@@ -278,6 +282,8 @@ def permissions(access: Access) -> tuple[list[str], list[str]]:
             f"$KV.{bucket}.>",
             f"$JS.API.STREAM.INFO.{kv}",
             f"$JS.API.STREAM.CREATE.{kv}",
+            # Its replicas follow NEXUS_STREAMS_REPLICAS (nexus_events.bucket_replicas).
+            f"$JS.API.STREAM.UPDATE.{kv}",
             f"$JS.API.STREAM.MSG.GET.{kv}",
             f"$JS.API.DIRECT.GET.{kv}.>",
             # The lease watches its key: an ordered push consumer, flow-controlled.

@@ -19,10 +19,10 @@ import logging
 import asyncpg
 from nexus_events.bus import Bus, BusSettings
 from nexus_events.fast import Handlers
-from nexus_events.health import HealthServer
+from nexus_events.health import HealthServer, JetStreamProbe
 from nexus_events.metrics import MetricsSettings, setup_metrics
 from nexus_events.process import ServiceApp
-from nexus_events.streams import ensure_streams
+from nexus_events.streams import CHANNELS, FLOWS, INBOX, RUNS, ensure_streams
 from opentelemetry.sdk.metrics import MeterProvider as SdkMeterProvider
 
 from nexus_channel_gateway.config import GatewaySettings
@@ -75,6 +75,8 @@ class GatewayApp(ServiceApp):
         self.ingress: Ingress | None = None
         self.endpoints: GatewayEndpoints | None = None
         self.health: HealthServer | None = None
+        # Whether JetStream has leaders for the streams the gateway uses (readiness).
+        self.jetstream: JetStreamProbe | None = None
 
     @property
     def port(self) -> int:
@@ -82,9 +84,13 @@ class GatewayApp(ServiceApp):
         return 0 if self.ingress is None else self.ingress.port
 
     def ready(self) -> bool:
+        """Connected, the handlers too, and JetStream electing no leader for a stream the
+        gateway reads or writes (an inbound message could not be recorded meanwhile)."""
         return (
             self._running
             and self.nats_connected
+            and self.jetstream is not None
+            and self.jetstream.ok
             and (self.handlers is None or self.handlers.connected)
         )
 
@@ -120,6 +126,11 @@ class GatewayApp(ServiceApp):
             stack.push_async_callback(self.health.stop)
         await self.connect_bus(stack, self.bus_settings, SOURCE)
         await ensure_streams(self.bus.js, update=False)  # core owns stream settings
+        self.jetstream = JetStreamProbe(
+            self.bus.js, [CHANNELS, RUNS, FLOWS, INBOX], interval=s.jetstream_probe_seconds
+        )
+        await self.jetstream.start()
+        stack.push_async_callback(self.jetstream.stop)
         pool = await self.open_pool(
             stack,
             lambda: asyncpg.create_pool(s.database_url, min_size=1, max_size=s.db_pool_size),

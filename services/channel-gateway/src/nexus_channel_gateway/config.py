@@ -98,6 +98,12 @@ class GatewaySettings(ApproverDefaults):
     health_port: HealthPort = Field(
         8085, ge=0, le=65535, description="Port of /healthz and /readyz (0: any; off: none)."
     )
+    jetstream_probe_seconds: float = Field(
+        2.0,
+        gt=0,
+        description="Readiness checks this often that JetStream has a leader for the streams"
+        " the gateway reads and writes (not ready through an election).",
+    )
     drain_timeout: float = Field(30.0, gt=0, description="Most seconds to drain on SIGTERM.")
     consumer_prefix: str = Field(
         "channel_gateway", pattern=r"^[A-Za-z0-9_-]+$", description="Durable consumer prefix."

@@ -40,6 +40,11 @@ def secured_nats(tmp_path: Path) -> Iterator[tuple[str, Path]]:
     render = load_renderer()
     for name in [*render.SERVICES, *render.CLIENTS]:
         env.setdefault(render.password_variable(name), "x")
+    # The auth callout's issuer (compose's default, a valid account key): any will do here.
+    env.setdefault(
+        render.AUTH_CALLOUT_ISSUER_VARIABLE,
+        "ACWL6UMQIXAUTPM4K32M3HUHK3YFLDSXJ6XFEWOVRIQ6GTR7FZZHHR4D",
+    )
     proc = subprocess.Popen(
         [nats_server_binary(), "-c", str(ROOT / "deploy/nats/nats.conf"), "-a", "127.0.0.1",
          "-p", str(port), "-m", str(free_port()), "-sd", str(tmp_path / "js"), "-l", str(log)],
@@ -72,6 +77,7 @@ async def test_a_conversation_needs_no_permission_the_config_lacks(
             bus=gateway_bus,
         )  # fmt: skip
         await app.start()
+        assert app.ready()  # its JetStream probe asks only what the user may ask
         try:
             await pair(admin, "slack", "U1")
             await eventually(lambda: app.store.allowed("slack", "U1"), what="paired")  # type: ignore[union-attr]

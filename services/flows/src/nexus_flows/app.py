@@ -1,17 +1,19 @@
 """Wiring and lifecycle of the flows service.
 
-Start: health endpoint, NATS and PostgreSQL, streams, the flows projection (NEXUS_FLOWS ->
-schema flows) with the engine woken after each batch, the run/inbox/webhook consumers, the
-timer loop (inside the engine) and the queries. Stop (SIGTERM) unwinds it in reverse: not
-ready at once, queries, consumers finish their batch, the engine its pass, the projection its
-batch, connections close, health last.
+Start: health endpoint, NATS and PostgreSQL, streams, the flows tables, the campaign for the
+flows lease, the queries. Stop (SIGTERM) unwinds it in reverse: not ready at once, queries,
+then the leader steps down (consumers finish their batch, the engine its pass, the projection
+its batch) and hands the lease over, connections close, health last.
 
-One flows instance at a time: nothing here elects a leader (two instances would publish the
-same events with the same message ids, which is harmless but wasteful).
+Several replicas may run: the holder of the KV lease (`nexus_events.leadership`) alone runs
+the flows projection (NEXUS_FLOWS -> schema flows, fenced by the lease) with the engine woken
+after each batch, the timer loop inside the engine, and the run/inbox/webhook consumers, so
+one replica decides; every replica answers queries from PostgreSQL.
 """
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import logging
 from typing import Any
@@ -19,6 +21,7 @@ from typing import Any
 import asyncpg
 from nexus_events.bus import Bus, BusSettings, Consumer
 from nexus_events.health import HealthServer
+from nexus_events.leadership import Leadership
 from nexus_events.metrics import MetricsSettings, setup_metrics
 from nexus_events.process import ServiceApp
 from nexus_events.streams import ensure_streams
@@ -33,6 +36,8 @@ from nexus_flows.store import SCHEMA, FlowsProjection
 log = logging.getLogger(__name__)
 
 SOURCE = "flows"
+# Replicas create the flows tables one at a time (concurrent CREATE IF NOT EXISTS collide).
+_PREPARE_LOCK = "nexus_flows:prepare"
 
 
 class FlowsApp(ServiceApp):
@@ -52,15 +57,26 @@ class FlowsApp(ServiceApp):
         self.schema = schema
         super().__init__("flows", bus=bus, pool=pool)
         self.projection = FlowsProjection(schema)
+        # The leader's engine, projection runner and consumers (None and [] on a standby).
         self.engine: Engine | None = None
         self.runner: FlowsRunner | None = None
         self.consumers: list[Consumer] = []
+        self.leadership: Leadership | None = None
         self.queries: FlowsQueries | None = None
         self.health: HealthServer | None = None
+        self.metrics: FlowMetrics | None = None
 
     def ready(self) -> bool:
+        """Connected, campaigning for the lease (leading or standing by), and the projection
+        not stuck."""
         stuck = self.runner is not None and self.runner.stuck
-        return self._running and self.nats_connected and not stuck
+        return (
+            self._running
+            and self.nats_connected
+            and self.leadership is not None
+            and self.leadership.campaigning
+            and not stuck
+        )
 
     async def open(self, stack: contextlib.AsyncExitStack) -> None:
         s = self.settings
@@ -78,40 +94,88 @@ class FlowsApp(ServiceApp):
         # Exported to OTLP and/or Prometheus when configured (NEXUS_METRICS_*, OTEL_*).
         provider = setup_metrics(SOURCE, MetricsSettings())
         stack.callback(provider.shutdown)
-        metrics = FlowMetrics(provider)
-        self.engine = engine = Engine(
-            bus,
-            pool,
+        self.metrics = FlowMetrics(provider)
+        await self._prepare(pool)
+        self.leadership = Leadership(
+            bus.js,
+            service=SOURCE,
+            bucket=s.flows_lease_bucket,
+            ttl=s.lease_ttl_seconds,
+            lead=self._lead,
+            step_down=self._step_down,
+        )
+        await self.leadership.open(stack)  # stops after the queries
+        self.queries = FlowsQueries(bus.nc, pool, self.schema)
+        await self.queries.start()
+        stack.push_async_callback(self.queries.stop)
+
+    def _new_runner(self, engine: Engine) -> FlowsRunner:
+        s = self.settings
+        return FlowsRunner(
+            self.bus,
+            self.pool,
+            self.projection,
+            engine=engine,
+            fence=self._fence,
+            batch=s.projection_batch,
+            fetch_timeout=s.fetch_timeout,
+        )
+
+    async def _fence(self) -> bool:
+        return self.leadership is not None and await self.leadership.fence()
+
+    async def _prepare(self, pool: asyncpg.Pool[Any]) -> None:
+        """The flows tables on every replica, so a standby answers queries before any leader
+        has run."""
+        runner = self._new_runner(self._new_engine())
+        async with pool.acquire() as conn:
+            await conn.execute("SELECT pg_advisory_lock(hashtext($1))", _PREPARE_LOCK)
+            try:
+                await runner.setup()
+            finally:
+                await conn.execute("SELECT pg_advisory_unlock(hashtext($1))", _PREPARE_LOCK)
+
+    def _new_engine(self) -> Engine:
+        s = self.settings
+        return Engine(
+            self.bus,
+            self.pool,
             schema=self.schema,
             timer_interval=s.timer_interval,
             catalog_timeout=s.catalog_timeout,
             catalog_retry=s.catalog_retry,
-            metrics=metrics,
+            metrics=self.metrics,
             concurrency=s.engine_concurrency,
         )
-        self.runner = FlowsRunner(
-            bus,
-            pool,
-            self.projection,
-            engine=engine,
-            batch=s.projection_batch,
-            fetch_timeout=s.fetch_timeout,
-        )
-        await self.runner.start()
-        stack.push_async_callback(self.runner.stop)
+
+    async def _lead(self) -> None:
+        """Taking the lease: the projection resumes from its checkpoint, the engine from the
+        runs not yet ended, then the consumers that feed it. Fresh each time (a stopped
+        runner or engine does not start again)."""
+        s = self.settings
+        self.engine = engine = self._new_engine()
+        self.runner = runner = self._new_runner(engine)
+        await runner.start()
         await engine.start()
-        stack.push_async_callback(engine.stop)
-        bridges = Bridges(bus, pool, engine, self.schema)
+        bridges = Bridges(self.bus, self.pool, engine, self.schema)
         p, t = s.consumer_prefix, s.fetch_timeout
         for spec, handler in (
             (runs_spec(p, t), bridges.on_runs),
             (inbox_spec(p, t), bridges.on_inbox),
             (webhooks_spec(p, t), bridges.on_webhooks),
         ):
-            consumer = bus.consumer(spec, handler)
-            await consumer.start()
-            stack.push_async_callback(consumer.stop)
+            consumer = self.bus.consumer(spec, handler)
             self.consumers.append(consumer)
-        self.queries = FlowsQueries(bus.nc, pool, self.schema)
-        await self.queries.start()
-        stack.push_async_callback(self.queries.stop)
+            await consumer.start()
+
+    async def _step_down(self) -> None:
+        """Losing or handing over the lease: the consumers finish their batch, the engine its
+        pass, the projection its batch (a fenced one, refused, commits nothing)."""
+        consumers, self.consumers = self.consumers, []
+        await asyncio.gather(*(c.stop() for c in consumers))
+        engine, self.engine = self.engine, None
+        if engine is not None:
+            await engine.stop()
+        runner, self.runner = self.runner, None
+        if runner is not None:
+            await runner.stop()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from nexus_events.health import HealthPort
+from nexus_events.lease import LeaseTtl
 from nexus_events.settings import ENV_PREFIX, NexusSettings
 from pydantic import Field
 from pydantic_settings import SettingsConfigDict
@@ -43,3 +44,11 @@ class FlowsSettings(NexusSettings):
     consumer_prefix: str = Field(
         "flows", pattern=r"^[A-Za-z0-9_-]+$", description="Prefix of durable consumer names."
     )
+    # Several replicas: the lease holder projects, runs the engine and the bridges (it alone
+    # decides); all answer queries. Its own bucket: flows never shares a lease.
+    flows_lease_bucket: str = Field(
+        "nexus_flows_lease",
+        pattern=r"^[A-Za-z0-9_-]+$",
+        description="JetStream KV bucket of the lease of the deciding replica.",
+    )
+    lease_ttl_seconds: LeaseTtl = 10.0

@@ -40,7 +40,8 @@ from nexus_events.events.flows import (
 from nexus_events.events.queries import FlowDefinitionGet, FlowDefinitionView
 from nexus_events.events.runs import Origin
 from nexus_events.events.specs import RepoSpec
-from nexus_events.projection import ProjectionRunner, quote_ident
+from nexus_events.leadership import FencedProjectionRunner
+from nexus_events.projection import quote_ident
 from nexus_events.publish import Outgoing
 from nexus_events.streams import FLOWS, RUNS
 
@@ -58,8 +59,9 @@ def generated_flow_run_id(event_id: str) -> str:
     return f"flow-{event_id}"[:128]
 
 
-class FlowsRunner(ProjectionRunner):
-    """The projection runner that wakes the engine after every applied batch."""
+class FlowsRunner(FencedProjectionRunner):
+    """The projection runner that wakes the engine after every applied batch; it commits
+    only while its replica holds the flows lease (`fence`)."""
 
     def __init__(self, *args: Any, engine: Engine, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)

@@ -22,7 +22,7 @@ import nats.errors
 import nats.js.errors
 from nexus_events.bus import BusSettings, Consumer, ConsumerSpec
 from nexus_events.events import RunConfig
-from nexus_events.health import HealthServer
+from nexus_events.health import HealthServer, JetStreamProbe
 from nexus_events.lease import Lease
 from nexus_events.metrics import MetricsSettings, setup_metrics
 from nexus_events.process import ServiceApp
@@ -117,6 +117,8 @@ class SchedulerApp(ServiceApp):
         self._checkpoints: asyncio.Task[None] | None = None
         self.checkpointer: Checkpointer | None = None
         self.health: HealthServer | None = None
+        # Whether JetStream has leaders for the streams the scheduler needs (readiness).
+        self.jetstream: JetStreamProbe | None = None
 
     async def open(self, stack: contextlib.AsyncExitStack) -> None:
         # First up, last down: liveness holds through start-up and the whole drain.
@@ -134,6 +136,11 @@ class SchedulerApp(ServiceApp):
             await responder.start()
             stack.push_async_callback(responder.stop)
         await ensure_streams(bus.js, update=False)  # core owns stream settings
+        self.jetstream = JetStreamProbe(
+            bus.js, [RUNS, SCHEDULES], interval=self.settings.jetstream_probe_seconds
+        )
+        await self.jetstream.start()
+        stack.push_async_callback(self.jetstream.stop)
         if self.metrics is None:
             provider = setup_metrics("scheduler", MetricsSettings())
             stack.callback(provider.shutdown)
@@ -157,13 +164,16 @@ class SchedulerApp(ServiceApp):
         await self.runtime.close()  # the runtime as it is at stop (tests swap its close)
 
     def ready(self) -> bool:
-        """Connected to NATS and campaigning for the lease (leading or standing by), not
-        stopping: a standby replica is ready to take over."""
+        """Connected to NATS, JetStream electing no leader for NEXUS_RUNS or NEXUS_SCHEDULES
+        (nothing could be dispatched or recorded meanwhile), and campaigning for the lease
+        (leading or standing by), not stopping: a standby replica is ready to take over."""
         campaign = self._campaign
         return (
             self._running
             and not self._stopping.is_set()
             and self.nats_connected
+            and self.jetstream is not None
+            and self.jetstream.ok
             and campaign is not None
             and not campaign.done()
         )

@@ -125,6 +125,12 @@ class SchedulerSettings(NexusSettings):
         le=65535,
         description="HTTP port of /healthz and /readyz (0: any free port; off: none).",
     )
+    jetstream_probe_seconds: float = Field(
+        2.0,
+        gt=0,
+        description="Readiness checks this often that JetStream has a leader for NEXUS_RUNS"
+        " and NEXUS_SCHEDULES (not ready through an election).",
+    )
 
     # Local runtime.
     local_workdir: Path = Field(

@@ -34,6 +34,7 @@ from typing import Literal
 
 import nats.js.errors
 from nats.js.kv import KeyValue
+from nexus_events.bucket_replicas import follow_replicas
 from nexus_events.bus import Bus
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
@@ -90,6 +91,7 @@ class SnapshotStore:
         if self._kv is None:
             try:
                 self._kv = await self.js.key_value(self.bucket)
+                await follow_replicas(self.js, f"KV_{self.bucket}", self.replicas)
             except nats.js.errors.BucketNotFoundError:
                 # No TTL (unlike the lease's bucket): a snapshot must outlive every leader.
                 self._kv = await self.js.create_key_value(

@@ -1,0 +1,60 @@
+"""The gateway's readiness on a real three-node JetStream cluster: /readyz says 503 while
+JetStream elects a meta leader (an inbound message could not be recorded) and 200 again
+after, with the same process."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+
+import pytest
+from nexus_events.bus import Bus, BusSettings
+from nexus_events.testing import NatsCluster, eventually, http_status
+from tests.fakes.slack_api import FakeSlack
+from tests.fakes.telegram_api import FakeTelegram
+from tests.support.gateway import gateway_settings
+
+from nexus_channel_gateway.app import GatewayApp
+
+ELECTION = 15.0  # as the cluster tests of nexus_events
+
+
+@pytest.fixture
+async def cluster_bus(nats_cluster: NatsCluster) -> AsyncIterator[Bus]:
+    bus = await Bus.connect(BusSettings(url=nats_cluster.urls, name="gateway-test"), source="t")
+    await nats_cluster.ensure_streams(bus.nc.jetstream(timeout=5))
+    try:
+        yield bus
+    finally:
+        await bus.close()
+
+
+async def test_not_ready_while_jetstream_elects_a_leader_ready_after(
+    nats_cluster: NatsCluster,
+    cluster_bus: Bus,
+    pg_dsn: str,
+    slack: FakeSlack,
+    telegram: FakeTelegram,
+) -> None:
+    settings = gateway_settings(
+        pg_dsn, slack.api_url, telegram.base_url, health_port=0, jetstream_probe_seconds=0.05
+    )
+    app = GatewayApp(settings, bus=cluster_bus, sweep_interval=0.5)
+    await app.start()
+    try:
+        assert app.health is not None
+        port = app.health.port
+
+        async def readyz() -> int:
+            return await http_status(port, "/readyz")
+
+        await eventually(readyz, lambda s: s == 200, within=ELECTION, what="ready at start")
+        meta = nats_cluster.meta_leader()
+        assert meta is not None
+        nats_cluster.kill(meta)
+        await eventually(readyz, lambda s: s == 503, within=ELECTION, what="not ready")
+        assert app.jetstream is not None
+        assert app.jetstream.problem is not None  # says why (no meta leader)
+        await eventually(readyz, lambda s: s == 200, within=ELECTION, what="ready again")
+        assert await http_status(port, "/healthz") == 200  # alive throughout, not restarted
+    finally:
+        await app.stop()
