@@ -139,7 +139,7 @@ async def prepare_workspace(
     if config.attempt > 1:
         try:
             await asyncio.to_thread(clear_workspace, root)
-        except OSError as exc:
+        except (OSError, RecursionError) as exc:  # deeper than rmtree walks: unclearable
             raise RunnerError(f"workspace {root} left by attempt {config.attempt - 1}"
                               f" cannot be cleared: {exc}") from exc  # fmt: skip
     if config.repo is None:

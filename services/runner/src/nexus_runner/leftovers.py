@@ -4,15 +4,13 @@ an empty directory (then its last checkpoint, if any) instead of failing on it (
 Only what is beneath the path is touched, never anything a symbolic link points to: a link
 planted as the workspace path is unlinked, not followed; links inside are removed as links
 (the walk opens directories `O_NOFOLLOW` relative to their parent's fd, as `shutil.rmtree`
-does). The dead attempt's
-tools may have left directories they made unwritable (or unreadable) to their owner, the
-run; those are made 0o700 first, through fds opened without following links, so removing
-their entries cannot fail on their mode.
+does). The dead attempt's tools may have left directories they made unwritable (or
+unreadable) to their owner, the run; those are made 0o700 first, through fds opened without
+following links, so removing their entries cannot fail on their mode.
 """
 
 from __future__ import annotations
 
-import contextlib
 import errno
 import os
 import shutil
@@ -72,22 +70,19 @@ def _unlock_tree(root: Path) -> None:
     """Every directory beneath `root` (and `root`) readable, writable and searchable by its
     owner, walked through fds without following symbolic links."""
     top = _open_dir(root, None)
-    if top is None:
-        return
-    stack = [top]
+    if top is not None:
+        _unlock(top)
+
+
+def _unlock(fd: int) -> None:
+    """Depth first, as `shutil.rmtree` walks: open fds are bounded by the tree's depth, not
+    its width (a clone's ``.git/objects`` has 256 directories side by side). Closes `fd`."""
     try:
-        while stack:
-            fd = stack.pop()
-            try:
-                os.fchmod(fd, stat.S_IRWXU)
-                for entry in os.scandir(fd):
-                    if entry.is_dir(follow_symlinks=False):
-                        child = _open_dir(entry.name, fd)
-                        if child is not None:
-                            stack.append(child)
-            finally:
-                os.close(fd)
+        os.fchmod(fd, stat.S_IRWXU)
+        for entry in os.scandir(fd):
+            if entry.is_dir(follow_symlinks=False):
+                child = _open_dir(entry.name, fd)
+                if child is not None:
+                    _unlock(child)
     finally:
-        for fd in stack:
-            with contextlib.suppress(OSError):
-                os.close(fd)
+        os.close(fd)
