@@ -1,29 +1,37 @@
-"""Chaos for resume (issue 24): SIGKILL each run's runner at a random turn; the run goes on.
+"""Chaos for resume (issues 24, 36): SIGKILL each run's runner anywhere in it; the run goes on.
 
     uv run python -m scripts.chaos_resume [--runs N] [--seed S] [--lost-runs L] [--wait SECONDS]
 
 Starts the dev stack (`nexus dev up --offline-model`: NATS, PostgreSQL, core, the scheduler
-with the local runtime, ...), applies two agents that run the offline model's `resume` script
-(ten quick turns of write_file, read_file and run_shell, then finish; see
-nexus_cli.devstack.offline_model): `chaos-resume` (`resume.max_attempts: 2`) and
-`chaos-resume-once` (`max_attempts: 1`). It requests at once N runs of the first, L of the
-second and one control run of the first that nobody kills. For each killed run it draws a
-turn k (1-9 by default, --kill-turns) and a delay d of up to 0.1 s (--kill-delay), seeded;
-it follows the run's events live and, d after the run's `turn` event k arrived, SIGKILLs its
-runner (the pid the `dispatched` event names; only if that process is the run's runner): the
-kill lands in a tool call, a model call, a checkpoint, between them. Then it waits (bounded) until
-every run is terminal and checks from the STREAM (NEXUS_RUNS read from its start, not the
-projection), per run, with attempts told apart by their `dispatched` events:
+with the local runtime, ...), applies agents that run offline model scripts (see
+nexus_cli.devstack.offline_model): `chaos-resume` (`resume.max_attempts: 2`, the `resume`
+script: ten quick turns of write_file, read_file and run_shell, then finish),
+`chaos-resume-once` (the same, `max_attempts: 1`) and three read-only agents, granted only
+read tools, that never change a file and so never checkpoint (`chaos-resume-planner`,
+`-reviewer`, `-tester`: the `planner`, `reviewer` and `tester` scripts). Every run clones
+the same local repository, so a resumed attempt finds the dead attempt's clone at its
+workspace path. It requests at once N resumable runs (three in ten read-only), L of the
+max_attempts=1 agent and one control run of the first that nobody kills. For each killed
+run it draws a turn k (0 to the script's last tool turn by default, --kill-turns; 0 is the
+runner's `started` event: the kill lands in its clone or first model call, before any tool
+call) and a delay d of up to 0.1 s (--kill-delay), seeded; it follows the run's events live
+and, d after the run's `turn` event k (or `started`) arrived, SIGKILLs its runner (the pid
+the `dispatched` event names; only if that process is the run's runner): the kill lands in
+the clone, a tool call, a model call, a checkpoint, between them. Then it waits (bounded)
+until every run is terminal and checks from the STREAM (NEXUS_RUNS read from its start, not
+the projection), per run, with attempts told apart by their `dispatched` events:
 
 - one terminal event, with a reason; a resumable run ends `completed`, a run of the
   max_attempts=1 agent ends `lost` after its one attempt (never resumed);
 - repeated tool calls: a `tool_called` of attempt n >= 2 with the tool and arguments of a call
   of an earlier attempt that had its `tool_result` (the script never makes one call twice);
   at most 1 a run;
-- model calls (`turn` events of all attempts) at most 110 % of the control run's;
-- a resumed run has a `resumed` event for each attempt past the first, and its finish saw
-  every file it wrote (the workspace was restored) and no journal line twice (a side effect
-  was not run again);
+- model calls (`turn` events of all attempts) at most 110 % of the control run's (of its own
+  script's, for a read-only run);
+- a resumed run has a `resumed` event for each attempt past the first, and the `resume`
+  script's finish saw every file it wrote (the workspace was restored) and no journal line
+  twice (a side effect was not run again); a read-only run's finish carries its script's
+  detail (`steps`, `verdict`, `passed`);
 - nothing new in the DLQ.
 
 It prints those figures and the resume latency (p50/p99) from the SIGKILL to the scheduler's
@@ -57,6 +65,7 @@ from nats.aio.msg import Msg
 from nexus_cli.devstack import offline_model
 from nexus_events.bus import Bus, BusSettings
 from nexus_events.events.runs import Origin, RunRequested
+from nexus_events.events.specs import RepoSpec
 from nexus_events.streams import DLQ, RUNS
 from nexus_events.subjects import run_event, run_events_filter
 
@@ -65,15 +74,40 @@ from tests.support import devstack
 
 AGENT_ID = "chaos-resume"
 ONCE_AGENT_ID = "chaos-resume-once"
+# Read-only agents (issue 36): they never change a file, so they never checkpoint; a resumed
+# attempt must start from a clean clone. Run id tag -> (agent id, offline script, tools, the
+# detail its finish must carry).
+READ_ONLY: dict[str, tuple[str, str, str, str]] = {
+    "p": ("chaos-resume-planner", "planner", "[list_files, read_file, finish]", "steps"),
+    "v": ("chaos-resume-reviewer", "reviewer", "[list_files, read_file, finish]", "verdict"),
+    "t": (
+        "chaos-resume-tester",
+        "tester",
+        "[{name: run_tests, options: {command: 'test -f calc.py'}}, finish]",
+        "passed",
+    ),
+}
+# Of every 10 resumable runs, these are read-only (the others run the `resume` script).
+READ_ONLY_SLOTS = {3: "p", 6: "v", 9: "t"}
 RUN_TERMINAL = ("completed", "failed", "cancelled", "timed_out", "lost")
 # Model calls of the uninterrupted script (ten tool turns, then finish); the control run
 # measures it on the stack, this is what it must measure.
 SCRIPT_TURNS = len(offline_model.SCRIPTS["resume"](offline_model.Turn(0, "", frozenset())))
+
+
+def turns_of(script: str) -> int:
+    """Model calls of an offline script run uninterrupted."""
+    return len(offline_model.SCRIPTS[script](offline_model.Turn(0, "", frozenset())))
+
+
 # The turns a kill is drawn from, and its delay after that turn's event (a turn of the script
-# takes ~0.1 s on an idle machine): by default it lands between the first turn's tool call
-# and the last tool call's. `--kill-turns 1-11` also kills runs that already called `finish`
-# (in their finishing: commit, checkpoint, the terminal event), or kills none when too late.
-KILL_TURNS = (1, SCRIPT_TURNS - 2)
+# takes ~0.1 s on an idle machine); turn 0 is the runner's `started` event (the kill lands in
+# its clone or its first model call, before any tool call). By default a kill lands anywhere
+# from the runner's start to the last tool call (issue 36: kills before the first checkpoint
+# left a workspace the next attempt could not clone into). `--kill-turns 1-11` also kills
+# runs that already called `finish` (in their finishing), or kills none when too late.
+# Read-only runs draw from 0 to their last tool turn.
+KILL_TURNS = (0, SCRIPT_TURNS - 2)
 KILL_DELAY = (0.0, 0.1)
 MODEL_CALL_LIMIT = 1.10  # of the control run's model calls
 REPEAT_LIMIT = 1  # repeated tool calls a run may make
@@ -93,6 +127,28 @@ tools: [write_file, read_file, run_shell, finish]
 budgets: {{max_turns: 40, max_wall_seconds: 600}}
 resume: {{max_attempts: {max_attempts}}}
 """
+
+
+def read_only_yaml(tag: str) -> str:
+    agent_id, script, tools, _ = READ_ONLY[tag]
+    return f"""\
+id: {agent_id}
+role: custom
+description: The offline model's {script} script (read-only), for the resume chaos test.
+model: {{name: gpt-4o-mini}}
+system_prompt: "[offline-model:{script}] Read the project, then finish."
+tools: {tools}
+budgets: {{max_turns: 20, max_wall_seconds: 600}}
+resume: {{max_attempts: 2}}
+"""
+
+
+def run_kind(run_id: str) -> str | None:
+    """The read-only tag of a resumable run id (``-rp003``: planner), None for the `resume`
+    script's runs (``-r003``) and the others."""
+    tail = run_id.rsplit("-", 1)[-1]
+    tag = tail[1:2]
+    return tag if tail.startswith("r") and tag in READ_ONLY else None
 
 
 @dataclass
@@ -146,6 +202,7 @@ class Figures:
     checks: dict[str, RunCheck] = field(default_factory=dict)
     baseline: int = SCRIPT_TURNS  # the control run's model calls
     killed: int = 0
+    kill_turns: Counter[int] = field(default_factory=Counter)  # of the kills that landed
     missed: list[str] = field(default_factory=list)
     dead_letters: Counter[str] = field(default_factory=Counter)
     not_terminal: list[str] = field(default_factory=list)
@@ -193,6 +250,8 @@ class Figures:
             f"runs: {self.runs} resumable + {self.lost_runs} max_attempts=1 + 1 control"
             f" (seed {self.seed}), wall: {self.wall:.1f}s",
             f"killed: {self.killed}, kills that missed (run already ended): {len(self.missed)}",
+            "kills after turn (0: the runner's start): "
+            + _counts(Counter({str(k): v for k, v in self.kill_turns.items()})),
             f"completed: {self.completed}/{self.runs}",
             "outcomes: " + _counts(Counter(c.outcome for c in self.resumable())),
             "attempts: " + _counts(Counter(str(c.attempts) for c in self.resumable())),
@@ -243,11 +302,18 @@ def _call_key(body: dict[str, Any]) -> str:
 
 
 def check_run(
-    run_id: str, events: list[tuple[str, dict[str, Any]]], *, once: bool, baseline: int
+    run_id: str,
+    events: list[tuple[str, dict[str, Any]]],
+    *,
+    once: bool,
+    baseline: int,
+    read_only: str | None = None,
 ) -> RunCheck:
     """One run's events, in stream order, against the rules of the module docstring.
 
-    `once`: a run of the max_attempts=1 agent (it must end lost, never resumed)."""
+    `once`: a run of the max_attempts=1 agent (it must end lost, never resumed);
+    `read_only`: the tag of a read-only agent's run (READ_ONLY), whose finish carries its
+    script's detail instead of the `resume` script's report."""
     check = RunCheck(run_id)
     terminal = [(n, b) for n, b in events if n in RUN_TERMINAL]
     if len(terminal) != 1:
@@ -257,6 +323,8 @@ def check_run(
         check.outcome = f"{name}/{body.get('reason')}"
         if not body.get("reason"):
             check.problems.append(f"terminal event {name} without a reason")
+    if check.outcome.endswith("/runner_error"):  # what a dead attempt left made it fail
+        check.problems.append(f"ended {check.outcome}: {terminal[0][1].get('message')!r}")
     dispatched = _walk(check, events)
     check.attempts = len(dispatched)
     if any(n > 1 for n in dispatched.values()):
@@ -268,7 +336,7 @@ def check_run(
     if once:
         _check_once(check)
     else:
-        _check_resumed(check, dict(terminal[:1]))
+        _check_resumed(check, dict(terminal[:1]), read_only)
     return check
 
 
@@ -316,7 +384,9 @@ def _check_once(check: RunCheck) -> None:
         )
 
 
-def _check_resumed(check: RunCheck, terminal: dict[str, dict[str, Any]]) -> None:
+def _check_resumed(
+    check: RunCheck, terminal: dict[str, dict[str, Any]], read_only: str | None = None
+) -> None:
     missing = [a for a in range(2, check.attempts + 1) if a not in check.resumed]
     if missing and "completed" in terminal:
         check.problems.append(f"completed without a `resumed` event for attempts {missing}")
@@ -326,7 +396,14 @@ def _check_resumed(check: RunCheck, terminal: dict[str, dict[str, Any]]) -> None
         )
     result = (terminal.get("completed") or {}).get("result") or {}
     details = result.get("details") or {}
-    if "completed" in terminal:
+    if "completed" in terminal and read_only is not None:
+        detail = READ_ONLY[read_only][3]
+        if detail not in details:
+            check.problems.append(
+                f"finished without the {READ_ONLY[read_only][1]} script's {detail!r}:"
+                f" {result.get('summary')!r}, details {details}"
+            )
+    elif "completed" in terminal:
         unseen = [p for p, ok in (details.get("seen") or {}).items() if not ok]
         if not details.get("seen"):
             check.problems.append(
@@ -371,7 +448,12 @@ def check(
         figures.baseline = ctl.model_calls or script_turns
     for run_id, events in by_run.items():
         once = run_id.rsplit("-", 1)[-1].startswith("o")
-        run = check_run(run_id, events, once=once and run_id in killed, baseline=figures.baseline)
+        tag = run_kind(run_id)
+        # A read-only run is measured against its own script's model calls.
+        baseline = figures.baseline if tag is None else turns_of(READ_ONLY[tag][1])
+        run = check_run(
+            run_id, events, once=once and run_id in killed, baseline=baseline, read_only=tag
+        )
         if run_id not in killed and run.attempts > 1:
             run.problems.append(f"not killed, yet {run.attempts} attempts")
         figures.checks[run_id] = run
@@ -458,13 +540,10 @@ def _on_event(live: dict[str, Live], subject: str, body: dict[str, Any]) -> None
         if run.pending:
             _kill(run_id, run)
     kill = run.kill
-    if (
-        kill is not None
-        and not kill.armed
-        and name == "turn"
-        and int(body.get("turn", 0)) >= kill.turn
-        and len(run.pids) <= 1
-    ):
+    if kill is None or kill.armed or len(run.pids) > 1:
+        return
+    at_start = name == "started" and kill.turn == 0  # before its clone, any model call
+    if at_start or (name == "turn" and int(body.get("turn", 0)) >= kill.turn):
         kill.armed = True
         asyncio.get_running_loop().call_later(kill.delay, _kill, run_id, run)
 
@@ -478,16 +557,64 @@ async def read_since(js: Any, stream: str, subject: str, seq: int) -> list[dict[
     return [json.loads(m.data) for m in await read_messages(js, stream, subject, seq)]
 
 
+def chaos_repo(workdir: Path) -> Path:
+    """A bare repository every run clones (a file to read, no test command to detect), so
+    a resumed attempt meets the dead attempt's clone at its workspace path."""
+    src, bare = workdir / "chaos-src", workdir / "chaos-repo.git"
+    if bare.exists():
+        return bare
+    src.mkdir(parents=True, exist_ok=True)
+    (src / "calc.py").write_text("def add(a, b):\n    return a + b\n")
+    (src / "README.md").write_text("A repository for the resume chaos test.\n")
+    ident = ["-c", "user.name=chaos", "-c", "user.email=chaos@nexus.local"]
+    for args in (["init", "-q", "-b", "main"], ["add", "-A"], ["commit", "-q", "-m", "base"]):
+        subprocess.run(["git", *ident, "-C", str(src), *args], check=True, capture_output=True)
+    subprocess.run(
+        ["git", "clone", "-q", "--bare", str(src), str(bare)], check=True, capture_output=True
+    )
+    return bare
+
+
 def apply_agents(nexus: Nexus, workdir: Path) -> None:
-    """Both agents, in one CLI call (each call is a Python start)."""
+    """All the agents, in one CLI call (each call is a Python start)."""
     args: list[str] = []
     for agent_id, attempts in ((AGENT_ID, 2), (ONCE_AGENT_ID, 1)):
         path = workdir / f"{agent_id}.yaml"
         path.write_text(agent_yaml(agent_id, attempts))
         args += ["-f", str(path)]
+    for tag, (agent_id, *_) in READ_ONLY.items():
+        path = workdir / f"{agent_id}.yaml"
+        path.write_text(read_only_yaml(tag))
+        args += ["-f", str(path)]
     applied = nexus("agents", "apply", *args)
     if applied.returncode != 0:
         raise RuntimeError(f"nexus agents apply failed: {applied.stderr or applied.stdout}")
+
+
+def _plan(
+    rng: random.Random,
+    prefix: str,
+    runs: int,
+    lost_runs: int,
+    *,
+    kill_turns: tuple[int, int],
+    kill_delay: tuple[float, float],
+) -> dict[str, tuple[str, Kill | None]]:
+    """Run id -> (agent, its kill): the control run first, then the resumable runs (three in
+    ten read-only), then the max_attempts=1 runs."""
+    control = f"{prefix}-c0"
+    plan: dict[str, tuple[str, Kill | None]] = {control: (AGENT_ID, None)}
+    for i in range(runs):
+        tag = READ_ONLY_SLOTS.get(i % 10)
+        if tag is None:
+            plan[f"{prefix}-r{i:03d}"] = (AGENT_ID, _planned(rng, kill_turns, kill_delay))
+        else:  # from the runner's start to its last tool call
+            last = min(kill_turns[1], turns_of(READ_ONLY[tag][1]) - 1)
+            kill = _planned(rng, (min(kill_turns[0], last), last), kill_delay)
+            plan[f"{prefix}-r{tag}{i:03d}"] = (READ_ONLY[tag][0], kill)
+    for i in range(lost_runs):
+        plan[f"{prefix}-o{i:03d}"] = (ONCE_AGENT_ID, _planned(rng, kill_turns, kill_delay))
+    return plan
 
 
 async def run_chaos(
@@ -513,12 +640,9 @@ async def run_chaos(
         apply_agents(nexus, workdir)
     prefix = f"rsm{seed:x}{rng.randrange(16**4):04x}"
     control = f"{prefix}-c0"
-    plan: dict[str, tuple[str, Kill | None]] = {control: (AGENT_ID, None)}
-    for i in range(runs):
-        plan[f"{prefix}-r{i:03d}"] = (AGENT_ID, _planned(rng, kill_turns, kill_delay))
-    for i in range(lost_runs):
-        plan[f"{prefix}-o{i:03d}"] = (ONCE_AGENT_ID, _planned(rng, kill_turns, kill_delay))
+    plan = _plan(rng, prefix, runs, lost_runs, kill_turns=kill_turns, kill_delay=kill_delay)
     live = {run_id: Live(kill) for run_id, (_, kill) in plan.items()}
+    repo = RepoSpec(url=str(chaos_repo(workdir)))
 
     bus = await Bus.connect(BusSettings(url=stack_state(home)["nats_url"]), source="chaos")
     try:
@@ -539,7 +663,7 @@ async def run_chaos(
         start = time.monotonic()
         for run_id, (agent, _) in plan.items():
             request = RunRequested(
-                agent_id=agent, input="Go.", origin=Origin.CLI, requested_by="chaos"
+                agent_id=agent, input="Go.", repo=repo, origin=Origin.CLI, requested_by="chaos"
             )
             await bus.publish(
                 run_event(run_id, request.event_name), request, msg_id=f"chaos:requested:{run_id}"
@@ -561,6 +685,7 @@ async def run_chaos(
         if run.kill is not None:
             if run.kill.at is not None:
                 figures.killed += 1
+                figures.kill_turns[run.kill.turn] += 1
             else:
                 figures.missed.append(f"{run_id} at turn {run.kill.turn}: {run.kill.missed}")
     _latencies(figures, live)
@@ -578,15 +703,15 @@ def main() -> int:
     parser.add_argument(
         "--kill-turns",
         default=f"{KILL_TURNS[0]}-{KILL_TURNS[1]}",
-        help=f"turns a kill follows, FIRST-LAST of 1-{SCRIPT_TURNS}",
+        help=f"turns a kill follows, FIRST-LAST of 0-{SCRIPT_TURNS} (0: the runner's start)",
     )
     parser.add_argument("--kill-delay", type=float, default=KILL_DELAY[1], help="most seconds")
     args = parser.parse_args()
     if args.runs < 1 or args.lost_runs < 0:
         parser.error("--runs must be at least 1 and --lost-runs at least 0")
     first, _, last = args.kill_turns.partition("-")
-    if not (first.isdigit() and last.isdigit() and 1 <= int(first) <= int(last) <= SCRIPT_TURNS):
-        parser.error(f"--kill-turns must be FIRST-LAST within 1-{SCRIPT_TURNS}")
+    if not (first.isdigit() and last.isdigit() and 0 <= int(first) <= int(last) <= SCRIPT_TURNS):
+        parser.error(f"--kill-turns must be FIRST-LAST within 0-{SCRIPT_TURNS}")
     if not 0 <= args.kill_delay <= 10:
         parser.error("--kill-delay must be within 0-10 seconds")
     with tempfile.TemporaryDirectory(prefix="nexus-chaos-resume-") as tmp_name:

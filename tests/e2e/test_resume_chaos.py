@@ -1,8 +1,11 @@
-"""Issue 24's acceptance: SIGKILL the runner of 20 scripted runs at a random turn each on the
-real stack (NATS, PostgreSQL, the scheduler's local runtime, the real runner, the offline
-model's `resume` script); at least 19 complete, each with at most one repeated tool call and
-at most 110 % of the model calls of the same script uninterrupted (a control run beside
-them); a killed run of an agent with `resume.max_attempts: 1` ends `lost` with the reason.
+"""Issues 24 and 36's acceptance: SIGKILL the runner of 20 scripted runs each, anywhere from
+its start (in its clone, before any tool call) to its last tool call, on the real stack
+(NATS, PostgreSQL, the scheduler's local runtime, the real runner, the offline model's
+scripts; every run clones a repository): 14 run the `resume` script, 6 are read-only agents
+(planner, reviewer, tester), which never checkpoint. At least 19 complete, each with at most
+one repeated tool call and at most 110 % of the model calls of its script uninterrupted (a
+control run beside them), none ends `runner_error`; a killed run of an agent with
+`resume.max_attempts: 1` ends `lost` with the reason.
 The logic is scripts/chaos_resume.py (`uv run python -m scripts.chaos_resume` runs 100); its
 checks are tested on hand-made streams first, so a broken checker cannot pass vacuously.
 
@@ -32,7 +35,7 @@ LOST_RUNS = 1  # one killed run of a max_attempts=1 agent: it ends lost
 
 
 @pytest.mark.timeout(300)
-def test_kill_9_runners_at_a_random_turn_of_20_runs(stack: Stack, tmp_path: Path) -> None:
+def test_kill_9_runners_anywhere_in_20_runs(stack: Stack, tmp_path: Path) -> None:
     def nexus(*args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
         return subprocess.run(
             [sys.executable, "-m", "nexus_cli", *args],
@@ -54,6 +57,12 @@ def test_kill_9_runners_at_a_random_turn_of_20_runs(stack: Stack, tmp_path: Path
     assert not figures.problems, report  # the control run took the script's 11 model calls
     assert figures.killed == RUNS + LOST_RUNS, report  # a kill after the run ended: nothing
     assert figures.completed >= 19, report
+    assert not [c for c in figures.checks.values() if "runner_error" in c.outcome], report
+    read_only = [c for r, c in figures.checks.items() if cr.run_kind(r) is not None]
+    assert len(read_only) == 6, report
+    assert all(c.attempts == 2 for c in read_only), report  # each killed, each resumed
+    # Some kills landed before the first tool call (the runner's start, turn 0).
+    assert figures.kill_turns[0] > 0, report
     assert not figures.failures(), report  # repeats, model calls, resumed, lost, workspace
     assert not figures.dead_letters, report
     assert figures.ok, report
@@ -231,3 +240,36 @@ def test_checker_flags_a_control_run_that_differs_from_the_script() -> None:
     assert figures.problems == [f"control run made 4 model calls, the script has {cr.SCRIPT_TURNS}"]
     assert not figures.ok
     assert cr.SCRIPT_TURNS == 11  # ten tool turns and finish (the offline `resume` script)
+
+
+def _read_only_run(run_id: str, details: dict[str, Any]) -> list[Any]:
+    """Two reads and a finish (the planner script's three model calls), killed after turn 1."""
+    reads = [("list_files", {"path": "."}), ("read_file", {"path": "calc.py"})]
+    result = {"summary": "done", "details": details}
+    return [
+        _m(run_id, "dispatched", attempt=1, handle="1"),
+        *_turns(run_id, 1, 1, reads),
+        _m(run_id, "resuming", attempt=2, reason="runtime_gone"),
+        _m(run_id, "dispatched", attempt=2, handle="2"),
+        _m(run_id, "resumed", attempt=2, turns=1, messages=3),
+        *_turns(run_id, 2, 3, reads),
+        _m(run_id, "completed", reason="succeeded", result=result),
+    ]
+
+
+def test_checker_wants_a_read_only_runs_detail_and_no_runner_error() -> None:
+    planner = _read_only_run("x-rp0", {"steps": ["a"]})
+    reviewer = _read_only_run("x-rv1", {})
+    broken = _resumed_run("x-r2", 1, 2)[:-1]
+    broken.append(_m("x-r2", "failed", reason="runner_error", message="workspace w is not empty"))
+    runs = ["x-rp0", "x-rv1", "x-r2"]
+    figures = _checked(planner + reviewer + broken, runs, set(runs))
+    assert (cr.run_kind("x-rp0"), cr.run_kind("x-r2"), cr.run_kind("x-o0")) == ("p", None, None)
+    assert figures.checks["x-rp0"].problems == []  # 3 model calls: the planner script's
+    assert figures.checks["x-rv1"].problems == [
+        "finished without the reviewer script's 'verdict': 'done', details {}"
+    ]
+    assert figures.checks["x-r2"].problems == [
+        "ended failed/runner_error: 'workspace w is not empty'"
+    ]
+    assert not figures.ok

@@ -66,6 +66,7 @@ from nexus_runner.egress import record_safely, run_egress
 from nexus_runner.errors import RunnerError, RunStopped, ToolError
 from nexus_runner.finishing import configured_test_command, finish_run
 from nexus_runner.git import Author, Git
+from nexus_runner.leftovers import clear_workspace
 from nexus_runner.llm import LlmClient, RetryPolicy
 from nexus_runner.loop import AgentLoop
 from nexus_runner.output import TypedOutput
@@ -129,8 +130,18 @@ async def load_prepared_from_bus(
 async def prepare_workspace(
     config: RunConfig, settings: RunnerSettings, git: Git, branch: str
 ) -> tuple[str | None, str | None]:
-    """Clone the repo (or init an empty one); return (base sha, base branch)."""
+    """Clone the repo (or init an empty one); return (base sha, base branch).
+
+    Attempt 2 and later first clear what the dead attempt left at the workspace path (its
+    clone, files its tools wrote before any checkpoint): the new attempt starts from a clean
+    clone, then its last checkpoint if there is one (docs/resume.md)."""
     root = git.root
+    if config.attempt > 1:
+        try:
+            await asyncio.to_thread(clear_workspace, root)
+        except (OSError, RecursionError) as exc:  # deeper than rmtree walks: unclearable
+            raise RunnerError(f"workspace {root} left by attempt {config.attempt - 1}"
+                              f" cannot be cleared: {exc}") from exc  # fmt: skip
     if config.repo is None:
         root.mkdir(parents=True, exist_ok=True)
         await git.run("init", "--quiet", "-b", branch)
