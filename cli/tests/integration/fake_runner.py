@@ -15,7 +15,8 @@ import signal
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
-from nexus_events import subjects
+from nats.aio.msg import Msg
+from nexus_events import run_access, subjects
 from nexus_events.bus import Bus, BusSettings
 from nexus_events.events import (
     ApprovalDecided,
@@ -32,6 +33,7 @@ from nexus_events.events import (
     ToolCalled,
     ToolResult,
 )
+from nexus_runner.followed import FollowedSubject
 
 
 async def main(config_path: str) -> int:
@@ -40,12 +42,21 @@ async def main(config_path: str) -> int:
     bus = await Bus.connect(BusSettings(), source="runner")
     stop = asyncio.Event()
     asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, stop.set)
-    # From the streams, as the real runner reads them: the stack's `runner` NATS user may
-    # consume NEXUS_RUNS and NEXUS_INBOX but not subscribe to their subjects directly.
-    cancel = await bus.js.subscribe(
-        subjects.run_event(rid, "cancel_requested"), ordered_consumer=True
-    )
-    inbox = await bus.js.subscribe(subjects.inbox(rid), ordered_consumer=True)
+    # From the streams, as the real runner reads them: a run's NATS credential may make only
+    # its own named consumers (nexus_events.run_access), not subscribe to the subjects.
+    cancels: asyncio.Queue[Msg] = asyncio.Queue()
+    inbox: asyncio.Queue[Msg] = asyncio.Queue()
+    followed = [
+        FollowedSubject(
+            bus,
+            run_access.control_consumer(rid, config.attempt, "cancel_requested"),
+            1,
+            cancels.put,
+        ),
+        FollowedSubject(bus, run_access.inbox_consumer(rid, config.attempt), 1, inbox.put),
+    ]
+    for subject in followed:
+        await subject.start()
 
     async def pub(name: str, event: object, key: str | None = None) -> None:
         await bus.publish(subjects.run_event(rid, name), event, msg_id=f"fake:{rid}:{key or name}")  # type: ignore[arg-type]
@@ -58,7 +69,7 @@ async def main(config_path: str) -> int:
             )
         if "hang" in config.input:
             await pub("heartbeat", RunHeartbeat(seq=0, phase="waiting"))
-            waiter = asyncio.ensure_future(cancel.next_msg(timeout=120))
+            waiter = asyncio.ensure_future(asyncio.wait_for(cancels.get(), 120))
             stopper = asyncio.ensure_future(stop.wait())
             await asyncio.wait({waiter, stopper}, return_when=asyncio.FIRST_COMPLETED)
             waiter.cancel()
@@ -73,7 +84,7 @@ async def main(config_path: str) -> int:
                     approval_id="ap1", tool="run_shell", summary="rm -rf build", expires_at=expires
                 ),
             )
-            msg = await inbox.next_msg(timeout=120)
+            msg = await asyncio.wait_for(inbox.get(), 120)
             decision = json.loads(msg.data)["decision"]
             await pub(
                 "approval_decided",
@@ -108,6 +119,8 @@ async def main(config_path: str) -> int:
         )
         return 0
     finally:
+        for subject in followed:
+            await subject.stop()
         await bus.close()
 
 

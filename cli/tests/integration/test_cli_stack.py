@@ -219,9 +219,10 @@ def test_dead_letters_ls_show_replay(stack: Stack) -> None:
     assert stack.nexus("dlq", "show", "999999").code == 3
 
 
-def test_a_huge_poison_message_is_listed_per_consumer_and_replayed_whole(stack: Stack) -> None:
-    """A body near max_payload: every consumer that rejects it files a truncated letter (no
-    more wedged projections), `dlq ls` tells them apart, and replay reads the original."""
+def test_a_huge_poison_message_is_listed_once_and_replayed_whole(stack: Stack) -> None:
+    """A body near max_payload: the consumers that reject it file one truncated letter (no
+    more wedged projections; one stored message, one letter, whichever reader met it first),
+    `dlq ls` shows it, and replay reads the original."""
     blob = os.urandom(900 * 1024)
 
     async def publish_huge() -> int:
@@ -239,10 +240,11 @@ def test_a_huge_poison_message_is_listed_per_consumer_and_replayed_whole(stack: 
 
     letters = eventually_blocking(
         lambda: mine(stack.nexus("dlq", "ls", "-o", "json").json()["dead_letters"]),
-        # core's views and metrics consumers and the scheduler all read NEXUS_RUNS
-        lambda ls: len({(x["service"], x["consumer"]) for x in ls}) >= 3,
+        # core's views and metrics consumers and the scheduler all read NEXUS_RUNS: the
+        # first to reject it files the letter, the others' are JetStream duplicates
+        lambda ls: len(ls) >= 1,
     )
-    assert len(letters) == len({(x["service"], x["consumer"]) for x in letters})
+    assert len(letters) == 1, letters
     assert all(x["body_truncated"] and x["body_size"] == len(blob) for x in letters)
     table = stack.nexus("dlq", "ls")
     assert table.code == 0
