@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import json
 import stat
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -99,3 +101,16 @@ def test_the_callout_issuer_is_made_once_private_and_reused(tmp_path: Path) -> N
     (tmp_path / nats_auth.ISSUER_FILE).write_text("not a seed\n")
     with pytest.raises(nats_auth.PasswordsFileError, match="delete it"):
         nats_auth.stack_issuer(tmp_path)
+
+
+def test_the_module_needs_no_scheduler_until_the_issuer_is_asked_for() -> None:
+    """The CLI's image has no nexus_scheduler (the dev-stack extra), and `nexus mcp serve` there
+    imports this module for `redacted`: importing it must not import the scheduler."""
+    probe = (
+        "import sys, nexus_cli.devstack.nats_auth, nexus_cli.mcp.serve;"
+        " print('nexus_scheduler' in sys.modules)"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", probe], capture_output=True, text=True, timeout=60, check=True
+    )
+    assert done.stdout.strip() == "False"

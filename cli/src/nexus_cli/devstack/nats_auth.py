@@ -17,6 +17,7 @@ import os
 import re
 import secrets
 from pathlib import Path
+from typing import TYPE_CHECKING
 from urllib.parse import urlsplit, urlunsplit
 
 from nexus_events.nats_config import (
@@ -27,7 +28,9 @@ from nexus_events.nats_config import (
     render,
     users,
 )
-from nexus_scheduler.callout_jwt import CalloutError, Issuer
+
+if TYPE_CHECKING:
+    from nexus_scheduler.callout_jwt import Issuer
 
 PASSWORDS_FILE = "nats-passwords.json"
 # The auth callout issuer's account seed (SA...): the scheduler signs each run's credential
@@ -99,6 +102,14 @@ def stack_passwords(home: Path) -> dict[str, str]:
     return passwords
 
 
+def _issuer_type() -> type[Issuer]:
+    # The scheduler comes with the dev-stack extra only: the CLI's image (and `nexus mcp
+    # serve`, which imports this module for `redacted`) runs without it.
+    from nexus_scheduler.callout_jwt import Issuer
+
+    return Issuer
+
+
 def stack_issuer(home: Path) -> str:
     """The auth callout issuer's account seed HOME keeps (made at the first `dev up`, mode
     0600), as text. Raises `PasswordsFileError` when the file holds no account seed."""
@@ -106,7 +117,7 @@ def stack_issuer(home: Path) -> str:
     try:
         seed = path.read_text().strip()
     except FileNotFoundError:
-        seed = Issuer.generate()
+        seed = _issuer_type().generate()
         _write_private(path, seed + "\n")
     path.chmod(0o600)
     issuer_public_key(seed, path)
@@ -115,8 +126,10 @@ def stack_issuer(home: Path) -> str:
 
 def issuer_public_key(seed: str, where: Path | None = None) -> str:
     """The public key (A...) of the account `seed`: what the server's auth_callout names."""
+    from nexus_scheduler.callout_jwt import CalloutError
+
     try:
-        return Issuer(seed).public_key
+        return _issuer_type()(seed).public_key
     except CalloutError as exc:
         raise PasswordsFileError(
             f"{where or 'the issuer seed'}: {exc}; delete it to get a new one"
