@@ -17,7 +17,7 @@
 #      mention each start a run whose result comes back to the fake); the MCP server answers
 #      /healthz and refuses /mcp without a token (401);
 #   6. checks the NATS server log has no permission violation, each service connected as its
-#      own user and runs as the user its image says; `stop` (every Nexus service drains and
+#      own user (each run's runner as its run: run:<run id>) and runs as the user its image says; `stop` (every Nexus service drains and
 #      exits 0), `down -v`.
 #
 # Environment: COMPOSE_TEST_CACHE (default .cache/compose-test: debootstrap tarballs, Docker
@@ -396,8 +396,16 @@ users = {}
 for c in conns:
     users.setdefault(c.get("name", ""), set()).add(c.get("authorized_user", ""))
 print("    NATS connections (name: users):", {k: sorted(v) for k, v in sorted(users.items())})
-for service in ("core", "memory", "scheduler", "runner", "flows", "plane-sync", "channel-gateway"):
+for service in ("core", "memory", "scheduler", "flows", "plane-sync", "channel-gateway"):
     assert users.get(service) == {service}, f"{service} connected as {users.get(service)}"
+# Runners: no static user; each run's runner (named runner:<run id>) connects with its own
+# run's credential (user run:<run id>, admitted by the scheduler's auth callout).
+runners = {name: found for name, found in users.items() if name.startswith("runner:")}
+assert runners, f"no runner connected: {sorted(users)}"
+for name, found in runners.items():
+    run_id = name.removeprefix("runner:")
+    assert found == {f"run:{run_id}"}, f"{name} connected as {found}"
+assert "runner" not in {u for found in users.values() for u in found}, users
 assert users.get("nexus-cli") == {"admin"}, users.get("nexus-cli")
 assert users.get("nexus-mcp") == {"mcp-read"}, users.get("nexus-mcp")
 EOF
