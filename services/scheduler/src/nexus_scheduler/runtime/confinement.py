@@ -458,6 +458,9 @@ class Confinement:
         # A command found on the runner's PATH (``python``) may live in a hidden home's venv.
         exe = shutil.which(command[0], path=env.get("PATH")) if command else None
         readable = [Path(exe).resolve().parent.parent] if exe else []
+        # A script the runner command names by absolute path (``python /opt/runner.py``):
+        # the operator's NEXUS_LOCAL_COMMAND names it, as it names the interpreter.
+        readable += [Path(a) for a in command[1:] if a.startswith("/") and Path(a).is_file()]
         # The agent's stdio MCP servers, wherever installed (a hidden ~/.local/bin, /tmp):
         # read-only, so they start (in the tools' sandbox, which binds them again).
         mcp_path = env.get("NEXUS_MCP_PATH") or env.get("NEXUS_RUNNER_MCP_PATH") or _MCP_PATH
