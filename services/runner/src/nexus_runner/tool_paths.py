@@ -8,42 +8,22 @@ import stat
 from collections.abc import Iterable
 from pathlib import Path
 
+from nexus_events.program_paths import install_prefix, shebang_interpreter
+
 from nexus_runner.containment import is_secret_file
 
 ETC = Path("/etc")
-
-
-def _prefix_of(executable: Path) -> Path:
-    """The installation prefix of a resolved executable: ``<prefix>/bin/x`` -> ``<prefix>``
-    when it has a ``lib`` beside ``bin``; else the executable's directory."""
-    parent = executable.parent
-    if parent.name == "bin" and (parent.parent / "lib").is_dir():
-        return parent.parent
-    return parent
-
-
-def _shebang(path: Path) -> Path | None:
-    """The interpreter a script names on its first line (``#!/x/python``), if absolute."""
-    try:
-        with path.open("rb") as fh:
-            head = fh.read(256)
-    except OSError:
-        return None
-    if not head.startswith(b"#!"):
-        return None
-    words = head[2:].split(b"\n", 1)[0].split()
-    return Path(words[0].decode(errors="replace")) if words and words[0].startswith(b"/") else None
 
 
 def executable_paths(executable: Path) -> list[Path]:
     """What must be readable for `executable` to run: its directory, its resolved prefix, a
     venv's base interpreter prefix, and its script interpreter's (one level)."""
     found = [executable.parent]
-    for candidate in (executable, _shebang(executable.resolve())):
+    for candidate in (executable, shebang_interpreter(executable)):
         if candidate is None:
             continue
         real = candidate.resolve()
-        found += [candidate.parent, _prefix_of(real)]
+        found += [candidate.parent, install_prefix(real)]
         venv = candidate.parent.parent
         cfg = venv / "pyvenv.cfg"
         if cfg.is_file():
@@ -51,7 +31,7 @@ def executable_paths(executable: Path) -> list[Path]:
             for line in cfg.read_text(errors="replace").splitlines():
                 key, _, value = line.partition("=")
                 if key.strip() == "home" and value.strip():
-                    found.append(_prefix_of(Path(value.strip()).resolve() / "python"))
+                    found.append(install_prefix(Path(value.strip()).resolve() / "python"))
     return found
 
 

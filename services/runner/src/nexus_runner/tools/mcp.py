@@ -29,6 +29,7 @@ from mcp import Client, MCPError
 from mcp import types as mcp_types
 from nexus_events.events.runs import McpServerUnavailable
 from nexus_events.events.specs import McpServerSpec
+from nexus_events.program_paths import named_files
 from opentelemetry import trace
 
 from nexus_runner.config import RunnerSettings
@@ -232,7 +233,7 @@ class McpServer:
                 readable=[
                     *executable_paths(Path(exe)),
                     *interpreter_paths(path),
-                    *_named_files(self.spec.args),
+                    *named_files(self.spec.args),
                 ],
             )
         except ToolError as exc:
@@ -535,11 +536,6 @@ class McpTools:
         await asyncio.gather(*(s.close() for s in self.servers.values()), return_exceptions=True)
         if self.scratch is not None:  # the servers' stderr files may hold secrets
             shutil.rmtree(self.scratch, ignore_errors=True)
-
-
-def _named_files(args: list[str]) -> list[Path]:
-    """The arguments of a server's definition that name an existing file by absolute path."""
-    return [Path(a) for a in args if a.startswith("/") and Path(a).is_file()]
 
 
 def _environment(

@@ -48,6 +48,7 @@ from urllib.parse import urlsplit
 
 from nexus_events import netrelay
 from nexus_events.events import RunConfig
+from nexus_events.program_paths import install_prefix, named_files, shebang_interpreter
 
 log = logging.getLogger(__name__)
 
@@ -355,32 +356,13 @@ def command_paths(command: str, path_var: str) -> list[Path]:
     if exe is None or not Path(exe).exists():
         return []
     found = [Path(exe).parent]
-    for program in (Path(exe), _interpreter(Path(exe))):
+    for program in (Path(exe), shebang_interpreter(Path(exe))):
         if program is None:
             continue
         real = program.resolve()
         if program.is_symlink() or program != Path(exe):
-            found.append(_prefix(real))
+            found.append(install_prefix(real))
     return found
-
-
-def _prefix(executable: Path) -> Path:
-    """``<prefix>/bin/x`` -> ``<prefix>`` when a ``lib`` is beside ``bin``, else its dir."""
-    parent = executable.parent
-    if parent.name == "bin" and (parent.parent / "lib").is_dir():
-        return parent.parent
-    return parent
-
-
-def _interpreter(script: Path) -> Path | None:
-    """The absolute interpreter of a ``#!`` script, if any."""
-    try:
-        with script.resolve().open("rb") as fh:
-            head = fh.read(256)
-    except OSError:
-        return None
-    words = head[2:].split(b"\n", 1)[0].split() if head.startswith(b"#!") else []
-    return Path(words[0].decode(errors="replace")) if words and words[0][:1] == b"/" else None
 
 
 @dataclass(frozen=True)
@@ -460,7 +442,7 @@ class Confinement:
         readable = [Path(exe).resolve().parent.parent] if exe else []
         # A script the runner command names by absolute path (``python /opt/runner.py``):
         # the operator's NEXUS_LOCAL_COMMAND names it, as it names the interpreter.
-        readable += [Path(a) for a in command[1:] if a.startswith("/") and Path(a).is_file()]
+        readable += named_files(command[1:])
         # The agent's stdio MCP servers, wherever installed (a hidden ~/.local/bin, /tmp):
         # read-only, so they start (in the tools' sandbox, which binds them again).
         mcp_path = env.get("NEXUS_MCP_PATH") or env.get("NEXUS_RUNNER_MCP_PATH") or _MCP_PATH
@@ -469,7 +451,7 @@ class Confinement:
                 readable += command_paths(spec.command, mcp_path)
                 # A script it names by absolute path (``python /opt/srv.py``), as the tools'
                 # sandbox binds it.
-                readable += [Path(a) for a in spec.args if a.startswith("/") and Path(a).is_file()]
+                readable += named_files(spec.args)
         # The operator's allowlist of the tools' sandbox: the tools see it only if the runner
         # does.
         readable += _tool_allowlist(env)
