@@ -135,7 +135,7 @@ async def finish_run(
             }
     if perms.can_push and ctx.commits and config.repo is not None and not leaks:
         check()
-        await ctx.git.push(config.repo.url, branch)
+        await ctx.git.push(config.repo.url, branch, config.run_id)
         pushed = True
         if perms.can_open_pr and provider is not None and not failed:
             remote = config.repo.url

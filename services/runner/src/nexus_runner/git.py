@@ -199,7 +199,7 @@ class Git:
         stat = (await self.run("diff", *_PLAIN_DIFF, "--stat", *target)).output.strip()
         return sorted(set(names) | set(untracked)), stat
 
-    async def push(self, url: str, branch: str) -> str:
+    async def push(self, url: str, branch: str, run_id: str | None = None) -> str:
         """Push HEAD to `branch` of `url`; the sha pushed.
 
         Never through the workspace's repository, whose config the agent can edit
@@ -208,6 +208,15 @@ class Git:
         private temporary directory (created now: nothing the agent ran could prepare it),
         and pushed from there to the URL of the run's config, with global and system config
         off.
+
+        A push the remote rejects because `branch` moved on is retried once, forced with a
+        lease on what the remote holds, when the remote's tip is run `run_id`'s final commit
+        ("Nexus run <id>" in its message) on top of HEAD's history: an earlier attempt of
+        this run pushed it and died before its end was recorded, and this attempt, resumed
+        from a checkpoint taken before that push, redid the work. Attempts only ever
+        fast-forward the branch (or replace their own run's tip this way), so everything
+        beyond HEAD's history up to that tip is the run's own. Anyone else's tip keeps the
+        push refused.
         """
         sha = await self.head()
         if sha is None:
@@ -220,5 +229,41 @@ class Git:
                 "fetch", "--quiet", "--no-tags", str(self.root), f"+{sha}:{ref}",
                 cwd=staging, env=_PUSH_ENV,
             )  # fmt: skip
-            await self.run("push", "--quiet", url, f"{ref}:{ref}", cwd=staging, env=_PUSH_ENV)
+            pushed = await self.run(
+                "push", "--quiet", url, f"{ref}:{ref}", cwd=staging, env=_PUSH_ENV, check=False
+            )
+            if pushed.ok:
+                return sha
+            theirs = await self._own_earlier_push(staging, url, ref, sha, run_id)
+            if theirs is None:
+                raise ToolError(f"git push failed: {pushed.output.strip()[-2000:]}")
+            await self.run(
+                "push", "--quiet", f"--force-with-lease={ref}:{theirs}", url, f"{ref}:{ref}",
+                cwd=staging, env=_PUSH_ENV,
+            )  # fmt: skip
         return sha
+
+    async def _own_earlier_push(
+        self, staging: Path, url: str, ref: str, sha: str, run_id: str | None
+    ) -> str | None:
+        """The remote's `ref` when its tip is run `run_id`'s final commit on `sha`'s history."""
+        if run_id is None:
+            return None
+        theirs_ref = "refs/nexus/theirs"
+        fetched = await self.run(
+            "fetch", "--quiet", "--no-tags", url, f"+{ref}:{theirs_ref}",
+            cwd=staging, env=_PUSH_ENV, check=False,
+        )  # fmt: skip
+        if not fetched.ok:
+            return None
+        theirs = (await self.run("rev-parse", theirs_ref, cwd=staging, env=_PUSH_ENV)).output
+        related = await self.run(
+            "merge-base", sha, theirs_ref, cwd=staging, env=_PUSH_ENV, check=False
+        )
+        if not related.ok:
+            return None  # unrelated histories: not an earlier attempt of this run
+        tip = await self.run("log", "-1", "--format=%B", theirs_ref, cwd=staging, env=_PUSH_ENV)
+        own = re.compile(rf"^Nexus run {re.escape(run_id)}(?:\s|\(|$)", re.MULTILINE)
+        if not own.search(tip.output):
+            return None
+        return theirs.strip()
