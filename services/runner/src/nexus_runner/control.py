@@ -138,9 +138,14 @@ class RunControl:
         self._correlated: dict[str, asyncio.Future[InboxMessage]] = {}
         self._followed: list[FollowedSubject] = []
         self._check: asyncio.Task[None] | None = None
+        # Ends the check loop whatever becomes of its cancellation: on Python 3.11,
+        # asyncio.wait_for (under nats-py's requests) can swallow a cancel that lands as the
+        # request completes, and a stop awaiting a loop that went on would never return.
+        self._stopping = asyncio.Event()
 
     async def start(self, points: StartPoints | None = None) -> None:
         points = points or StartPoints()
+        self._stopping.clear()
         followed = [(run_access.inbox_consumer(self.run_id, self.attempt), points.inbox_seq)]
         followed += [
             (run_access.control_consumer(self.run_id, self.attempt, str(event)), points.runs_seq)
@@ -153,9 +158,11 @@ class RunControl:
         self._check = asyncio.create_task(self._check_loop(), name=f"control:{self.run_id}")
 
     async def _check_loop(self) -> None:
-        while True:
+        while not self._stopping.is_set():
             await asyncio.sleep(_CHECK_INTERVAL)  # a poll: the server says nothing on loss
-            for subject in self._followed:
+            for subject in list(self._followed):
+                if self._stopping.is_set():
+                    return
                 await subject.ensure()
 
     async def _dead_letter(self, msg: Msg, exc: DecodeError) -> None:
@@ -169,6 +176,7 @@ class RunControl:
             log.exception("could not dead-letter the control message on %s", msg.subject)
 
     async def stop(self) -> None:
+        self._stopping.set()
         if self._check is not None:
             self._check.cancel()
             with contextlib.suppress(asyncio.CancelledError):
