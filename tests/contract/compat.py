@@ -1,4 +1,4 @@
-"""Breaking-change detection between two JSON Schemas of one contract model (DESIGN.md §4).
+"""Breaking-change detection between two JSON Schemas of one contract model (docs/design.md §4.2).
 
 A v1 schema may only gain optional fields. What counts as breaking, old -> new:
 

@@ -1,4 +1,4 @@
-"""JSON Schema snapshot of the whole event contract (DESIGN.md §4).
+"""JSON Schema snapshot of the whole event contract (docs/design.md §4.2).
 
 Every registered event is keyed by its ``Nexus-Schema`` name (``nexus.agent.run.completed/1``);
 the payload models that travel inside events or over request/reply are keyed
@@ -109,7 +109,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             print(f"  - {line}", file=sys.stderr)
         print(
             "v1 schemas may only gain optional fields; publish a new version instead "
-            "(DESIGN.md §4).",
+            "(docs/design.md §4.2).",
             file=sys.stderr,
         )
         return 1

@@ -19,7 +19,7 @@ def test_snapshot_has_no_breaking_changes() -> None:
     problems = snapshot_breaking_changes(committed, snapshot.current_schemas())
     assert not problems, (
         "breaking contract changes (v1 may only gain optional fields; publish a new version "
-        "instead, DESIGN.md §4):\n" + "\n".join(f"  - {line}" for line in problems)
+        "instead, docs/design.md §4.2):\n" + "\n".join(f"  - {line}" for line in problems)
     )
 
 

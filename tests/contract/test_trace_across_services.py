@@ -1,4 +1,4 @@
-"""One run is one connected trace across core, the scheduler and the runner (DESIGN.md 9).
+"""One run is one connected trace across core, the scheduler and the runner (docs/design.md §11).
 
 Core (`CoreApp`) and the scheduler (`SchedulerApp` with the local runtime) run in this
 process and export to an in-memory exporter; the runner is the real ``python -m

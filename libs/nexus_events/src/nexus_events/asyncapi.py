@@ -275,7 +275,7 @@ def _headers_schema() -> Json:
     return {
         "type": "object",
         "title": "Nexus envelope headers",
-        "description": "DESIGN.md section 4. All optional: a message published without headers"
+        "description": "docs/design.md §4.1. All optional: a message published without headers"
         " (`nats pub`) gets defaults from the subject and the JetStream metadata.",
         "properties": {
             codec.MSG_ID: text(

@@ -1,4 +1,4 @@
-"""The envelope: event objects to NATS subject/body/headers and back (DESIGN.md section 4).
+"""The envelope: event objects to NATS subject/body/headers and back (docs/design.md §4.1).
 
 Metadata travels in headers, the body is the event's plain JSON. A message published by
 hand with no headers (``nats pub``) still decodes: the event id, schema and source are then
@@ -26,7 +26,7 @@ from nexus_events.errors import (
 from nexus_events.events.base import Event, lookup
 from nexus_events.subjects import Family, ParsedSubject, has_event_token, parse_subject
 
-# Header names (DESIGN.md section 4).
+# Header names (docs/design.md §4.1).
 MSG_ID = "Nats-Msg-Id"
 SCHEMA = "Nexus-Schema"
 SOURCE = "Nexus-Source"

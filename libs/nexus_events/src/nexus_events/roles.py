@@ -5,7 +5,7 @@ operations. `tests/contract/test_roles.py` keeps the table honest: every registe
 query subject has an entry, and what it says of the deployed services agrees with their NATS
 permissions (deploy/nats/render.py) and with the subjects their code builds.
 
-A role of a service that DESIGN.md describes but the code does not implement yet is marked
+A role of a service that docs/design.md §7 describes but the code does not implement yet is marked
 `planned`: the document shows it (so the contract is complete) and says so, and the
 permission cross-check skips it.
 """
@@ -34,13 +34,15 @@ class Service(StrEnum):
     # flows, answer approvals and search memory; deployed as the NATS users mcp-read and
     # mcp-operate (deploy/nats/render.py CLIENTS).
     MCP = "mcp"
-    # People with the `nats` CLI (admin user): a bare `nats pub` is a valid command (DESIGN §1.4).
+    # People with the `nats` CLI (admin user): a bare `nats pub` is a valid command
+    # (docs/design.md §1.4).
     OPERATOR = "operator"
 
 
 @dataclass(frozen=True, slots=True)
 class Party:
-    """One service in one role; `planned` when DESIGN.md gives it the role but no code does yet."""
+    """One service in one role; `planned` when docs/design.md §7 gives it the role but no code
+    does yet."""
 
     service: Service
     planned: bool = False
@@ -82,12 +84,12 @@ _SWEEPER = _CORE
 
 # Every run event lands in core's projections (agent_runs, board), in `nexus runs watch` and
 # in the MCP server's follow_run and resource subscriptions; plane-sync mirrors the lifecycle
-# to Plane's agent runs (DESIGN §5 step 9).
+# to Plane's agent runs (docs/design.md §5.2 step 9).
 _RUN_READERS = (_CORE, _CLI, _PLANE, _MCP)
 # The scheduler's admission state (nexus_scheduler.service.WATCHED_EVENTS).
 _ADMISSION = (*_RUN_READERS, _SCHEDULER)
-# Terminal events also end a run's chat thread, feed memory extraction (DESIGN §2) and finish
-# the flow step whose run it was (DESIGN §5b).
+# Terminal events also end a run's chat thread, feed memory extraction (docs/design.md §7)
+# and finish the flow step whose run it was (docs/design.md §6).
 _TERMINAL = (*_ADMISSION, _GATEWAY, _MEMORY, _FLOWS)
 
 
@@ -188,7 +190,8 @@ EVENT_ROLES: dict[tuple[Family, str], EventRoles] = {
     (Family.SCHEDULE, "missed"): _run((_SCHEDULER,), (_SCHEDULER, _CLI)),
     # -- memory (NEXUS_MEMORY) ---------------------------------------------------------------
     # The memory service writes every memory event (after its secret guard); an operator's
-    # bare `nats pub` of a `recorded` is guarded too (blocked ones are erased, DESIGN §8).
+    # bare `nats pub` of a `recorded` is guarded too (blocked ones are erased,
+    # docs/design.md §10.4).
     (Family.MEMORY, "recorded"): _run((_MEMORY, _OPERATOR), (_MEMORY,)),
     (Family.MEMORY, "forgotten"): _run((_MEMORY, _OPERATOR), (_MEMORY,)),
     (Family.MEMORY, "superseded"): _run((_MEMORY,), (_MEMORY,)),
@@ -279,7 +282,7 @@ QUERY_ROLES: dict[str, QueryRoles] = {
     # Core rebuilds its own tables on request: the CLI never writes core's schema.
     subjects.CORE_PROJECTIONS_STATUS: QueryRoles(_CORE, _CORE_CLIENTS),
     subjects.CORE_PROJECTIONS_REBUILD: QueryRoles(_CORE, _CORE_CLIENTS),
-    # Run assembly asks memory for context (bounded wait, DESIGN §5 steps 1-4).
+    # Run assembly asks memory for context (bounded wait, docs/design.md §5.2 steps 1-4).
     subjects.MEMORY_SEARCH: QueryRoles(_MEMORY, (_CORE, *_READERS)),
     # Every write goes through memory's secret guard; a run's `remember` tool writes too, and
     # the MCP server's add_memory (operate).

@@ -1,4 +1,4 @@
-"""The run state machine of DESIGN.md section 5, as pure functions.
+"""The run state machine of docs/design.md §5.1, as pure functions.
 
 ``requested -> prepared -> queued -> dispatched -> running -> completed | failed | cancelled |
 timed_out | lost``; ``awaiting_approval`` is a sub-state of running. Terminal states are final

@@ -1,4 +1,4 @@
-"""Span vocabulary every service shares (DESIGN.md section 9): attribute names, the
+"""Span vocabulary every service shares (docs/design.md §11): attribute names, the
 attributes of a handled event, and which trace a handled event's span continues.
 
 Attribute names follow the OpenTelemetry messaging and GenAI conventions where they exist and

@@ -1,4 +1,4 @@
-"""The JetStream streams of the contract (DESIGN.md section 3) and `ensure_streams()`.
+"""The JetStream streams of the contract (docs/design.md §3) and `ensure_streams()`.
 
 Streams are provisioned here and only here (services declare them `declare=False` in
 FastStream). `ensure_streams` is idempotent: it creates what is missing, updates what has

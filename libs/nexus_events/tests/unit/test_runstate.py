@@ -9,7 +9,7 @@ from nexus_events.events import registered
 from nexus_events.runstate import TERMINAL, RunStatus, is_terminal, next_status
 from nexus_events.subjects import Family
 
-# Every run event name of the contract (DESIGN.md section 3), plus one nobody knows.
+# Every run event name of the contract (docs/design.md §3.4), plus one nobody knows.
 RUN_EVENTS = sorted(name for family, name in registered() if family is Family.RUN)
 EVENTS = [*RUN_EVENTS, "something_new"]
 TERMINAL_EVENTS = ["completed", "failed", "cancelled", "timed_out", "lost"]

@@ -22,7 +22,8 @@ from nexus_channel_gateway.store import GatewayStore
 
 log = logging.getLogger(__name__)
 
-# Published at most this many at once (nats-py pipelines acks; see REFERENCE.md figures).
+# Published at most this many at once (nats-py pipelines acks; docs/performance.md has the
+# pipelined figures).
 WINDOW = 200
 
 

@@ -1,4 +1,4 @@
-"""Run assembly (DESIGN.md section 5, steps 1-4) as a pure decision.
+"""Run assembly (docs/design.md §5.2, steps 1-4) as a pure decision.
 
 `assemble` turns a run request, the agent definition, its skills and the memory context into
 the `RunConfig` a runner is given, or into an `AssemblyFailure` with the reason code of the

@@ -22,7 +22,7 @@ class CoreSettings(BaseSettings):
     )
     db_pool_size: int = Field(8, gt=1, description="Most PostgreSQL connections.")
     memory_enabled: bool = Field(True, description="Ask memory for context during assembly.")
-    # The design's bound on how long a run waits for memory (DESIGN.md section 5).
+    # The design's bound on how long a run waits for memory (docs/design.md §5.2).
     memory_timeout: float = Field(0.3, gt=0, le=10, description="Seconds to wait for memory.")
     assembly_concurrency: int = Field(8, gt=0, description="Run ids assembled in parallel.")
     # Most events per projection transaction: big batches let a run's events fold in memory

@@ -1,4 +1,4 @@
-"""Spans per handled event (DESIGN.md section 9): CONSUMER spans that continue the event's trace.
+"""Spans per handled event (docs/design.md §11): CONSUMER spans that continue the event's trace.
 
 Projections handle tens of thousands of events a second on replay, and even a no-op span
 costs ~25 us, so per-event spans are opened only while an SDK tracer provider is installed

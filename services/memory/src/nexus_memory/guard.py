@@ -1,4 +1,4 @@
-"""The secret guard: no credential enters memory (DESIGN.md section 8).
+"""The secret guard: no credential enters memory (docs/design.md §10.4).
 
 Every write path (a record request, an extraction's output, a consolidation's output, and a
 `recorded` event someone published by hand) passes `SecretGuard.check`. Known key shapes come

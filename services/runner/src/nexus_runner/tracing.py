@@ -1,4 +1,4 @@
-"""The runner's spans (DESIGN.md section 9): the run, each model call, each tool call.
+"""The runner's spans (docs/design.md §11): the run, each model call, each tool call.
 
 The run's root span ``nexus run <run_id>`` continues the trace the scheduler handed over
 (``TRACEPARENT``, or the `prepared` event's headers with ``--run-id``); every event the run

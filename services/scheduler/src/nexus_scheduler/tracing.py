@@ -1,4 +1,4 @@
-"""The scheduler's spans (DESIGN.md section 9): one per handled run event, one per action.
+"""The scheduler's spans (docs/design.md §11): one per handled run event, one per action.
 
 A handled event gets a CONSUMER span continuing the trace in its own headers (per message,
 not per fetched batch). The scheduler remembers, per run, the context of the first traced
