@@ -12,11 +12,12 @@ these, so each starts, survives a failing step and stops the same way:
   else with its traceback) and the task goes on. With `retry_after` (or an `on_error` that
   returns a delay) the next step comes after that backoff, which only `stop` cuts short, and
   not at the next wake: a failing step is not retried at the pace of the wakes.
-- `stop()` sets the stop event: a wait ends at once, a step in flight *finishes* (the steps
-  are units of work such as "publish and mark", better completed than cut), and no step runs
-  after it. `stop()` is idempotent, safe before `start()`, and `start()` may follow it (a
-  replica leading again). A caller that must bound the stop (a drain timeout) wraps it in a
-  timeout: cancelling `stop()` cancels the step in flight.
+- `stop()` sets the stop event: a wait ends at once, a step in flight is given `stop_grace`
+  seconds to finish and then cancelled (None, the default: it finishes, however long it
+  takes; 0: it is cancelled at once, for steps that are safe to cut and act only while the
+  service may, such as a leader's tick), and no step runs after it. `stop()` is idempotent,
+  safe before `start()`, and `start()` may follow it (a replica leading again). Cancelling
+  `stop()` (a drain timeout) cancels the step in flight too.
 """
 
 from __future__ import annotations
@@ -54,6 +55,7 @@ class PeriodicTask:
         quiet: tuple[type[Exception], ...] = (),
         retry_after: float | None = None,
         on_error: Callable[[Exception], float | None] | None = None,
+        stop_grace: float | None = None,
         logger: logging.Logger | None = None,
         sleep: Sleep = sleep_until_set,
     ) -> None:
@@ -70,6 +72,7 @@ class PeriodicTask:
         self.quiet = quiet
         self.retry_after = retry_after
         self.on_error = on_error
+        self.stop_grace = stop_grace
         self.log = logger or log
         self._sleep = sleep
         self._wake = wake or asyncio.Event()
@@ -100,12 +103,23 @@ class PeriodicTask:
         self._wake.set()
 
     async def stop(self) -> None:
-        """End the wait at once, let a step in flight finish, and return when the loop has."""
+        """End the wait at once, give a step in flight `stop_grace` to finish (then cancel
+        it), and return when the loop has ended."""
         self._stopping.set()
         self._wake.set()
         task, self._task = self._task, None
-        if task is not None and task is not asyncio.current_task():
-            await task
+        if task is None or task is asyncio.current_task():
+            return
+        try:
+            if self.stop_grace is not None:
+                await asyncio.wait({task}, timeout=self.stop_grace)
+                task.cancel()  # nothing if it has ended
+            await asyncio.wait({task})
+        except asyncio.CancelledError:
+            task.cancel()
+            raise
+        if not task.cancelled():
+            task.result()  # the loop raises nothing but a BaseException: let that through
 
     async def _run(self) -> None:
         delay = self.interval if self.first == "after_interval" else 0.0

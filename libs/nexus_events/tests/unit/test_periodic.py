@@ -125,6 +125,31 @@ async def test_cancelling_stop_cancels_the_step_in_flight() -> None:
     assert step.finished == 0
 
 
+async def test_a_stop_grace_cancels_a_step_that_outlasts_it() -> None:
+    for grace in (0.0, 0.01):
+        step = Steps(hold=True)
+        task = PeriodicTask(step, 1.0, name="leader tick", stop_grace=grace)
+        loop = task.start()
+        await asyncio.wait_for(step.running.wait(), 5)
+        await asyncio.wait_for(task.stop(), 5)
+        assert loop.cancelled()
+        assert (step.runs, step.finished) == (1, 0)
+
+
+async def test_a_step_within_the_stop_grace_finishes() -> None:
+    waits, step = ManualWaits(), Steps(hold=True)
+    task = PeriodicTask(step, 1.0, name="flush", sleep=waits, stop_grace=30.0)
+    loop = task.start()
+    await asyncio.wait_for(step.running.wait(), 5)
+    stopping = asyncio.create_task(task.stop())
+    await settle()
+    step.release.set()
+    await asyncio.wait_for(stopping, 5)
+    assert not loop.cancelled()
+    assert step.finished == 1
+    assert waits.delays == []
+
+
 async def test_stop_is_idempotent_safe_before_start_and_start_may_follow() -> None:
     waits, step = ManualWaits(), Steps()
     task = PeriodicTask(step, 1.0, name="poll", sleep=waits)

@@ -317,6 +317,7 @@ class SchedulerApp(ServiceApp):
             lambda: self._tick(service),
             self.settings.tick_seconds,
             name="scheduler tick",
+            stop_grace=0,  # cut on a step-down: it acts only under the fence
             logger=log,
         )
         self._ticks.start()
@@ -344,6 +345,7 @@ class SchedulerApp(ServiceApp):
                 self.checkpointer.step,
                 self.settings.snapshot_interval_seconds,
                 name="scheduler snapshot",
+                stop_grace=0,
                 logger=log,
             )
             self._checkpoints.start()
@@ -368,7 +370,7 @@ class SchedulerApp(ServiceApp):
 
     async def _step_down(self) -> None:
         self.leading.clear()
-        # A snapshot or tick in hand finishes (each acts only under the fence).
+        # A snapshot or tick in hand is cancelled (each acts only under the fence).
         if self._checkpoints is not None:
             await self._checkpoints.stop()
             self._checkpoints = None
