@@ -8,8 +8,6 @@ scheduler: NATS connected and campaigning for the lease). Port 0 picks a free po
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 import logging
 from collections.abc import Callable, Sequence
 from typing import Annotated, Any
@@ -19,6 +17,7 @@ from nats.js import JetStreamContext
 from pydantic import BeforeValidator
 
 from nexus_events.errors import HealthUnavailable
+from nexus_events.periodic import PeriodicTask
 from nexus_events.streams import StorageProblem, meta_problem, storage_problem
 
 log = logging.getLogger(__name__)
@@ -106,7 +105,15 @@ class JetStreamProbe:
         self.interval = interval
         self.problem: StorageProblem | None = None
         self.checks = 0
-        self._task: asyncio.Task[None] | None = None
+        # Each check is bounded (see `check`); one in hand is cut on stop.
+        self._checks = PeriodicTask(
+            self.check,
+            interval,
+            name="jetstream probe",
+            first="after_interval",
+            stop_grace=0,
+            logger=log,
+        )
 
     @property
     def ok(self) -> bool:
@@ -130,19 +137,10 @@ class JetStreamProbe:
     async def start(self) -> None:
         """Check once now, then every `interval` seconds in a task until `stop`."""
         await self.check()
-        self._task = asyncio.create_task(self._loop(), name="jetstream-probe")
+        self._checks.start()
 
     async def stop(self) -> None:
-        task, self._task = self._task, None
-        if task is not None:
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
-
-    async def _loop(self) -> None:
-        while True:
-            await asyncio.sleep(self.interval)
-            await self.check()
+        await self._checks.stop()
 
 
 __all__ = ["HealthPort", "HealthServer", "JetStreamProbe"]

@@ -13,6 +13,11 @@ A crashed leader's key expires `ttl` after its last renewal, so a standby takes 
 wrote the key from the watch at once, and steps down. Leader changes are logged at INFO, a
 lost lease at WARNING, NATS errors during a round as one line: none with a traceback.
 
+Besides `fence()` (may this replica still act?), a leader has a fence token, `term()`: its
+lease revision and the bucket's creation time, which grow with every new holder, so a store
+that remembers the newest token it saw refuses a deposed leader's writes (the scheduler's
+snapshots).
+
 `FencedProjectionRunner` is a `ProjectionRunner` that commits only while the lease is held.
 """
 
@@ -33,7 +38,7 @@ from nats.js import JetStreamContext
 
 from nexus_events.bus import Bus
 from nexus_events.follow import Batch, Feed, Reposition
-from nexus_events.lease import Lease, default_holder
+from nexus_events.lease import Lease, LeaseTerm, default_holder
 from nexus_events.projection import Projection, ProjectionRunner
 from nexus_events.streams import StreamSettings
 
@@ -120,6 +125,11 @@ class Leadership:
         task = self._campaign
         return task is not None and not task.done() and not self._stopping.is_set()
 
+    @property
+    def campaign(self) -> asyncio.Task[None] | None:
+        """The campaign task (None before `start` and once `stop` has begun)."""
+        return self._campaign
+
     def status(self) -> LeadershipStatus:
         return LeadershipStatus(self.role, self.holder, self.lease.owner, self.lease.bucket)
 
@@ -131,6 +141,13 @@ class Leadership:
         self._lost("fenced")
         return False
 
+    async def term(self) -> LeaseTerm | None:
+        """This leader's fence token (see the module); None, and stepping down, once the
+        lease is not held (as `fence`)."""
+        if not await self.fence() or self.lease.revision is None:
+            return None
+        return LeaseTerm(self.lease.revision, self.lease.epoch)
+
     # -- lifecycle -------------------------------------------------------------------------
 
     async def open(self, stack: AsyncExitStack) -> None:
@@ -140,12 +157,16 @@ class Leadership:
         stack.push_async_callback(self.stop)
         await self.start()
 
-    async def start(self) -> None:
+    async def start(self, *, first_round: Literal["inline", "background"] = "inline") -> None:
         """One round now (a replica that finds the lease free leads before this returns),
-        then campaign in the background."""
-        await self._round()
+        then campaign in the background. With ``first_round="background"`` the first round
+        is the campaign's too, so a long `lead` (the scheduler's rebuild) does not hold up
+        the service's start."""
+        if first_round == "inline":
+            await self._round()
         self._campaign = asyncio.create_task(
-            self._campaign_loop(), name=f"{self.service}:leadership"
+            self._campaign_loop(round_first=first_round == "background"),
+            name=f"{self.service}:leadership",
         )
 
     async def stop(self) -> None:
@@ -163,7 +184,9 @@ class Leadership:
 
     # -- the campaign ----------------------------------------------------------------------
 
-    async def _campaign_loop(self) -> None:
+    async def _campaign_loop(self, *, round_first: bool = False) -> None:
+        if round_first:
+            await self._round()
         while not self._stopping.is_set():
             period = self.ttl / (RENEWALS_PER_TTL if self.leading else STANDBY_ROUNDS_PER_TTL)
             self.lease.changed.clear()
@@ -253,6 +276,10 @@ class Leadership:
                 if not await self.lease.still_held():
                     self._lost("not renewed within the TTL")
                     return
+                wait = min(period, RENEW_RETRY_SECONDS)
+                continue
+            except Exception:  # the renewal must outlive anything but a lost lease
+                log.exception("%s: lease renewal failed", self.service)
                 wait = min(period, RENEW_RETRY_SECONDS)
                 continue
             if not renewed:

@@ -1,7 +1,8 @@
 """Leadership through a JetStream KV key: one replica acts, the others stand by.
 
-Used by the scheduler and, through `nexus_events.leadership`, by core and memory: each
-service has its own bucket, and the key's value names the holder (``host/pid/…``).
+Used through `nexus_events.leadership` by the scheduler, core, memory and flows: each
+service has its own bucket, and the key's value names the holder (``host/pid/…``, or the
+scheduler's replica id).
 
 The leader's key expires with the bucket TTL unless renewed, so a crashed leader is replaced
 after at most `ttl` seconds; a stopping leader deletes it for an immediate hand-over.
@@ -27,7 +28,7 @@ import secrets
 import socket
 import time
 from datetime import datetime
-from typing import Annotated
+from typing import Annotated, NamedTuple
 
 import nats.errors
 import nats.js.errors
@@ -48,6 +49,15 @@ LeaseTtl = Annotated[
     float,
     Field(gt=0, le=300, description="Seconds before a dead projecting replica is replaced."),
 ]
+
+
+class LeaseTerm(NamedTuple):
+    """A holder's fence token: the KV revision of its last write of the key (it grows with
+    every write, so a later holder's is greater) and the bucket's creation time (revisions
+    count from 1 again in a recreated bucket: only tokens of one epoch compare)."""
+
+    revision: int
+    epoch: datetime | None
 
 
 def default_holder() -> str:

@@ -16,6 +16,7 @@ from collections.abc import Callable
 from nexus_events.bus import Bus
 from nexus_events.codec import Encoded
 from nexus_events.errors import BusError
+from nexus_events.periodic import PeriodicTask
 
 from nexus_channel_gateway.inbound import Accepted
 from nexus_channel_gateway.store import GatewayStore
@@ -34,6 +35,15 @@ class InboundOutbox:
         self.sweep_interval = sweep_interval
         self._queue: asyncio.Queue[tuple[str, Encoded]] = asyncio.Queue()
         self._tasks: list[asyncio.Task[None]] = []
+        # A sweep in hand is cut on stop: the rows it did not mark stay for the next one.
+        self._sweeps = PeriodicTask(
+            self.sweep,
+            sweep_interval,
+            name="inbound sweep",
+            first="after_interval",
+            stop_grace=0,
+            logger=log,
+        )
         self.published = 0
         # Called with the keys JetStream acknowledged (bench: request -> ack latency).
         self.on_published: Callable[[list[str]], None] | None = None
@@ -47,15 +57,14 @@ class InboundOutbox:
         return fresh
 
     async def start(self) -> None:
-        self._tasks = [
-            asyncio.create_task(self._publish_loop(), name="gateway-outbox"),
-            asyncio.create_task(self._sweep_loop(), name="gateway-outbox-sweep"),
-        ]
+        self._tasks = [asyncio.create_task(self._publish_loop(), name="gateway-outbox")]
+        self._sweeps.start()
 
     async def stop(self) -> None:
         """Publish what is queued (bounded), then stop; the rest stays for the next start."""
         with contextlib.suppress(asyncio.TimeoutError):
             await asyncio.wait_for(self._queue.join(), timeout=5)
+        await self._sweeps.stop()
         for task in self._tasks:
             task.cancel()
         for task in self._tasks:
@@ -100,11 +109,3 @@ class InboundOutbox:
         if rows:
             await self._publish(rows)
         return len(rows)
-
-    async def _sweep_loop(self) -> None:
-        while True:
-            await asyncio.sleep(self.sweep_interval)
-            try:
-                await self.sweep()
-            except Exception:  # a failed sweep must not end the loop: the next one retries
-                log.exception("inbound sweep failed")

@@ -15,8 +15,6 @@ the durable consumer's position instead of double counting.
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 import logging
 from collections import OrderedDict
 from collections.abc import Iterable, Sequence
@@ -45,6 +43,7 @@ from nexus_events.events.runs import (
 )
 from nexus_events.follow import StreamFollower
 from nexus_events.metrics import METER_NAME, MetricsSettings
+from nexus_events.periodic import PeriodicTask
 from nexus_events.projection import CHECKPOINT_TABLE
 from nexus_events.runstate import RunEvent
 from nexus_events.streams import DLQ, RUNS, STREAM_OF_FAMILY
@@ -171,8 +170,13 @@ class RunMetrics:
         self.snapshot = PipelineSnapshot()
         self._runs: OrderedDict[str, _RunTimes] = OrderedDict()
         self._consumer: Consumer | None = None
-        self._poller: asyncio.Task[None] | None = None
-        self._stopping = asyncio.Event()
+        self._poller = PeriodicTask(
+            self.poll_once,
+            self.settings.poll_interval,
+            name="metrics poll",
+            quiet=(nats.errors.Error, nats.js.errors.Error, asyncpg.PostgresError, OSError),
+            logger=log,
+        )
         self._instruments(meter_provider.get_meter(METER_NAME))
 
     def _instruments(self, meter: Meter) -> None:
@@ -426,7 +430,6 @@ class RunMetrics:
         Again after `stop` too: core's metrics follow the lease from replica to replica."""
         if not self.settings.enabled:
             return
-        self._stopping.clear()
         spec = ConsumerSpec(
             stream=RUNS,
             durable=self.settings.durable,
@@ -435,17 +438,14 @@ class RunMetrics:
         )
         self._consumer = self.bus.consumer(spec, self._handle)
         await self._consumer.start()
-        self._poller = asyncio.create_task(self._poll_loop(), name="metrics:poll")
+        self._poller.start()
 
     async def stop(self) -> None:
         """Finish the batch in hand and stop polling."""
-        self._stopping.set()
         if self._consumer is not None:
             await self._consumer.stop()
             self._consumer = None
-        if self._poller is not None:
-            await self._poller
-            self._poller = None
+        await self._poller.stop()
         self._runs.clear()  # a later term (this replica leading again) starts afresh
 
     async def __aenter__(self) -> RunMetrics:
@@ -454,15 +454,6 @@ class RunMetrics:
 
     async def __aexit__(self, *exc: object) -> None:
         await self.stop()
-
-    async def _poll_loop(self) -> None:
-        while not self._stopping.is_set():
-            try:
-                await self.poll_once()
-            except (nats.errors.Error, nats.js.errors.Error, asyncpg.PostgresError, OSError) as exc:
-                log.warning("metrics poll failed: %s", exc)
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._stopping.wait(), timeout=self.settings.poll_interval)
 
 
 # Lifecycle steps counted by `nexus.runs` (heartbeats, turns, tools, resumes and condensations

@@ -41,6 +41,7 @@ from nexus_events.events.queries import FlowDefinitionGet, FlowDefinitionView
 from nexus_events.events.runs import Origin
 from nexus_events.events.specs import RepoSpec
 from nexus_events.leadership import FencedProjectionRunner
+from nexus_events.periodic import PeriodicTask
 from nexus_events.projection import quote_ident
 from nexus_events.publish import Outgoing
 from nexus_events.streams import FLOWS, RUNS
@@ -110,8 +111,18 @@ class Engine:
         self._inherited: set[str] = set()
         self._catalog_after: dict[str, float] = {}
         self._definitions: dict[str, FlowDefinition] = {}
-        self._task: asyncio.Task[None] | None = None
-        self._stopping = asyncio.Event()
+        # A pass at each wake and at least every timer interval; a failed pass (NATS or
+        # PostgreSQL away) is logged and tried again after a pause; stop lets one finish.
+        self._passes = PeriodicTask(
+            self._pass,
+            timer_interval,
+            name="flows engine pass",
+            first="after_interval",  # `start` sets `wake`: the first pass comes at once
+            wake=self.wake,
+            retry_after=min(timer_interval, 1.0),
+            logger=log,
+        )
+        self._next_tick = 0.0  # loop time of the next timer pass
         self.errors = 0
 
     def touch(self, flow_run_ids: set[str]) -> None:
@@ -134,38 +145,29 @@ class Engine:
             with contextlib.suppress(NexusError):
                 self.new_requests.append(decode_msg(msg))
         self.wake.set()
-        self._task = asyncio.create_task(self._run(), name="flows-engine")
+        self._next_tick = 0.0
+        self._passes.start()
 
     async def stop(self) -> None:
-        self._stopping.set()
-        self.wake.set()
-        if self._task is not None:
-            await self._task
-            self._task = None
+        await self._passes.stop()
 
-    async def _run(self) -> None:
+    async def _pass(self) -> None:
+        """Republish new requests, step the touched flow runs and, once per timer interval,
+        fire due timers and retry the catalog; a pass that fails touches its runs again."""
         loop = asyncio.get_running_loop()
-        next_tick = 0.0
-        while not self._stopping.is_set():
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self.wake.wait(), timeout=self.timer_interval)
-            self.wake.clear()
-            if self._stopping.is_set():
-                return
-            touched: set[str] = set()
-            try:
-                await self._republish_new()
-                touched, self._touched = self._touched, set()
-                await self._step_all(touched)
-                if loop.time() >= next_tick:
-                    next_tick = loop.time() + self.timer_interval
-                    await self.fire_due(datetime.now(UTC))
-                    await self._retry_catalog()
-            except Exception:  # one pass failed (NATS or PostgreSQL away): try again later
-                self.errors += 1
-                log.exception("flows engine pass failed; retrying")
-                self._touched |= touched
-                await asyncio.sleep(min(self.timer_interval, 1.0))
+        touched: set[str] = set()
+        try:
+            await self._republish_new()
+            touched, self._touched = self._touched, set()
+            await self._step_all(touched)
+            if loop.time() >= self._next_tick:
+                self._next_tick = loop.time() + self.timer_interval
+                await self.fire_due(datetime.now(UTC))
+                await self._retry_catalog()
+        except Exception:  # logged by the periodic task, which retries after a pause
+            self.errors += 1
+            self._touched |= touched
+            raise
 
     async def _step_all(self, touched: set[str]) -> None:
         """Step every touched flow run, `concurrency` at a time: flow runs are independent,

@@ -32,6 +32,7 @@ from nexus_events.fast import Handlers
 from nexus_events.health import HealthServer
 from nexus_events.leadership import FencedProjectionRunner, Leadership
 from nexus_events.metrics import MetricsSettings, setup_metrics
+from nexus_events.periodic import PeriodicTask
 from nexus_events.process import ServiceApp
 from nexus_events.projection import ProjectionRunner, quote_ident, rebuild
 from nexus_events.streams import ensure_streams
@@ -119,7 +120,7 @@ class MemoryApp(ServiceApp):
         self.endpoints: MemoryEndpoints | None = None
         self.search: MemorySearch | None = None
         self.health: HealthServer | None = None
-        self._consolidation_task: asyncio.Task[None] | None = None
+        self._consolidations: PeriodicTask | None = None
         self._rebuild_lock = asyncio.Lock()
 
     def ready(self) -> bool:
@@ -247,16 +248,23 @@ class MemoryApp(ServiceApp):
         await runner.start()
         interval = self.settings.memory_consolidation_interval
         if interval > 0:
-            self._consolidation_task = asyncio.create_task(
-                self._consolidate_every(interval), name="memory-consolidation"
+            # A pass in hand is cut on a step-down (the lease is another replica's).
+            self._consolidations = PeriodicTask(
+                self.consolidate,
+                interval,
+                name="memory consolidation pass",
+                first="after_interval",
+                stop_grace=0,
+                logger=log,
             )
+            self._consolidations.start()
 
     async def _step_down(self) -> None:
         """Losing or handing over the lease: no more periodic passes; the projection commits
         its batch in hand (refused by the fence if the lease is gone) and stops."""
-        task, self._consolidation_task = self._consolidation_task, None
-        if task is not None:
-            await _cancel(task)
+        consolidations, self._consolidations = self._consolidations, None
+        if consolidations is not None:
+            await consolidations.stop()
         runner, self.runner = self.runner, None
         if runner is not None:
             await runner.stop()
@@ -265,14 +273,6 @@ class MemoryApp(ServiceApp):
         """One consolidation pass now (over `scopes`, else all)."""
         assert self.consolidator is not None
         return await self.consolidator.run(scopes or [], self.clock())
-
-    async def _consolidate_every(self, interval: float) -> None:
-        while True:
-            await asyncio.sleep(interval)
-            try:
-                await self.consolidate()
-            except Exception:  # a failed pass must not end the loop: the next one retries
-                log.exception("memory consolidation pass failed")
 
     async def _replay_all(self) -> int:
         assert self.projection is not None
@@ -292,9 +292,3 @@ class MemoryApp(ServiceApp):
             embedder=self.embedder.name,
             dimension=self.embedder.dimension,
         )
-
-
-async def _cancel(task: asyncio.Task[None]) -> None:
-    task.cancel()
-    with contextlib.suppress(asyncio.CancelledError):
-        await task

@@ -8,7 +8,6 @@ letter whose body keeps the request without the text, so the secret reaches no s
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import json
 import logging
@@ -34,6 +33,7 @@ from nexus_events.events import (
     MemoryRecordRequest,
 )
 from nexus_events.micro import QueryError
+from nexus_events.periodic import PeriodicTask
 from nexus_events.projection import CHECKPOINT_TABLE, quote_ident
 from nexus_events.streams import MEMORY
 
@@ -208,7 +208,15 @@ class AccessTracker:
         self.bus = bus
         self.interval = interval
         self._counts: dict[str, Counter[str]] = defaultdict(Counter)
-        self._task: asyncio.Task[None] | None = None
+        # A flush in hand is cut on stop; `stop` flushes once more anyway.
+        self._flushes = PeriodicTask(
+            self.flush,
+            interval,
+            name="memory access flush",
+            first="after_interval",
+            stop_grace=0,
+            logger=log,
+        )
 
     def note(self, items: Iterable[MemoryItem]) -> None:
         for item in items:
@@ -228,17 +236,8 @@ class AccessTracker:
                 log.warning("could not publish memory access counts for %s: %s", scope, exc)
 
     async def start(self) -> None:
-        self._task = asyncio.create_task(self._loop(), name="memory-access-flush")
-
-    async def _loop(self) -> None:
-        while True:
-            await asyncio.sleep(self.interval)
-            await self.flush()
+        self._flushes.start()
 
     async def stop(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
-            self._task = None
+        await self._flushes.stop()
         await self.flush()

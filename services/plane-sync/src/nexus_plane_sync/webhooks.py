@@ -15,8 +15,6 @@ and on stop, not per request: a flood of forged requests costs no database write
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 import hashlib
 import hmac
 import json
@@ -30,6 +28,7 @@ from nexus_events import subjects
 from nexus_events.bus import Bus
 from nexus_events.errors import BusError
 from nexus_events.events import PlaneWebhookReceived
+from nexus_events.periodic import PeriodicTask
 
 from nexus_plane_sync.metrics import PlaneSyncMetrics
 from nexus_plane_sync.store import PlaneStore
@@ -81,7 +80,15 @@ class WebhookServer:
         self.max_bytes = max_bytes
         self._runner: web.AppRunner | None = None
         self.unsaved: Counter[str] = Counter()  # counted, not yet in PostgreSQL
-        self._flusher: asyncio.Task[None] | None = None
+        # A save in hand is cut on stop; `stop` saves once more anyway.
+        self._flushes = PeriodicTask(
+            self.flush,
+            FLUSH_EVERY,
+            name="webhook counters save",
+            first="after_interval",
+            stop_grace=0,
+            logger=log,
+        )
 
     async def start(self) -> None:
         app = web.Application(client_max_size=self.max_bytes)
@@ -93,17 +100,13 @@ class WebhookServer:
         server = site._server
         if server is not None and self.port == 0:
             self.port = server.sockets[0].getsockname()[1]  # type: ignore[attr-defined]
-        self._flusher = asyncio.get_running_loop().create_task(self._flush_every())
+        self._flushes.start()
 
     async def stop(self) -> None:
         if self._runner is not None:
             await self._runner.cleanup()
             self._runner = None
-        if self._flusher is not None:
-            self._flusher.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._flusher
-            self._flusher = None
+        await self._flushes.stop()
         await self.flush()
 
     def _count(self, outcome: str) -> None:
@@ -118,11 +121,6 @@ class WebhookServer:
         except (OSError, asyncpg.PostgresError) as exc:
             self.unsaved.update(counts)
             log.warning("webhook counters not saved: %s", exc)
-
-    async def _flush_every(self) -> None:
-        while True:
-            await asyncio.sleep(FLUSH_EVERY)
-            await self.flush()
 
     async def _refuse(self, status: int, why: str, counter: str) -> web.Response:
         self._count(counter)

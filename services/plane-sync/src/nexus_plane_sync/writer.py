@@ -24,6 +24,7 @@ from nexus_events import subjects
 from nexus_events.bus import Bus
 from nexus_events.errors import BusError
 from nexus_events.events import PlaneWriteFailed, PlaneWriteRequested, PlaneWriteSucceeded
+from nexus_events.periodic import PeriodicTask
 
 from nexus_plane_sync.board import Board
 from nexus_plane_sync.errors import NotReady, PlaneRejected, PlaneUnavailable
@@ -60,8 +61,16 @@ class OutboxWriter:
         self.not_ready_grace = not_ready_grace
         self.away_pauses = away_pauses
         self._wake = asyncio.Event()
+        # Set by `stop`: a pass in hand ends after the write in hand.
         self._stopping = asyncio.Event()
-        self._task: asyncio.Task[None] | None = None
+        self._passes = PeriodicTask(
+            self._pass,
+            poll,
+            name="outbox pass",
+            wake=self._wake,
+            on_error=self._failed,
+            logger=log,
+        )
         self._listener: PoolConnectionProxy[Any] | None = None
         self.away = 0  # passes in a row that met Plane away
         self._pruned = 0.0  # monotonic time of the last prune
@@ -70,7 +79,8 @@ class OutboxWriter:
         conn = await self.store.pool.acquire()
         await conn.add_listener(OUTBOX_CHANNEL, self._notified)
         self._listener = conn
-        self._task = asyncio.create_task(self._run(), name="plane-outbox-writer")
+        self._stopping.clear()
+        self._passes.start()
 
     def _notified(self, *_: object) -> None:
         self._wake.set()
@@ -81,50 +91,33 @@ class OutboxWriter:
     async def stop(self) -> None:
         """Finish the write in hand, then stop."""
         self._stopping.set()
-        self._wake.set()
-        if self._task is not None:
-            await self._task
-            self._task = None
+        await self._passes.stop()
         if self._listener is not None:
             with contextlib.suppress(Exception):
                 await self._listener.remove_listener(OUTBOX_CHANNEL, self._notified)
             await self.store.pool.release(self._listener)
             self._listener = None
 
-    async def _run(self) -> None:
-        while not self._stopping.is_set():
-            self._wake.clear()
-            pause = self.poll
-            try:
-                await self.drain_once()
-                self.away = 0
-                if time.monotonic() - self._pruned > PRUNE_EVERY:
-                    self._pruned = time.monotonic()
-                    await self.store.prune(
-                        done_days=KEEP_DONE_DAYS, delivery_days=KEEP_DELIVERIES_DAYS
-                    )
-            except PlaneUnavailable as exc:
-                pause = self.away_pauses[min(self.away, len(self.away_pauses) - 1)]
-                self.away += 1
-                self.metrics.writes["plane_away"] += 1
-                log.warning("Plane is away (%s); the outbox waits %.1f s", exc, pause)
-                await self._sleep(pause)
-                continue
-            except (BusError, OSError, asyncpg.PostgresError) as exc:
-                log.warning("outbox pass failed (%s); trying again", exc)
-                pause = 1.0
-                await self._sleep(pause)
-                continue
-            except Exception:  # the loop must outlive anything; it says what happened
-                log.exception("outbox pass failed unexpectedly")
-                await self._sleep(2.0)
-                continue
-            with contextlib.suppress(asyncio.TimeoutError):
-                await asyncio.wait_for(self._wake.wait(), timeout=pause)
+    async def _pass(self) -> None:
+        await self.drain_once()
+        self.away = 0
+        if time.monotonic() - self._pruned > PRUNE_EVERY:
+            self._pruned = time.monotonic()
+            await self.store.prune(done_days=KEEP_DONE_DAYS, delivery_days=KEEP_DELIVERIES_DAYS)
 
-    async def _sleep(self, seconds: float) -> None:
-        with contextlib.suppress(asyncio.TimeoutError):
-            await asyncio.wait_for(self._stopping.wait(), timeout=seconds)
+    def _failed(self, exc: Exception) -> float:
+        """Say why the pass failed; the pause before the next one (only `stop` cuts it)."""
+        if isinstance(exc, PlaneUnavailable):
+            pause = self.away_pauses[min(self.away, len(self.away_pauses) - 1)]
+            self.away += 1
+            self.metrics.writes["plane_away"] += 1
+            log.warning("Plane is away (%s); the outbox waits %.1f s", exc, pause)
+            return pause
+        if isinstance(exc, (BusError, OSError, asyncpg.PostgresError)):
+            log.warning("outbox pass failed (%s); trying again", exc)
+            return 1.0
+        log.exception("outbox pass failed unexpectedly")  # called while handling `exc`
+        return 2.0
 
     async def drain_once(self) -> int:
         """One pass over the pending writes; returns how many were settled. Raises

@@ -5,7 +5,6 @@ newer attempt of the run (``resuming``), which supersedes this runner."""
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 from dataclasses import dataclass
 
@@ -21,6 +20,7 @@ from nexus_events.events.runs import (
     RunResuming,
     TerminalEvent,
 )
+from nexus_events.periodic import PeriodicTask
 from nexus_events.streams import INBOX, RUNS
 
 from nexus_runner.errors import RunStopped
@@ -137,15 +137,19 @@ class RunControl:
         # Delegations waited for (the `delegate` tool): the child's result by correlation id.
         self._correlated: dict[str, asyncio.Future[InboxMessage]] = {}
         self._followed: list[FollowedSubject] = []
-        self._check: asyncio.Task[None] | None = None
-        # Ends the check loop whatever becomes of its cancellation: on Python 3.11,
-        # asyncio.wait_for (under nats-py's requests) can swallow a cancel that lands as the
-        # request completes, and a stop awaiting a loop that went on would never return.
-        self._stopping = asyncio.Event()
+        # A poll: the server says nothing when it loses a consumer. A check in hand is cut
+        # on stop (the consumers are deleted next).
+        self._checks = PeriodicTask(
+            self._ensure_followed,
+            _CHECK_INTERVAL,
+            name=f"control:{self.run_id} check",
+            first="after_interval",
+            stop_grace=0,
+            logger=log,
+        )
 
     async def start(self, points: StartPoints | None = None) -> None:
         points = points or StartPoints()
-        self._stopping.clear()
         followed = [(run_access.inbox_consumer(self.run_id, self.attempt), points.inbox_seq)]
         followed += [
             (run_access.control_consumer(self.run_id, self.attempt, str(event)), points.runs_seq)
@@ -155,15 +159,11 @@ class RunControl:
             subject = FollowedSubject(self.bus, consumer, seq, self._on_msg)
             await subject.start()
             self._followed.append(subject)
-        self._check = asyncio.create_task(self._check_loop(), name=f"control:{self.run_id}")
+        self._checks.start()
 
-    async def _check_loop(self) -> None:
-        while not self._stopping.is_set():
-            await asyncio.sleep(_CHECK_INTERVAL)  # a poll: the server says nothing on loss
-            for subject in list(self._followed):
-                if self._stopping.is_set():
-                    return
-                await subject.ensure()
+    async def _ensure_followed(self) -> None:
+        for subject in self._followed:
+            await subject.ensure()
 
     async def _dead_letter(self, msg: Msg, exc: DecodeError) -> None:
         # Not dropped: a person who typed a bad `nats pub` finds it in `nexus dlq ls` with the
@@ -176,12 +176,7 @@ class RunControl:
             log.exception("could not dead-letter the control message on %s", msg.subject)
 
     async def stop(self) -> None:
-        self._stopping.set()
-        if self._check is not None:
-            self._check.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._check
-            self._check = None
+        await self._checks.stop()
         for subject in self._followed:
             await subject.stop()
         self._followed.clear()

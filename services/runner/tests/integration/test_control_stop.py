@@ -44,5 +44,5 @@ async def test_stop_returns_when_the_check_loop_swallows_its_cancellation(
     stopping = asyncio.create_task(control.stop())
     done, _ = await asyncio.wait({stopping}, timeout=5)
     assert stopping in done, "stop() still waiting for the check loop after 5 s"
-    assert control._check is None
+    assert not control._checks.running
     assert swallowed == [True]

@@ -1,11 +1,13 @@
 """Wiring and lifecycle: bus, runtime, leadership, replay, consumer, ticker; drain on stop.
 
-Replicas campaign for a KV lease; only the holder consumes and acts. On taking the lease a
-replica rebuilds admission from the newest snapshot and the NEXUS_RUNS events after it (so it
-neither loses queued runs nor exceeds the limits; heartbeats only of open runs, see
-`nexus_scheduler.rebuild`), re-adopts the runs its runtime still has (runs it does not know
-are marked `lost` only after the heartbeat window), then follows the stream, and writes a
-snapshot now and then (`nexus_scheduler.checkpoint`).
+Replicas campaign for a KV lease (`nexus_events.leadership.Leadership`, as core, memory and
+flows do); only the holder consumes and acts, and fences each side effect with the lease. On
+taking the lease a replica rebuilds admission from the newest snapshot and the NEXUS_RUNS
+events after it (so it neither loses queued runs nor exceeds the limits; heartbeats only of
+open runs, see `nexus_scheduler.rebuild`), re-adopts the runs its runtime still has (runs it
+does not know are marked `lost` only after the heartbeat window), then follows the stream,
+ticks, and writes a snapshot now and then (`nexus_scheduler.checkpoint`), each a
+`nexus_events.periodic.PeriodicTask`.
 """
 
 from __future__ import annotations
@@ -15,7 +17,6 @@ import contextlib
 import logging
 import time
 from collections.abc import Callable
-from datetime import datetime
 from pathlib import Path
 
 import nats.errors
@@ -23,8 +24,10 @@ import nats.js.errors
 from nexus_events.bus import BusSettings, Consumer, ConsumerSpec
 from nexus_events.events import RunConfig
 from nexus_events.health import HealthServer, JetStreamProbe
-from nexus_events.lease import Lease
+from nexus_events.leadership import Leadership
+from nexus_events.lease import Lease, LeaseTerm
 from nexus_events.metrics import MetricsSettings, setup_metrics
+from nexus_events.periodic import PeriodicTask
 from nexus_events.process import ServiceApp
 from nexus_events.streams import RUNS, SCHEDULES, StreamSettings, ensure_streams
 
@@ -104,17 +107,12 @@ class SchedulerApp(ServiceApp):
         self.service: SchedulerService | None = None
         self.schedules: ScheduleService | None = None
         self._schedule_consumer: Consumer | None = None
-        self._lease: Lease | None = None
+        self.leadership: Leadership | None = None
         self._replicas = 1
         self._consumer: Consumer | None = None
         self._stopping = asyncio.Event()
-        self._campaign: asyncio.Task[None] | None = None
-        self._renewal: asyncio.Task[None] | None = None
-        # Wakes the campaign at once: stopping, or the lease found lost (so a replica that
-        # lost it stops consuming before it can bounce the leader's messages again).
-        self._wake = asyncio.Event()
-        self._ticker: asyncio.Task[None] | None = None
-        self._checkpoints: asyncio.Task[None] | None = None
+        self._ticks: PeriodicTask | None = None
+        self._checkpoints: PeriodicTask | None = None
         self.checkpointer: Checkpointer | None = None
         self.health: HealthServer | None = None
         # Whether JetStream has leaders for the streams the scheduler needs (readiness).
@@ -149,16 +147,36 @@ class SchedulerApp(ServiceApp):
         stack.push_async_callback(self._close_runtime)
         # The lease and snapshot buckets are replicated like the streams (NEXUS_STREAMS_REPLICAS).
         self._replicas = StreamSettings().replicas
-        self._lease = lease = Lease(
+        self.leadership = leadership = Leadership(
             bus.js,
-            self.settings.lease_bucket,
-            self.settings.replica_id,
-            self.settings.lease_ttl_seconds,
+            service="scheduler",
+            bucket=self.settings.lease_bucket,
+            ttl=self.settings.lease_ttl_seconds,
+            lead=self._lead,
+            step_down=self._step_down,
             replicas=self._replicas,
+            holder=self.settings.replica_id,
         )
-        stack.push_async_callback(lease.release)
-        self._campaign = asyncio.create_task(self._campaign_loop(), name="scheduler:lease")
+        # Last of the two: after a drain cut short, this one still hands the lease over.
+        stack.push_async_callback(leadership.stop)
+        # The first round in the background: a takeover's rebuild does not hold up start.
+        await leadership.start(first_round="background")
         stack.push_async_callback(self._drain_bounded)
+
+    @property
+    def _lease(self) -> Lease | None:
+        """The lease campaigned for (tests reach it to play a deposed leader)."""
+        return self.leadership.lease if self.leadership is not None else None
+
+    @property
+    def _campaign(self) -> asyncio.Task[None] | None:
+        """The leadership's campaign task (a test's crash cancels it)."""
+        return self.leadership.campaign if self.leadership is not None else None
+
+    @property
+    def _ticker(self) -> asyncio.Task[None] | None:
+        """The running tick loop (a test's crash cancels it)."""
+        return self._ticks.task if self._ticks is not None else None
 
     async def _close_runtime(self) -> None:
         await self.runtime.close()  # the runtime as it is at stop (tests swap its close)
@@ -167,15 +185,14 @@ class SchedulerApp(ServiceApp):
         """Connected to NATS, JetStream electing no leader for NEXUS_RUNS or NEXUS_SCHEDULES
         (nothing could be dispatched or recorded meanwhile), and campaigning for the lease
         (leading or standing by), not stopping: a standby replica is ready to take over."""
-        campaign = self._campaign
         return (
             self._running
             and not self._stopping.is_set()
             and self.nats_connected
             and self.jetstream is not None
             and self.jetstream.ok
-            and campaign is not None
-            and not campaign.done()
+            and self.leadership is not None
+            and self.leadership.campaigning
         )
 
     async def stop(self) -> None:
@@ -188,7 +205,6 @@ class SchedulerApp(ServiceApp):
         starts that run again (the runtimes adopt a start that did get through).
         """
         self._stopping.set()
-        self._wake.set()
         await super().stop()
 
     async def _drain_bounded(self) -> None:
@@ -212,71 +228,26 @@ class SchedulerApp(ServiceApp):
                 )
 
     async def _drain(self) -> None:
-        if self._campaign is not None:
-            await self._campaign
-            self._campaign = None
-        await self._step_down()
+        # The campaign ends (a takeover under way finishes first), then the leadership steps
+        # down (`_step_down`) and hands the lease over.
+        if self.leadership is not None:
+            await self.leadership.stop()
 
     async def _abandon(self) -> None:
-        """After a drain timeout: cancel what still runs, then step down without waiting."""
-        if self._campaign is not None:
-            self._campaign.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._campaign
-            self._campaign = None
+        """After a drain timeout (the stop above was cancelled, and the campaign or step-down
+        it awaited with it): cancel the starts still in flight, then step down without
+        waiting for them; the lease is handed over by the second `Leadership.stop`."""
         if self.service is not None:
             await self.service.abandon()
         await self._step_down()
 
-    async def _campaign_loop(self) -> None:
-        assert self._lease is not None
-        period = self.settings.lease_ttl_seconds / 3
-        while not self._stopping.is_set():
-            try:
-                if not self._lease.held:
-                    if self.service is not None:
-                        await self._step_down()  # the renewal (or a fence) lost the lease
-                    if await self._lease.acquire():
-                        # Renewed in its own task from now on, so a long rebuild below
-                        # cannot let the lease expire under a replica still acting on it.
-                        self._renewal = asyncio.create_task(
-                            self._renew_loop(period), name="scheduler:renew"
-                        )
-                        await self._lead()
-            except Exception:  # keep campaigning through NATS hiccups
-                log.exception("lease campaign step failed")
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._wake.wait(), timeout=period)
-            self._wake.clear()
-
-    async def _renew_loop(self, period: float) -> None:
-        assert self._lease is not None
-        while not self._stopping.is_set():
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._stopping.wait(), timeout=period)
-            if self._stopping.is_set():
-                return
-            try:
-                renewed = await self._lease.renew()
-            except (nats.errors.Error, nats.js.errors.Error) as exc:
-                # Not renewed this time; the lease may still be ours (the fence asks the
-                # server before every side effect), so keep trying.
-                log.warning("lease renewal failed: %s", exc)
-                continue
-            except Exception:  # the renewal must outlive anything but a lost lease
-                log.exception("lease renewal failed")
-                continue
-            if not renewed:
-                log.error("lost the scheduler lease; standing by")
-                self.leading.clear()
-                self._wake.set()
-                return
-
     async def _fence(self) -> bool:
-        held = self._lease is not None and await self._lease.still_held()
+        """Whether this replica may still act as the leader; False also clears `leading` at
+        once, and the leadership steps down (so a replica that lost the lease stops consuming
+        before it can bounce the leader's messages again)."""
+        held = self.leadership is not None and await self.leadership.fence()
         if not held:
             self.leading.clear()
-            self._wake.set()
         return held
 
     async def _lead(self) -> None:
@@ -342,7 +313,14 @@ class SchedulerApp(ServiceApp):
             create_schedule_handler(self.schedules),
         )
         await self._schedule_consumer.start()
-        self._ticker = asyncio.create_task(self._tick_loop(service), name="scheduler:tick")
+        self._ticks = PeriodicTask(
+            lambda: self._tick(service),
+            self.settings.tick_seconds,
+            name="scheduler tick",
+            stop_grace=0,  # cut on a step-down: it acts only under the fence
+            logger=log,
+        )
+        self._ticks.start()
         await service.act()
         # Lost meanwhile (the rebuild outlasted a renewal that failed): the campaign steps
         # down at its next round; nothing above acted without the fence.
@@ -357,12 +335,20 @@ class SchedulerApp(ServiceApp):
                 stream_created=rebuilt.stream_created,
                 written_seq=rebuilt.snapshot_seq or 0,
                 min_events=self.settings.snapshot_min_events,
-                lease_revision=self._lease_revision,
+                lease_revision=self._lease_term,
                 clock=self.clock,
             )
-            self._checkpoints = asyncio.create_task(
-                self._checkpoint_loop(self.checkpointer), name="scheduler:snapshot"
+            # The first step comes at once: a takeover that read a long tail (or the whole
+            # stream, on a first start) saves the next one that work. A failed snapshot is
+            # retried at the next interval.
+            self._checkpoints = PeriodicTask(
+                self.checkpointer.step,
+                self.settings.snapshot_interval_seconds,
+                name="scheduler snapshot",
+                stop_grace=0,
+                logger=log,
             )
+            self._checkpoints.start()
 
     async def _load_snapshot(self, store: SnapshotStore) -> Snapshot | None:
         """The newest snapshot; None (logged) if NATS does not give it: the rebuild then
@@ -373,44 +359,25 @@ class SchedulerApp(ServiceApp):
             log.warning("scheduler snapshot not loaded (%s): rebuilding from the stream", exc)
             return None
 
-    async def _lease_revision(self) -> tuple[int, datetime | None] | None:
-        """(revision, bucket creation time) of the lease held now; None (and stepping down)
-        if the lease is lost."""
-        if self._lease is None or not await self._fence() or self._lease.revision is None:
+    async def _lease_term(self) -> LeaseTerm | None:
+        """The fence token of the lease held now; None (and stepping down) if it is lost."""
+        if self.leadership is None:
             return None
-        return self._lease.revision, self._lease.epoch
-
-    async def _checkpoint_loop(self, checkpointer: Checkpointer) -> None:
-        # The first step comes at once: a takeover that read a long tail (or the whole
-        # stream, on a first start) saves the next one that work.
-        while not self._stopping.is_set():
-            try:
-                await checkpointer.step()
-            except Exception:  # a failed snapshot is retried at the next interval
-                log.exception("scheduler snapshot failed")
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(
-                    self._stopping.wait(), timeout=self.settings.snapshot_interval_seconds
-                )
+        term = await self.leadership.term()
+        if term is None:
+            self.leading.clear()
+        return term
 
     async def _step_down(self) -> None:
         self.leading.clear()
+        # A snapshot or tick in hand is cancelled (each acts only under the fence).
         if self._checkpoints is not None:
-            self._checkpoints.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._checkpoints
+            await self._checkpoints.stop()
             self._checkpoints = None
             self.checkpointer = None
-        if self._renewal is not None:
-            self._renewal.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._renewal
-            self._renewal = None
-        if self._ticker is not None:
-            self._ticker.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._ticker
-            self._ticker = None
+        if self._ticks is not None:
+            await self._ticks.stop()
+            self._ticks = None
         consumers = [c for c in (self._consumer, self._schedule_consumer) if c is not None]
         # Each ends its fetch in flight. A stop cut short by the drain timeout leaves a
         # cancelled fetch task behind, which a second stop reports as cancelled: logged only.
@@ -423,13 +390,7 @@ class SchedulerApp(ServiceApp):
             await self.service.drain()
             self.service = None
 
-    async def _tick_loop(self, service: SchedulerService) -> None:
-        while not self._stopping.is_set():
-            try:
-                await service.tick()
-                if self.schedules is not None:
-                    await self.schedules.tick()
-            except Exception:  # a failed tick is retried at the next one
-                log.exception("scheduler tick failed")
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._stopping.wait(), timeout=self.settings.tick_seconds)
+    async def _tick(self, service: SchedulerService) -> None:
+        await service.tick()
+        if self.schedules is not None:
+            await self.schedules.tick()
