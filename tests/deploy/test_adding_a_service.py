@@ -11,12 +11,15 @@ from the table or counted; the count only goes down (`REGISTRATION_BUDGET`).
 
 from __future__ import annotations
 
+import importlib
 import re
 import subprocess
 from pathlib import Path
 
 import pytest
 from nexus_events import services
+from nexus_events.settings import ConsumerPrefix, ServiceSettings
+from pydantic import ValidationError
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -140,3 +143,37 @@ def test_adding_a_service_in_the_docs_names_each_registration_point() -> None:
     missing = [p for p in (*REGISTRATION_POINTS, *NEW_FILES) if f"`{p}`" not in section]
     assert missing == [], "docs/deploy.md's 'Adding a service' does not name these"
     assert f"{len(REGISTRATION_POINTS) + len(NEW_FILES)} files" in section
+
+
+# Long-running services whose settings are not a ServiceSettings, and why: the scheduler's
+# drain and consumer settings have their own names and it has no database, so the shared
+# fields would be new variables it does not read.
+NOT_SERVICE_SETTINGS = {"scheduler"}
+
+
+@pytest.mark.parametrize("spec", services.LONG_RUNNING, ids=lambda s: s.name)
+def test_a_services_settings_extend_service_settings_and_change_only_defaults(
+    spec: services.ServiceSpec,
+) -> None:
+    module, name = spec.settings[0].split(":")
+    cls = getattr(importlib.import_module(module), name)
+    if spec.name in NOT_SERVICE_SETTINGS:
+        assert not issubclass(cls, ServiceSettings)
+        return
+    assert issubclass(cls, ServiceSettings)
+    for field, base in ServiceSettings.model_fields.items():
+        own = cls.model_fields[field]
+        assert (own.annotation, own.metadata, own.description) == (
+            base.annotation,
+            base.metadata,
+            base.description,
+        ), f"{name}.{field} re-declares more than its default"
+    assert cls.model_fields["health_port"].default == spec.health_port
+
+
+def test_a_service_that_names_no_health_port_does_not_load() -> None:
+    class Forgetful(ServiceSettings):
+        consumer_prefix: ConsumerPrefix = "forgetful"
+
+    with pytest.raises(ValidationError, match="health_port"):
+        Forgetful()
