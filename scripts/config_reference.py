@@ -60,10 +60,17 @@ def _default(field: Any) -> str:
 
 
 def table(cls: type[BaseSettings]) -> str:
-    """The fields `cls` adds: a subclass's table leaves out what its parent's table lists."""
+    """The fields `cls` reads: a subclass's table leaves out what a parent's own table lists
+    (fields from a base without a table, e.g. `ServiceSettings`, are listed in each)."""
     prefix = str(cls.model_config.get("env_prefix", ""))
     rows = ["| variable | default | what |", "|---|---|---|"]
-    inherited = {n for base in cls.__mro__[1:] for n in getattr(base, "model_fields", {})}
+    tabled = {(module, name) for _, module, name in SECTIONS}
+    inherited = {
+        n
+        for base in cls.__mro__[1:]
+        if (base.__module__, base.__qualname__) in tabled
+        for n in getattr(base, "model_fields", {})
+    }
     for name, field in cls.model_fields.items():
         if name in inherited:
             continue

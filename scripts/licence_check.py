@@ -22,21 +22,13 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from importlib import metadata
 
+from nexus_events.services import SERVICES
 from packaging.requirements import InvalidRequirement, Requirement
 from packaging.utils import canonicalize_name
 
-# The packages the project builds and ships, each as its images install it (no extras).
-WORKSPACE = (
-    "nexus-events",
-    "nexus-runner",
-    "nexus-core",
-    "nexus-scheduler",
-    "nexus-flows",
-    "nexus-memory",
-    "nexus-plane-sync",
-    "nexus-channel-gateway",
-    "nexus-cli",
-)
+# The packages the project builds and ships, each as its images install it (no extras): the
+# contract, every service of the service table, the CLI.
+WORKSPACE = ("nexus-events", *(spec.package for spec in SERVICES), "nexus-cli")
 # Packages whose metadata is missing or misleading, each checked by hand: name -> why it passes.
 ALLOWED: dict[str, str] = {
     "cel-python": "0.5 states no licence in its metadata; the LICENSE file its wheel ships "

@@ -4,23 +4,25 @@
 
 from __future__ import annotations
 
+import importlib
 from collections import defaultdict
 
 from nexus_channel_gateway.config import GatewaySettings
-from nexus_core.config import CoreSettings
-from nexus_memory.config import MemorySettings
+from nexus_events import services
 from nexus_plane_sync.config import PlaneSyncSettings
-from nexus_runner.config import RunnerSettings
-from nexus_scheduler.config import SchedulerSettings
 from pydantic_settings import BaseSettings
 
+
+def _settings(path: str) -> type[BaseSettings]:
+    module, name = path.split(":")
+    cls: type[BaseSettings] = getattr(importlib.import_module(module), name)
+    return cls
+
+
+# Every service of the table with its own settings class (flows was missing from a hand-kept
+# list: its health port went unchecked).
 SERVICES: dict[str, type[BaseSettings]] = {
-    "core": CoreSettings,
-    "scheduler": SchedulerSettings,
-    "runner": RunnerSettings,
-    "memory": MemorySettings,
-    "plane-sync": PlaneSyncSettings,
-    "channel-gateway": GatewaySettings,
+    spec.name: _settings(spec.settings[0]) for spec in services.SERVICES
 }
 
 

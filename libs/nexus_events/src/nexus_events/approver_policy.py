@@ -31,7 +31,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Annotated
 
-from pydantic import Field, field_validator
+from pydantic import BaseModel, Field, field_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 if TYPE_CHECKING:  # the event models validate principals with this module: no import cycle
@@ -84,11 +84,10 @@ def parse_default(value: object) -> object:
     return value
 
 
-class ApproverDefaults(BaseSettings):
-    """The deployment's default policy, one variable every surface reads alike; the gateway's
-    and plane-sync's settings extend it, so a bad value stops them at start-up."""
-
-    model_config = SettingsConfigDict(env_prefix="NEXUS_", extra="ignore")
+class ApproverDefaultFields(BaseModel):
+    """The deployment's default policy, one variable every surface reads alike: a field group
+    the gateway's and plane-sync's settings add to theirs, so a bad value stops them at
+    start-up."""
 
     approvers_default: Annotated[tuple[str, ...], NoDecode] = Field(
         DEFAULT_PRINCIPALS,
@@ -100,6 +99,12 @@ class ApproverDefaults(BaseSettings):
     @classmethod
     def _parse(cls, value: object) -> object:
         return parse_default(value)
+
+
+class ApproverDefaults(ApproverDefaultFields, BaseSettings):
+    """`ApproverDefaultFields` read on their own (the CLI's ``nexus approvals``)."""
+
+    model_config = SettingsConfigDict(env_prefix="NEXUS_", extra="ignore")
 
 
 @dataclass(frozen=True, slots=True)

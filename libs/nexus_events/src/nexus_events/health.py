@@ -10,33 +10,19 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Sequence
-from typing import Annotated, Any
 
 from aiohttp import web
 from nats.js import JetStreamContext
-from pydantic import BeforeValidator
 
 from nexus_events.errors import HealthUnavailable
 from nexus_events.periodic import PeriodicTask
+from nexus_events.settings import HealthPort
 from nexus_events.streams import StorageProblem, meta_problem, storage_problem
 
 log = logging.getLogger(__name__)
 
 # Seconds a stop waits for probe requests in flight (they answer at once) before closing.
 SHUTDOWN_TIMEOUT = 1.0
-_OFF = frozenset({"", "off", "none"})
-
-
-def _off_is_none(value: Any) -> Any:
-    # An environment variable cannot hold None: "off" (or empty, or "none") turns it off.
-    if isinstance(value, str) and value.strip().lower() in _OFF:
-        return None
-    return value
-
-
-# A settings field for the endpoint's port: a number (0 = any free port) or off (None;
-# "off", "none" or empty from the environment).
-HealthPort = Annotated[int | None, BeforeValidator(_off_is_none)]
 
 
 class HealthServer:

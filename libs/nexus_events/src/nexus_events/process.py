@@ -1,6 +1,6 @@
 """Process-wide concerns of long-running Nexus services: one way to run one (`run_service`:
 settings, logs, telemetry, signals, drain), one app skeleton (`ServiceApp`: start and stop
-over an exit stack) and garbage-collector tuning."""
+over an exit stack, the start-up every service shares) and garbage-collector tuning."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ import logging
 import signal
 import sys
 from abc import ABC, abstractmethod
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from typing import TYPE_CHECKING, Any, Protocol, Self, TypeVar
 
 from pydantic import ValidationError
@@ -24,6 +24,7 @@ if TYPE_CHECKING:
 
     from nexus_events.bus import Bus
     from nexus_events.connect import BusSettings
+    from nexus_events.health import HealthServer, JetStreamProbe
 
 log = logging.getLogger(__name__)
 
@@ -77,6 +78,16 @@ class Lifecycle(Protocol):
     async def stop(self) -> None: ...
 
 
+class HealthSettings(Protocol):
+    """Where a service's health endpoint listens (`ServiceSettings` and the scheduler's)."""
+
+    @property
+    def health_host(self) -> str: ...
+
+    @property
+    def health_port(self) -> int | None: ...
+
+
 class ServiceApp(ABC):
     """Base of a service's app: `start` and `stop` (which drains), `async with` over them, and
     the NATS connection and PostgreSQL pool it uses: handed in (a test's, shared; never
@@ -88,6 +99,10 @@ class ServiceApp(ABC):
     health endpoint first and it answers until the very end of a drain); a start that fails
     part-way closes what had started, in the same reverse order, before the error propagates.
     A cleanup that raises does not keep the others from running (the error is raised after).
+
+    `open` begins with `open_runtime`, the start-up every service shares, then starts what is
+    its own; `ready` is what the health endpoint's /readyz answers (a service adds its own
+    conditions to the base's).
     """
 
     def __init__(
@@ -99,6 +114,10 @@ class ServiceApp(ABC):
         self._stack: contextlib.AsyncExitStack | None = None
         # Set once `open` finished, cleared first thing in `stop`: readiness starts here.
         self._running = False
+        # Set by `open_runtime`: the health endpoint (None while its port is off) and the
+        # JetStream probe (None unless the service watches streams).
+        self.health: HealthServer | None = None
+        self.jetstream: JetStreamProbe | None = None
 
     @property
     def bus(self) -> Bus:
@@ -117,9 +136,60 @@ class ServiceApp(ABC):
         """Whether the service's NATS connection is up now (False before start)."""
         return self._bus is not None and self._bus.nc.is_connected
 
+    def ready(self) -> bool:
+        """Started, not stopping, and connected to NATS; with a JetStream probe, JetStream
+        can also store in the service's streams."""
+        return (
+            self._running and self.nats_connected and (self.jetstream is None or self.jetstream.ok)
+        )
+
     @abstractmethod
     async def open(self, stack: contextlib.AsyncExitStack) -> None:
         """Start the service's resources in order, each registering its cleanup on `stack`."""
+
+    async def open_runtime(
+        self,
+        stack: contextlib.AsyncExitStack,
+        health: HealthSettings,
+        *,
+        bus_settings: BusSettings | None,
+        source: str,
+        update_streams: bool = False,
+        probe_streams: Sequence[str] = (),
+        probe_interval: float = 2.0,
+        create_pool: Callable[[], Awaitable[asyncpg.Pool[Any]]] | None = None,
+    ) -> Bus:
+        """The start-up every service shares, in order, each part closed when `stack` unwinds.
+
+        1. The health endpoint (unless `health.health_port` is off), first so it answers
+           through the whole start-up and drain: live, and not ready until `open` is done.
+        2. The NATS connection (`connect_bus`) as `source`.
+        3. Every Nexus stream that is missing is created; with `update_streams` (core, the
+           owner of the stream settings) existing ones are brought to the settings too.
+        4. With `probe_streams`, a `JetStreamProbe` over them every `probe_interval` seconds:
+           `ready` is False while JetStream cannot store in one of them (an election).
+        5. With `create_pool`, the PostgreSQL pool (`open_pool`); the service migrates its
+           tables after this returns.
+        """
+        from nexus_events.streams import ensure_streams
+
+        if health.health_port is not None:
+            from nexus_events.health import HealthServer
+
+            self.health = HealthServer(self.ready, health.health_host, health.health_port)
+            await self.health.start()
+            stack.push_async_callback(self.health.stop)
+        bus = await self.connect_bus(stack, bus_settings, source)
+        await ensure_streams(bus.js, update=update_streams)
+        if probe_streams:
+            from nexus_events.health import JetStreamProbe
+
+            self.jetstream = JetStreamProbe(bus.js, probe_streams, interval=probe_interval)
+            await self.jetstream.start()
+            stack.push_async_callback(self.jetstream.stop)
+        if create_pool is not None:
+            await self.open_pool(stack, create_pool)
+        return bus
 
     async def start(self) -> None:
         """Run `open`; if it raises, close what it had started (reverse order) and re-raise."""
@@ -268,6 +338,7 @@ __all__ = [
     "DEFAULT_GC_THRESHOLD",
     "EXIT_BAD_SETTINGS",
     "GC_OBJECTS_PER_BATCH_EVENT",
+    "HealthSettings",
     "Lifecycle",
     "ServiceApp",
     "close_pool",

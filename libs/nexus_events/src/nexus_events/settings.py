@@ -1,24 +1,63 @@
-"""Service settings under one environment prefix, ``NEXUS_``, with renamed prefixes kept.
+"""Service settings under one environment prefix, ``NEXUS_``: the root class, with renamed
+prefixes kept, and `ServiceSettings`, the fields every long-running service shares.
 
 The scheduler read ``NEXUS_SCHEDULER_<FIELD>`` and the runner ``NEXUS_RUNNER_<FIELD>``; all
 services now read ``NEXUS_<FIELD>``. A settings class that had another prefix names it in
 `old_env_prefix`: its variables still count, below the new names (a variable set under both
 takes the new one), and each one found is reported with a `FutureWarning` naming the new
 variable, so a deployment keeps working while it is moved over.
+
+A service's settings extend `ServiceSettings` and give a default only where theirs differs:
+its health port always (each service has its own, from the service table, so several can
+share a host), its consumer prefix and pool size where they differ. The field types below
+carry their constraints and descriptions, so such an override is one line
+(``health_port: HealthPortSetting = 8083``).
 """
 
 from __future__ import annotations
 
 import warnings
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Annotated, Any, ClassVar
 
+from pydantic import BeforeValidator, Field
 from pydantic_settings import (
     BaseSettings,
     EnvSettingsSource,
     PydanticBaseSettingsSource,
+    SettingsConfigDict,
 )
 
+if TYPE_CHECKING:
+    import asyncpg
+
 ENV_PREFIX = "NEXUS_"
+_OFF = frozenset({"", "off", "none"})
+
+
+def _off_is_none(value: Any) -> Any:
+    # An environment variable cannot hold None: "off" (or empty, or "none") turns it off.
+    if isinstance(value, str) and value.strip().lower() in _OFF:
+        return None
+    return value
+
+
+# A settings field for a health endpoint's port: a number (0 = any free port) or off (None;
+# "off", "none" or empty from the environment). Here, not in nexus_events.health, so settings
+# load without aiohttp (the health extra).
+HealthPort = Annotated[int | None, BeforeValidator(_off_is_none)]
+
+# The fields a service may give its own default, with the constraints and descriptions every
+# service shares.
+HealthPortSetting = Annotated[
+    Annotated[int, Field(ge=0, le=65535)] | None,
+    BeforeValidator(_off_is_none),
+    Field(description="HTTP port of /healthz and /readyz (0: any free port; off: none)."),
+]
+ConsumerPrefix = Annotated[
+    str, Field(pattern=r"^[A-Za-z0-9_-]+$", description="Prefix of durable consumer names.")
+]
+PoolSize = Annotated[int, Field(gt=1, description="Most PostgreSQL connections.")]
+DEFAULT_DATABASE_URL = "postgresql://postgres@127.0.0.1:5432/nexus"
 
 
 class OldPrefixSource(EnvSettingsSource):
@@ -42,9 +81,12 @@ class OldPrefixSource(EnvSettingsSource):
 
 
 class NexusSettings(BaseSettings):
-    """Base of a service's settings; a subclass sets ``env_prefix=ENV_PREFIX`` and, if it
-    had another prefix, `old_env_prefix`."""
+    """Root of every Nexus process's settings: ``NEXUS_<FIELD>``, unknown variables ignored,
+    and, if the class had another prefix, that one too (`old_env_prefix`). The runner (one
+    process per run, no health port) and the scheduler extend it directly; the long-running
+    services through `ServiceSettings`."""
 
+    model_config = SettingsConfigDict(env_prefix=ENV_PREFIX, extra="ignore")
     old_env_prefix: ClassVar[str | None] = None
 
     @classmethod
@@ -62,4 +104,37 @@ class NexusSettings(BaseSettings):
         return init_settings, env_settings, old, dotenv_settings, file_secret_settings
 
 
-__all__ = ["ENV_PREFIX", "NexusSettings", "OldPrefixSource"]
+class ServiceSettings(NexusSettings):
+    """What every long-running service on the bus and PostgreSQL is tuned by: its health
+    endpoint, its drain, its consumers, its database. `health_port` has no default here: a
+    service that forgets its own fails to load rather than taking another's."""
+
+    database_url: str = Field(DEFAULT_DATABASE_URL, description="PostgreSQL DSN (asyncpg).")
+    db_pool_size: PoolSize = 4
+    # Each consumer loop notices a stop within this many seconds.
+    fetch_timeout: float = Field(1.0, gt=0, le=30, description="Seconds one fetch waits.")
+    health_host: str = Field("127.0.0.1", description="Bind address of the health endpoint.")
+    health_port: HealthPortSetting
+    drain_timeout: float = Field(30.0, gt=0, description="Most seconds to drain on SIGTERM.")
+    consumer_prefix: ConsumerPrefix
+
+    async def create_pool(self, min_size: int = 1) -> asyncpg.Pool[Any]:
+        """A pool on `database_url` of at most `db_pool_size` connections."""
+        import asyncpg
+
+        return await asyncpg.create_pool(
+            self.database_url, min_size=min_size, max_size=self.db_pool_size
+        )
+
+
+__all__ = [
+    "DEFAULT_DATABASE_URL",
+    "ENV_PREFIX",
+    "ConsumerPrefix",
+    "HealthPort",
+    "HealthPortSetting",
+    "NexusSettings",
+    "OldPrefixSource",
+    "PoolSize",
+    "ServiceSettings",
+]

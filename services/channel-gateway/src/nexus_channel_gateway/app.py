@@ -16,13 +16,11 @@ import asyncio
 import contextlib
 import logging
 
-import asyncpg
 from nexus_events.bus import Bus, BusSettings
 from nexus_events.fast import Handlers
-from nexus_events.health import HealthServer, JetStreamProbe
 from nexus_events.metrics import MetricsSettings, setup_metrics
 from nexus_events.process import ServiceApp
-from nexus_events.streams import CHANNELS, FLOWS, INBOX, RUNS, ensure_streams
+from nexus_events.streams import CHANNELS, FLOWS, INBOX, RUNS
 from opentelemetry.sdk.metrics import MeterProvider as SdkMeterProvider
 
 from nexus_channel_gateway.config import GatewaySettings
@@ -74,9 +72,6 @@ class GatewayApp(ServiceApp):
         self.handlers: Handlers | None = None
         self.ingress: Ingress | None = None
         self.endpoints: GatewayEndpoints | None = None
-        self.health: HealthServer | None = None
-        # Whether JetStream has leaders for the streams the gateway uses (readiness).
-        self.jetstream: JetStreamProbe | None = None
 
     @property
     def port(self) -> int:
@@ -119,22 +114,12 @@ class GatewayApp(ServiceApp):
 
     async def open(self, stack: contextlib.AsyncExitStack) -> None:
         s = self.settings
-        # First up, last down: live (and not ready) through start-up and the whole drain.
-        if s.health_port is not None:
-            self.health = HealthServer(self.ready, s.health_host, s.health_port)
-            await self.health.start()
-            stack.push_async_callback(self.health.stop)
-        await self.connect_bus(stack, self.bus_settings, SOURCE)
-        await ensure_streams(self.bus.js, update=False)  # core owns stream settings
-        self.jetstream = JetStreamProbe(
-            self.bus.js, [CHANNELS, RUNS, FLOWS, INBOX], interval=s.jetstream_probe_seconds
-        )
-        await self.jetstream.start()
-        stack.push_async_callback(self.jetstream.stop)
-        pool = await self.open_pool(
-            stack,
-            lambda: asyncpg.create_pool(s.database_url, min_size=1, max_size=s.db_pool_size),
-        )
+        await self.open_runtime(
+            stack, s, bus_settings=self.bus_settings, source=SOURCE,
+            probe_streams=[CHANNELS, RUNS, FLOWS, INBOX], probe_interval=s.jetstream_probe_seconds,
+            create_pool=s.create_pool,
+        )  # fmt: skip
+        pool = self.pool
         self.store = GatewayStore(pool, self.schema)
         await self.store.migrate()
         if self.metrics_settings is not None or MetricsSettings().prometheus_port is not None:

@@ -9,13 +9,13 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Annotated, Self
 
-from nexus_events.approver_policy import ApproverDefaults
+from nexus_events.approver_policy import ApproverDefaultFields
 from nexus_events.errors import InvalidSubject
 from nexus_events.events import ChannelAddress
-from nexus_events.health import HealthPort
+from nexus_events.settings import ConsumerPrefix, HealthPortSetting, PoolSize, ServiceSettings
 from nexus_events.subjects import validate_token
 from pydantic import Field, SecretStr, field_validator, model_validator
-from pydantic_settings import NoDecode, SettingsConfigDict
+from pydantic_settings import NoDecode
 
 # Channels that can post (the approver chats must be on one of them).
 POSTING_CHANNELS = ("slack", "telegram")
@@ -41,13 +41,11 @@ def parse_approvers(value: object) -> object:
     return approvers
 
 
-class GatewaySettings(ApproverDefaults):
-    model_config = SettingsConfigDict(env_prefix="NEXUS_", extra="ignore")
+class GatewaySettings(ServiceSettings, ApproverDefaultFields):
+    health_port: HealthPortSetting = 8085
+    consumer_prefix: ConsumerPrefix = "channel_gateway"
+    db_pool_size: PoolSize = 6
 
-    database_url: str = Field(
-        "postgresql://postgres@127.0.0.1:5432/nexus", description="PostgreSQL DSN (asyncpg)."
-    )
-    db_pool_size: int = Field(6, gt=1, description="Most PostgreSQL connections.")
     # -- HTTP ingress ------------------------------------------------------------------------
     gateway_host: str = Field("127.0.0.1", description="Bind address of the webhook ingress.")
     # 8091, not 8090: plane-sync's webhook port defaults to 8090 and both may share a host.
@@ -90,23 +88,14 @@ class GatewaySettings(ApproverDefaults):
         3, ge=1, le=20, description="Longest chain of delegated runs below a root run."
     )
     # -- service ---------------------------------------------------------------------------------
-    fetch_timeout: float = Field(1.0, gt=0, le=30, description="Seconds one fetch waits.")
     ack_wait: float = Field(
         30.0, gt=0, description="Seconds before a message a dead gateway held is redelivered."
-    )
-    health_host: str = Field("127.0.0.1", description="Bind address of the health endpoint.")
-    health_port: HealthPort = Field(
-        8085, ge=0, le=65535, description="Port of /healthz and /readyz (0: any; off: none)."
     )
     jetstream_probe_seconds: float = Field(
         2.0,
         gt=0,
         description="Readiness checks this often that JetStream has a leader for the streams"
         " the gateway reads and writes (not ready through an election).",
-    )
-    drain_timeout: float = Field(30.0, gt=0, description="Most seconds to drain on SIGTERM.")
-    consumer_prefix: str = Field(
-        "channel_gateway", pattern=r"^[A-Za-z0-9_-]+$", description="Durable consumer prefix."
     )
 
     @field_validator(

@@ -24,12 +24,11 @@ from typing import Any
 
 import asyncpg
 from nexus_events.bus import Bus, BusSettings, Consumer
-from nexus_events.health import HealthServer
 from nexus_events.leadership import FencedProjectionRunner, Leadership
 from nexus_events.metrics import setup_metrics
 from nexus_events.process import ServiceApp
 from nexus_events.projection import ProjectionRunner, read_checkpoint
-from nexus_events.streams import CATALOG, ensure_streams
+from nexus_events.streams import CATALOG
 from opentelemetry.sdk.metrics import MeterProvider as SdkMeterProvider
 
 from nexus_core.board_projection import BoardProjection
@@ -102,15 +101,13 @@ class CoreApp(ServiceApp):
         # Durable readers of NEXUS_INBOX and NEXUS_CHANNELS that dead-letter their poison.
         self.sweepers: list[Consumer] = []
         self.queries: CoreQueries | None = None
-        self.health: HealthServer | None = None
 
     def ready(self) -> bool:
         """Connected, running, campaigning for the lease (leading or standing by), and no
         projection stuck (failing over and over without applying anything): a core whose
         views stopped moving must not look healthy."""
         return (
-            self._running
-            and self.nats_connected
+            super().ready()
             and self.leadership is not None
             and self.leadership.campaigning
             and not any(r.stuck for r in self.followers())
@@ -128,18 +125,12 @@ class CoreApp(ServiceApp):
                 f"catalog backend {s.catalog_url.split(':', 1)[0]!r} is not supported; use a "
                 "mongodb:// URL, or leave NEXUS_CATALOG_URL unset to use PostgreSQL"
             )
-        # First up, last down: live (and not ready) through start-up and the whole drain.
-        if s.health_port is not None:
-            self.health = HealthServer(self.ready, s.health_host, s.health_port)
-            await self.health.start()
-            stack.push_async_callback(self.health.stop)
-        bus = await self.connect_bus(stack, self.bus_settings, SOURCE)
-        pool = await self.open_pool(
-            stack,
-            lambda: asyncpg.create_pool(s.database_url, min_size=1, max_size=s.db_pool_size),
-        )
-        # Core owns the stream settings (NEXUS_STREAMS_*); other services only create.
-        await ensure_streams(bus.js)
+        # Core owns the stream settings (NEXUS_STREAMS_*): it updates them, others only create.
+        bus = await self.open_runtime(
+            stack, s, bus_settings=self.bus_settings, source=SOURCE, update_streams=True,
+            create_pool=s.create_pool,
+        )  # fmt: skip
+        pool = self.pool
         requests = RunRequestStore(pool)
         await requests.migrate()
         if mongo:

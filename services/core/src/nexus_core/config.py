@@ -2,25 +2,22 @@
 
 from __future__ import annotations
 
-from nexus_events.health import HealthPort
 from nexus_events.lease import LeaseTtl
 from nexus_events.process import gc_threshold_for_batch
+from nexus_events.settings import ConsumerPrefix, HealthPortSetting, PoolSize, ServiceSettings
 from pydantic import Field
-from pydantic_settings import BaseSettings, SettingsConfigDict
 
 
-class CoreSettings(BaseSettings):
-    model_config = SettingsConfigDict(env_prefix="NEXUS_", extra="ignore")
+class CoreSettings(ServiceSettings):
+    health_port: HealthPortSetting = 8080
+    consumer_prefix: ConsumerPrefix = "core"
+    db_pool_size: PoolSize = 8
 
-    database_url: str = Field(
-        "postgresql://postgres@127.0.0.1:5432/nexus", description="PostgreSQL DSN (asyncpg)."
-    )
     catalog_url: str | None = Field(
         None,
         description="Catalog backend: a mongodb:// URL (motor; the database named in the URL,"
         " else 'nexus'), or None = the PostgreSQL database (schema core).",
     )
-    db_pool_size: int = Field(8, gt=1, description="Most PostgreSQL connections.")
     memory_enabled: bool = Field(True, description="Ask memory for context during assembly.")
     # The design's bound on how long a run waits for memory (docs/design.md §5.2).
     memory_timeout: float = Field(0.3, gt=0, le=10, description="Seconds to wait for memory.")
@@ -36,19 +33,6 @@ class CoreSettings(BaseSettings):
         description="Net allocations between young garbage collections (startup objects are"
         " frozen); unset: 40 per projection batch event, at least 50,000; 0 keeps Python's"
         " defaults.",
-    )
-    # Each consumer loop notices a stop within this many seconds.
-    fetch_timeout: float = Field(1.0, gt=0, le=30, description="Seconds one fetch waits.")
-    health_host: str = Field("127.0.0.1", description="Bind address of the health endpoint.")
-    health_port: HealthPort = Field(
-        8080,
-        ge=0,
-        le=65535,
-        description="HTTP port of /healthz and /readyz (0: any free port; off: none).",
-    )
-    drain_timeout: float = Field(30.0, gt=0, description="Most seconds to drain on SIGTERM.")
-    consumer_prefix: str = Field(
-        "core", pattern=r"^[A-Za-z0-9_-]+$", description="Prefix of durable consumer names."
     )
     # Several replicas: the lease holder projects and hosts the metrics, all answer queries
     # and assemble runs. Its own name (not NEXUS_LEASE_BUCKET, the scheduler's): core and the

@@ -20,11 +20,9 @@ from typing import Any
 
 import asyncpg
 from nexus_events.bus import Bus, BusSettings, Consumer
-from nexus_events.health import HealthServer
 from nexus_events.leadership import Leadership
 from nexus_events.metrics import MetricsSettings, setup_metrics
 from nexus_events.process import ServiceApp
-from nexus_events.streams import ensure_streams
 
 from nexus_flows.bridges import Bridges, inbox_spec, runs_spec, webhooks_spec
 from nexus_flows.config import FlowsSettings
@@ -63,7 +61,6 @@ class FlowsApp(ServiceApp):
         self.consumers: list[Consumer] = []
         self.leadership: Leadership | None = None
         self.queries: FlowsQueries | None = None
-        self.health: HealthServer | None = None
         self.metrics: FlowMetrics | None = None
 
     def ready(self) -> bool:
@@ -71,8 +68,7 @@ class FlowsApp(ServiceApp):
         not stuck."""
         stuck = self.runner is not None and self.runner.stuck
         return (
-            self._running
-            and self.nats_connected
+            super().ready()
             and self.leadership is not None
             and self.leadership.campaigning
             and not stuck
@@ -80,17 +76,10 @@ class FlowsApp(ServiceApp):
 
     async def open(self, stack: contextlib.AsyncExitStack) -> None:
         s = self.settings
-        if s.health_port is not None:
-            self.health = HealthServer(self.ready, s.health_host, s.health_port)
-            await self.health.start()
-            stack.push_async_callback(self.health.stop)
-        bus = await self.connect_bus(stack, self.bus_settings, SOURCE)
-        pool = await self.open_pool(
-            stack,
-            lambda: asyncpg.create_pool(s.database_url, min_size=1, max_size=s.db_pool_size),
+        bus = await self.open_runtime(
+            stack, s, bus_settings=self.bus_settings, source=SOURCE, create_pool=s.create_pool
         )
-        # Core owns the stream settings (NEXUS_STREAMS_*); other services only create.
-        await ensure_streams(bus.js, update=False)
+        pool = self.pool
         # Exported to OTLP and/or Prometheus when configured (NEXUS_METRICS_*, OTEL_*).
         provider = setup_metrics(SOURCE, MetricsSettings())
         stack.callback(provider.shutdown)

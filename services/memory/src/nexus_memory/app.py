@@ -29,13 +29,11 @@ import asyncpg
 from nexus_events.bus import Bus, BusSettings
 from nexus_events.events import MemoryConsolidateReply, MemoryRebuildReply
 from nexus_events.fast import Handlers
-from nexus_events.health import HealthServer
 from nexus_events.leadership import FencedProjectionRunner, Leadership
 from nexus_events.metrics import MetricsSettings, setup_metrics
 from nexus_events.periodic import PeriodicTask
 from nexus_events.process import ServiceApp
 from nexus_events.projection import ProjectionRunner, quote_ident, rebuild
-from nexus_events.streams import ensure_streams
 from opentelemetry.sdk.metrics import MeterProvider as SdkMeterProvider
 from pgvector.asyncpg import register_vector
 
@@ -119,14 +117,12 @@ class MemoryApp(ServiceApp):
         self.consolidator: Consolidator | None = None
         self.endpoints: MemoryEndpoints | None = None
         self.search: MemorySearch | None = None
-        self.health: HealthServer | None = None
         self._consolidations: PeriodicTask | None = None
         self._rebuild_lock = asyncio.Lock()
 
     def ready(self) -> bool:
         return (
-            self._running
-            and self.nats_connected
+            super().ready()
             and self.leadership is not None
             and self.leadership.campaigning
             and (self.handlers is None or self.handlers.connected)
@@ -135,14 +131,10 @@ class MemoryApp(ServiceApp):
 
     async def open(self, stack: contextlib.AsyncExitStack) -> None:
         s = self.settings
-        # First up, last down: live (and not ready) through start-up and the whole drain.
-        if s.health_port is not None:
-            self.health = HealthServer(self.ready, s.health_host, s.health_port)
-            await self.health.start()
-            stack.push_async_callback(self.health.stop)
-        await self.connect_bus(stack, self.bus_settings, SOURCE)
-        await ensure_streams(self.bus.js, update=False)  # core owns stream settings
-        await self.open_pool(stack, lambda: connect_pool(s.database_url, s.db_pool_size))
+        await self.open_runtime(
+            stack, s, bus_settings=self.bus_settings, source=SOURCE,
+            create_pool=lambda: connect_pool(s.database_url, s.db_pool_size),
+        )  # fmt: skip
         if self.embedder is None:
             self.embedder = await make_embedder(s)
         if self.metrics_settings is not None or MetricsSettings().prometheus_port is not None:

@@ -8,22 +8,18 @@ from __future__ import annotations
 
 from typing import Literal
 
-from nexus_events.health import HealthPort
 from nexus_events.lease import LeaseTtl
+from nexus_events.settings import ConsumerPrefix, HealthPortSetting, PoolSize, ServiceSettings
 from pydantic import Field
-from pydantic_settings import BaseSettings, SettingsConfigDict
 
 DEFAULT_KIND_WEIGHTS = {"decision": 1.2, "preference": 1.1, "fact": 1.0, "observation": 0.9}
 
 
-class MemorySettings(BaseSettings):
-    model_config = SettingsConfigDict(env_prefix="NEXUS_", extra="ignore")
-
-    database_url: str = Field(
-        "postgresql://postgres@127.0.0.1:5432/nexus",
-        description="PostgreSQL DSN (asyncpg); needs the pgvector extension.",
-    )
-    db_pool_size: int = Field(8, gt=1, description="Most PostgreSQL connections.")
+class MemorySettings(ServiceSettings):
+    # Its database needs the pgvector extension (created at start-up if missing).
+    health_port: HealthPortSetting = 8083
+    consumer_prefix: ConsumerPrefix = "memory"
+    db_pool_size: PoolSize = 8
     # -- embeddings ----------------------------------------------------------------------
     memory_embedder: Literal["wordllama", "openai"] = Field(
         "wordllama",
@@ -96,18 +92,6 @@ class MemorySettings(BaseSettings):
     )
     # -- service -------------------------------------------------------------------------------
     projection_batch: int = Field(500, gt=0, description="Events per projection transaction.")
-    fetch_timeout: float = Field(1.0, gt=0, le=30, description="Seconds one fetch waits.")
-    health_host: str = Field("127.0.0.1", description="Bind address of the health endpoint.")
-    health_port: HealthPort = Field(
-        8083,
-        ge=0,
-        le=65535,
-        description="HTTP port of /healthz and /readyz (0: any free port; off: none).",
-    )
-    drain_timeout: float = Field(30.0, gt=0, description="Most seconds to drain on SIGTERM.")
-    consumer_prefix: str = Field(
-        "memory", pattern=r"^[A-Za-z0-9_-]+$", description="Prefix of durable consumer names."
-    )
     # Several replicas: the lease holder projects and consolidates on its interval, all
     # answer search/record/list. Not NEXUS_LEASE_BUCKET (the scheduler's): never shared.
     memory_lease_bucket: str = Field(

@@ -15,15 +15,13 @@ import contextlib
 import logging
 from collections import Counter
 
-import asyncpg
 from nexus_events.bus import Bus, BusSettings
 from nexus_events.events import PlaneStatusReply
 from nexus_events.fast import Handlers
-from nexus_events.health import HealthServer
 from nexus_events.metrics import MetricsSettings, setup_metrics
 from nexus_events.process import ServiceApp
 from nexus_events.projection import ProjectionRunner
-from nexus_events.streams import FLOWS, RUNS, TASKS, ensure_streams
+from nexus_events.streams import FLOWS, RUNS, TASKS
 from opentelemetry.sdk.metrics import MeterProvider as SdkMeterProvider
 
 from nexus_plane_sync.board import AgentRunReporter, Board, CommentReporter, RunReporter, WorkItems
@@ -82,7 +80,6 @@ class PlaneSyncApp(ServiceApp):
         self.handlers: Handlers | None = None
         self.webhooks: WebhookServer | None = None
         self.endpoints: PlaneEndpoints | None = None
-        self.health: HealthServer | None = None
 
     async def mirrored(self, seqs: dict[str, int]) -> None:
         """Wait (at most MIRROR_WAIT seconds) until the mirror applied these positions of the
@@ -97,8 +94,7 @@ class PlaneSyncApp(ServiceApp):
 
     def ready(self) -> bool:
         return (
-            self._running
-            and self.nats_connected
+            super().ready()
             and (self.handlers is None or self.handlers.connected)
             and not (self.runner is not None and self.runner.stuck)
         )
@@ -117,18 +113,12 @@ class PlaneSyncApp(ServiceApp):
 
     async def open(self, stack: contextlib.AsyncExitStack) -> None:
         s = self.settings
-        # First up, last down: live (and not ready) through start-up and the whole drain.
-        if s.health_port is not None:
-            self.health = HealthServer(self.ready, s.health_host, s.health_port)
-            await self.health.start()
-            stack.push_async_callback(self.health.stop)
+        # Closed even when the start-up below fails (the client exists from __init__).
         stack.push_async_callback(self.api.close)
-        await self.connect_bus(stack, self.bus_settings, SOURCE)
-        await ensure_streams(self.bus.js, update=False)  # core owns stream settings
-        await self.open_pool(
-            stack,
-            lambda: asyncpg.create_pool(s.database_url, min_size=2, max_size=s.db_pool_size),
-        )
+        await self.open_runtime(
+            stack, s, bus_settings=self.bus_settings, source=SOURCE,
+            create_pool=lambda: s.create_pool(min_size=2),
+        )  # fmt: skip
         self.store = store = PlaneStore(self.pool, self.schema)
         await store.migrate()
         # Exported (OTLP / Prometheus) when configured, as the other services do.

@@ -8,12 +8,11 @@ from __future__ import annotations
 
 from typing import Literal
 
-from nexus_events.approver_policy import ApproverDefaults
+from nexus_events.approver_policy import ApproverDefaultFields
 from nexus_events.events import Column
-from nexus_events.health import HealthPort
 from nexus_events.runstate import RunEvent
+from nexus_events.settings import ConsumerPrefix, HealthPortSetting, ServiceSettings
 from pydantic import Field, SecretStr, field_validator, model_validator
-from pydantic_settings import SettingsConfigDict
 
 # Plane's default states of a new project; a project with renamed states maps them here.
 DEFAULT_STATE_MAP: dict[str, str] = {
@@ -40,13 +39,10 @@ _RUN_EVENT_NAMES = frozenset(e.value for e in RunEvent)
 _COLUMN_NAMES = frozenset(c.value for c in Column)
 
 
-class PlaneSyncSettings(ApproverDefaults):
-    model_config = SettingsConfigDict(env_prefix="NEXUS_", extra="ignore")
+class PlaneSyncSettings(ServiceSettings, ApproverDefaultFields):
+    health_port: HealthPortSetting = 8084
+    consumer_prefix: ConsumerPrefix = "plane_sync"
 
-    database_url: str = Field(
-        "postgresql://postgres@127.0.0.1:5432/nexus", description="PostgreSQL DSN (asyncpg)."
-    )
-    db_pool_size: int = Field(4, gt=1, description="Most PostgreSQL connections.")
     # -- Plane -------------------------------------------------------------------------------
     plane_url: str = Field(..., description="Plane's base URL (the API is under /api/v1/).")
     plane_api_key: SecretStr = Field(..., description="A Plane API key (X-API-Key); a secret.")
@@ -141,12 +137,3 @@ class PlaneSyncSettings(ApproverDefaults):
     # -- service ---------------------------------------------------------------------------------
     outbox_poll: float = Field(1.0, gt=0, description="Seconds between outbox checks when idle.")
     projection_batch: int = Field(500, gt=0, description="Events per mirror transaction.")
-    fetch_timeout: float = Field(1.0, gt=0, le=30, description="Seconds one fetch waits.")
-    health_host: str = Field("127.0.0.1", description="Bind address of the health endpoint.")
-    health_port: HealthPort = Field(
-        8084, ge=0, le=65535, description="HTTP port of /healthz and /readyz (off: none)."
-    )
-    drain_timeout: float = Field(30.0, gt=0, description="Most seconds to drain on SIGTERM.")
-    consumer_prefix: str = Field(
-        "plane_sync", pattern=r"^[A-Za-z0-9_-]+$", description="Prefix of durable consumers."
-    )

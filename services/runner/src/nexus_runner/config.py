@@ -6,9 +6,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Literal
 
-from nexus_events.settings import ENV_PREFIX, NexusSettings
+from nexus_events.settings import NexusSettings
 from pydantic import BaseModel, ConfigDict, Field, SecretStr
-from pydantic_settings import SettingsConfigDict
 
 
 class Price(BaseModel):
@@ -33,7 +32,6 @@ DEFAULT_PRICES: dict[str, Price] = {
 class RunnerSettings(NexusSettings):
     """Everything tunable about the runner. Env: NEXUS_<FIELD>."""
 
-    model_config = SettingsConfigDict(env_prefix=ENV_PREFIX, extra="ignore")
     old_env_prefix = "NEXUS_RUNNER_"
 
     # In a pod the workspace is an emptyDir mounted at /tmp; locally override it.

@@ -8,16 +8,15 @@ import tempfile
 from pathlib import Path
 from typing import Literal
 
-from nexus_events.health import HealthPort
-from nexus_events.settings import ENV_PREFIX, NexusSettings
+from nexus_events.settings import HealthPortSetting, NexusSettings
 from pydantic import Field, SecretStr
-from pydantic_settings import SettingsConfigDict
 
 from nexus_scheduler.admission import Limits, Timeouts
 
 
 class SchedulerSettings(NexusSettings):
-    model_config = SettingsConfigDict(env_prefix=ENV_PREFIX, extra="ignore")
+    # Not a ServiceSettings: its drain (drain_timeout_seconds) and consumer (consumer_name)
+    # have their own names, and it has no database; the shared ones would be new variables.
     old_env_prefix = "NEXUS_SCHEDULER_"
 
     replica_id: str = Field(
@@ -119,12 +118,7 @@ class SchedulerSettings(NexusSettings):
 
     # Probes. 8081, not core's 8080: both may run on one host (a laptop, `docker run`).
     health_host: str = Field("127.0.0.1", description="Bind address of the health endpoint.")
-    health_port: HealthPort = Field(
-        8081,
-        ge=0,
-        le=65535,
-        description="HTTP port of /healthz and /readyz (0: any free port; off: none).",
-    )
+    health_port: HealthPortSetting = 8081
     jetstream_probe_seconds: float = Field(
         2.0,
         gt=0,
