@@ -158,12 +158,16 @@ async def test_a_hook_that_cannot_be_evaluated_denies(tmp_path: Path) -> None:
 
 def test_mcp_annotations() -> None:
     run = {"listed": False, "read_only_hint": None, "destructive_hint": None}
-    assert judge_mcp(**run, mode="curated").outcome is Outcome.ASK_APPROVAL  # unannotated: may destroy
+    assert (
+        judge_mcp(**run, mode="curated").outcome is Outcome.ASK_APPROVAL
+    )  # unannotated: may destroy
     assert judge_mcp(**{**run, "read_only_hint": True}, mode="curated").outcome is Outcome.RUN
     assert judge_mcp(**{**run, "listed": True}, mode="curated").outcome is Outcome.RUN
     assert judge_mcp(**{**run, "listed": True}, mode="off").outcome is Outcome.ASK_APPROVAL
     listed_destructive = {**run, "listed": True, "destructive_hint": True}
-    assert judge_mcp(**listed_destructive, mode="all_but_destructive").outcome is Outcome.ASK_APPROVAL
+    assert (
+        judge_mcp(**listed_destructive, mode="all_but_destructive").outcome is Outcome.ASK_APPROVAL
+    )
     safe = {**run, "destructive_hint": False}
     assert judge_mcp(**safe, mode="all_but_destructive").outcome is Outcome.RUN
     assert judge_mcp(**safe, mode="curated").outcome is Outcome.ASK_APPROVAL
