@@ -29,6 +29,7 @@ from nexus_runner.config import RunnerSettings
 from nexus_runner.context import RunContext
 from nexus_runner.control import RunControl
 from nexus_runner.errors import LlmUnavailable, RunStopped
+from nexus_runner.guard.verdict import Outcome
 from nexus_runner.llm import Completion, LlmClient, ToolCallRequest
 from nexus_runner.output import TypedOutput
 from nexus_runner.plan import (
@@ -40,10 +41,7 @@ from nexus_runner.plan import (
     Verdict,
     approval_summary,
     approved_output,
-    invalid_plan,
-    lenient_arguments,
     not_approved_output,
-    refusal,
 )
 from nexus_runner.prompt import inbox_message
 from nexus_runner.publisher import RunPublisher
@@ -346,22 +344,6 @@ class AgentLoop:
         """The tools offered this turn: in plan mode only those that read, and exit_plan_mode."""
         return self.tools.specs(read_only=self.plan.active) + self.plan.specs()
 
-    def _decide(self, call: ToolCallRequest) -> Decision:
-        """The registry's judgement, after plan mode's: while it is active, exit_plan_mode is
-        parsed here and any tool that does not read is refused before the registry sees it."""
-        if not self.plan.active:
-            return self.tools.decide(call.name, call.arguments, call.id)
-        if call.name == EXIT_PLAN_MODE:
-            raw = lenient_arguments(call.arguments)
-            problem = invalid_plan(raw)
-            if problem is not None:
-                return Decision(call.name, "invalid", raw=raw, reason=problem)
-            return Decision(call.name, "approve", raw=raw, reason="a plan", call_id=call.id)
-        if not self.tools.reads(call.name):
-            raw = lenient_arguments(call.arguments)
-            return Decision(call.name, "refuse", raw=raw, reason=refusal(call.name))
-        return self.tools.decide(call.name, call.arguments, call.id)
-
     def _event_args(self, decision: Decision) -> dict[str, Any]:
         """Arguments as recorded in events: strings redacted and cut, big values summarised."""
         cap = self.settings.event_output_cap
@@ -384,8 +366,8 @@ class AgentLoop:
     async def _tool_call_traced(self, turn: int, call: ToolCallRequest) -> tuple[ToolOutcome, str]:
         """Run one call; return its outcome for the model and a label (ok/refused/error)."""
         self.phase = f"tool:{call.name}"
-        decision = self._decide(call)
-        refused = decision.action == "refuse"
+        decision = self.tools.decide(call.name, call.arguments, call.id, plan_mode=self.plan.active)
+        refused = decision.action is Outcome.REFUSE
         await self.pub.event(
             ToolCalled(
                 turn=turn,
@@ -399,7 +381,7 @@ class AgentLoop:
         )
         started = time.monotonic()
         label: str | None = None
-        if decision.action in ("refuse", "invalid"):
+        if decision.action in (Outcome.REFUSE, Outcome.INVALID):
             prefix = "refused" if refused else "error"
             label = TOOL_REFUSED if refused else TOOL_ERROR
             outcome = ToolOutcome(False, f"{prefix}: {decision.reason}")
@@ -410,7 +392,7 @@ class AgentLoop:
             outcome = await self._submit_plan(decision)
             if not outcome.ok:
                 label = TOOL_REFUSED
-        elif decision.action == "approve":
+        elif decision.action is Outcome.ASK_APPROVAL:
             outcome, approved = await self._with_approval(decision)
             if not approved:
                 label = TOOL_REFUSED
@@ -420,7 +402,7 @@ class AgentLoop:
             label = TOOL_OK if outcome.ok else TOOL_ERROR
         if (
             self.checkpointer is not None
-            and decision.action not in ("refuse", "invalid")
+            and decision.action not in (Outcome.REFUSE, Outcome.INVALID)
             and decision.tool not in UNWRITING_TOOLS
         ):
             # Before the tool message: the transcript never runs ahead of the workspace a

@@ -13,6 +13,7 @@ from nexus_runner.git import Author, Git
 from nexus_runner.guard.hooks import MAX_MATCHED_CHARS
 from nexus_runner.guard.policy import judge_mcp
 from nexus_runner.guard.shell import classify
+from nexus_runner.guard.verdict import Outcome
 from nexus_runner.tools import ToolContext, ToolRegistry
 from nexus_runner.tools.registry import Decision
 from nexus_runner.workspace import Workspace
@@ -157,15 +158,19 @@ async def test_a_hook_that_cannot_be_evaluated_denies(tmp_path: Path) -> None:
 
 def test_mcp_annotations() -> None:
     run = {"listed": False, "read_only_hint": None, "destructive_hint": None}
-    assert judge_mcp(**run, mode="curated").action == "ask"  # unannotated: may destroy
-    assert judge_mcp(**{**run, "read_only_hint": True}, mode="curated").action == "run"
-    assert judge_mcp(**{**run, "listed": True}, mode="curated").action == "run"
-    assert judge_mcp(**{**run, "listed": True}, mode="off").action == "ask"
+    assert (
+        judge_mcp(**run, mode="curated").outcome is Outcome.ASK_APPROVAL
+    )  # unannotated: may destroy
+    assert judge_mcp(**{**run, "read_only_hint": True}, mode="curated").outcome is Outcome.RUN
+    assert judge_mcp(**{**run, "listed": True}, mode="curated").outcome is Outcome.RUN
+    assert judge_mcp(**{**run, "listed": True}, mode="off").outcome is Outcome.ASK_APPROVAL
     listed_destructive = {**run, "listed": True, "destructive_hint": True}
-    assert judge_mcp(**listed_destructive, mode="all_but_destructive").action == "ask"
+    assert (
+        judge_mcp(**listed_destructive, mode="all_but_destructive").outcome is Outcome.ASK_APPROVAL
+    )
     safe = {**run, "destructive_hint": False}
-    assert judge_mcp(**safe, mode="all_but_destructive").action == "run"
-    assert judge_mcp(**safe, mode="curated").action == "ask"
+    assert judge_mcp(**safe, mode="all_but_destructive").outcome is Outcome.RUN
+    assert judge_mcp(**safe, mode="curated").outcome is Outcome.ASK_APPROVAL
 
 
 def test_classifier_fails_closed_on_huge_and_nested_input() -> None:

@@ -1,6 +1,6 @@
-"""The runner's guard: the auto-approve dial, the shell command classifier and policy hooks.
+"""The runner's guard: one pipeline judging every tool call, and the data it judges by.
 
-`shell` classifies a command on its bash parse tree (tree-sitter), `table` holds the curated
-data it uses, `policy` turns a call and the dial into run / ask, `hooks` applies the
-operator's rules.
+`pipeline` runs the checks in order (plan mode, the grant, `refusals`, the `policy` dial, the
+approval gate, `hooks`, then the JavaScript hooks) to one `verdict.Verdict`; `shell`
+classifies a command on its bash parse tree (tree-sitter) with the curated data of `table`.
 """

@@ -8,26 +8,19 @@ import fnmatch
 import json
 import posixpath
 import re
-from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any
 
 from nexus_events.events.specs import HookRule, Hooks
+
+from nexus_runner.guard.verdict import FROM_HOOK, Outcome, Verdict
 
 _REGEX = "re:"
 # Values longer than this are not matched: a regex over megabytes is a denial of service.
 MAX_MATCHED_CHARS = 256 * 1024
-_STRICTNESS = {"allow": 0, "ask": 1, "deny": 2}
 
 
 class HookError(Exception):
     """A rule could not be evaluated on this call."""
-
-
-@dataclass(frozen=True)
-class HookVerdict:
-    decision: Literal["allow", "ask", "deny", "redact"]
-    rule: str
-    reason: str
 
 
 def _match(pattern: str, value: str) -> bool:
@@ -58,18 +51,23 @@ def matches(rule: HookRule, tool: str, raw: dict[str, Any], command_class: str |
 
 def before(
     hooks: Hooks, tool: str, raw: dict[str, Any], command_class: str | None
-) -> HookVerdict | None:
+) -> Verdict | None:
     """The strictest matching before_tool_call rule's verdict (the first of equals)."""
-    found: HookVerdict | None = None
+    found: Verdict | None = None
     for i, rule in enumerate(hooks.before_tool_call):
         label = rule.label(i)
         try:
             hit = matches(rule, tool, raw, command_class)
         except Exception as exc:  # noqa: BLE001 - any failure of a rule denies the call
-            return HookVerdict("deny", label, f"hook {label} failed ({exc}); the call is denied")
-        if hit and (found is None or _STRICTNESS[rule.decision] > _STRICTNESS[found.decision]):
-            reason = rule.reason or f"hook {label} decides {rule.decision}"
-            found = HookVerdict(rule.decision, label, reason)
+            reason = f"hook {label} failed ({exc}); the call is denied"
+            return Verdict(Outcome.REFUSE, reason, label)
+        if not hit:
+            continue
+        verdict = Verdict(
+            FROM_HOOK[rule.decision], rule.reason or f"hook {label} decides {rule.decision}", label
+        )
+        if verdict.stricter_than(found):
+            found = verdict
     return found
 
 
@@ -83,9 +81,9 @@ def _redacted(rule: HookRule, output: str) -> str:
 
 def after(
     hooks: Hooks, tool: str, raw: dict[str, Any], command_class: str | None, output: str
-) -> tuple[str, HookVerdict | None]:
+) -> tuple[str, Verdict | None]:
     """`output` after the matching after_tool_call rules, and the last verdict applied."""
-    verdict: HookVerdict | None = None
+    verdict: Verdict | None = None
     for i, rule in enumerate(hooks.after_tool_call):
         label = rule.label(i)
         try:
@@ -93,10 +91,15 @@ def after(
                 continue
             if rule.decision == "deny":
                 reason = rule.reason or f"hook {label} withholds the output"
-                return f"output withheld: {reason}", HookVerdict("deny", label, reason)
+                return withheld(reason, label)
             output = _redacted(rule, output)
-            verdict = HookVerdict("redact", label, rule.reason or f"hook {label} redacts")
+            verdict = Verdict(Outcome.REDACT, rule.reason or f"hook {label} redacts", label)
         except Exception as exc:  # noqa: BLE001 - a failing rule withholds the output
             reason = f"hook {label} failed ({exc}); the output is withheld"
-            return f"output withheld: {reason}", HookVerdict("deny", label, reason)
+            return withheld(reason, label)
     return output, verdict
+
+
+def withheld(reason: str, rule: str) -> tuple[str, Verdict]:
+    """What a call's output becomes when a hook withholds it, and the verdict saying so."""
+    return f"output withheld: {reason}", Verdict(Outcome.REFUSE, reason, rule)

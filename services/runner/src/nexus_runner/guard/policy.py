@@ -8,23 +8,18 @@ workspace run; shell commands that leave the workspace or reach the network ask.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
 from nexus_runner.guard.shell import Classification, classify
+from nexus_runner.guard.verdict import Outcome, Verdict
 
 Mode = Literal["off", "curated", "all_but_destructive"]
 # The run can always end itself (plan mode's exit_plan_mode never reaches the dial: the loop
 # asks for the plan's approval itself).
 _ALWAYS_RUN = frozenset(["finish"])
 
-
-@dataclass(frozen=True)
-class Verdict:
-    action: Literal["run", "ask"]
-    reason: str = ""
-    command_class: str | None = None
+_RUN, _ASK = Outcome.RUN, Outcome.ASK_APPROVAL
 
 
 def judge_builtin(tool: str, command: str | None, mode: Mode, workspace: Path | None) -> Verdict:
@@ -34,19 +29,21 @@ def judge_builtin(tool: str, command: str | None, mode: Mode, workspace: Path | 
     refused before this), the run's memory scopes or its allowed delegates: `curated` runs
     them."""
     if tool in _ALWAYS_RUN:
-        return Verdict("run")
+        return Verdict(_RUN)
     found: Classification | None = None
     if command is not None:
         found = classify(command, workspace)
         cls = found.command_class
         if cls == "destructive":
-            return Verdict("ask", f"destructive command: {found.reason}", cls)
+            return Verdict(_ASK, f"destructive command: {found.reason}", command_class=cls)
         if mode == "curated" and cls in ("network", "outside_workspace"):
-            return Verdict("ask", f"{cls.replace('_', ' ')} command: {found.reason}", cls)
+            return Verdict(
+                _ASK, f"{cls.replace('_', ' ')} command: {found.reason}", command_class=cls
+            )
     cls_name = found.command_class if found else None
     if mode == "off":
-        return Verdict("ask", "auto_approve is off: every call asks", cls_name)
-    return Verdict("run", "", cls_name)
+        return Verdict(_ASK, "auto_approve is off: every call asks", command_class=cls_name)
+    return Verdict(_RUN, command_class=cls_name)
 
 
 def judge_mcp(
@@ -61,11 +58,24 @@ def judge_mcp(
     `all_but_destructive` one annotated `destructiveHint: false` runs too. Unannotated tools
     count as destructive, as the MCP specification's defaults say."""
     if destructive_hint is True and not read_only_hint:
-        return Verdict("ask", "the MCP server marks this tool destructive")
+        return Verdict(_ASK, "the MCP server marks this tool destructive")
     if mode == "off":
-        return Verdict("ask", "auto_approve is off: every call asks")
+        return Verdict(_ASK, "auto_approve is off: every call asks")
     if listed or read_only_hint:
-        return Verdict("run", "read-only (MCP annotation)" if read_only_hint else "")
+        return Verdict(_RUN, "read-only (MCP annotation)" if read_only_hint else "")
     if mode == "all_but_destructive" and destructive_hint is False:
-        return Verdict("run")
-    return Verdict("ask", "MCP tool is not marked read-only")
+        return Verdict(_RUN)
+    return Verdict(_ASK, "MCP tool is not marked read-only")
+
+
+def judge_sandboxed(tool: str, capabilities: list[str], mode: Mode) -> Verdict:
+    """Sandboxed tools: every call asks under `off`; under `curated` those that reach beyond
+    the workspace and the run's state (http, events) ask; their tokens bound the rest."""
+    reaches = [t for t in capabilities if t.split(":", 1)[0] in ("http", "events")]
+    if mode == "off":
+        return Verdict(_ASK, "auto_approve is off: every call asks")
+    if mode == "curated" and reaches:
+        return Verdict(
+            _ASK, f"sandboxed tool {tool} reaches beyond the workspace: {', '.join(reaches)}"
+        )
+    return Verdict(_RUN)

@@ -15,7 +15,8 @@ from typing import Any
 from nexus_events.capabilities import Grants
 from nexus_events.events import HookScript
 
-from nexus_runner.guard.hooks import HookVerdict
+from nexus_runner.guard.hooks import withheld
+from nexus_runner.guard.verdict import FROM_HOOK, Outcome, Verdict
 from nexus_runner.sandbox import engine
 from nexus_runner.sandbox.host import Host, HostEnv
 from nexus_runner.sandbox.pool import _classify, _Slot
@@ -39,7 +40,7 @@ class ScriptHooks:
         self._slots: dict[int, _Slot] = {}
 
     def _call(self, index: int, call: dict[str, Any]) -> Any:
-        """The hook's answer, or a `HookVerdict` deny when it failed."""
+        """The hook's answer, or a refusing `Verdict` when it failed."""
         script = self.scripts[index]
         label = f"script {script.name}"
         host: Host | None = None
@@ -63,13 +64,13 @@ class ScriptHooks:
                 filename=f"{script.name}.hook.js",
             )
             if host.violation is not None:
-                return HookVerdict("deny", label, f"hook {label} failed ({host.violation})")
+                return Verdict(Outcome.REFUSE, f"hook {label} failed ({host.violation})", label)
             keep = True
             return json.loads(answer) if isinstance(answer, str) else None
         except BaseException as exc:  # noqa: BLE001 - any failure of a hook denies
             message = _classify(exc, script, host)[1] if host is not None else str(exc)
             reason = f"hook {label} failed ({message})"
-            return HookVerdict("deny", label, reason)
+            return Verdict(Outcome.REFUSE, reason, label)
         finally:
             if slot is not None:
                 slot.host = None
@@ -79,55 +80,52 @@ class ScriptHooks:
                 else:
                     slot.close()
 
-    def before(self, tool: str, raw: dict[str, Any]) -> HookVerdict | None:
+    def before(self, tool: str, raw: dict[str, Any]) -> Verdict | None:
         """The strictest answer of the before_tool_call scripts for `tool`."""
-        found: HookVerdict | None = None
-        rank = {"allow": 1, "ask": 2, "deny": 3}
+        found: Verdict | None = None
         for i, script in enumerate(self.scripts):
             if script.on != "before_tool_call" or not _applies(script, tool):
                 continue
             answer = self._call(i, {"tool": tool, "args": raw})
             verdict = self._verdict(script, answer)
-            if verdict is not None and (
-                found is None or rank[verdict.decision] > rank[found.decision]
-            ):
+            if verdict is not None and verdict.stricter_than(found):
                 found = verdict
         return found
 
     @staticmethod
-    def _verdict(script: HookScript, answer: Any) -> HookVerdict | None:
+    def _verdict(script: HookScript, answer: Any) -> Verdict | None:
         label = f"script {script.name}"
-        if isinstance(answer, HookVerdict) or answer is None:
+        if isinstance(answer, Verdict) or answer is None:
             return answer
         decision = answer.get("decision") if isinstance(answer, dict) else None
         if decision not in _BEFORE:
-            return HookVerdict("deny", label, f"hook {label} answered {answer!r}; denied")
+            return Verdict(Outcome.REFUSE, f"hook {label} answered {answer!r}; denied", label)
         reason = str(answer.get("reason") or f"hook {label} decides {decision}")
-        return HookVerdict(decision, label, reason)
+        return Verdict(FROM_HOOK[decision], reason, label)
 
-    def after(self, tool: str, raw: dict[str, Any], output: str) -> tuple[str, HookVerdict | None]:
+    def after(self, tool: str, raw: dict[str, Any], output: str) -> tuple[str, Verdict | None]:
         """`output` after the after_tool_call scripts for `tool`: withheld or replaced."""
-        verdict: HookVerdict | None = None
+        verdict: Verdict | None = None
         for i, script in enumerate(self.scripts):
             if script.on != "after_tool_call" or not _applies(script, tool):
                 continue
             label = f"script {script.name}"
             answer = self._call(i, {"tool": tool, "args": raw, "output": output})
-            if isinstance(answer, HookVerdict) or (
+            if isinstance(answer, Verdict) or (
                 isinstance(answer, dict) and answer.get("decision") == "deny"
             ):
                 reason = (
                     answer.reason
-                    if isinstance(answer, HookVerdict)
+                    if isinstance(answer, Verdict)
                     else str(answer.get("reason") or f"hook {label} withholds the output")
                 )
-                return f"output withheld: {reason}", HookVerdict("deny", label, reason)
+                return withheld(reason, label)
             if isinstance(answer, dict) and isinstance(answer.get("output"), str):
                 output = answer["output"]
-                verdict = HookVerdict(
-                    "redact", label, str(answer.get("reason") or f"hook {label} rewrites")
+                verdict = Verdict(
+                    Outcome.REDACT, str(answer.get("reason") or f"hook {label} rewrites"), label
                 )
             elif answer is not None:
                 reason = f"hook {label} answered {answer!r}; the output is withheld"
-                return f"output withheld: {reason}", HookVerdict("deny", label, reason)
+                return withheld(reason, label)
         return output, verdict

@@ -20,7 +20,7 @@ from nexus_runner.safety import SECRET_REFUSAL
 from nexus_runner.tools import args as a
 
 if TYPE_CHECKING:
-    from nexus_runner.tools.registry import ToolContext
+    from nexus_runner.tools.context import ToolContext
 
 # Files larger than this are not read whole (the model gets a clear error instead).
 MAX_READ_BYTES = 2_000_000
