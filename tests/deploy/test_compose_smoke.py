@@ -32,7 +32,7 @@ from nexus_events.events.flows import FlowsList, FlowsListReply
 from nexus_events.events.memory import MemorySearchReply, MemorySearchRequest
 from nexus_events.events.runs import RunRequested, TerminalEvent
 from nexus_events.streams import RUNS
-from nexus_events.testing import free_port, nats_server_binary
+from nexus_testing import free_port, nats_server_binary
 
 from ..fakes.openai_server import FakeOpenAI, Reply, ToolCall
 from .compose_model import ROOT, environment, load

@@ -29,7 +29,7 @@ from nexus_events.bus import Bus, BusSettings
 from nexus_events.events import ApprovalRequested, RunCancelled
 from nexus_events.events.catalog import AgentApplied, AgentDefinition
 from nexus_events.streams import INBOX
-from nexus_events.testing import free_port
+from nexus_testing import free_port
 
 from .compose_model import environment
 from .test_compose_smoke import (  # noqa: F401  (the fixtures are used by name)

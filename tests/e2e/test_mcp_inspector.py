@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from nexus_events.testing import free_port
+from nexus_testing import free_port
 
 from tests.e2e.conftest import Stack
 

@@ -12,7 +12,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from nexus_events.testing import nats_server_binary
+from nexus_testing import nats_server_binary
 
 from nexus_cli.client import Session
 from nexus_cli.errors import CliError

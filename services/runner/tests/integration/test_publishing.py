@@ -16,7 +16,7 @@ from nexus_events.errors import PublishFailed
 from nexus_events.events.logs import LogLine
 from nexus_events.events.runs import Reason, RunCompleted, RunFailed, RunHeartbeat, RunTurn
 from nexus_events.streams import LOGS, RUNS
-from nexus_events.testing import NatsServer
+from nexus_testing import NatsServer
 from tests.fakes.openai_server import FakeOpenAI, Reply, ToolCall
 
 from nexus_runner.app import execute_run

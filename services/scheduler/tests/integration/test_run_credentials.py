@@ -25,7 +25,6 @@ from nexus_events.bus import Bus, BusSettings
 from nexus_events.events.inbox import InboxMessage
 from nexus_events.events.runs import CancelRequested, RunCompleted, RunConfig, RunHeartbeat
 from nexus_events.streams import INBOX, RUNS, StreamSettings, ensure_streams
-from nexus_events.testing import NatsServer, free_port
 from nexus_runner.app import execute_run
 from nexus_runner.checkpoint import checkpoint_bucket
 from nexus_runner.config import RunnerSettings
@@ -33,6 +32,7 @@ from nexus_runner.control import RunControl
 from nexus_scheduler.auth_callout import AuthCalloutResponder
 from nexus_scheduler.callout_jwt import Issuer
 from nexus_scheduler.run_credentials import RunCredential, RunCredentialMinter, mint, token_key
+from nexus_testing import NatsServer, free_port
 
 from tests.fakes.openai_server import FakeOpenAI, Reply, ToolCall
 from tests.support.nats_render import load_renderer
