@@ -11,17 +11,25 @@ from typing import Any
 
 class _Deadline:
     """The one rule of waiting in tests: poll until a value satisfies `until` (default: is
-    truthy), or fail with `what` and the last value seen once `within` seconds pass."""
+    truthy), or fail with `what`, the last value seen and `detail()` (say, a process's log
+    tail, read only then) once `within` seconds pass."""
 
-    def __init__(self, until: Callable[[Any], bool] | None, within: float, what: str) -> None:
-        self.until, self.within, self.what = until, within, what
+    def __init__(
+        self,
+        until: Callable[[Any], bool] | None,
+        within: float,
+        what: str,
+        detail: Callable[[], str] | None = None,
+    ) -> None:
+        self.until, self.within, self.what, self.detail = until, within, what, detail
         self.deadline = time.monotonic() + within
 
     def met(self, value: Any) -> bool:
         if self.until(value) if self.until is not None else value:
             return True
         if time.monotonic() >= self.deadline:
-            raise AssertionError(f"{self.what} not reached within {self.within}s (last: {value!r})")
+            why = f"{self.what} not reached within {self.within}s (last: {value!r})"
+            raise AssertionError(why if self.detail is None else f"{why}\n{self.detail()}")
         return False
 
 
@@ -32,13 +40,15 @@ async def eventually(
     within: float = 10.0,
     interval: float = 0.02,
     what: str = "condition",
+    detail: Callable[[], str] | None = None,
 ) -> Any:
     """Poll `probe` (sync or async) until its value satisfies `until` (default: is truthy);
     return that value. The one way tests wait for something, instead of sleeping.
 
-    Fails the test with `what` and the last value seen if the deadline passes first.
+    Fails the test with `what`, the last value seen and `detail()` if the deadline passes
+    first; an exception the probe raises (an assert that a process still runs) fails at once.
     """
-    deadline = _Deadline(until, within, what)
+    deadline = _Deadline(until, within, what, detail)
     while True:
         value = probe()
         if inspect.isawaitable(value):
@@ -55,10 +65,11 @@ def eventually_blocking(
     within: float = 30.0,
     interval: float = 0.1,
     what: str = "condition",
+    detail: Callable[[], str] | None = None,
 ) -> Any:
     """`eventually` for synchronous tests (a dev stack of processes, the CLI as a
     subprocess): the same rule, blocking; the longer default suits process start-ups."""
-    deadline = _Deadline(until, within, what)
+    deadline = _Deadline(until, within, what, detail)
     while True:
         value = probe()
         if deadline.met(value):
