@@ -25,7 +25,7 @@ test: setup
 lint: setup
 	$(UV) run --frozen ruff check libs services cli tests bench scripts examples
 	$(UV) run --frozen ruff format --check libs services cli tests bench scripts examples
-	$(UV) run --frozen mypy -p nexus_events $(foreach p,$(wildcard services/*/src/nexus_*),-p $(notdir $(p))) -p nexus_cli
+	$(UV) run --frozen mypy -p nexus_events -p nexus_testing $(foreach p,$(wildcard services/*/src/nexus_*),-p $(notdir $(p))) -p nexus_cli
 
 bench: setup
 	$(UV) run --frozen python -m bench

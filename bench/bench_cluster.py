@@ -1,6 +1,6 @@
 """JetStream cluster: the bus on three nats-server nodes, R3 streams against R1, same run.
 
-Two three-node clusters on loopback side by side (`nexus_events.testing.NatsCluster`,
+Two three-node clusters on loopback side by side (`nexus_testing.NatsCluster`,
 started here), one with every stream R1, one with every stream R3. Each figure is taken on
 both in alternating rounds, each side's best round kept, so a neighbour loading the two
 cores for a while does not decide the ratio (scaling one cluster's streams back and forth
@@ -34,7 +34,7 @@ from pathlib import Path
 from nexus_events import subjects
 from nexus_events.bus import Bus, BusSettings
 from nexus_events.streams import RUNS, STREAM_OF_FAMILY, StreamSettings, ensure_streams
-from nexus_events.testing import NatsCluster, eventually
+from nexus_testing import NatsCluster, eventually
 
 from bench import bench_scheduler, bus_bench
 

@@ -42,7 +42,7 @@ from nexus_events.bus import Bus, BusSettings
 from nexus_events.catalog_commands import apply_agent
 from nexus_events.events import RunRequested
 from nexus_events.streams import CATALOG, ensure_streams
-from nexus_events.testing import free_port
+from nexus_testing import free_port
 
 CALLS = 200
 WARMUP = 20

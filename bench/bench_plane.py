@@ -37,9 +37,9 @@ from nexus_events.events import (
 from nexus_events.streams import RUNS as RUNS_STREAM
 from nexus_events.streams import TASKS as TASKS_STREAM
 from nexus_events.streams import ensure_streams
-from nexus_events.testing import free_port
 from nexus_plane_sync.app import PlaneSyncApp
 from nexus_plane_sync.config import PlaneSyncSettings
+from nexus_testing import free_port
 
 from tests.fakes.plane import FakePlane
 

@@ -8,7 +8,7 @@ import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
-from nexus_events.testing import NatsServer, PostgresServer
+from nexus_testing import NatsServer, PostgresServer
 
 
 @contextlib.contextmanager

@@ -32,7 +32,7 @@ from nexus_events.events import (
 )
 from nexus_events.projection import Conn, ProjectionRunner, Source, quote_ident
 from nexus_events.streams import DLQ, RUNS, ensure_streams
-from nexus_events.testing import NatsServer, PostgresServer
+from nexus_testing import NatsServer, PostgresServer
 
 
 class RunStatusProjection:

@@ -204,7 +204,7 @@ build_stand_in() {  # IMAGE DIR: IMAGE built from deploy/compose-test/images/DIR
   cp -r "$HERE/images/$dir" "$ctx"
   cp /etc/ssl/certs/ca-certificates.crt "$ctx/host-ca-bundle.crt"
   if [ "$dir" = nats ]; then
-    cp "$("$PY" -c 'from nexus_events.testing import nats_server_binary as n; print(n())')" "$ctx/nats-server"
+    cp "$("$PY" -c 'from nexus_testing import nats_server_binary as n; print(n())')" "$ctx/nats-server"
   fi
   log "$image: stand-in from images/$dir"
   $DOCKER build -q --label "$STAND_IN_LABEL=$dir" -f "$ctx/Containerfile" -t "$image" "$ctx" >/dev/null ||

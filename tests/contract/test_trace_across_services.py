@@ -25,10 +25,10 @@ from nexus_events.bus import Bus, BusSettings
 from nexus_events.catalog_commands import apply_agent, apply_skill
 from nexus_events.events import RunCompleted, RunRequested
 from nexus_events.streams import RUNS
-from nexus_events.testing import eventually
 from nexus_scheduler.app import SchedulerApp
 from nexus_scheduler.config import SchedulerSettings
 from nexus_scheduler.runtime.local import LocalProcessRuntime
+from nexus_testing import eventually
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 from ..fakes.openai_server import FakeOpenAI, Reply, ToolCall

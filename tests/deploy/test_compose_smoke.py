@@ -32,7 +32,7 @@ from nexus_events.events.flows import FlowsList, FlowsListReply
 from nexus_events.events.memory import MemorySearchReply, MemorySearchRequest
 from nexus_events.events.runs import RunRequested, TerminalEvent
 from nexus_events.streams import RUNS
-from nexus_events.testing import free_port, nats_server_binary
+from nexus_testing import eventually, eventually_blocking, free_port, nats_server_binary
 
 from ..fakes.openai_server import FakeOpenAI, Reply, ToolCall
 from .compose_model import ROOT, environment, load
@@ -65,14 +65,14 @@ RUN_DEADLINE = 90.0
 
 
 def _wait_port(port: int, proc: subprocess.Popen[bytes], what: str, within: float = 20) -> None:
-    deadline = time.monotonic() + within
-    while time.monotonic() < deadline:
+    def listening() -> bool:
         if proc.poll() is not None:
             raise AssertionError(f"{what} exited with {proc.returncode}")
         with contextlib.suppress(OSError), socket.create_connection(("127.0.0.1", port), 0.2):
-            return
-        time.sleep(0.05)
-    raise AssertionError(f"{what} not listening on {port} within {within}s")
+            return True
+        return False
+
+    eventually_blocking(listening, within=within, interval=0.05, what=f"{what} listening on {port}")
 
 
 @pytest.fixture
@@ -324,18 +324,18 @@ async def _memory_finds(bus: Bus, query: str, scope: str, memory: Service) -> Me
 
 
 async def _until_ready(service: Service, port: int, within: float = 30) -> None:
-    deadline = time.monotonic() + within
-    while time.monotonic() < deadline:
+    async def ready() -> bool:
         assert service.proc is not None
         assert service.proc.poll() is None, service.tail()
         try:
             status = await asyncio.to_thread(_get, f"http://127.0.0.1:{port}/readyz")
         except OSError:
             status = 0
-        if status == 200:
-            return
-        await asyncio.sleep(0.1)
-    raise AssertionError(f"{service.name} never became ready\n" + service.tail())
+        return status == 200
+
+    await eventually(
+        ready, within=within, interval=0.1, what=f"{service.name} ready", detail=service.tail
+    )
 
 
 def _get(url: str) -> int:

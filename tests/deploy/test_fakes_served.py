@@ -16,7 +16,7 @@ from contextlib import asynccontextmanager
 
 import httpx
 from aiohttp import web
-from nexus_events.testing import eventually, free_port
+from nexus_testing import eventually, free_port
 
 from tests.fakes.http import LocalHttpServer
 

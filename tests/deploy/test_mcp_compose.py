@@ -13,7 +13,6 @@ import hashlib
 import json
 import secrets
 import signal
-import time
 import urllib.request
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -29,7 +28,7 @@ from nexus_events.bus import Bus, BusSettings
 from nexus_events.events import ApprovalRequested, RunCancelled
 from nexus_events.events.catalog import AgentApplied, AgentDefinition
 from nexus_events.streams import INBOX
-from nexus_events.testing import free_port
+from nexus_testing import eventually, free_port
 
 from .compose_model import environment
 from .test_compose_smoke import (  # noqa: F401  (the fixtures are used by name)
@@ -106,12 +105,16 @@ def _healthy(url: str) -> bool:
 
 
 async def _until_healthy(service: Service, url: str, within: float = 30) -> None:
-    deadline = time.monotonic() + within
-    while not await asyncio.to_thread(_healthy, url):
+    async def healthy() -> bool:
+        if await asyncio.to_thread(_healthy, url):
+            return True
         assert service.proc is not None
         assert service.proc.poll() is None, service.tail()
-        assert time.monotonic() < deadline, service.tail()
-        await asyncio.sleep(0.1)
+        return False
+
+    await eventually(
+        healthy, within=within, interval=0.1, what=f"{service.name} healthy", detail=service.tail
+    )
 
 
 async def test_every_tool_within_the_mcp_users_permissions(
@@ -168,12 +171,13 @@ async def test_every_tool_within_the_mcp_users_permissions(
         await _until_healthy(mcp, f"http://127.0.0.1:{port}/healthz")
 
         async with _client(url, tokens["operate"]) as op, _client(url, tokens["read"]) as ro:
-            listed = await _call(ro, "list_agents")
-            deadline = time.monotonic() + 20
-            while AGENT not in json.dumps(listed):  # core's catalog trails the stream
-                assert time.monotonic() < deadline, listed
-                await asyncio.sleep(0.2)
-                listed = await _call(ro, "list_agents")
+            await eventually(  # core's catalog trails the stream
+                lambda: _call(ro, "list_agents"),
+                lambda listed: AGENT in json.dumps(listed),
+                within=20,
+                interval=0.2,
+                what=f"{AGENT} listed",
+            )
             # operate: start (the run request), cancel; the run's view through core.
             run_id = (await _call(op, "start_run", agent=AGENT, input="hello"))["run_id"]
             assert run_id in json.dumps(await _call(ro, "get_run", run_id=run_id))

@@ -29,7 +29,7 @@ from nats.js.api import PubAck, StreamInfo
 from nats.js.errors import NoStreamResponseError
 from nexus_events import subjects
 from nexus_events.streams import RUNS, StreamSettings, ensure_streams, stream_configs
-from nexus_events.testing import eventually, free_port, http_status, nats_server_binary
+from nexus_testing import eventually, free_port, http_status, nats_server_binary
 
 from tests.support.nats_render import issuer_env, load_renderer
 

@@ -10,7 +10,7 @@ from types import ModuleType
 
 import pytest
 from nexus_events import subjects
-from nexus_events.testing import nats_server_binary
+from nexus_testing import nats_server_binary
 
 from tests.support.nats_render import issuer_env, load_renderer
 

@@ -32,7 +32,7 @@ from nexus_cli.devstack.nats_auth import without_credentials
 from nexus_events import subjects
 from nexus_events.bus import Bus, BusSettings
 from nexus_events.streams import RUNS
-from nexus_events.testing import eventually_blocking
+from nexus_testing import eventually_blocking
 
 from scripts import chaos_cluster as cc
 from scripts.chaos_flows import cli

@@ -44,7 +44,7 @@ from typing import Any
 import pytest
 from nexus_events.bus import Bus
 from nexus_events.connect import BusSettings
-from nexus_events.testing import eventually_blocking
+from nexus_testing import eventually_blocking
 
 from tests.e2e.conftest import Stack, e2e_env
 from tests.e2e.containment import agents, shapes

@@ -13,7 +13,7 @@ import uuid
 from pathlib import Path
 
 import pytest
-from nexus_events.testing import eventually_blocking
+from nexus_testing import eventually_blocking
 
 from tests.e2e.conftest import EXAMPLES, RUN_WAIT, Stack
 from tests.support import devstack

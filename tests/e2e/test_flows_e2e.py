@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 from nexus_cli.devstack.offline_model import NEGATIVE_TEST_FILE, REVIEW_FINDING
-from nexus_events.testing import eventually_blocking
+from nexus_testing import eventually_blocking
 
 from tests.e2e.conftest import EXAMPLES, RUN_WAIT, Stack
 

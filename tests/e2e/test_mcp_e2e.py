@@ -12,7 +12,6 @@ import json
 import socket
 import subprocess
 import sys
-import time
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any
@@ -26,6 +25,7 @@ from mcp.shared.exceptions import MCPDeprecationWarning
 from mcp.shared.subscriptions import ResourceUpdated
 from mcp_types import CallToolResult, ResourceUpdatedNotification, TextResourceContents
 from nexus_cli.mcp.auth import new_token
+from nexus_testing import eventually, eventually_blocking
 
 from tests.e2e.conftest import RUN_WAIT, Stack
 
@@ -99,16 +99,17 @@ async def _resource(client: Client, uri: str) -> dict[str, Any]:
 
 
 async def _pending_approval(client: Client, run_id: str) -> str:
-    deadline = time.monotonic() + RUN_WAIT
-    while time.monotonic() < deadline:
+    async def approvals() -> list[dict[str, Any]]:
         listed = await client.call_tool("list_approvals", {"run_id": run_id})
         # Until core has projected the new run, it is "no run": ask again.
-        rows = [] if listed.is_error else _data(listed)["approvals"]
-        if rows:
-            approval: str = rows[0]["approval_id"]
-            return approval
-        await asyncio.sleep(0.3)
-    raise AssertionError(f"run {run_id} never asked for an approval")
+        rows: list[dict[str, Any]] = [] if listed.is_error else _data(listed)["approvals"]
+        return rows
+
+    rows = await eventually(
+        approvals, within=RUN_WAIT, interval=0.3, what=f"run {run_id} asking for an approval"
+    )
+    approval: str = rows[0]["approval_id"]
+    return approval
 
 
 @pytest.mark.usefixtures("agents")
@@ -248,14 +249,14 @@ def http_server(stack: Stack, tmp_path: Path) -> Iterator[tuple[str, dict[str, s
     )
     base = f"http://127.0.0.1:{port}"
     try:
-        deadline = time.monotonic() + 30
-        while True:
+
+        def healthy() -> bool:
             assert proc.poll() is None, proc.stderr.read() if proc.stderr else ""
             with contextlib.suppress(httpx.HTTPError):
-                if httpx.get(f"{base}/healthz", timeout=1).status_code == 200:
-                    break
-            assert time.monotonic() < deadline, "the MCP server never became healthy"
-            time.sleep(0.2)
+                return httpx.get(f"{base}/healthz", timeout=1).status_code == 200
+            return False
+
+        eventually_blocking(healthy, within=30, interval=0.2, what="the MCP server healthy")
         yield f"{base}/mcp", {"read": read_token, "operate": op_token}
     finally:
         proc.terminate()

@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from nexus_events.testing import free_port
+from nexus_testing import eventually_blocking, free_port
 
 from tests.e2e.conftest import Stack
 
@@ -186,17 +186,16 @@ def http_server(stack: Stack, tmp_path: Path) -> Iterator[tuple[str, str]]:
     )  # fmt: skip
     base = f"http://127.0.0.1:{port}"
     try:
-        deadline = time.monotonic() + 60
-        while True:
+
+        def healthy() -> bool:
             assert proc.poll() is None, (tmp_path / "mcp.log").read_text()
             try:
                 with urllib.request.urlopen(f"{base}/healthz", timeout=2) as resp:
-                    if resp.status == 200:
-                        break
+                    return bool(resp.status == 200)
             except (OSError, urllib.error.URLError):
-                pass
-            assert time.monotonic() < deadline, "no /healthz within 60 s"
-            time.sleep(0.3)
+                return False
+
+        eventually_blocking(healthy, within=60, interval=0.3, what="/healthz answering 200")
         yield f"{base}/mcp", token
     finally:
         proc.terminate()

@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 from nexus_cli.devstack.offline_model import PLAN
-from nexus_events.testing import eventually_blocking as eventually
+from nexus_testing import eventually_blocking as eventually
 
 from tests.e2e.conftest import Stack
 

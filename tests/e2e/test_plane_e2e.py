@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 import pytest
-from nexus_events.testing import eventually_blocking, free_port
+from nexus_testing import eventually_blocking, free_port
 
 from tests.e2e.conftest import RUN_WAIT, Stack
 from tests.e2e.test_e2e import GATEKEEPER

@@ -23,7 +23,7 @@ from nexus_events.events import (
     RunStarted,
 )
 from nexus_events.streams import INBOX, RUNS
-from nexus_events.testing import eventually
+from nexus_testing import eventually
 from tests.support.cli import nexus
 
 from nexus_cli.client import whoami

@@ -12,7 +12,7 @@ from nexus_events import subjects
 from nexus_events.bus import Bus
 from nexus_events.catalog_commands import apply_agent
 from nexus_events.events import Column, RunCompleted, RunResult, RunStarted, TaskCreated
-from nexus_events.testing import eventually
+from nexus_testing import eventually
 from tests.support.cli import nexus
 
 AGENT = "id: {id}\nrole: {id}\nmodel: {{name: test-model}}\nsystem_prompt: You {id}.\n"

@@ -13,7 +13,7 @@ from nexus_events import subjects
 from nexus_events.bus import Bus
 from nexus_events.events import Column, TaskCreated
 from nexus_events.events.flows import FlowRunView, FlowStatus
-from nexus_events.testing import eventually
+from nexus_testing import eventually
 from tests.support.cli import nexus
 
 from .flows_responder import flows_service

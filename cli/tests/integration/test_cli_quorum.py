@@ -13,7 +13,7 @@ from pathlib import Path
 
 from nexus_events.bus import Bus, BusSettings
 from nexus_events.streams import CATALOG, RUNS, storage_problem
-from nexus_events.testing import NatsCluster, eventually
+from nexus_testing import NatsCluster, eventually
 from tests.support.cli import cli_env, nexus
 
 from nexus_cli.errors import ExitCode

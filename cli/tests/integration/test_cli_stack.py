@@ -11,7 +11,7 @@ from pathlib import Path
 import nats
 import nats.js.errors
 from nexus_channel_gateway.delegation import child_run_id
-from nexus_events.testing import eventually_blocking
+from nexus_testing import eventually_blocking
 
 from .conftest import Stack
 

@@ -28,7 +28,7 @@ from nexus_events.events import (
 from nexus_events.events.base import Event
 from nexus_events.events.flows import FlowRunView, FlowStatus, FlowStepView
 from nexus_events.streams import FLOWS
-from nexus_events.testing import eventually
+from nexus_testing import eventually
 from tests.support.cli import nexus
 
 from nexus_cli.client import whoami

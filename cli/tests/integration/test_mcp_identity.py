@@ -6,13 +6,12 @@ from __future__ import annotations
 import json
 import socket
 import subprocess
-import time
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from nexus_events.testing import nats_server_binary
+from nexus_testing import eventually_blocking, nats_server_binary
 
 from nexus_cli.client import Session
 from nexus_cli.errors import CliError
@@ -45,18 +44,21 @@ def users_server(tmp_path: Path) -> Iterator[tuple[str, int]]:
         stderr=subprocess.DEVNULL,
     )
     try:
-        deadline = time.monotonic() + 10
-        while True:
-            try:
-                with socket.create_connection(("127.0.0.1", port), timeout=0.2):
-                    break
-            except OSError:
-                assert time.monotonic() < deadline, "nats-server did not start"
-                time.sleep(0.05)
+        eventually_blocking(
+            lambda: _accepting(port), within=10, interval=0.05, what="nats-server started"
+        )
         yield f"nats://127.0.0.1:{port}", monitor
     finally:
         proc.terminate()
         proc.wait(10)
+
+
+def _accepting(port: int) -> bool:
+    try:
+        with socket.create_connection(("127.0.0.1", port), timeout=0.2):
+            return True
+    except OSError:
+        return False
 
 
 def _users(monitor: int) -> set[str]:

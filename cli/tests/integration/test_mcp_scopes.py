@@ -22,7 +22,7 @@ from nexus_events.bus import Bus
 from nexus_events.catalog_commands import apply_agent, apply_flow
 from nexus_events.events import CancelRequested, Column, RunRequested, RunStarted, TaskCreated
 from nexus_events.streams import RUNS
-from nexus_events.testing import eventually
+from nexus_testing import eventually
 
 from nexus_cli.client import Session
 from nexus_cli.errors import CliError

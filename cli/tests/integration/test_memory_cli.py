@@ -13,9 +13,9 @@ from typing import Any
 import pytest
 from nexus_events.bus import Bus
 from nexus_events.streams import MEMORY
-from nexus_events.testing import eventually
 from nexus_memory.app import MemoryApp
 from nexus_memory.embedding import WordLlamaEmbedder
+from nexus_testing import eventually
 from services.memory.tests.conftest import memory_settings
 from tests.support.cli import nexus as run_nexus
 from typer.testing import Result

@@ -1,5 +1,5 @@
 """Fixtures of the gateway tests: the fake Slack and Telegram APIs, and started gateways on
-the test's real NATS and PostgreSQL (nexus_events.testing)."""
+the test's real NATS and PostgreSQL (nexus_testing)."""
 
 from __future__ import annotations
 

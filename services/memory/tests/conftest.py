@@ -1,5 +1,5 @@
 """Shared fixtures of the memory tests: the real embedder (loaded once), the real NATS and
-PostgreSQL from nexus_events.testing, and a started MemoryApp."""
+PostgreSQL from nexus_testing, and a started MemoryApp."""
 
 from __future__ import annotations
 

@@ -8,7 +8,7 @@ from typing import Any
 import asyncpg
 from nexus_events import subjects
 from nexus_events.bus import Bus
-from nexus_events.testing import eventually
+from nexus_testing import eventually
 
 
 async def ask(bus: Bus, subject: str, body: dict[str, Any], wait: float = 5.0) -> Any:

@@ -1,5 +1,5 @@
 """Fixtures of the plane-sync tests: a fake Plane (tests/fakes/plane.py) wired to a started
-PlaneSyncApp on the real NATS and PostgreSQL of nexus_events.testing."""
+PlaneSyncApp on the real NATS and PostgreSQL of nexus_testing."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 from nexus_events.bus import Bus
-from nexus_events.testing import free_port
+from nexus_testing import free_port
 from tests.fakes.plane import FakePlane
 
 from nexus_plane_sync.app import PlaneSyncApp

@@ -1,6 +1,6 @@
-"""Waiting without sleeping blindly: `nexus_events.testing.eventually`, re-exported for the
+"""Waiting without sleeping blindly: `nexus_testing.eventually`, re-exported for the
 scheduler's tests."""
 
-from nexus_events.testing import eventually
+from nexus_testing import eventually
 
 __all__ = ["eventually"]

@@ -17,7 +17,7 @@ from nexus_events.codec import Encoded
 from nexus_events.errors import BusError, BusUnavailable, PublishFailed
 from nexus_events.events import DeadLetter, RunHeartbeat, RunRequested, RunTurn
 from nexus_events.streams import DLQ, RUNS
-from nexus_events.testing import NatsServer, dead_letters, eventually
+from nexus_testing import NatsServer, dead_letters, eventually
 
 
 class Recorder:

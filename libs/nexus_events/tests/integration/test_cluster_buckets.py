@@ -8,7 +8,7 @@ from nats.js import JetStreamContext
 from nexus_events.approvals import APPROVALS_BUCKET, approvals_bucket
 from nexus_events.bus import Bus, BusSettings
 from nexus_events.lease import Lease
-from nexus_events.testing import NatsCluster, eventually
+from nexus_testing import NatsCluster, eventually
 
 
 async def _replicas(js: JetStreamContext, stream: str) -> int:

@@ -19,7 +19,7 @@ from nexus_events.events import RunHeartbeat
 from nexus_events.follow import Batch, Feed, StreamFollower
 from nexus_events.health import JetStreamProbe
 from nexus_events.streams import RUNS
-from nexus_events.testing import NatsCluster, eventually
+from nexus_testing import NatsCluster, eventually
 
 # Seconds an election may take: nats-server's election timeout is randomised in 4-9 s.
 ELECTION = 15.0

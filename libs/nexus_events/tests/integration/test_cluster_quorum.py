@@ -17,7 +17,7 @@ from nexus_events.errors import NoQuorum
 from nexus_events.events import RunHeartbeat
 from nexus_events.health import JetStreamProbe
 from nexus_events.streams import RUNS, storage_problem
-from nexus_events.testing import NatsCluster, eventually
+from nexus_testing import NatsCluster, eventually
 
 from .test_cluster_elections import ELECTION, MemoryFollower
 

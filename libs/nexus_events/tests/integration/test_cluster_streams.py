@@ -9,7 +9,7 @@ from nexus_events.bus import Bus, BusSettings
 from nexus_events.errors import BusError, StreamDrift
 from nexus_events.events import RunHeartbeat
 from nexus_events.streams import RUNS, StreamSettings, ensure_streams, stream_configs
-from nexus_events.testing import NatsCluster, eventually
+from nexus_testing import NatsCluster, eventually
 
 
 async def test_an_r1_stream_is_scaled_to_three_replicas_in_place(

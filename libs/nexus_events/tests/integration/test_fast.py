@@ -22,7 +22,7 @@ from nexus_events.events import RunHeartbeat
 from nexus_events.events.base import Event
 from nexus_events.fast import Delivered, Handlers, Reject, Retry, ensure_durable
 from nexus_events.streams import RUNS, ensure_streams
-from nexus_events.testing import dead_letters, eventually, free_port, nats_server_binary
+from nexus_testing import dead_letters, eventually, free_port, nats_server_binary
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.trace import SpanKind
 

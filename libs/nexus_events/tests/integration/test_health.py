@@ -7,7 +7,7 @@ import socket
 import pytest
 from nexus_events.errors import HealthUnavailable, NexusError
 from nexus_events.health import HealthServer
-from nexus_events.testing import http_status
+from nexus_testing import http_status
 
 
 async def test_probes_follow_readiness():

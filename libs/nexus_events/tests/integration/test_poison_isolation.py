@@ -20,7 +20,7 @@ from nexus_events.errors import BusUnavailable
 from nexus_events.events import RunHeartbeat
 from nexus_events.follow import Batch, Feed, StreamFollower
 from nexus_events.streams import DLQ, RUNS
-from nexus_events.testing import dead_letters, eventually
+from nexus_testing import dead_letters, eventually
 
 
 def spec(**overrides) -> ConsumerSpec:

@@ -16,7 +16,7 @@ from nexus_events.bus import Bus, Outgoing
 from nexus_events.events import DeadLetter, RunHeartbeat, RunTurn
 from nexus_events.projection import ProjectionRunner, Source, projection_status, rebuild
 from nexus_events.streams import DLQ, RUNS
-from nexus_events.testing import eventually
+from nexus_testing import eventually
 
 from .counting_projection import CountingProjection
 

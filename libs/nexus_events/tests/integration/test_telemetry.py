@@ -9,7 +9,7 @@ from nexus_events import subjects, telemetry
 from nexus_events.bus import Bus, ConsumerSpec, Delivery
 from nexus_events.events import RunHeartbeat
 from nexus_events.streams import RUNS
-from nexus_events.testing import eventually
+from nexus_testing import eventually
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.trace import SpanKind
 

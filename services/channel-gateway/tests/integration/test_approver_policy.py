@@ -20,7 +20,7 @@ from nexus_events.events import (
     RunPrepared,
 )
 from nexus_events.streams import RUNS
-from nexus_events.testing import eventually
+from nexus_testing import eventually
 from tests.fakes.slack_api import FakeSlack, event_callback, post_event
 from tests.fakes.telegram_api import FakeTelegram, post_update, update
 from tests.support.gateway import (

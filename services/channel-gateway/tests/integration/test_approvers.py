@@ -10,7 +10,7 @@ from nexus_events import subjects
 from nexus_events.approvals import claim_approval
 from nexus_events.bus import Bus
 from nexus_events.events import ApprovalDecided, ApprovalDecision, ApprovalRequested
-from nexus_events.testing import eventually
+from nexus_testing import eventually
 from tests.fakes.slack_api import FakeSlack, event_callback, post_event
 from tests.fakes.telegram_api import FakeTelegram
 from tests.support.gateway import SIGNING_SECRET, channel_events, inbox_of, pair, run_requests

@@ -8,7 +8,7 @@ from collections.abc import AsyncIterator
 
 import pytest
 from nexus_events.bus import Bus, BusSettings
-from nexus_events.testing import NatsCluster, eventually, http_status
+from nexus_testing import NatsCluster, eventually, http_status
 from tests.fakes.slack_api import FakeSlack
 from tests.fakes.telegram_api import FakeTelegram
 from tests.support.gateway import gateway_settings

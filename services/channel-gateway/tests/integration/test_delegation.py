@@ -14,7 +14,7 @@ from nexus_events.events import InboxMessage, RouteRequest, RunCompleted, RunReq
 from nexus_events.events.dlq import DeadLetter
 from nexus_events.events.runs import RunResult
 from nexus_events.streams import INBOX
-from nexus_events.testing import dead_letters, eventually
+from nexus_testing import dead_letters, eventually
 from tests.support.gateway import inbox_of, run_requests
 
 PARENT = "run_parent1"

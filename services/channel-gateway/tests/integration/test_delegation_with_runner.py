@@ -14,9 +14,9 @@ from nexus_events import subjects
 from nexus_events.bus import Bus, BusSettings
 from nexus_events.events import RunCompleted, RunRequested, ToolCalled, ToolResult
 from nexus_events.events.runs import RunConfig, RunResult
-from nexus_events.testing import eventually
 from nexus_runner.app import execute_run
 from nexus_runner.config import RunnerSettings
+from nexus_testing import eventually
 from tests.fakes.openai_server import FakeOpenAI, Reply, ToolCall
 from tests.support.gateway import run_requests
 

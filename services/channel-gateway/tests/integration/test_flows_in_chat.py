@@ -23,7 +23,7 @@ from nexus_events.events import (
     Origin,
 )
 from nexus_events.streams import FLOWS, RUNS
-from nexus_events.testing import eventually
+from nexus_testing import eventually
 from tests.fakes.slack_api import FakeSlack, event_callback, post_event
 from tests.support.gateway import SIGNING_SECRET, events, inbox_of, pair
 

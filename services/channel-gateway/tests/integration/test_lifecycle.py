@@ -8,7 +8,7 @@ import socket
 
 import pytest
 from nexus_events.bus import Bus
-from nexus_events.testing import http_status
+from nexus_testing import http_status
 from tests.fakes.slack_api import FakeSlack
 from tests.fakes.telegram_api import FakeTelegram
 from tests.support.gateway import gateway_settings

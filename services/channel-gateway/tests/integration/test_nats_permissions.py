@@ -17,7 +17,7 @@ from nexus_events import subjects
 from nexus_events.bus import Bus, BusSettings
 from nexus_events.events import ApprovalRequested, RunCompleted, RunStarted
 from nexus_events.streams import RUNS, ensure_streams
-from nexus_events.testing import eventually, free_port, nats_server_binary
+from nexus_testing import eventually, free_port, nats_server_binary
 from tests.fakes.slack_api import FakeSlack, event_callback, post_event
 from tests.support.gateway import SIGNING_SECRET, gateway_settings, inbox_of, pair, run_requests
 from tests.support.nats_render import load_renderer

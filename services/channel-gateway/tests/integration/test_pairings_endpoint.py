@@ -10,7 +10,7 @@ from pathlib import Path
 from nexus_events import subjects
 from nexus_events.bus import Bus
 from nexus_events.streams import CHANNELS
-from nexus_events.testing import eventually
+from nexus_testing import eventually
 from tests.fakes.telegram_api import FakeTelegram, post_update, update
 from tests.support.cli import nexus
 from tests.support.gateway import TG_SECRET, pair

@@ -20,7 +20,7 @@ from nexus_events.events import (
     RunStarted,
 )
 from nexus_events.events.runs import RunResult
-from nexus_events.testing import eventually
+from nexus_testing import eventually
 from tests.fakes.slack_api import FakeSlack, event_callback, post_event
 from tests.support.approvals import cli_decides
 from tests.support.gateway import SIGNING_SECRET, channel_events, inbox_of, pair, run_requests

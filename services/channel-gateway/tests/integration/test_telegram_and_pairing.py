@@ -9,7 +9,7 @@ from pathlib import Path
 from nexus_cli.errors import ExitCode
 from nexus_events.bus import Bus
 from nexus_events.events import RunRequested
-from nexus_events.testing import eventually
+from nexus_testing import eventually
 from tests.fakes.telegram_api import FakeTelegram, post_update, update
 from tests.support.cli import nexus
 from tests.support.gateway import TG_SECRET, channel_events, run_requests

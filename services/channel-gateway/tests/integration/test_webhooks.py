@@ -15,7 +15,7 @@ from pathlib import Path
 import aiohttp
 from nexus_events.bus import Bus
 from nexus_events.events import WebhookReceived
-from nexus_events.testing import eventually
+from nexus_testing import eventually
 from tests.support.gateway import channel_events
 
 from nexus_channel_gateway.app import GatewayApp

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
 
-from nexus_events.testing import SERVER_START_TIMEOUT, free_port
+from nexus_testing import SERVER_START_TIMEOUT, free_port
 
 MONGODB_URL_ENV = "NEXUS_TEST_MONGODB_URL"
 

@@ -1,11 +1,11 @@
 """Shared helpers of core's integration tests: sample documents, run events (waiting is
-`nexus_events.testing.eventually`, re-exported)."""
+`nexus_testing.eventually`, re-exported)."""
 
 from __future__ import annotations
 
 from typing import Any, TypeVar
 
-from nexus_events.testing import eventually
+from nexus_testing import eventually
 
 T = TypeVar("T")
 

@@ -18,7 +18,7 @@ from nexus_events.events import FlowApplied
 from nexus_events.projection import ProjectionRunner
 from nexus_events.streams import CATALOG
 from nexus_events.subjects import CatalogKind
-from nexus_events.testing import dead_letters
+from nexus_testing import dead_letters
 
 from nexus_core.app import CoreApp
 from nexus_core.catalog_store import CatalogProjection, PgCatalogStore

@@ -20,7 +20,7 @@ from nexus_events.bus import Bus
 from nexus_events.catalog_commands import apply_agent
 from nexus_events.events import DeadLetter, TaskCreated
 from nexus_events.streams import CATALOG, RUNS, TASKS
-from nexus_events.testing import dead_letters, http_status
+from nexus_testing import dead_letters, http_status
 
 from nexus_core.app import CoreApp
 

@@ -8,7 +8,7 @@ from nexus_events import subjects
 from nexus_events.bus import Bus
 from nexus_events.events import ApprovalDecision, ChannelMessageIn, InboxMessage, RouteRequest
 from nexus_events.streams import CHANNELS, INBOX
-from nexus_events.testing import dead_letters, eventually
+from nexus_testing import dead_letters, eventually
 
 from nexus_core.app import CoreApp
 

@@ -9,7 +9,7 @@ import sys
 
 from nexus_events import subjects
 from nexus_events.bus import Bus
-from nexus_events.testing import free_port, http_status
+from nexus_testing import free_port, http_status
 
 from .support import eventually, query
 

@@ -23,7 +23,7 @@ from nexus_events import subjects
 from nexus_events.bus import Bus, BusSettings
 from nexus_events.catalog_commands import apply_agent, apply_flow, apply_skill
 from nexus_events.streams import RUNS, TASKS, ensure_streams
-from nexus_events.testing import NatsServer, PostgresServer
+from nexus_testing import NatsServer, PostgresServer
 
 from nexus_core.app import CoreApp
 

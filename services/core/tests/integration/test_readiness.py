@@ -5,7 +5,7 @@ from __future__ import annotations
 import time
 
 import pytest
-from nexus_events.testing import NatsServer, eventually, http_status
+from nexus_testing import NatsServer, eventually, http_status
 
 from nexus_core.app import CoreApp
 

@@ -24,7 +24,7 @@ from nexus_events import subjects
 from nexus_events.bus import Bus, Outgoing
 from nexus_events.events import RunCompleted, RunResult, RunStarted
 from nexus_events.lease import LEADER_KEY
-from nexus_events.testing import endpoint_requests, free_port, http_status, micro_stats
+from nexus_testing import endpoint_requests, free_port, http_status, micro_stats
 
 from nexus_core.app import CoreApp
 

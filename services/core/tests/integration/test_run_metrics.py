@@ -11,7 +11,7 @@ from nexus_events.dead_letters import build_dead_letter
 from nexus_events.events import RunHeartbeat
 from nexus_events.projection import CHECKPOINT_TABLE
 from nexus_events.streams import RUNS
-from nexus_events.testing import eventually
+from nexus_testing import eventually
 from opentelemetry.sdk.metrics import MeterProvider
 from opentelemetry.sdk.metrics.export import InMemoryMetricReader
 

@@ -20,7 +20,7 @@ from nexus_events.events import MemoryContext, RunRequested, SkillDefinition
 from nexus_events.projection import ProjectionRunner
 from nexus_events.streams import CATALOG
 from nexus_events.subjects import CatalogKind
-from nexus_events.testing import dead_letters
+from nexus_testing import dead_letters
 
 from nexus_core.assembly import assemble
 from nexus_core.catalog_store import CatalogProjection, PgCatalogStore, StoredAgent, StoredSkill

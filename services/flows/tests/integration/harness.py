@@ -30,7 +30,7 @@ from nexus_events.events import (
 from nexus_events.events.flows import FlowDefinition, FlowRequested, FlowRunView
 from nexus_events.events.queries import FlowDefinitionView
 from nexus_events.streams import RUNS
-from nexus_events.testing import eventually
+from nexus_testing import eventually
 
 from nexus_flows.app import FlowsApp
 from nexus_flows.config import FlowsSettings

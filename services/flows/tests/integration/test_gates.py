@@ -9,7 +9,7 @@ from nexus_events.approvals import claim_approval
 from nexus_events.events import ApprovalDecided, ApprovalDecision, ApprovalRequested, RunRequested
 from nexus_events.events.flows import FlowCancelRequested
 from nexus_events.streams import RUNS
-from nexus_events.testing import eventually
+from nexus_testing import eventually
 
 from .conftest import Env, EnvFactory
 from .harness import feature_flow, flow, get_flow, request_flow, stored, wait_status

@@ -8,7 +8,7 @@ import pytest
 from nexus_events import subjects
 from nexus_events.events import RunRequested
 from nexus_events.events.flows import FlowCancelRequested
-from nexus_events.testing import eventually
+from nexus_testing import eventually
 
 from .conftest import EnvFactory
 from .harness import flow, request_flow, wait_status

@@ -11,7 +11,7 @@ import sys
 
 from nexus_events import subjects
 from nexus_events.bus import Bus
-from nexus_events.testing import eventually, free_port, http_status
+from nexus_testing import eventually, free_port, http_status
 
 
 async def test_serves_and_drains_on_sigterm(bus: Bus, nats_url: str, pg_dsn: str) -> None:

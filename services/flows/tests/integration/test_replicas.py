@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import time
 
-from nexus_events.testing import eventually
+from nexus_testing import eventually
 
 from .conftest import EnvFactory
 from .harness import feature_flow, request_flow, start_app, stored_requests, wait_status

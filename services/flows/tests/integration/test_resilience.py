@@ -11,7 +11,7 @@ from nexus_events import subjects
 from nexus_events.events import RunRequested
 from nexus_events.projection import rebuild
 from nexus_events.streams import FLOWS, RUNS
-from nexus_events.testing import dead_letters, eventually
+from nexus_testing import dead_letters, eventually
 
 from nexus_flows.store import FlowsProjection
 

@@ -8,7 +8,7 @@ from typing import Any
 from nexus_events import subjects
 from nexus_events.events import RunRequested, WebhookReceived
 from nexus_events.events.flows import FlowRequested, FlowResumeRequested, FlowSignal
-from nexus_events.testing import eventually
+from nexus_testing import eventually
 
 from .conftest import EnvFactory
 from .harness import flow, get_flow, request_flow, wait_status

@@ -17,7 +17,7 @@ from nexus_events.events import (
     RunResult,
     ToolCalled,
 )
-from nexus_events.testing import dead_letters, eventually
+from nexus_testing import dead_letters, eventually
 from tests.fakes.openai_server import FakeOpenAI, Reply
 
 from services.memory.tests.conftest import MakeApp

@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncpg
 from nexus_events import subjects
 from nexus_events.bus import Bus
-from nexus_events.testing import dead_letters, eventually
+from nexus_testing import dead_letters, eventually
 
 from nexus_memory.app import MemoryApp
 from services.memory.tests.support import applied, record, until_found

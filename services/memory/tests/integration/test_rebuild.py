@@ -12,7 +12,7 @@ import asyncpg
 from nexus_events import subjects
 from nexus_events.bus import Bus
 from nexus_events.events import MemoryRecorded
-from nexus_events.testing import eventually, free_port, http_status
+from nexus_testing import eventually, free_port, http_status
 
 from nexus_memory.app import MemoryApp
 from nexus_memory.embedding import WordLlamaEmbedder

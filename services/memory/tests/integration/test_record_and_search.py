@@ -8,7 +8,7 @@ import asyncpg
 from nexus_events import subjects
 from nexus_events.bus import Bus, Outgoing
 from nexus_events.events import MemoryRecorded
-from nexus_events.testing import eventually
+from nexus_testing import eventually
 
 from nexus_memory.app import MemoryApp
 from services.memory.tests.support import applied, ask, record, search, until_found

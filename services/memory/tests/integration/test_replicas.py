@@ -8,7 +8,7 @@ import contextlib
 import time
 
 from nexus_events.bus import Bus
-from nexus_events.testing import endpoint_requests, eventually, micro_stats
+from nexus_testing import endpoint_requests, eventually, micro_stats
 
 from services.memory.tests.conftest import MakeApp
 from services.memory.tests.support import record, search, until_found

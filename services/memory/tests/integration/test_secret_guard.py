@@ -11,7 +11,7 @@ from nexus_events import subjects
 from nexus_events.bus import Bus
 from nexus_events.events import MemoryRecorded
 from nexus_events.streams import DLQ, MEMORY
-from nexus_events.testing import dead_letters, eventually
+from nexus_testing import dead_letters, eventually
 
 from nexus_memory.app import MemoryApp
 from services.memory.tests.conftest import MakeApp

@@ -13,7 +13,7 @@ from nexus_events.bus import Bus
 from nexus_events.catalog_commands import apply_agent
 from nexus_events.events import RunPrepared, RunRequested
 from nexus_events.streams import RUNS
-from nexus_events.testing import eventually
+from nexus_testing import eventually
 
 from nexus_memory.app import MemoryApp
 from services.memory.tests.support import applied, record

@@ -9,7 +9,7 @@ import asyncio
 from nexus_events.approvals import claim_approval, held_claim
 from nexus_events.bus import Bus
 from nexus_events.events import ApprovalDecision, ApprovalRefused, RunRequested
-from nexus_events.testing import eventually
+from nexus_testing import eventually
 from tests.fakes.plane import HUMAN, FakePlane
 from tests.support.approvals import cli_decides
 from tests.support.plane_sync import ask_approval, inbox, run_events, start_run

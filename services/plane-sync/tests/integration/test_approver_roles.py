@@ -19,7 +19,7 @@ from nexus_events.events import (
     RunPrepared,
     RunRequested,
 )
-from nexus_events.testing import eventually
+from nexus_testing import eventually
 from tests.fakes.plane import ADMIN, MEMBER, FakePlane
 from tests.support.plane_sync import ask_approval, inbox, run_events, start_run
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 
 from nexus_events.bus import Bus
-from nexus_events.testing import eventually
+from nexus_testing import eventually
 from tests.fakes.plane import FakePlane
 from tests.support.plane_sync import create_task
 from tests.support.plane_sync import nexus_cli as _nexus

@@ -13,7 +13,7 @@ from nexus_events.events import (
     RunRequested,
     RunResult,
 )
-from nexus_events.testing import eventually
+from nexus_testing import eventually
 from tests.fakes.plane import FakePlane
 from tests.support.plane_sync import (
     MakeSync,

@@ -14,7 +14,7 @@ from nexus_events.events import (
     TaskMoved,
     TaskUpdated,
 )
-from nexus_events.testing import eventually
+from nexus_testing import eventually
 from tests.fakes.plane import FakePlane
 from tests.support.plane_sync import (
     MakeSync,

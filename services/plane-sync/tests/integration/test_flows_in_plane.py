@@ -25,7 +25,7 @@ from nexus_events.events import (
     PlaneWebhookReceived,
 )
 from nexus_events.streams import FLOWS, INBOX, PLANE, RUNS
-from nexus_events.testing import eventually
+from nexus_testing import eventually
 from tests.fakes.plane import HUMAN, FakePlane
 from tests.support.plane_sync import events
 

@@ -25,7 +25,7 @@ from nexus_events.events import (
     TaskMoved,
     TaskUpdated,
 )
-from nexus_events.testing import eventually
+from nexus_testing import eventually
 from tests.fakes.http import LocalHttpServer
 from tests.fakes.plane import HUMAN, FakePlane
 from tests.support.plane_sync import ask_approval, inbox, run_events, start_run, task_events

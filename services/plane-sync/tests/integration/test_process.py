@@ -11,7 +11,7 @@ import sys
 
 from nexus_events import subjects
 from nexus_events.bus import Bus
-from nexus_events.testing import dead_letters, eventually, free_port, http_status
+from nexus_testing import dead_letters, eventually, free_port, http_status
 from tests.fakes.plane import FakePlane
 
 from nexus_plane_sync.app import PlaneSyncApp

@@ -23,7 +23,7 @@ from nexus_events.events import (
     TaskUpdated,
 )
 from nexus_events.streams import INBOX
-from nexus_events.testing import dead_letters, eventually
+from nexus_testing import dead_letters, eventually
 from tests.fakes.plane import HUMAN, FakePlane
 from tests.support.plane_sync import (
     MakeSync,

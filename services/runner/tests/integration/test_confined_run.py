@@ -15,9 +15,9 @@ from pathlib import Path
 import pytest
 from nexus_events.bus import Bus
 from nexus_events.events.runs import RunCompleted, ToolResult
-from nexus_events.testing import eventually
 from nexus_scheduler.runtime.confinement import Confinement
 from nexus_scheduler.runtime.local import LocalProcessRuntime
+from nexus_testing import eventually
 from tests.fakes.openai_server import FakeOpenAI, Reply, ToolCall
 
 from .support import make_config, run_events

@@ -8,7 +8,7 @@ import asyncio
 from nexus_events import subjects
 from nexus_events.bus import Bus
 from nexus_events.events.inbox import InboxMessage
-from nexus_events.testing import dead_letters, eventually
+from nexus_testing import dead_letters, eventually
 
 from nexus_runner.control import RunControl
 

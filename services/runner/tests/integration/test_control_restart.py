@@ -11,7 +11,7 @@ from nexus_events import subjects
 from nexus_events.bus import Bus, BusSettings
 from nexus_events.events.inbox import InboxMessage
 from nexus_events.events.runs import CancelRequested
-from nexus_events.testing import NatsServer, eventually
+from nexus_testing import NatsServer, eventually
 
 from nexus_runner.control import RunControl
 

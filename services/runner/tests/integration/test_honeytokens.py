@@ -44,10 +44,10 @@ from nexus_events.events.runs import (
     ToolResult,
 )
 from nexus_events.streams import LOGS, MEMORY, RUNS
-from nexus_events.testing import eventually
 from nexus_memory.app import MemoryApp
 from nexus_memory.embedding import WordLlamaEmbedder
 from nexus_scheduler.runtime.local import LocalProcessRuntime
+from nexus_testing import eventually
 from tests.fakes.openai_server import FakeOpenAI, Reply, ToolCall
 
 from nexus_runner.safety import SecretRegistry

@@ -19,6 +19,7 @@ from nexus_events.events.runs import (
     RunCompleted,
     ToolResult,
 )
+from nexus_testing import eventually
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from pydantic import SecretStr
 from tests.fakes.openai_server import FakeOpenAI, Reply, ToolCall
@@ -92,10 +93,13 @@ def alive(pid: int) -> bool:
 
 async def assert_all_gone(workspace: Path, timeout: float = 5) -> list[int]:
     pids = [int(p) for p in (workspace / "mcp-pids.txt").read_text().split()]
-    deadline = time.monotonic() + timeout
-    while any(alive(p) for p in pids):
-        assert time.monotonic() < deadline, [p for p in pids if alive(p)]
-        await asyncio.sleep(0.05)
+    await eventually(
+        lambda: [p for p in pids if alive(p)],
+        lambda left: not left,
+        within=timeout,
+        interval=0.05,
+        what="every MCP server process gone",
+    )
     return pids
 
 
@@ -236,10 +240,11 @@ async def test_cancel_during_a_call_leaves_no_process(
         run = asyncio.create_task(execute_run(config, settings, runner_bus, handle=handle))
         await wait_for(bus, config.run_id, "tool_called")
         workspace = settings.workspace_root / config.run_id
-        deadline = time.monotonic() + 10
-        while len((workspace / "mcp-pids.txt").read_text().split()) < 2:  # the hang's child
-            assert time.monotonic() < deadline
-            await asyncio.sleep(0.05)
+        await eventually(  # the hang's child
+            lambda: len((workspace / "mcp-pids.txt").read_text().split()) >= 2,
+            interval=0.05,
+            what="the hanging tool's child started",
+        )
         handle.stop(RunStopped("cancelled", Reason.TERMINATED, "test"))
         terminal = await asyncio.wait_for(run, 15)
     assert isinstance(terminal, RunCancelled), terminal
@@ -311,10 +316,7 @@ async def test_streamable_http_server(
     app = mcp_server.server.streamable_http_app()
     web = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=0, log_level="warning"))
     serving = asyncio.create_task(web.serve())
-    deadline = time.monotonic() + 10
-    while not web.started:
-        assert time.monotonic() < deadline, "uvicorn did not start"
-        await asyncio.sleep(0.02)
+    await eventually(lambda: web.started, what="uvicorn started")
     port = web.servers[0].sockets[0].getsockname()[1]
     try:
         http = {

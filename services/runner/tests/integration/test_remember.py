@@ -14,9 +14,9 @@ from nexus_events.bus import Bus, decode_msg
 from nexus_events.events import MemoryRecorded
 from nexus_events.events.runs import RunCompleted, ToolCalled, ToolResult
 from nexus_events.streams import DLQ, MEMORY, RUNS
-from nexus_events.testing import dead_letters, eventually
 from nexus_memory.app import MemoryApp
 from nexus_memory.embedding import WordLlamaEmbedder
+from nexus_testing import dead_letters, eventually
 from tests.fakes.openai_server import FakeOpenAI, Reply, ToolCall
 
 from nexus_runner.app import execute_run

@@ -22,6 +22,7 @@ from nexus_events.events.runs import (
     ToolCalled,
     ToolResult,
 )
+from nexus_testing import eventually
 from tests.fakes.openai_server import Failure, FakeOpenAI, Reply, ToolCall
 
 from nexus_runner.app import RunHandle, execute_run
@@ -361,10 +362,11 @@ async def test_inbox_message_is_injected_into_the_next_turn(
         await bus.publish(
             subjects.inbox(config.run_id), InboxMessage(text="also update the docs", sender="ann")
         )
-        deadline = asyncio.get_running_loop().time() + 5
-        while handle.control is None or not handle.control.messages:
-            assert asyncio.get_running_loop().time() < deadline, "runner never got the message"
-            await asyncio.sleep(0.02)
+        await eventually(
+            lambda: handle.control is not None and handle.control.messages,
+            within=5,
+            what="the runner got the message",
+        )
         llm.release.set()
         terminal = await asyncio.wait_for(run, 10)
     assert isinstance(terminal, RunCompleted), terminal
@@ -379,13 +381,16 @@ async def test_heartbeats_while_waiting(
         config = make_config(llm.base_url)
         run = asyncio.create_task(execute_run(config, settings, runner_bus))
         await asyncio.wait_for(llm.hanging.wait(), 10)
-        deadline = asyncio.get_running_loop().time() + 10
-        while True:  # a heartbeat sent while the model call hangs says so
-            beats = [e for e in await run_events(bus, config.run_id) if isinstance(e, RunHeartbeat)]
-            if any(b.phase == "thinking" for b in beats):
-                break
-            assert asyncio.get_running_loop().time() < deadline, beats
-            await asyncio.sleep(0.05)
+
+        async def heartbeats() -> list[RunHeartbeat]:
+            return [e for e in await run_events(bus, config.run_id) if isinstance(e, RunHeartbeat)]
+
+        beats = await eventually(  # a heartbeat sent while the model call hangs says so
+            heartbeats,
+            lambda beats: any(b.phase == "thinking" for b in beats),
+            interval=0.05,
+            what="a thinking heartbeat",
+        )
         llm.release.set()
         terminal = await asyncio.wait_for(run, 10)
     assert isinstance(terminal, RunCompleted)

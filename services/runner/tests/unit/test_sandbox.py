@@ -12,6 +12,7 @@ from typing import Any
 import httpx
 import pytest
 from nexus_events.events.specs import Hooks, Permissions, SandboxTool, ToolGrant
+from nexus_testing import eventually
 
 from nexus_runner import safety
 from nexus_runner.git import Author, Git
@@ -155,10 +156,13 @@ async def test_no_clock_and_an_approval_suspends_then_resumes(tmp_path: Path) ->
     }"""
     reg = registry(tmp_path, [tool("deploy", source, wall_seconds=0.5)], approve=approve)
     task = asyncio.create_task(call(reg, "deploy"))
-    for _ in range(200):
-        if reg.sandbox().status == "suspended":
-            break
-        await asyncio.sleep(0.01)
+    await eventually(
+        lambda: reg.sandbox().status,
+        lambda status: status == "suspended",
+        within=2,
+        interval=0.01,
+        what="the sandbox suspended",
+    )
     assert reg.sandbox().status == "suspended"
     await asyncio.sleep(0.6)  # longer than the wall limit: suspended time does not count
     gate.set()

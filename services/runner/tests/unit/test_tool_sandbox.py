@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 from nexus_events.events.specs import McpServerSpec, Permissions, ToolGrant
+from nexus_testing import eventually
 
 from nexus_runner.config import RunnerSettings
 from nexus_runner.errors import ToolError
@@ -245,10 +246,13 @@ def _host_processes(marker: str) -> list[int]:
 
 
 async def _gone(marker: str, within: float = 10) -> None:
-    deadline = time.monotonic() + within
-    while _host_processes(marker):
-        assert time.monotonic() < deadline, _host_processes(marker)
-        await asyncio.sleep(0.05)
+    await eventually(
+        lambda: _host_processes(marker),
+        lambda left: not left,
+        within=within,
+        interval=0.05,
+        what=f"no process with {marker!r} left",
+    )
 
 
 @pytest.fixture
@@ -277,10 +281,11 @@ async def test_a_cancelled_command_takes_its_sandbox_with_it(
 ) -> None:
     reg = _registry(workspace, sandbox)
     task = asyncio.create_task(_shell(reg, f"sleep {marker} & sleep {marker}"))
-    deadline = time.monotonic() + 10
-    while len(_host_processes(f"sleep\0{marker}")) < 2:
-        assert time.monotonic() < deadline
-        await asyncio.sleep(0.05)
+    await eventually(
+        lambda: len(_host_processes(f"sleep\0{marker}")) >= 2,
+        interval=0.05,
+        what="both sleeps started",
+    )
     task.cancel()
     with pytest.raises(asyncio.CancelledError):
         await task

@@ -11,6 +11,7 @@ from typing import Any
 
 import pytest
 from nexus_events.events.specs import Permissions, ToolGrant
+from nexus_testing import eventually
 
 from nexus_runner.errors import PathEscape
 from nexus_runner.git import Author, Git
@@ -194,18 +195,16 @@ async def _start_shell_with_child(tmp_path: Path) -> tuple[asyncio.Task[Any], in
             output_cap=100,
         )
     )
-    deadline = time.monotonic() + 10
-    while not (pidfile.exists() and pidfile.read_text().strip()):
-        assert time.monotonic() < deadline
-        await asyncio.sleep(0.01)
+    await eventually(
+        lambda: pidfile.exists() and pidfile.read_text().strip(),
+        interval=0.01,
+        what="the grandchild's pid written",
+    )
     return task, int(pidfile.read_text())
 
 
 async def _until_dead(pid: int) -> None:
-    deadline = time.monotonic() + 5
-    while not _dead(pid):
-        assert time.monotonic() < deadline, "grandchild survived cancellation"
-        await asyncio.sleep(0.02)
+    await eventually(lambda: _dead(pid), within=5, what="the grandchild dead after cancellation")
 
 
 async def test_cancel_while_the_process_is_being_started_kills_its_group(

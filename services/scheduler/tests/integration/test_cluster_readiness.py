@@ -8,9 +8,9 @@ import uuid
 
 import pytest
 from nexus_events.bus import Bus, BusSettings
-from nexus_events.testing import NatsCluster, eventually, http_status
 from nexus_scheduler.app import SchedulerApp
 from nexus_scheduler.config import SchedulerSettings
+from nexus_testing import NatsCluster, eventually, http_status
 
 from tests.support.noop_runtime import NoopRuntime
 

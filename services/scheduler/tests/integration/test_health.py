@@ -10,8 +10,8 @@ import sys
 import uuid
 from pathlib import Path
 
-from nexus_events.testing import free_port, http_status
 from nexus_scheduler.app import SchedulerApp
+from nexus_testing import free_port, http_status
 
 from ..waiting import eventually
 from .conftest import AppFactory

@@ -25,7 +25,6 @@ from nexus_events.bus import Bus, BusSettings
 from nexus_events.events.inbox import InboxMessage
 from nexus_events.events.runs import CancelRequested, RunCompleted, RunConfig, RunHeartbeat
 from nexus_events.streams import INBOX, RUNS, StreamSettings, ensure_streams
-from nexus_events.testing import NatsServer, free_port
 from nexus_runner.app import execute_run
 from nexus_runner.checkpoint import checkpoint_bucket
 from nexus_runner.config import RunnerSettings
@@ -33,6 +32,7 @@ from nexus_runner.control import RunControl
 from nexus_scheduler.auth_callout import AuthCalloutResponder
 from nexus_scheduler.callout_jwt import Issuer
 from nexus_scheduler.run_credentials import RunCredential, RunCredentialMinter, mint, token_key
+from nexus_testing import NatsServer, eventually, free_port
 
 from tests.fakes.openai_server import FakeOpenAI, Reply, ToolCall
 from tests.support.nats_render import load_renderer
@@ -138,16 +138,17 @@ class RunClient:
         )
 
     async def refused(self, what: str) -> bool:
-        """Whether the server reported a permissions violation mentioning `what` (nats-py
-        lower-cases the server's -ERR line)."""
+        """True once the server reported a permissions violation mentioning `what` (nats-py
+        lower-cases the server's -ERR line); the test fails if none comes within 2s."""
         await self.nc.flush()
         wanted = what.lower()
-        deadline = time.monotonic() + 2
-        while time.monotonic() < deadline:
-            if any("permissions violation" in e and wanted in e for e in self.errors):
-                return True
-            await asyncio.sleep(0.02)
-        return False
+        return bool(
+            await eventually(
+                lambda: any("permissions violation" in e and wanted in e for e in self.errors),
+                within=2,
+                what=f"a permissions violation on {what}",
+            )
+        )
 
 
 @pytest.fixture
