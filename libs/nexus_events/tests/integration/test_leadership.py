@@ -7,7 +7,7 @@ import uuid
 
 from nexus_events.bus import Bus
 from nexus_events.leadership import Leadership
-from nexus_events.testing import eventually
+from nexus_testing import eventually
 
 
 def leadership(

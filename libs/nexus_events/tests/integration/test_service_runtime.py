@@ -12,7 +12,7 @@ import pytest
 from nexus_events.connect import BusSettings
 from nexus_events.process import ServiceApp
 from nexus_events.streams import RUNS, SCHEDULES
-from nexus_events.testing import http_status
+from nexus_testing import http_status
 
 
 @dataclass
