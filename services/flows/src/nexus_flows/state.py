@@ -51,10 +51,6 @@ def step_key(step: str, round: int, item: int | None = None) -> str:
     return f"{step}/{round}/{'' if item is None else item}"
 
 
-def is_terminal(state: FlowState) -> bool:
-    return state.terminal
-
-
 def new_state(flow_run_id: str, event: FlowRequested, at: datetime | None) -> FlowState:
     return FlowState(
         flow_run_id=flow_run_id,
@@ -239,4 +235,4 @@ def _finished(s: FlowState, event: FlowStepFinished, at: datetime | None) -> boo
     return True
 
 
-__all__ = ["FlowState", "StepRecord", "fold", "is_terminal", "new_state", "step_key"]
+__all__ = ["FlowState", "StepRecord", "fold", "new_state", "step_key"]
