@@ -50,7 +50,8 @@ from nexus_events.runstate import RunEvent
 from nexus_events.streams import FLOWS, RUNS
 
 from nexus_flows.clock import Clock, SystemClock
-from nexus_flows.decide import decide, msg_id, run_input, terminal_msg_id
+from nexus_flows.decide import decide, run_input
+from nexus_flows.messages import msg_id, terminal_msg_id
 from nexus_flows.metrics import FlowMetrics
 from nexus_flows.records import FlowState, StepRecord
 from nexus_flows.store import SCHEMA, FlowsProjection, load_state
