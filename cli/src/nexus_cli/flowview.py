@@ -6,16 +6,17 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+from nexus_events.events.flows import FLOW_TERMINAL, FlowEvent, FlowReason, FlowStatus, StepStatus
 from rich.console import Console
 
 from nexus_cli.errors import ExitCode
 from nexus_cli.output import table
 
-# The events that end a flow run and the exit code each gives `nexus flow run --follow`.
-FLOW_ENDS = {
-    "completed": ExitCode.OK,
-    "failed": ExitCode.RUN_FAILED,
-    "cancelled": ExitCode.RUN_FAILED,
+# The events that end a flow run (each named as the status it leaves, FLOW_TERMINAL) and the
+# exit code each gives `nexus flow run --follow`. Keyed by enum, looked up by plain names.
+FLOW_ENDS: dict[str, ExitCode] = {
+    status: ExitCode.OK if status == FlowStatus.COMPLETED else ExitCode.RUN_FAILED
+    for status in FLOW_TERMINAL
 }
 
 
@@ -50,7 +51,7 @@ def _finished(body: dict[str, Any]) -> str:
     # A typed output's verdict is what the next route reads: show it beside the status.
     if isinstance(output, dict) and output.get("verdict") is not None:
         line += f" verdict {output['verdict']}"
-    if body.get("status") != "succeeded" and _reason(body):
+    if body.get("status") != StepStatus.SUCCEEDED and _reason(body):
         line += f" ({_reason(body)})"
     if body.get("run_id"):
         line += f" [run {body['run_id']}]"
@@ -88,29 +89,29 @@ def _failed(body: dict[str, Any]) -> str:
 
 
 _LINES: dict[str, Callable[[dict[str, Any]], str]] = {
-    "requested": _requested,
-    "accepted": lambda b: f"accepted: flow {b.get('flow')} revision {b.get('revision')}",
-    "step_started": _started,
-    "step_finished": _finished,
-    "resumed": lambda b: (
+    FlowEvent.REQUESTED: _requested,
+    FlowEvent.ACCEPTED: lambda b: f"accepted: flow {b.get('flow')} revision {b.get('revision')}",
+    FlowEvent.STEP_STARTED: _started,
+    FlowEvent.STEP_FINISHED: _finished,
+    FlowEvent.RESUMED: lambda b: (
         f"{_where(b)} resumed: {b.get('by')}"
         + (f" by {b['decided_by']}" if b.get("decided_by") else "")
     ),
-    "escalated": lambda b: (
+    FlowEvent.ESCALATED: lambda b: (
         f"{_where(b)} escalated ({b.get('reason')}) to {b.get('to') or 'nothing'}"
     ),
-    "completed": lambda _: "flow completed",
-    "failed": _failed,
-    "cancelled": lambda b: f"flow cancelled ({_reason(b)})",
-    "cancel_requested": lambda b: f"cancel requested by {b.get('requested_by') or '?'}",
-    "resume_requested": lambda b: f"resume requested by {b.get('requested_by') or '?'}",
-    "signal": lambda b: f"signal {b.get('correlation_id')} from {b.get('sent_by') or '?'}",
+    FlowEvent.COMPLETED: lambda _: "flow completed",
+    FlowEvent.FAILED: _failed,
+    FlowEvent.CANCELLED: lambda b: f"flow cancelled ({_reason(b)})",
+    FlowEvent.CANCEL_REQUESTED: lambda b: f"cancel requested by {b.get('requested_by') or '?'}",
+    FlowEvent.RESUME_REQUESTED: lambda b: f"resume requested by {b.get('requested_by') or '?'}",
+    FlowEvent.SIGNAL: lambda b: f"signal {b.get('correlation_id')} from {b.get('sent_by') or '?'}",
 }
 
 
 def describe_flow_event(flow_run_id: str, name: str, body: dict[str, Any]) -> str:
     """One line for one flow event (the body as JSON)."""
-    if name == "waiting":  # the only line that names the flow run (how to answer it)
+    if name == FlowEvent.WAITING:  # the only line that names the flow run (how to answer it)
         return _waiting(flow_run_id, body)
     line = _LINES.get(name)
     return line(body) if line else name
@@ -146,7 +147,7 @@ def print_flow_run(console: Console, view: dict[str, Any]) -> None:
     # fills are left out, and a reason only shows when it says more than the status.
     optional = {
         "ITEM": any(s.get("item") is not None for s in steps),
-        "REASON": any(s.get("reason") not in (None, "succeeded") for s in steps),
+        "REASON": any(s.get("reason") not in (None, FlowReason.SUCCEEDED) for s in steps),
         "APPROVAL": any(s.get("approval_id") for s in steps),
     }
     columns = [
@@ -165,7 +166,7 @@ def print_flow_run(console: Console, view: dict[str, Any]) -> None:
             "ITEM": s.get("item"),
             "STATUS": s["status"],
             "AGENT": s.get("agent_id"),
-            "REASON": None if reason == "succeeded" else reason,
+            "REASON": None if reason == FlowReason.SUCCEEDED else reason,
             "APPROVAL": s.get("approval_id"),
         }
         rows.append([cells[c] for c in columns])

@@ -7,16 +7,44 @@ flow run could loop forever; each error names the step and the field.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from collections.abc import Sequence
+from typing import Protocol
 
-if TYPE_CHECKING:
-    from nexus_events.events.flows import FlowDefinition
+# A route to `end` completes the flow; defined here, beside the graph that leaves it out, so
+# this module needs nothing of `events.flows` (which imports it to check each definition).
+END = "end"
 
 
-def successors(definition: FlowDefinition) -> dict[str, list[str]]:
+class _Route(Protocol):
+    @property
+    def to(self) -> str: ...
+    @property
+    def when(self) -> str | None: ...
+
+
+class _Step(Protocol):
+    @property
+    def id(self) -> str: ...
+    @property
+    def kind(self) -> str: ...
+    @property
+    def next(self) -> Sequence[_Route]: ...
+    @property
+    def max_rounds(self) -> int | None: ...
+    @property
+    def on_max_rounds(self) -> str | None: ...
+
+
+class FlowGraph(Protocol):
+    """What the checks read of a flow definition (`events.flows.FlowDefinition` is one)."""
+
+    @property
+    def steps(self) -> Sequence[_Step]: ...
+    def step(self, step_id: str) -> _Step: ...
+
+
+def successors(definition: FlowGraph) -> dict[str, list[str]]:
     """Step id -> the step ids it may go to next (`end` left out)."""
-    from nexus_events.events.flows import END
-
     steps = definition.steps
     out: dict[str, list[str]] = {}
     for i, step in enumerate(steps):
@@ -30,10 +58,8 @@ def successors(definition: FlowDefinition) -> dict[str, list[str]]:
     return out
 
 
-def check_graph(definition: FlowDefinition) -> None:
+def check_graph(definition: FlowGraph) -> None:
     """Raise ValueError naming the step and field of the first thing wrong."""
-    from nexus_events.events.flows import END
-
     ids = [s.id for s in definition.steps]
     dupes = sorted({i for i in ids if ids.count(i) > 1})
     if dupes:

@@ -25,6 +25,7 @@ from nexus_events.metrics import MetricsSettings, setup_metrics
 from nexus_events.process import ServiceApp
 
 from nexus_flows.bridges import Bridges, inbox_spec, runs_spec, webhooks_spec
+from nexus_flows.clock import Clock
 from nexus_flows.config import FlowsSettings
 from nexus_flows.engine import Engine, FlowsRunner
 from nexus_flows.metrics import FlowMetrics
@@ -49,8 +50,10 @@ class FlowsApp(ServiceApp):
         bus: Bus | None = None,
         pool: asyncpg.Pool[Any] | None = None,
         schema: str = SCHEMA,
+        clock: Clock | None = None,
     ) -> None:
         self.settings = settings or FlowsSettings()
+        self.clock = clock  # the engine's; None: the system clock
         self.bus_settings = bus_settings
         self.schema = schema
         super().__init__("flows", bus=bus, pool=pool)
@@ -135,6 +138,7 @@ class FlowsApp(ServiceApp):
             catalog_retry=s.catalog_retry,
             metrics=self.metrics,
             concurrency=s.engine_concurrency,
+            clock=self.clock,
         )
 
     async def _lead(self) -> None:

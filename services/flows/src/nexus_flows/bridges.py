@@ -24,16 +24,25 @@ from nexus_events.bus import Bus, ConsumerSpec, Delivery
 from nexus_events.codec import decode
 from nexus_events.errors import NexusError
 from nexus_events.events import ApprovalDecision, WebhookReceived
-from nexus_events.events.flows import FlowReason, FlowSignal, FlowStepFinished, RunStep
-from nexus_events.events.runs import RunCompleted, RunPrepared, TerminalEvent
+from nexus_events.events.flows import (
+    FLOW_TERMINAL,
+    STEP_ENDED,
+    FlowEvent,
+    FlowReason,
+    FlowSignal,
+    FlowStepFinished,
+    RunStep,
+    StepStatus,
+)
+from nexus_events.events.runs import RunCancelled, RunCompleted, RunPrepared, TerminalEvent
 from nexus_events.expressions import ExpressionError, compile_expression
 from nexus_events.projection import quote_ident
 from nexus_events.publish import Outgoing
-from nexus_events.runstate import TERMINAL_EVENTS
+from nexus_events.runstate import TERMINAL_EVENTS, RunEvent
 from nexus_events.streams import CHANNELS, INBOX, RUNS
 
 from nexus_flows.engine import Engine, publish_gate_decision
-from nexus_flows.state import STEP_DONE, WAITING, step_key
+from nexus_flows.state import step_key
 from nexus_flows.store import NO_ITEM, SCHEMA, load_state
 
 log = logging.getLogger(__name__)
@@ -111,10 +120,12 @@ class Bridges:
         state = await load_state(self.pool, fid, self.schema)
         if state is None:
             return
-        rec = state["steps"].get(step_key(step, round, item))
-        if rec is None or rec["status"] in STEP_DONE:
+        rec = state.steps.get(step_key(step, round, item))
+        if rec is None or rec.status in STEP_ENDED:
             return
-        status: Literal["succeeded", "failed", "cancelled"] = "succeeded"
+        status: Literal[StepStatus.SUCCEEDED, StepStatus.FAILED, StepStatus.CANCELLED] = (
+            StepStatus.SUCCEEDED
+        )
         reason = event.reason
         message = event.message
         output: dict[str, Any] = {}
@@ -133,13 +144,14 @@ class Bridges:
             ):
                 problem = output_error(schema, output)
                 if problem is not None:
-                    status, reason = "failed", FlowReason.INVALID_OUTPUT
+                    status, reason = StepStatus.FAILED, FlowReason.INVALID_OUTPUT
                     message = (
                         f"run {run_id} output does not fit the {whose} output_schema: {problem}"
                     )
                     break
         else:
-            status = "cancelled" if event.event_name == "cancelled" else "failed"
+            cancelled = isinstance(event, RunCancelled)
+            status = StepStatus.CANCELLED if cancelled else StepStatus.FAILED
         finished = FlowStepFinished(
             step=step,
             round=round,
@@ -153,14 +165,17 @@ class Bridges:
             branch=branch,
         )
         await self.bus.publish(
-            subjects.flow_event(fid, "step_finished"), finished, msg_id=f"flow:{run_id}:finished"
+            subjects.flow_event(fid, FlowEvent.STEP_FINISHED),
+            finished,
+            msg_id=f"flow:{run_id}:finished",
         )
 
     async def _agent_schema(self, run_id: str) -> dict[str, Any] | None:
         """The agent's output_schema as core assembled it into the run (`prepared`): one
         direct get of the subject's last message, not a consumer per run."""
         try:
-            raw = await self.bus.js.get_last_msg(RUNS, subjects.run_event(run_id, "prepared"))
+            subject = subjects.run_event(run_id, RunEvent.PREPARED)
+            raw = await self.bus.js.get_last_msg(RUNS, subject)
         except nats.js.errors.NotFoundError:
             return None
         with contextlib.suppress(NexusError):
@@ -184,10 +199,10 @@ class Bridges:
                     WHERE s.run_id = $1 AND s.kind = 'gate'""",
                 gate_run_id,
             )
-            if row is None or row["flow_status"] in ("completed", "failed", "cancelled"):
+            if row is None or row["flow_status"] in FLOW_TERMINAL:
                 continue  # not a flow's gate, or its flow has ended
-            if row["status"] != WAITING:
-                if row["status"] == "running":
+            if row["status"] != StepStatus.WAITING:
+                if row["status"] == StepStatus.RUNNING:
                     d.retry(0.5)  # the gate's `waiting` is not applied yet
                 continue  # decided already: the first decision won
             if row["approval_id"] != event.approval_id:
@@ -214,8 +229,9 @@ class Bridges:
                 continue
             rows = await self.pool.fetch(
                 f"SELECT flow_run_id, step, round FROM {self.q}.flow_steps"
-                " WHERE status = 'waiting' AND wait_kind = 'event' AND wait_source = $1",
+                " WHERE status = $2 AND wait_kind = 'event' AND wait_source = $1",
                 event.source,
+                StepStatus.WAITING.value,
             )
             for row in rows:
                 await self._match(row, event)
@@ -225,9 +241,10 @@ class Bridges:
         state = await load_state(self.pool, fid, self.schema)
         if state is None:
             return
-        rec = state["steps"].get(step_key(row["step"], row["round"]))
-        if rec is None or rec["waiting"] is None:
+        rec = state.steps.get(step_key(row["step"], row["round"]))
+        if rec is None or rec.waiting is None:
             return
+        correlation_id = rec.waiting.correlation_id
         spec = self.engine.definition(state).step(row["step"])
         wait_event = getattr(spec, "event", None)
         if wait_event is None:
@@ -235,21 +252,21 @@ class Bridges:
         ctx = {"source": event.source, "kind": event.kind or "", "payload": event.payload}
         try:
             key = compile_expression(wait_event.key).evaluate(ctx)
-            if str(key) != rec["waiting"]["correlation_id"]:
+            if str(key) != correlation_id:
                 return
             if wait_event.when is not None and not compile_expression(wait_event.when).test(ctx):
                 return
         except ExpressionError:
             return  # this webhook does not have what the wait looks at: not a match
         signal = FlowSignal(
-            correlation_id=rec["waiting"]["correlation_id"],
+            correlation_id=correlation_id or "",
             payload=event.payload,
             sent_by=f"webhook:{event.source}",
         )
         await self.bus.publish_many(
             [
                 Outgoing(
-                    subjects.flow_event(fid, "signal"),
+                    subjects.flow_event(fid, FlowEvent.SIGNAL),
                     signal,
                     msg_id=f"flow:{fid}:signal:webhook:{event.delivery_id}",
                 )

@@ -13,7 +13,7 @@ import asyncio
 import contextlib
 import json
 import logging
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import Any
 
 import asyncpg
@@ -26,16 +26,19 @@ from nexus_events.codec import Decoded
 from nexus_events.errors import NexusError
 from nexus_events.events import ApprovalDecided, FlowRequested, RunRequested
 from nexus_events.events.flows import (
+    FLOW_TERMINAL,
     FlowAccepted,
     FlowCancelled,
     FlowCompleted,
     FlowDefinition,
+    FlowEvent,
     FlowFailed,
     FlowReason,
     FlowResumed,
     FlowStatus,
     FlowStepStarted,
     FlowWaiting,
+    StepStatus,
 )
 from nexus_events.events.queries import FlowDefinitionGet, FlowDefinitionView
 from nexus_events.events.runs import Origin
@@ -44,11 +47,14 @@ from nexus_events.leadership import FencedProjectionRunner
 from nexus_events.periodic import PeriodicTask
 from nexus_events.projection import quote_ident
 from nexus_events.publish import Outgoing
+from nexus_events.runstate import RunEvent
 from nexus_events.streams import FLOWS, RUNS
 
-from nexus_flows.decide import decide, msg_id, run_input, terminal_msg_id
+from nexus_flows.clock import Clock, SystemClock
+from nexus_flows.decide import decide, run_input
+from nexus_flows.messages import msg_id, terminal_msg_id
 from nexus_flows.metrics import FlowMetrics
-from nexus_flows.state import RUNNING, State, is_terminal
+from nexus_flows.records import FlowState, StepRecord
 from nexus_flows.store import SCHEMA, FlowsProjection, load_state
 
 log = logging.getLogger(__name__)
@@ -91,8 +97,11 @@ class Engine:
         catalog_retry: float = 2.0,
         metrics: FlowMetrics | None = None,
         concurrency: int = 16,
+        clock: Clock | None = None,
     ) -> None:
         self.bus = bus
+        # What "now" is for due waits, gate expiries and hand-off times (tests move it).
+        self.clock: Clock = clock or SystemClock()
         self.metrics = metrics or FlowMetrics()
         self.concurrency = concurrency
         self.pool = pool
@@ -131,7 +140,7 @@ class Engine:
     async def start(self) -> None:
         rows = await self.pool.fetch(
             f"SELECT flow_run_id FROM {self.q}.flow_runs WHERE status <> ALL($1::text[])",
-            ["completed", "failed", "cancelled"],
+            sorted(s.value for s in FLOW_TERMINAL),
         )
         live = {r["flow_run_id"] for r in rows}
         self._inherited |= live
@@ -140,7 +149,7 @@ class Engine:
         # carried them; one that a crash interrupted is found here. Re-publishing one that
         # was done already is harmless: the fold keeps the first `requested` of an id.
         async for msg in self.bus.replay_raw(
-            FLOWS, filter_subject=subjects.flow_event(subjects.NEW_RUN_TOKEN, "requested")
+            FLOWS, filter_subject=subjects.flow_event(subjects.NEW_RUN_TOKEN, FlowEvent.REQUESTED)
         ):
             with contextlib.suppress(NexusError):
                 self.new_requests.append(decode_msg(msg))
@@ -162,7 +171,7 @@ class Engine:
             await self._step_all(touched)
             if loop.time() >= self._next_tick:
                 self._next_tick = loop.time() + self.timer_interval
-                await self.fire_due(datetime.now(UTC))
+                await self.fire_due(self.clock.now())
                 await self._retry_catalog()
         except Exception:  # logged by the periodic task, which retries after a pause
             self.errors += 1
@@ -192,14 +201,14 @@ class Engine:
 
     async def step(self, flow_run_id: str) -> None:
         state = await load_state(self.pool, flow_run_id, self.schema)
-        if state is None or is_terminal(state):
+        if state is None or state.terminal:
             self._inherited.discard(flow_run_id)
             return
-        if state["definition"] is None:
+        if state.definition is None:
             await self._accept(state)
             return
         definition = self.definition(state)
-        actions = decide(state, definition, datetime.now(UTC))
+        actions = decide(state, definition, self.clock.now())
         if actions:
             await self.bus.publish_many(actions)
             self._count(actions)
@@ -217,25 +226,26 @@ class Engine:
             elif isinstance(event, FlowCompleted | FlowFailed | FlowCancelled):
                 self.metrics.finished(event.event_name)
 
-    def definition(self, state: State) -> FlowDefinition:
-        key = f"{state['flow']}@{state['revision']}"
+    def definition(self, state: FlowState) -> FlowDefinition:
+        key = f"{state.flow}@{state.revision}"
         found = self._definitions.get(key)
         if found is None:
-            found = FlowDefinition.model_validate(state["definition"])
+            found = FlowDefinition.model_validate(state.definition)
             self._definitions[key] = found
         return found
 
-    async def _reconcile(self, state: State, definition: FlowDefinition) -> None:
+    async def _reconcile(self, state: FlowState, definition: FlowDefinition) -> None:
         """Request the run of every applied, unfinished run step: once per process, and not
         at all when NEXUS_RUNS holds its request already (see `_stored_request`)."""
-        fid = state["flow_run_id"]
+        fid = state.flow_run_id
         inherited = fid in self._inherited
         out = []
-        handed: list[dict[str, Any]] = []
-        for rec in state["steps"].values():
-            run_id = rec["run_id"]
-            if rec["kind"] not in ("run", "map") or not run_id or rec["status"] != RUNNING:
-                self._requested.discard(run_id)  # finished: no need to remember it
+        handed: list[StepRecord] = []
+        for rec in state.steps.values():
+            run_id = rec.run_id
+            if rec.kind not in ("run", "map") or not run_id or rec.status != StepStatus.RUNNING:
+                if run_id:
+                    self._requested.discard(run_id)  # finished: no need to remember it
                 continue
             if run_id in self._requested:
                 continue
@@ -250,7 +260,7 @@ class Engine:
             for rec in handed:
                 before = _finished_before(state, rec)
                 if before is not None:
-                    self.metrics.handoff((datetime.now(UTC) - before).total_seconds())
+                    self.metrics.handoff((self.clock.now() - before).total_seconds())
         self._inherited.discard(fid)  # every step it had is requested now, once
 
     async def _stored_request(self, run_id: str) -> bool:
@@ -259,47 +269,48 @@ class Engine:
         JetStream drops a repeat of the message id only within its duplicate window (2 min
         by default); a restart after that would store a second request of the same run."""
         try:
-            await self.bus.js.get_last_msg(RUNS, subjects.run_event(run_id, "requested"))
+            await self.bus.js.get_last_msg(RUNS, subjects.run_event(run_id, RunEvent.REQUESTED))
         except nats.js.errors.NotFoundError:
             return False
         return True
 
     def _run_request(
-        self, state: State, definition: FlowDefinition, rec: dict[str, Any]
+        self, state: FlowState, definition: FlowDefinition, rec: StepRecord
     ) -> Outgoing:
-        spec = definition.step(rec["step"])
+        spec = definition.step(rec.step)
         repo = getattr(spec, "repo", None) or carried_repo(state, definition, rec)
         labels = {
-            "flow_run_id": state["flow_run_id"],
-            "flow": state["flow"],
-            "step": rec["step"],
-            "round": str(rec["round"]),
+            "flow_run_id": state.flow_run_id,
+            "flow": state.flow,
+            "step": rec.step,
+            "round": str(rec.round),
         }
-        if rec["item"] is not None:
-            labels["item"] = str(rec["item"])
+        if rec.item is not None:
+            labels["item"] = str(rec.item)
         request = RunRequested(
-            agent_id=rec["agent_id"],
-            task_id=state["task_id"],
+            agent_id=rec.agent_id,
+            task_id=state.task_id,
             input=run_input(state, definition, rec),
             repo=repo,
-            origin=Origin(state["origin"]),
-            requested_by=state["requested_by"] or f"flow:{state['flow_run_id']}",
+            origin=Origin(state.origin),
+            requested_by=state.requested_by or f"flow:{state.flow_run_id}",
             labels=labels,
             plan_mode=getattr(spec, "plan_mode", None),
         )
-        run_id = rec["run_id"]
+        run_id = rec.run_id
+        assert run_id is not None  # `_reconcile` requests only steps with a run
         return Outgoing(
             subjects.run_event(run_id, "requested"), request, msg_id=f"flowrun:{run_id}:requested"
         )
 
     # -- accepting -----------------------------------------------------------------------
 
-    async def _accept(self, state: State) -> None:
-        fid = state["flow_run_id"]
+    async def _accept(self, state: FlowState) -> None:
+        fid = state.flow_run_id
         loop = asyncio.get_running_loop()
         if self._catalog_after.get(fid, 0.0) > loop.time():
             return
-        query = FlowDefinitionGet(id=state["flow"], revision=state["requested_revision"])
+        query = FlowDefinitionGet(id=state.flow, revision=state.requested_revision)
         try:
             reply = await self.bus.nc.request(
                 subjects.CORE_CATALOG_FLOWS_GET,
@@ -308,7 +319,7 @@ class Engine:
             )
         except (nats.errors.TimeoutError, nats.errors.NoRespondersError):
             self._catalog_after[fid] = loop.time() + self.catalog_retry
-            log.warning("core's catalog did not answer for flow %s; retrying", state["flow"])
+            log.warning("core's catalog did not answer for flow %s; retrying", state.flow)
             return
         self._catalog_after.pop(fid, None)
         body = json.loads(reply.data or b"{}")
@@ -319,20 +330,18 @@ class Engine:
                 reason = FlowReason.UNKNOWN_FLOW if code == 404 else FlowReason.INVALID_REQUEST
                 failed = FlowFailed(reason=reason, message=str(error.get("message", "")))
                 await self.bus.publish(
-                    subjects.flow_event(fid, "failed"),
+                    subjects.flow_event(fid, FlowEvent.FAILED),
                     failed,
-                    msg_id=terminal_msg_id(state, "failed"),
+                    msg_id=terminal_msg_id(state, FlowEvent.FAILED),
                 )
-                self.metrics.finished("failed")
+                self.metrics.finished(FlowEvent.FAILED)
                 return
             self._catalog_after[fid] = loop.time() + self.catalog_retry
             return
         view = FlowDefinitionView.model_validate(body)
-        accepted = FlowAccepted(
-            flow=state["flow"], revision=view.revision, definition=view.definition
-        )
+        accepted = FlowAccepted(flow=state.flow, revision=view.revision, definition=view.definition)
         await self.bus.publish(
-            subjects.flow_event(fid, "accepted"), accepted, msg_id=f"flow:{fid}:accepted"
+            subjects.flow_event(fid, FlowEvent.ACCEPTED), accepted, msg_id=f"flow:{fid}:accepted"
         )
         self.metrics.started()
 
@@ -364,8 +373,9 @@ class Engine:
         rows = await self.pool.fetch(
             f"""SELECT flow_run_id, step, round, wait_kind, approval_id, run_id
                 FROM {self.q}.flow_steps
-                WHERE status = 'waiting' AND until IS NOT NULL AND until <= $1""",
+                WHERE status = $2 AND until IS NOT NULL AND until <= $1""",
             now,
+            StepStatus.WAITING.value,
         )
         for r in rows:
             fid, step, round = r["flow_run_id"], r["step"], r["round"]
@@ -375,9 +385,9 @@ class Engine:
                 continue
             by = "timer" if kind == "timer" else "timeout"
             await self.bus.publish(
-                subjects.flow_event(fid, "resumed"),
+                subjects.flow_event(fid, FlowEvent.RESUMED),
                 FlowResumed(step=step, round=round, by=by),
-                msg_id=msg_id(fid, "resumed", step, round, None),
+                msg_id=msg_id(fid, FlowEvent.RESUMED, step, round, None),
             )
 
     async def _expire_gate(
@@ -398,7 +408,7 @@ class Engine:
 
     async def flow_status(self, flow_run_id: str) -> FlowStatus | None:
         state = await load_state(self.pool, flow_run_id, self.schema)
-        return None if state is None else FlowStatus(state["status"])
+        return None if state is None else state.status
 
 
 async def publish_gate_decision(
@@ -420,7 +430,7 @@ async def publish_gate_decision(
     await bus.publish_many(
         [
             Outgoing(
-                subjects.run_event(gate_run_id, "approval_decided"),
+                subjects.run_event(gate_run_id, RunEvent.APPROVAL_DECIDED),
                 ApprovalDecided(
                     approval_id=approval_id,
                     decision=by,
@@ -431,9 +441,9 @@ async def publish_gate_decision(
                 msg_id=f"flow:{gate_run_id}:approval_decided:{approval_id}",
             ),
             Outgoing(
-                subjects.flow_event(fid, "resumed"),
+                subjects.flow_event(fid, FlowEvent.RESUMED),
                 FlowResumed(step=step, round=round, by=by, decided_by=decided_by, comment=comment),
-                msg_id=msg_id(fid, "resumed", step, round, None),
+                msg_id=msg_id(fid, FlowEvent.RESUMED, step, round, None),
             ),
         ]
     )
@@ -442,29 +452,28 @@ async def publish_gate_decision(
 __all__ = ["Engine", "FlowsRunner", "generated_flow_run_id", "publish_gate_decision"]
 
 
-def carried_repo(state: State, definition: FlowDefinition, rec: dict[str, Any]) -> RepoSpec | None:
+def carried_repo(state: FlowState, definition: FlowDefinition, rec: StepRecord) -> RepoSpec | None:
     """The flow's repository, based on the branch of the last step before `rec` that left one:
     the implementer's branch is what the reviewer reads and the tester tests, and a next
     implementer round starts from the last one. Only steps started before `rec` count, so a
     repeated request for the same run is the same request."""
-    base = RepoSpec.model_validate(state["repo"]) if state["repo"] else definition.repo
+    base = state.repo or definition.repo
     if base is None:
         return None
     earlier = [
         r
-        for r in state["steps"].values()
-        if r["item"] is None and r["n"] < rec["n"] and r["status"] == "succeeded" and r["branch"]
+        for r in state.steps.values()
+        if r.item is None and r.n < rec.n and r.status == StepStatus.SUCCEEDED and r.branch
     ]
     if not earlier:
         return base
-    last = max(earlier, key=lambda r: r["n"])
-    return base.model_copy(update={"ref": last["branch"], "branch": None})
+    last = max(earlier, key=lambda r: r.n)
+    return base.model_copy(update={"ref": last.branch, "branch": None})
 
 
-def _finished_before(state: State, rec: dict[str, Any]) -> datetime | None:
+def _finished_before(state: FlowState, rec: StepRecord) -> datetime | None:
     """When the step before `rec` (in start order, outside maps) finished, if it has."""
-    earlier = [r for r in state["steps"].values() if r["item"] is None and r["n"] < rec["n"]]
-    if rec["item"] is not None or not earlier:
+    earlier = [r for r in state.steps.values() if r.item is None and r.n < rec.n]
+    if rec.item is not None or not earlier:
         return None
-    last = max(earlier, key=lambda r: r["n"])
-    return datetime.fromisoformat(last["finished_at"]) if last["finished_at"] else None
+    return max(earlier, key=lambda r: r.n).finished_at

@@ -42,7 +42,7 @@ class FlowMetrics:
         self._started.add(1)
 
     def finished(self, status: str) -> None:
-        self._finished.add(1, {"status": status})
+        self._finished.add(1, {"status": str(status)})  # a FlowEvent member: its plain name
 
     def step_started(self, kind: str) -> None:
         self._steps.add(1, {"kind": kind})

@@ -4,13 +4,13 @@ service (validation, error replies and 500s as every Nexus micro service: nexus_
 from __future__ import annotations
 
 import functools
-import json
 from typing import Any
 
 import asyncpg
 from nats.micro.service import Service
 from nexus_events import micro, subjects
 from nexus_events.events.flows import (
+    STEP_ENDED,
     FlowRunView,
     FlowsGet,
     FlowsList,
@@ -20,48 +20,48 @@ from nexus_events.events.flows import (
 from nexus_events.micro import Handler, QueryError
 from nexus_events.projection import quote_ident
 
-from nexus_flows.state import STEP_DONE, State, is_terminal
+from nexus_flows.records import FlowState
 from nexus_flows.store import SCHEMA
 
 SERVICE_NAME = "nexus-flows"
 endpoint_handler = functools.partial(micro.endpoint_handler, service="flows")
 
 
-def flow_view(s: State) -> FlowRunView:
+def flow_view(s: FlowState) -> FlowRunView:
     """A flow run as queries show it."""
-    current = s["steps"].get(s["current"] or "")
+    current = s.steps.get(s.current or "")
     steps = [
         FlowStepView(
-            step=r["step"],
-            kind=r["kind"],
-            round=r["round"],
-            item=r["item"],
-            status=r["status"],
-            run_id=r["run_id"],
-            agent_id=r["agent_id"],
-            reason=r["reason"],
-            approval_id=(r["waiting"] or {}).get("approval_id"),
-            started_at=r["started_at"],
-            finished_at=r["finished_at"],
+            step=r.step,
+            kind=r.kind,
+            round=r.round,
+            item=r.item,
+            status=r.status.value,
+            run_id=r.run_id,
+            agent_id=r.agent_id,
+            reason=r.reason,
+            approval_id=r.waiting.approval_id if r.waiting else None,
+            started_at=r.started_at,
+            finished_at=r.finished_at,
         )
-        for r in sorted(s["steps"].values(), key=lambda r: int(r["n"]))
+        for r in sorted(s.steps.values(), key=lambda r: r.n)
     ]
-    live = current is not None and not is_terminal(s) and current["status"] not in STEP_DONE
+    live = current is not None and not s.terminal and current.status not in STEP_ENDED
     return FlowRunView(
-        flow_run_id=s["flow_run_id"],
-        flow=s["flow"],
-        revision=s["revision"],
-        status=s["status"],
-        reason=s["reason"],
-        message=s["message"],
-        task_id=s["task_id"],
-        current_step=current["step"] if live and current else None,
-        origin=s["origin"],
-        requested_by=s["requested_by"],
-        requested_at=s["requested_at"],
-        updated_at=s["updated_at"],
+        flow_run_id=s.flow_run_id,
+        flow=s.flow,
+        revision=s.revision,
+        status=s.status,
+        reason=s.reason,
+        message=s.message,
+        task_id=s.task_id,
+        current_step=current.step if live and current else None,
+        origin=s.origin.value,
+        requested_by=s.requested_by,
+        requested_at=s.requested_at,
+        updated_at=s.updated_at,
         steps=steps,
-        outputs=s["outputs"],
+        outputs=s.outputs,
     )
 
 
@@ -92,7 +92,7 @@ class FlowsQueries:
         )
         if raw is None:
             raise QueryError(404, f"no flow run {query.flow_run_id!r}")
-        return flow_view(json.loads(raw))
+        return flow_view(FlowState.load(raw))
 
     async def list(self, query: FlowsList) -> FlowsListReply:
         where: list[str] = []
@@ -118,6 +118,6 @@ class FlowsQueries:
         page = rows[: query.limit]
         more = len(rows) > query.limit
         return FlowsListReply(
-            flows=[flow_view(json.loads(r["state"])) for r in page],
+            flows=[flow_view(FlowState.load(r["state"])) for r in page],
             next_cursor=str(page[-1]["first_seq"]) if more and page else None,
         )

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
-from datetime import datetime
 from typing import Any
 
 import asyncpg
@@ -15,7 +14,8 @@ from nexus_events.codec import Decoded
 from nexus_events.projection import Conn, Source, quote_ident
 from nexus_events.streams import FLOWS
 
-from nexus_flows.state import State, fold
+from nexus_flows.records import FlowState
+from nexus_flows.state import fold
 
 SCHEMA = "flows"
 NO_ITEM = -1  # flow_steps.item of a step's own row (a key column cannot be NULL)
@@ -78,9 +78,9 @@ class FlowsProjection:
 
     async def apply(self, conn: Conn, schema: str, batch: Sequence[Decoded]) -> None:
         q = quote_ident(schema)
-        states: dict[str, State | None] = {}
+        states: dict[str, FlowState | None] = {}
         first: dict[str, int] = {}
-        before: dict[str, State | None] = {}
+        before: dict[str, FlowState | None] = {}
         for d in batch:
             fid = d.address.ids.get("flow_run_id")
             if fid is None or fid == subjects.NEW_RUN_TOKEN:
@@ -89,7 +89,7 @@ class FlowsProjection:
                 raw = await conn.fetchval(
                     f"SELECT state FROM {q}.flow_runs WHERE flow_run_id = $1 FOR UPDATE", fid
                 )
-                states[fid] = None if raw is None else json.loads(raw)
+                states[fid] = None if raw is None else FlowState.load(raw)
                 before[fid] = states[fid]
                 first[fid] = d.envelope.stream_seq or 0
             states[fid] = fold(states[fid], fid, d.event, d.envelope.timestamp)
@@ -100,27 +100,27 @@ class FlowsProjection:
             self._touched.add(fid)
 
 
-async def _write(conn: Conn, q: str, s: State, seq: int, old: State | None) -> None:
+async def _write(conn: Conn, q: str, s: FlowState, seq: int, old: FlowState | None) -> None:
     await conn.execute(
         f"""INSERT INTO {q}.flow_runs
                 (flow_run_id, flow, status, task_id, first_seq, requested_at, updated_at, state)
             VALUES ($1, $2, $3, $4, $5, $6, $7, $8)
             ON CONFLICT (flow_run_id) DO UPDATE SET status = EXCLUDED.status,
                 updated_at = EXCLUDED.updated_at, state = EXCLUDED.state""",
-        s["flow_run_id"],
-        s["flow"],
-        s["status"],
-        s["task_id"],
+        s.flow_run_id,
+        s.flow,
+        s.status.value,
+        s.task_id,
         seq,
-        _ts(s["requested_at"]),
-        _ts(s["updated_at"]),
-        json.dumps(s, sort_keys=True),
+        s.requested_at,
+        s.updated_at,
+        json.dumps(s.document(), sort_keys=True),
     )
-    old_steps = (old or {}).get("steps", {})
-    for key, rec in s["steps"].items():
+    old_steps = {} if old is None else old.steps
+    for key, rec in s.steps.items():
         if old_steps.get(key) == rec:
             continue
-        waiting = rec["waiting"] or {}
+        waiting = rec.waiting
         await conn.execute(
             f"""INSERT INTO {q}.flow_steps (flow_run_id, step, round, item, kind, status,
                     run_id, agent_id, reason, approval_id, wait_kind, wait_source, until,
@@ -131,35 +131,31 @@ async def _write(conn: Conn, q: str, s: State, seq: int, old: State | None) -> N
                     reason = EXCLUDED.reason, approval_id = EXCLUDED.approval_id,
                     wait_kind = EXCLUDED.wait_kind, wait_source = EXCLUDED.wait_source,
                     until = EXCLUDED.until, finished_at = EXCLUDED.finished_at""",
-            s["flow_run_id"],
-            rec["step"],
-            rec["round"],
-            NO_ITEM if rec["item"] is None else rec["item"],
-            rec["kind"],
-            rec["status"],
-            rec["run_id"],
-            rec["agent_id"],
-            rec["reason"],
-            waiting.get("approval_id"),
-            waiting.get("kind"),
-            waiting.get("source"),
-            _ts(waiting.get("until")),
-            _ts(rec["started_at"]),
-            _ts(rec["finished_at"]),
+            s.flow_run_id,
+            rec.step,
+            rec.round,
+            NO_ITEM if rec.item is None else rec.item,
+            rec.kind,
+            rec.status.value,
+            rec.run_id,
+            rec.agent_id,
+            rec.reason,
+            waiting and waiting.approval_id,
+            waiting and waiting.kind,
+            waiting and waiting.source,
+            waiting and waiting.until,
+            rec.started_at,
+            rec.finished_at,
         )
-
-
-def _ts(value: str | None) -> datetime | None:
-    return None if value is None else datetime.fromisoformat(value)
 
 
 async def load_state(
     pool: asyncpg.Pool[Any] | Conn, flow_run_id: str, schema: str = SCHEMA
-) -> State | None:
+) -> FlowState | None:
     raw = await pool.fetchval(
         f"SELECT state FROM {quote_ident(schema)}.flow_runs WHERE flow_run_id = $1", flow_run_id
     )
-    return None if raw is None else dict(json.loads(raw))
+    return None if raw is None else FlowState.load(raw)
 
 
 __all__ = ["NO_ITEM", "SCHEMA", "FlowsProjection", "load_state"]

@@ -11,6 +11,7 @@ from nexus_events.bus import Bus
 from nexus_events.events.flows import FlowDefinition
 
 from nexus_flows.app import FlowsApp
+from nexus_flows.clock import ManualClock
 
 from .harness import Catalog, FakeRunner, Script, start_app
 
@@ -22,10 +23,12 @@ class Env:
     catalog: Catalog
     runner: FakeRunner
     app: FlowsApp
+    # The flows engine's clock: due waits and gate expiries fire when a test moves it.
+    clock: ManualClock
 
     async def restart(self) -> None:
         await self.app.stop()
-        self.app = await start_app(self.bus, self.pool)
+        self.app = await start_app(self.bus, self.pool, self.clock)
 
 
 EnvFactory = Callable[[list[FlowDefinition], Script], Awaitable[Env]]
@@ -43,8 +46,9 @@ async def make_env(bus: Bus, pg_pool: asyncpg.Pool[Any]) -> AsyncIterator[EnvFac
             runner = FakeRunner(bus, script)
             await runner.start()
             stack.push_async_callback(runner.stop)
-            app = await start_app(bus, pg_pool)
-            env = Env(bus, pg_pool, catalog, runner, app)
+            clock = ManualClock()
+            app = await start_app(bus, pg_pool, clock)
+            env = Env(bus, pg_pool, catalog, runner, app, clock)
             envs.append(env)
             return env
 

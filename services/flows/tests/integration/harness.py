@@ -33,6 +33,7 @@ from nexus_events.streams import RUNS
 from nexus_testing import eventually
 
 from nexus_flows.app import FlowsApp
+from nexus_flows.clock import Clock
 from nexus_flows.config import FlowsSettings
 
 ROOT = Path(__file__).resolve().parents[4]
@@ -197,8 +198,8 @@ def settings() -> FlowsSettings:
     )
 
 
-async def start_app(bus: Bus, pool: asyncpg.Pool[Any]) -> FlowsApp:
-    app = FlowsApp(settings(), bus=bus, pool=pool)
+async def start_app(bus: Bus, pool: asyncpg.Pool[Any], clock: Clock | None = None) -> FlowsApp:
+    app = FlowsApp(settings(), bus=bus, pool=pool, clock=clock)
     await app.start()
     return app
 

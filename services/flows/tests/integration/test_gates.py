@@ -59,6 +59,10 @@ async def test_loop_cap_escalates_to_the_gate_and_approval_grants_rounds(
     assert [d.decision for d in decided if isinstance(d, ApprovalDecided)] == ["approved"]
 
 
+# Longer than any test runs: only the engine's clock moving expires these gates.
+HOUR = 3600.0
+
+
 def gate_flow(flow_id: str, **gate: Any) -> Any:
     return flow(
         {
@@ -85,9 +89,11 @@ async def test_gate_denied_fails_the_flow(make_env: EnvFactory) -> None:
 
 async def test_gate_expires_with_its_default_and_a_late_answer_loses(make_env: EnvFactory) -> None:
     env = await make_env(
-        [gate_flow("auto", expires_in=0.5, default="approved")], lambda run_id, req: {}
+        [gate_flow("auto", expires_in=HOUR, default="approved")], lambda run_id, req: {}
     )
     await request_flow(env.bus, "g3", "auto", input="v2")
+    await wait_status(env.bus, "g3", "waiting")
+    env.clock.advance(HOUR + 60)
     view = await wait_status(env.bus, "g3", "completed")
     assert view.outputs["ask"]["approved"] is True
     assert list(env.runner.requests) == ["g3-ship-r1"]
@@ -101,8 +107,10 @@ async def test_gate_expires_with_its_default_and_a_late_answer_loses(make_env: E
 
 
 async def test_gate_expiry_denied_by_default(make_env: EnvFactory) -> None:
-    env = await make_env([gate_flow("strict", expires_in=0.3)], lambda run_id, req: {})
+    env = await make_env([gate_flow("strict", expires_in=HOUR)], lambda run_id, req: {})
     await request_flow(env.bus, "g4", "strict", input="v3")
+    await wait_status(env.bus, "g4", "waiting")
+    env.clock.advance(HOUR + 60)
     view = await wait_status(env.bus, "g4", "failed")
     assert view.reason == "gate_denied"
     assert view.outputs["ask"]["approved"] is False

@@ -30,9 +30,15 @@ def done(run_id: str, req: RunRequested) -> Any:
     return {"ok": True}
 
 
+# Longer than any test runs: only the engine's clock moving fires these waits.
+HOUR = 3600.0
+
+
 async def test_timer_wait_resumes_when_due(make_env: EnvFactory) -> None:
-    env = await make_env([wait_flow("timed", {"timer": 0.4})], done)
+    env = await make_env([wait_flow("timed", {"timer": HOUR})], done)
     await request_flow(env.bus, "w1", "timed")
+    await wait_status(env.bus, "w1", "waiting")
+    env.clock.advance(HOUR + 60)
     view = await wait_status(env.bus, "w1", "completed")
     assert view.outputs["hold"] == {"by": "timer", "payload": None}
 
@@ -79,8 +85,12 @@ async def test_event_wait_resumes_on_a_matching_webhook(make_env: EnvFactory) ->
 
 
 async def test_event_wait_times_out(make_env: EnvFactory) -> None:
-    env = await make_env([wait_flow("late", {"event": {"correlation": "x"}, "timeout": 0.3})], done)
+    env = await make_env(
+        [wait_flow("late", {"event": {"correlation": "x"}, "timeout": HOUR})], done
+    )
     await request_flow(env.bus, "w4", "late")
+    await wait_status(env.bus, "w4", "waiting")
+    env.clock.advance(HOUR + 60)
     view = await wait_status(env.bus, "w4", "failed")
     assert view.reason == "wait_timeout"
     assert env.runner.requests == {}

@@ -18,7 +18,8 @@ from nexus_events.events.flows import (
 )
 
 from nexus_flows.decide import decide, run_input
-from nexus_flows.state import State, fold
+from nexus_flows.records import FlowState
+from nexus_flows.state import fold
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
 
@@ -37,8 +38,8 @@ LOOP = FlowDefinition.model_validate(
 )  # fmt: skip
 
 
-def run(events: list[Event], definition: FlowDefinition = LOOP) -> State:
-    state: State | None = None
+def run(events: list[Event], definition: FlowDefinition = LOOP) -> FlowState:
+    state: FlowState | None = None
     for n, e in enumerate(events):
         state = fold(state, "f", e, T0 + timedelta(seconds=n))
     assert state is not None
@@ -52,7 +53,7 @@ def accepted(definition: FlowDefinition = LOOP) -> list[Event]:
     ]
 
 
-def names(state: State, definition: FlowDefinition = LOOP) -> list[tuple[str, Any]]:
+def names(state: FlowState, definition: FlowDefinition = LOOP) -> list[tuple[str, Any]]:
     out = []
     for o in decide(state, definition):
         e = o.event
@@ -71,14 +72,14 @@ def ok(step: str, round: int = 1, item: int | None = None, **output: Any) -> Flo
 def test_fold_is_idempotent_event_by_event() -> None:
     events = [*accepted(), started("work", run_id="f-work-r1"), ok("work"), started("check")]
     once = run(events)
-    twice: State | None = None
+    twice: FlowState | None = None
     for n, e in enumerate(events):
         at = T0 + timedelta(seconds=n)
         twice = fold(fold(twice, "f", e, at), "f", e, at)
     assert twice == once
     # A repeat later on (after JetStream's duplicate window) changes nothing either.
     assert fold(once, "f", events[2], T0 + timedelta(hours=1)) is once
-    assert list(once["steps"]) == ["work/1/", "check/1/"]
+    assert list(once.steps) == ["work/1/", "check/1/"]
 
 
 def test_decide_starts_the_first_step_with_its_input_and_run_id() -> None:
@@ -120,16 +121,17 @@ def test_expired_gate_decides_with_its_default_and_grants_rounds() -> None:
     assert isinstance(finished, FlowStepFinished)
     assert finished.output["approved"] is True  # default: approved
     state = run([*gate_events("expired"), finished])
-    assert state["bonus"] == {"work": 2}
+    assert state.bonus == {"work": 2}
     assert names(state) == [("step_started", "work", 3)]
 
 
 def test_gate_waiting_expires_at_start_plus_expires_in() -> None:
     events = gate_events("approved")[:-1]
     state = run(events)
-    waiting = state["steps"]["more/1/"]["waiting"]
-    started_at = datetime.fromisoformat(state["steps"]["more/1/"]["started_at"])
-    assert datetime.fromisoformat(waiting["until"]) == started_at + timedelta(seconds=60)
+    gate = state.steps["more/1/"]
+    assert gate.waiting is not None
+    assert gate.started_at is not None
+    assert gate.waiting.until == gate.started_at + timedelta(seconds=60)
 
 
 MAP = FlowDefinition.model_validate(
@@ -163,8 +165,8 @@ def test_terminal_flows_are_final() -> None:
     state = run(events)
     [completed] = [o.event for o in decide(state, LOOP)]
     final = run([*events, completed, started("work", 2)])
-    assert final["status"] == "completed"
-    assert "work/2/" not in final["steps"]
+    assert final.status == "completed"
+    assert "work/2/" not in final.steps
     assert decide(final, LOOP) == []
 
 
@@ -175,12 +177,12 @@ def test_a_long_input_is_cut_in_the_event_and_whole_in_the_run_request() -> None
     assert isinstance(out.event, FlowStepStarted)
     assert len(out.event.input) == 4000
     state = run([*events, out.event])
-    assert run_input(state, LOOP, state["steps"]["work/1/"]) == "go " + "x" * 5000
+    assert run_input(state, LOOP, state.steps["work/1/"]) == "go " + "x" * 5000
 
 
 def test_steps_outside_the_pinned_definition_are_ignored() -> None:
     state = run([*accepted(), started("nosuch"), ok("nosuch")])
-    assert state["steps"] == {}
+    assert state.steps == {}
     assert names(state) == [("step_started", "work", 1)]
 
 
@@ -194,12 +196,12 @@ def test_a_step_works_on_the_branch_the_step_before_it_left() -> None:
         FlowAccepted(flow="loop", revision=1, definition=LOOP),
     ]
     first = run([*base, started("work", run_id="f-work-r1")])
-    assert carried_repo(first, LOOP, first["steps"]["work/1/"]) == RepoSpec(
+    assert carried_repo(first, LOOP, first.steps["work/1/"]) == RepoSpec(
         url="/srv/repo", ref="main"
     )
     done = FlowStepFinished(step="work", status="succeeded", branch="nexus/f-work-r1")
     state = run([*base, started("work", run_id="f-work-r1"), done, started("check")])
-    check = state["steps"]["check/1/"]
+    check = state.steps["check/1/"]
     assert carried_repo(state, LOOP, check) == RepoSpec(url="/srv/repo", ref="nexus/f-work-r1")
     # Round 2 of `work` starts from the branch round 1 left, whatever finishes after it.
     later = run([
@@ -207,4 +209,4 @@ def test_a_step_works_on_the_branch_the_step_before_it_left() -> None:
         ok("check", again=True), started("work", round=2, run_id="f-work-r2"),
         FlowStepFinished(step="work", round=2, status="succeeded", branch="nexus/f-work-r2"),
     ])  # fmt: skip
-    assert carried_repo(later, LOOP, later["steps"]["work/2/"]).ref == "nexus/f-work-r1"  # type: ignore[union-attr]
+    assert carried_repo(later, LOOP, later.steps["work/2/"]).ref == "nexus/f-work-r1"  # type: ignore[union-attr]

@@ -28,6 +28,7 @@ from typing import Annotated, Any, ClassVar, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from nexus_events import flowgraph
 from nexus_events.events.base import Command, Event, register
 from nexus_events.events.catalog import _CatalogCommand
 from nexus_events.events.channels import ChannelAddress
@@ -38,7 +39,7 @@ from nexus_events.subjects import Family, validate_token
 # Step ids are short and have no '-': a step's run id `<flow_run_id>-<step>-r<round>[-i<item>]`
 # then splits one way only, whatever the flow run id holds.
 STEP_ID = re.compile(r"[a-z][a-z0-9_]{0,31}")
-END = "end"  # a route to `end` completes the flow
+END = flowgraph.END  # a route to `end` completes the flow
 MAX_STEPS = 64
 MAX_ROUNDS = 100
 
@@ -251,9 +252,7 @@ class FlowDefinition(Spec):
 
     @model_validator(mode="after")
     def _graph(self) -> FlowDefinition:
-        from nexus_events.flowgraph import check_graph  # pure; kept apart for its tests
-
-        check_graph(self)
+        flowgraph.check_graph(self)
         return self
 
     def step(self, step_id: str) -> RunStep | MapStep | GateStep | WaitStep:
@@ -302,6 +301,24 @@ class FlowDeleted(_CatalogCommand):
 # -- flow runs ----------------------------------------------------------------------------
 
 
+class FlowEvent(StrEnum):
+    """The name of every flow-run event: the last token of ``nexus.flow.v1.<id>.<event>``."""
+
+    REQUESTED = "requested"
+    ACCEPTED = "accepted"
+    STEP_STARTED = "step_started"
+    STEP_FINISHED = "step_finished"
+    WAITING = "waiting"
+    RESUMED = "resumed"
+    ESCALATED = "escalated"
+    COMPLETED = "completed"
+    FAILED = "failed"
+    CANCELLED = "cancelled"
+    CANCEL_REQUESTED = "cancel_requested"
+    RESUME_REQUESTED = "resume_requested"
+    SIGNAL = "signal"
+
+
 class FlowStatus(StrEnum):
     REQUESTED = "requested"
     RUNNING = "running"
@@ -312,6 +329,19 @@ class FlowStatus(StrEnum):
 
 
 FLOW_TERMINAL = frozenset({FlowStatus.COMPLETED, FlowStatus.FAILED, FlowStatus.CANCELLED})
+
+
+class StepStatus(StrEnum):
+    """Where one step (one round, one map item) of a flow run is."""
+
+    RUNNING = "running"
+    WAITING = "waiting"
+    SUCCEEDED = "succeeded"
+    FAILED = "failed"
+    CANCELLED = "cancelled"
+
+
+STEP_ENDED = frozenset({StepStatus.SUCCEEDED, StepStatus.FAILED, StepStatus.CANCELLED})
 
 
 class _FlowEvent(Event):
@@ -326,7 +356,7 @@ class _FlowCommand(Command):
 class FlowRequested(_FlowCommand):
     """Start a flow run. On ``nexus.flow.v1.new.requested`` the flows service picks the id."""
 
-    event_name: ClassVar[str] = "requested"
+    event_name: ClassVar[str] = FlowEvent.REQUESTED
 
     flow: str = Field(..., description="Flow definition id.")
     revision: int | None = Field(None, ge=1, description="Definition revision; None = latest.")
@@ -350,7 +380,7 @@ class FlowRequested(_FlowCommand):
 class FlowAccepted(_FlowEvent):
     """The definition revision the flow run is pinned to: the audit record of what it runs."""
 
-    event_name: ClassVar[str] = "accepted"
+    event_name: ClassVar[str] = FlowEvent.ACCEPTED
 
     flow: str = Field(..., description="Flow definition id.")
     revision: int = Field(..., ge=1, description="Definition revision pinned.")
@@ -365,7 +395,7 @@ class _StepEvent(_FlowEvent):
 
 @register
 class FlowStepStarted(_StepEvent):
-    event_name: ClassVar[str] = "step_started"
+    event_name: ClassVar[str] = FlowEvent.STEP_STARTED
 
     kind: Literal["run", "map", "gate", "wait"] = Field(..., description="Step kind.")
     run_id: str | None = Field(None, description="The step's run (derived, see step_run_id).")
@@ -376,9 +406,12 @@ class FlowStepStarted(_StepEvent):
 
 @register
 class FlowStepFinished(_StepEvent):
-    event_name: ClassVar[str] = "step_finished"
+    event_name: ClassVar[str] = FlowEvent.STEP_FINISHED
 
-    status: Literal["succeeded", "failed", "cancelled"] = Field(..., description="Outcome.")
+    # The members of STEP_ENDED, spelled once (a Literal keeps the schema a plain string enum).
+    status: Literal[StepStatus.SUCCEEDED, StepStatus.FAILED, StepStatus.CANCELLED] = Field(
+        ..., description="Outcome."
+    )
     reason: str = Field(FlowReason.SUCCEEDED, description="Reason code (a run's, or a flow's).")
     message: str = Field("", description="Human-readable detail.")
     run_id: str | None = Field(None, description="The run it stands for, if any.")
@@ -391,7 +424,7 @@ class FlowStepFinished(_StepEvent):
 
 @register
 class FlowWaiting(_StepEvent):
-    event_name: ClassVar[str] = "waiting"
+    event_name: ClassVar[str] = FlowEvent.WAITING
 
     kind: Literal["gate", "timer", "event"] = Field(..., description="What it waits for.")
     until: datetime | None = Field(None, description="Expiry (gate), fire time or timeout.")
@@ -406,7 +439,7 @@ class FlowWaiting(_StepEvent):
 
 @register
 class FlowResumed(_StepEvent):
-    event_name: ClassVar[str] = "resumed"
+    event_name: ClassVar[str] = FlowEvent.RESUMED
 
     by: Literal["approved", "denied", "expired", "timer", "event", "timeout"] = Field(
         ..., description="What ended the wait."
@@ -418,7 +451,7 @@ class FlowResumed(_StepEvent):
 
 @register
 class FlowEscalated(_StepEvent):
-    event_name: ClassVar[str] = "escalated"
+    event_name: ClassVar[str] = FlowEvent.ESCALATED
 
     reason: str = Field(FlowReason.MAX_ROUNDS, description="Why.")
     to: str | None = Field(None, description="The gate step escalated to; None = none.")
@@ -431,7 +464,7 @@ class FlowTerminal(_FlowEvent):
 
 @register
 class FlowCompleted(FlowTerminal):
-    event_name: ClassVar[str] = "completed"
+    event_name: ClassVar[str] = FlowEvent.COMPLETED
 
     reason: str = Field(FlowReason.SUCCEEDED, description="Reason code.")
     outputs: dict[str, Any] = Field(default_factory=dict, description="Each step's last output.")
@@ -439,14 +472,14 @@ class FlowCompleted(FlowTerminal):
 
 @register
 class FlowFailed(FlowTerminal):
-    event_name: ClassVar[str] = "failed"
+    event_name: ClassVar[str] = FlowEvent.FAILED
 
     step: str | None = Field(None, description="The step it failed at.")
 
 
 @register
 class FlowCancelled(FlowTerminal):
-    event_name: ClassVar[str] = "cancelled"
+    event_name: ClassVar[str] = FlowEvent.CANCELLED
 
     reason: str = Field(FlowReason.USER_REQUESTED, description="Reason code.")
     cancelled_by: str | None = Field(None, description="Who asked.")
@@ -456,7 +489,7 @@ class FlowCancelled(FlowTerminal):
 class FlowCancelRequested(_FlowCommand):
     """Stop a flow run: its live runs are cancelled, then the flow is `cancelled`."""
 
-    event_name: ClassVar[str] = "cancel_requested"
+    event_name: ClassVar[str] = FlowEvent.CANCEL_REQUESTED
 
     reason: str = Field(FlowReason.USER_REQUESTED, description="Why.")
     requested_by: str | None = Field(None, description="Person or service asking.")
@@ -466,7 +499,7 @@ class FlowCancelRequested(_FlowCommand):
 class FlowResumeRequested(_FlowCommand):
     """Run a failed flow's failed step again, in a new round (`nexus flow resume`)."""
 
-    event_name: ClassVar[str] = "resume_requested"
+    event_name: ClassVar[str] = FlowEvent.RESUME_REQUESTED
 
     requested_by: str | None = Field(None, description="Person or service asking.")
 
@@ -475,7 +508,7 @@ class FlowResumeRequested(_FlowCommand):
 class FlowSignal(_FlowCommand):
     """An external event for an event wait of this flow run (a bare `nats pub` works)."""
 
-    event_name: ClassVar[str] = "signal"
+    event_name: ClassVar[str] = FlowEvent.SIGNAL
 
     correlation_id: str = Field(..., min_length=1, description="Matches a wait's correlation.")
     payload: Any = Field(None, description="What the wait's output `payload` will be.")
