@@ -16,6 +16,7 @@ import typer
 from nexus_events import subjects
 from nexus_events.codec import Decoded
 from nexus_events.events import Origin, RepoSpec, RunRequested
+from nexus_events.run_requests import request_run
 from nexus_events.runstate import TERMINAL_EVENTS, is_terminal
 from nexus_events.streams import RUNS
 from pydantic import ValidationError
@@ -175,13 +176,7 @@ async def publish_run(s: Session, rid: str, request: RunRequested, msg_prefix: s
     back, and asking again with ``--run-id`` (the same message id) stores it at most once.
     """
     try:
-        ack = await s.publish_guarded(
-            s.bus.publish(
-                subjects.run_event(rid, "requested"),
-                request,
-                msg_id=f"{msg_prefix}:requested:{rid}",
-            )
-        )
+        ack = await s.publish_guarded(request_run(s.bus, rid, request, source=msg_prefix))
     except CliError as exc:
         exc.message = f"{exc.message} (run {rid}: retry with --run-id {rid} to request it once)"
         raise

@@ -160,7 +160,7 @@ class Bridges:
         """The agent's output_schema as core assembled it into the run (`prepared`): one
         direct get of the subject's last message, not a consumer per run."""
         try:
-            raw = await self.bus.js.get_last_msg(RUNS, subjects.run_event(run_id, "prepared"))
+            raw = await self.bus.js.get_last_msg(RUNS, subjects.run_event(run_id, RunPrepared))
         except nats.js.errors.NotFoundError:
             return None
         with contextlib.suppress(NexusError):

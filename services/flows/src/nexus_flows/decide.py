@@ -342,7 +342,7 @@ def _gate(state: State, definition: FlowDefinition, spec: GateStep, rec: Record)
         return [
             _flow(state, waiting, "waiting", step, round, None),
             Outgoing(
-                subjects.run_event(gate_run_id, "approval_requested"),
+                subjects.run_event(gate_run_id, ApprovalRequested),
                 asked,
                 msg_id=f"flow:{gate_run_id}:approval_requested:{aid}",
             ),
@@ -495,7 +495,7 @@ def live_runs(state: State) -> list[str]:
 
 def _cancel_run(state: State, run_id: str) -> Outgoing:
     return Outgoing(
-        subjects.run_event(run_id, "cancel_requested"),
+        subjects.run_event(run_id, CancelRequested),
         CancelRequested(reason="flow_step_not_needed", requested_by=f"flow:{state['flow_run_id']}"),
         msg_id=f"flow:{run_id}:cancel",
     )
@@ -505,7 +505,7 @@ def _cancel(state: State) -> list[Outgoing]:
     cancel = state["cancel"]
     out = [
         Outgoing(
-            subjects.run_event(run_id, "cancel_requested"),
+            subjects.run_event(run_id, CancelRequested),
             CancelRequested(
                 reason="user_requested", requested_by=cancel["requested_by"] or "flows"
             ),
@@ -520,7 +520,7 @@ def _cancel(state: State) -> list[Outgoing]:
             gate_run_id, aid = waiting["gate_run_id"], waiting["approval_id"]
             out.append(
                 Outgoing(
-                    subjects.run_event(gate_run_id, "approval_decided"),
+                    subjects.run_event(gate_run_id, ApprovalDecided),
                     ApprovalDecided(
                         approval_id=aid,
                         decision="expired",

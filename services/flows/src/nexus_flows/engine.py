@@ -43,6 +43,7 @@ from nexus_events.events.specs import RepoSpec
 from nexus_events.leadership import FencedProjectionRunner
 from nexus_events.projection import quote_ident
 from nexus_events.publish import Outgoing
+from nexus_events.run_requests import request_flow, run_request
 from nexus_events.streams import FLOWS, RUNS
 
 from nexus_flows.decide import decide, msg_id, run_input, terminal_msg_id
@@ -257,7 +258,7 @@ class Engine:
         JetStream drops a repeat of the message id only within its duplicate window (2 min
         by default); a restart after that would store a second request of the same run."""
         try:
-            await self.bus.js.get_last_msg(RUNS, subjects.run_event(run_id, "requested"))
+            await self.bus.js.get_last_msg(RUNS, subjects.run_event(run_id, RunRequested))
         except nats.js.errors.NotFoundError:
             return False
         return True
@@ -286,9 +287,7 @@ class Engine:
             plan_mode=getattr(spec, "plan_mode", None),
         )
         run_id = rec["run_id"]
-        return Outgoing(
-            subjects.run_event(run_id, "requested"), request, msg_id=f"flowrun:{run_id}:requested"
-        )
+        return run_request(run_id, request, source="flowrun")
 
     # -- accepting -----------------------------------------------------------------------
 
@@ -348,10 +347,11 @@ class Engine:
             fid = generated_flow_run_id(d.envelope.event_id)
             if await load_state(self.pool, fid, self.schema) is not None:
                 continue  # done before (found again by the start-up scan)
-            await self.bus.publish(
-                subjects.flow_event(fid, "requested"),
+            await request_flow(
+                self.bus,
+                fid,
                 d.event,
-                msg_id=f"flows:requested:{fid}",
+                source="flows",
                 correlation_id=d.envelope.correlation_id or d.envelope.event_id,
                 causation_id=d.envelope.event_id,
             )
@@ -418,7 +418,7 @@ async def publish_gate_decision(
     await bus.publish_many(
         [
             Outgoing(
-                subjects.run_event(gate_run_id, "approval_decided"),
+                subjects.run_event(gate_run_id, ApprovalDecided),
                 ApprovalDecided(
                     approval_id=approval_id,
                     decision=by,

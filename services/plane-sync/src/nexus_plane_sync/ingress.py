@@ -34,6 +34,7 @@ from collections import Counter
 from collections.abc import Awaitable, Callable
 from typing import Any
 
+from nats.js.api import PubAck
 from nexus_events import subjects
 from nexus_events.approver_policy import DEFAULT_PRINCIPALS
 from nexus_events.bus import Bus, ConsumerSpec
@@ -54,6 +55,8 @@ from nexus_events.events import (
 )
 from nexus_events.events.base import Event
 from nexus_events.fast import Reject, Retry
+from nexus_events.run_requests import request_flow, request_run
+from nexus_events.runstate import RunEvent
 from nexus_events.streams import PLANE
 
 from nexus_plane_sync import render
@@ -65,6 +68,8 @@ from nexus_plane_sync.plane_api import EXTERNAL_SOURCE, PlaneApi
 from nexus_plane_sync.store import FlowGate, PlaneStore
 
 log = logging.getLogger(__name__)
+# Who asks, in the message id of the runs and flow runs a webhook requests.
+SOURCE = "plane"
 
 _DECISION = re.compile(r"^/(approve|deny)\s+(\S+)\s*(.*)$", re.DOTALL | re.IGNORECASE)
 _STOP = re.compile(r"^/(stop|cancel)\b", re.IGNORECASE)
@@ -234,7 +239,9 @@ class PlaneIngress:
             self._ignore(w, f"comment_{action}d")
 
     async def _publish(self, subject: str, event: Event, *, msg_id: str) -> None:
-        ack = await self.bus.publish(subject, event, msg_id=msg_id)
+        self._stored(await self.bus.publish(subject, event, msg_id=msg_id))
+
+    def _stored(self, ack: PubAck) -> None:
         if ack.seq > self.published.get(ack.stream, 0):
             self.published[ack.stream] = ack.seq
 
@@ -380,22 +387,19 @@ class PlaneIngress:
         self, w: PlaneWebhookReceived, item: str, task_id: str, agent: str, actor: str | None
     ) -> None:
         run_id = f"plane-{w.delivery_id}-{agent}"[:128]
-        try:
-            subject = subjects.run_event(run_id, "requested")
-        except InvalidSubject as exc:
-            raise Unusable("invalid_webhook", f"delivery id unusable as run id: {exc}") from None
-        await self._publish(
-            subject,
-            RunRequested(
-                agent_id=agent,
-                task_id=task_id,
-                input=_instructions(w.data),
-                origin=Origin.PLANE,
-                requested_by=actor,
-                labels={"plane_work_item": item},
-            ),
-            msg_id=f"plane:requested:{run_id}",
+        request = RunRequested(
+            agent_id=agent,
+            task_id=task_id,
+            input=_instructions(w.data),
+            origin=Origin.PLANE,
+            requested_by=actor,
+            labels={"plane_work_item": item},
         )
+        try:
+            ack = await request_run(self.bus, run_id, request, source=SOURCE)
+        except InvalidSubject as exc:  # raised before anything is sent
+            raise Unusable("invalid_webhook", f"delivery id unusable as run id: {exc}") from None
+        self._stored(ack)
         self._count("runs_requested")
 
     async def _request_flow(
@@ -404,23 +408,20 @@ class PlaneIngress:
         # Derived from the delivery like a run's id: a redelivered webhook asks for the same
         # flow run, and JetStream drops the repeat.
         flow_run_id = f"plane-{w.delivery_id}-flow-{flow}"[:128]
+        request = FlowRequested(
+            flow=flow,
+            task_id=task_id,
+            input=_instructions(w.data),
+            origin=Origin.PLANE,
+            requested_by=actor,
+            labels={"plane_work_item": item},
+        )
         try:
-            subject = subjects.flow_event(flow_run_id, "requested")
-        except InvalidSubject as exc:
+            ack = await request_flow(self.bus, flow_run_id, request, source=SOURCE)
+        except InvalidSubject as exc:  # raised before anything is sent
             why = f"delivery id unusable as flow run id: {exc}"
             raise Unusable("invalid_webhook", why) from None
-        await self._publish(
-            subject,
-            FlowRequested(
-                flow=flow,
-                task_id=task_id,
-                input=_instructions(w.data),
-                origin=Origin.PLANE,
-                requested_by=actor,
-                labels={"plane_work_item": item},
-            ),
-            msg_id=f"plane:flow_requested:{flow_run_id}",
-        )
+        self._stored(ack)
         self._count("flows_requested")
 
     async def _file_task(
@@ -550,7 +551,7 @@ class PlaneIngress:
 
     async def _cancel(self, run_id: str, actor: str | None, cause: str) -> None:
         await self._publish(
-            subjects.run_event(run_id, "cancel_requested"),
+            subjects.run_event(run_id, RunEvent.CANCEL_REQUESTED),
             CancelRequested(reason=Reason.USER_REQUESTED, requested_by=actor or "plane"),
             msg_id=f"plane:cancel:{run_id}:{cause}",
         )

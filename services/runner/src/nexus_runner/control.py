@@ -143,7 +143,7 @@ class RunControl:
         points = points or StartPoints()
         followed = [(run_access.inbox_consumer(self.run_id, self.attempt), points.inbox_seq)]
         followed += [
-            (run_access.control_consumer(self.run_id, self.attempt, str(event)), points.runs_seq)
+            (run_access.control_consumer(self.run_id, self.attempt, event), points.runs_seq)
             for event in run_access.CONTROL_EVENTS
         ]
         for consumer, seq in followed:

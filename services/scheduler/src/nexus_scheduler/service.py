@@ -36,7 +36,7 @@ from nexus_events.events import (
     RunTimedOut,
     TerminalEvent,
 )
-from nexus_events.runstate import TERMINAL_EVENTS
+from nexus_events.runstate import TERMINAL_EVENTS, RunEvent
 
 from nexus_scheduler.admission import (
     AdmissionState,
@@ -64,19 +64,19 @@ from nexus_scheduler.tracing import AGENT_ID, ATTEMPT, OUTCOME, RUNTIME, RunTrac
 log = logging.getLogger(__name__)
 
 # The run events admission needs; everything else on NEXUS_RUNS (turns, tools) is skipped.
-WATCHED_EVENTS = (
-    "prepared",
-    "queued",
-    "dispatched",
-    "started",
-    "heartbeat",
-    "cancel_requested",
-    "resuming",
-    "completed",
-    "failed",
-    "cancelled",
-    "timed_out",
-    "lost",
+WATCHED_EVENTS: tuple[RunEvent, ...] = (
+    RunEvent.PREPARED,
+    RunEvent.QUEUED,
+    RunEvent.DISPATCHED,
+    RunEvent.STARTED,
+    RunEvent.HEARTBEAT,
+    RunEvent.CANCEL_REQUESTED,
+    RunEvent.RESUMING,
+    RunEvent.COMPLETED,
+    RunEvent.FAILED,
+    RunEvent.CANCELLED,
+    RunEvent.TIMED_OUT,
+    RunEvent.LOST,
 )
 
 
@@ -202,7 +202,7 @@ class SchedulerService:
                 with self.traces.action("scheduler queue", q.run_id, {OUTCOME: "queued"}):
                     encoded.append(
                         self.bus.encode(
-                            subjects.run_event(q.run_id, "queued"),
+                            subjects.run_event(q.run_id, RunEvent.QUEUED),
                             q.event,
                             msg_id=msg_id(q.run_id, "queued"),
                         )
@@ -246,7 +246,7 @@ class SchedulerService:
             if span is not None:
                 span.set_attribute(OUTCOME, "dispatched")
             await self.bus.publish(
-                subjects.run_event(start.run_id, "dispatched"),
+                subjects.run_event(start.run_id, RunEvent.DISPATCHED),
                 event,
                 msg_id=msg_id(start.run_id, "dispatched", config.attempt),
             )
@@ -392,7 +392,7 @@ class SchedulerService:
             "scheduler resume", run_id, {ATTEMPT: resume.attempt, OUTCOME: resume.reason}
         ):
             await self.bus.publish(
-                subjects.run_event(run_id, "resuming"),
+                subjects.run_event(run_id, RunEvent.RESUMING),
                 event,
                 msg_id=msg_id(run_id, "resuming", resume.attempt),
             )
@@ -450,7 +450,7 @@ class SchedulerService:
             return
         with self.traces.action("scheduler end", run_id, {OUTCOME: event.event_name}):
             await self.bus.publish(
-                subjects.run_event(run_id, event.event_name),
+                subjects.run_event(run_id, type(event)),
                 event,
                 msg_id=msg_id(run_id, "terminal"),
             )
