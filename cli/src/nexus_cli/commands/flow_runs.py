@@ -20,7 +20,7 @@ from nexus_events.events import (
     Origin,
 )
 from nexus_events.events.base import Event
-from nexus_events.events.flows import FlowsList
+from nexus_events.events.flows import FlowCompleted, FlowsList
 from nexus_events.run_requests import request_flow
 from nexus_events.streams import FLOWS
 from pydantic import ValidationError
@@ -102,7 +102,7 @@ def _finish(flow_run_id: str, name: str, body: dict[str, Any], output: Output) -
             }
         )
     else:
-        colour = "green" if name == "completed" else "red"
+        colour = "green" if name == FlowCompleted.event_name else "red"
         console.print(f"[{colour}]flow run {flow_run_id} {name}[/]", highlight=False)
     code = FLOW_ENDS[name]
     if code is not ExitCode.OK:
@@ -214,7 +214,7 @@ def run_cmd(
         async with Session(resolve_target(g), g.timeout) as s:
             await publish_flow(s, fid, request)
             if not follow_flow:
-                message(output, fid, {"flow_run_id": fid, "status": "requested"})
+                message(output, fid, {"flow_run_id": fid, "status": FlowStatus.REQUESTED.value})
                 return
             if output is Output.TABLE:
                 console.print(f"flow run {fid} requested", markup=False)

@@ -10,6 +10,7 @@ from typing import Literal
 
 from nexus_events.health import HealthPort
 from nexus_events.lease import LeaseTtl
+from nexus_events.runstate import RunEvent
 from pydantic import Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
@@ -69,7 +70,7 @@ class MemorySettings(BaseSettings):
     # -- extraction ---------------------------------------------------------------------------
     memory_extraction: bool = Field(True, description="Extract memories from finished runs.")
     memory_extraction_events: list[str] = Field(
-        default_factory=lambda: ["completed", "failed"],
+        default_factory=lambda: [RunEvent.COMPLETED.value, RunEvent.FAILED.value],
         description="Terminal run events that trigger extraction.",
     )
     memory_extraction_max: int = Field(5, gt=0, le=50, description="Most memories per run.")

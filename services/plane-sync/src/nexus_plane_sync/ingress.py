@@ -56,7 +56,7 @@ from nexus_events.events import (
 from nexus_events.events.base import Event
 from nexus_events.fast import Reject, Retry
 from nexus_events.run_requests import request_flow, request_run
-from nexus_events.runstate import RunEvent
+from nexus_events.runstate import RunEvent, RunStatus
 from nexus_events.streams import PLANE
 
 from nexus_plane_sync import render
@@ -527,7 +527,7 @@ class PlaneIngress:
 
     async def _cancel_flow(self, flow_run_id: str, actor: str | None, cause: str) -> None:
         await self._publish(
-            subjects.flow_event(flow_run_id, "cancel_requested"),
+            subjects.flow_event(flow_run_id, FlowCancelRequested),
             FlowCancelRequested(requested_by=actor or "plane"),
             msg_id=f"plane:flow_cancel:{flow_run_id}:{cause}",
         )
@@ -560,7 +560,7 @@ class PlaneIngress:
 
 def _pick(runs: list[RunState]) -> RunState:
     """The run a comment is for: the one waiting for an answer, else the first active."""
-    return next((r for r in runs if r.status == "awaiting_approval"), runs[0])
+    return next((r for r in runs if r.status == RunStatus.AWAITING_APPROVAL), runs[0])
 
 
 def _valid_agents(agents: set[str], what: str = "agent id") -> list[str]:

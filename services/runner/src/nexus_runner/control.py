@@ -21,6 +21,7 @@ from nexus_events.events.runs import (
     RunResuming,
     TerminalEvent,
 )
+from nexus_events.runstate import RunStatus
 from nexus_events.streams import INBOX, RUNS
 
 from nexus_runner.errors import RunStopped
@@ -246,13 +247,13 @@ class RunControl:
         final and nothing may be done in the run's name after it."""
         if self.ended is not None:
             raise RunStopped(
-                "failed",
+                RunStatus.FAILED,
                 self.ended.reason or "ended",
                 f"the run was already ended {self.ended.event_name}",
             )
         if self.superseded is not None:
             raise RunStopped(
-                "failed",
+                RunStatus.FAILED,
                 self.superseded.reason,
                 f"superseded by attempt {self.superseded.attempt} of the run",
             )

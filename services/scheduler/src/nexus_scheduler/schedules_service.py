@@ -243,7 +243,7 @@ class ScheduleService:
         by = f"schedule:{state.schedule_id}"
         if is_flow:
             await self.bus.publish(
-                subjects.flow_event(previous, "cancel_requested"),
+                subjects.flow_event(previous, FlowCancelRequested),
                 FlowCancelRequested(reason=SUPERSEDED, requested_by=by),
                 msg_id=f"{msg_id}:cancel_previous",
             )

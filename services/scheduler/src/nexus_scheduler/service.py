@@ -199,12 +199,14 @@ class SchedulerService:
         if queued:
             encoded = []
             for q in queued:  # each in its run's trace
-                with self.traces.action("scheduler queue", q.run_id, {OUTCOME: "queued"}):
+                with self.traces.action(
+                    "scheduler queue", q.run_id, {OUTCOME: RunEvent.QUEUED.value}
+                ):
                     encoded.append(
                         self.bus.encode(
                             subjects.run_event(q.run_id, RunEvent.QUEUED),
                             q.event,
-                            msg_id=msg_id(q.run_id, "queued"),
+                            msg_id=msg_id(q.run_id, RunEvent.QUEUED),
                         )
                     )
             await self.bus.publish_many_encoded(encoded)
@@ -244,11 +246,11 @@ class SchedulerService:
                 runtime=handle.runtime, handle=handle.handle, attempt=config.attempt
             )
             if span is not None:
-                span.set_attribute(OUTCOME, "dispatched")
+                span.set_attribute(OUTCOME, RunEvent.DISPATCHED.value)
             await self.bus.publish(
                 subjects.run_event(start.run_id, RunEvent.DISPATCHED),
                 event,
-                msg_id=msg_id(start.run_id, "dispatched", config.attempt),
+                msg_id=msg_id(start.run_id, RunEvent.DISPATCHED, config.attempt),
             )
         async with self._lock:
             self.state.evolve(start.run_id, event, self.clock.now())
@@ -394,7 +396,7 @@ class SchedulerService:
             await self.bus.publish(
                 subjects.run_event(run_id, RunEvent.RESUMING),
                 event,
-                msg_id=msg_id(run_id, "resuming", resume.attempt),
+                msg_id=msg_id(run_id, RunEvent.RESUMING, resume.attempt),
             )
         async with self._lock:
             self.state.evolve(run_id, event, self.clock.now())
