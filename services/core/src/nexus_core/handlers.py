@@ -5,7 +5,8 @@ Choices (documented in the service README section of the report):
 - A request on the ``new`` run-id token is re-published as a `requested` under a generated run
   id (derived from the original's stream position; `request_run`, message id
   ``core:<run id>:requested``) and then assembled like any other; the original stays in the
-  stream as the audit record, and the projections ignore the ``new`` token. Every run then has a `requested` of its own.
+  stream as the audit record, and the projections ignore the ``new`` token. Every run then
+  has a `requested` of its own.
 - Outcomes are published with deterministic ids (``core:prepared:<run id>``,
   ``core:failed:<run id>``): a redelivered request never prepares twice.
 - A second request for an existing run id with a different body must not touch the existing
