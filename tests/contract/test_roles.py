@@ -160,12 +160,14 @@ def test_queries_match_what_services_serve_and_ask(render: ModuleType) -> None:
 
 # --- against the code ------------------------------------------------------------------------
 
-# A subject built with a literal event name, where it is published: `publish(`,
-# `bus.encode(` or `Outgoing(` right before `subjects.run_event(<anything>, "<event>")`.
+# A subject built with a named event, where it is published: `publish(`, `bus.encode(` or
+# `Outgoing(` right before `subjects.run_event(<anything>, <event>)`, the event a literal
+# (`"completed"`), a `RunEvent` member (`RunEvent.COMPLETED`) or a model class (`RunCompleted`).
 # (The same builders also name subjects to read, e.g. the runner's replay positions.)
 _BUILDER = re.compile(
     r"(?:publish\w*|encode|Outgoing)\(\s*"
-    r"subjects\.(run_event|task_event|schedule_event)\(\s*[^()]*?,\s*\"(\w+)\"\s*\)",
+    r"subjects\.(run_event|task_event|schedule_event)\(\s*[^()]*?,\s*"
+    r"(?:\"(\w+)\"|RunEvent\.(\w+)|([A-Z]\w+))\s*\)",
     re.DOTALL,
 )
 _FAMILY_OF_BUILDER = {
@@ -173,13 +175,26 @@ _FAMILY_OF_BUILDER = {
     "task_event": Family.TASK,
     "schedule_event": Family.SCHEDULE,
 }
+# The one way to ask for a run or a flow run (nexus_events.run_requests).
+_REQUEST = re.compile(r"\b(request_run|run_request|request_flow|flow_request)\(")
+_REQUESTED = {
+    "request_run": (Family.RUN, "requested"),
+    "run_request": (Family.RUN, "requested"),
+    "request_flow": (Family.FLOW, "requested"),
+    "flow_request": (Family.FLOW, "requested"),
+}
+_NAME_OF_MODEL = {(family, model.__name__): name for (family, name), model in registered().items()}
 
 
 def _published_in_code(service: Service) -> set[tuple[Family, str]]:
     found = set()
     for path in SOURCES[service].rglob("*.py"):
-        for builder, name in _BUILDER.findall(path.read_text(encoding="utf-8")):
-            found.add((_FAMILY_OF_BUILDER[builder], name))
+        text = path.read_text(encoding="utf-8")
+        for builder, literal, member, model in _BUILDER.findall(text):
+            family = _FAMILY_OF_BUILDER[builder]
+            name = literal or member.lower() or _NAME_OF_MODEL[(family, model)]
+            found.add((family, name))
+        found.update(_REQUESTED[call] for call in _REQUEST.findall(text))
     return found
 
 

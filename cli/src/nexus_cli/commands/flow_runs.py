@@ -21,6 +21,7 @@ from nexus_events.events import (
 )
 from nexus_events.events.base import Event
 from nexus_events.events.flows import FlowEvent, FlowsList
+from nexus_events.run_requests import request_flow
 from nexus_events.streams import FLOWS
 from pydantic import ValidationError
 from rich.console import Console
@@ -170,7 +171,7 @@ def build_flow_request(
 async def publish_flow(
     s: Session, fid: str, request: FlowRequested, msg_prefix: str = "cli"
 ) -> None:
-    await _publish(s, fid, request, msg_id=f"{msg_prefix}:flow:requested:{fid}")
+    await s.publish_guarded(request_flow(s.bus, fid, request, source=msg_prefix))
 
 
 @app.command("run")

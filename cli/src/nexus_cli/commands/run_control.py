@@ -12,7 +12,7 @@ from nexus_events import subjects
 from nexus_events.approvals import approval_record, claim_approval, release_approval
 from nexus_events.approver_policy import Answer
 from nexus_events.events import ApprovalDecision, CancelRequested
-from nexus_events.runstate import is_terminal
+from nexus_events.runstate import RunEvent, is_terminal
 
 from nexus_cli.client import Session, check_token, whoami
 from nexus_cli.commands.approvals import check_may_decide, cli_answer, cli_user, settled_as
@@ -71,7 +71,7 @@ async def request_cancel(
         return {"run_id": run_id, "status": row["status"], "cancel_requested": False}
     await s.publish_guarded(
         s.bus.publish(
-            subjects.run_event(run_id, "cancel_requested"),
+            subjects.run_event(run_id, RunEvent.CANCEL_REQUESTED),
             CancelRequested(reason=reason, requested_by=requested_by),
             msg_id=f"{msg_prefix}:cancel:{run_id}",
         )

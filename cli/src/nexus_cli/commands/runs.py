@@ -16,7 +16,8 @@ import typer
 from nexus_events import subjects
 from nexus_events.codec import Decoded
 from nexus_events.events import Origin, RepoSpec, RunRequested
-from nexus_events.runstate import TERMINAL_EVENTS, is_terminal
+from nexus_events.run_requests import request_run
+from nexus_events.runstate import TERMINAL_EVENTS, RunEvent, RunStatus, is_terminal
 from nexus_events.streams import RUNS
 from pydantic import ValidationError
 from rich.live import Live
@@ -175,13 +176,7 @@ async def publish_run(s: Session, rid: str, request: RunRequested, msg_prefix: s
     back, and asking again with ``--run-id`` (the same message id) stores it at most once.
     """
     try:
-        ack = await s.publish_guarded(
-            s.bus.publish(
-                subjects.run_event(rid, "requested"),
-                request,
-                msg_id=f"{msg_prefix}:requested:{rid}",
-            )
-        )
+        ack = await s.publish_guarded(request_run(s.bus, rid, request, source=msg_prefix))
     except CliError as exc:
         exc.message = f"{exc.message} (run {rid}: retry with --run-id {rid} to request it once)"
         raise
@@ -248,7 +243,7 @@ def register(app: typer.Typer) -> None:
             async with Session(resolve_target(g), g.timeout) as s:
                 await publish_run(s, rid, request)
                 if not following:
-                    message(output, rid, {"run_id": rid, "status": "requested"})
+                    message(output, rid, {"run_id": rid, "status": RunStatus.REQUESTED.value})
                     return
                 if output is Output.TABLE:
                     console.print(f"run {rid} requested", markup=False)
@@ -337,7 +332,9 @@ def register(app: typer.Typer) -> None:
                 reply = await s.query(subjects.CORE_RUNS_EVENTS, {"run_id": run_id})
             all_events = reply.get("events", [])
             decisions = [
-                e for e in all_events if e["event"] in ("approval_requested", "approval_decided")
+                e
+                for e in all_events
+                if e["event"] in (RunEvent.APPROVAL_REQUESTED, RunEvent.APPROVAL_DECIDED)
             ]
             snapshot = {
                 "run": row,
@@ -357,7 +354,7 @@ def _finish(view: RunView, output: Output) -> None:
     if output is Output.JSON:
         print_json(view.as_dict())
     else:
-        colour = "green" if view.status == "completed" else "red"
+        colour = "green" if view.status == RunStatus.COMPLETED else "red"
         console.print(
             f"[{colour}]run {view.run_id} {view.status}[/]"
             + (

@@ -151,7 +151,12 @@ async def held_claim(js: JetStreamContext, run_id: str, approval_id: str) -> Cla
 # Longest delegation chain followed to its root (the gateway allows 20 at most).
 MAX_DELEGATION_CHAIN = 20
 # The run events an approval's record is made of (one bounded replay of one run).
-_RECORD_EVENTS = ("requested", "prepared", "approval_requested", "approval_decided")
+_RECORD_EVENTS = (
+    RunEvent.REQUESTED,
+    RunEvent.PREPARED,
+    RunEvent.APPROVAL_REQUESTED,
+    RunEvent.APPROVAL_DECIDED,
+)
 # The tool of a flow gate's approval (the flows service's): its pseudo-run has no request.
 FLOW_GATE_TOOL = "flow_gate"
 # A gate's run id, `step_run_id(flow_run_id, step, round)`: step ids hold no '-'.
@@ -237,7 +242,7 @@ async def _root_request(bus: Bus, requested: RunRequested | None) -> RunRequeste
     for _ in range(MAX_DELEGATION_CHAIN):
         if requested is None or requested.parent_run_id is None:
             return requested
-        parent = subjects.run_event(requested.parent_run_id, "requested")
+        parent = subjects.run_event(requested.parent_run_id, RunEvent.REQUESTED)
         found = None
         # Read to the end (no break): the replay removes its consumer when it finishes.
         async for msg in bus.replay_raw(RUNS, filter_subject=parent):

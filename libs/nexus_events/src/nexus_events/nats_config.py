@@ -23,6 +23,7 @@ from dataclasses import dataclass
 
 from nexus_events import services, subjects
 from nexus_events.approvals import APPROVALS_BUCKET
+from nexus_events.runstate import RunEvent
 from nexus_events.streams import (
     CATALOG,
     CHANNELS,
@@ -76,7 +77,7 @@ class Access:
     answers_auth_callout: bool = False
 
 
-def _run(*events: str) -> tuple[str, ...]:
+def _run(*events: RunEvent) -> tuple[str, ...]:
     return tuple(subjects.run_events_filter(event=e) for e in events)
 
 
@@ -85,7 +86,7 @@ SERVICES: dict[str, Access] = {
     # and the system metrics (RunMetrics) that core hosts.
     "core": Access(
         publishes=(
-            *_run("requested", "prepared", "failed"),
+            *_run(RunEvent.REQUESTED, RunEvent.PREPARED, RunEvent.FAILED),
             subjects.family_filter(Family.CATALOG),
             subjects.dead_letter("core"),
         ),
@@ -101,8 +102,16 @@ SERVICES: dict[str, Access] = {
     # request of a schedule's previous run (overlap policy cancel_previous).
     "scheduler": Access(
         publishes=(
-            *_run("requested", "queued", "dispatched", "cancelled", "failed", "timed_out", "lost"),
-            *_run("cancel_requested", "resuming"),
+            *_run(
+                RunEvent.REQUESTED,
+                RunEvent.QUEUED,
+                RunEvent.DISPATCHED,
+                RunEvent.CANCELLED,
+                RunEvent.FAILED,
+                RunEvent.TIMED_OUT,
+                RunEvent.LOST,
+            ),
+            *_run(RunEvent.CANCEL_REQUESTED, RunEvent.RESUMING),
             *(subjects.flow_events_filter(event=e) for e in ("requested", "cancel_requested")),
             subjects.family_filter(Family.SCHEDULE),
             subjects.dead_letter("scheduler"),
@@ -148,7 +157,7 @@ SERVICES: dict[str, Access] = {
     # cancel requests, tasks and inbox messages.
     "plane-sync": Access(
         publishes=(
-            *_run("requested", "cancel_requested", "approval_refused"),
+            *_run(RunEvent.REQUESTED, RunEvent.CANCEL_REQUESTED, RunEvent.APPROVAL_REFUSED),
             *(subjects.flow_events_filter(event=e) for e in ("requested", "cancel_requested")),
             *(subjects.task_events_filter(event=e) for e in ("created", "updated", "moved")),
             subjects.family_filter(Family.INBOX),
@@ -165,7 +174,7 @@ SERVICES: dict[str, Access] = {
     # started for their progress and claims approval decisions in the shared KV bucket.
     "channel-gateway": Access(
         publishes=(
-            *_run("requested", "approval_refused"),
+            *_run(RunEvent.REQUESTED, RunEvent.APPROVAL_REFUSED),
             subjects.flow_events_filter(event="requested"),
             subjects.family_filter(Family.INBOX),
             *(
@@ -187,7 +196,12 @@ SERVICES: dict[str, Access] = {
     "flows": Access(
         publishes=(
             subjects.family_filter(Family.FLOW),
-            *_run("requested", "cancel_requested", "approval_requested", "approval_decided"),
+            *_run(
+                RunEvent.REQUESTED,
+                RunEvent.CANCEL_REQUESTED,
+                RunEvent.APPROVAL_REQUESTED,
+                RunEvent.APPROVAL_DECIDED,
+            ),
             subjects.dead_letter("flows"),
         ),
         reads=(FLOWS, RUNS, INBOX, CHANNELS),
@@ -231,7 +245,7 @@ CLIENTS: dict[str, Access] = {
     # records) and adds memories through memory's guarded query.
     "mcp-operate": Access(
         publishes=(
-            *_run("requested", "cancel_requested", "approval_refused"),
+            *_run(RunEvent.REQUESTED, RunEvent.CANCEL_REQUESTED, RunEvent.APPROVAL_REFUSED),
             subjects.flow_events_filter(event="requested"),
             subjects.family_filter(Family.INBOX),
         ),

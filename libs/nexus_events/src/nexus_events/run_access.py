@@ -72,7 +72,7 @@ def _name(run_id: str, attempt: int, purpose: str) -> str:
     return f"{subjects.validate_token(run_id, 'run id')}_a{attempt}_{purpose}"
 
 
-def control_consumer(run_id: str, attempt: int, event: str) -> RunConsumer:
+def control_consumer(run_id: str, attempt: int, event: RunEvent) -> RunConsumer:
     """The live consumer of the run's `event` (``cancel_requested``, a terminal event, ...)."""
     return RunConsumer(RUNS, _name(run_id, attempt, event), subjects.run_event(run_id, event))
 
@@ -123,7 +123,7 @@ def checkpoint_replay(run_id: str, attempt: int) -> RunConsumer:
 
 def run_consumers(run_id: str, attempt: int) -> tuple[RunConsumer, ...]:
     """Every consumer attempt `attempt` of `run_id` makes."""
-    live = [control_consumer(run_id, attempt, str(e)) for e in CONTROL_EVENTS]
+    live = [control_consumer(run_id, attempt, e) for e in CONTROL_EVENTS]
     return (
         *live,
         inbox_consumer(run_id, attempt),
@@ -176,7 +176,7 @@ def run_permissions(run_id: str, attempt: int, grants: frozenset[str]) -> RunPer
     unknown = grants - set(GRANTS)
     if unknown:
         raise ValueError(f"unknown grants {sorted(unknown)}; known: {list(GRANTS)}")
-    pub = [subjects.run_event(run_id, str(e)) for e in RUNNER_EVENTS]
+    pub = [subjects.run_event(run_id, e) for e in RUNNER_EVENTS]
     pub += [
         subjects.run_log(run_id),
         subjects.run_transcript(run_id),

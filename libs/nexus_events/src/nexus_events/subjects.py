@@ -12,8 +12,13 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from enum import StrEnum
 from functools import lru_cache
+from typing import TYPE_CHECKING, TypeAlias
 
 from nexus_events.errors import InvalidSubject
+from nexus_events.runstate import RunEvent
+
+if TYPE_CHECKING:
+    from nexus_events.events.base import Event
 
 TOKEN_PATTERN = re.compile(r"[A-Za-z0-9_-]{1,128}")
 
@@ -143,6 +148,31 @@ def validate_token(value: str, what: str = "token") -> str:
     return value
 
 
+# How a builder names an event: the run event enum member or the event's model class (its
+# ``event_name``), never a bare string, so a misspelt name fails type checking instead of
+# publishing on a subject nobody consumes. Other families' builders still take names as
+# strings until their own vocabulary enums exist.
+RunEventRef: TypeAlias = "RunEvent | type[Event]"
+# Flow events: the model class, or (until the contract has a flow event enum) the name.
+FlowEventRef: TypeAlias = "StrEnum | type[Event] | str"
+
+
+def event_name(event: StrEnum | type[Event] | str) -> str:
+    """The wire name of `event`: an enum member's value or a model class's ``event_name``."""
+    if isinstance(event, type):
+        return event.event_name
+    return str(event)
+
+
+def run_event_named(name: str) -> RunEvent:
+    """The run event called `name` (input from outside: a CLI argument, a subject token);
+    `InvalidSubject` if the contract has no run event of that name."""
+    try:
+        return RunEvent(name)
+    except ValueError:
+        raise InvalidSubject(f"unknown run event {name!r}: one of {', '.join(RunEvent)}") from None
+
+
 def _build(family: Family, ids: tuple[str, ...], event: str | None) -> str:
     shape = _SHAPES[family]
     tokens = [validate_token(v, n) for n, v in zip(shape.ids, ids, strict=True)]
@@ -166,9 +196,9 @@ def _filter(family: Family, ids: tuple[str | None, ...], event: str | None) -> s
 # -- builders (concrete subjects to publish on) -------------------------------------------
 
 
-def run_event(run_id: str, event: str) -> str:
-    """``nexus.agent.run.v1.<run_id>.<event>``."""
-    return _build(Family.RUN, (run_id,), event)
+def run_event(run_id: str, event: RunEventRef) -> str:
+    """``nexus.agent.run.v1.<run_id>.<event>``: `event` is a `RunEvent` or a run model class."""
+    return _build(Family.RUN, (run_id,), event_name(event))
 
 
 def run_log(run_id: str) -> str:
@@ -239,9 +269,9 @@ def channel_event(channel: str, event: str) -> str:
     return _build(Family.CHANNEL, (channel,), event)
 
 
-def flow_event(flow_run_id: str, event: str) -> str:
+def flow_event(flow_run_id: str, event: FlowEventRef) -> str:
     """``nexus.flow.v1.<flow_run_id>.<event>``: a flow run's lifecycle."""
-    return _build(Family.FLOW, (flow_run_id,), event)
+    return _build(Family.FLOW, (flow_run_id,), event_name(event))
 
 
 def dead_letter(service: str) -> str:
@@ -252,9 +282,9 @@ def dead_letter(service: str) -> str:
 # -- filters (wildcard subjects to subscribe or consume with) -----------------------------
 
 
-def run_events_filter(run_id: str | None = None, event: str | None = None) -> str:
-    """All run events, or those of one run and/or one event name."""
-    return _filter(Family.RUN, (run_id,), event)
+def run_events_filter(run_id: str | None = None, event: RunEventRef | None = None) -> str:
+    """All run events, or those of one run and/or one event."""
+    return _filter(Family.RUN, (run_id,), None if event is None else event_name(event))
 
 
 def run_logs_filter(run_id: str | None = None) -> str:
@@ -282,8 +312,8 @@ def channel_events_filter(channel: str | None = None, event: str | None = None) 
     return _filter(Family.CHANNEL, (channel,), event)
 
 
-def flow_events_filter(flow_run_id: str | None = None, event: str | None = None) -> str:
-    return _filter(Family.FLOW, (flow_run_id,), event)
+def flow_events_filter(flow_run_id: str | None = None, event: FlowEventRef | None = None) -> str:
+    return _filter(Family.FLOW, (flow_run_id,), None if event is None else event_name(event))
 
 
 def catalog_events_filter(kind: CatalogKind | str | None = None) -> str:

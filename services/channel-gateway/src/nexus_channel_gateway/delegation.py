@@ -20,6 +20,7 @@ from nexus_events import subjects
 from nexus_events.bus import Bus, ConsumerSpec
 from nexus_events.events import Event, InboxMessage, Origin, RouteRequest, RunRequested
 from nexus_events.fast import Delivered
+from nexus_events.runstate import RunEvent
 from nexus_events.streams import INBOX
 from nexus_events.subjects import Family
 
@@ -113,7 +114,7 @@ class Delegator:
             )
         )
         await self.bus.publish(
-            subjects.run_event(child, "requested"),
+            subjects.run_event(child, RunEvent.REQUESTED),
             RunRequested(
                 agent_id=target,
                 input=request.input,

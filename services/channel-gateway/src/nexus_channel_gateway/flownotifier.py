@@ -32,6 +32,7 @@ from nexus_events.events import (
     FlowWaiting,
     GateStep,
 )
+from nexus_events.events.flows import StepStatus
 from nexus_events.fast import Delivered
 from nexus_events.streams import FLOWS
 
@@ -85,9 +86,9 @@ def describe(flow: str, name: str, event: Event) -> str | None:  # noqa: PLR0911
         return f"▶️ Flow `{flow}`: step {_where(event)}{agent} started."
     if isinstance(event, FlowStepFinished):
         said = _verdict(event.output)
-        mark = "✅" if event.status == "succeeded" else "❌"
+        mark = "✅" if event.status == StepStatus.SUCCEEDED else "❌"
         outcome = f"verdict `{said}`" if said else event.status
-        if event.status != "succeeded":
+        if event.status != StepStatus.SUCCEEDED:
             outcome += f": {event.reason}"
         summary = f"\n{event.summary}" if event.summary else ""
         return _clip(f"{mark} Flow `{flow}`: step {_where(event)} finished, {outcome}.{summary}")

@@ -39,6 +39,7 @@ from nexus_events.events import (
     RunRequested,
 )
 from nexus_events.fast import Delivered
+from nexus_events.run_requests import request_flow, request_run
 from nexus_events.streams import CHANNELS
 
 from nexus_channel_gateway import commands
@@ -49,6 +50,8 @@ from nexus_channel_gateway.store import FlowRun, GatewayStore, RelayedApproval
 
 log = logging.getLogger(__name__)
 
+# Who asks, in the message id of the runs and flow runs a channel message requests.
+SOURCE = "channel"
 PAIRING_EVENTS = ("pairing_requested", "pairing_approved", "pairing_revoked")
 
 
@@ -196,18 +199,15 @@ class Router:
     ) -> None:
         run_id = run_id_for(key)
         await self.store.remember_origin(run_id, here)
-        await self.bus.publish(
-            subjects.run_event(run_id, "requested"),
-            RunRequested(
-                agent_id=command.agent_id,
-                input=command.input,
-                origin=Origin.CHANNEL,
-                requested_by=f"{channel}:{msg.user}",
-                reply_to=here,
-                labels={"channel": channel},
-            ),
-            msg_id=f"channel:requested:{run_id}",
+        request = RunRequested(
+            agent_id=command.agent_id,
+            input=command.input,
+            origin=Origin.CHANNEL,
+            requested_by=f"{channel}:{msg.user}",
+            reply_to=here,
+            labels={"channel": channel},
         )
+        await request_run(self.bus, run_id, request, source=SOURCE)
 
     async def _flow(
         self,
@@ -218,18 +218,15 @@ class Router:
         command: commands.FlowCommand,
     ) -> None:
         flow_run_id = flow_run_id_for(key)
-        await self.bus.publish(
-            subjects.flow_event(flow_run_id, "requested"),
-            FlowRequested(
-                flow=command.flow,
-                input=command.input,
-                origin=Origin.CHANNEL,
-                requested_by=f"{channel}:{msg.user}",
-                reply_to=here,
-                labels={"channel": channel},
-            ),
-            msg_id=f"channel:flow_requested:{flow_run_id}",
+        request = FlowRequested(
+            flow=command.flow,
+            input=command.input,
+            origin=Origin.CHANNEL,
+            requested_by=f"{channel}:{msg.user}",
+            reply_to=here,
+            labels={"channel": channel},
         )
+        await request_flow(self.bus, flow_run_id, request, source=SOURCE)
 
     async def _answer(
         self,

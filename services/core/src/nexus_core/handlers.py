@@ -3,9 +3,10 @@
 Choices (documented in the service README section of the report):
 
 - A request on the ``new`` run-id token is re-published as a `requested` under a generated run
-  id (derived from the original's stream position, event id ``core:requested:<run id>``) and
-  then assembled like any other; the original stays in the stream as the audit record, and
-  the projections ignore the ``new`` token. Every run then has a `requested` of its own.
+  id (derived from the original's stream position; `request_run`, message id
+  ``core:<run id>:requested``) and then assembled like any other; the original stays in the
+  stream as the audit record, and the projections ignore the ``new`` token. Every run then
+  has a `requested` of its own.
 - Outcomes are published with deterministic ids (``core:prepared:<run id>``,
   ``core:failed:<run id>``): a redelivered request never prepares twice.
 - A second request for an existing run id with a different body must not touch the existing
@@ -27,6 +28,8 @@ from typing import Any
 from nexus_events import subjects
 from nexus_events.bus import Bus, ConsumerSpec, Delivery
 from nexus_events.events import MemoryContext, Reason, RunFailed, RunPrepared, RunRequested
+from nexus_events.run_requests import request_run
+from nexus_events.runstate import RunEvent
 from nexus_events.streams import RUNS
 
 from nexus_core.assembly import (
@@ -60,7 +63,7 @@ def assembly_consumer_spec(
     return ConsumerSpec(
         stream=RUNS,
         durable=durable,
-        filter_subjects=(subjects.run_events_filter(None, "requested"),),
+        filter_subjects=(subjects.run_events_filter(None, RunEvent.REQUESTED),),
         batch=100,
         fetch_timeout=fetch_timeout,
     )
@@ -149,7 +152,7 @@ class AssemblyHandler:
         correlation = env.correlation_id or env.event_id
         if isinstance(result, AssemblyFailure):
             await self.bus.publish(
-                subjects.run_event(run_id, "failed"),
+                subjects.run_event(run_id, RunEvent.FAILED),
                 RunFailed(reason=result.reason, message=result.message, detail=result.detail),
                 msg_id=failed_id(run_id),
                 correlation_id=correlation,
@@ -159,7 +162,7 @@ class AssemblyHandler:
             log.info("run %s failed: %s", run_id, result.message)
             return "failed"
         await self.bus.publish(
-            subjects.run_event(run_id, "prepared"),
+            subjects.run_event(run_id, RunEvent.PREPARED),
             RunPrepared(config=result),
             msg_id=prepared_id(run_id),
             correlation_id=correlation,
@@ -184,10 +187,11 @@ class AssemblyHandler:
     async def _republish_new(self, d: Delivery, event: RunRequested) -> None:
         env = d.envelope
         run_id = generated_run_id(env.stream, env.stream_seq, env.event_id)
-        await self.bus.publish(
-            subjects.run_event(run_id, "requested"),
+        await request_run(
+            self.bus,
+            run_id,
             event,
-            msg_id=f"core:requested:{run_id}",
+            source="core",
             correlation_id=env.correlation_id or env.event_id,
             causation_id=env.event_id,
         )
@@ -197,7 +201,7 @@ class AssemblyHandler:
         env = d.envelope
         target = conflict_run_id(run_id, env.event_id)
         await self.bus.publish(
-            subjects.run_event(target, "failed"),
+            subjects.run_event(target, RunEvent.FAILED),
             RunFailed(
                 reason=Reason.RUN_ID_CONFLICT,
                 message=f"run {run_id!r} already exists with a different request",

@@ -47,6 +47,7 @@ from nexus_events.leadership import FencedProjectionRunner
 from nexus_events.periodic import PeriodicTask
 from nexus_events.projection import quote_ident
 from nexus_events.publish import Outgoing
+from nexus_events.run_requests import request_flow, run_request
 from nexus_events.runstate import RunEvent
 from nexus_events.streams import FLOWS, RUNS
 
@@ -299,9 +300,7 @@ class Engine:
         )
         run_id = rec.run_id
         assert run_id is not None  # `_reconcile` requests only steps with a run
-        return Outgoing(
-            subjects.run_event(run_id, "requested"), request, msg_id=f"flowrun:{run_id}:requested"
-        )
+        return run_request(run_id, request, source="flowrun")
 
     # -- accepting -----------------------------------------------------------------------
 
@@ -359,10 +358,11 @@ class Engine:
             fid = generated_flow_run_id(d.envelope.event_id)
             if await load_state(self.pool, fid, self.schema) is not None:
                 continue  # done before (found again by the start-up scan)
-            await self.bus.publish(
-                subjects.flow_event(fid, "requested"),
+            await request_flow(
+                self.bus,
+                fid,
                 d.event,
-                msg_id=f"flows:requested:{fid}",
+                source="flows",
                 correlation_id=d.envelope.correlation_id or d.envelope.event_id,
                 causation_id=d.envelope.event_id,
             )

@@ -9,6 +9,7 @@ from __future__ import annotations
 from typing import Literal
 
 from nexus_events.lease import LeaseTtl
+from nexus_events.runstate import RunEvent
 from nexus_events.settings import ConsumerPrefix, HealthPortSetting, PoolSize, ServiceSettings
 from pydantic import Field
 
@@ -65,7 +66,7 @@ class MemorySettings(ServiceSettings):
     # -- extraction ---------------------------------------------------------------------------
     memory_extraction: bool = Field(True, description="Extract memories from finished runs.")
     memory_extraction_events: list[str] = Field(
-        default_factory=lambda: ["completed", "failed"],
+        default_factory=lambda: [RunEvent.COMPLETED.value, RunEvent.FAILED.value],
         description="Terminal run events that trigger extraction.",
     )
     memory_extraction_max: int = Field(5, gt=0, le=50, description="Most memories per run.")

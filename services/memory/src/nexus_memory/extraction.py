@@ -112,7 +112,10 @@ def extraction_spec(durable: str, events: list[str], fetch_timeout: float = 1.0)
     return ConsumerSpec(
         stream=RUNS,
         durable=durable,
-        filter_subjects=tuple(subjects.run_events_filter(None, e) for e in events),
+        # The names come from settings (NEXUS_MEMORY_EXTRACTION_EVENTS): checked here.
+        filter_subjects=tuple(
+            subjects.run_events_filter(None, subjects.run_event_named(e)) for e in events
+        ),
         batch=10,
         max_deliver=DELIVERIES + 1,
         backoff=(5.0, 15.0, 60.0),

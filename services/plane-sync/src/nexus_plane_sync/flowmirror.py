@@ -24,6 +24,7 @@ from nexus_events.events import (
     FlowWaiting,
     GateStep,
 )
+from nexus_events.events.flows import FLOW_TERMINAL, FlowStatus
 from nexus_events.projection import Conn
 from nexus_events.subjects import NEW_RUN_TOKEN
 
@@ -31,11 +32,11 @@ from nexus_plane_sync.decisions import Write
 from nexus_plane_sync.flowreports import flow_writes
 
 _TERMINAL_STATUS: dict[type[Event], str] = {
-    FlowCompleted: "completed",
-    FlowFailed: "failed",
-    FlowCancelled: "cancelled",
+    FlowCompleted: FlowStatus.COMPLETED.value,
+    FlowFailed: FlowStatus.FAILED.value,
+    FlowCancelled: FlowStatus.CANCELLED.value,
 }
-_ENDED = ("completed", "failed", "cancelled")
+_ENDED = tuple(s.value for s in FLOW_TERMINAL)
 
 
 async def apply_flow_event(conn: Conn, q: str, d: Decoded) -> list[Write]:
@@ -83,7 +84,7 @@ async def apply_flow_event(conn: Conn, q: str, d: Decoded) -> list[Write]:
         )  # fmt: skip
     status = _TERMINAL_STATUS.get(type(e))
     if status is None:
-        status = "waiting" if isinstance(e, FlowWaiting) else "running"
+        status = FlowStatus.WAITING if isinstance(e, FlowWaiting) else FlowStatus.RUNNING
     else:
         await conn.execute(
             f"UPDATE {q}.flow_gates SET open = false WHERE flow_run_id = $1", flow_run_id

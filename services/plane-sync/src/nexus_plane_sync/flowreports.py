@@ -24,6 +24,7 @@ from nexus_events.events import (
     FlowStepStarted,
     FlowWaiting,
 )
+from nexus_events.events.flows import StepStatus
 
 from nexus_plane_sync.decisions import Write
 
@@ -97,9 +98,9 @@ def _step(event: FlowStepStarted | FlowStepFinished, name: str, label: str) -> R
         return _step_key(name, event), _payload("step", html, f"Step {where} started.", "action")
     said = verdict(event.output)
     outcome = f"verdict <strong>{escape(said)}</strong>" if said else escape(event.status)
-    if event.status != "succeeded":
+    if event.status != StepStatus.SUCCEEDED:
         outcome += f" ({escape(event.reason)})"
-    mark = "✅" if event.status == "succeeded" else "❌"
+    mark = "✅" if event.status == StepStatus.SUCCEEDED else "❌"
     parts = [_line(mark, label, f"{step} finished, {outcome}.")]
     parts += [f"<p>{escape(_clip(t))}</p>" for t in (event.summary, event.message) if t]
     body = f"Step {where} finished: {said or event.status}. {event.summary}".strip()

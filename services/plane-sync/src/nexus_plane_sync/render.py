@@ -10,6 +10,8 @@ from __future__ import annotations
 from html import escape
 from typing import Any
 
+from nexus_events.runstate import RunStatus
+
 
 def paragraphs(text: str) -> str:
     """Plain text as HTML paragraphs (blank lines split them)."""
@@ -69,7 +71,7 @@ def resumed(run_id: str, attempt: int, reason: str, message: str) -> str:
 
 
 def ended(run_id: str, status: str, reason: str, message: str) -> str:
-    icon = "🛑" if status == "cancelled" else "❌"
+    icon = "🛑" if status == RunStatus.CANCELLED else "❌"
     detail = f"<p>{escape(message)}</p>" if message else ""
     return (
         f"<p>{icon} Run {escape(status)} (reason <code>{escape(reason)}</code>).</p>"

@@ -22,6 +22,7 @@ from datetime import datetime
 from typing import Any
 
 import asyncpg
+from nexus_events.events.flows import FLOW_TERMINAL, FlowStatus
 from nexus_events.projection import Conn, quote_ident
 
 from nexus_plane_sync.decisions import ACTIVE_STATUSES, RunState, Write
@@ -30,7 +31,7 @@ PLANE_SCHEMA = "plane_sync"
 OUTBOX_CHANNEL = "plane_sync_outbox"  # NOTIFY on commit of new writes: the writer wakes
 ACTIVE = ACTIVE_STATUSES  # the runs a Plane comment or stop is for
 # Flow runs that have not ended (a removed `flow:` label cancels them).
-FLOW_ACTIVE = ("requested", "running", "waiting")
+FLOW_ACTIVE = tuple(s.value for s in FlowStatus if s not in FLOW_TERMINAL)
 
 
 async def create_mirror_tables(conn: Conn, schema: str) -> None:

@@ -52,6 +52,7 @@ from nexus_events.events.runs import (
     RunStarted,
     TerminalEvent,
 )
+from nexus_events.runstate import RunStatus
 from nexus_events.streams import RUNS
 from openai import AsyncOpenAI
 from opentelemetry import context as otel_context
@@ -106,7 +107,7 @@ class RunHandle:
             self.task.cancel()
 
     def terminate(self) -> None:
-        self.stop(RunStopped("cancelled", Reason.TERMINATED, "the runner received SIGTERM"))
+        self.stop(RunStopped(RunStatus.CANCELLED, Reason.TERMINATED, "the runner received SIGTERM"))
 
 
 async def load_prepared_from_bus(
@@ -182,7 +183,9 @@ async def _watch_cancel(control: RunControl, handle: RunHandle) -> None:
     cancel = control.cancel
     assert cancel is not None
     handle.stop(
-        RunStopped("cancelled", cancel.reason, "cancel requested", {"by": cancel.requested_by})
+        RunStopped(
+            RunStatus.CANCELLED, cancel.reason, "cancel requested", {"by": cancel.requested_by}
+        )
     )
 
 
@@ -190,18 +193,20 @@ async def _watch_ended(control: RunControl, handle: RunHandle) -> None:
     await control.ended_elsewhere.wait()
     if (newer := control.superseded) is not None:
         message = f"superseded by attempt {newer.attempt} of the run"
-        handle.stop(RunStopped("failed", newer.reason, message))
+        handle.stop(RunStopped(RunStatus.FAILED, newer.reason, message))
         return
     ended = control.ended
     assert ended is not None
-    handle.stop(RunStopped("failed", ended.reason, f"the run was already ended {ended.event_name}"))
+    handle.stop(
+        RunStopped(RunStatus.FAILED, ended.reason, f"the run was already ended {ended.event_name}")
+    )
 
 
 async def _wall_clock(remaining: float, seconds: float, handle: RunHandle) -> None:
     await asyncio.sleep(max(remaining, 0.0))
     handle.stop(
         RunStopped(
-            "failed",
+            RunStatus.FAILED,
             Reason.BUDGET_EXCEEDED,
             f"budget max_wall_seconds exceeded (limit {seconds:g})",
             {"budget": "max_wall_seconds", "limit": seconds},
@@ -658,7 +663,9 @@ def _terminal(
         }
     stopped: RunStopped | None = None
     if task.cancelled():
-        stopped = handle.stop_reason or RunStopped("cancelled", Reason.TERMINATED, "stopped")
+        stopped = handle.stop_reason or RunStopped(
+            RunStatus.CANCELLED, Reason.TERMINATED, "stopped"
+        )
     else:
         exc = task.exception()
         if exc is None:
@@ -674,13 +681,15 @@ def _terminal(
         if isinstance(exc, RunStopped):
             stopped = exc
         elif isinstance(exc, ResumeFailedError):
-            stopped = RunStopped("failed", Reason.RESUME_FAILED, str(exc))
+            stopped = RunStopped(RunStatus.FAILED, Reason.RESUME_FAILED, str(exc))
         elif isinstance(exc, (RunnerError, ToolError, OSError)):
-            stopped = RunStopped("failed", Reason.RUNNER_ERROR, str(exc))
+            stopped = RunStopped(RunStatus.FAILED, Reason.RUNNER_ERROR, str(exc))
         else:
             log.error("run crashed", exc_info=exc)
-            stopped = RunStopped("failed", Reason.RUNNER_ERROR, f"{type(exc).__name__}: {exc}")
-    if stopped.status == "cancelled":
+            stopped = RunStopped(
+                RunStatus.FAILED, Reason.RUNNER_ERROR, f"{type(exc).__name__}: {exc}"
+            )
+    if stopped.status == RunStatus.CANCELLED:
         by = stopped.detail.get("by")
         return RunCancelled(
             reason=stopped.reason, message=stopped.message, cancelled_by=by, **usage

@@ -32,6 +32,7 @@ from typing import Any
 
 from nexus_events.events.runs import Condensation, Reason
 from nexus_events.events.specs import ModelSpec
+from nexus_events.runstate import RunStatus
 from openai import AsyncOpenAI
 
 from nexus_runner.config import RunnerSettings
@@ -76,7 +77,7 @@ class ContextOverflow(RunStopped):
 
     def __init__(self, message: str, *, tokens: int, budget: int) -> None:
         super().__init__(
-            "failed",
+            RunStatus.FAILED,
             Reason.BUDGET_EXCEEDED,
             message,
             {"budget": "context_tokens", "limit": budget, "tokens": tokens},

@@ -21,6 +21,7 @@ from nexus_events.events.runs import (
     TerminalEvent,
 )
 from nexus_events.periodic import PeriodicTask
+from nexus_events.runstate import RunStatus
 from nexus_events.streams import INBOX, RUNS
 
 from nexus_runner.errors import RunStopped
@@ -152,7 +153,7 @@ class RunControl:
         points = points or StartPoints()
         followed = [(run_access.inbox_consumer(self.run_id, self.attempt), points.inbox_seq)]
         followed += [
-            (run_access.control_consumer(self.run_id, self.attempt, str(event)), points.runs_seq)
+            (run_access.control_consumer(self.run_id, self.attempt, event), points.runs_seq)
             for event in run_access.CONTROL_EVENTS
         ]
         for consumer, seq in followed:
@@ -249,13 +250,13 @@ class RunControl:
         final and nothing may be done in the run's name after it."""
         if self.ended is not None:
             raise RunStopped(
-                "failed",
+                RunStatus.FAILED,
                 self.ended.reason or "ended",
                 f"the run was already ended {self.ended.event_name}",
             )
         if self.superseded is not None:
             raise RunStopped(
-                "failed",
+                RunStatus.FAILED,
                 self.superseded.reason,
                 f"superseded by attempt {self.superseded.attempt} of the run",
             )

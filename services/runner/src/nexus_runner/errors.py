@@ -13,6 +13,7 @@ from __future__ import annotations
 from typing import Any
 
 from nexus_events.errors import NexusError
+from nexus_events.runstate import RunStatus
 
 
 class RunnerError(NexusError):
@@ -35,7 +36,11 @@ class RunStopped(RunnerError):  # noqa: N818
     """The run ends now with `status` (failed or cancelled) and reason code `reason`."""
 
     def __init__(
-        self, status: str, reason: str, message: str, detail: dict[str, Any] | None = None
+        self,
+        status: RunStatus,
+        reason: str,
+        message: str,
+        detail: dict[str, Any] | None = None,
     ) -> None:
         super().__init__(message)
         self.status = status

@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from nexus_events.events.runs import Reason, RunConfig, RunResult
+from nexus_events.runstate import RunStatus
 
 from nexus_runner.config import RunnerSettings
 from nexus_runner.errors import RunnerError, RunStopped, ToolError
@@ -165,7 +166,7 @@ async def finish_run(
     )
     if failed:
         raise RunStopped(
-            "failed",
+            RunStatus.FAILED,
             Reason.ACCEPTANCE_FAILED,
             f"acceptance tests failed: {acceptance.command}"
             + (f" (work pushed to {branch})" if pushed else ""),

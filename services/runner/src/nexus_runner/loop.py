@@ -19,6 +19,7 @@ from nexus_events.events.runs import (
     ToolCalled,
     ToolResult,
 )
+from nexus_events.runstate import RunStatus
 from nexus_events.spans import OUTCOME
 from opentelemetry import trace
 
@@ -226,7 +227,7 @@ class AgentLoop:
         if budget is not None:
             limit = getattr(self.config.budgets, budget)
             raise RunStopped(
-                "failed",
+                RunStatus.FAILED,
                 Reason.BUDGET_EXCEEDED,
                 f"budget {budget} exceeded (limit {limit})",
                 {"budget": budget, "limit": limit},
@@ -236,12 +237,12 @@ class AgentLoop:
         cancel = self.control.cancel
         if cancel is not None:
             raise RunStopped(
-                "cancelled", cancel.reason, "cancel requested", {"by": cancel.requested_by}
+                RunStatus.CANCELLED, cancel.reason, "cancel requested", {"by": cancel.requested_by}
             )
 
     def _stuck(self, why: str | None) -> None:
         if why is not None:
-            raise RunStopped("failed", Reason.STUCK, why, {"why": why})
+            raise RunStopped(RunStatus.FAILED, Reason.STUCK, why, {"why": why})
 
     # -- model -------------------------------------------------------------------------------
 
@@ -272,7 +273,7 @@ class AgentLoop:
                     self.messages, self._tool_specs, on_delta, on_retry
                 )
             except LlmUnavailable as exc:
-                raise RunStopped("failed", Reason.LLM_UNAVAILABLE, str(exc)) from exc
+                raise RunStopped(RunStatus.FAILED, Reason.LLM_UNAVAILABLE, str(exc)) from exc
             for kind, rest in self._log_buffer.items():
                 if rest:
                     await self.pub.log(kind, rest, turn)
@@ -467,7 +468,7 @@ class AgentLoop:
     ) -> tuple[str, Verdict, str | None, str | None, str | None]:
         """Publish an approval request and wait for its answer (or its expiry); return
         (approval id, verdict, decided by, comment, surface) once the decision is published."""
-        self.phase = "awaiting_approval"
+        self.phase = RunStatus.AWAITING_APPROVAL.value
         approval_id = f"apr-{uuid.uuid4().hex[:12]}"
         expires = datetime.now(UTC) + timedelta(seconds=self.settings.approval_timeout)
         await self.pub.event(

@@ -17,6 +17,7 @@ from jsonschema.exceptions import SchemaError
 from jsonschema.protocols import Validator
 from jsonschema.validators import validator_for
 from nexus_events.events.runs import Reason
+from nexus_events.runstate import RunStatus
 
 from nexus_runner.errors import RunStopped
 from nexus_runner.safety import truncate
@@ -48,7 +49,7 @@ def _validator(schema: dict[str, Any]) -> Validator:
     except SchemaError as exc:
         where = exc.json_path
         raise RunStopped(
-            "failed",
+            RunStatus.FAILED,
             Reason.INVALID_REQUEST,
             f"the agent's output_schema is not a valid JSON Schema: {where}: {exc.message}",
             {"output_schema": {"path": where, "message": _short(exc.message)}},
@@ -115,7 +116,7 @@ class TypedOutput:
     def failure(self) -> RunStopped:
         """The run's ending once exhausted: failed, invalid_output, the last errors."""
         return RunStopped(
-            "failed",
+            RunStatus.FAILED,
             Reason.INVALID_OUTPUT,
             f"finish.details did not fit the agent's output_schema after {self.misfits} attempt(s)",
             {"errors": [e.as_dict() for e in self.last_errors], "attempts": self.misfits},

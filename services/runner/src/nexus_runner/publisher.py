@@ -91,7 +91,7 @@ class RunPublisher:
     async def event(self, event: Event) -> None:
         name = type(event).event_name
         msg_id = f"{self.run_id}:{self.attempt}:{name}:{next(self._counter)}"
-        await self._send(self._encode(subjects.run_event(self.run_id, name), event, msg_id))
+        await self._send(self._encode(subjects.run_event(self.run_id, type(event)), event, msg_id))
 
     async def log(self, stream: str, text: str, turn: int | None = None) -> None:
         seq = next(self._log_seq)
@@ -113,7 +113,7 @@ class RunPublisher:
         """
         name = type(event).event_name
         msg_id = f"{self.run_id}:{self.attempt}:{name}:{next(self._counter)}"
-        enc = self._encode(subjects.run_event(self.run_id, name), event, msg_id)
+        enc = self._encode(subjects.run_event(self.run_id, type(event)), event, msg_id)
         async with self._lock:
             await self.bus.publish_encoded(enc)
 

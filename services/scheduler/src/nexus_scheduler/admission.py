@@ -32,16 +32,17 @@ from nexus_events.events import (
     RunStarted,
     TerminalEvent,
 )
+from nexus_events.runstate import RunStatus
 
 LimitName = Literal["global", "agent", "task"]
 
 
 class Phase(StrEnum):
     WAITING = "waiting"  # prepared, not yet admitted or reported queued
-    QUEUED = "queued"  # reported queued, waiting for a slot
+    QUEUED = RunStatus.QUEUED.value  # reported queued, waiting for a slot
     STARTING = "starting"  # admitted (or resumed); the runtime is being asked to start it
-    DISPATCHED = "dispatched"  # the runtime has it; the runner has not said hello yet
-    RUNNING = "running"  # the runner started / heartbeats
+    DISPATCHED = RunStatus.DISPATCHED.value  # the runtime has it; the runner has not said hello yet
+    RUNNING = RunStatus.RUNNING.value  # the runner started / heartbeats
 
 
 ACTIVE_PHASES = frozenset({Phase.STARTING, Phase.DISPATCHED, Phase.RUNNING})

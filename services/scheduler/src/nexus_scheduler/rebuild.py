@@ -42,6 +42,7 @@ from nats.aio.msg import Msg
 from nexus_events import subjects
 from nexus_events.bus import Bus, decode_msg
 from nexus_events.errors import DecodeError
+from nexus_events.runstate import RunEvent
 from nexus_events.streams import RUNS
 
 from nexus_scheduler.clock import Clock, SystemClock
@@ -51,7 +52,7 @@ from nexus_scheduler.snapshot import LifecycleFold, Snapshot
 log = logging.getLogger(__name__)
 
 # Run events the first pass replays: all that admission watches but the heartbeats.
-LIFECYCLE_EVENTS = tuple(name for name in WATCHED_EVENTS if name != "heartbeat")
+LIFECYCLE_EVENTS = tuple(name for name in WATCHED_EVENTS if name != RunEvent.HEARTBEAT)
 # Heartbeat subjects per last-per-subject consumer: 500 subjects of ~60 bytes keep the
 # consumer's create request far below the 1 MB max_payload.
 HEARTBEAT_FILTERS_PER_READ = 500
@@ -95,7 +96,7 @@ async def rebuild(bus: Bus, service: SchedulerService, snapshot: Snapshot | None
     heartbeats = 0
     for start in range(0, len(open_runs), HEARTBEAT_FILTERS_PER_READ):
         chunk = open_runs[start : start + HEARTBEAT_FILTERS_PER_READ]
-        filters = [subjects.run_event(run_id, "heartbeat") for run_id in chunk]
+        filters = [subjects.run_event(run_id, RunEvent.HEARTBEAT) for run_id in chunk]
         async for msg in bus.replay_raw(RUNS, filter_subjects=filters, last_per_subject=True):
             try:
                 service.observe(decode_msg(msg), replay=True)

@@ -40,7 +40,8 @@ from nexus_events.events import (
     ScheduleRemoved,
 )
 from nexus_events.events.flows import FLOW_TERMINAL
-from nexus_events.runstate import TERMINAL_EVENTS
+from nexus_events.run_requests import request_flow, request_run
+from nexus_events.runstate import TERMINAL_EVENTS, RunEvent
 from nexus_events.streams import FLOWS, RUNS, SCHEDULES
 
 from nexus_scheduler.clock import Clock, SystemClock
@@ -54,6 +55,9 @@ from nexus_scheduler.schedule import (
 )
 
 log = logging.getLogger(__name__)
+# Who asks, in the message id of a fire's request: the run id is derived from the schedule
+# and the nominal time (`run_id_for`), so every replica's retry of one fire is one message.
+SOURCE = "schedule"
 
 # Reason of the `cancel_requested` a `cancel_previous` fire publishes for the previous run.
 SUPERSEDED = Reason.SUPERSEDED
@@ -239,13 +243,13 @@ class ScheduleService:
         by = f"schedule:{state.schedule_id}"
         if is_flow:
             await self.bus.publish(
-                subjects.flow_event(previous, "cancel_requested"),
+                subjects.flow_event(previous, FlowCancelRequested),
                 FlowCancelRequested(reason=SUPERSEDED, requested_by=by),
                 msg_id=f"{msg_id}:cancel_previous",
             )
         else:
             await self.bus.publish(
-                subjects.run_event(previous, "cancel_requested"),
+                subjects.run_event(previous, RunEvent.CANCEL_REQUESTED),
                 CancelRequested(reason=SUPERSEDED, requested_by=by),
                 msg_id=f"{msg_id}:cancel_previous",
             )
@@ -285,7 +289,7 @@ class ScheduleService:
                 requested_by=by,
                 labels=labels,
             )
-            await self.bus.publish(subjects.flow_event(run_id, "requested"), flow, msg_id=msg_id)
+            await request_flow(self.bus, run_id, flow, source=SOURCE)
         else:
             assert defn.agent_id is not None  # ScheduleDefined holds exactly one of the two
             request = RunRequested(
@@ -296,7 +300,7 @@ class ScheduleService:
                 requested_by=by,
                 labels=labels,
             )
-            await self.bus.publish(subjects.run_event(run_id, "requested"), request, msg_id=msg_id)
+            await request_run(self.bus, run_id, request, source=SOURCE)
         await self.bus.publish(
             subjects.schedule_event(state.schedule_id, "fired"),
             ScheduleFired(run_id=run_id, scheduled_for=nominal),

@@ -36,7 +36,7 @@ from nexus_events.events import (
     RunTimedOut,
     TerminalEvent,
 )
-from nexus_events.runstate import TERMINAL_EVENTS
+from nexus_events.runstate import TERMINAL_EVENTS, RunEvent
 
 from nexus_scheduler.admission import (
     AdmissionState,
@@ -64,19 +64,19 @@ from nexus_scheduler.tracing import AGENT_ID, ATTEMPT, OUTCOME, RUNTIME, RunTrac
 log = logging.getLogger(__name__)
 
 # The run events admission needs; everything else on NEXUS_RUNS (turns, tools) is skipped.
-WATCHED_EVENTS = (
-    "prepared",
-    "queued",
-    "dispatched",
-    "started",
-    "heartbeat",
-    "cancel_requested",
-    "resuming",
-    "completed",
-    "failed",
-    "cancelled",
-    "timed_out",
-    "lost",
+WATCHED_EVENTS: tuple[RunEvent, ...] = (
+    RunEvent.PREPARED,
+    RunEvent.QUEUED,
+    RunEvent.DISPATCHED,
+    RunEvent.STARTED,
+    RunEvent.HEARTBEAT,
+    RunEvent.CANCEL_REQUESTED,
+    RunEvent.RESUMING,
+    RunEvent.COMPLETED,
+    RunEvent.FAILED,
+    RunEvent.CANCELLED,
+    RunEvent.TIMED_OUT,
+    RunEvent.LOST,
 )
 
 
@@ -199,12 +199,14 @@ class SchedulerService:
         if queued:
             encoded = []
             for q in queued:  # each in its run's trace
-                with self.traces.action("scheduler queue", q.run_id, {OUTCOME: "queued"}):
+                with self.traces.action(
+                    "scheduler queue", q.run_id, {OUTCOME: RunEvent.QUEUED.value}
+                ):
                     encoded.append(
                         self.bus.encode(
-                            subjects.run_event(q.run_id, "queued"),
+                            subjects.run_event(q.run_id, RunEvent.QUEUED),
                             q.event,
-                            msg_id=msg_id(q.run_id, "queued"),
+                            msg_id=msg_id(q.run_id, RunEvent.QUEUED),
                         )
                     )
             await self.bus.publish_many_encoded(encoded)
@@ -244,11 +246,11 @@ class SchedulerService:
                 runtime=handle.runtime, handle=handle.handle, attempt=config.attempt
             )
             if span is not None:
-                span.set_attribute(OUTCOME, "dispatched")
+                span.set_attribute(OUTCOME, RunEvent.DISPATCHED.value)
             await self.bus.publish(
-                subjects.run_event(start.run_id, "dispatched"),
+                subjects.run_event(start.run_id, RunEvent.DISPATCHED),
                 event,
-                msg_id=msg_id(start.run_id, "dispatched", config.attempt),
+                msg_id=msg_id(start.run_id, RunEvent.DISPATCHED, config.attempt),
             )
         async with self._lock:
             self.state.evolve(start.run_id, event, self.clock.now())
@@ -392,9 +394,9 @@ class SchedulerService:
             "scheduler resume", run_id, {ATTEMPT: resume.attempt, OUTCOME: resume.reason}
         ):
             await self.bus.publish(
-                subjects.run_event(run_id, "resuming"),
+                subjects.run_event(run_id, RunEvent.RESUMING),
                 event,
-                msg_id=msg_id(run_id, "resuming", resume.attempt),
+                msg_id=msg_id(run_id, RunEvent.RESUMING, resume.attempt),
             )
         async with self._lock:
             self.state.evolve(run_id, event, self.clock.now())
@@ -450,7 +452,7 @@ class SchedulerService:
             return
         with self.traces.action("scheduler end", run_id, {OUTCOME: event.event_name}):
             await self.bus.publish(
-                subjects.run_event(run_id, event.event_name),
+                subjects.run_event(run_id, type(event)),
                 event,
                 msg_id=msg_id(run_id, "terminal"),
             )

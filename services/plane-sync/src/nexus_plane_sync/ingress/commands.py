@@ -13,8 +13,10 @@ from nexus_events.events import (
     Reason,
     RunRequested,
 )
+from nexus_events.run_requests import request_flow, request_run
+from nexus_events.runstate import RunEvent
 
-from nexus_plane_sync.ingress.core import IngressCore, Unusable, _instructions
+from nexus_plane_sync.ingress.core import SOURCE, IngressCore, Unusable, _instructions
 
 
 class RunCommands(IngressCore):
@@ -24,22 +26,19 @@ class RunCommands(IngressCore):
         self, w: PlaneWebhookReceived, item: str, task_id: str, agent: str, actor: str | None
     ) -> None:
         run_id = f"plane-{w.delivery_id}-{agent}"[:128]
-        try:
-            subject = subjects.run_event(run_id, "requested")
-        except InvalidSubject as exc:
-            raise Unusable("invalid_webhook", f"delivery id unusable as run id: {exc}") from None
-        await self._publish(
-            subject,
-            RunRequested(
-                agent_id=agent,
-                task_id=task_id,
-                input=_instructions(w.data),
-                origin=Origin.PLANE,
-                requested_by=actor,
-                labels={"plane_work_item": item},
-            ),
-            msg_id=f"plane:requested:{run_id}",
+        request = RunRequested(
+            agent_id=agent,
+            task_id=task_id,
+            input=_instructions(w.data),
+            origin=Origin.PLANE,
+            requested_by=actor,
+            labels={"plane_work_item": item},
         )
+        try:
+            ack = await request_run(self.bus, run_id, request, source=SOURCE)
+        except InvalidSubject as exc:  # raised before anything is sent
+            raise Unusable("invalid_webhook", f"delivery id unusable as run id: {exc}") from None
+        self._stored(ack)
         self._count("runs_requested")
 
     async def _request_flow(
@@ -48,28 +47,25 @@ class RunCommands(IngressCore):
         # Derived from the delivery like a run's id: a redelivered webhook asks for the same
         # flow run, and JetStream drops the repeat.
         flow_run_id = f"plane-{w.delivery_id}-flow-{flow}"[:128]
+        request = FlowRequested(
+            flow=flow,
+            task_id=task_id,
+            input=_instructions(w.data),
+            origin=Origin.PLANE,
+            requested_by=actor,
+            labels={"plane_work_item": item},
+        )
         try:
-            subject = subjects.flow_event(flow_run_id, "requested")
-        except InvalidSubject as exc:
+            ack = await request_flow(self.bus, flow_run_id, request, source=SOURCE)
+        except InvalidSubject as exc:  # raised before anything is sent
             why = f"delivery id unusable as flow run id: {exc}"
             raise Unusable("invalid_webhook", why) from None
-        await self._publish(
-            subject,
-            FlowRequested(
-                flow=flow,
-                task_id=task_id,
-                input=_instructions(w.data),
-                origin=Origin.PLANE,
-                requested_by=actor,
-                labels={"plane_work_item": item},
-            ),
-            msg_id=f"plane:flow_requested:{flow_run_id}",
-        )
+        self._stored(ack)
         self._count("flows_requested")
 
     async def _cancel(self, run_id: str, actor: str | None, cause: str) -> None:
         await self._publish(
-            subjects.run_event(run_id, "cancel_requested"),
+            subjects.run_event(run_id, RunEvent.CANCEL_REQUESTED),
             CancelRequested(reason=Reason.USER_REQUESTED, requested_by=actor or "plane"),
             msg_id=f"plane:cancel:{run_id}:{cause}",
         )
@@ -77,7 +73,7 @@ class RunCommands(IngressCore):
 
     async def _cancel_flow(self, flow_run_id: str, actor: str | None, cause: str) -> None:
         await self._publish(
-            subjects.flow_event(flow_run_id, "cancel_requested"),
+            subjects.flow_event(flow_run_id, FlowCancelRequested),
             FlowCancelRequested(requested_by=actor or "plane"),
             msg_id=f"plane:flow_cancel:{flow_run_id}:{cause}",
         )

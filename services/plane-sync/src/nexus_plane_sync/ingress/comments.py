@@ -8,6 +8,7 @@ import re
 from nexus_events import subjects
 from nexus_events.errors import InvalidSubject
 from nexus_events.events import InboxMessage, PlaneWebhookReceived
+from nexus_events.runstate import RunStatus
 
 from nexus_plane_sync import render
 from nexus_plane_sync.answers import answer_approval, gate_closed, gate_policy
@@ -116,4 +117,4 @@ class CommentCommands(RunCommands):
 
 def _pick(runs: list[RunState]) -> RunState:
     """The run a comment is for: the one waiting for an answer, else the first active."""
-    return next((r for r in runs if r.status == "awaiting_approval"), runs[0])
+    return next((r for r in runs if r.status == RunStatus.AWAITING_APPROVAL), runs[0])

@@ -8,6 +8,7 @@ from collections import Counter
 from collections.abc import Awaitable, Callable
 from typing import Any
 
+from nats.js.api import PubAck
 from nexus_events.approver_policy import DEFAULT_PRINCIPALS
 from nexus_events.bus import Bus
 from nexus_events.events import Column, PlaneWebhookReceived
@@ -20,6 +21,8 @@ from nexus_plane_sync.plane_api import PlaneApi
 from nexus_plane_sync.store import PlaneStore
 
 # One logger for the whole ingress (operators and tests follow "nexus_plane_sync.ingress").
+# Who asks, in the message id of the runs and flow runs a webhook requests.
+SOURCE = "plane"
 log = logging.getLogger("nexus_plane_sync.ingress")
 
 
@@ -95,7 +98,9 @@ class IngressCore:
         )  # fmt: skip
 
     async def _publish(self, subject: str, event: Event, *, msg_id: str) -> None:
-        ack = await self.bus.publish(subject, event, msg_id=msg_id)
+        self._stored(await self.bus.publish(subject, event, msg_id=msg_id))
+
+    def _stored(self, ack: PubAck) -> None:
         if ack.seq > self.published.get(ack.stream, 0):
             self.published[ack.stream] = ack.seq
 
