@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
-import time
 import uuid
 from typing import Any
 
@@ -12,6 +10,7 @@ from nexus_events.bus import Bus
 from nexus_events.events.base import Event
 from nexus_events.events.runs import RunConfig
 from nexus_events.streams import LOGS, RUNS
+from nexus_events.testing import eventually
 
 
 def make_config(base_url: str, **overrides: Any) -> RunConfig:
@@ -41,13 +40,19 @@ async def log_text(bus: Bus, run_id: str, stream: str = "llm_text") -> str:
 
 async def wait_for(bus: Bus, run_id: str, name: str, timeout: float = 15) -> Event:
     """Poll the run's events until one named `name` is stored (or fail at the deadline)."""
-    deadline = time.monotonic() + timeout
-    while True:
-        for event in await run_events(bus, run_id):
-            if type(event).event_name == name:
-                return event
-        assert time.monotonic() < deadline, f"no {name} event for {run_id} within {timeout}s"
-        await asyncio.sleep(0.05)
+
+    async def named() -> Event | None:
+        events = await run_events(bus, run_id)
+        return next((e for e in events if type(e).event_name == name), None)
+
+    found: Event = await eventually(
+        named,
+        lambda event: event is not None,
+        within=timeout,
+        interval=0.05,
+        what=f"a {name} event for {run_id}",
+    )
+    return found
 
 
 def names(events: list[Event]) -> list[str]:

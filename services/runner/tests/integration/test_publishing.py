@@ -4,8 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
 
 import pytest
 from nats.js.api import StreamConfig
@@ -16,7 +15,7 @@ from nexus_events.errors import PublishFailed
 from nexus_events.events.logs import LogLine
 from nexus_events.events.runs import Reason, RunCompleted, RunFailed, RunHeartbeat, RunTurn
 from nexus_events.streams import LOGS, RUNS
-from nexus_events.testing import NatsServer
+from nexus_events.testing import NatsServer, eventually
 from tests.fakes.openai_server import FakeOpenAI, Reply, ToolCall
 
 from nexus_runner.app import execute_run
@@ -35,13 +34,6 @@ def _n(decoded: Decoded) -> int:
 
 async def _stored(bus: Bus, run_id: str) -> list[Decoded]:
     return [d async for d in bus.replay(RUNS, run_id=run_id)]
-
-
-async def _until(check: Callable[[], bool], what: str, timeout: float = 10) -> None:
-    deadline = time.monotonic() + timeout
-    while not check():
-        assert time.monotonic() < deadline, f"not {what} within {timeout}s"
-        await asyncio.sleep(0.02)
 
 
 @contextlib.asynccontextmanager
@@ -113,7 +105,7 @@ async def test_events_sent_while_nats_is_down_are_stored_once_in_order(
         await pub.flush()
 
         nats_server.stop()
-        await _until(lambda: not runner_bus.nc.is_connected, "disconnected")
+        await eventually(lambda: not runner_bus.nc.is_connected, what="disconnected")
 
         async def publish_more() -> None:
             for turn in range(2, 6):
@@ -122,11 +114,11 @@ async def test_events_sent_while_nats_is_down_are_stored_once_in_order(
 
         publishing = asyncio.create_task(publish_more())
         # No ack comes: the events are being published again (same ids) while NATS is away.
-        await _until(lambda: pub.republished > 0, "retrying")
+        await eventually(lambda: pub.republished > 0, what="retrying")
         await asyncio.to_thread(nats_server.start)
         await asyncio.wait_for(publishing, 20)
 
-    await _until(lambda: bus.nc.is_connected, "reconnected")
+    await eventually(lambda: bus.nc.is_connected, what="reconnected")
     stored = await _stored(bus, "run-outage")
     assert [d.event.turn for d in stored if isinstance(d.event, RunTurn)] == [1, 2, 3, 4, 5]
     assert [_n(d) for d in stored] == [1, 2, 3, 4, 5]
@@ -141,7 +133,7 @@ async def test_a_failed_publish_is_not_swallowed(
         await pub.flush()
 
         nats_server.stop()
-        await _until(lambda: not runner_bus.nc.is_connected, "disconnected")
+        await eventually(lambda: not runner_bus.nc.is_connected, what="disconnected")
         await pub.event(RunTurn(turn=2, model="m"))  # queued for a connection that is gone
         with pytest.raises(PublishFailed):
             await pub.flush()
@@ -152,7 +144,7 @@ async def test_a_failed_publish_is_not_swallowed(
             await pub.flush()
         # Back up before closing: nats-py fails to close a connection while it reconnects.
         await asyncio.to_thread(nats_server.start)
-        await _until(lambda: runner_bus.nc.is_connected, "reconnected")
+        await eventually(lambda: runner_bus.nc.is_connected, what="reconnected")
 
 
 async def test_a_refused_event_fails_the_run(

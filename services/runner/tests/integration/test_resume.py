@@ -7,7 +7,6 @@ import asyncio
 import json
 import time
 from pathlib import Path
-from typing import Any
 
 import pytest
 from nexus_events import run_access, subjects
@@ -27,10 +26,12 @@ from nexus_events.events.runs import (
     ToolCalled,
 )
 from nexus_events.events.transcripts import TranscriptEntry
+from nexus_events.testing import eventually
 from tests.fakes.openai_server import FakeOpenAI, Reply, ToolCall
 
 from nexus_runner.app import RunHandle, execute_run
 from nexus_runner.checkpoint import Checkpointer
+from nexus_runner.clock import ManualClock
 from nexus_runner.config import RunnerSettings
 from nexus_runner.git import Author, Git
 from nexus_runner.publisher import RunPublisher
@@ -61,13 +62,6 @@ async def kill(run: asyncio.Task[TerminalEvent], handle: RunHandle) -> None:
 
 async def say(bus: Bus, run_id: str, text: str) -> None:
     await bus.publish(subjects.inbox(run_id), InboxMessage(text=text, sender="ann"))
-
-
-async def wait_until(check: Any, timeout: float = 15) -> None:
-    deadline = time.monotonic() + timeout
-    while not check():
-        assert time.monotonic() < deadline, "condition not met in time"
-        await asyncio.sleep(0.02)
 
 
 # -- checkpoints ---------------------------------------------------------------------------
@@ -219,9 +213,11 @@ async def test_a_run_killed_twice_goes_on_from_its_transcript_and_checkpoint(
         run1 = asyncio.create_task(execute_run(config, s1, runner_bus, handle=handle1))
         await asyncio.wait_for(llm1.hanging.wait(), 15)
         await say(bus, config.run_id, "m1: given to attempt 1")
-        await wait_until(lambda: handle1.control is not None and handle1.control.received)
+        await eventually(
+            lambda: handle1.control is not None and handle1.control.received, within=15
+        )
         llm1.release.set()
-        await wait_until((s1.workspace_root / config.run_id / "count.txt").exists)
+        await eventually((s1.workspace_root / config.run_id / "count.txt").exists, within=15)
         await kill(run1, handle1)  # while the shell command runs
     await say(bus, config.run_id, "m2: sent while no runner ran")
     # Attempt 2: the shell call is not run again, the write after it is; killed mid-call.
@@ -309,8 +305,9 @@ async def test_the_wall_clock_counts_from_the_runs_first_start(
         config = make_config(llm.base_url, attempt=2, budgets={"max_wall_seconds": 1})
         started = RunStarted(runner="dead-host", runner_version="0")
         await bus.publish(subjects.run_event(config.run_id, "started"), started)
-        await asyncio.sleep(1.1)  # attempt 1's second, spent
-        terminal = await execute_run(config, settings, runner_bus)
+        clock = ManualClock()
+        clock.advance(1.1)  # attempt 1's second, spent
+        terminal = await execute_run(config, settings, runner_bus, clock=clock)
         assert llm.requests == []
     assert isinstance(terminal, RunFailed)
     assert terminal.reason == Reason.BUDGET_EXCEEDED

@@ -22,9 +22,11 @@ from nexus_events.events.runs import (
     ToolCalled,
     ToolResult,
 )
+from nexus_events.testing import eventually
 from tests.fakes.openai_server import Failure, FakeOpenAI, Reply, ToolCall
 
 from nexus_runner.app import RunHandle, execute_run
+from nexus_runner.clock import ManualClock
 from nexus_runner.config import RunnerSettings
 
 from .conftest import git
@@ -247,9 +249,13 @@ async def test_token_budget_exceeded(bus: Bus, runner_bus: Bus, settings: Runner
 
 
 async def test_wall_clock_budget(bus: Bus, runner_bus: Bus, settings: RunnerSettings) -> None:
+    clock = ManualClock()
     async with FakeOpenAI([Reply(text="thinking...", hang=True)]) as llm:
         config = make_config(llm.base_url, budgets={"max_wall_seconds": 1})
-        terminal = await asyncio.wait_for(execute_run(config, settings, runner_bus), 10)
+        run = asyncio.create_task(execute_run(config, settings, runner_bus, clock=clock))
+        await asyncio.wait_for(llm.hanging.wait(), 10)
+        clock.advance(1)  # the run's second is spent while the model call hangs
+        terminal = await asyncio.wait_for(run, 10)
     assert isinstance(terminal, RunFailed)
     assert terminal.detail["budget"] == "max_wall_seconds"
 
@@ -361,10 +367,11 @@ async def test_inbox_message_is_injected_into_the_next_turn(
         await bus.publish(
             subjects.inbox(config.run_id), InboxMessage(text="also update the docs", sender="ann")
         )
-        deadline = asyncio.get_running_loop().time() + 5
-        while handle.control is None or not handle.control.messages:
-            assert asyncio.get_running_loop().time() < deadline, "runner never got the message"
-            await asyncio.sleep(0.02)
+        await eventually(
+            lambda: handle.control is not None and handle.control.messages,
+            within=5,
+            what="the runner got the message",
+        )
         llm.release.set()
         terminal = await asyncio.wait_for(run, 10)
     assert isinstance(terminal, RunCompleted), terminal
@@ -375,17 +382,20 @@ async def test_inbox_message_is_injected_into_the_next_turn(
 async def test_heartbeats_while_waiting(
     bus: Bus, runner_bus: Bus, settings: RunnerSettings
 ) -> None:
+    clock = ManualClock()
     async with FakeOpenAI([Reply(text="slow", hang=True), finish()]) as llm:
         config = make_config(llm.base_url)
-        run = asyncio.create_task(execute_run(config, settings, runner_bus))
+        run = asyncio.create_task(execute_run(config, settings, runner_bus, clock=clock))
         await asyncio.wait_for(llm.hanging.wait(), 10)
-        deadline = asyncio.get_running_loop().time() + 10
-        while True:  # a heartbeat sent while the model call hangs says so
-            beats = [e for e in await run_events(bus, config.run_id) if isinstance(e, RunHeartbeat)]
-            if any(b.phase == "thinking" for b in beats):
-                break
-            assert asyncio.get_running_loop().time() < deadline, beats
-            await asyncio.sleep(0.05)
+        clock.advance(settings.heartbeat_interval)  # a heartbeat is due while the call hangs
+
+        async def heartbeats() -> list[RunHeartbeat]:
+            return [e for e in await run_events(bus, config.run_id) if isinstance(e, RunHeartbeat)]
+
+        # A heartbeat sent while the model call hangs says so.
+        beats = await eventually(
+            heartbeats, lambda seen: any(b.phase == "thinking" for b in seen), interval=0.05
+        )
         llm.release.set()
         terminal = await asyncio.wait_for(run, 10)
     assert isinstance(terminal, RunCompleted)
