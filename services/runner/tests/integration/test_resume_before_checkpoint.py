@@ -11,13 +11,14 @@ from pathlib import Path
 
 from nexus_events.bus import Bus
 from nexus_events.events.runs import RunCheckpointed, RunCompleted, RunResumed, ToolCalled
+from nexus_events.testing import eventually
 from tests.fakes.openai_server import FakeOpenAI, Reply, ToolCall
 
 from nexus_runner.app import RunHandle, execute_run
 from nexus_runner.config import RunnerSettings
 
 from .support import make_config, run_events
-from .test_resume import attempt, kill, wait_until
+from .test_resume import attempt, kill
 
 FINISH = Reply(tool_calls=(ToolCall("finish", {"summary": "done"}),))
 
@@ -32,7 +33,7 @@ async def test_an_implementer_killed_in_its_first_tool_call_resumes_from_a_clean
         workspace = settings.workspace_root / config.run_id
         handle = RunHandle()
         run1 = asyncio.create_task(execute_run(config, settings, runner_bus, handle=handle))
-        await wait_until((workspace / "half.txt").exists)
+        await eventually((workspace / "half.txt").exists, within=15)
         await kill(run1, handle)  # in its second tool call, before any checkpoint
     assert (workspace / "calc.py").exists()  # the dead attempt's clone is still there
 
