@@ -54,7 +54,7 @@ from nexus_memory.writer import MemoryWriter, SecretBlocked
 
 log = logging.getLogger(__name__)
 
-# The marker the offline model server recognises (cli/src/nexus_cli/devstack/offline_model.py).
+# The marker the offline model server recognises (cli/src/nexus_cli/devstack/offline_model/).
 MARKER = "[nexus-memory-extraction]"
 INSTRUCTION = (
     MARKER

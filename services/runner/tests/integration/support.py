@@ -42,10 +42,15 @@ async def wait_for(bus: Bus, run_id: str, name: str, timeout: float = 15) -> Eve
     """Poll the run's events until one named `name` is stored (or fail at the deadline)."""
 
     async def named() -> Event | None:
-        return next((e for e in await run_events(bus, run_id) if type(e).event_name == name), None)
+        events = await run_events(bus, run_id)
+        return next((e for e in events if type(e).event_name == name), None)
 
     found: Event = await eventually(
-        named, within=timeout, interval=0.05, what=f"a {name} event for {run_id}"
+        named,
+        lambda event: event is not None,
+        within=timeout,
+        interval=0.05,
+        what=f"a {name} event for {run_id}",
     )
     return found
 

@@ -31,6 +31,7 @@ from tests.fakes.openai_server import FakeOpenAI, Reply, ToolCall
 
 from nexus_runner.app import RunHandle, execute_run
 from nexus_runner.checkpoint import Checkpointer
+from nexus_runner.clock import ManualClock
 from nexus_runner.config import RunnerSettings
 from nexus_runner.git import Author, Git
 from nexus_runner.publisher import RunPublisher
@@ -213,16 +214,10 @@ async def test_a_run_killed_twice_goes_on_from_its_transcript_and_checkpoint(
         await asyncio.wait_for(llm1.hanging.wait(), 15)
         await say(bus, config.run_id, "m1: given to attempt 1")
         await eventually(
-            lambda: handle1.control is not None and handle1.control.received,
-            within=15,
-            what="the first runner received the message",
+            lambda: handle1.control is not None and handle1.control.received, within=15
         )
         llm1.release.set()
-        await eventually(
-            (s1.workspace_root / config.run_id / "count.txt").exists,
-            within=15,
-            what="count.txt written",
-        )
+        await eventually((s1.workspace_root / config.run_id / "count.txt").exists, within=15)
         await kill(run1, handle1)  # while the shell command runs
     await say(bus, config.run_id, "m2: sent while no runner ran")
     # Attempt 2: the shell call is not run again, the write after it is; killed mid-call.
@@ -310,8 +305,9 @@ async def test_the_wall_clock_counts_from_the_runs_first_start(
         config = make_config(llm.base_url, attempt=2, budgets={"max_wall_seconds": 1})
         started = RunStarted(runner="dead-host", runner_version="0")
         await bus.publish(subjects.run_event(config.run_id, "started"), started)
-        await asyncio.sleep(1.1)  # attempt 1's second, spent
-        terminal = await execute_run(config, settings, runner_bus)
+        clock = ManualClock()
+        clock.advance(1.1)  # attempt 1's second, spent
+        terminal = await execute_run(config, settings, runner_bus, clock=clock)
         assert llm.requests == []
     assert isinstance(terminal, RunFailed)
     assert terminal.reason == Reason.BUDGET_EXCEEDED
