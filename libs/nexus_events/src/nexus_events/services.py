@@ -5,12 +5,14 @@ Each `ServiceSpec` says what a service is to the rest of the system: its process
 profile it is optional under and how `nexus dev` starts it. Adding a service starts here
 (docs/deploy.md, "Adding a service").
 
-Generated from the table: the NATS users of deploy/nats/nats.conf (deploy/nats/render.py),
-the dev supervisor's service list (`nexus_cli.devstack.supervisor.APP_SERVICES`), the services'
-tags in docs/asyncapi.json and the per-service sections of the configuration reference
-(scripts/config_reference.py). Checked against it by tests/deploy/test_service_table.py:
-deploy/compose.yaml, deploy/k8s/base, the parties of `nexus_events.roles`, and the `dev-stack`
-extra of nexus-cli.
+Generated from the table: the service sections of the compose files, the Kubernetes base, its
+Secrets, the `dev-stack` extra and docs/deploy.md's services table, with each service's
+fragments in services/<name>/deploy/ (scripts/render_services.py); the NATS users of
+deploy/nats/nats.conf (deploy/nats/render.py), the dev supervisor's service list
+(`nexus_cli.devstack.supervisor.APP_SERVICES`), the services' tags in docs/asyncapi.json and
+the per-service sections of the configuration reference (scripts/config_reference.py).
+Checked against it by tests/deploy/test_service_table.py: deploy/compose.yaml,
+deploy/k8s/base, the parties of `nexus_events.roles`, and the `dev-stack` extra of nexus-cli.
 """
 
 from __future__ import annotations
