@@ -54,9 +54,9 @@ contract-snapshot: setup
 
 # docs/asyncapi.json: the AsyncAPI 3.0.0 document of the contract (tests/contract fails while stale).
 asyncapi: setup
-	$(UV) run --frozen python -m nexus_events.asyncapi --write
+	$(UV) run --frozen python -m nexus_events.contract.asyncapi --write
 
-# The deploy files' service sections and manifests, from nexus_events.services and each
+# The deploy files' service sections and manifests, from nexus_events.runtime.services and each
 # service's services/<name>/deploy/ (tests/deploy/test_rendered_services.py fails while stale).
 render-services: setup
 	$(UV) run --frozen python -m scripts.render_services

@@ -2,13 +2,13 @@
 
     uv run python -m scripts.render_services      (make render-services)
 
-Each long-running service of `nexus_events.services` keeps what is its own in its package,
+Each long-running service of `nexus_events.runtime.services` keeps what is its own in its package,
 ``services/<name>/deploy/``: ``compose.yaml`` (its compose service), ``compose-table.md`` (its
 row in docs/deploy.md's compose table), ``k8s.yaml`` (its Kubernetes manifest, copied to
 deploy/k8s/base/<name>.yaml because kustomize reads nothing outside its root) and
 ``k8s-secret.yaml`` (its ``<name>-env`` Secret). What lists every service (the NATS
 passwords, the cluster's clients, kustomize's resources, the `dev-stack` extra and the uv
-sources) is written from the table and `nexus_events.nats_config`. The hand-written rest of
+sources) is written from the table and `nexus_events.runtime.nats_config`. The hand-written rest of
 each file stays as it is: only the lines between a ``BEGIN GENERATED <section>`` comment and
 its ``END GENERATED <section>`` are rewritten. tests/deploy/test_rendered_services.py fails
 while a committed file differs from what this renders.
@@ -21,9 +21,9 @@ import sys
 from collections.abc import Callable
 from pathlib import Path
 
-from nexus_events import services
-from nexus_events.nats_config import AUTH_CALLOUT_ISSUER_VARIABLE, password_variable, users
-from nexus_events.services import ServiceSpec
+from nexus_events.runtime import services
+from nexus_events.runtime.nats_config import AUTH_CALLOUT_ISSUER_VARIABLE, password_variable, users
+from nexus_events.runtime.services import ServiceSpec
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -49,7 +49,7 @@ def fragment(spec: ServiceSpec, name: str) -> str:
     if not path.is_file():
         raise RenderError(
             f"{path.relative_to(ROOT)} is missing: every long-running service of"
-            " nexus_events.services keeps it (docs/deploy.md, 'Adding a service')"
+            " nexus_events.runtime.services keeps it (docs/deploy.md, 'Adding a service')"
         )
     return path.read_text()
 

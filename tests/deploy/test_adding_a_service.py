@@ -3,7 +3,7 @@ either derived from the service table (written by a command, checked by a test),
 enumerates them for its own checks, or one of the hand-edited registration points counted
 here; docs/deploy.md ("Adding a service") names each of those points.
 
-A file lists the services when it names each long-running one of `nexus_events.services` (by
+A file lists the services when it names each long-running one of `nexus_events.runtime.services` (by
 module, package, quoted name, ``<name>.yaml``, ``<name>:`` key or ``name: <name>``). A new
 such file fails `test_every_file_listing_the_services_is_accounted_for` until it is derived
 from the table or counted; the count only goes down (`REGISTRATION_BUDGET`).
@@ -17,8 +17,8 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from nexus_events import services
-from nexus_events.settings import ConsumerPrefix, ServiceSettings
+from nexus_events.runtime import services
+from nexus_events.runtime.settings import ConsumerPrefix, ServiceSettings
 from pydantic import ValidationError
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -28,10 +28,10 @@ ROOT = Path(__file__).resolve().parents[2]
 # service, Kubernetes manifest and Secret, its row in the compose table), spliced into the
 # deploy files by scripts/render_services.py (DERIVED below).
 REGISTRATION_POINTS: dict[str, str] = {
-    "libs/nexus_events/src/nexus_events/services.py": "its ServiceSpec",
-    "libs/nexus_events/src/nexus_events/roles.py": "its party and the events it publishes and"
-    " consumes",
-    "libs/nexus_events/src/nexus_events/nats_config.py": "its NATS user's Access",
+    "libs/nexus_events/src/nexus_events/runtime/services.py": "its ServiceSpec",
+    "libs/nexus_events/src/nexus_events/contract/roles.py": "its party and the events it"
+    " publishes and consumes",
+    "libs/nexus_events/src/nexus_events/runtime/nats_config.py": "its NATS user's Access",
 }
 # Files a new service adds outside its package by hand: none (its Kubernetes manifest
 # deploy/k8s/base/<name>.yaml, with its NetworkPolicy for an ingress port, is written from
@@ -143,7 +143,7 @@ def test_every_file_listing_the_services_is_accounted_for() -> None:
     accounted = set(REGISTRATION_POINTS) | set(DERIVED) | ENUMERATING_TESTS
     found = _listing_files()
     assert found - accounted == set(), (
-        "these files list every service: derive them from nexus_events.services, or count"
+        "these files list every service: derive them from nexus_events.runtime.services, or count"
         " them in REGISTRATION_POINTS (and in docs/deploy.md, 'Adding a service')"
     )
     assert accounted - found == set(), "no longer listing the services: take them off"

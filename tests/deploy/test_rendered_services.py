@@ -7,7 +7,7 @@ from __future__ import annotations
 import re
 
 import pytest
-from nexus_events import services
+from nexus_events.runtime import services
 
 from scripts import render_services
 

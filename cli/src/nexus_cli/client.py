@@ -8,12 +8,12 @@ from types import TracebackType
 from typing import Any
 
 import nats.errors
-from nexus_events import subjects
-from nexus_events.bus import Bus
+from nexus_events.contract import subjects
 from nexus_events.errors import (
     BusError,
     BusUnavailable,
 )
+from nexus_events.transport.bus import Bus
 
 from nexus_cli.errors import CliError, ExitCode, bus_failure
 from nexus_cli.target import Target

@@ -32,11 +32,11 @@ import logging
 import socket
 from pathlib import Path
 
-from nexus_events import telemetry
-from nexus_events.bus import Bus
+from nexus_events.contract.streams import RUNS
 from nexus_events.errors import BusError
 from nexus_events.events.runs import RunConfig, RunFailed, RunResult, RunStarted, TerminalEvent
-from nexus_events.streams import RUNS
+from nexus_events.runtime import telemetry
+from nexus_events.transport.bus import Bus
 from opentelemetry import context as otel_context
 
 from nexus_runner.checkpoint import Checkpointer

@@ -7,8 +7,8 @@ from collections.abc import Callable, Coroutine
 from pathlib import Path
 from typing import Any
 
-from nexus_events.bus import Bus
 from nexus_events.events.runs import RunConfig
+from nexus_events.transport.bus import Bus
 from openai import AsyncOpenAI
 
 from nexus_runner.config import RunnerSettings

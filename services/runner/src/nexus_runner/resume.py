@@ -16,9 +16,9 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from nexus_events import run_access
-from nexus_events.bus import Bus
-from nexus_events.codec import Envelope
+from nexus_events.contract import run_access
+from nexus_events.contract.codec import Envelope
+from nexus_events.contract.streams import RUNS
 from nexus_events.events.runs import (
     ApprovalDecided,
     ApprovalRequested,
@@ -30,7 +30,7 @@ from nexus_events.events.runs import (
     ToolCalled,
     ToolResult,
 )
-from nexus_events.streams import RUNS
+from nexus_events.transport.bus import Bus
 
 from nexus_runner.budget import Usage
 from nexus_runner.llm import ToolCallRequest

@@ -5,9 +5,9 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Callable
 
-from nexus_events.bus import Bus
 from nexus_events.errors import BusError
 from nexus_events.events.runs import RunCheckpointed, RunConfig
+from nexus_events.transport.bus import Bus
 
 from nexus_runner.checkpoint import Checkpointer
 from nexus_runner.config import RunnerSettings

@@ -6,6 +6,7 @@ import asyncio
 import logging
 from typing import Any
 
+from nexus_events.contract.runstate import RunStatus
 from nexus_events.errors import BusError
 from nexus_events.events.runs import (
     Reason,
@@ -15,7 +16,6 @@ from nexus_events.events.runs import (
     RunResult,
     TerminalEvent,
 )
-from nexus_events.runstate import RunStatus
 
 from nexus_runner.errors import RunnerError, RunStopped, ToolError
 from nexus_runner.loop import AgentLoop

@@ -7,8 +7,8 @@ import contextlib
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
+from nexus_events.contract.runstate import RunStatus
 from nexus_events.events.runs import Reason, RunHeartbeat, RunResult
-from nexus_events.runstate import RunStatus
 
 from nexus_runner.clock import Clock
 from nexus_runner.control import RunControl

@@ -5,11 +5,11 @@ from __future__ import annotations
 import uuid
 from typing import Any
 
-from nexus_events import subjects
-from nexus_events.bus import Bus
+from nexus_events.contract import subjects
+from nexus_events.contract.streams import LOGS, RUNS
 from nexus_events.events.base import Event
 from nexus_events.events.runs import RunConfig
-from nexus_events.streams import LOGS, RUNS
+from nexus_events.transport.bus import Bus
 from nexus_testing import eventually
 
 

@@ -8,13 +8,13 @@ from collections.abc import AsyncIterator
 
 import pytest
 from nats.js.api import StreamConfig
-from nexus_events import subjects
-from nexus_events.bus import Bus, BusSettings
-from nexus_events.codec import Decoded
+from nexus_events.contract import subjects
+from nexus_events.contract.codec import Decoded
+from nexus_events.contract.streams import LOGS, RUNS
 from nexus_events.errors import PublishFailed
 from nexus_events.events.logs import LogLine
 from nexus_events.events.runs import Reason, RunCompleted, RunFailed, RunHeartbeat, RunTurn
-from nexus_events.streams import LOGS, RUNS
+from nexus_events.transport.bus import Bus, BusSettings
 from nexus_testing import NatsServer, eventually
 from tests.fakes.openai_server import FakeOpenAI, Reply, ToolCall
 

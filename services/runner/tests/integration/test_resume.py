@@ -9,8 +9,7 @@ import time
 from pathlib import Path
 
 import pytest
-from nexus_events import run_access, subjects
-from nexus_events.bus import Bus
+from nexus_events.contract import run_access, subjects
 from nexus_events.events.inbox import InboxMessage
 from nexus_events.events.runs import (
     Reason,
@@ -26,6 +25,7 @@ from nexus_events.events.runs import (
     ToolCalled,
 )
 from nexus_events.events.transcripts import TranscriptEntry
+from nexus_events.transport.bus import Bus
 from nexus_testing import eventually
 from tests.fakes.openai_server import FakeOpenAI, Reply, ToolCall
 
@@ -104,7 +104,7 @@ async def test_checkpoint_restores_files_deletions_and_the_agents_commits(
     assert second is not None
     assert second.object == f"{run_id}/1-2"
     # Each checkpoint's chunks are on a subject of the run's own (what its credential may
-    # write and read: nexus_events.run_access), and nothing else went to the stream.
+    # write and read: nexus_events.contract.run_access), and nothing else went to the stream.
     info = await runner_bus.js.stream_info(run_access.CHECKPOINTS_STREAM, subjects_filter=">")
     assert set(info.state.subjects or {}) == {
         run_access.checkpoint_chunks(run_id, 1, n) for n in (1, 2)

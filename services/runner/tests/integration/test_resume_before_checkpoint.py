@@ -9,8 +9,8 @@ import asyncio
 import time
 from pathlib import Path
 
-from nexus_events.bus import Bus
 from nexus_events.events.runs import RunCheckpointed, RunCompleted, RunResumed, ToolCalled
+from nexus_events.transport.bus import Bus
 from nexus_testing import eventually
 from tests.fakes.openai_server import FakeOpenAI, Reply, ToolCall
 

@@ -6,8 +6,7 @@ import asyncio
 from pathlib import Path
 from typing import Any
 
-from nexus_events import subjects
-from nexus_events.bus import Bus
+from nexus_events.contract import subjects
 from nexus_events.events.inbox import ApprovalDecision, InboxMessage
 from nexus_events.events.runs import (
     ApprovalDecided,
@@ -22,6 +21,7 @@ from nexus_events.events.runs import (
     ToolCalled,
     ToolResult,
 )
+from nexus_events.transport.bus import Bus
 from nexus_testing import eventually
 from tests.fakes.openai_server import Failure, FakeOpenAI, Reply, ToolCall
 

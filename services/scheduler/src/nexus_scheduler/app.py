@@ -1,13 +1,13 @@
 """Wiring and lifecycle: bus, runtime, leadership, replay, consumer, ticker; drain on stop.
 
-Replicas campaign for a KV lease (`nexus_events.leadership.Leadership`, as core, memory and
+Replicas campaign for a KV lease (`nexus_events.runtime.leadership.Leadership`, as core, memory and
 flows do); only the holder consumes and acts, and fences each side effect with the lease. On
 taking the lease a replica rebuilds admission from the newest snapshot and the NEXUS_RUNS
 events after it (so it neither loses queued runs nor exceeds the limits; heartbeats only of
 open runs, see `nexus_scheduler.rebuild`), re-adopts the runs its runtime still has (runs it
 does not know are marked `lost` only after the heartbeat window), then follows the stream,
 ticks, and writes a snapshot now and then (`nexus_scheduler.checkpoint`), each a
-`nexus_events.periodic.PeriodicTask`.
+`nexus_events.runtime.periodic.PeriodicTask`.
 """
 
 from __future__ import annotations
@@ -21,15 +21,15 @@ from pathlib import Path
 
 import nats.errors
 import nats.js.errors
-from nexus_events.bus import BusSettings, Consumer, ConsumerSpec
+from nexus_events.contract.streams import RUNS, SCHEDULES, StreamSettings, ensure_streams
 from nexus_events.events import RunConfig
-from nexus_events.health import HealthServer, JetStreamProbe
-from nexus_events.leadership import Leadership
-from nexus_events.lease import Lease, LeaseTerm
-from nexus_events.metrics import MetricsSettings, setup_metrics
-from nexus_events.periodic import PeriodicTask
-from nexus_events.process import ServiceApp
-from nexus_events.streams import RUNS, SCHEDULES, StreamSettings, ensure_streams
+from nexus_events.runtime.health import HealthServer, JetStreamProbe
+from nexus_events.runtime.leadership import Leadership
+from nexus_events.runtime.lease import Lease, LeaseTerm
+from nexus_events.runtime.metrics import MetricsSettings, setup_metrics
+from nexus_events.runtime.periodic import PeriodicTask
+from nexus_events.runtime.process import ServiceApp
+from nexus_events.transport.bus import BusSettings, Consumer, ConsumerSpec
 
 from nexus_scheduler.auth_callout import AuthCalloutResponder
 from nexus_scheduler.callout_jwt import Issuer

@@ -46,9 +46,9 @@ from pathlib import Path
 from typing import Literal
 from urllib.parse import urlsplit
 
-from nexus_events import netrelay
 from nexus_events.events import RunConfig
-from nexus_events.program_paths import install_prefix, named_files, shebang_interpreter
+from nexus_events.runtime import netrelay
+from nexus_events.runtime.program_paths import install_prefix, named_files, shebang_interpreter
 
 log = logging.getLogger(__name__)
 

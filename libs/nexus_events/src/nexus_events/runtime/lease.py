@@ -1,6 +1,6 @@
 """Leadership through a JetStream KV key: one replica acts, the others stand by.
 
-Used through `nexus_events.leadership` by the scheduler, core, memory and flows: each
+Used through `nexus_events.runtime.leadership` by the scheduler, core, memory and flows: each
 service has its own bucket, and the key's value names the holder (``host/pid/…``, or the
 scheduler's replica id).
 
@@ -36,7 +36,7 @@ from nats.js import JetStreamContext
 from nats.js.kv import KV_DEL, KV_PURGE, KeyValue
 from pydantic import Field
 
-from nexus_events.bucket_replicas import follow_replicas
+from nexus_events.transport.bucket_replicas import follow_replicas
 
 log = logging.getLogger(__name__)
 

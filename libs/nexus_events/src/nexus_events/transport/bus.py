@@ -1,12 +1,13 @@
 """`Bus`: a service's one connection to JetStream, made of the parts that each live in their
 own module and are re-exported here:
 
-- `nexus_events.connect`: `BusSettings` (env ``NEXUS_NATS_*``) and the connection itself.
-- `nexus_events.publish`: `publish` returns only once JetStream has stored the event (or raises
-  `PublishFailed`); retries across reconnects reuse the same ``Nats-Msg-Id``.
-- `nexus_events.dead_letters`: `dead_letter` copies a message to ``nexus.dlq.v1.<source>``.
-- `nexus_events.replay`: `replay` reads a stream (or one run) in order to its current end.
-- `nexus_events.consume`: `consumer` makes a durable `Consumer`.
+- `nexus_events.transport.connect`: `BusSettings` (env ``NEXUS_NATS_*``) and the connection itself.
+- `nexus_events.transport.publish`: `publish` returns only once JetStream has stored the
+  event (or raises `PublishFailed`); retries across reconnects reuse the same ``Nats-Msg-Id``.
+- `nexus_events.transport.dead_letters`: `dead_letter` copies a message to
+  ``nexus.dlq.v1.<source>``.
+- `nexus_events.transport.replay`: `replay` reads a stream (or one run) in order to its current end.
+- `nexus_events.transport.consume`: `consumer` makes a durable `Consumer`.
 """
 
 from __future__ import annotations
@@ -16,9 +17,10 @@ import contextlib
 
 import nats.errors
 
-from nexus_events import subjects
-from nexus_events.connect import BusSettings, connect
-from nexus_events.consume import (
+from nexus_events.contract import subjects
+from nexus_events.contract.streams import DLQ, STREAM_OF_FAMILY
+from nexus_events.transport.connect import BusSettings, connect
+from nexus_events.transport.consume import (
     FETCH_AWAY_ERRORS,
     BatchHandler,
     Consumer,
@@ -26,16 +28,16 @@ from nexus_events.consume import (
     Delivery,
     decode_msg,
 )
-from nexus_events.dead_letters import DeadLetterPublisher
-from nexus_events.publish import Outgoing
-from nexus_events.replay import Replayer
-from nexus_events.streams import DLQ, STREAM_OF_FAMILY
+from nexus_events.transport.dead_letters import DeadLetterPublisher
+from nexus_events.transport.publish import Outgoing
+from nexus_events.transport.replay import Replayer
 
 
 class Bus(DeadLetterPublisher, Replayer):
-    """A service's connection to the Nexus event bus: publish (`nexus_events.publish`), file
-    dead letters (`nexus_events.dead_letters`), replay (`nexus_events.replay`) and make
-    durable consumers (`nexus_events.consume`)."""
+    """A service's connection to the Nexus event bus: publish (`nexus_events.transport.publish`),
+    file dead letters (`nexus_events.transport.dead_letters`), replay
+    (`nexus_events.transport.replay`) and make durable consumers
+    (`nexus_events.transport.consume`)."""
 
     @classmethod
     async def connect(cls, settings: BusSettings | None = None, *, source: str) -> Bus:

@@ -1,7 +1,7 @@
 """Singletons behind a lease: of a service's replicas, only the holder of its KV lease runs
 the jobs one replica may run (projections, periodic passes); the others stand by.
 
-`Leadership` campaigns for a `nexus_events.lease.Lease`: it tries to take the key when it
+`Leadership` campaigns for a `nexus_events.runtime.lease.Lease`: it tries to take the key when it
 starts, then every `ttl / 10` while standing by (and at once when the watch sees the key
 deleted, i.e. a clean hand-over), and renews it every `ttl / 3` while leading. On taking it,
 the service's `lead` callback starts the singletons (from their checkpoints); when the lease
@@ -36,11 +36,11 @@ import nats.errors
 import nats.js.errors
 from nats.js import JetStreamContext
 
-from nexus_events.bus import Bus
-from nexus_events.follow import Batch, Feed, Reposition
-from nexus_events.lease import Lease, LeaseTerm, default_holder
-from nexus_events.projection import Projection, ProjectionRunner
-from nexus_events.streams import StreamSettings
+from nexus_events.contract.streams import StreamSettings
+from nexus_events.runtime.lease import Lease, LeaseTerm, default_holder
+from nexus_events.transport.bus import Bus
+from nexus_events.transport.follow import Batch, Feed, Reposition
+from nexus_events.transport.projection import Projection, ProjectionRunner
 
 log = logging.getLogger(__name__)
 

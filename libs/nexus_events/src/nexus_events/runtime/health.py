@@ -14,10 +14,10 @@ from collections.abc import Callable, Sequence
 from aiohttp import web
 from nats.js import JetStreamContext
 
+from nexus_events.contract.streams import StorageProblem, meta_problem, storage_problem
 from nexus_events.errors import HealthUnavailable
-from nexus_events.periodic import PeriodicTask
-from nexus_events.settings import HealthPort
-from nexus_events.streams import StorageProblem, meta_problem, storage_problem
+from nexus_events.runtime.periodic import PeriodicTask
+from nexus_events.runtime.settings import HealthPort
 
 log = logging.getLogger(__name__)
 

@@ -19,9 +19,10 @@ import nats.js.errors
 from nats.js.api import PubAck
 from pydantic import BaseModel
 
-from nexus_events import subjects
-from nexus_events.bus import Bus
-from nexus_events.documents import parse_agent, parse_flow, parse_skill
+from nexus_events.contract import subjects
+from nexus_events.contract.documents import parse_agent, parse_flow, parse_skill
+from nexus_events.contract.streams import CATALOG
+from nexus_events.contract.subjects import CatalogKind
 from nexus_events.events import (
     AgentApplied,
     AgentDefinition,
@@ -33,8 +34,7 @@ from nexus_events.events import (
     SkillDefinition,
     SkillDeleted,
 )
-from nexus_events.streams import CATALOG
-from nexus_events.subjects import CatalogKind
+from nexus_events.transport.bus import Bus
 
 
 async def apply_agent(

@@ -42,8 +42,8 @@ def _off_is_none(value: Any) -> Any:
 
 
 # A settings field for a health endpoint's port: a number (0 = any free port) or off (None;
-# "off", "none" or empty from the environment). Here, not in nexus_events.health, so settings
-# load without aiohttp (the health extra).
+# "off", "none" or empty from the environment). Here, not in nexus_events.runtime.health, so
+# settings load without aiohttp (the health extra).
 HealthPort = Annotated[int | None, BeforeValidator(_off_is_none)]
 
 # The fields a service may give its own default, with the constraints and descriptions every

@@ -12,7 +12,8 @@ deploy/nats/nats.conf (deploy/nats/render.py), the dev supervisor's service list
 (`nexus_cli.devstack.supervisor.APP_SERVICES`), the services' tags in docs/asyncapi.json and
 the per-service sections of the configuration reference (scripts/config_reference.py).
 Checked against it by tests/deploy/test_service_table.py: deploy/compose.yaml,
-deploy/k8s/base, the parties of `nexus_events.roles`, and the `dev-stack` extra of nexus-cli.
+deploy/k8s/base, the parties of `nexus_events.contract.roles`, and the `dev-stack` extra of
+nexus-cli.
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from enum import StrEnum
 
-# The probe paths every service's health endpoint serves (`nexus_events.health`): liveness
+# The probe paths every service's health endpoint serves (`nexus_events.runtime.health`): liveness
 # (the process answers) and readiness (its connections are up and it can do its work).
 LIVENESS_PATH = "/healthz"
 READINESS_PATH = "/readyz"
@@ -56,7 +57,7 @@ CHANNELS = Profile(
 @dataclass(frozen=True, slots=True)
 class ServiceSpec:
     """One Nexus service. `name` is also its compose service and Kubernetes Deployment name,
-    its `nexus_events.roles.Service` value, its dead-letter token and its NATS user."""
+    its `nexus_events.contract.roles.Service` value, its dead-letter token and its NATS user."""
 
     name: str
     module: str  # run as `python -m <module>`
@@ -172,4 +173,4 @@ def service(name: str) -> ServiceSpec:
         return BY_NAME[name]
     except KeyError:
         known = ", ".join(BY_NAME)
-        raise KeyError(f"no service {name!r} in nexus_events.services ({known})") from None
+        raise KeyError(f"no service {name!r} in nexus_events.runtime.services ({known})") from None

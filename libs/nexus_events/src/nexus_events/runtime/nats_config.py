@@ -1,7 +1,7 @@
 """The NATS server config of every deployment: one user per service, permissions derived from
 nexus_events.
 
-The users are those of the service table (`nexus_events.services`), in its order; `SERVICES`
+The users are those of the service table (`nexus_events.runtime.services`), in its order; `SERVICES`
 below says what each may do, and rendering fails while the two name different services. Then
 `CLIENTS`: users that no service of the table runs as, the MCP server's identities
 (`nexus mcp serve`, docs/mcp.md), and last the operators' `admin`.
@@ -21,10 +21,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from nexus_events import services, subjects
-from nexus_events.approvals import APPROVALS_BUCKET
-from nexus_events.runstate import RunEvent
-from nexus_events.streams import (
+from nexus_events.contract import subjects
+from nexus_events.contract.runstate import RunEvent
+from nexus_events.contract.streams import (
     CATALOG,
     CHANNELS,
     CHECKPOINTS_BUCKET,
@@ -39,7 +38,9 @@ from nexus_events.streams import (
     TASKS,
     TRANSCRIPTS,
 )
-from nexus_events.subjects import Family
+from nexus_events.contract.subjects import Family
+from nexus_events.runtime import services
+from nexus_events.transport.approvals import APPROVALS_BUCKET
 
 ALL_STREAMS = tuple(sorted(set(STREAM_OF_FAMILY.values())))
 SCHEDULER_LEASE_BUCKET = "nexus_scheduler"  # SchedulerSettings.lease_bucket
@@ -65,7 +66,7 @@ class Access:
 
     publishes: tuple[str, ...]  # subjects it publishes events on (stored in streams)
     reads: tuple[str, ...]  # streams it consumes or replays
-    ensures_streams: bool = False  # calls nexus_events.streams.ensure_streams at start-up
+    ensures_streams: bool = False  # calls nexus_events.contract.streams.ensure_streams at start-up
     serves: tuple[str, ...] = ()  # request/reply subjects it answers (nats.micro)
     requests: tuple[str, ...] = ()  # request/reply subjects it asks
     kv_buckets: tuple[str, ...] = ()
@@ -96,7 +97,7 @@ SERVICES: dict[str, Access] = {
         serves=tuple(s for s in subjects.QUERY_SUBJECTS if s.startswith("nexus.core.")),
         requests=(subjects.MEMORY_SEARCH,),
         watches_all=True,
-        kv_buckets=(CORE_LEASE_BUCKET,),  # which replica projects (nexus_events.leadership)
+        kv_buckets=(CORE_LEASE_BUCKET,),  # which replica projects (nexus_events.runtime.leadership)
     ),
     # Admission and dispatch, terminal events it decides, schedule fires, and the cancel
     # request of a schedule's previous run (overlap policy cancel_previous).
@@ -123,7 +124,7 @@ SERVICES: dict[str, Access] = {
     ),
     # The agent loop. No static user is rendered for it (`CALLOUT_USERS`): each run's runner
     # connects with its run's own credential, which the scheduler's auth callout turns into
-    # permissions on that run's subjects alone (nexus_events.run_access). This entry is the
+    # permissions on that run's subjects alone (nexus_events.contract.run_access). This entry is the
     # union of what any run may do, checked against the contract by tests/deploy.
     "runner": Access(
         publishes=(
@@ -150,7 +151,9 @@ SERVICES: dict[str, Access] = {
         ensures_streams=True,
         serves=tuple(s for s in subjects.QUERY_SUBJECTS if s.startswith("nexus.memory.")),
         erases_from=(MEMORY,),
-        kv_buckets=(MEMORY_LEASE_BUCKET,),  # which replica projects (nexus_events.leadership)
+        kv_buckets=(
+            MEMORY_LEASE_BUCKET,
+        ),  # which replica projects (nexus_events.runtime.leadership)
     ),
     # plane-sync: mirrors tasks and runs to Plane (reads both), files Plane's webhooks and
     # its writes' intents/outcomes (NEXUS_PLANE), and turns webhooks into run requests,
@@ -208,7 +211,7 @@ SERVICES: dict[str, Access] = {
         ensures_streams=True,
         serves=(subjects.FLOWS_GET, subjects.FLOWS_LIST),
         requests=(subjects.CORE_CATALOG_FLOWS_GET,),
-        kv_buckets=(FLOWS_LEASE_BUCKET,),  # which replica decides (nexus_events.leadership)
+        kv_buckets=(FLOWS_LEASE_BUCKET,),  # which replica decides (nexus_events.runtime.leadership)
     ),
 }
 
@@ -232,7 +235,7 @@ _MCP_READS = (RUNS, TASKS, FLOWS, DLQ)
 # Users of the MCP server (docs/mcp.md): each bearer token of its tokens file names the one it
 # acts as (`nats_user`). They are no service of the table (nothing runs `python -m` as them)
 # and file no dead letters: the server consumes nothing durably. Both are the party `mcp` of
-# nexus_events.roles.
+# nexus_events.contract.roles.
 CLIENTS: dict[str, Access] = {
     "mcp-read": Access(
         publishes=(),
@@ -255,7 +258,7 @@ CLIENTS: dict[str, Access] = {
         kv_buckets=(APPROVALS_BUCKET,),
     ),
 }
-# The party of nexus_events.roles each client user is (tests/contract/test_roles.py).
+# The party of nexus_events.contract.roles each client user is (tests/contract/test_roles.py).
 CLIENT_ROLES: dict[str, str] = {"mcp-read": "mcp", "mcp-operate": "mcp"}
 
 
@@ -277,7 +280,7 @@ def _stream_api(stream: str) -> list[str]:
 def permissions(access: Access) -> tuple[list[str], list[str]]:
     """(publish allow, subscribe allow) of one service."""
     # $JS.API.INFO: the account's own limits and usage; readiness asks it to learn whether
-    # JetStream has a meta leader (nexus_events.health.JetStreamProbe).
+    # JetStream has a meta leader (nexus_events.runtime.health.JetStreamProbe).
     pub: list[str] = [*access.publishes, *access.requests, "$JS.API.STREAM.NAMES", "$JS.API.INFO"]
     sub: list[str] = ["_INBOX.>"]
     for stream in access.reads:
@@ -296,7 +299,7 @@ def permissions(access: Access) -> tuple[list[str], list[str]]:
             f"$KV.{bucket}.>",
             f"$JS.API.STREAM.INFO.{kv}",
             f"$JS.API.STREAM.CREATE.{kv}",
-            # Its replicas follow NEXUS_STREAMS_REPLICAS (nexus_events.bucket_replicas).
+            # Its replicas follow NEXUS_STREAMS_REPLICAS (nexus_events.transport.bucket_replicas).
             f"$JS.API.STREAM.UPDATE.{kv}",
             f"$JS.API.STREAM.MSG.GET.{kv}",
             f"$JS.API.DIRECT.GET.{kv}.>",
@@ -351,7 +354,8 @@ def table_users() -> list[tuple[str, Access]]:
     table = [spec.nats_user for spec in services.SERVICES]
     if set(table) != set(SERVICES):
         raise ValueError(
-            f"nexus_events.nats_config: the service table has NATS users {sorted(table)} but"
+            f"nexus_events.runtime.nats_config: the service table has NATS users {sorted(table)}"
+            " but"
             f" SERVICES gives permissions to {sorted(SERVICES)}: add or remove the Access entry"
         )
     return [(user, SERVICES[user]) for user in table]

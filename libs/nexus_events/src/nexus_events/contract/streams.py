@@ -29,9 +29,9 @@ from nats.js.errors import APIError, NotFoundError, ServiceUnavailableError
 from pydantic import Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-from nexus_events import subjects
+from nexus_events.contract import subjects
+from nexus_events.contract.subjects import Family
 from nexus_events.errors import BusError, InvalidSubject, StreamDrift
-from nexus_events.subjects import Family
 
 log = logging.getLogger(__name__)
 

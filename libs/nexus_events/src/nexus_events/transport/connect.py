@@ -14,7 +14,7 @@ from pydantic import Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from nexus_events.errors import BusUnavailable
-from nexus_events.natsclient import Client
+from nexus_events.transport.natsclient import Client
 
 log = logging.getLogger(__name__)
 
@@ -33,7 +33,8 @@ class BusSettings(BaseSettings):
     inbox_prefix: str | None = Field(
         None,
         description="Prefix of the connection's reply subjects (default _INBOX). A run's"
-        " credential may only read _INBOX_<run_id>.> (nexus_events.run_access.inbox_prefix).",
+        " credential may only read _INBOX_<run_id>.>"
+        " (nexus_events.contract.run_access.inbox_prefix).",
     )
     connect_timeout: float = Field(2.0, gt=0)
     # The first connect also runs this reconnect loop: attempts x wait bounds start-up.

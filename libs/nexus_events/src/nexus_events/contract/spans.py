@@ -17,8 +17,8 @@ from typing import Any
 
 from opentelemetry import context as otel_context
 
-from nexus_events import telemetry
-from nexus_events.codec import Decoded
+from nexus_events.contract.codec import Decoded
+from nexus_events.runtime import telemetry
 
 # -- nexus.* ------------------------------------------------------------------------------
 RUN_ID = "nexus.run_id"

@@ -20,10 +20,10 @@ from typing import Any
 import nats.errors
 from nats.aio.msg import Msg
 
-from nexus_events import subjects
+from nexus_events.contract import subjects
 from nexus_events.errors import PublishRejected
 from nexus_events.events.dlq import DeadLetter
-from nexus_events.publish import Publisher
+from nexus_events.transport.publish import Publisher
 
 log = logging.getLogger(__name__)
 
@@ -185,8 +185,8 @@ class DeadLetterPublisher(Publisher):
         )
 
     async def file_dead_letter(self, letter: DeadLetter) -> bool:
-        """Publish `letter` (built with `nexus_events.dead_letters.build_dead_letter`, so it
-        fits); return whether it was stored.
+        """Publish `letter` (built with `nexus_events.transport.dead_letters.build_dead_letter`, so
+        it fits); return whether it was stored.
 
         Idempotent per stored original (`dead_letter_id`), within NEXUS_DLQ's duplicate
         window (a day): the first reader's letter is kept. If the server still refuses

@@ -15,11 +15,11 @@ from typing import Protocol
 
 from nats.js.api import PubAck
 
-from nexus_events import subjects
+from nexus_events.contract import subjects
 from nexus_events.events.base import Event
 from nexus_events.events.flows import FlowRequested
 from nexus_events.events.runs import RunRequested
-from nexus_events.publish import Outgoing
+from nexus_events.transport.publish import Outgoing
 
 
 class _Publishes(Protocol):

@@ -4,7 +4,7 @@
 backoff what failed, and copies poison messages (undecodable, invalid, unknown, or failed
 ``max_deliver`` times) to NEXUS_DLQ with the reason before terminating them. One failing
 message fails alone: a batch whose handler raises is handed over again one delivery at a time.
-Made by `Bus.consumer`; `nexus_events.bus` re-exports these names.
+Made by `Bus.consumer`; `nexus_events.transport.bus` re-exports these names.
 """
 
 from __future__ import annotations
@@ -23,13 +23,14 @@ from nats.aio.msg import Msg
 from nats.js import JetStreamContext
 from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy
 
-from nexus_events import codec, subjects, telemetry
-from nexus_events.codec import Decoded, JsMeta
+from nexus_events.contract import codec, subjects
+from nexus_events.contract.codec import Decoded, JsMeta
 from nexus_events.errors import BusError, DecodeError
 from nexus_events.events.base import Event
+from nexus_events.runtime import telemetry
 
 if TYPE_CHECKING:
-    from nexus_events.bus import Bus
+    from nexus_events.transport.bus import Bus
 
 log = logging.getLogger(__name__)
 
@@ -127,7 +128,8 @@ class ConsumerSpec:
 async def ensure_durable(js: JetStreamContext, spec: ConsumerSpec) -> None:
     """Create the durable of `spec`, or update it keeping the start position it was made with
     (the start of a durable cannot change). FastStream's pull_subscribe would only bind to an
-    existing one and silently ignore a changed config, so `nexus_events.fast` calls this too."""
+    existing one and silently ignore a changed config, so `nexus_events.transport.fast` calls this
+    too."""
     config = spec.config()
     try:
         existing = await js.consumer_info(spec.stream, spec.durable)

@@ -20,7 +20,7 @@ from nexus_events.events import AgentDefinition, FlowDefinition, SkillDefinition
 WHOLE = "(document)"
 # Front matter keys that are SkillDefinition fields; any other key goes to `metadata`.
 _SKILL_FIELDS = ("name", "version", "description", "hooks", "sandbox_tools", "egress")
-# A flow's graph checks (nexus_events.flowgraph) name the step in the message itself.
+# A flow's graph checks (nexus_events.contract.flowgraph) name the step in the message itself.
 _STEP_MESSAGE = re.compile(r"\A(step '[^']*'|steps): (.*)\Z", re.DOTALL)
 _VALUE_ERROR = "Value error, "
 _FRONT_MATTER = re.compile(r"\A---[ \t]*\r?\n(.*?)\r?\n---[ \t]*(?:\r?\n|\Z)(.*)\Z", re.DOTALL)

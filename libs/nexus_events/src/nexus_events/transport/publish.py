@@ -17,13 +17,14 @@ import nats.js.errors
 from nats.js import JetStreamContext
 from nats.js.api import PubAck
 
-from nexus_events import codec, subjects, telemetry
-from nexus_events.codec import Encoded
-from nexus_events.connect import BusSettings
+from nexus_events.contract import codec, subjects
+from nexus_events.contract.codec import Encoded
+from nexus_events.contract.streams import storage_problem, stream_of
 from nexus_events.errors import BusUnavailable, NoQuorum, PublishFailed, PublishRejected
 from nexus_events.events.base import Event
-from nexus_events.natsclient import Client
-from nexus_events.streams import storage_problem, stream_of
+from nexus_events.runtime import telemetry
+from nexus_events.transport.connect import BusSettings
+from nexus_events.transport.natsclient import Client
 
 # Errors after which a publish is retried with the same Nats-Msg-Id (dedupe makes it safe).
 # A closed connection is not among them: it never comes back (BusUnavailable at once).

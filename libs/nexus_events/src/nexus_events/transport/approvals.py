@@ -6,7 +6,7 @@ one claimant (compare-and-set on "no such key"), so two people answering at once
 decision, and the loser learns who won. A bare ``nats pub`` bypasses the claim; the runner
 still takes only the first decision it reads (stream order), so the run sees one answer.
 
-Before it claims, a surface asks who may decide (`nexus_events.approver_policy`): the run's
+Before it claims, a surface asks who may decide (`nexus_events.contract.approver_policy`): the run's
 own events say it (`approval_record`: the agent's policy in ``prepared``, the requester and
 origin thread in ``requested``), and a refused answer is recorded as ``approval_refused``
 (`record_refusal`) and claims nothing.
@@ -24,11 +24,11 @@ from nats.js import JetStreamContext
 from nats.js.errors import BucketNotFoundError, KeyNotFoundError, KeyWrongLastSequenceError
 from nats.js.kv import KeyValue
 
-from nexus_events import subjects
-from nexus_events.approver_policy import Answer, ApproverPolicy, Verdict
-from nexus_events.bucket_replicas import follow_replicas
-from nexus_events.bus import Bus
-from nexus_events.consume import decode_msg
+from nexus_events.contract import subjects
+from nexus_events.contract.approver_policy import Answer, ApproverPolicy, Verdict
+from nexus_events.contract.runstate import RunEvent
+from nexus_events.contract.streams import FLOWS, RUNS, StreamSettings
+from nexus_events.contract.subjects import validate_token
 from nexus_events.errors import DecodeError
 from nexus_events.events import (
     ApprovalDecided,
@@ -40,9 +40,9 @@ from nexus_events.events import (
     RunPrepared,
     RunRequested,
 )
-from nexus_events.runstate import RunEvent
-from nexus_events.streams import FLOWS, RUNS, StreamSettings
-from nexus_events.subjects import validate_token
+from nexus_events.transport.bucket_replicas import follow_replicas
+from nexus_events.transport.bus import Bus
+from nexus_events.transport.consume import decode_msg
 
 # KV bucket of approval claims. Entries outlive any approval (the runner's expiry is minutes
 # to hours), and a week keeps the bucket small.

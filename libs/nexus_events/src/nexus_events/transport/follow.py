@@ -37,11 +37,11 @@ import nats.js.errors
 from nats.aio.msg import Msg
 from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy
 
-from nexus_events.bus import FETCH_AWAY_ERRORS, Bus, decode_msg
-from nexus_events.codec import Decoded
-from nexus_events.dead_letters import build_dead_letter
+from nexus_events.contract.codec import Decoded
 from nexus_events.errors import BusUnavailable, DecodeError, PublishFailed, PullStalled
-from nexus_events.pull import PullReader
+from nexus_events.transport.bus import FETCH_AWAY_ERRORS, Bus, decode_msg
+from nexus_events.transport.dead_letters import build_dead_letter
+from nexus_events.transport.pull import PullReader
 
 log = logging.getLogger(__name__)
 

@@ -25,11 +25,11 @@ import tenacity
 from asyncpg.pool import PoolConnectionProxy
 from nats.aio.msg import Msg
 
-from nexus_events import subjects
-from nexus_events.bus import Bus
-from nexus_events.codec import Decoded
-from nexus_events.follow import Batch, Feed, Reposition, StreamFollower, split
-from nexus_events.subjects import validate_token
+from nexus_events.contract import subjects
+from nexus_events.contract.codec import Decoded
+from nexus_events.contract.subjects import validate_token
+from nexus_events.transport.bus import Bus
+from nexus_events.transport.follow import Batch, Feed, Reposition, StreamFollower, split
 
 log = logging.getLogger(__name__)
 

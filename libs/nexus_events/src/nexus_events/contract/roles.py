@@ -1,6 +1,6 @@
 """Who publishes and who consumes each event and query of the contract: one declarative table.
 
-The AsyncAPI document (`nexus_events.asyncapi`) turns each entry into `send`/`receive`
+The AsyncAPI document (`nexus_events.contract.asyncapi`) turns each entry into `send`/`receive`
 operations. `tests/contract/test_roles.py` keeps the table honest: every registered event and
 query subject has an entry, and what it says of the deployed services agrees with their NATS
 permissions (deploy/nats/render.py) and with the subjects their code builds.
@@ -15,8 +15,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from enum import StrEnum
 
-from nexus_events import subjects
-from nexus_events.subjects import Family
+from nexus_events.contract import subjects
+from nexus_events.contract.subjects import Family
 
 
 class Service(StrEnum):
@@ -173,7 +173,7 @@ EVENT_ROLES: dict[tuple[Family, str], EventRoles] = {
     (Family.INBOX, "message"): _run(
         (_OPERATOR, _PLANE, _GATEWAY, planned(RUNNER)), (_RUNNER, _SWEEPER)
     ),
-    # Chat and the CLI claim the decision first (nexus_events.approvals): one answer wins.
+    # Chat and the CLI claim the decision first (nexus_events.transport.approvals): one answer wins.
     # The flows service reads the decisions on its gates' run ids (FlowWaiting.gate_run_id).
     (Family.INBOX, "approval_decision"): _run(
         (_CLI, _OPERATOR, _PLANE, _GATEWAY, _MCP), (_RUNNER, _SWEEPER, _FLOWS)
@@ -224,7 +224,7 @@ EVENT_ROLES: dict[tuple[Family, str], EventRoles] = {
     # plane-sync's mirror reads the request for the flow's task and requester; the gateway for
     # `reply_to`, the thread its progress goes to. Whoever answers a flow gate's approval
     # (the CLI, the MCP server) reads the request and the pinned definition (accepted) for
-    # who may decide (nexus_events.approvals).
+    # who may decide (nexus_events.transport.approvals).
     (Family.FLOW, "requested"): _run(
         (_CLI, _OPERATOR, _FLOWS, _SCHEDULER, _PLANE, _GATEWAY, _MCP),
         (_FLOWS, _PLANE, _GATEWAY, _MCP),

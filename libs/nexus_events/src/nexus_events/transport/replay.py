@@ -17,13 +17,13 @@ from nats.aio.msg import Msg
 from nats.js import JetStreamContext
 from nats.js.api import AckPolicy, ConsumerConfig, ConsumerInfo, DeliverPolicy
 
-from nexus_events import subjects
-from nexus_events.codec import Decoded, JsMeta
-from nexus_events.consume import decode_msg
+from nexus_events.contract import subjects
+from nexus_events.contract.codec import Decoded, JsMeta
+from nexus_events.contract.streams import NO_META_LEADER
 from nexus_events.errors import BusError, BusUnavailable, DecodeError, JetStreamUnavailable
-from nexus_events.natsclient import Client
-from nexus_events.pull import PullReader
-from nexus_events.streams import NO_META_LEADER
+from nexus_events.transport.consume import decode_msg
+from nexus_events.transport.natsclient import Client
+from nexus_events.transport.pull import PullReader
 
 
 class Replayer:
@@ -47,7 +47,7 @@ class Replayer:
         `run_id` filters NEXUS_RUNS to one run. Messages that do not decode are skipped (the
         live consumers dead-letter them). An ephemeral, ack-less consumer does the reading,
         named `name` if given (a run's credential may only make consumers it names:
-        nexus_events.run_access), else a fresh name.
+        nexus_events.contract.run_access), else a fresh name.
         """
         if run_id is not None:
             filter_subject = subjects.run_events_filter(run_id)

@@ -14,8 +14,8 @@ from enum import StrEnum
 from functools import lru_cache
 from typing import TYPE_CHECKING, TypeAlias
 
+from nexus_events.contract.runstate import RunEvent
 from nexus_events.errors import InvalidSubject
-from nexus_events.runstate import RunEvent
 
 if TYPE_CHECKING:
     from nexus_events.events.base import Event

@@ -13,9 +13,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from nexus_events import subjects
-from nexus_events.runstate import TERMINAL_EVENTS, RunEvent
-from nexus_events.streams import (
+from nexus_events.contract import subjects
+from nexus_events.contract.runstate import TERMINAL_EVENTS, RunEvent
+from nexus_events.contract.streams import (
     CHECKPOINTS_BUCKET,
     INBOX,
     RUNS,

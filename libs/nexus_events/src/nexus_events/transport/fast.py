@@ -1,4 +1,4 @@
-"""Message handlers on FastStream with the delivery guarantees of `nexus_events.consume`.
+"""Message handlers on FastStream with the delivery guarantees of `nexus_events.transport.consume`.
 
 `Handlers` owns a FastStream `NatsBroker` built from the service's `BusSettings` (its own
 connection, next to the `Bus`) and declares each durable pull consumer of a `ConsumerSpec` as
@@ -29,9 +29,9 @@ moved from `Consumer` resumes its durable where it was):
   (FastStream itself never sends it);
 - the handler runs in a CONSUMER span continuing the trace in the message's headers;
 - an idle fetch that times out logs nothing, a failing one a single warning line
-  (`nexus_events.quiet_fetch`).
+  (`nexus_events.transport.quiet_fetch`).
 
-Streams are provisioned by `nexus_events.streams`: subscribers declare ``JStream(..,
+Streams are provisioned by `nexus_events.contract.streams`: subscribers declare ``JStream(..,
 declare=False)`` so FastStream never rewrites a stream's config.
 """
 
@@ -61,14 +61,21 @@ from faststream.nats.security import (
 from nats.aio.client import Client as NatsClient
 from nats.aio.msg import Msg
 
-from nexus_events import codec, telemetry
-from nexus_events.bus import Bus, BusSettings
-from nexus_events.codec import Decoded, JsMeta
-from nexus_events.connect import connect_options
-from nexus_events.consume import ConsumerSpec, GiveUp, after_failure, ensure_durable, keep_alive
+from nexus_events.contract import codec
+from nexus_events.contract.codec import Decoded, JsMeta
 from nexus_events.errors import BusError, BusUnavailable, DecodeError
 from nexus_events.events.base import Event
-from nexus_events.quiet_fetch import quiet_fetches
+from nexus_events.runtime import telemetry
+from nexus_events.transport.bus import Bus, BusSettings
+from nexus_events.transport.connect import connect_options
+from nexus_events.transport.consume import (
+    ConsumerSpec,
+    GiveUp,
+    after_failure,
+    ensure_durable,
+    keep_alive,
+)
+from nexus_events.transport.quiet_fetch import quiet_fetches
 
 log = logging.getLogger(__name__)
 # FastStream's own logger: it logs every message at the broker's log_level (DEBUG below) and
@@ -257,7 +264,7 @@ def make_broker(
 ) -> NatsBroker:
     """A FastStream `NatsBroker` connecting the way `Bus.connect` does with `settings`.
 
-    The same nats-py options (`nexus_events.connect.connect_options`), except credentials:
+    The same nats-py options (`nexus_events.transport.connect.connect_options`), except credentials:
     FastStream takes those as a `security` object and refuses nats-py's ``user``/``password``.
     """
 

@@ -30,9 +30,9 @@ from nats.aio.client import Client
 from nats.aio.msg import Msg
 from nats.aio.subscription import Subscription
 
-from nexus_events.codec import JsMeta
+from nexus_events.contract.codec import JsMeta
 from nexus_events.errors import BusError, PullStalled
-from nexus_events.natsclient import Client as DirectClient
+from nexus_events.transport.natsclient import Client as DirectClient
 
 # Server status codes on a pull request's reply subject.
 _HEARTBEAT = "100"

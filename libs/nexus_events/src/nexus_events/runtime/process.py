@@ -16,15 +16,15 @@ from typing import TYPE_CHECKING, Any, Protocol, Self, TypeVar
 
 from pydantic import ValidationError
 
-from nexus_events.logs import setup_logging
-from nexus_events.telemetry import setup_telemetry, shutdown_telemetry
+from nexus_events.runtime.logs import setup_logging
+from nexus_events.runtime.telemetry import setup_telemetry, shutdown_telemetry
 
 if TYPE_CHECKING:
     import asyncpg
 
-    from nexus_events.bus import Bus
-    from nexus_events.connect import BusSettings
-    from nexus_events.health import HealthServer, JetStreamProbe
+    from nexus_events.runtime.health import HealthServer, JetStreamProbe
+    from nexus_events.transport.bus import Bus
+    from nexus_events.transport.connect import BusSettings
 
 log = logging.getLogger(__name__)
 
@@ -171,10 +171,10 @@ class ServiceApp(ABC):
         5. With `create_pool`, the PostgreSQL pool (`open_pool`); the service migrates its
            tables after this returns.
         """
-        from nexus_events.streams import ensure_streams
+        from nexus_events.contract.streams import ensure_streams
 
         if health.health_port is not None:
-            from nexus_events.health import HealthServer
+            from nexus_events.runtime.health import HealthServer
 
             self.health = HealthServer(self.ready, health.health_host, health.health_port)
             await self.health.start()
@@ -182,7 +182,7 @@ class ServiceApp(ABC):
         bus = await self.connect_bus(stack, bus_settings, source)
         await ensure_streams(bus.js, update=update_streams)
         if probe_streams:
-            from nexus_events.health import JetStreamProbe
+            from nexus_events.runtime.health import JetStreamProbe
 
             self.jetstream = JetStreamProbe(bus.js, probe_streams, interval=probe_interval)
             await self.jetstream.start()
@@ -220,7 +220,7 @@ class ServiceApp(ABC):
     ) -> Bus:
         """The bus handed in, else a new connection closed when `stack` unwinds."""
         if self._bus is None:
-            from nexus_events.bus import Bus
+            from nexus_events.transport.bus import Bus
 
             self._bus = await Bus.connect(settings, source=source)
             stack.push_async_callback(self._close_bus)

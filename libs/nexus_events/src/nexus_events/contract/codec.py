@@ -15,6 +15,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
+from nexus_events.contract.subjects import Family, ParsedSubject, has_event_token, parse_subject
 from nexus_events.errors import (
     DecodeError,
     InvalidEvent,
@@ -24,7 +25,6 @@ from nexus_events.errors import (
     UnregisteredEvent,
 )
 from nexus_events.events.base import Event, lookup
-from nexus_events.subjects import Family, ParsedSubject, has_event_token, parse_subject
 
 # Header names (docs/design.md §4.1).
 MSG_ID = "Nats-Msg-Id"
