@@ -158,12 +158,15 @@ class ServiceApp(ABC):
         probe_streams: Sequence[str] = (),
         probe_interval: float = 2.0,
         create_pool: Callable[[], Awaitable[asyncpg.Pool[Any]]] | None = None,
+        connected: Callable[[Bus, contextlib.AsyncExitStack], Awaitable[None]] | None = None,
     ) -> Bus:
         """The start-up every service shares, in order, each part closed when `stack` unwinds.
 
         1. The health endpoint (unless `health.health_port` is off), first so it answers
            through the whole start-up and drain: live, and not ready until `open` is done.
-        2. The NATS connection (`connect_bus`) as `source`.
+        2. The NATS connection (`connect_bus`) as `source`; then `connected`, for what must
+           answer on NATS before anything waits on JetStream (the scheduler's auth callout:
+           runners connect through it).
         3. Every Nexus stream that is missing is created; with `update_streams` (core, the
            owner of the stream settings) existing ones are brought to the settings too.
         4. With `probe_streams`, a `JetStreamProbe` over them every `probe_interval` seconds:
@@ -180,6 +183,8 @@ class ServiceApp(ABC):
             await self.health.start()
             stack.push_async_callback(self.health.stop)
         bus = await self.connect_bus(stack, bus_settings, source)
+        if connected is not None:
+            await connected(bus, stack)
         await ensure_streams(bus.js, update=update_streams)
         if probe_streams:
             from nexus_events.runtime.health import JetStreamProbe
