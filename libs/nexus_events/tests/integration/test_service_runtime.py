@@ -116,7 +116,7 @@ async def test_a_failed_pool_closes_the_bus_and_the_endpoint(nats_url: str) -> N
     assert await http_status(app.health.port, "/healthz") == 0
     assert not app.nats_connected
     assert app.jetstream is not None
-    assert app.jetstream._task is None  # the probe's loop was stopped
+    assert not app.jetstream._checks.running  # the probe's loop was stopped
 
 
 async def test_without_a_health_port_or_probe_only_bus_streams_and_pool(

@@ -210,7 +210,11 @@ async def test_runs_list_filters_and_runs_events_from_a_sequence(bus: Bus, core:
         body = {**RAW, "task_id": task_id, "origin": origin}
         await bus.js.publish(subjects.run_event(run_id, "requested"), json.dumps(body).encode())
         await eventually(lambda r=run_id: event_names(bus, r), lambda n: "prepared" in n)
-    _, first = await query(bus, subjects.CORE_RUNS_GET, {"run_id": "q2"})
+    # `prepared` is on the stream before the projection has the run: wait for its row.
+    _, first = await eventually(
+        lambda: query(bus, subjects.CORE_RUNS_GET, {"run_id": "q2"}),
+        lambda reply: reply[0] is None and "requested" in reply[1].get("phases", {}),
+    )
     await bus.js.publish(subjects.run_event("q3", "requested"), json.dumps(RAW).encode())
     await eventually(lambda: event_names(bus, "q3"), lambda n: "prepared" in n)
     await _drive(bus, "q1")

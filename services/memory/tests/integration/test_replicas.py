@@ -28,7 +28,8 @@ async def test_one_replica_projects_and_a_silent_holder_is_replaced(
     assert first.leadership is not None
     assert second.leadership is not None
     assert (first.leadership.role, second.leadership.role) == ("leader", "standby")
-    assert first.runner is not None
+    # The role is "leader" once the lease is taken; `lead` (the projection) starts after.
+    await eventually(lambda: first.runner is not None)
     assert second.runner is None
     mid = await record(bus, "Deploys go out on Tuesdays after the freeze", "global")
     await until_found(bus, "which day do deploys go out", ["global"], mid)
@@ -48,7 +49,7 @@ async def test_one_replica_projects_and_a_silent_holder_is_replaced(
     await eventually(lambda: second.leadership.role == "leader", within=TTL + MARGIN)  # type: ignore[union-attr]
     took = time.monotonic() - silent
     print(f"memory takeover {took:.2f} s after the holder went silent (TTL {TTL} s)")
-    assert second.runner is not None
+    await eventually(lambda: second.runner is not None)
     # The silent one knows it may no longer act: no write of its own within the TTL.
     assert not await first.leadership.fence()
     later = await record(bus, "Releases are tagged vX.Y.Z by the release job", "global")
