@@ -6,7 +6,7 @@ UV ?= $(or $(shell command -v uv 2>/dev/null),$(TOOLS)/bin/uv)
 UV_BOOTSTRAP := $(if $(filter $(TOOLS)/bin/uv,$(UV)),$(TOOLS)/bin/uv)
 export XDG_RUNTIME_DIR ?= /tmp/nexus-xdg-$(shell id -u)
 
-.PHONY: setup test lint bench demo demo-run smoke compose-test contract-snapshot asyncapi clean
+.PHONY: setup test lint bench demo demo-run smoke compose-test contract-snapshot asyncapi render-services clean
 
 setup: .venv/.synced
 	@bash scripts/ensure_bwrap.sh
@@ -57,7 +57,12 @@ contract-snapshot: setup
 
 # docs/asyncapi.json: the AsyncAPI 3.0.0 document of the contract (tests/contract fails while stale).
 asyncapi: setup
-	$(UV) run --frozen python -m nexus_events.asyncapi --write
+	$(UV) run --frozen python -m nexus_events.contract.asyncapi --write
+
+# The deploy files' service sections and manifests, from nexus_events.runtime.services and each
+# service's services/<name>/deploy/ (tests/deploy/test_rendered_services.py fails while stale).
+render-services: setup
+	$(UV) run --frozen python -m scripts.render_services
 
 clean:
 	rm -rf .venv .tools .pytest_cache .mypy_cache .ruff_cache

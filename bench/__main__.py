@@ -12,7 +12,7 @@ import sys
 from typing import Any
 
 from nexus_core.config import CoreSettings
-from nexus_events.process import tune_gc
+from nexus_events.runtime.process import tune_gc
 
 from bench import bus_bench, projection_bench
 from bench.servers import servers

@@ -8,7 +8,7 @@ import uuid
 import nats
 import nats.errors
 from nats.js.api import AckPolicy, ConsumerConfig
-from nexus_events.streams import RUNS
+from nexus_events.contract.streams import RUNS
 
 FETCH_BATCH = 500
 

@@ -22,8 +22,8 @@ from aiohttp import web
 from nexus_channel_gateway.app import GatewayApp
 from nexus_channel_gateway.config import GatewaySettings
 from nexus_channel_gateway.webhooks import delivery_key
-from nexus_events.bus import Bus, BusSettings
-from nexus_events.streams import ensure_streams
+from nexus_events.contract.streams import ensure_streams
+from nexus_events.transport.bus import Bus, BusSettings
 
 REQUESTS = 3000
 CONCURRENCY = 32

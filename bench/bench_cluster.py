@@ -31,9 +31,9 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from nexus_events import subjects
-from nexus_events.bus import Bus, BusSettings
-from nexus_events.streams import RUNS, STREAM_OF_FAMILY, StreamSettings, ensure_streams
+from nexus_events.contract import subjects
+from nexus_events.contract.streams import RUNS, STREAM_OF_FAMILY, StreamSettings, ensure_streams
+from nexus_events.transport.bus import Bus, BusSettings
 from nexus_testing import NatsCluster, eventually
 
 from bench import bench_scheduler, bus_bench

@@ -28,9 +28,8 @@ from nexus_core.app import CoreApp
 from nexus_core.board_projection import BoardProjection
 from nexus_core.config import CoreSettings
 from nexus_core.runs_projection import AgentRunsProjection
-from nexus_events import subjects
-from nexus_events.bus import Bus, BusSettings, Outgoing
-from nexus_events.catalog_commands import apply_agent, apply_skill
+from nexus_events.contract import subjects
+from nexus_events.contract.streams import CATALOG, RUNS, ensure_streams
 from nexus_events.events import (
     Event,
     ModelSpec,
@@ -45,8 +44,9 @@ from nexus_events.events import (
     ToolCalled,
     ToolResult,
 )
-from nexus_events.projection import ProjectionRunner
-from nexus_events.streams import CATALOG, RUNS, ensure_streams
+from nexus_events.transport.bus import Bus, BusSettings, Outgoing
+from nexus_events.transport.catalog_commands import apply_agent, apply_skill
+from nexus_events.transport.projection import ProjectionRunner
 
 from bench.baselines import raw_fetch_ack_at
 

@@ -4,7 +4,7 @@ A local HTTP server on 127.0.0.1 stands for the outside. Each GET is a new conne
 proxy carries one request per connection):
 - direct: TCP to the server;
 - proxy: over the proxy's unix socket (checks, resolving, the event handed to a recorder);
-- relay: TCP to the in-sandbox relay (nexus_events.netrelay inner, a separate process) on
+- relay: TCP to the in-sandbox relay (nexus_events.runtime.netrelay inner, a separate process) on
   to the proxy's socket: the path a tool's HTTP client takes.
 """
 

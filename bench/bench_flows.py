@@ -43,12 +43,12 @@ import nats
 import nats.errors
 from nats.aio.msg import Msg
 from nats.js.api import AckPolicy, ConsumerConfig, StreamConfig
-from nexus_events import subjects
-from nexus_events.bus import Bus, BusSettings, Outgoing
+from nexus_events.contract import subjects
+from nexus_events.contract.streams import FLOWS, RUNS, ensure_streams
 from nexus_events.events import RunCompleted, RunResult
 from nexus_events.events.flows import FlowDefinition, FlowRequested, step_run_id
 from nexus_events.events.queries import FlowDefinitionView
-from nexus_events.streams import FLOWS, RUNS, ensure_streams
+from nexus_events.transport.bus import Bus, BusSettings, Outgoing
 from nexus_flows.app import FlowsApp
 from nexus_flows.bridges import Bridges
 from nexus_flows.config import FlowsSettings

@@ -1,4 +1,4 @@
-"""Handler throughput: durable handlers on FastStream (`nexus_events.fast`) vs the bus
+"""Handler throughput: durable handlers on FastStream (`nexus_events.transport.fast`) vs the bus
 `Consumer` vs raw nats-py fetch+ack, on the same stream in the same run.
 
 Every reader gets the same N heartbeats (published once by `Bus.publish_many`) through a
@@ -8,9 +8,9 @@ fresh durable of its own, with a handler that only counts. Rows:
 - the bus `Consumer` (batch 500): decode, batch handler, ack each;
 - FastStream bare: a `PullSub(500)` subscriber with FastStream's own parser and JSON decoder
   to a dict, no Nexus envelope or event model (what FastStream itself costs);
-- `nexus_events.fast` (batch 500): FastStream + envelope decode + settlement middleware +
+- `nexus_events.transport.fast` (batch 500): FastStream + envelope decode + settlement middleware +
   consumer span per message;
-- `nexus_events.fast` ordered (fetch of one, as plane-sync's webhook ingress), on fewer
+- `nexus_events.transport.fast` ordered (fetch of one, as plane-sync's webhook ingress), on fewer
   messages.
 
 Rounds alternate the readers and keep each one's best, so a noisy neighbour on the 2 cores
@@ -29,12 +29,12 @@ from typing import Any
 import nats
 from faststream.nats import JStream, NatsBroker, PullSub
 from nats.js.api import ConsumerConfig
-from nexus_events import subjects
-from nexus_events.bus import Bus, BusSettings, ConsumerSpec, Delivery, Outgoing
+from nexus_events.contract import subjects
+from nexus_events.contract.streams import RUNS, ensure_streams
 from nexus_events.events import RunHeartbeat
 from nexus_events.events.base import Event
-from nexus_events.fast import Handlers
-from nexus_events.streams import RUNS, ensure_streams
+from nexus_events.transport.bus import Bus, BusSettings, ConsumerSpec, Delivery, Outgoing
+from nexus_events.transport.fast import Handlers
 
 from bench.baselines import raw_fetch_ack
 
@@ -140,7 +140,12 @@ async def run(nats_url: str) -> Rows:
         ("raw nats-py fetch+ack (msg/s)", raw, "", 1.0),
         ("bus Consumer decode+ack (msg/s)", cons, "raw fetch+ack", cons / raw),
         ("FastStream bare PullSub, JSON dict body (msg/s)", bare, "raw fetch+ack", bare / raw),
-        ("nexus_events.fast handler (msg/s)", fast, "raw fetch+ack", fast / raw),
-        ("nexus_events.fast vs bus Consumer", fast, "Consumer", fast / cons),
-        ("nexus_events.fast ordered, fetch of 1 (msg/s)", ordered, "raw fetch+ack", ordered / raw),
+        ("nexus_events.transport.fast handler (msg/s)", fast, "raw fetch+ack", fast / raw),
+        ("nexus_events.transport.fast vs bus Consumer", fast, "Consumer", fast / cons),
+        (
+            "nexus_events.transport.fast ordered, fetch of 1 (msg/s)",
+            ordered,
+            "raw fetch+ack",
+            ordered / raw,
+        ),
     ]

@@ -27,10 +27,10 @@ from pathlib import Path
 from typing import Any
 
 from mcp import Client, StdioServerParameters, stdio_client
-from nexus_events.bus import Bus, BusSettings
+from nexus_events.contract.streams import ensure_streams
 from nexus_events.events.runs import RunCompleted, RunConfig
 from nexus_events.events.specs import McpServerSpec, Permissions
-from nexus_events.streams import ensure_streams
+from nexus_events.transport.bus import Bus, BusSettings
 from nexus_runner.app import execute_run
 from nexus_runner.config import RunnerSettings
 from nexus_runner.git import Author, Git

@@ -37,11 +37,11 @@ from mcp import Client, StdioServerParameters, stdio_client
 from mcp.client.streamable_http import create_mcp_http_client, streamable_http_client
 from nexus_core.app import CoreApp
 from nexus_core.config import CoreSettings
-from nexus_events import subjects
-from nexus_events.bus import Bus, BusSettings
-from nexus_events.catalog_commands import apply_agent
+from nexus_events.contract import subjects
+from nexus_events.contract.streams import CATALOG, ensure_streams
 from nexus_events.events import RunRequested
-from nexus_events.streams import CATALOG, ensure_streams
+from nexus_events.transport.bus import Bus, BusSettings
+from nexus_events.transport.catalog_commands import apply_agent
 from nexus_testing import free_port
 
 CALLS = 200

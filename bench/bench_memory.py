@@ -42,12 +42,12 @@ from datetime import UTC, datetime
 from typing import Any
 
 import asyncpg
-from nexus_events import subjects
-from nexus_events.bus import Bus, BusSettings
+from nexus_events.contract import subjects
+from nexus_events.contract.streams import MEMORY, ensure_streams
 from nexus_events.events import MemorySearchRequest
 from nexus_events.events.memory import parse_scope
-from nexus_events.projection import Conn
-from nexus_events.streams import MEMORY, ensure_streams
+from nexus_events.transport.bus import Bus, BusSettings
+from nexus_events.transport.projection import Conn
 from nexus_memory.app import MemoryApp
 from nexus_memory.config import MemorySettings
 from nexus_memory.embedding import WordLlamaEmbedder

@@ -23,8 +23,10 @@ import uuid
 from typing import Any
 
 import httpx
-from nexus_events import subjects
-from nexus_events.bus import Bus, BusSettings
+from nexus_events.contract import subjects
+from nexus_events.contract.streams import RUNS as RUNS_STREAM
+from nexus_events.contract.streams import TASKS as TASKS_STREAM
+from nexus_events.contract.streams import ensure_streams
 from nexus_events.events import (
     PlaneWebhookReceived,
     RunCompleted,
@@ -34,9 +36,7 @@ from nexus_events.events import (
     RunTurn,
     TaskCreated,
 )
-from nexus_events.streams import RUNS as RUNS_STREAM
-from nexus_events.streams import TASKS as TASKS_STREAM
-from nexus_events.streams import ensure_streams
+from nexus_events.transport.bus import Bus, BusSettings
 from nexus_plane_sync.app import PlaneSyncApp
 from nexus_plane_sync.config import PlaneSyncSettings
 from nexus_testing import free_port

@@ -37,12 +37,12 @@ from pathlib import Path
 from typing import Any
 from unittest import mock
 
-from nexus_events import subjects
-from nexus_events.bus import Bus, BusSettings
+from nexus_events.contract import subjects
+from nexus_events.contract.streams import ensure_streams
 from nexus_events.events.runs import RunCompleted, RunConfig
 from nexus_events.events.transcripts import TranscriptEntry
-from nexus_events.streams import ensure_streams
-from nexus_runner import app as runner_app
+from nexus_events.transport.bus import Bus, BusSettings
+from nexus_runner import resuming
 from nexus_runner.app import execute_run
 from nexus_runner.config import RunnerSettings
 from nexus_runner.transcript import TranscriptWriter
@@ -115,7 +115,7 @@ def _transcript(on: bool) -> Iterator[None]:
     if on:
         yield
         return
-    with mock.patch.object(runner_app, "TranscriptWriter", _NoTranscript):
+    with mock.patch.object(resuming, "TranscriptWriter", _NoTranscript):
         yield
 
 

@@ -27,9 +27,9 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
-from nexus_events.bus import Bus, BusSettings
+from nexus_events.contract.streams import ensure_streams
 from nexus_events.events.runs import RunCompleted, RunConfig
-from nexus_events.streams import ensure_streams
+from nexus_events.transport.bus import Bus, BusSettings
 from nexus_runner.app import execute_run
 from nexus_runner.config import RunnerSettings
 from nexus_runner.tools.args import FinishArgs, ListFilesArgs

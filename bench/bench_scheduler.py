@@ -37,8 +37,8 @@ import nats.errors
 from nats.aio.msg import Msg
 from nats.js import JetStreamContext
 from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy, StreamConfig
-from nexus_events import subjects
-from nexus_events.bus import Bus, BusSettings, Outgoing
+from nexus_events.contract import subjects
+from nexus_events.contract.streams import RUNS, ensure_streams
 from nexus_events.events import (
     Event,
     ModelSpec,
@@ -49,7 +49,7 @@ from nexus_events.events import (
     RunPrepared,
     RunStarted,
 )
-from nexus_events.streams import RUNS, ensure_streams
+from nexus_events.transport.bus import Bus, BusSettings, Outgoing
 from nexus_scheduler.app import SchedulerApp
 from nexus_scheduler.config import SchedulerSettings
 from nexus_scheduler.rebuild import advance

@@ -10,10 +10,10 @@ import uuid
 import nats
 import nats.errors
 from nats.js import JetStreamContext
-from nexus_events import subjects
-from nexus_events.bus import Bus, BusSettings, ConsumerSpec, Delivery, Outgoing
+from nexus_events.contract import subjects
+from nexus_events.contract.streams import RUNS, ensure_streams
 from nexus_events.events import RunHeartbeat
-from nexus_events.streams import RUNS, ensure_streams
+from nexus_events.transport.bus import Bus, BusSettings, ConsumerSpec, Delivery, Outgoing
 
 from bench.baselines import raw_fetch_ack
 

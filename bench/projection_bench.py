@@ -8,12 +8,12 @@ from collections.abc import Sequence
 from typing import Any
 
 import asyncpg
-from nexus_events import subjects
-from nexus_events.bus import Bus, BusSettings, Outgoing
-from nexus_events.codec import Decoded
+from nexus_events.contract import subjects
+from nexus_events.contract.codec import Decoded
+from nexus_events.contract.streams import RUNS, ensure_streams
 from nexus_events.events import RunTurn
-from nexus_events.projection import ProjectionRunner, Source, quote_ident
-from nexus_events.streams import RUNS, ensure_streams
+from nexus_events.transport.bus import Bus, BusSettings, Outgoing
+from nexus_events.transport.projection import ProjectionRunner, Source, quote_ident
 
 from bench.baselines import raw_fetch_ack_at
 

@@ -56,10 +56,10 @@ from nats.aio.msg import Msg
 from nats.js import JetStreamContext
 from nexus_cli.devstack import nats_cluster
 from nexus_cli.devstack.state import NatsNode, StackState, read_state
-from nexus_events.bus import Bus, BusSettings
+from nexus_events.contract.streams import DLQ, RUNS
+from nexus_events.contract.subjects import run_event, run_events_filter
 from nexus_events.events.runs import Origin, RunRequested
-from nexus_events.streams import DLQ, RUNS
-from nexus_events.subjects import run_event, run_events_filter
+from nexus_events.transport.bus import Bus, BusSettings
 
 from scripts import chaos_resume as cr
 from scripts.chaos_flows import cli, read_messages

@@ -43,11 +43,11 @@ from typing import Any
 
 import psutil
 from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy
-from nexus_events.bus import Bus, BusSettings
+from nexus_events.contract.streams import DLQ, FLOWS, RUNS
+from nexus_events.contract.subjects import flow_event, flow_events_filter, run_events_filter
 from nexus_events.events.flows import FlowRequested
 from nexus_events.events.runs import Origin
-from nexus_events.streams import DLQ, FLOWS, RUNS
-from nexus_events.subjects import flow_event, flow_events_filter, run_events_filter
+from nexus_events.transport.bus import Bus, BusSettings
 
 from tests.support import devstack
 

@@ -63,11 +63,11 @@ from typing import Any
 import psutil
 from nats.aio.msg import Msg
 from nexus_cli.devstack import offline_model
-from nexus_events.bus import Bus, BusSettings
+from nexus_events.contract.streams import DLQ, RUNS
+from nexus_events.contract.subjects import run_event, run_events_filter
 from nexus_events.events.runs import Origin, RunRequested
 from nexus_events.events.specs import RepoSpec
-from nexus_events.streams import DLQ, RUNS
-from nexus_events.subjects import run_event, run_events_filter
+from nexus_events.transport.bus import Bus, BusSettings
 
 from scripts.chaos_flows import cli, read_messages, read_stream, stack_state
 from tests.support import devstack

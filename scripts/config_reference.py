@@ -10,21 +10,21 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from nexus_events.services import SERVICES
+from nexus_events.runtime.services import SERVICES
 from pydantic import BaseModel
 from pydantic_core import PydanticUndefined
 from pydantic_settings import BaseSettings
 
 # (title, module, class) of each table: the settings every service shares, then each
-# service's own, from the service table (nexus_events.services).
+# service's own, from the service table (nexus_events.runtime.services).
 SECTIONS: list[tuple[str, str, str]] = [
-    ("every service: NATS", "nexus_events.connect", "BusSettings"),
+    ("every service: NATS", "nexus_events.transport.connect", "BusSettings"),
     (
         "streams: core's settings win (`ensure_streams`; others only create missing streams)",
-        "nexus_events.streams",
+        "nexus_events.contract.streams",
         "StreamSettings",
     ),
-    ("every service: metrics", "nexus_events.metrics", "MetricsSettings"),
+    ("every service: metrics", "nexus_events.runtime.metrics", "MetricsSettings"),
     *(
         (
             f"{spec.name} (`python -m {spec.module}`)" if i == 0 else f"{spec.name}: `{name}`",

@@ -22,7 +22,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from importlib import metadata
 
-from nexus_events.services import SERVICES
+from nexus_events.runtime.services import SERVICES
 from packaging.requirements import InvalidRequirement, Requirement
 from packaging.utils import canonicalize_name
 

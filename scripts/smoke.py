@@ -16,9 +16,9 @@ from pathlib import Path
 from typing import Any
 
 import asyncpg
-from nexus_events import runstate, subjects
-from nexus_events.bus import Bus, BusSettings, ConsumerSpec, Delivery
-from nexus_events.codec import Decoded
+from nexus_events.contract import runstate, subjects
+from nexus_events.contract.codec import Decoded
+from nexus_events.contract.streams import DLQ, RUNS, ensure_streams
 from nexus_events.events import (
     DeadLetter,
     ModelSpec,
@@ -30,8 +30,8 @@ from nexus_events.events import (
     RunStarted,
     RunTurn,
 )
-from nexus_events.projection import Conn, ProjectionRunner, Source, quote_ident
-from nexus_events.streams import DLQ, RUNS, ensure_streams
+from nexus_events.transport.bus import Bus, BusSettings, ConsumerSpec, Delivery
+from nexus_events.transport.projection import Conn, ProjectionRunner, Source, quote_ident
 from nexus_testing import NatsServer, PostgresServer
 
 

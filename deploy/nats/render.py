@@ -1,6 +1,6 @@
-"""Write the NATS server configs of compose and Kubernetes: what nexus_events.nats_config renders.
+"""Write the NATS server configs of compose and Kubernetes: what nexus_events.runtime.nats_config renders.
 
-The users, their permissions and the config's text live in `nexus_events.nats_config` (the dev
+The users, their permissions and the config's text live in `nexus_events.runtime.nats_config` (the dev
 stack renders the same text for `nexus dev up`); this script names the files and the cluster
 each node joins. Run ``uv run python deploy/nats/render.py`` after a contract change;
 tests/deploy fails while the committed files differ from what this renders. Passwords are
@@ -14,7 +14,7 @@ import sys
 from pathlib import Path
 
 # Re-exported: the tests that check the rendered files load this script as their renderer.
-from nexus_events.nats_config import (
+from nexus_events.runtime.nats_config import (
     ADMIN,
     ALL_STREAMS,
     AUTH_CALLOUT_ISSUER_VARIABLE,

@@ -13,11 +13,11 @@ from typing import Any, ClassVar
 import pytest
 from jsonschema import Draft202012Validator
 from jsonschema.exceptions import ValidationError
-from nexus_events import asyncapi, codec, roles, subjects
+from nexus_events.contract import asyncapi, codec, roles, subjects
+from nexus_events.contract.subjects import Family
 from nexus_events.events import DeadLetter, RunCompleted, RunRequested, RunResult, registered
 from nexus_events.events import base as events_base
 from nexus_events.events.base import Event
-from nexus_events.subjects import Family
 
 ROOT = Path(__file__).resolve().parents[2]
 DOC_PATH = ROOT / asyncapi.DEFAULT_PATH

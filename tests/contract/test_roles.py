@@ -1,5 +1,5 @@
-"""The roles table (`nexus_events.roles`) covers the whole contract and agrees with what the
-deployed services may do on NATS (deploy/nats/render.py) and with the subjects their code
+"""The roles table (`nexus_events.contract.roles`) covers the whole contract and agrees with what
+the deployed services may do on NATS (deploy/nats/render.py) and with the subjects their code
 publishes on and consumes."""
 
 from __future__ import annotations
@@ -10,11 +10,11 @@ from types import ModuleType
 from typing import Any
 
 import pytest
-from nexus_events import roles, subjects
+from nexus_events.contract import roles, subjects
+from nexus_events.contract.roles import EVENT_ROLES, QUERY_ROLES, Party, Service
+from nexus_events.contract.streams import STREAM_OF_FAMILY
+from nexus_events.contract.subjects import Family
 from nexus_events.events import registered
-from nexus_events.roles import EVENT_ROLES, QUERY_ROLES, Party, Service
-from nexus_events.streams import STREAM_OF_FAMILY
-from nexus_events.subjects import Family
 
 from tests.support.nats_render import load_renderer
 
@@ -175,7 +175,7 @@ _FAMILY_OF_BUILDER = {
     "task_event": Family.TASK,
     "schedule_event": Family.SCHEDULE,
 }
-# The one way to ask for a run or a flow run (nexus_events.run_requests).
+# The one way to ask for a run or a flow run (nexus_events.transport.run_requests).
 _REQUEST = re.compile(r"\b(request_run|run_request|request_flow|flow_request)\(")
 _REQUESTED = {
     "request_run": (Family.RUN, "requested"),
@@ -204,7 +204,8 @@ def test_subjects_built_in_code_are_published_per_roles(service: Service) -> Non
     assert found or service is Service.RUNNER, f"the scan finds nothing in {service}'s code"
     for key in found:
         assert service in _real(EVENT_ROLES[key].publishers), (
-            f"{service}'s code publishes {key[0]}.{key[1]}; nexus_events.roles does not say so"
+            f"{service}'s code publishes {key[0]}.{key[1]}; nexus_events.contract.roles does not"
+            " say so"
         )
 
 

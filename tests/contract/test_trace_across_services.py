@@ -20,11 +20,12 @@ import asyncpg
 import pytest
 from nexus_core.app import CoreApp
 from nexus_core.config import CoreSettings
-from nexus_events import subjects, telemetry
-from nexus_events.bus import Bus, BusSettings
-from nexus_events.catalog_commands import apply_agent, apply_skill
+from nexus_events.contract import subjects
+from nexus_events.contract.streams import RUNS
 from nexus_events.events import RunCompleted, RunRequested
-from nexus_events.streams import RUNS
+from nexus_events.runtime import telemetry
+from nexus_events.transport.bus import Bus, BusSettings
+from nexus_events.transport.catalog_commands import apply_agent, apply_skill
 from nexus_scheduler.app import SchedulerApp
 from nexus_scheduler.config import SchedulerSettings
 from nexus_scheduler.runtime.local import LocalProcessRuntime

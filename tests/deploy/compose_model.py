@@ -10,15 +10,15 @@ from pathlib import Path
 from typing import Any
 
 import yaml
-from nexus_events import services
+from nexus_events.runtime import services
 from pydantic_settings import BaseSettings
 
 ROOT = Path(__file__).resolve().parents[2]
 COMPOSE = ROOT / "deploy/compose.yaml"
 # Services built from this repository: compose name -> python package run by its entrypoint;
-# each service of the table (nexus_events.services) and the variants compose runs it as
+# each service of the table (nexus_events.runtime.services) and the variants compose runs it as
 # (core-mongodb), found by their entrypoint.
-# Standard OpenTelemetry SDK variables (read by nexus_events.telemetry / metrics setup).
+# Standard OpenTelemetry SDK variables (read by nexus_events.runtime.telemetry / metrics setup).
 OTEL_VARS = {"OTEL_EXPORTER_OTLP_ENDPOINT", "OTEL_SERVICE_NAME", "OTEL_RESOURCE_ATTRIBUTES"}
 
 _VAR = re.compile(
@@ -79,9 +79,9 @@ def nexus_services() -> dict[str, str]:
 def settings_classes(package: str) -> list[type[BaseSettings]]:
     """The Settings classes whose variables a service's process (and its children: the
     scheduler's local runs) read, as the service table names them."""
-    from nexus_events.bus import BusSettings
-    from nexus_events.metrics import MetricsSettings
-    from nexus_events.streams import StreamSettings
+    from nexus_events.contract.streams import StreamSettings
+    from nexus_events.runtime.metrics import MetricsSettings
+    from nexus_events.transport.bus import BusSettings
 
     common: list[type[BaseSettings]] = [BusSettings, StreamSettings, MetricsSettings]
     [spec] = [s for s in services.SERVICES if s.module == package]

@@ -186,9 +186,10 @@ def test_the_test_profile_serves_the_offline_model_to_the_runs() -> None:
     model = services["offline-model"]
     assert model["profiles"] == ["test"]
     mounted = model["volumes"][0].split(":")
-    assert mounted[1] == model["entrypoint"][1]
+    assert model["entrypoint"][1:3] == ["-m", "offline_model"]
+    assert mounted[1] == f"{model['working_dir']}/offline_model"
     assert (ROOT / "deploy" / mounted[0]).resolve() == (
-        ROOT / "cli/src/nexus_cli/devstack/offline_model.py"
+        ROOT / "cli/src/nexus_cli/devstack/offline_model"
     )
     port = model["entrypoint"][model["entrypoint"].index("--port") + 1]
     assert f":{port}/v1/models" in " ".join(model["healthcheck"]["test"])

@@ -25,13 +25,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from nexus_events import subjects
-from nexus_events.bus import Bus, BusSettings
+from nexus_events.contract import subjects
+from nexus_events.contract.streams import RUNS
 from nexus_events.events.catalog import AgentApplied, AgentDefinition
 from nexus_events.events.flows import FlowsList, FlowsListReply
 from nexus_events.events.memory import MemorySearchReply, MemorySearchRequest
 from nexus_events.events.runs import RunRequested, TerminalEvent
-from nexus_events.streams import RUNS
+from nexus_events.transport.bus import Bus, BusSettings
 from nexus_testing import eventually, eventually_blocking, free_port, nats_server_binary
 
 from ..fakes.openai_server import FakeOpenAI, Reply, ToolCall

@@ -17,8 +17,8 @@ from typing import Any
 import pytest
 import yaml
 from nexus_core.run_metrics import INSTRUMENTS, PipelineSnapshot, RunMetrics
-from nexus_events import codec, subjects
-from nexus_events.codec import JsMeta
+from nexus_events.contract import codec, subjects
+from nexus_events.contract.codec import JsMeta
 from nexus_events.events.runs import (
     Condensation,
     RunCompleted,

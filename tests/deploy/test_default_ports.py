@@ -8,7 +8,7 @@ import importlib
 from collections import defaultdict
 
 from nexus_channel_gateway.config import GatewaySettings
-from nexus_events import services
+from nexus_events.runtime import services
 from nexus_plane_sync.config import PlaneSyncSettings
 from pydantic_settings import BaseSettings
 

@@ -23,11 +23,11 @@ from typing import Any
 import yaml
 from mcp import Client
 from mcp.client.streamable_http import create_mcp_http_client, streamable_http_client
-from nexus_events import subjects
-from nexus_events.bus import Bus, BusSettings
+from nexus_events.contract import subjects
+from nexus_events.contract.streams import INBOX
 from nexus_events.events import ApprovalRequested, RunCancelled
 from nexus_events.events.catalog import AgentApplied, AgentDefinition
-from nexus_events.streams import INBOX
+from nexus_events.transport.bus import Bus, BusSettings
 from nexus_testing import eventually, free_port
 
 from .compose_model import environment

@@ -27,8 +27,8 @@ import nats
 import pytest
 from nats.js.api import PubAck, StreamInfo
 from nats.js.errors import NoStreamResponseError
-from nexus_events import subjects
-from nexus_events.streams import RUNS, StreamSettings, ensure_streams, stream_configs
+from nexus_events.contract import subjects
+from nexus_events.contract.streams import RUNS, StreamSettings, ensure_streams, stream_configs
 from nexus_testing import eventually, free_port, http_status, nats_server_binary
 
 from tests.support.nats_render import issuer_env, load_renderer

@@ -9,7 +9,7 @@ from pathlib import Path
 from types import ModuleType
 
 import pytest
-from nexus_events import subjects
+from nexus_events.contract import subjects
 from nexus_testing import nats_server_binary
 
 from tests.support.nats_render import issuer_env, load_renderer

@@ -1,4 +1,4 @@
-"""The service table (`nexus_events.services`) and the files that must follow it: compose,
+"""The service table (`nexus_events.runtime.services`) and the files that must follow it: compose,
 Kubernetes, the NATS users, the roles of the contract, the CLI's dev-stack extra and the docs.
 
 Each service of the table appears in each with its NATS user, ports and probes; nothing that
@@ -16,9 +16,9 @@ import tomllib
 from typing import Any
 
 import pytest
-from nexus_events import services
-from nexus_events.roles import Service
-from nexus_events.services import LIVENESS_PATH, READINESS_PATH, ServiceSpec
+from nexus_events.contract.roles import Service
+from nexus_events.runtime import services
+from nexus_events.runtime.services import LIVENESS_PATH, READINESS_PATH, ServiceSpec
 
 from tests.support.nats_render import load_renderer
 
@@ -262,4 +262,4 @@ def test_the_deploy_docs_list_every_service() -> None:
 def test_adding_a_service_is_documented() -> None:
     text = (ROOT / "docs/deploy.md").read_text()
     assert "## Adding a service" in text
-    assert "nexus_events/services.py" in text
+    assert "nexus_events/runtime/services.py" in text

@@ -29,9 +29,9 @@ from typing import Any
 import psutil
 import pytest
 from nexus_cli.devstack.nats_auth import without_credentials
-from nexus_events import subjects
-from nexus_events.bus import Bus, BusSettings
-from nexus_events.streams import RUNS
+from nexus_events.contract import subjects
+from nexus_events.contract.streams import RUNS
+from nexus_events.transport.bus import Bus, BusSettings
 from nexus_testing import eventually_blocking
 
 from scripts import chaos_cluster as cc

@@ -42,8 +42,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from nexus_events.bus import Bus
-from nexus_events.connect import BusSettings
+from nexus_events.transport.bus import Bus
+from nexus_events.transport.connect import BusSettings
 from nexus_testing import eventually_blocking
 
 from tests.e2e.conftest import Stack, e2e_env

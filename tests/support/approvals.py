@@ -1,13 +1,14 @@
 """Deciding an approval the way `nexus approve|deny` does once its checks passed: claim it
-(`nexus_events.approvals`), then publish the decision if the claim won. For tests that race
-another surface (chat, Plane) against the CLI without a core to answer the CLI's checks."""
+(`nexus_events.transport.approvals`), then publish the decision if the claim won. For tests
+that race another surface (chat, Plane) against the CLI without a core to answer the CLI's
+checks."""
 
 from __future__ import annotations
 
-from nexus_events import subjects
-from nexus_events.approvals import claim_approval
-from nexus_events.bus import Bus
+from nexus_events.contract import subjects
 from nexus_events.events import ApprovalDecision
+from nexus_events.transport.approvals import claim_approval
+from nexus_events.transport.bus import Bus
 
 
 async def cli_decides(bus: Bus, run_id: str, approval_id: str, decision: str) -> bool:

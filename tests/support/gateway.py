@@ -5,11 +5,11 @@ from __future__ import annotations
 from typing import Any
 
 from nexus_channel_gateway.config import GatewaySettings
-from nexus_events import subjects
-from nexus_events.bus import Bus
-from nexus_events.codec import Decoded
+from nexus_events.contract import subjects
+from nexus_events.contract.codec import Decoded
+from nexus_events.contract.streams import CHANNELS, INBOX, RUNS
 from nexus_events.events import PairingApproved
-from nexus_events.streams import CHANNELS, INBOX, RUNS
+from nexus_events.transport.bus import Bus
 
 SIGNING_SECRET = "slack-signing-secret"
 TG_SECRET = "tg-secret-token"

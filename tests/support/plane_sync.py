@@ -7,9 +7,9 @@ from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from nexus_events import subjects
-from nexus_events.bus import Bus
-from nexus_events.codec import Decoded
+from nexus_events.contract import subjects
+from nexus_events.contract.codec import Decoded
+from nexus_events.contract.streams import INBOX, PLANE, RUNS, TASKS
 from nexus_events.events import (
     ApprovalRequested,
     Event,
@@ -19,7 +19,7 @@ from nexus_events.events import (
     RunTurn,
     TaskCreated,
 )
-from nexus_events.streams import INBOX, PLANE, RUNS, TASKS
+from nexus_events.transport.bus import Bus
 
 
 async def events(bus: Bus, stream: str, filter_subject: str | None = None) -> list[Decoded]:

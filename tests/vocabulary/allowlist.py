@@ -56,7 +56,7 @@ ALLOWED: dict[tuple[str, str, str], str] = {
     (_CLI + "devstack/supervisor.py", "Child.start", "running"): _STACK,
     (_CLI + "devstack/supervisor.py", "Supervisor.run", "failed"): _STACK,
     (_CLI + "devstack/supervisor.py", "Supervisor._start_postgres", "running"): _STACK,
-    (_CLI + "devstack/offline_model.py", "extraction_answer", "completed"): (
+    (_CLI + "devstack/offline_model/conversation.py", "extraction_answer", "completed"): (
         "the offline model is mounted alone into its container (deploy/compose.yaml) and "
         "imports nothing of Nexus: it reads the word from the extraction prompt's text"
     ),

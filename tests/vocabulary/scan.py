@@ -13,9 +13,9 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+from nexus_events.contract.runstate import RunEvent, RunStatus
+from nexus_events.contract.subjects import Family
 from nexus_events.events import FlowStatus, FlowStepFinished, registered
-from nexus_events.runstate import RunEvent, RunStatus
-from nexus_events.subjects import Family
 
 ROOT = Path(__file__).resolve().parents[2]
 # Where the vocabulary is used rather than defined: every service's and the CLI's own code.

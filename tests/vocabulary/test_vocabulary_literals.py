@@ -7,8 +7,8 @@ The services and the CLI name that vocabulary through `nexus_events` (`RunEvent`
 
 from __future__ import annotations
 
+from nexus_events.contract.runstate import RunEvent, RunStatus
 from nexus_events.events import FlowStatus
-from nexus_events.runstate import RunEvent, RunStatus
 
 from tests.vocabulary.allowlist import ALLOWED
 from tests.vocabulary.scan import flow_vocabulary, run_vocabulary, scan, scan_source

@@ -7,7 +7,7 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
-from nexus_events import subjects
+from nexus_events.contract import subjects
 
 from nexus_cli.client import Session
 from nexus_cli.errors import CliError, ExitCode

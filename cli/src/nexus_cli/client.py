@@ -8,17 +8,14 @@ from types import TracebackType
 from typing import Any
 
 import nats.errors
-from nexus_events import subjects
-from nexus_events.bus import Bus
+from nexus_events.contract import subjects
 from nexus_events.errors import (
     BusError,
     BusUnavailable,
-    JetStreamUnavailable,
-    NoQuorum,
-    PublishFailed,
 )
+from nexus_events.transport.bus import Bus
 
-from nexus_cli.errors import CliError, ExitCode
+from nexus_cli.errors import CliError, ExitCode, bus_failure
 from nexus_cli.target import Target
 
 SOURCE = "cli"
@@ -165,21 +162,6 @@ class Session:
             return await coro
         except BusError as exc:
             raise bus_failure(exc, "could not publish") from exc
-
-
-def bus_failure(exc: BusError, doing: str) -> CliError:
-    """The one-line error (exit 4) for a bus failure while `doing` something.
-
-    Connected but JetStream could not store or answer (no quorum, no meta leader, an
-    election): one line naming the cause, no hint (docs/deploy.md says what to do). A
-    cluster without quorum is named as such, on its own.
-    """
-    message = " ".join(str(exc).split())
-    if isinstance(exc, NoQuorum):
-        return CliError(message, code=ExitCode.UNAVAILABLE)
-    named = isinstance(exc, (JetStreamUnavailable, PublishFailed))
-    hint = None if named else "check `nexus doctor`"
-    return CliError(f"{doing}: {message}", hint=hint, code=ExitCode.UNAVAILABLE)
 
 
 def check_token(value: str, what: str) -> str:

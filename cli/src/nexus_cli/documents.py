@@ -1,7 +1,7 @@
 """Reading catalog documents from files and directories, every problem reported at once.
 
-Parsing and validation are the contract's (`nexus_events.documents`); this module only finds
-the files and attaches the file name to each field error.
+Parsing and validation are the contract's (`nexus_events.contract.documents`); this module only
+finds the files and attaches the file name to each field error.
 """
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Generic, TypeVar
 
-from nexus_events.documents import parse_agent, parse_skill
+from nexus_events.contract.documents import parse_agent, parse_skill
 from nexus_events.errors import DocumentInvalid
 from nexus_events.events import AgentDefinition, SkillDefinition
 

@@ -19,11 +19,15 @@ from __future__ import annotations
 import json
 import sys
 from enum import IntEnum
-from typing import NoReturn
+from typing import TYPE_CHECKING, NoReturn
 
 import typer
 from rich.console import Console
 from rich.markup import escape
+
+if TYPE_CHECKING:
+    import nats.errors
+    from nexus_events.errors import BusError
 
 
 class ExitCode(IntEnum):
@@ -88,3 +92,31 @@ def exit_with_error(
 
 def fail(error: CliError, *, as_json: bool = False) -> NoReturn:
     exit_with_error(error.message, error.hint, error.code, details=error.details, as_json=as_json)
+
+
+def bus_failure(exc: BusError, doing: str) -> CliError:
+    """The one-line error (exit 4) for a bus failure while `doing` something.
+
+    Connected but JetStream could not store or answer (no quorum, no meta leader, an
+    election): one line naming the cause, no hint (docs/deploy.md says what to do). A
+    cluster without quorum is named as such, on its own.
+    """
+    # Imported here: every command imports this module, not every one talks to the bus.
+    from nexus_events.errors import JetStreamUnavailable, NoQuorum, PublishFailed
+
+    message = " ".join(str(exc).split())
+    if isinstance(exc, NoQuorum):
+        return CliError(message, code=ExitCode.UNAVAILABLE)
+    named = isinstance(exc, (JetStreamUnavailable, PublishFailed))
+    hint = None if named else "check `nexus doctor`"
+    return CliError(f"{doing}: {message}", hint=hint, code=ExitCode.UNAVAILABLE)
+
+
+def nats_failure(exc: nats.errors.Error) -> CliError:
+    """The one-line error (exit 4) for a NATS client error no command translated itself."""
+    message = " ".join(str(exc).split()) or type(exc).__name__
+    return CliError(
+        f"NATS failed: {type(exc).__name__}: {message}",
+        hint="check `nexus doctor`",
+        code=ExitCode.UNAVAILABLE,
+    )

@@ -12,9 +12,9 @@ from collections.abc import AsyncGenerator
 import nats.errors
 from nats.aio.msg import Msg
 from nats.js.api import DeliverPolicy
-from nexus_events.bus import Bus, decode_msg
-from nexus_events.codec import Decoded
+from nexus_events.contract.codec import Decoded
 from nexus_events.errors import DecodeError
+from nexus_events.transport.bus import Bus, decode_msg
 
 # Seconds one wait for the next message lasts before the caller's checks run again.
 NEXT_TIMEOUT = 0.5

@@ -12,7 +12,14 @@ from typing import Annotated, TypeVar
 
 import typer
 
-from nexus_cli.errors import CliError, ExitCode, exit_with_error, fail
+from nexus_cli.errors import (
+    CliError,
+    ExitCode,
+    bus_failure,
+    exit_with_error,
+    fail,
+    nats_failure,
+)
 
 T = TypeVar("T")
 
@@ -79,19 +86,12 @@ async def _guarded(body: Callable[[], Awaitable[T]]) -> T:
     import nats.errors
     from nexus_events.errors import BusError
 
-    from nexus_cli.client import bus_failure
-
     try:
         return await body()
     except BusError as exc:
         raise bus_failure(exc, "NATS JetStream failed") from exc
     except nats.errors.Error as exc:
-        message = " ".join(str(exc).split()) or type(exc).__name__
-        raise CliError(
-            f"NATS failed: {type(exc).__name__}: {message}",
-            hint="check `nexus doctor`",
-            code=ExitCode.UNAVAILABLE,
-        ) from exc
+        raise nats_failure(exc) from exc
 
 
 def guard(output: Output, body: Callable[[], T]) -> T:

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from nexus_events.runstate import RunEvent
+from nexus_events.contract.runstate import RunEvent
 
 # A checkpoint commit is shown as git shows an abbreviated sha.
 SHORT_SHA = 7

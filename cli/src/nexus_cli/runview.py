@@ -6,7 +6,13 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from nexus_events.runstate import TERMINAL_EVENTS, RunEvent, RunStatus, is_terminal, next_status
+from nexus_events.contract.runstate import (
+    TERMINAL_EVENTS,
+    RunEvent,
+    RunStatus,
+    is_terminal,
+    next_status,
+)
 from rich.console import Group
 from rich.panel import Panel
 from rich.table import Table

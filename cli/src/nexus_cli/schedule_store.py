@@ -11,9 +11,10 @@ from datetime import datetime
 from typing import Any
 
 from nats.aio.msg import Msg
-from nexus_events import subjects
-from nexus_events.bus import Bus, decode_msg
-from nexus_events.codec import Decoded
+from nexus_events.contract import subjects
+from nexus_events.contract.codec import Decoded
+from nexus_events.contract.streams import SCHEDULES
+from nexus_events.contract.subjects import Family
 from nexus_events.errors import DecodeError
 from nexus_events.events import (
     Event,
@@ -22,8 +23,7 @@ from nexus_events.events import (
     ScheduleMissed,
     ScheduleRemoved,
 )
-from nexus_events.streams import SCHEDULES
-from nexus_events.subjects import Family
+from nexus_events.transport.bus import Bus, decode_msg
 
 from nexus_cli.client import Session
 

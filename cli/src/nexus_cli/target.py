@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from nexus_events.bus import BusSettings
+from nexus_events.transport.bus import BusSettings
 
 from nexus_cli.contexts import dev_home, resolve
 from nexus_cli.devstack.nats_auth import redacted, without_credentials

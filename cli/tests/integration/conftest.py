@@ -17,7 +17,7 @@ import asyncpg
 import pytest
 from nexus_core.app import CoreApp
 from nexus_core.config import CoreSettings
-from nexus_events.bus import Bus
+from nexus_events.transport.bus import Bus
 from tests.support import devstack
 from tests.support.cli import invoke
 from tests.support.devstack import Result

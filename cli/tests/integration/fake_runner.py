@@ -16,8 +16,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 from nats.aio.msg import Msg
-from nexus_events import run_access, subjects
-from nexus_events.bus import Bus, BusSettings
+from nexus_events.contract import run_access, subjects
 from nexus_events.events import (
     ApprovalDecided,
     ApprovalRequested,
@@ -33,6 +32,7 @@ from nexus_events.events import (
     ToolCalled,
     ToolResult,
 )
+from nexus_events.transport.bus import Bus, BusSettings
 from nexus_runner.followed import FollowedSubject
 
 
@@ -43,7 +43,7 @@ async def main(config_path: str) -> int:
     stop = asyncio.Event()
     asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, stop.set)
     # From the streams, as the real runner reads them: a run's NATS credential may make only
-    # its own named consumers (nexus_events.run_access), not subscribe to the subjects.
+    # its own named consumers (nexus_events.contract.run_access), not subscribe to the subjects.
     cancels: asyncio.Queue[Msg] = asyncio.Queue()
     inbox: asyncio.Queue[Msg] = asyncio.Queue()
     followed = [

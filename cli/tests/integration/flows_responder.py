@@ -9,9 +9,9 @@ from contextlib import asynccontextmanager
 from typing import Any
 
 from nats.aio.msg import Msg
-from nexus_events import subjects
-from nexus_events.bus import Bus
+from nexus_events.contract import subjects
 from nexus_events.events.flows import FlowRunView, FlowsGet, FlowsList, FlowsListReply
+from nexus_events.transport.bus import Bus
 
 
 class FlowsResponder:

@@ -10,11 +10,11 @@ from pathlib import Path
 
 import pytest
 from nexus_core.app import CoreApp
-from nexus_events.bus import Bus
-from nexus_events.documents import parse_agent
+from nexus_events.contract.documents import parse_agent
+from nexus_events.contract.streams import CATALOG
+from nexus_events.contract.subjects import CatalogKind, catalog_event, catalog_events_filter
 from nexus_events.events import AgentApplied
-from nexus_events.streams import CATALOG
-from nexus_events.subjects import CatalogKind, catalog_event, catalog_events_filter
+from nexus_events.transport.bus import Bus
 from tests.support.cli import nexus
 
 from nexus_cli.errors import ExitCode

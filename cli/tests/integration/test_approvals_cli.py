@@ -9,10 +9,8 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 from nexus_core.app import CoreApp
-from nexus_events import subjects
-from nexus_events.approvals import claim_approval, held_claim
-from nexus_events.bus import Bus
-from nexus_events.catalog_commands import apply_agent
+from nexus_events.contract import subjects
+from nexus_events.contract.streams import INBOX, RUNS
 from nexus_events.events import (
     ApprovalDecided,
     ApprovalDecision,
@@ -22,7 +20,9 @@ from nexus_events.events import (
     RunRequested,
     RunStarted,
 )
-from nexus_events.streams import INBOX, RUNS
+from nexus_events.transport.approvals import claim_approval, held_claim
+from nexus_events.transport.bus import Bus
+from nexus_events.transport.catalog_commands import apply_agent
 from nexus_testing import eventually
 from tests.support.cli import nexus
 

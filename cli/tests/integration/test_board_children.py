@@ -8,10 +8,10 @@ from pathlib import Path
 from typing import Any
 
 from nexus_core.app import CoreApp
-from nexus_events import subjects
-from nexus_events.bus import Bus
-from nexus_events.catalog_commands import apply_agent
+from nexus_events.contract import subjects
 from nexus_events.events import Column, RunCompleted, RunResult, RunStarted, TaskCreated
+from nexus_events.transport.bus import Bus
+from nexus_events.transport.catalog_commands import apply_agent
 from nexus_testing import eventually
 from tests.support.cli import nexus
 

@@ -9,10 +9,10 @@ from pathlib import Path
 from typing import Any
 
 from nexus_core.app import CoreApp
-from nexus_events import subjects
-from nexus_events.bus import Bus
+from nexus_events.contract import subjects
 from nexus_events.events import Column, TaskCreated
 from nexus_events.events.flows import FlowRunView, FlowStatus
+from nexus_events.transport.bus import Bus
 from nexus_testing import eventually
 from tests.support.cli import nexus
 

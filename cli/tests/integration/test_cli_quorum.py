@@ -11,8 +11,8 @@ import sys
 import time
 from pathlib import Path
 
-from nexus_events.bus import Bus, BusSettings
-from nexus_events.streams import CATALOG, RUNS, storage_problem
+from nexus_events.contract.streams import CATALOG, RUNS, storage_problem
+from nexus_events.transport.bus import Bus, BusSettings
 from nexus_testing import NatsCluster, eventually
 from tests.support.cli import cli_env, nexus
 

@@ -13,9 +13,9 @@ from typing import Any
 from urllib.parse import urlsplit
 
 import nats
-from nexus_events import subjects
-from nexus_events.services import LONG_RUNNING
-from nexus_events.streams import RUNS
+from nexus_events.contract import subjects
+from nexus_events.contract.streams import RUNS
+from nexus_events.runtime.services import LONG_RUNNING
 from nexus_scheduler.run_credentials import RunCredential, mint, token_key
 
 from nexus_cli.devstack.nats_auth import ISSUER_FILE, PASSWORDS_FILE, without_credentials

@@ -3,9 +3,9 @@ message there is stored and never dead-lettered, so the operator must be told.""
 
 from __future__ import annotations
 
-from nexus_events.bus import Bus, ConsumerSpec
-from nexus_events.consume import ensure_durable
-from nexus_events.streams import DLQ, INBOX, LOGS, RUNS
+from nexus_events.contract.streams import DLQ, INBOX, LOGS, RUNS
+from nexus_events.transport.bus import Bus, ConsumerSpec
+from nexus_events.transport.consume import ensure_durable
 
 from nexus_cli.commands.doctor import Check, _nats_checks
 

@@ -9,8 +9,8 @@ import json
 from datetime import UTC, datetime
 from pathlib import Path
 
-from nexus_events import subjects
-from nexus_events.bus import Bus
+from nexus_events.contract import subjects
+from nexus_events.contract.streams import FLOWS
 from nexus_events.events import (
     FlowAccepted,
     FlowCancelRequested,
@@ -27,7 +27,7 @@ from nexus_events.events import (
 )
 from nexus_events.events.base import Event
 from nexus_events.events.flows import FlowRunView, FlowStatus, FlowStepView
-from nexus_events.streams import FLOWS
+from nexus_events.transport.bus import Bus
 from nexus_testing import eventually
 from tests.support.cli import nexus
 

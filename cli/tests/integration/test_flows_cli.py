@@ -9,11 +9,11 @@ from pathlib import Path
 import pytest
 import yaml
 from nexus_core.app import CoreApp
-from nexus_events.bus import Bus
-from nexus_events.catalog_commands import apply_agent
-from nexus_events.documents import parse_flow
-from nexus_events.streams import CATALOG
-from nexus_events.subjects import catalog_events_filter
+from nexus_events.contract.documents import parse_flow
+from nexus_events.contract.streams import CATALOG
+from nexus_events.contract.subjects import catalog_events_filter
+from nexus_events.transport.bus import Bus
+from nexus_events.transport.catalog_commands import apply_agent
 from tests.support.cli import cli_env, invoke, nexus
 
 from nexus_cli.errors import ExitCode

@@ -17,11 +17,11 @@ from mcp.client.streamable_http import streamable_http_client
 from mcp.shared.subscriptions import ResourceUpdated
 from mcp_types import CallToolResult, TextResourceContents
 from nexus_core.app import CoreApp
-from nexus_events import subjects
-from nexus_events.bus import Bus
-from nexus_events.catalog_commands import apply_agent, apply_flow
+from nexus_events.contract import subjects
+from nexus_events.contract.streams import RUNS
 from nexus_events.events import CancelRequested, Column, RunRequested, RunStarted, TaskCreated
-from nexus_events.streams import RUNS
+from nexus_events.transport.bus import Bus
+from nexus_events.transport.catalog_commands import apply_agent, apply_flow
 from nexus_testing import eventually
 
 from nexus_cli.client import Session

@@ -11,8 +11,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from nexus_events.bus import Bus
-from nexus_events.streams import MEMORY
+from nexus_events.contract.streams import MEMORY
+from nexus_events.transport.bus import Bus
 from nexus_memory.app import MemoryApp
 from nexus_memory.embedding import WordLlamaEmbedder
 from nexus_testing import eventually

@@ -9,8 +9,8 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-from nexus_events import subjects
-from nexus_events.bus import Bus
+from nexus_events.contract import subjects
+from nexus_events.contract.streams import FLOWS, SCHEDULES
 from nexus_events.events import (
     FlowRequested,
     ScheduleDefined,
@@ -19,7 +19,7 @@ from nexus_events.events import (
     ScheduleRemoved,
 )
 from nexus_events.events.base import Event
-from nexus_events.streams import FLOWS, SCHEDULES
+from nexus_events.transport.bus import Bus
 from nexus_scheduler.clock import ManualClock
 from nexus_scheduler.schedules_service import ScheduleService
 from tests.support.cli import nexus

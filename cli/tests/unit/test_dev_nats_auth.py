@@ -10,7 +10,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from nexus_events.nats_config import users
+from nexus_events.runtime.nats_config import users
 
 from nexus_cli.devstack import nats_auth
 from nexus_cli.devstack.state import StackState, write_state

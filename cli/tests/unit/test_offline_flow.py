@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from jsonschema import Draft202012Validator
-from nexus_events.documents import parse_agent
+from nexus_events.contract.documents import parse_agent
 from nexus_events.events import AgentDefinition
 
 from nexus_cli.devstack import offline_model as om

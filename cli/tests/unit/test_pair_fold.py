@@ -5,8 +5,8 @@ from __future__ import annotations
 import dataclasses
 from datetime import UTC, datetime, timedelta
 
-from nexus_events import subjects
-from nexus_events.codec import Decoded, decode, encode
+from nexus_events.contract import subjects
+from nexus_events.contract.codec import Decoded, decode, encode
 from nexus_events.events import PairingApproved, PairingRequested, PairingRevoked
 from nexus_events.events.base import Event
 

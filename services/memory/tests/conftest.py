@@ -8,7 +8,7 @@ from datetime import datetime
 from typing import Any
 
 import pytest
-from nexus_events.bus import Bus
+from nexus_events.transport.bus import Bus
 
 from nexus_memory.app import MemoryApp
 from nexus_memory.config import MemorySettings

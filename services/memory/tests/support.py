@@ -6,8 +6,8 @@ import json
 from typing import Any
 
 import asyncpg
-from nexus_events import subjects
-from nexus_events.bus import Bus
+from nexus_events.contract import subjects
+from nexus_events.transport.bus import Bus
 from nexus_testing import eventually
 
 

@@ -7,7 +7,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
 import pytest
-from nexus_events.bus import Bus
+from nexus_events.transport.bus import Bus
 from nexus_testing import free_port
 from tests.fakes.plane import FakePlane
 

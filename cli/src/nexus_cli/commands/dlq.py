@@ -8,11 +8,11 @@ from typing import Annotated, Any
 
 import nats.js.errors
 import typer
-from nexus_events import subjects
-from nexus_events.bus import decode_msg
+from nexus_events.contract import subjects
+from nexus_events.contract.streams import DLQ
 from nexus_events.errors import DecodeError
 from nexus_events.events import DeadLetter
-from nexus_events.streams import DLQ
+from nexus_events.transport.bus import decode_msg
 
 from nexus_cli.client import Session
 from nexus_cli.errors import CliError, ExitCode

@@ -11,9 +11,9 @@ import asyncpg
 import nats.errors
 import nats.js.errors
 import typer
-from nexus_events.bus import Bus
+from nexus_events.contract.streams import DLQ, LOGS, drift, stream_configs
 from nexus_events.errors import BusUnavailable
-from nexus_events.streams import DLQ, LOGS, drift, stream_configs
+from nexus_events.transport.bus import Bus
 
 from nexus_cli.devstack import probes
 from nexus_cli.devstack.nats_auth import redacted

@@ -10,7 +10,8 @@ import uuid
 from typing import Annotated, Any
 
 import typer
-from nexus_events import subjects
+from nexus_events.contract import subjects
+from nexus_events.contract.streams import FLOWS
 from nexus_events.events import (
     FlowCancelRequested,
     FlowRequested,
@@ -21,8 +22,7 @@ from nexus_events.events import (
 )
 from nexus_events.events.base import Event
 from nexus_events.events.flows import FlowEvent, FlowsList
-from nexus_events.run_requests import request_flow
-from nexus_events.streams import FLOWS
+from nexus_events.transport.run_requests import request_flow
 from pydantic import ValidationError
 from rich.console import Console
 

@@ -15,12 +15,12 @@ from typing import Annotated, Any
 
 import typer
 import yaml
-from nexus_events import subjects
-from nexus_events.catalog_commands import apply_flow, delete_flow
-from nexus_events.documents import WHOLE, parse_flow
+from nexus_events.contract import subjects
+from nexus_events.contract.documents import WHOLE, parse_flow
+from nexus_events.contract.streams import CATALOG
 from nexus_events.errors import DocumentInvalid
 from nexus_events.events import FlowDefinition
-from nexus_events.streams import CATALOG
+from nexus_events.transport.catalog_commands import apply_flow, delete_flow
 
 from nexus_cli.apply_sources import PathsArg, apply_paths, file_option
 from nexus_cli.client import Session, check_token, whoami

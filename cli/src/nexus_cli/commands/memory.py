@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import Annotated, Any, TypeVar
 
 import typer
-from nexus_events import subjects
+from nexus_events.contract import subjects
 from nexus_events.events import (
     MemoryConsolidateRequest,
     MemoryForgetRequest,
@@ -18,7 +18,7 @@ from nexus_events.events import (
     MemoryRecordRequest,
     MemorySearchRequest,
 )
-from nexus_events.micro import one_line
+from nexus_events.transport.micro import one_line
 from pydantic import BaseModel, ValidationError
 from rich.console import Console
 

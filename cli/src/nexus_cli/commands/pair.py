@@ -14,8 +14,9 @@ from datetime import UTC, datetime
 from typing import Annotated, Any
 
 import typer
-from nexus_events import subjects
-from nexus_events.codec import Decoded
+from nexus_events.contract import subjects
+from nexus_events.contract.codec import Decoded
+from nexus_events.contract.streams import CHANNELS
 from nexus_events.events import (
     PairingApproved,
     PairingRequested,
@@ -23,7 +24,6 @@ from nexus_events.events import (
     PairingsReply,
     PairingsRequest,
 )
-from nexus_events.streams import CHANNELS
 from pydantic import ValidationError
 from rich.console import Console
 

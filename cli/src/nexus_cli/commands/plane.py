@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import Annotated, Any
 
 import typer
-from nexus_events import subjects
+from nexus_events.contract import subjects
 
 from nexus_cli.client import Session, check_token
 from nexus_cli.errors import CliError, ExitCode

@@ -11,7 +11,7 @@ from __future__ import annotations
 from typing import Annotated
 
 import typer
-from nexus_events import subjects
+from nexus_events.contract import subjects
 from nexus_events.events.queries import ProjectionName
 
 from nexus_cli.client import Session

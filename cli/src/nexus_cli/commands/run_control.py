@@ -8,11 +8,11 @@ import time
 from typing import Annotated, Any
 
 import typer
-from nexus_events import subjects
-from nexus_events.approvals import approval_record, claim_approval, release_approval
-from nexus_events.approver_policy import Answer
+from nexus_events.contract import subjects
+from nexus_events.contract.approver_policy import Answer
+from nexus_events.contract.runstate import RunEvent, is_terminal
 from nexus_events.events import ApprovalDecision, CancelRequested
-from nexus_events.runstate import RunEvent, is_terminal
+from nexus_events.transport.approvals import approval_record, claim_approval, release_approval
 
 from nexus_cli.client import Session, check_token, whoami
 from nexus_cli.commands.approvals import check_may_decide, cli_answer, cli_user, settled_as
@@ -35,7 +35,7 @@ async def _claim(
     s: Session, run_id: str, approval: str, decision: str, who: str, surface: str = "cli"
 ) -> None:
     """Claim the decision; chat may answer the same approval at this moment, and the KV claim
-    lets exactly one surface publish a decision (nexus_events.approvals)."""
+    lets exactly one surface publish a decision (nexus_events.transport.approvals)."""
     claim = await claim_approval(
         s.bus.js, run_id, approval, decision, decided_by=who, surface=surface
     )

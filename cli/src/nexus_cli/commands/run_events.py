@@ -9,10 +9,10 @@ from collections.abc import AsyncGenerator
 from typing import Annotated, Any
 
 import typer
-from nexus_events import subjects
-from nexus_events.codec import Decoded
-from nexus_events.runstate import TERMINAL_EVENTS, is_terminal
-from nexus_events.streams import LOGS, RUNS
+from nexus_events.contract import subjects
+from nexus_events.contract.codec import Decoded
+from nexus_events.contract.runstate import TERMINAL_EVENTS, is_terminal
+from nexus_events.contract.streams import LOGS, RUNS
 
 from nexus_cli.client import Session, check_token
 from nexus_cli.follow import follow

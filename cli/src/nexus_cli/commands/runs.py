@@ -13,12 +13,12 @@ from pathlib import Path
 from typing import Annotated, Any
 
 import typer
-from nexus_events import subjects
-from nexus_events.codec import Decoded
+from nexus_events.contract import subjects
+from nexus_events.contract.codec import Decoded
+from nexus_events.contract.runstate import TERMINAL_EVENTS, RunEvent, RunStatus, is_terminal
+from nexus_events.contract.streams import RUNS
 from nexus_events.events import Origin, RepoSpec, RunRequested
-from nexus_events.run_requests import request_run
-from nexus_events.runstate import TERMINAL_EVENTS, RunEvent, RunStatus, is_terminal
-from nexus_events.streams import RUNS
+from nexus_events.transport.run_requests import request_run
 from pydantic import ValidationError
 from rich.live import Live
 

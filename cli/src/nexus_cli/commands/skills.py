@@ -6,10 +6,10 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
-from nexus_events import subjects
-from nexus_events.catalog_commands import apply_skill
-from nexus_events.documents import render_skill
+from nexus_events.contract import subjects
+from nexus_events.contract.documents import render_skill
 from nexus_events.events import SkillDefinition
+from nexus_events.transport.catalog_commands import apply_skill
 
 from nexus_cli.apply_sources import PathsArg, apply_paths, file_option
 from nexus_cli.client import Session, check_token, whoami

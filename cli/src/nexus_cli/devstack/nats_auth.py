@@ -1,5 +1,5 @@
 """The dev stack's NATS users: their passwords in the stack home, the server config rendered by
-nexus_events.nats_config (compose's and Kubernetes' very text), and what each process
+nexus_events.runtime.nats_config (compose's and Kubernetes' very text), and what each process
 connects with.
 
 Passwords are generated at the first `nexus dev up` (`secrets`), kept in
@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 from urllib.parse import urlsplit, urlunsplit
 
-from nexus_events.nats_config import (
+from nexus_events.runtime.nats_config import (
     ADMIN,
     AUTH_CALLOUT_ISSUER_VARIABLE,
     Cluster,
@@ -87,7 +87,7 @@ def _write_private(path: Path, text: str) -> None:
 
 
 def stack_passwords(home: Path) -> dict[str, str]:
-    """Every NATS user's password (`nexus_events.nats_config.users`): those HOME keeps, and
+    """Every NATS user's password (`nexus_events.runtime.nats_config.users`): those HOME keeps, and
     new ones for users it lacks, saved (mode 0600) before they are returned.
 
     Raises `PasswordsFileError` when the file exists but cannot be read as passwords.
@@ -152,7 +152,7 @@ def write_server_config(nats_home: Path, cluster: Cluster | None = None) -> Path
 
 
 def service_env(user: str, passwords: dict[str, str]) -> dict[str, str]:
-    """The bus settings (nexus_events.connect.BusSettings) that make a process `user`."""
+    """The bus settings (nexus_events.transport.connect.BusSettings) that make a process `user`."""
     return {"NEXUS_NATS_USER": user, "NEXUS_NATS_PASSWORD": passwords[user]}
 
 

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from nexus_events.nats_config import Cluster
+from nexus_events.runtime.nats_config import Cluster
 
 from nexus_cli.devstack import nats_auth, probes
 from nexus_cli.devstack.state import NatsNode
@@ -52,8 +52,8 @@ def plan_nodes(size: int, nats_home: Path, first_client_port: int | None = None)
 
 
 def dev_cluster(nodes: list[NatsNode]) -> Cluster:
-    """The cluster block of the nodes' config (nexus_events.nats_config renders it as compose's
-    cluster.conf): the users of a single server, a route to every node (a node ignores its
+    """The cluster block of the nodes' config (nexus_events.runtime.nats_config renders it as
+    compose's cluster.conf): the users of a single server, a route to every node (a node ignores its
     own), each node's server name from its environment."""
     return Cluster(
         name=CLUSTER_NAME,

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from nexus_events.services import LONG_RUNNING, ServiceSpec
+from nexus_events.runtime.services import LONG_RUNNING, ServiceSpec
 
 # Not Nexus services: started by the supervisor before them (nats, postgres) or with
 # `up --offline-model` after them (model).
@@ -19,7 +19,7 @@ class AppService:
 
     name: str
     module: str
-    # The NATS user it connects as (the service table's; nexus_events.nats_config's users).
+    # The NATS user it connects as (the service table's; nexus_events.runtime.nats_config's users).
     nats_user: str
     # The service's Settings read its health endpoint from these (one NEXUS_ prefix for all).
     health_host_env: str = "NEXUS_HEALTH_HOST"
@@ -56,7 +56,7 @@ def _app(spec: ServiceSpec) -> AppService:
     )
 
 
-# The long-running services of the service table (nexus_events.services), in its order:
+# The long-running services of the service table (nexus_events.runtime.services), in its order:
 # started in it, stopped in the reverse one.
 APP_SERVICES: tuple[AppService, ...] = tuple(_app(spec) for spec in LONG_RUNNING)
 GATEWAY = next(app for app in APP_SERVICES if app.name == "channel-gateway")

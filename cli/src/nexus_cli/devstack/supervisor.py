@@ -29,10 +29,10 @@ from pathlib import Path
 
 import asyncpg
 import psutil
-from nexus_events.bus import Bus, BusSettings
-from nexus_events.nats_config import ADMIN
-from nexus_events.services import CHANNELS
-from nexus_events.streams import ensure_replicated_streams, ensure_streams
+from nexus_events.contract.streams import ensure_replicated_streams, ensure_streams
+from nexus_events.runtime.nats_config import ADMIN
+from nexus_events.runtime.services import CHANNELS
+from nexus_events.transport.bus import Bus, BusSettings
 
 from nexus_cli.devstack import nats_auth, nats_cluster, probes
 from nexus_cli.devstack.control import CLUSTER_ENV
@@ -294,7 +294,7 @@ class Supervisor:
             await ensure_streams(self.bus.js, update=False)  # core owns stream settings
         else:
             # Every service creates its streams, KV buckets and object stores with this many
-            # replicas (nexus_events.streams.StreamSettings).
+            # replicas (nexus_events.contract.streams.StreamSettings).
             cluster_env["NEXUS_STREAMS_REPLICAS"] = str(self.cluster_size)
             await ensure_replicated_streams(self.bus.js, self.cluster_size, CLUSTER_STREAMS_TIMEOUT)
 

@@ -28,9 +28,9 @@ from mcp_types import (
     UnsubscribeRequestParams,
 )
 from nats.js.api import DeliverPolicy
-from nexus_events import subjects
+from nexus_events.contract import subjects
+from nexus_events.contract.streams import RUNS, TASKS
 from nexus_events.errors import InvalidSubject
-from nexus_events.streams import RUNS, TASKS
 
 from nexus_cli.errors import CliError, ExitCode
 from nexus_cli.mcp.scoping import visible_agent, visible_flow, visible_run

@@ -18,7 +18,7 @@ from mcp_types import (
     SubscriptionsListenRequestParams,
     UnsubscribeRequestParams,
 )
-from nexus_events.micro import one_line
+from nexus_events.transport.micro import one_line
 from pydantic import ValidationError
 
 from nexus_cli.errors import CliError

@@ -15,11 +15,11 @@ from typing import Any, Literal, ParamSpec, TypeVar
 from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
 from mcp_types import ToolAnnotations
-from nexus_events import subjects
-from nexus_events.approver_policy import CLI, Answer
-from nexus_events.codec import Decoded
+from nexus_events.contract import subjects
+from nexus_events.contract.approver_policy import CLI, Answer
+from nexus_events.contract.codec import Decoded
 from nexus_events.events import MemoryRecordRequest, MemorySearchRequest
-from nexus_events.micro import one_line
+from nexus_events.transport.micro import one_line
 from pydantic import BaseModel, ValidationError
 
 from nexus_cli.client import Session, check_token

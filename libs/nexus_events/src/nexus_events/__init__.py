@@ -7,8 +7,9 @@ from here.
 import importlib as _importlib
 import typing as _typing
 
-from nexus_events.bus import Bus, BusSettings, Consumer, ConsumerSpec, Delivery, Outgoing
-from nexus_events.codec import Decoded, Envelope, decode, encode
+from nexus_events.contract.codec import Decoded, Envelope, decode, encode
+from nexus_events.contract.runstate import RunStatus, next_status
+from nexus_events.contract.streams import StreamSettings, ensure_streams
 from nexus_events.errors import (
     BusError,
     BusUnavailable,
@@ -31,16 +32,15 @@ from nexus_events.errors import (
     UnregisteredEvent,
 )
 from nexus_events.events.base import Command, Event
-from nexus_events.runstate import RunStatus, next_status
-from nexus_events.streams import StreamSettings, ensure_streams
+from nexus_events.transport.bus import Bus, BusSettings, Consumer, ConsumerSpec, Delivery, Outgoing
 
 if _typing.TYPE_CHECKING:
-    from nexus_events.projection import Projection, ProjectionRunner, Source, rebuild
+    from nexus_events.transport.projection import Projection, ProjectionRunner, Source, rebuild
 
 # Names whose module needs an extra (projection: asyncpg, ``nexus-events[postgres]``) are
 # imported on first use, so a package installed without it (the runner) imports this one.
 _LAZY = dict.fromkeys(
-    ("Projection", "ProjectionRunner", "Source", "rebuild"), "nexus_events.projection"
+    ("Projection", "ProjectionRunner", "Source", "rebuild"), "nexus_events.transport.projection"
 )
 
 

@@ -13,10 +13,10 @@ from collections.abc import Sequence
 from typing import Any
 
 import asyncpg
-from nexus_events.bus import Bus, BusSettings
-from nexus_events.codec import Decoded
-from nexus_events.projection import ProjectionRunner, Source, quote_ident
-from nexus_events.streams import RUNS
+from nexus_events.contract.codec import Decoded
+from nexus_events.contract.streams import RUNS
+from nexus_events.transport.bus import Bus, BusSettings
+from nexus_events.transport.projection import ProjectionRunner, Source, quote_ident
 
 
 class CountingProjection:

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import asyncio
 
-from nexus_events.approvals import claim_approval
-from nexus_events.bus import Bus
+from nexus_events.transport.approvals import claim_approval
+from nexus_events.transport.bus import Bus
 
 
 async def test_concurrent_claims_have_one_winner_and_losers_learn_it(bus: Bus) -> None:
@@ -55,7 +55,7 @@ async def test_the_same_claimant_token_wins_again_after_a_crash(bus: Bus) -> Non
 
 
 async def test_a_released_claim_can_be_won_by_another_surface(bus: Bus) -> None:
-    from nexus_events.approvals import release_approval
+    from nexus_events.transport.approvals import release_approval
 
     first = await claim_approval(bus.js, "run-3", "apr-1", "deny", decided_by="a", surface="cli")
     await release_approval(bus.js, "run-3", "apr-1")
@@ -72,9 +72,8 @@ async def test_a_flow_gate_is_asked_for_by_whoever_asked_for_its_flow(bus: Bus) 
     gate step's approvers from the flow run's events, so the CLI's policy check can pass."""
     from datetime import UTC, datetime, timedelta
 
-    from nexus_events import subjects
-    from nexus_events.approvals import FLOW_GATE_TOOL, run_approvals
-    from nexus_events.approver_policy import CLI, Answer, may_decide
+    from nexus_events.contract import subjects
+    from nexus_events.contract.approver_policy import CLI, Answer, may_decide
     from nexus_events.events import (
         ApprovalRequested,
         FlowAccepted,
@@ -82,6 +81,7 @@ async def test_a_flow_gate_is_asked_for_by_whoever_asked_for_its_flow(bus: Bus) 
         FlowRequested,
         Origin,
     )
+    from nexus_events.transport.approvals import FLOW_GATE_TOOL, run_approvals
 
     definition = FlowDefinition.model_validate(
         {

@@ -11,12 +11,12 @@ import time
 import uuid
 
 import pytest
-from nexus_events import subjects
-from nexus_events.bus import Bus, BusSettings, ConsumerSpec, Delivery, Outgoing
-from nexus_events.codec import Encoded
+from nexus_events.contract import subjects
+from nexus_events.contract.codec import Encoded
+from nexus_events.contract.streams import DLQ, RUNS
 from nexus_events.errors import BusError, BusUnavailable, PublishFailed
 from nexus_events.events import DeadLetter, RunHeartbeat, RunRequested, RunTurn
-from nexus_events.streams import DLQ, RUNS
+from nexus_events.transport.bus import Bus, BusSettings, ConsumerSpec, Delivery, Outgoing
 from nexus_testing import NatsServer, dead_letters, eventually
 
 

@@ -5,9 +5,9 @@ opens them, and a user with R1 never shrinks them back."""
 from __future__ import annotations
 
 from nats.js import JetStreamContext
-from nexus_events.approvals import APPROVALS_BUCKET, approvals_bucket
-from nexus_events.bus import Bus, BusSettings
-from nexus_events.lease import Lease
+from nexus_events.runtime.lease import Lease
+from nexus_events.transport.approvals import APPROVALS_BUCKET, approvals_bucket
+from nexus_events.transport.bus import Bus, BusSettings
 from nexus_testing import NatsCluster, eventually
 
 

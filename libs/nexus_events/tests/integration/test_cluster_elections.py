@@ -13,12 +13,12 @@ from collections.abc import AsyncIterator
 
 import nats.errors
 import pytest
-from nexus_events import subjects
-from nexus_events.bus import Bus, BusSettings, ConsumerSpec, Delivery, Outgoing
+from nexus_events.contract import subjects
+from nexus_events.contract.streams import RUNS
 from nexus_events.events import RunHeartbeat
-from nexus_events.follow import Batch, Feed, StreamFollower
-from nexus_events.health import JetStreamProbe
-from nexus_events.streams import RUNS
+from nexus_events.runtime.health import JetStreamProbe
+from nexus_events.transport.bus import Bus, BusSettings, ConsumerSpec, Delivery, Outgoing
+from nexus_events.transport.follow import Batch, Feed, StreamFollower
 from nexus_testing import NatsCluster, eventually
 
 # Seconds an election may take: nats-server's election timeout is randomised in 4-9 s.

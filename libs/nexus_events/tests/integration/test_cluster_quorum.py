@@ -11,12 +11,12 @@ from collections.abc import AsyncIterator
 
 import pytest
 from nats.js.api import PubAck
-from nexus_events import subjects
-from nexus_events.bus import Bus, BusSettings
+from nexus_events.contract import subjects
+from nexus_events.contract.streams import RUNS, storage_problem
 from nexus_events.errors import NoQuorum
 from nexus_events.events import RunHeartbeat
-from nexus_events.health import JetStreamProbe
-from nexus_events.streams import RUNS, storage_problem
+from nexus_events.runtime.health import JetStreamProbe
+from nexus_events.transport.bus import Bus, BusSettings
 from nexus_testing import NatsCluster, eventually
 
 from .test_cluster_elections import ELECTION, MemoryFollower

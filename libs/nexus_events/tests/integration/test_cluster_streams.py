@@ -4,11 +4,11 @@ with a message naming the setting when the servers cannot hold them."""
 from __future__ import annotations
 
 import pytest
-from nexus_events import subjects
-from nexus_events.bus import Bus, BusSettings
+from nexus_events.contract import subjects
+from nexus_events.contract.streams import RUNS, StreamSettings, ensure_streams, stream_configs
 from nexus_events.errors import BusError, StreamDrift
 from nexus_events.events import RunHeartbeat
-from nexus_events.streams import RUNS, StreamSettings, ensure_streams, stream_configs
+from nexus_events.transport.bus import Bus, BusSettings
 from nexus_testing import NatsCluster, eventually
 
 

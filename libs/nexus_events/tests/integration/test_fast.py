@@ -1,4 +1,4 @@
-"""FastStream handlers (`nexus_events.fast`) keep the delivery guarantees of `Consumer`.
+"""FastStream handlers (`nexus_events.transport.fast`) keep the delivery guarantees of `Consumer`.
 
 Against a real nats-server: undecodable messages and handler rejections are dead-lettered with
 their reason, a failing handler is retried then dead-lettered after max_deliver, one bad
@@ -16,12 +16,13 @@ from collections import Counter
 from collections.abc import Iterator
 
 import pytest
-from nexus_events import subjects, telemetry
-from nexus_events.bus import Bus, BusSettings, ConsumerSpec
+from nexus_events.contract import subjects
+from nexus_events.contract.streams import RUNS, ensure_streams
 from nexus_events.events import RunHeartbeat
 from nexus_events.events.base import Event
-from nexus_events.fast import Delivered, Handlers, Reject, Retry, ensure_durable
-from nexus_events.streams import RUNS, ensure_streams
+from nexus_events.runtime import telemetry
+from nexus_events.transport.bus import Bus, BusSettings, ConsumerSpec
+from nexus_events.transport.fast import Delivered, Handlers, Reject, Retry, ensure_durable
 from nexus_testing import dead_letters, eventually, free_port, nats_server_binary
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.trace import SpanKind

@@ -6,7 +6,7 @@ import socket
 
 import pytest
 from nexus_events.errors import HealthUnavailable, NexusError
-from nexus_events.health import HealthServer
+from nexus_events.runtime.health import HealthServer
 from nexus_testing import http_status
 
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 import asyncio
 import uuid
 
-from nexus_events.bus import Bus
-from nexus_events.leadership import Leadership
+from nexus_events.runtime.leadership import Leadership
+from nexus_events.transport.bus import Bus
 from nexus_testing import eventually
 
 

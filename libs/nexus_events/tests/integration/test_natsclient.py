@@ -9,10 +9,10 @@ import uuid
 
 import nats
 from nats.aio.msg import Msg
-from nexus_events.bus import Bus
-from nexus_events.natsclient import Client
-from nexus_events.pull import PullReader
-from nexus_events.streams import RUNS
+from nexus_events.contract.streams import RUNS
+from nexus_events.transport.bus import Bus
+from nexus_events.transport.natsclient import Client
+from nexus_events.transport.pull import PullReader
 
 from .test_pull import beats, consumer
 
@@ -162,7 +162,7 @@ async def test_without_direct_delivery_subscribe_direct_falls_back_to_a_callback
     nats_url: str, monkeypatch
 ):
     """What a nats-py whose private methods drifted gets: the same messages, nats-py's path."""
-    from nexus_events import natsclient
+    from nexus_events.transport import natsclient
 
     monkeypatch.setattr(natsclient, "DIRECT_DELIVERY", False)
     nc = await connected(nats_url)

@@ -13,13 +13,13 @@ import time
 import uuid
 
 import pytest
-from nexus_events import subjects
-from nexus_events.bus import Bus, ConsumerSpec, Delivery
-from nexus_events.dead_letters import build_dead_letter
+from nexus_events.contract import subjects
+from nexus_events.contract.streams import DLQ, RUNS
 from nexus_events.errors import BusUnavailable
 from nexus_events.events import RunHeartbeat
-from nexus_events.follow import Batch, Feed, StreamFollower
-from nexus_events.streams import DLQ, RUNS
+from nexus_events.transport.bus import Bus, ConsumerSpec, Delivery
+from nexus_events.transport.dead_letters import build_dead_letter
+from nexus_events.transport.follow import Batch, Feed, StreamFollower
 from nexus_testing import dead_letters, eventually
 
 
@@ -169,7 +169,7 @@ class _Failing(StreamFollower):
 
 
 async def test_a_follower_that_keeps_failing_reports_itself_stuck(bus: Bus, monkeypatch):
-    import nexus_events.follow as follow
+    import nexus_events.transport.follow as follow
 
     # The restart pause is 2 s in production; the count, not the pause, is under test.
     original = follow.StreamFollower._pause

@@ -10,12 +10,12 @@ from typing import Any
 
 import asyncpg
 import pytest
-from nexus_events import projection as projection_module
-from nexus_events import subjects
-from nexus_events.bus import Bus, Outgoing
+from nexus_events.contract import subjects
+from nexus_events.contract.streams import DLQ, RUNS
 from nexus_events.events import DeadLetter, RunHeartbeat, RunTurn
-from nexus_events.projection import ProjectionRunner, Source, projection_status, rebuild
-from nexus_events.streams import DLQ, RUNS
+from nexus_events.transport import projection as projection_module
+from nexus_events.transport.bus import Bus, Outgoing
+from nexus_events.transport.projection import ProjectionRunner, Source, projection_status, rebuild
 from nexus_testing import eventually
 
 from .counting_projection import CountingProjection
@@ -270,7 +270,7 @@ async def test_a_batch_that_fails_transiently_is_retried_whole_after_the_delays(
     runner = ProjectionRunner(
         bus, pg_pool, projection, batch=100, retry_delays=(0.01, 0.02), max_attempts=3
     )
-    caplog.set_level("WARNING", logger="nexus_events.projection")
+    caplog.set_level("WARNING", logger="nexus_events.transport.projection")
     async with runner:
         await runner.wait_until(RUNS, last)
     assert projection.calls == 3  # two failures, then the whole batch at once (not split)

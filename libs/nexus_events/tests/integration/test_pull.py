@@ -8,13 +8,13 @@ import uuid
 
 import pytest
 from nats.js.api import AckPolicy, ConsumerConfig
-from nexus_events import subjects
-from nexus_events.bus import Bus, Outgoing
-from nexus_events.codec import JsMeta
+from nexus_events.contract import subjects
+from nexus_events.contract.codec import JsMeta
+from nexus_events.contract.streams import RUNS
 from nexus_events.errors import PullStalled
 from nexus_events.events import RunHeartbeat
-from nexus_events.pull import PullReader
-from nexus_events.streams import RUNS
+from nexus_events.transport.bus import Bus, Outgoing
+from nexus_events.transport.pull import PullReader
 
 
 async def consumer(bus: Bus, run_id: str) -> str:

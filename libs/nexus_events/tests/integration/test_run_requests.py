@@ -4,19 +4,19 @@ a repeat stored once, a bad id refused before anything is sent."""
 from __future__ import annotations
 
 import pytest
-from nexus_events import subjects
-from nexus_events.bus import Bus
-from nexus_events.codec import decode
+from nexus_events.contract import subjects
+from nexus_events.contract.codec import decode
+from nexus_events.contract.streams import FLOWS, RUNS
 from nexus_events.errors import InvalidSubject
 from nexus_events.events import FlowRequested, Origin, RunRequested
-from nexus_events.run_requests import (
+from nexus_events.transport.bus import Bus
+from nexus_events.transport.run_requests import (
     flow_request,
     request_flow,
     request_msg_id,
     request_run,
     run_request,
 )
-from nexus_events.streams import FLOWS, RUNS
 
 
 def _run() -> RunRequested:

@@ -9,9 +9,9 @@ from typing import Any
 
 import asyncpg
 import pytest
-from nexus_events.connect import BusSettings
-from nexus_events.process import ServiceApp
-from nexus_events.streams import RUNS, SCHEDULES
+from nexus_events.contract.streams import RUNS, SCHEDULES
+from nexus_events.runtime.process import ServiceApp
+from nexus_events.transport.connect import BusSettings
 from nexus_testing import http_status
 
 

@@ -7,10 +7,8 @@ import dataclasses
 import nats.errors
 import nats.js.errors
 import pytest
-from nexus_events import subjects
-from nexus_events.bus import Bus, BusSettings
-from nexus_events.events import MemoryRecorded
-from nexus_events.streams import (
+from nexus_events.contract import subjects
+from nexus_events.contract.streams import (
     DAY,
     DLQ,
     MEMORY,
@@ -19,6 +17,8 @@ from nexus_events.streams import (
     ensure_streams,
     stream_configs,
 )
+from nexus_events.events import MemoryRecorded
+from nexus_events.transport.bus import Bus, BusSettings
 
 ALL = {
     "NEXUS_RUNS", "NEXUS_LOGS", "NEXUS_TASKS", "NEXUS_CATALOG", "NEXUS_INBOX",

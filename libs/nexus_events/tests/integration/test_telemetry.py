@@ -5,10 +5,11 @@ from __future__ import annotations
 import uuid
 
 import pytest
-from nexus_events import subjects, telemetry
-from nexus_events.bus import Bus, ConsumerSpec, Delivery
+from nexus_events.contract import subjects
+from nexus_events.contract.streams import RUNS
 from nexus_events.events import RunHeartbeat
-from nexus_events.streams import RUNS
+from nexus_events.runtime import telemetry
+from nexus_events.transport.bus import Bus, ConsumerSpec, Delivery
 from nexus_testing import eventually
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.trace import SpanKind

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from nexus_events.consume import ConsumerSpec, GiveUp, after_failure
+from nexus_events.transport.consume import ConsumerSpec, GiveUp, after_failure
 
 SPEC = ConsumerSpec(stream="S", durable="d", max_deliver=3, backoff=(1.0, 5.0))
 

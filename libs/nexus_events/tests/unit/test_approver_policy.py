@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from nexus_events.approver_policy import (
+from nexus_events.contract.approver_policy import (
     DEFAULT_PRINCIPALS,
     Answer,
     ApproverDefaults,

@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import pytest
-from nexus_events import capabilities
-from nexus_events.documents import parse_agent
+from nexus_events.contract import capabilities
+from nexus_events.contract.documents import parse_agent
 from nexus_events.errors import DocumentInvalid
 from nexus_events.events import AgentDefinition, SandboxTool, SkillDefinition
 from pydantic import ValidationError

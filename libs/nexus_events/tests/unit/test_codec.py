@@ -7,7 +7,7 @@ from datetime import UTC, datetime
 
 import pytest
 from nats.aio.msg import Msg
-from nexus_events import codec, subjects
+from nexus_events.contract import codec, subjects
 from nexus_events.errors import InvalidEvent, InvalidSubject, UndecodableMessage, UnknownEvent
 from nexus_events.events import (
     AgentDeleted,

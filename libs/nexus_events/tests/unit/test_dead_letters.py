@@ -5,14 +5,14 @@ from __future__ import annotations
 import base64
 import hashlib
 
-from nexus_events.dead_letters import (
+from nexus_events.events import DeadLetter
+from nexus_events.transport.dead_letters import (
     MAX_BODY_BYTES,
     MAX_HEADERS_CHARS,
     build_dead_letter,
     dead_letter_id,
     reference_only,
 )
-from nexus_events.events import DeadLetter
 
 
 def letter(data: bytes, headers: dict[str, str] | None = None, **kw) -> DeadLetter:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 
 import pytest
-from nexus_events.documents import parse_agent, parse_skill, render_skill
+from nexus_events.contract.documents import parse_agent, parse_skill, render_skill
 from nexus_events.errors import DocumentInvalid
 
 AGENT_YAML = """

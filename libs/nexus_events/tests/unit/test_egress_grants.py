@@ -4,7 +4,7 @@ with a line naming it; a valid one matches only what it says."""
 from __future__ import annotations
 
 import pytest
-from nexus_events.documents import parse_agent, parse_skill, render_skill
+from nexus_events.contract.documents import parse_agent, parse_skill, render_skill
 from nexus_events.errors import DocumentInvalid
 from nexus_events.events import EgressGrant
 

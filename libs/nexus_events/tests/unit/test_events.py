@@ -6,6 +6,7 @@ from datetime import UTC, datetime
 from typing import ClassVar
 
 import pytest
+from nexus_events.contract.subjects import Family
 from nexus_events.events import (
     Command,
     Event,
@@ -18,7 +19,6 @@ from nexus_events.events import (
     registered,
 )
 from nexus_events.events.base import lookup
-from nexus_events.subjects import Family
 from pydantic import BaseModel, ValidationError
 
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from nexus_events.documents import WHOLE, parse_flow
+from nexus_events.contract.documents import WHOLE, parse_flow
 from nexus_events.errors import DocumentInvalid
 
 FEATURE = (Path(__file__).parents[4] / "examples" / "flows" / "feature.yaml").read_text()

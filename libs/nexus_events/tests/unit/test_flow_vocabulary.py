@@ -8,7 +8,8 @@ import ast
 import inspect
 import typing
 
-from nexus_events import flowgraph
+from nexus_events.contract import flowgraph
+from nexus_events.contract.subjects import Family
 from nexus_events.events import flows
 from nexus_events.events.base import registered
 from nexus_events.events.flows import (
@@ -17,7 +18,6 @@ from nexus_events.events.flows import (
     FlowStepFinished,
     StepStatus,
 )
-from nexus_events.subjects import Family
 
 
 def test_flow_event_names_every_registered_flow_event() -> None:

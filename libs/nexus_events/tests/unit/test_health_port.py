@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from nexus_events.health import HealthPort
+from nexus_events.runtime.health import HealthPort
 from pydantic import TypeAdapter
 
 

@@ -6,7 +6,7 @@ import asyncio
 import json
 import logging
 
-from nexus_events.logs import JsonFormatter, bind, setup_logging
+from nexus_events.runtime.logs import JsonFormatter, bind, setup_logging
 from opentelemetry.sdk.trace import TracerProvider
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 from nats.aio.client import Client as NatsPyClient
-from nexus_events.natsclient import Client
+from nexus_events.transport.natsclient import Client
 
 BLOCKS = [
     b"Nats-Msg-Id: run-1:1:turn:3\r\nNexus-Schema: nexus.agent.run.turn.v1\r\n\r\n",
@@ -33,14 +33,14 @@ def test_a_real_envelope_is_parsed() -> None:
 def test_the_private_methods_we_override_are_as_tested() -> None:
     """Fails loudly when a nats-py upgrade changes what `Client` overrides: check the new
     private methods, adapt the overrides and `PRIVATE_SIGNATURES`, then move the pin."""
-    from nexus_events import natsclient
+    from nexus_events.transport import natsclient
 
     assert natsclient.private_signature_drift() == {}
     assert natsclient.DIRECT_DELIVERY
 
 
 def test_drift_is_detected_and_named(monkeypatch: pytest.MonkeyPatch) -> None:
-    from nexus_events import natsclient
+    from nexus_events.transport import natsclient
 
     async def changed(self, sid, subject, reply, data, headers, extra):  # type: ignore[no-untyped-def]
         return None

@@ -6,7 +6,7 @@ import asyncio
 import logging
 
 import pytest
-from nexus_events.periodic import PeriodicTask
+from nexus_events.runtime.periodic import PeriodicTask
 
 
 class ManualWaits:
@@ -194,7 +194,7 @@ async def test_quiet_errors_are_one_line_and_retry_after_is_a_backoff_wakes_do_n
     task = PeriodicTask(
         step, 10.0, name="metrics poll", sleep=waits, wake=wake, quiet=(OSError,), retry_after=1.5
     )
-    with caplog.at_level(logging.WARNING, logger="nexus_events.periodic"):
+    with caplog.at_level(logging.WARNING, logger="nexus_events.runtime.periodic"):
         task.start()
         await waits.next_wait()
         assert waits.delays == [1.5]

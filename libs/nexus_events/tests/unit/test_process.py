@@ -12,7 +12,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from nexus_events.process import (
+from nexus_events.runtime.process import (
     DEFAULT_GC_THRESHOLD,
     EXIT_BAD_SETTINGS,
     gc_threshold_for_batch,
@@ -55,7 +55,7 @@ def test_run_service_drains_on_sigterm_and_logs_json(tmp_path: Path) -> None:
     marker = tmp_path / "drained"
     code = f"""
 import asyncio, logging, pathlib
-from nexus_events.process import run_service
+from nexus_events.runtime.process import run_service
 
 class Probe:
     async def start(self) -> None:
@@ -83,7 +83,7 @@ def test_invalid_settings_are_one_line_and_exit_2() -> None:
     (`EXIT_BAD_SETTINGS`), no traceback."""
     code = """
 from pydantic_settings import BaseSettings, SettingsConfigDict
-from nexus_events.process import run_service
+from nexus_events.runtime.process import run_service
 
 class Settings(BaseSettings):
     model_config = SettingsConfigDict(env_prefix="NEXUS_")

@@ -5,9 +5,9 @@ from __future__ import annotations
 import itertools
 
 import pytest
+from nexus_events.contract.runstate import TERMINAL, RunStatus, is_terminal, next_status
+from nexus_events.contract.subjects import Family
 from nexus_events.events import registered
-from nexus_events.runstate import TERMINAL, RunStatus, is_terminal, next_status
-from nexus_events.subjects import Family
 
 # Every run event name of the contract (docs/design.md §3.4), plus one nobody knows.
 RUN_EVENTS = sorted(name for family, name in registered() if family is Family.RUN)
@@ -163,7 +163,7 @@ def test_is_terminal():
 
 
 def test_terminal_events_are_the_terminal_statuses_and_the_terminal_event_classes() -> None:
-    from nexus_events import runstate
+    from nexus_events.contract import runstate
     from nexus_events.events.runs import TerminalEvent
 
     assert set(runstate.TERMINAL_EVENTS) == {s.value for s in TERMINAL}
@@ -183,7 +183,7 @@ def test_every_registered_run_event_has_a_status_and_a_name() -> None:
     """One vocabulary: each run event the contract registers is a `RunEvent`, is declared by
     its model under that name, and says which status it implies (None only for an event that
     changes no status by itself); `next_status` follows that table."""
-    from nexus_events import runstate
+    from nexus_events.contract import runstate
     from nexus_events.events.runs import TerminalEvent
 
     run_models = {name: cls for (family, name), cls in registered().items() if family is Family.RUN}

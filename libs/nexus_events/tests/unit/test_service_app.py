@@ -6,7 +6,7 @@ from __future__ import annotations
 import contextlib
 
 import pytest
-from nexus_events.process import ServiceApp
+from nexus_events.runtime.process import ServiceApp
 
 
 class Resource:

@@ -1,12 +1,13 @@
-"""One rule for which trace a handled event's span continues (nexus_events.spans)."""
+"""One rule for which trace a handled event's span continues (nexus_events.contract.spans)."""
 
 from __future__ import annotations
 
 import json
 
-from nexus_events import codec, spans, subjects, telemetry
-from nexus_events.codec import JsMeta
+from nexus_events.contract import codec, spans, subjects
+from nexus_events.contract.codec import JsMeta
 from nexus_events.events.runs import RunRequested
+from nexus_events.runtime import telemetry
 from opentelemetry import trace
 from opentelemetry.trace import NonRecordingSpan, SpanContext, TraceFlags
 

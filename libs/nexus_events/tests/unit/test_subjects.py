@@ -5,9 +5,9 @@ from __future__ import annotations
 import re
 
 import pytest
-from nexus_events import subjects
+from nexus_events.contract import subjects
+from nexus_events.contract.subjects import CatalogKind, Direction, Family, parse_subject
 from nexus_events.errors import InvalidSubject
-from nexus_events.subjects import CatalogKind, Direction, Family, parse_subject
 
 BAD_TOKENS = ["", "a.b", "*", ">", "a b", "x" * 129, "zoë", "run\t1", "日本"]
 

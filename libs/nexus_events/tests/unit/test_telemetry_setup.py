@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from nexus_events import telemetry
+from nexus_events.runtime import telemetry
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.trace import SpanKind
 
@@ -64,7 +64,7 @@ def test_a_second_setup_gets_its_own_spans():
 
 
 def test_a_run_without_trace_headers_gets_a_trace_derived_from_its_run_id() -> None:
-    from nexus_events.telemetry import envelope_headers, extract, run_traceparent
+    from nexus_events.runtime.telemetry import envelope_headers, extract, run_traceparent
     from opentelemetry import trace as otel_trace
 
     first = envelope_headers(None, run_id="run-1")

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import pytest
-from nexus_events import subjects
+from nexus_events.contract import subjects
+from nexus_events.contract.runstate import RunEvent
+from nexus_events.contract.subjects import Family
 from nexus_events.errors import InvalidSubject
 from nexus_events.events import (
     ApprovalDecided,
@@ -14,8 +16,6 @@ from nexus_events.events import (
     RunRequested,
     registered,
 )
-from nexus_events.runstate import RunEvent
-from nexus_events.subjects import Family
 
 
 @pytest.mark.parametrize(

@@ -19,7 +19,7 @@ from nexus_testing.postgres import PostgresServer
 
 if TYPE_CHECKING:
     import asyncpg
-    from nexus_events.bus import Bus
+    from nexus_events.transport.bus import Bus
 
 
 @pytest.fixture
@@ -52,8 +52,8 @@ def nats_url(nats_server: NatsServer) -> str:
 @pytest.fixture
 async def bus(nats_url: str) -> AsyncIterator[Bus]:
     """A connected `Bus` (source ``test``) on the test's server, with every stream ensured."""
-    from nexus_events.bus import Bus, BusSettings
-    from nexus_events.streams import ensure_streams
+    from nexus_events.contract.streams import ensure_streams
+    from nexus_events.transport.bus import Bus, BusSettings
 
     b = await Bus.connect(BusSettings(url=nats_url, name="test"), source="test")
     await ensure_streams(b.js)

@@ -141,7 +141,7 @@ class NatsCluster:
         """Every Nexus stream with as many replicas as there are nodes (retried while the
         young cluster refuses, `streams.ensure_replicated_streams`); then wait until
         NEXUS_RUNS has a leader, since a new replicated stream takes writes only from then."""
-        from nexus_events.streams import RUNS, ensure_replicated_streams
+        from nexus_events.contract.streams import RUNS, ensure_replicated_streams
 
         deadline = time.monotonic() + within
         await ensure_replicated_streams(js, len(self.nodes), within)

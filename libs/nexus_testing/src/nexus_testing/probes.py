@@ -9,15 +9,15 @@ import socket
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from nexus_events.bus import Bus
     from nexus_events.events.dlq import DeadLetter
+    from nexus_events.transport.bus import Bus
 
 
 async def dead_letters(bus: Bus) -> list[DeadLetter]:
     """Every dead letter in NEXUS_DLQ, in stream order."""
-    from nexus_events.bus import decode_msg
+    from nexus_events.contract.streams import DLQ
     from nexus_events.events.dlq import DeadLetter
-    from nexus_events.streams import DLQ
+    from nexus_events.transport.bus import decode_msg
 
     letters = []
     async for msg in bus.replay_raw(DLQ):

@@ -4,7 +4,7 @@ Start: the health endpoint, connect NATS, create missing streams (core owns thei
 connect PostgreSQL and migrate ``channels``, log in to the configured platforms (a wrong
 token fails the start), publish inbound left unpublished by a crash, start the durable
 handlers (router, notifier, flow notifier, sender, delegation: FastStream subscribers of
-`nexus_events.fast`, on their own connection) and the pairings endpoint, then the HTTP
+`nexus_events.transport.fast`, on their own connection) and the pairings endpoint, then the HTTP
 ingress. Stop (SIGTERM) unwinds that in reverse (`ServiceApp`): the ingress first (no new
 requests), the handlers in flight finish (half the drain timeout), the outbox publishes what
 it holds, connections close, the health endpoint goes last.
@@ -16,11 +16,11 @@ import asyncio
 import contextlib
 import logging
 
-from nexus_events.bus import Bus, BusSettings
-from nexus_events.fast import Handlers
-from nexus_events.metrics import MetricsSettings, setup_metrics
-from nexus_events.process import ServiceApp
-from nexus_events.streams import CHANNELS, FLOWS, INBOX, RUNS
+from nexus_events.contract.streams import CHANNELS, FLOWS, INBOX, RUNS
+from nexus_events.runtime.metrics import MetricsSettings, setup_metrics
+from nexus_events.runtime.process import ServiceApp
+from nexus_events.transport.bus import Bus, BusSettings
+from nexus_events.transport.fast import Handlers
 from opentelemetry.sdk.metrics import MeterProvider as SdkMeterProvider
 
 from nexus_channel_gateway.config import GatewaySettings

@@ -10,7 +10,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from nexus_events.subjects import TOKEN_PATTERN
+from nexus_events.contract.subjects import TOKEN_PATTERN
 
 from nexus_channel_gateway.codes import normalize
 

@@ -9,11 +9,16 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Annotated, Self
 
-from nexus_events.approver_policy import ApproverDefaultFields
+from nexus_events.contract.approver_policy import ApproverDefaultFields
+from nexus_events.contract.subjects import validate_token
 from nexus_events.errors import InvalidSubject
 from nexus_events.events import ChannelAddress
-from nexus_events.settings import ConsumerPrefix, HealthPortSetting, PoolSize, ServiceSettings
-from nexus_events.subjects import validate_token
+from nexus_events.runtime.settings import (
+    ConsumerPrefix,
+    HealthPortSetting,
+    PoolSize,
+    ServiceSettings,
+)
 from pydantic import Field, SecretStr, field_validator, model_validator
 from pydantic_settings import NoDecode
 

@@ -16,13 +16,13 @@ from __future__ import annotations
 import hashlib
 import logging
 
-from nexus_events import subjects
-from nexus_events.bus import Bus, ConsumerSpec
+from nexus_events.contract import subjects
+from nexus_events.contract.runstate import RunEvent
+from nexus_events.contract.streams import INBOX
+from nexus_events.contract.subjects import Family
 from nexus_events.events import Event, InboxMessage, Origin, RouteRequest, RunRequested
-from nexus_events.fast import Delivered
-from nexus_events.runstate import RunEvent
-from nexus_events.streams import INBOX
-from nexus_events.subjects import Family
+from nexus_events.transport.bus import Bus, ConsumerSpec
+from nexus_events.transport.fast import Delivered
 
 from nexus_channel_gateway.metrics import GatewayMetrics
 from nexus_channel_gateway.store import Delegation, GatewayStore
@@ -69,8 +69,8 @@ class Delegator:
         self.max_depth = max_depth
 
     async def on_request(self, event: Event, delivered: Delivered) -> None:
-        """FastStream handler of the delegation durable (`nexus_events.fast`), not ordered:
-        route requests are independent of each other (one child run per correlation id,
+        """FastStream handler of the delegation durable (`nexus_events.transport.fast`), not
+        ordered: route requests are independent of each other (one child run per correlation id,
         recorded with ON CONFLICT DO NOTHING), and a child's own requests can only come after
         its parent's was handled (the child exists only then), so the messages of a fetch are
         handled concurrently."""

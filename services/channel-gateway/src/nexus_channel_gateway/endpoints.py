@@ -7,9 +7,10 @@ import functools
 from datetime import UTC, datetime
 
 from nats.micro.service import Service
-from nexus_events import micro, subjects
-from nexus_events.bus import Bus
+from nexus_events.contract import subjects
 from nexus_events.events import PairingsReply, PairingsRequest, PairingView
+from nexus_events.transport import micro
+from nexus_events.transport.bus import Bus
 
 from nexus_channel_gateway.store import GatewayStore
 

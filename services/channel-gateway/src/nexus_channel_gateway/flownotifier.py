@@ -14,8 +14,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from nexus_events import subjects
-from nexus_events.bus import Bus, ConsumerSpec
+from nexus_events.contract import subjects
+from nexus_events.contract.streams import FLOWS
 from nexus_events.events import (
     ApprovalRelayed,
     ChannelAddress,
@@ -33,8 +33,8 @@ from nexus_events.events import (
     GateStep,
 )
 from nexus_events.events.flows import StepStatus
-from nexus_events.fast import Delivered
-from nexus_events.streams import FLOWS
+from nexus_events.transport.bus import Bus, ConsumerSpec
+from nexus_events.transport.fast import Delivered
 
 from nexus_channel_gateway.codes import short_code
 from nexus_channel_gateway.replies import say
@@ -117,8 +117,9 @@ class FlowNotifier:
         self.store = store
 
     async def on_event(self, event: Event, delivered: Delivered) -> None:
-        """FastStream handler of the flow notifier durable (`nexus_events.fast`), subscribed
-        with ``ordered=True``: a flow's lines reach its thread in the flow's own order."""
+        """FastStream handler of the flow notifier durable (`nexus_events.transport.fast`),
+        subscribed with ``ordered=True``: a flow's lines reach its thread in the flow's own
+        order."""
         flow_run_id = delivered.address.ids.get("flow_run_id")
         name = delivered.address.event
         if flow_run_id is None or name is None or flow_run_id == subjects.NEW_RUN_TOKEN:

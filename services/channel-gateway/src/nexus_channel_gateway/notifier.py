@@ -13,9 +13,9 @@ from __future__ import annotations
 import logging
 from collections.abc import Sequence
 
-from nexus_events import subjects
-from nexus_events.approvals import decided_as
-from nexus_events.bus import Bus, ConsumerSpec
+from nexus_events.contract import subjects
+from nexus_events.contract.runstate import TERMINAL_EVENTS, RunEvent, RunStatus
+from nexus_events.contract.streams import RUNS
 from nexus_events.events import (
     ApprovalDecided,
     ApprovalRelayed,
@@ -27,9 +27,9 @@ from nexus_events.events import (
     RunResuming,
     TerminalEvent,
 )
-from nexus_events.fast import Delivered
-from nexus_events.runstate import TERMINAL_EVENTS, RunEvent, RunStatus
-from nexus_events.streams import RUNS
+from nexus_events.transport.approvals import decided_as
+from nexus_events.transport.bus import Bus, ConsumerSpec
+from nexus_events.transport.fast import Delivered
 
 from nexus_channel_gateway.codes import short_code
 from nexus_channel_gateway.delegation import Delegator
@@ -127,8 +127,8 @@ class Notifier:
         return [a for a in self.approvers if origin is None or _chat(a) != _chat(origin)]
 
     async def on_event(self, event: Event, delivered: Delivered) -> None:
-        """FastStream handler of the notifier durable (`nexus_events.fast`), subscribed with
-        ``ordered=True``: the reply intents it publishes are posted in stream order by the
+        """FastStream handler of the notifier durable (`nexus_events.transport.fast`), subscribed
+        with ``ordered=True``: the reply intents it publishes are posted in stream order by the
         sender, so a run's events must be turned into intents in their own order (requested,
         started, approval asked and decided, the ending) for the thread to read right."""
         run_id, name = delivered.address.run_id, delivered.address.event

@@ -13,10 +13,10 @@ import contextlib
 import logging
 from collections.abc import Callable
 
-from nexus_events.bus import Bus
-from nexus_events.codec import Encoded
+from nexus_events.contract.codec import Encoded
 from nexus_events.errors import BusError
-from nexus_events.periodic import PeriodicTask
+from nexus_events.runtime.periodic import PeriodicTask
+from nexus_events.transport.bus import Bus
 
 from nexus_channel_gateway.inbound import Accepted
 from nexus_channel_gateway.store import GatewayStore

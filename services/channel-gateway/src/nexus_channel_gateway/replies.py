@@ -4,10 +4,10 @@ event that caused it is redelivered; the sender posts it once."""
 
 from __future__ import annotations
 
-from nexus_events import subjects
-from nexus_events.bus import Bus
+from nexus_events.contract import subjects
+from nexus_events.contract.subjects import Direction
 from nexus_events.events import ChannelAddress, ChannelMessageOut
-from nexus_events.subjects import Direction
+from nexus_events.transport.bus import Bus
 
 
 async def say(

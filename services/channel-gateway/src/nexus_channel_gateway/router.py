@@ -5,7 +5,8 @@ A message from a sender off the allowlist gets a pairing challenge; otherwise it
 request, a flow request (``flow <id>: <input>``), an approval answer (a run's approval or a
 flow's gate), or words for the run whose thread it is in. Being paired is not
 being an approver: an answer counts only if the approval's policy lets its sender decide from
-where it was written (`nexus_events.approver_policy`), else it is refused, told why, audited.
+where it was written (`nexus_events.contract.approver_policy`), else it is refused, told why,
+audited.
 """
 
 from __future__ import annotations
@@ -15,16 +16,14 @@ import logging
 from collections.abc import Sequence
 from datetime import UTC, datetime, timedelta
 
-from nexus_events import subjects
-from nexus_events.approvals import (
-    ApprovalRecord,
-    approval_record,
-    claim_approval,
-    held_claim,
-    record_refusal,
+from nexus_events.contract import subjects
+from nexus_events.contract.approver_policy import (
+    DEFAULT_PRINCIPALS,
+    Answer,
+    ApproverPolicy,
+    may_decide,
 )
-from nexus_events.approver_policy import DEFAULT_PRINCIPALS, Answer, ApproverPolicy, may_decide
-from nexus_events.bus import Bus, ConsumerSpec
+from nexus_events.contract.streams import CHANNELS
 from nexus_events.events import (
     ApprovalDecision,
     ChannelAddress,
@@ -38,9 +37,16 @@ from nexus_events.events import (
     PairingRevoked,
     RunRequested,
 )
-from nexus_events.fast import Delivered
-from nexus_events.run_requests import request_flow, request_run
-from nexus_events.streams import CHANNELS
+from nexus_events.transport.approvals import (
+    ApprovalRecord,
+    approval_record,
+    claim_approval,
+    held_claim,
+    record_refusal,
+)
+from nexus_events.transport.bus import Bus, ConsumerSpec
+from nexus_events.transport.fast import Delivered
+from nexus_events.transport.run_requests import request_flow, request_run
 
 from nexus_channel_gateway import commands
 from nexus_channel_gateway.codes import short_code
@@ -103,7 +109,7 @@ class Router:
         self.open_channels = open_channels
 
     async def on_event(self, event: Event, delivered: Delivered) -> None:
-        """FastStream handler of the router durable (`nexus_events.fast`), subscribed with
+        """FastStream handler of the router durable (`nexus_events.transport.fast`), subscribed with
         ``ordered=True``: a message is judged against the allowlist as of its own stream
         position, so a pairing approved before it must be applied before it (and a person's
         messages become run requests and replies in the order they were written)."""

@@ -16,12 +16,12 @@ import asyncio
 import logging
 from collections.abc import Mapping
 
-from nexus_events import subjects
-from nexus_events.bus import Bus, ConsumerSpec
-from nexus_events.codec import Decoded
+from nexus_events.contract import subjects
+from nexus_events.contract.codec import Decoded
+from nexus_events.contract.streams import CHANNELS
 from nexus_events.events import ChannelMessageOut, ChannelMessageSent, Event
-from nexus_events.fast import Delivered, Retry
-from nexus_events.streams import CHANNELS
+from nexus_events.transport.bus import Bus, ConsumerSpec
+from nexus_events.transport.fast import Delivered, Retry
 
 from nexus_channel_gateway.metrics import GatewayMetrics
 from nexus_channel_gateway.platforms import Poster, RateLimited, Rejected
@@ -67,7 +67,7 @@ class Sender:
         self.posters = posters
 
     async def on_intent(self, event: Event, delivered: Delivered) -> None:
-        """FastStream handler of the sender durable (`nexus_events.fast`), subscribed with
+        """FastStream handler of the sender durable (`nexus_events.transport.fast`), subscribed with
         ``ordered=True``: intents are posted one at a time in stream order, so a run's
         progress reads in order in its thread (requested, started, the ending); a rate limit
         holds the line (`HOLD_MAX`) rather than letting later intents overtake."""

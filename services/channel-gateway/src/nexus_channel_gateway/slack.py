@@ -13,9 +13,9 @@ import time
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from nexus_events import subjects
+from nexus_events.contract import subjects
+from nexus_events.contract.subjects import Direction
 from nexus_events.events import ChannelMessageIn
-from nexus_events.subjects import Direction
 from slack_sdk.signature import Clock, SignatureVerifier
 
 from nexus_channel_gateway.inbound import Accepted, Refused, Reply, Verdict, key_token

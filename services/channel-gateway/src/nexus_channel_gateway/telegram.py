@@ -9,9 +9,9 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
-from nexus_events import subjects
+from nexus_events.contract import subjects
+from nexus_events.contract.subjects import Direction
 from nexus_events.events import ChannelMessageIn
-from nexus_events.subjects import Direction
 
 from nexus_channel_gateway.inbound import Accepted, Refused, Reply, Verdict, key_token
 

@@ -25,9 +25,9 @@ from pathlib import Path
 from typing import Any, Literal
 
 import yaml
-from nexus_events import subjects
+from nexus_events.contract import subjects
+from nexus_events.contract.subjects import TOKEN_PATTERN
 from nexus_events.events import WebhookReceived
-from nexus_events.subjects import TOKEN_PATTERN
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator, model_validator
 
 from nexus_channel_gateway.inbound import Accepted, Refused, Verdict, key_token

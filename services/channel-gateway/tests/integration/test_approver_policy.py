@@ -7,9 +7,8 @@ from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
 
-from nexus_events import subjects
-from nexus_events.approvals import held_claim
-from nexus_events.bus import Bus
+from nexus_events.contract import subjects
+from nexus_events.contract.streams import RUNS
 from nexus_events.events import (
     ApprovalDecision,
     ApprovalRefused,
@@ -19,7 +18,8 @@ from nexus_events.events import (
     RunConfig,
     RunPrepared,
 )
-from nexus_events.streams import RUNS
+from nexus_events.transport.approvals import held_claim
+from nexus_events.transport.bus import Bus
 from nexus_testing import eventually
 from tests.fakes.slack_api import FakeSlack, event_callback, post_event
 from tests.fakes.telegram_api import FakeTelegram, post_update, update

@@ -6,10 +6,10 @@ from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
 
-from nexus_events import subjects
-from nexus_events.approvals import claim_approval
-from nexus_events.bus import Bus
+from nexus_events.contract import subjects
 from nexus_events.events import ApprovalDecided, ApprovalDecision, ApprovalRequested
+from nexus_events.transport.approvals import claim_approval
+from nexus_events.transport.bus import Bus
 from nexus_testing import eventually
 from tests.fakes.slack_api import FakeSlack, event_callback, post_event
 from tests.fakes.telegram_api import FakeTelegram

@@ -7,7 +7,7 @@ from __future__ import annotations
 from collections.abc import AsyncIterator
 
 import pytest
-from nexus_events.bus import Bus, BusSettings
+from nexus_events.transport.bus import Bus, BusSettings
 from nexus_testing import NatsCluster, eventually, http_status
 from tests.fakes.slack_api import FakeSlack
 from tests.fakes.telegram_api import FakeTelegram

@@ -7,13 +7,13 @@ from __future__ import annotations
 import asyncpg
 from nexus_core.app import CoreApp
 from nexus_core.config import CoreSettings
-from nexus_events import subjects
-from nexus_events.bus import Bus
-from nexus_events.codec import Decoded
+from nexus_events.contract import subjects
+from nexus_events.contract.codec import Decoded
+from nexus_events.contract.streams import INBOX
 from nexus_events.events import InboxMessage, RouteRequest, RunCompleted, RunRequested
 from nexus_events.events.dlq import DeadLetter
 from nexus_events.events.runs import RunResult
-from nexus_events.streams import INBOX
+from nexus_events.transport.bus import Bus
 from nexus_testing import dead_letters, eventually
 from tests.support.gateway import inbox_of, run_requests
 

@@ -10,10 +10,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from nexus_events import subjects
-from nexus_events.bus import Bus, BusSettings
+from nexus_events.contract import subjects
 from nexus_events.events import RunCompleted, RunRequested, ToolCalled, ToolResult
 from nexus_events.events.runs import RunConfig, RunResult
+from nexus_events.transport.bus import Bus, BusSettings
 from nexus_runner.app import execute_run
 from nexus_runner.config import RunnerSettings
 from nexus_testing import eventually
@@ -56,7 +56,7 @@ def config(base_url: str, run_id: str) -> RunConfig:
 
 
 async def _events(bus: Bus, run_id: str) -> list[Any]:
-    from nexus_events.streams import RUNS
+    from nexus_events.contract.streams import RUNS
 
     return [d.event async for d in bus.replay(RUNS, run_id=run_id)]
 

@@ -6,9 +6,8 @@ from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
 
-from nexus_events import subjects
-from nexus_events.approvals import held_claim
-from nexus_events.bus import Bus
+from nexus_events.contract import subjects
+from nexus_events.contract.streams import FLOWS, RUNS
 from nexus_events.events import (
     ApprovalDecision,
     ApprovalRefused,
@@ -22,7 +21,8 @@ from nexus_events.events import (
     FlowWaiting,
     Origin,
 )
-from nexus_events.streams import FLOWS, RUNS
+from nexus_events.transport.approvals import held_claim
+from nexus_events.transport.bus import Bus
 from nexus_testing import eventually
 from tests.fakes.slack_api import FakeSlack, event_callback, post_event
 from tests.support.gateway import SIGNING_SECRET, events, inbox_of, pair

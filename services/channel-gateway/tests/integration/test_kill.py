@@ -12,9 +12,9 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from nexus_events import subjects
-from nexus_events.bus import Bus
+from nexus_events.contract import subjects
 from nexus_events.events import RunStarted
+from nexus_events.transport.bus import Bus
 from nexus_testing import eventually, free_port, http_status
 from tests.fakes.slack_api import FakeSlack, event_callback, post_event
 from tests.support.gateway import SIGNING_SECRET, channel_events, pair, run_requests

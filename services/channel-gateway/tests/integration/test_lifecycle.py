@@ -7,7 +7,7 @@ from __future__ import annotations
 import socket
 
 import pytest
-from nexus_events.bus import Bus
+from nexus_events.transport.bus import Bus
 from nexus_testing import http_status
 from tests.fakes.slack_api import FakeSlack
 from tests.fakes.telegram_api import FakeTelegram

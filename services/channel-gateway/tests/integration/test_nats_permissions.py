@@ -13,10 +13,10 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
-from nexus_events import subjects
-from nexus_events.bus import Bus, BusSettings
+from nexus_events.contract import subjects
+from nexus_events.contract.streams import RUNS, ensure_streams
 from nexus_events.events import ApprovalRequested, RunCompleted, RunStarted
-from nexus_events.streams import RUNS, ensure_streams
+from nexus_events.transport.bus import Bus, BusSettings
 from nexus_testing import eventually, free_port, nats_server_binary
 from tests.fakes.slack_api import FakeSlack, event_callback, post_event
 from tests.support.gateway import SIGNING_SECRET, gateway_settings, inbox_of, pair, run_requests

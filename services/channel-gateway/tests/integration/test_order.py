@@ -7,11 +7,11 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
 
-from nexus_events import subjects
-from nexus_events.bus import Bus
-from nexus_events.codec import Decoded
+from nexus_events.contract import subjects
+from nexus_events.contract.codec import Decoded
 from nexus_events.events import ChannelMessageIn, RunCompleted, RunStarted
 from nexus_events.events.runs import RunResult
+from nexus_events.transport.bus import Bus
 from nexus_testing import eventually
 from tests.fakes.slack_api import FakeSlack, event_callback, post_event
 from tests.support.gateway import SIGNING_SECRET, channel_events, pair, run_requests

@@ -7,9 +7,9 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from nexus_events import subjects
-from nexus_events.bus import Bus
-from nexus_events.streams import CHANNELS
+from nexus_events.contract import subjects
+from nexus_events.contract.streams import CHANNELS
+from nexus_events.transport.bus import Bus
 from nexus_testing import eventually
 from tests.fakes.telegram_api import FakeTelegram, post_update, update
 from tests.support.cli import nexus

@@ -3,10 +3,10 @@ attempt (real NATS + PostgreSQL, fake Slack)."""
 
 from __future__ import annotations
 
-from nexus_events import subjects
-from nexus_events.bus import Bus
+from nexus_events.contract import subjects
 from nexus_events.events import RunCompleted, RunResuming, RunStarted
 from nexus_events.events.runs import RunResult
+from nexus_events.transport.bus import Bus
 from nexus_testing import eventually
 from tests.fakes.slack_api import FakeSlack, event_callback, post_event
 from tests.support.gateway import SIGNING_SECRET, pair, run_requests

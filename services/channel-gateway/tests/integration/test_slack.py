@@ -8,8 +8,7 @@ import time
 from datetime import UTC, datetime, timedelta
 
 import aiohttp
-from nexus_events import subjects
-from nexus_events.bus import Bus
+from nexus_events.contract import subjects
 from nexus_events.events import (
     ApprovalDecision,
     ApprovalRequested,
@@ -20,6 +19,7 @@ from nexus_events.events import (
     RunStarted,
 )
 from nexus_events.events.runs import RunResult
+from nexus_events.transport.bus import Bus
 from nexus_testing import eventually
 from tests.fakes.slack_api import FakeSlack, event_callback, post_event
 from tests.support.approvals import cli_decides

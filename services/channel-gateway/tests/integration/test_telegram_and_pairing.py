@@ -7,8 +7,8 @@ import json
 from pathlib import Path
 
 from nexus_cli.errors import ExitCode
-from nexus_events.bus import Bus
 from nexus_events.events import RunRequested
+from nexus_events.transport.bus import Bus
 from nexus_testing import eventually
 from tests.fakes.telegram_api import FakeTelegram, post_update, update
 from tests.support.cli import nexus

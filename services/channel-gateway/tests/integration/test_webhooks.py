@@ -13,8 +13,8 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 
 import aiohttp
-from nexus_events.bus import Bus
 from nexus_events.events import WebhookReceived
+from nexus_events.transport.bus import Bus
 from nexus_testing import eventually
 from tests.support.gateway import channel_events
 

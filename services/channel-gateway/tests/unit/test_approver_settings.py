@@ -4,7 +4,7 @@ error naming the variable."""
 from __future__ import annotations
 
 import pytest
-from nexus_events.process import settings_error
+from nexus_events.runtime.process import settings_error
 from pydantic import ValidationError
 
 from nexus_channel_gateway.config import GatewaySettings

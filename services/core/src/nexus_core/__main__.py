@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from nexus_events.process import run_service
+from nexus_events.runtime.process import run_service
 
 from nexus_core.app import CoreApp
 from nexus_core.config import CoreSettings

@@ -7,7 +7,7 @@ that in reverse (`ServiceApp`): not ready at once, queries, the sweepers and the
 consumer finish their batch, then the leader's projections commit their batch in hand and
 the lease is handed over, connections close, and the health endpoint goes last.
 
-Several replicas may run (`nexus_events.leadership`). Only the lease holder runs what one
+Several replicas may run (`nexus_events.runtime.leadership`). Only the lease holder runs what one
 replica may run: the catalog, agent_runs and board projections (each follows its stream
 through one consumer it recreates from its checkpoint) and the run metrics (counted from
 one durable consumer, see `nexus_core.run_metrics`). Every replica answers queries, and
@@ -23,12 +23,12 @@ import logging
 from typing import Any
 
 import asyncpg
-from nexus_events.bus import Bus, BusSettings, Consumer
-from nexus_events.leadership import FencedProjectionRunner, Leadership
-from nexus_events.metrics import setup_metrics
-from nexus_events.process import ServiceApp
-from nexus_events.projection import ProjectionRunner, read_checkpoint
-from nexus_events.streams import CATALOG
+from nexus_events.contract.streams import CATALOG
+from nexus_events.runtime.leadership import FencedProjectionRunner, Leadership
+from nexus_events.runtime.metrics import setup_metrics
+from nexus_events.runtime.process import ServiceApp
+from nexus_events.transport.bus import Bus, BusSettings, Consumer
+from nexus_events.transport.projection import ProjectionRunner, read_checkpoint
 from opentelemetry.sdk.metrics import MeterProvider as SdkMeterProvider
 
 from nexus_core.board_projection import BoardProjection

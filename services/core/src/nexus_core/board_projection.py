@@ -22,8 +22,11 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 
-from nexus_events import subjects
-from nexus_events.codec import Decoded
+from nexus_events.contract import subjects
+from nexus_events.contract.codec import Decoded
+from nexus_events.contract.runstate import RunStatus, next_status
+from nexus_events.contract.streams import RUNS, TASKS
+from nexus_events.contract.subjects import Family
 from nexus_events.events import (
     Column,
     Event,
@@ -34,10 +37,7 @@ from nexus_events.events import (
     TaskMoved,
     TaskUpdated,
 )
-from nexus_events.projection import Source, quote_ident
-from nexus_events.runstate import RunStatus, next_status
-from nexus_events.streams import RUNS, TASKS
-from nexus_events.subjects import Family
+from nexus_events.transport.projection import Source, quote_ident
 
 from nexus_core.migrations import Conn, migrate
 from nexus_core.tracing import TASK_ID, spans_for

@@ -18,7 +18,8 @@ from datetime import datetime
 from typing import Any, Literal, Protocol, TypeVar
 
 import asyncpg
-from nexus_events.codec import Decoded
+from nexus_events.contract.codec import Decoded
+from nexus_events.contract.streams import CATALOG
 from nexus_events.events import (
     AgentApplied,
     AgentDefinition,
@@ -30,8 +31,7 @@ from nexus_events.events import (
     SkillDefinition,
     SkillDeleted,
 )
-from nexus_events.projection import Source, quote_ident
-from nexus_events.streams import CATALOG
+from nexus_events.transport.projection import Source, quote_ident
 
 from nexus_core.migrations import Conn, migrate
 from nexus_core.tracing import CATALOG_ITEM, spans_for

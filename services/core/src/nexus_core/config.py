@@ -2,9 +2,14 @@
 
 from __future__ import annotations
 
-from nexus_events.lease import LeaseTtl
-from nexus_events.process import gc_threshold_for_batch
-from nexus_events.settings import ConsumerPrefix, HealthPortSetting, PoolSize, ServiceSettings
+from nexus_events.runtime.lease import LeaseTtl
+from nexus_events.runtime.process import gc_threshold_for_batch
+from nexus_events.runtime.settings import (
+    ConsumerPrefix,
+    HealthPortSetting,
+    PoolSize,
+    ServiceSettings,
+)
 from pydantic import Field
 
 

@@ -3,13 +3,14 @@
 CoreError
 └── CatalogBackendError   the configured catalog backend cannot be used
 
-A malformed query is a `nexus_events.micro.QueryError` (re-exported here), like every service's;
-an invalid agent or skill document is the contract's `nexus_events.errors.DocumentInvalid`.
+A malformed query is a `nexus_events.transport.micro.QueryError` (re-exported here), like every
+service's; an invalid agent or skill document is the contract's
+`nexus_events.errors.DocumentInvalid`.
 """
 
 from __future__ import annotations
 
-from nexus_events.micro import QueryError
+from nexus_events.transport.micro import QueryError
 
 __all__ = ["CatalogBackendError", "CoreError", "QueryError"]
 

@@ -25,12 +25,12 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
-from nexus_events import subjects
-from nexus_events.bus import Bus, ConsumerSpec, Delivery
+from nexus_events.contract import subjects
+from nexus_events.contract.runstate import RunEvent
+from nexus_events.contract.streams import RUNS
 from nexus_events.events import MemoryContext, Reason, RunFailed, RunPrepared, RunRequested
-from nexus_events.run_requests import request_run
-from nexus_events.runstate import RunEvent
-from nexus_events.streams import RUNS
+from nexus_events.transport.bus import Bus, ConsumerSpec, Delivery
+from nexus_events.transport.run_requests import request_run
 
 from nexus_core.assembly import (
     AssemblyFailure,

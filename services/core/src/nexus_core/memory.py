@@ -10,6 +10,7 @@ import logging
 
 import nats.errors
 from nats.aio.client import Client
+from nexus_events.contract.subjects import MEMORY_SEARCH
 from nexus_events.events import (
     GLOBAL_SCOPE,
     MemoryContext,
@@ -19,7 +20,6 @@ from nexus_events.events import (
     ScopeKind,
     scope_token,
 )
-from nexus_events.subjects import MEMORY_SEARCH
 from pydantic import ValidationError
 
 log = logging.getLogger(__name__)

@@ -7,7 +7,7 @@ from typing import Any, TypeAlias
 
 import asyncpg
 from asyncpg.pool import PoolConnectionProxy
-from nexus_events.projection import quote_ident
+from nexus_events.transport.projection import quote_ident
 
 MIGRATIONS_TABLE = "schema_migrations"
 

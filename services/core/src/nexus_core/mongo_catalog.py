@@ -24,11 +24,11 @@ import logging
 from typing import Any
 
 from motor.motor_asyncio import AsyncIOMotorClient, AsyncIOMotorCollection, AsyncIOMotorDatabase
-from nexus_events.bus import Bus
-from nexus_events.codec import Decoded
+from nexus_events.contract.codec import Decoded
+from nexus_events.contract.streams import CATALOG
 from nexus_events.events import AgentDefinition, FlowDefinition, SkillDefinition
-from nexus_events.follow import Batch, Feed, StreamFollower
-from nexus_events.streams import CATALOG
+from nexus_events.transport.bus import Bus
+from nexus_events.transport.follow import Batch, Feed, StreamFollower
 from pymongo import ASCENDING, DESCENDING
 from pymongo.errors import ConnectionFailure, DuplicateKeyError
 

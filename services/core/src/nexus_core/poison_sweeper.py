@@ -11,13 +11,14 @@ rest without acting on them: the sweeper validates, it never does the readers' w
 
 A message that is poison for its own reader too (a live runner, the gateway) is still filed
 once: a dead letter's message id is the original's stream position alone
-(`nexus_events.dead_letters.dead_letter_id`), so the first reader's letter is the one kept.
+(`nexus_events.transport.dead_letters.dead_letter_id`), so the first reader's letter is the one
+kept.
 """
 
 from __future__ import annotations
 
-from nexus_events.bus import ConsumerSpec, Delivery
-from nexus_events.streams import CHANNELS, INBOX
+from nexus_events.contract.streams import CHANNELS, INBOX
+from nexus_events.transport.bus import ConsumerSpec, Delivery
 
 # Streams whose readers are not always there (see the module docstring).
 SWEPT_STREAMS = (INBOX, CHANNELS)

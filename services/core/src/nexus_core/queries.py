@@ -20,13 +20,14 @@ from typing import Any, cast
 
 import asyncpg
 from nats.micro.service import Service
-from nexus_events import micro, subjects
-from nexus_events.bus import Bus
-from nexus_events.codec import Decoded
-from nexus_events.leadership import LeadershipStatus
-from nexus_events.micro import Handler
-from nexus_events.projection import Projection, projection_status, quote_ident, rebuild
-from nexus_events.streams import RUNS
+from nexus_events.contract import subjects
+from nexus_events.contract.codec import Decoded
+from nexus_events.contract.streams import RUNS
+from nexus_events.runtime.leadership import LeadershipStatus
+from nexus_events.transport import micro
+from nexus_events.transport.bus import Bus
+from nexus_events.transport.micro import Handler
+from nexus_events.transport.projection import Projection, projection_status, quote_ident, rebuild
 
 from nexus_core.board_projection import BOARD_SCHEMA, BoardProjection
 from nexus_core.catalog_store import CatalogStore, StoredAgent, StoredFlow, StoredSkill
@@ -49,7 +50,8 @@ from nexus_core.runs_projection import RUNS_SCHEMA, AgentRunsProjection
 log = logging.getLogger(__name__)
 
 SERVICE_NAME = "nexus-core"
-# Queries validate, answer and fail as every nexus micro service does (nexus_events.micro).
+# Queries validate, answer and fail as every nexus micro service does
+# (nexus_events.transport.micro).
 endpoint_handler = functools.partial(micro.endpoint_handler, service="core")
 
 __all__ = [
@@ -183,7 +185,7 @@ class CoreQueries:
         return reply
 
     async def projections_rebuild(self, query: ProjectionRebuild) -> dict[str, Any]:
-        """Replay into a fresh schema and swap it in (`nexus_events.projection.rebuild`):
+        """Replay into a fresh schema and swap it in (`nexus_events.transport.projection.rebuild`):
         readers see the old rows until the swap commits; the live runner carries on."""
         started = time.monotonic()
         name = query.projection.value

@@ -18,7 +18,7 @@ from nexus_events.events.queries import (
     RunsList,
     SkillGet,
 )
-from nexus_events.micro import one_line, parse_query
+from nexus_events.transport.micro import one_line, parse_query
 
 __all__ = [
     "BIGINT_MAX",

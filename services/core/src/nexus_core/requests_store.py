@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 import asyncpg
-from nexus_events.projection import quote_ident
+from nexus_events.transport.projection import quote_ident
 
 from nexus_core.migrations import migrate
 

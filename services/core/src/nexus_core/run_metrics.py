@@ -24,9 +24,10 @@ from typing import Any
 import asyncpg
 import nats.errors
 import nats.js.errors
-from nexus_events import subjects
-from nexus_events.bus import Bus, Consumer, ConsumerSpec, Delivery
-from nexus_events.codec import Decoded
+from nexus_events.contract import subjects
+from nexus_events.contract.codec import Decoded
+from nexus_events.contract.runstate import RunEvent
+from nexus_events.contract.streams import DLQ, RUNS, STREAM_OF_FAMILY
 from nexus_events.events.base import Event
 from nexus_events.events.runs import (
     RunCondensed,
@@ -41,12 +42,11 @@ from nexus_events.events.runs import (
     ToolCalled,
     ToolResult,
 )
-from nexus_events.follow import StreamFollower
-from nexus_events.metrics import METER_NAME, MetricsSettings
-from nexus_events.periodic import PeriodicTask
-from nexus_events.projection import CHECKPOINT_TABLE
-from nexus_events.runstate import RunEvent
-from nexus_events.streams import DLQ, RUNS, STREAM_OF_FAMILY
+from nexus_events.runtime.metrics import METER_NAME, MetricsSettings
+from nexus_events.runtime.periodic import PeriodicTask
+from nexus_events.transport.bus import Bus, Consumer, ConsumerSpec, Delivery
+from nexus_events.transport.follow import StreamFollower
+from nexus_events.transport.projection import CHECKPOINT_TABLE
 from opentelemetry.metrics import CallbackOptions, Meter, MeterProvider, Observation
 from pydantic import Field
 from pydantic_settings import SettingsConfigDict

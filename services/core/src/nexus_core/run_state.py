@@ -29,6 +29,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, cast
 
+from nexus_events.contract.runstate import RunEvent, RunStatus, is_terminal, live_rank, next_status
 from nexus_events.events import (
     Event,
     RunCompleted,
@@ -42,7 +43,6 @@ from nexus_events.events import (
     RunTurn,
     TerminalEvent,
 )
-from nexus_events.runstate import RunEvent, RunStatus, is_terminal, live_rank, next_status
 from pydantic import TypeAdapter
 
 # Events whose timestamp is recorded as the start of a phase.

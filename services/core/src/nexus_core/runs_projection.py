@@ -10,10 +10,10 @@ from __future__ import annotations
 import json
 from collections.abc import Iterable, Sequence
 
-from nexus_events import subjects
-from nexus_events.codec import Decoded
-from nexus_events.projection import Source, quote_ident
-from nexus_events.streams import RUNS
+from nexus_events.contract import subjects
+from nexus_events.contract.codec import Decoded
+from nexus_events.contract.streams import RUNS
+from nexus_events.transport.projection import Source, quote_ident
 
 from nexus_core.migrations import Conn, migrate
 from nexus_core.run_state import PHASES, RunFact, RunRow, fold

@@ -2,7 +2,7 @@
 
 Projections handle tens of thousands of events a second on replay, and even a no-op span
 costs ~25 us, so per-event spans are opened only while an SDK tracer provider is installed
-(`nexus_events.telemetry.setup_telemetry`); otherwise `event_span` is a null context.
+(`nexus_events.runtime.telemetry.setup_telemetry`); otherwise `event_span` is a null context.
 """
 
 from __future__ import annotations
@@ -11,9 +11,8 @@ import contextlib
 from collections.abc import Iterator, Mapping
 from typing import Any
 
-from nexus_events import telemetry
-from nexus_events.codec import Decoded
-from nexus_events.spans import (
+from nexus_events.contract.codec import Decoded
+from nexus_events.contract.spans import (
     AGENT_ID,
     CATALOG_ITEM,
     OUTCOME,
@@ -21,9 +20,10 @@ from nexus_events.spans import (
     event_attributes,
     event_headers,
 )
+from nexus_events.runtime import telemetry
 from opentelemetry.trace import Span
 
-# The shared names core's handlers put on their spans (nexus_events.spans owns them).
+# The shared names core's handlers put on their spans (nexus_events.contract.spans owns them).
 __all__ = [
     "AGENT_ID",
     "CATALOG_ITEM",

@@ -9,8 +9,8 @@ from typing import Any
 
 import asyncpg
 import pytest
-from nexus_events.bus import Bus
-from nexus_events.projection import ProjectionRunner
+from nexus_events.transport.bus import Bus
+from nexus_events.transport.projection import ProjectionRunner
 
 from nexus_core.app import CoreApp
 from nexus_core.catalog_store import CatalogProjection, PgCatalogStore

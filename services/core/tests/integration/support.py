@@ -24,7 +24,7 @@ SKILL_MD = "---\nname: python\nversion: 1.0.0\n---\n# Python\nUse uv.\n"
 
 async def run_events(bus: Any, run_id: str) -> list[Any]:
     """Every decoded event of one run, in stream order."""
-    from nexus_events.streams import RUNS
+    from nexus_events.contract.streams import RUNS
 
     return [d async for d in bus.replay(RUNS, run_id=run_id)]
 

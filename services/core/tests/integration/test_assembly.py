@@ -7,11 +7,11 @@ import json
 from collections import Counter
 from typing import Any
 
-from nexus_events import subjects
-from nexus_events.bus import Bus
-from nexus_events.catalog_commands import apply_agent, apply_skill
+from nexus_events.contract import subjects
+from nexus_events.contract.streams import DLQ, RUNS
 from nexus_events.events import DeadLetter, MemoryItem, MemorySearchReply, RunFailed, RunPrepared
-from nexus_events.streams import DLQ, RUNS
+from nexus_events.transport.bus import Bus
+from nexus_events.transport.catalog_commands import apply_agent, apply_skill
 
 from nexus_core.app import CoreApp
 
@@ -152,7 +152,7 @@ async def test_redelivery_duplicate_and_conflict(bus: Bus, core: CoreApp):
 
 
 async def _conflict_runs(bus: Bus) -> list[tuple[str, Any]]:
-    from nexus_events.streams import RUNS
+    from nexus_events.contract.streams import RUNS
 
     out = []
     async for d in bus.replay(RUNS, filter_subject=subjects.run_events_filter(None, "failed")):
@@ -164,7 +164,7 @@ async def _conflict_runs(bus: Bus) -> list[tuple[str, Any]]:
 async def test_new_token_gets_a_generated_run_id(bus: Bus, core: CoreApp):
     await _setup(bus, core)
     await _raw(bus, subjects.NEW_RUN_TOKEN, RAW)
-    from nexus_events.streams import RUNS
+    from nexus_events.contract.streams import RUNS
 
     async def prepared() -> list[Any]:
         f = subjects.run_events_filter(None, "prepared")

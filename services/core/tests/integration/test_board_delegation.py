@@ -13,10 +13,9 @@ import asyncpg
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from nexus_events import subjects
-from nexus_events.bus import Bus, Outgoing
-from nexus_events.catalog_commands import apply_agent, apply_skill
-from nexus_events.codec import Decoded, JsMeta, decode, encode
+from nexus_events.contract import subjects
+from nexus_events.contract.codec import Decoded, JsMeta, decode, encode
+from nexus_events.contract.streams import RUNS, TASKS
 from nexus_events.events import (
     Column,
     Event,
@@ -29,8 +28,9 @@ from nexus_events.events import (
     TaskCreated,
     TaskMoved,
 )
-from nexus_events.projection import rebuild
-from nexus_events.streams import RUNS, TASKS
+from nexus_events.transport.bus import Bus, Outgoing
+from nexus_events.transport.catalog_commands import apply_agent, apply_skill
+from nexus_events.transport.projection import rebuild
 
 from nexus_core.app import CoreApp
 from nexus_core.board_projection import BoardProjection

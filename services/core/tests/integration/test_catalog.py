@@ -11,15 +11,20 @@ from typing import Any
 
 import asyncpg
 import pytest
-from nexus_events import subjects
-from nexus_events.bus import Bus
-from nexus_events.catalog_commands import apply_agent, apply_skill, delete_agent, delete_skill
-from nexus_events.documents import parse_agent
+from nexus_events.contract import subjects
+from nexus_events.contract.documents import parse_agent
+from nexus_events.contract.streams import CATALOG
+from nexus_events.contract.subjects import CatalogKind
 from nexus_events.errors import DocumentInvalid
 from nexus_events.events import AgentApplied
-from nexus_events.projection import ProjectionRunner, rebuild
-from nexus_events.streams import CATALOG
-from nexus_events.subjects import CatalogKind
+from nexus_events.transport.bus import Bus
+from nexus_events.transport.catalog_commands import (
+    apply_agent,
+    apply_skill,
+    delete_agent,
+    delete_skill,
+)
+from nexus_events.transport.projection import ProjectionRunner, rebuild
 from pymongo.errors import AutoReconnect
 
 from nexus_core.catalog_store import CatalogProjection, PgCatalogStore

@@ -5,10 +5,10 @@ from __future__ import annotations
 from typing import Any
 
 import asyncpg
-from nexus_events import subjects
-from nexus_events.bus import Bus
+from nexus_events.contract import subjects
+from nexus_events.contract.streams import RUNS
 from nexus_events.events import RunCompleted, RunRequested, RunStarted
-from nexus_events.streams import RUNS
+from nexus_events.transport.bus import Bus
 
 from nexus_core.app import CoreApp
 from nexus_core.run_metrics import RunMetricsSettings

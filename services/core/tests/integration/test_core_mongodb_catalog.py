@@ -6,10 +6,10 @@ from typing import Any
 
 import asyncpg
 import pytest
-from nexus_events import subjects
-from nexus_events.bus import Bus
-from nexus_events.catalog_commands import apply_agent, apply_skill
+from nexus_events.contract import subjects
 from nexus_events.events import RunPrepared
+from nexus_events.transport.bus import Bus
+from nexus_events.transport.catalog_commands import apply_agent, apply_skill
 
 from nexus_core.app import CoreApp
 from nexus_core.errors import CatalogBackendError

@@ -5,10 +5,11 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from nexus_events import subjects, telemetry
-from nexus_events.bus import Bus
-from nexus_events.catalog_commands import apply_agent, apply_skill
+from nexus_events.contract import subjects
 from nexus_events.events import RunRequested
+from nexus_events.runtime import telemetry
+from nexus_events.transport.bus import Bus
+from nexus_events.transport.catalog_commands import apply_agent, apply_skill
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.trace import SpanKind
 

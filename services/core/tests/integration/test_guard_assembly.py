@@ -6,10 +6,10 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from nexus_events import subjects
-from nexus_events.bus import Bus
-from nexus_events.catalog_commands import apply_agent, apply_skill
+from nexus_events.contract import subjects
 from nexus_events.events import RunPrepared
+from nexus_events.transport.bus import Bus
+from nexus_events.transport.catalog_commands import apply_agent, apply_skill
 
 from nexus_core.app import CoreApp
 

@@ -15,11 +15,11 @@ from collections import Counter
 from typing import Any
 
 import nats.errors
-from nexus_events import subjects
-from nexus_events.bus import Bus
-from nexus_events.catalog_commands import apply_agent
+from nexus_events.contract import subjects
+from nexus_events.contract.streams import CATALOG, RUNS, TASKS
 from nexus_events.events import DeadLetter, TaskCreated
-from nexus_events.streams import CATALOG, RUNS, TASKS
+from nexus_events.transport.bus import Bus
+from nexus_events.transport.catalog_commands import apply_agent
 from nexus_testing import dead_letters, http_status
 
 from nexus_core.app import CoreApp

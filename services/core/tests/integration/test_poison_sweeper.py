@@ -4,10 +4,10 @@ decode, leaves valid messages alone, and keeps nothing unread."""
 
 from __future__ import annotations
 
-from nexus_events import subjects
-from nexus_events.bus import Bus
+from nexus_events.contract import subjects
+from nexus_events.contract.streams import CHANNELS, INBOX
 from nexus_events.events import ApprovalDecision, ChannelMessageIn, InboxMessage, RouteRequest
-from nexus_events.streams import CHANNELS, INBOX
+from nexus_events.transport.bus import Bus
 from nexus_testing import dead_letters, eventually
 
 from nexus_core.app import CoreApp

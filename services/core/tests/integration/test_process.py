@@ -7,8 +7,8 @@ import os
 import signal
 import sys
 
-from nexus_events import subjects
-from nexus_events.bus import Bus
+from nexus_events.contract import subjects
+from nexus_events.transport.bus import Bus
 from nexus_testing import free_port, http_status
 
 from .support import eventually, query

@@ -7,9 +7,8 @@ import json
 from typing import Any
 
 import asyncpg
-from nexus_events import subjects
-from nexus_events.bus import Bus, Outgoing
-from nexus_events.catalog_commands import apply_agent, apply_skill
+from nexus_events.contract import subjects
+from nexus_events.contract.streams import RUNS, TASKS
 from nexus_events.events import (
     Column,
     RunCompleted,
@@ -20,8 +19,9 @@ from nexus_events.events import (
     TaskCreated,
     TaskMoved,
 )
-from nexus_events.projection import rebuild
-from nexus_events.streams import RUNS, TASKS
+from nexus_events.transport.bus import Bus, Outgoing
+from nexus_events.transport.catalog_commands import apply_agent, apply_skill
+from nexus_events.transport.projection import rebuild
 
 from nexus_core.app import CoreApp
 from nexus_core.board_projection import BoardProjection

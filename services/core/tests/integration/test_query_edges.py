@@ -19,10 +19,10 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from nats.micro import add_service
 from nats.micro.service import EndpointConfig, ServiceConfig
-from nexus_events import subjects
-from nexus_events.bus import Bus, BusSettings
-from nexus_events.catalog_commands import apply_agent, apply_flow, apply_skill
-from nexus_events.streams import RUNS, TASKS, ensure_streams
+from nexus_events.contract import subjects
+from nexus_events.contract.streams import RUNS, TASKS, ensure_streams
+from nexus_events.transport.bus import Bus, BusSettings
+from nexus_events.transport.catalog_commands import apply_agent, apply_flow, apply_skill
 from nexus_testing import NatsServer, PostgresServer
 
 from nexus_core.app import CoreApp

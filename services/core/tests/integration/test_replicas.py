@@ -20,10 +20,10 @@ import asyncpg
 import nats.js.errors
 import pytest
 from nats.js.kv import KV_DEL
-from nexus_events import subjects
-from nexus_events.bus import Bus, Outgoing
+from nexus_events.contract import subjects
 from nexus_events.events import RunCompleted, RunResult, RunStarted
-from nexus_events.lease import LEADER_KEY
+from nexus_events.runtime.lease import LEADER_KEY
+from nexus_events.transport.bus import Bus, Outgoing
 from nexus_testing import endpoint_requests, free_port, http_status, micro_stats
 
 from nexus_core.app import CoreApp

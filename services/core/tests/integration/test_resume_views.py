@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
 
-from nexus_events import subjects
-from nexus_events.bus import Bus, Outgoing
+from nexus_events.contract import subjects
+from nexus_events.contract.streams import RUNS, TASKS
 from nexus_events.events import (
     ApprovalRequested,
     Condensation,
@@ -19,7 +19,7 @@ from nexus_events.events import (
     RunResuming,
     RunStarted,
 )
-from nexus_events.streams import RUNS, TASKS
+from nexus_events.transport.bus import Bus, Outgoing
 
 from nexus_core.app import CoreApp
 

@@ -5,12 +5,12 @@ from __future__ import annotations
 from typing import Any
 
 from nats.js.api import AckPolicy, ConsumerConfig
-from nexus_events import subjects
-from nexus_events.bus import Bus, Outgoing
-from nexus_events.dead_letters import build_dead_letter
+from nexus_events.contract import subjects
+from nexus_events.contract.streams import RUNS
 from nexus_events.events import RunHeartbeat
-from nexus_events.projection import CHECKPOINT_TABLE
-from nexus_events.streams import RUNS
+from nexus_events.transport.bus import Bus, Outgoing
+from nexus_events.transport.dead_letters import build_dead_letter
+from nexus_events.transport.projection import CHECKPOINT_TABLE
 from nexus_testing import eventually
 from opentelemetry.sdk.metrics import MeterProvider
 from opentelemetry.sdk.metrics.export import InMemoryMetricReader

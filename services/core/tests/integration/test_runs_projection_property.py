@@ -12,9 +12,9 @@ import asyncpg
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from nexus_events import subjects
-from nexus_events.codec import Decoded, JsMeta, decode, encode
-from nexus_events.streams import RUNS
+from nexus_events.contract import subjects
+from nexus_events.contract.codec import Decoded, JsMeta, decode, encode
+from nexus_events.contract.streams import RUNS
 
 from nexus_core.runs_projection import AgentRunsProjection
 

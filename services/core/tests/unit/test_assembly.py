@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from nexus_events.documents import parse_agent, parse_skill
+from nexus_events.contract.documents import parse_agent, parse_skill
 from nexus_events.events import MemoryContext, MemoryItem, Reason, RunConfig, RunRequested
 
 from nexus_core.assembly import (

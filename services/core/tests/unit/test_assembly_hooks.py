@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from nexus_events.documents import parse_agent, parse_skill, render_skill
+from nexus_events.contract.documents import parse_agent, parse_skill, render_skill
 from nexus_events.events import MemoryContext, RunConfig, RunRequested
 
 from nexus_core.assembly import assemble

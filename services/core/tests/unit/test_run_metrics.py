@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from nexus_events import codec, subjects
-from nexus_events.codec import JsMeta
+from nexus_events.contract import codec, subjects
+from nexus_events.contract.codec import JsMeta
 from nexus_events.events.runs import (
     Condensation,
     RunCondensed,
@@ -13,7 +13,7 @@ from nexus_events.events.runs import (
     RunResumed,
     RunResuming,
 )
-from nexus_events.metrics import setup_metrics
+from nexus_events.runtime.metrics import setup_metrics
 from opentelemetry.sdk.metrics import MeterProvider
 from opentelemetry.sdk.metrics.export import InMemoryMetricReader
 

@@ -7,7 +7,7 @@ from datetime import timedelta
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from nexus_events.runstate import next_status
+from nexus_events.contract.runstate import next_status
 
 from nexus_core import run_state
 from nexus_core.run_state import RunFact, RunRow, evolve

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from nexus_events.process import run_service
+from nexus_events.runtime.process import run_service
 
 from nexus_flows.app import FlowsApp
 from nexus_flows.config import FlowsSettings

@@ -5,7 +5,7 @@ flows lease, the queries. Stop (SIGTERM) unwinds it in reverse: not ready at onc
 then the leader steps down (consumers finish their batch, the engine its pass, the projection
 its batch) and hands the lease over, connections close, health last.
 
-Several replicas may run: the holder of the KV lease (`nexus_events.leadership`) alone runs
+Several replicas may run: the holder of the KV lease (`nexus_events.runtime.leadership`) alone runs
 the flows projection (NEXUS_FLOWS -> schema flows, fenced by the lease) with the engine woken
 after each batch, the timer loop inside the engine, and the run/inbox/webhook consumers, so
 one replica decides; every replica answers queries from PostgreSQL.
@@ -19,10 +19,10 @@ import logging
 from typing import Any
 
 import asyncpg
-from nexus_events.bus import Bus, BusSettings, Consumer
-from nexus_events.leadership import Leadership
-from nexus_events.metrics import MetricsSettings, setup_metrics
-from nexus_events.process import ServiceApp
+from nexus_events.runtime.leadership import Leadership
+from nexus_events.runtime.metrics import MetricsSettings, setup_metrics
+from nexus_events.runtime.process import ServiceApp
+from nexus_events.transport.bus import Bus, BusSettings, Consumer
 
 from nexus_flows.bridges import Bridges, inbox_spec, runs_spec, webhooks_spec
 from nexus_flows.clock import Clock

@@ -19,9 +19,11 @@ from typing import Any, Literal
 import asyncpg
 import jsonschema
 import nats.js.errors
-from nexus_events import subjects
-from nexus_events.bus import Bus, ConsumerSpec, Delivery
-from nexus_events.codec import decode
+from nexus_events.contract import subjects
+from nexus_events.contract.codec import decode
+from nexus_events.contract.expressions import ExpressionError, compile_expression
+from nexus_events.contract.runstate import TERMINAL_EVENTS, RunEvent
+from nexus_events.contract.streams import CHANNELS, INBOX, RUNS
 from nexus_events.errors import NexusError
 from nexus_events.events import ApprovalDecision, WebhookReceived
 from nexus_events.events.flows import (
@@ -35,11 +37,9 @@ from nexus_events.events.flows import (
     StepStatus,
 )
 from nexus_events.events.runs import RunCancelled, RunCompleted, RunPrepared, TerminalEvent
-from nexus_events.expressions import ExpressionError, compile_expression
-from nexus_events.projection import quote_ident
-from nexus_events.publish import Outgoing
-from nexus_events.runstate import TERMINAL_EVENTS, RunEvent
-from nexus_events.streams import CHANNELS, INBOX, RUNS
+from nexus_events.transport.bus import Bus, ConsumerSpec, Delivery
+from nexus_events.transport.projection import quote_ident
+from nexus_events.transport.publish import Outgoing
 
 from nexus_flows.engine import Engine, publish_gate_decision
 from nexus_flows.state import step_key

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from nexus_events.lease import LeaseTtl
-from nexus_events.settings import ConsumerPrefix, HealthPortSetting, ServiceSettings
+from nexus_events.runtime.lease import LeaseTtl
+from nexus_events.runtime.settings import ConsumerPrefix, HealthPortSetting, ServiceSettings
 from pydantic import Field
 
 

@@ -12,7 +12,8 @@ from __future__ import annotations
 
 from datetime import datetime
 
-from nexus_events import subjects
+from nexus_events.contract import subjects
+from nexus_events.contract.runstate import RunEvent
 from nexus_events.events import ApprovalDecided, CancelRequested
 from nexus_events.events.flows import (
     END,
@@ -33,8 +34,7 @@ from nexus_events.events.flows import (
     WaitStep,
     step_run_id,
 )
-from nexus_events.publish import Outgoing
-from nexus_events.runstate import RunEvent
+from nexus_events.transport.publish import Outgoing
 
 from nexus_flows.in_progress import gate_step, map_step, wait_step
 from nexus_flows.messages import flow_message, terminal_message

@@ -19,10 +19,10 @@ from typing import Any
 import asyncpg
 import nats.errors
 import nats.js.errors
-from nexus_events import subjects
-from nexus_events.approvals import claim_approval
-from nexus_events.bus import Bus, decode_msg
-from nexus_events.codec import Decoded
+from nexus_events.contract import subjects
+from nexus_events.contract.codec import Decoded
+from nexus_events.contract.runstate import RunEvent
+from nexus_events.contract.streams import FLOWS, RUNS
 from nexus_events.errors import NexusError
 from nexus_events.events import ApprovalDecided, FlowRequested, RunRequested
 from nexus_events.events.flows import (
@@ -43,13 +43,13 @@ from nexus_events.events.flows import (
 from nexus_events.events.queries import FlowDefinitionGet, FlowDefinitionView
 from nexus_events.events.runs import Origin
 from nexus_events.events.specs import RepoSpec
-from nexus_events.leadership import FencedProjectionRunner
-from nexus_events.periodic import PeriodicTask
-from nexus_events.projection import quote_ident
-from nexus_events.publish import Outgoing
-from nexus_events.run_requests import request_flow, run_request
-from nexus_events.runstate import RunEvent
-from nexus_events.streams import FLOWS, RUNS
+from nexus_events.runtime.leadership import FencedProjectionRunner
+from nexus_events.runtime.periodic import PeriodicTask
+from nexus_events.transport.approvals import claim_approval
+from nexus_events.transport.bus import Bus, decode_msg
+from nexus_events.transport.projection import quote_ident
+from nexus_events.transport.publish import Outgoing
+from nexus_events.transport.run_requests import request_flow, run_request
 
 from nexus_flows.clock import Clock, SystemClock
 from nexus_flows.decide import decide, run_input

@@ -6,7 +6,8 @@ from __future__ import annotations
 from datetime import datetime, timedelta
 from typing import Any
 
-from nexus_events import subjects
+from nexus_events.contract import subjects
+from nexus_events.contract.runstate import RunEvent
 from nexus_events.events import ApprovalRequested
 from nexus_events.events.flows import (
     STEP_ENDED,
@@ -24,8 +25,7 @@ from nexus_events.events.flows import (
     WaitStep,
     step_run_id,
 )
-from nexus_events.publish import Outgoing
-from nexus_events.runstate import RunEvent
+from nexus_events.transport.publish import Outgoing
 
 from nexus_flows.messages import cancel_run, flow_message
 from nexus_flows.records import FlowState, StepRecord

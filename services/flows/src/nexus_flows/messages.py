@@ -4,10 +4,10 @@ twice in effect."""
 
 from __future__ import annotations
 
-from nexus_events import subjects
+from nexus_events.contract import subjects
+from nexus_events.contract.runstate import RunEvent
 from nexus_events.events import CancelRequested, Event
-from nexus_events.publish import Outgoing
-from nexus_events.runstate import RunEvent
+from nexus_events.transport.publish import Outgoing
 
 from nexus_flows.records import FlowState
 

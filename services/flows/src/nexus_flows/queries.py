@@ -1,5 +1,6 @@
 """``nexus.flows.v1.get|list`` from the flows projection, as the `nexus-flows` nats.micro
-service (validation, error replies and 500s as every Nexus micro service: nexus_events.micro)."""
+service (validation, error replies and 500s as every Nexus micro service:
+nexus_events.transport.micro)."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ from typing import Any
 
 import asyncpg
 from nats.micro.service import Service
-from nexus_events import micro, subjects
+from nexus_events.contract import subjects
 from nexus_events.events.flows import (
     STEP_ENDED,
     FlowRunView,
@@ -17,8 +18,9 @@ from nexus_events.events.flows import (
     FlowsListReply,
     FlowStepView,
 )
-from nexus_events.micro import Handler, QueryError
-from nexus_events.projection import quote_ident
+from nexus_events.transport import micro
+from nexus_events.transport.micro import Handler, QueryError
+from nexus_events.transport.projection import quote_ident
 
 from nexus_flows.records import FlowState
 from nexus_flows.store import SCHEMA

@@ -7,8 +7,8 @@ from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any
 
+from nexus_events.contract.expressions import ExpressionError, compile_expression, compile_template
 from nexus_events.events.flows import FlowDefinition, FlowReason
-from nexus_events.expressions import ExpressionError, compile_expression, compile_template
 
 from nexus_flows.records import FlowState
 

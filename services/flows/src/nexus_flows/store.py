@@ -1,6 +1,6 @@
 """The flows projection (schema ``flows``): flow_runs (one state document per flow run) and
 flow_steps (one row per step, round and map item), folded from NEXUS_FLOWS by
-`nexus_events.projection.ProjectionRunner` (rows and checkpoint in one transaction)."""
+`nexus_events.transport.projection.ProjectionRunner` (rows and checkpoint in one transaction)."""
 
 from __future__ import annotations
 
@@ -9,10 +9,10 @@ from collections.abc import Sequence
 from typing import Any
 
 import asyncpg
-from nexus_events import subjects
-from nexus_events.codec import Decoded
-from nexus_events.projection import Conn, Source, quote_ident
-from nexus_events.streams import FLOWS
+from nexus_events.contract import subjects
+from nexus_events.contract.codec import Decoded
+from nexus_events.contract.streams import FLOWS
+from nexus_events.transport.projection import Conn, Source, quote_ident
 
 from nexus_flows.records import FlowState
 from nexus_flows.state import fold

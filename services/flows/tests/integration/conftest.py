@@ -7,8 +7,8 @@ from typing import Any
 
 import asyncpg
 import pytest
-from nexus_events.bus import Bus
 from nexus_events.events.flows import FlowDefinition
+from nexus_events.transport.bus import Bus
 
 from nexus_flows.app import FlowsApp
 from nexus_flows.clock import ManualClock

@@ -15,8 +15,8 @@ from typing import Any
 import asyncpg
 import yaml
 from nats.aio.msg import Msg
-from nexus_events import codec, subjects
-from nexus_events.bus import Bus
+from nexus_events.contract import codec, subjects
+from nexus_events.contract.streams import RUNS
 from nexus_events.events import (
     ModelSpec,
     RunCancelled,
@@ -29,7 +29,7 @@ from nexus_events.events import (
 )
 from nexus_events.events.flows import FlowDefinition, FlowRequested, FlowRunView
 from nexus_events.events.queries import FlowDefinitionView
-from nexus_events.streams import RUNS
+from nexus_events.transport.bus import Bus
 from nexus_testing import eventually
 
 from nexus_flows.app import FlowsApp

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from nexus_events import subjects
-from nexus_events.approvals import claim_approval
+from nexus_events.contract import subjects
+from nexus_events.contract.streams import RUNS
 from nexus_events.events import ApprovalDecided, ApprovalDecision, ApprovalRequested, RunRequested
 from nexus_events.events.flows import FlowCancelRequested
-from nexus_events.streams import RUNS
+from nexus_events.transport.approvals import claim_approval
 from nexus_testing import eventually
 
 from .conftest import Env, EnvFactory

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from nexus_events import subjects
+from nexus_events.contract import subjects
 from nexus_events.events import RunRequested
 from nexus_events.events.flows import FlowCancelRequested
 from nexus_testing import eventually

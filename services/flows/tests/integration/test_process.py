@@ -9,8 +9,8 @@ import os
 import signal
 import sys
 
-from nexus_events import subjects
-from nexus_events.bus import Bus
+from nexus_events.contract import subjects
+from nexus_events.transport.bus import Bus
 from nexus_testing import eventually, free_port, http_status
 
 

@@ -7,10 +7,10 @@ import json
 from dataclasses import replace
 from typing import Any
 
-from nexus_events import subjects
+from nexus_events.contract import subjects
+from nexus_events.contract.streams import FLOWS, RUNS
 from nexus_events.events import RunRequested
-from nexus_events.projection import rebuild
-from nexus_events.streams import FLOWS, RUNS
+from nexus_events.transport.projection import rebuild
 from nexus_testing import dead_letters, eventually
 
 from nexus_flows.store import FlowsProjection

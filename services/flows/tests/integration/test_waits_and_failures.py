@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from nexus_events import subjects
+from nexus_events.contract import subjects
 from nexus_events.events import RunRequested, WebhookReceived
 from nexus_events.events.flows import FlowRequested, FlowResumeRequested, FlowSignal
 from nexus_testing import eventually

@@ -4,13 +4,13 @@ from __future__ import annotations
 
 from typing import Any
 
-from nexus_events.bus import Outgoing
 from nexus_events.events.flows import (
     FlowCompleted,
     FlowResumed,
     FlowStepStarted,
     FlowWaiting,
 )
+from nexus_events.transport.bus import Outgoing
 from opentelemetry.sdk.metrics import MeterProvider
 from opentelemetry.sdk.metrics.export import InMemoryMetricReader
 

@@ -10,8 +10,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from nexus_events.contract.subjects import Family
 from nexus_events.events.base import registered
-from nexus_events.subjects import Family
 
 from nexus_flows.records import FlowState
 from nexus_flows.state import fold

@@ -8,8 +8,8 @@ endpoints first, access counts are flushed, the handlers finish what they hold, 
 projection commits its batch in hand and the lease is handed over, then connections close
 and the health endpoint goes last.
 
-Several replicas may run (`nexus_events.leadership`). The lease holder re-embeds by replay if
-the tables hold another embedder's vectors, runs the projection and the periodic
+Several replicas may run (`nexus_events.runtime.leadership`). The lease holder re-embeds by replay
+if the tables hold another embedder's vectors, runs the projection and the periodic
 consolidation; every replica answers search/record/list/forget (and an asked-for
 consolidation, whose event ids make a repeated pass harmless), and runs the stream guard and
 extraction on shared durables (each message goes to one replica).
@@ -26,14 +26,14 @@ from datetime import UTC, datetime
 from typing import Any
 
 import asyncpg
-from nexus_events.bus import Bus, BusSettings
 from nexus_events.events import MemoryConsolidateReply, MemoryRebuildReply
-from nexus_events.fast import Handlers
-from nexus_events.leadership import FencedProjectionRunner, Leadership
-from nexus_events.metrics import MetricsSettings, setup_metrics
-from nexus_events.periodic import PeriodicTask
-from nexus_events.process import ServiceApp
-from nexus_events.projection import ProjectionRunner, quote_ident, rebuild
+from nexus_events.runtime.leadership import FencedProjectionRunner, Leadership
+from nexus_events.runtime.metrics import MetricsSettings, setup_metrics
+from nexus_events.runtime.periodic import PeriodicTask
+from nexus_events.runtime.process import ServiceApp
+from nexus_events.transport.bus import Bus, BusSettings
+from nexus_events.transport.fast import Handlers
+from nexus_events.transport.projection import ProjectionRunner, quote_ident, rebuild
 from opentelemetry.sdk.metrics import MeterProvider as SdkMeterProvider
 from pgvector.asyncpg import register_vector
 
@@ -110,7 +110,8 @@ class MemoryApp(ServiceApp):
         self.runner: ProjectionRunner | None = None
         self.leadership: Leadership | None = None
         self.stream_guard: StreamGuard | None = None
-        # The stream guard and extraction durables: FastStream subscribers (nexus_events.fast).
+        # The stream guard and extraction durables: FastStream subscribers
+        # (nexus_events.transport.fast).
         self.handlers: Handlers | None = None
         self.extractor: Extractor | None = None
         self.tracker: AccessTracker | None = None

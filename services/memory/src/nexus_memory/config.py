@@ -8,9 +8,14 @@ from __future__ import annotations
 
 from typing import Literal
 
-from nexus_events.lease import LeaseTtl
-from nexus_events.runstate import RunEvent
-from nexus_events.settings import ConsumerPrefix, HealthPortSetting, PoolSize, ServiceSettings
+from nexus_events.contract.runstate import RunEvent
+from nexus_events.runtime.lease import LeaseTtl
+from nexus_events.runtime.settings import (
+    ConsumerPrefix,
+    HealthPortSetting,
+    PoolSize,
+    ServiceSettings,
+)
 from pydantic import Field
 
 DEFAULT_KIND_WEIGHTS = {"decision": 1.2, "preference": 1.1, "fact": 1.0, "observation": 0.9}

@@ -25,10 +25,10 @@ from datetime import datetime, timedelta
 from typing import Any
 
 import asyncpg
-from nexus_events import subjects
-from nexus_events.bus import Bus
+from nexus_events.contract import subjects
 from nexus_events.events import MemoryConsolidated, MemoryConsolidateReply, MemorySuperseded
-from nexus_events.projection import quote_ident
+from nexus_events.transport.bus import Bus
+from nexus_events.transport.projection import quote_ident
 
 from nexus_memory.projection import MEMORY_SCHEMA
 

@@ -1,8 +1,8 @@
 """The `nexus-memory` nats.micro service: search, record, forget, list, consolidate, rebuild.
 
 Bodies are the contract's models (`nexus_events.events.memory`); answers and errors follow
-`nexus_events.micro` like core's queries (400 names the field, 404, 422 for a blocked secret,
-500 logged).
+`nexus_events.transport.micro` like core's queries (400 names the field, 404, 422 for a blocked
+secret, 500 logged).
 """
 
 from __future__ import annotations
@@ -15,8 +15,7 @@ from typing import Any
 
 import asyncpg
 from nats.micro.service import Service
-from nexus_events import micro, subjects
-from nexus_events.bus import Bus
+from nexus_events.contract import subjects
 from nexus_events.events import (
     MemoryConsolidateReply,
     MemoryConsolidateRequest,
@@ -31,8 +30,10 @@ from nexus_events.events import (
     MemorySearchRequest,
     MemoryView,
 )
-from nexus_events.micro import Handler, QueryError
-from nexus_events.projection import quote_ident
+from nexus_events.transport import micro
+from nexus_events.transport.bus import Bus
+from nexus_events.transport.micro import Handler, QueryError
+from nexus_events.transport.projection import quote_ident
 
 from nexus_memory.metrics import MemoryMetrics
 from nexus_memory.projection import MEMORY_SCHEMA

@@ -28,9 +28,9 @@ from typing import Any, cast
 
 import asyncpg
 import openai
-from nexus_events import subjects
-from nexus_events.bus import Bus, ConsumerSpec
-from nexus_events.codec import Decoded
+from nexus_events.contract import subjects
+from nexus_events.contract.codec import Decoded
+from nexus_events.contract.streams import RUNS
 from nexus_events.errors import InvalidSubject
 from nexus_events.events import (
     MemoryExtracted,
@@ -42,9 +42,9 @@ from nexus_events.events import (
     scope_token,
 )
 from nexus_events.events.base import Event
-from nexus_events.fast import Delivered, Retry
-from nexus_events.projection import quote_ident
-from nexus_events.streams import RUNS
+from nexus_events.transport.bus import Bus, ConsumerSpec
+from nexus_events.transport.fast import Delivered, Retry
+from nexus_events.transport.projection import quote_ident
 from openai import AsyncOpenAI
 from pydantic import BaseModel, Field, ValidationError
 
@@ -54,7 +54,7 @@ from nexus_memory.writer import MemoryWriter, SecretBlocked
 
 log = logging.getLogger(__name__)
 
-# The marker the offline model server recognises (cli/src/nexus_cli/devstack/offline_model.py).
+# The marker the offline model server recognises (cli/src/nexus_cli/devstack/offline_model/).
 MARKER = "[nexus-memory-extraction]"
 INSTRUCTION = (
     MARKER
@@ -153,7 +153,8 @@ def candidate_id(run_id: str, index: int) -> str:
 
 
 class Extractor:
-    """The extraction consumer's FastStream handler (`on_ending`, see `nexus_events.fast`)."""
+    """The extraction consumer's FastStream handler (`on_ending`, see
+    `nexus_events.transport.fast`)."""
 
     def __init__(
         self,

@@ -7,9 +7,9 @@ sets `valid_to` and `superseded_by`; a forget sets `forgotten` and `valid_to`; d
 embedder (and so which dimension) filled the vectors.
 
 Every value comes from the events and their JetStream metadata (time, sequence) and the
-embedder is deterministic, so a rebuild (`nexus_events.projection.rebuild`) gives identical
-rows. A `recorded` event that carries a secret (published by hand, past the service's guard)
-is never projected; the guard consumer erases it from the stream.
+embedder is deterministic, so a rebuild (`nexus_events.transport.projection.rebuild`) gives
+identical rows. A `recorded` event that carries a secret (published by hand, past the service's
+guard) is never projected; the guard consumer erases it from the stream.
 """
 
 from __future__ import annotations
@@ -19,7 +19,8 @@ from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
 
-from nexus_events.codec import Decoded
+from nexus_events.contract.codec import Decoded
+from nexus_events.contract.streams import MEMORY
 from nexus_events.events import (
     MemoryAccessed,
     MemoryConsolidated,
@@ -28,8 +29,7 @@ from nexus_events.events import (
     MemoryRecorded,
     MemorySuperseded,
 )
-from nexus_events.projection import Conn, Source, quote_ident
-from nexus_events.streams import MEMORY
+from nexus_events.transport.projection import Conn, Source, quote_ident
 
 from nexus_memory.embedding import Embedder
 from nexus_memory.guard import SecretGuard

@@ -28,7 +28,7 @@ from typing import Any
 
 import asyncpg
 from nexus_events.events import MemoryItem, MemoryMatch, MemorySearchRequest
-from nexus_events.projection import quote_ident
+from nexus_events.transport.projection import quote_ident
 
 from nexus_memory.embedding import Embedder
 from nexus_memory.identifiers import held, identifiers

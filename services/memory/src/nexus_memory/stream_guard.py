@@ -14,14 +14,14 @@ import json
 import logging
 
 import nats.js.errors
-from nexus_events import subjects
-from nexus_events.bus import Bus, ConsumerSpec
-from nexus_events.codec import Decoded
-from nexus_events.dead_letters import build_dead_letter
+from nexus_events.contract import subjects
+from nexus_events.contract.codec import Decoded
+from nexus_events.contract.streams import MEMORY
 from nexus_events.events import MemoryRecorded
 from nexus_events.events.base import Event
-from nexus_events.fast import Delivered
-from nexus_events.streams import MEMORY
+from nexus_events.transport.bus import Bus, ConsumerSpec
+from nexus_events.transport.dead_letters import build_dead_letter
+from nexus_events.transport.fast import Delivered
 
 from nexus_memory.guard import SecretGuard
 from nexus_memory.metrics import MemoryMetrics
@@ -42,7 +42,7 @@ def stream_guard_spec(durable: str, fetch_timeout: float = 1.0) -> ConsumerSpec:
 
 
 class StreamGuard:
-    """The stream guard's FastStream handler (`on_recorded`, see `nexus_events.fast`)."""
+    """The stream guard's FastStream handler (`on_recorded`, see `nexus_events.transport.fast`)."""
 
     def __init__(self, bus: Bus, guard: SecretGuard, metrics: MemoryMetrics) -> None:
         self.bus = bus

@@ -17,10 +17,9 @@ from collections.abc import AsyncGenerator, Iterable
 from typing import Any, cast
 
 import asyncpg
-from nexus_events import subjects
-from nexus_events.bus import Bus
-from nexus_events.codec import Decoded
-from nexus_events.dead_letters import build_dead_letter
+from nexus_events.contract import subjects
+from nexus_events.contract.codec import Decoded
+from nexus_events.contract.streams import MEMORY
 from nexus_events.errors import BusError
 from nexus_events.events import (
     MemoryAccessed,
@@ -32,10 +31,11 @@ from nexus_events.events import (
     MemoryRecordReply,
     MemoryRecordRequest,
 )
-from nexus_events.micro import QueryError
-from nexus_events.periodic import PeriodicTask
-from nexus_events.projection import CHECKPOINT_TABLE, quote_ident
-from nexus_events.streams import MEMORY
+from nexus_events.runtime.periodic import PeriodicTask
+from nexus_events.transport.bus import Bus
+from nexus_events.transport.dead_letters import build_dead_letter
+from nexus_events.transport.micro import QueryError
+from nexus_events.transport.projection import CHECKPOINT_TABLE, quote_ident
 
 from nexus_memory.guard import SecretGuard
 from nexus_memory.metrics import MemoryMetrics

@@ -7,9 +7,9 @@ from __future__ import annotations
 from datetime import datetime, timedelta
 
 import asyncpg
-from nexus_events import subjects
-from nexus_events.bus import Bus
-from nexus_events.streams import MEMORY
+from nexus_events.contract import subjects
+from nexus_events.contract.streams import MEMORY
+from nexus_events.transport.bus import Bus
 
 from services.memory.tests.conftest import MakeApp
 from services.memory.tests.support import applied, ask, record, search

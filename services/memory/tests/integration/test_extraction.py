@@ -7,8 +7,7 @@ import json
 from typing import Any
 
 import asyncpg
-from nexus_events import subjects
-from nexus_events.bus import Bus
+from nexus_events.contract import subjects
 from nexus_events.events import (
     ModelSpec,
     RunCompleted,
@@ -17,6 +16,7 @@ from nexus_events.events import (
     RunResult,
     ToolCalled,
 )
+from nexus_events.transport.bus import Bus
 from nexus_testing import dead_letters, eventually
 from tests.fakes.openai_server import FakeOpenAI, Reply
 

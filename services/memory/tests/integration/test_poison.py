@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import asyncpg
-from nexus_events import subjects
-from nexus_events.bus import Bus
+from nexus_events.contract import subjects
+from nexus_events.transport.bus import Bus
 from nexus_testing import dead_letters, eventually
 
 from nexus_memory.app import MemoryApp

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 from bench.ranking_corpora import CLASSES, HELD_OUT, evaluate, shortfalls
-from nexus_events import subjects
+from nexus_events.contract import subjects
 from nexus_events.events import MemorySearchRequest
 
 from nexus_memory.app import MemoryApp

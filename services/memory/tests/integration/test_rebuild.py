@@ -9,9 +9,9 @@ import signal
 import sys
 
 import asyncpg
-from nexus_events import subjects
-from nexus_events.bus import Bus
+from nexus_events.contract import subjects
 from nexus_events.events import MemoryRecorded
+from nexus_events.transport.bus import Bus
 from nexus_testing import eventually, free_port, http_status
 
 from nexus_memory.app import MemoryApp

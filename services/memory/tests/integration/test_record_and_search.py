@@ -5,9 +5,9 @@ from __future__ import annotations
 import json
 
 import asyncpg
-from nexus_events import subjects
-from nexus_events.bus import Bus, Outgoing
+from nexus_events.contract import subjects
 from nexus_events.events import MemoryRecorded
+from nexus_events.transport.bus import Bus, Outgoing
 from nexus_testing import eventually
 
 from nexus_memory.app import MemoryApp

@@ -7,7 +7,7 @@ import asyncio
 import contextlib
 import time
 
-from nexus_events.bus import Bus
+from nexus_events.transport.bus import Bus
 from nexus_testing import endpoint_requests, eventually, micro_stats
 
 from services.memory.tests.conftest import MakeApp

@@ -7,10 +7,10 @@ import logging
 
 import asyncpg
 import pytest
-from nexus_events import subjects
-from nexus_events.bus import Bus
+from nexus_events.contract import subjects
+from nexus_events.contract.streams import DLQ, MEMORY
 from nexus_events.events import MemoryRecorded
-from nexus_events.streams import DLQ, MEMORY
+from nexus_events.transport.bus import Bus
 from nexus_testing import dead_letters, eventually
 
 from nexus_memory.app import MemoryApp

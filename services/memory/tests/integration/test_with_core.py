@@ -8,11 +8,11 @@ from typing import Any
 import asyncpg
 from nexus_core.app import CoreApp
 from nexus_core.config import CoreSettings
-from nexus_events import subjects
-from nexus_events.bus import Bus
-from nexus_events.catalog_commands import apply_agent
+from nexus_events.contract import subjects
+from nexus_events.contract.streams import RUNS
 from nexus_events.events import RunPrepared, RunRequested
-from nexus_events.streams import RUNS
+from nexus_events.transport.bus import Bus
+from nexus_events.transport.catalog_commands import apply_agent
 from nexus_testing import eventually
 
 from nexus_memory.app import MemoryApp

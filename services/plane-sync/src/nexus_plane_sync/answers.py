@@ -1,12 +1,12 @@
 """A ``/approve <id>`` or ``/deny <id>`` comment made a decision, if it is the first one.
 
 Plane is one surface among chat, the CLI and a bare ``nats pub``: the comment claims the
-approval (`nexus_events.approvals.claim_approval`, a KV create: one winner) before the
+approval (`nexus_events.transport.approvals.claim_approval`, a KV create: one winner) before the
 `ApprovalDecision` goes to the run's inbox. A comment that lost is answered on the work item
 (a comment through the outbox, like every write) with the decision that won and by whom.
 
 Before the claim, the comment's author must be an approver of the run
-(`nexus_events.approver_policy`: by default the Plane user who asked for the run, or a
+(`nexus_events.contract.approver_policy`: by default the Plane user who asked for the run, or a
 ``plane:user:<id|email|name>`` or ``plane:role:<admin|member|guest>`` the agent names). A
 refused comment is answered on the work item with the reason, recorded as
 ``approval_refused``, and claims nothing.
@@ -24,18 +24,18 @@ from __future__ import annotations
 
 from typing import Any
 
-from nexus_events import subjects
-from nexus_events.approvals import (
+from nexus_events.contract import subjects
+from nexus_events.contract.approver_policy import PLANE, Answer, ApproverPolicy, Verdict, may_decide
+from nexus_events.contract.subjects import validate_token
+from nexus_events.events import ApprovalDecision
+from nexus_events.transport.approvals import (
     ApprovalRecord,
     approval_record,
     claim_approval,
     held_claim,
     record_refusal,
 )
-from nexus_events.approver_policy import PLANE, Answer, ApproverPolicy, Verdict, may_decide
-from nexus_events.bus import Bus
-from nexus_events.events import ApprovalDecision
-from nexus_events.subjects import validate_token
+from nexus_events.transport.bus import Bus
 
 from nexus_plane_sync import render
 from nexus_plane_sync.decisions import Write

@@ -15,13 +15,13 @@ import contextlib
 import logging
 from collections import Counter
 
-from nexus_events.bus import Bus, BusSettings
+from nexus_events.contract.streams import FLOWS, RUNS, TASKS
 from nexus_events.events import PlaneStatusReply
-from nexus_events.fast import Handlers
-from nexus_events.metrics import MetricsSettings, setup_metrics
-from nexus_events.process import ServiceApp
-from nexus_events.projection import ProjectionRunner
-from nexus_events.streams import FLOWS, RUNS, TASKS
+from nexus_events.runtime.metrics import MetricsSettings, setup_metrics
+from nexus_events.runtime.process import ServiceApp
+from nexus_events.transport.bus import Bus, BusSettings
+from nexus_events.transport.fast import Handlers
+from nexus_events.transport.projection import ProjectionRunner
 from opentelemetry.sdk.metrics import MeterProvider as SdkMeterProvider
 
 from nexus_plane_sync.board import AgentRunReporter, Board, CommentReporter, RunReporter, WorkItems
@@ -76,7 +76,7 @@ class PlaneSyncApp(ServiceApp):
         self.runner: ProjectionRunner | None = None
         self.writer: OutboxWriter | None = None
         self.ingress: PlaneIngress | None = None
-        # The webhook ingress durable, a FastStream subscriber (nexus_events.fast).
+        # The webhook ingress durable, a FastStream subscriber (nexus_events.transport.fast).
         self.handlers: Handlers | None = None
         self.webhooks: WebhookServer | None = None
         self.endpoints: PlaneEndpoints | None = None

@@ -8,10 +8,10 @@ from __future__ import annotations
 
 from typing import Literal
 
-from nexus_events.approver_policy import ApproverDefaultFields
+from nexus_events.contract.approver_policy import ApproverDefaultFields
+from nexus_events.contract.runstate import RunEvent
 from nexus_events.events import Column
-from nexus_events.runstate import RunEvent
-from nexus_events.settings import ConsumerPrefix, HealthPortSetting, ServiceSettings
+from nexus_events.runtime.settings import ConsumerPrefix, HealthPortSetting, ServiceSettings
 from pydantic import Field, SecretStr, field_validator, model_validator
 
 # Plane's default states of a new project; a project with renamed states maps them here.

@@ -12,6 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from nexus_events.contract.runstate import LIVE, RunStatus, next_status
 from nexus_events.events import (
     ApprovalDecided,
     ApprovalRequested,
@@ -27,7 +28,6 @@ from nexus_events.events import (
     ToolCalled,
 )
 from nexus_events.events import RunTurn as RunTurnEvent
-from nexus_events.runstate import LIVE, RunStatus, next_status
 
 from nexus_plane_sync import render
 
@@ -177,8 +177,8 @@ def run_writes(
 
 
 def evolve(run: RunState, event: Event, name: str) -> RunState:
-    """The run's state after `event`: its status as `nexus_events.runstate` moves it (terminal
-    states final, never backwards), its turns and last tool from the event."""
+    """The run's state after `event`: its status as `nexus_events.contract.runstate` moves it
+    (terminal states final, never backwards), its turns and last tool from the event."""
     if isinstance(event, RunTurnEvent):
         run.turns = max(run.turns, event.turn)
     elif isinstance(event, ToolCalled):

@@ -7,15 +7,16 @@ import uuid
 from collections.abc import Callable
 
 from nats.micro.service import Service
-from nexus_events import micro, subjects
-from nexus_events.bus import Bus
+from nexus_events.contract import subjects
 from nexus_events.events import (
     PlaneResyncReply,
     PlaneResyncRequest,
     PlaneStatusReply,
     PlaneStatusRequest,
 )
-from nexus_events.micro import QueryError
+from nexus_events.transport import micro
+from nexus_events.transport.bus import Bus
+from nexus_events.transport.micro import QueryError
 
 from nexus_plane_sync.store import PlaneStore
 from nexus_plane_sync.writer import OutboxWriter

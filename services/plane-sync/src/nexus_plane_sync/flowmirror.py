@@ -11,7 +11,8 @@ from __future__ import annotations
 
 import json
 
-from nexus_events.codec import Decoded
+from nexus_events.contract.codec import Decoded
+from nexus_events.contract.subjects import NEW_RUN_TOKEN
 from nexus_events.events import (
     Event,
     FlowAccepted,
@@ -25,8 +26,7 @@ from nexus_events.events import (
     GateStep,
 )
 from nexus_events.events.flows import FLOW_TERMINAL, FlowStatus
-from nexus_events.projection import Conn
-from nexus_events.subjects import NEW_RUN_TOKEN
+from nexus_events.transport.projection import Conn
 
 from nexus_plane_sync.decisions import Write
 from nexus_plane_sync.flowreports import flow_writes

@@ -1,8 +1,8 @@
 """The mirror: NEXUS_TASKS, NEXUS_RUNS and NEXUS_FLOWS followed into plane_sync's tables and
 outbox (flows: `flowmirror`).
 
-A projection (`nexus_events.projection`): each batch updates ``tasks``/``runs`` and queues the
-writes it implies in the outbox in one transaction with the checkpoint, so a restart neither
+A projection (`nexus_events.transport.projection`): each batch updates ``tasks``/``runs`` and queues
+the writes it implies in the outbox in one transaction with the checkpoint, so a restart neither
 loses nor repeats a write; the writer then empties the outbox at Plane's pace. A NOTIFY at
 commit wakes the writer.
 """
@@ -13,8 +13,11 @@ import json
 from collections.abc import Sequence
 from typing import Any
 
-from nexus_events import subjects
-from nexus_events.codec import Decoded
+from nexus_events.contract import subjects
+from nexus_events.contract.codec import Decoded
+from nexus_events.contract.runstate import TERMINAL_EVENTS, RunEvent
+from nexus_events.contract.streams import FLOWS, RUNS, TASKS
+from nexus_events.contract.subjects import NEW_RUN_TOKEN, Family
 from nexus_events.events import (
     Event,
     RunPrepared,
@@ -24,10 +27,7 @@ from nexus_events.events import (
     TaskMoved,
     TaskUpdated,
 )
-from nexus_events.projection import Conn, Source, quote_ident
-from nexus_events.runstate import TERMINAL_EVENTS, RunEvent
-from nexus_events.streams import FLOWS, RUNS, TASKS
-from nexus_events.subjects import NEW_RUN_TOKEN, Family
+from nexus_events.transport.projection import Conn, Source, quote_ident
 
 from nexus_plane_sync.children import child_run_writes
 from nexus_plane_sync.decisions import RunState, Write, evolve, run_writes, task_writes

@@ -10,7 +10,7 @@ from __future__ import annotations
 from html import escape
 from typing import Any
 
-from nexus_events.runstate import RunStatus
+from nexus_events.contract.runstate import RunStatus
 
 
 def paragraphs(text: str) -> str:

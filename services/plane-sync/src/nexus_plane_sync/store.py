@@ -23,7 +23,7 @@ from typing import Any
 
 import asyncpg
 from nexus_events.events.flows import FLOW_TERMINAL, FlowStatus
-from nexus_events.projection import Conn, quote_ident
+from nexus_events.transport.projection import Conn, quote_ident
 
 from nexus_plane_sync.decisions import ACTIVE_STATUSES, RunState, Write
 

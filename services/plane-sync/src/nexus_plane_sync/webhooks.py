@@ -24,11 +24,11 @@ from collections import Counter
 
 import asyncpg
 from aiohttp import web
-from nexus_events import subjects
-from nexus_events.bus import Bus
+from nexus_events.contract import subjects
 from nexus_events.errors import BusError
 from nexus_events.events import PlaneWebhookReceived
-from nexus_events.periodic import PeriodicTask
+from nexus_events.runtime.periodic import PeriodicTask
+from nexus_events.transport.bus import Bus
 
 from nexus_plane_sync.metrics import PlaneSyncMetrics
 from nexus_plane_sync.store import PlaneStore

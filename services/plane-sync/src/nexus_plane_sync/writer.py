@@ -20,11 +20,11 @@ from typing import Any
 
 import asyncpg
 from asyncpg.pool import PoolConnectionProxy
-from nexus_events import subjects
-from nexus_events.bus import Bus
+from nexus_events.contract import subjects
 from nexus_events.errors import BusError
 from nexus_events.events import PlaneWriteFailed, PlaneWriteRequested, PlaneWriteSucceeded
-from nexus_events.periodic import PeriodicTask
+from nexus_events.runtime.periodic import PeriodicTask
+from nexus_events.transport.bus import Bus
 
 from nexus_plane_sync.board import Board
 from nexus_plane_sync.errors import NotReady, PlaneRejected, PlaneUnavailable

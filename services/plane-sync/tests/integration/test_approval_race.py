@@ -6,9 +6,9 @@ from __future__ import annotations
 
 import asyncio
 
-from nexus_events.approvals import claim_approval, held_claim
-from nexus_events.bus import Bus
 from nexus_events.events import ApprovalDecision, ApprovalRefused, RunRequested
+from nexus_events.transport.approvals import claim_approval, held_claim
+from nexus_events.transport.bus import Bus
 from nexus_testing import eventually
 from tests.fakes.plane import HUMAN, FakePlane
 from tests.support.approvals import cli_decides

@@ -6,10 +6,8 @@ a role principal refuses, saying so."""
 
 from __future__ import annotations
 
-from nexus_events import subjects
-from nexus_events.approvals import held_claim
-from nexus_events.approver_policy import ApproverPolicy
-from nexus_events.bus import Bus
+from nexus_events.contract import subjects
+from nexus_events.contract.approver_policy import ApproverPolicy
 from nexus_events.events import (
     ApprovalDecision,
     ApprovalRefused,
@@ -19,6 +17,8 @@ from nexus_events.events import (
     RunPrepared,
     RunRequested,
 )
+from nexus_events.transport.approvals import held_claim
+from nexus_events.transport.bus import Bus
 from nexus_testing import eventually
 from tests.fakes.plane import ADMIN, MEMBER, FakePlane
 from tests.support.plane_sync import ask_approval, inbox, run_events, start_run

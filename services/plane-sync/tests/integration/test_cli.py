@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 
-from nexus_events.bus import Bus
+from nexus_events.transport.bus import Bus
 from nexus_testing import eventually
 from tests.fakes.plane import FakePlane
 from tests.support.plane_sync import create_task

@@ -4,7 +4,6 @@ parent's native agent run), and its ending never moves the work item while the p
 
 from __future__ import annotations
 
-from nexus_events.bus import Bus
 from nexus_events.events import (
     ApprovalDecision,
     InboxMessage,
@@ -13,6 +12,7 @@ from nexus_events.events import (
     RunRequested,
     RunResult,
 )
+from nexus_events.transport.bus import Bus
 from nexus_testing import eventually
 from tests.fakes.plane import FakePlane
 from tests.support.plane_sync import (

@@ -4,8 +4,7 @@ from __future__ import annotations
 
 import re
 
-from nexus_events import subjects
-from nexus_events.bus import Bus
+from nexus_events.contract import subjects
 from nexus_events.events import (
     Column,
     PlaneResyncReply,
@@ -14,6 +13,7 @@ from nexus_events.events import (
     TaskMoved,
     TaskUpdated,
 )
+from nexus_events.transport.bus import Bus
 from nexus_testing import eventually
 from tests.fakes.plane import FakePlane
 from tests.support.plane_sync import (

@@ -7,9 +7,8 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from nexus_events import subjects
-from nexus_events.approvals import held_claim
-from nexus_events.bus import Bus
+from nexus_events.contract import subjects
+from nexus_events.contract.streams import FLOWS, INBOX, PLANE, RUNS
 from nexus_events.events import (
     ApprovalDecision,
     ApprovalRefused,
@@ -24,7 +23,8 @@ from nexus_events.events import (
     Origin,
     PlaneWebhookReceived,
 )
-from nexus_events.streams import FLOWS, INBOX, PLANE, RUNS
+from nexus_events.transport.approvals import held_claim
+from nexus_events.transport.bus import Bus
 from nexus_testing import eventually
 from tests.fakes.plane import HUMAN, FakePlane
 from tests.support.plane_sync import events

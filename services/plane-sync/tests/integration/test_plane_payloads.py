@@ -13,8 +13,7 @@ from typing import Any
 
 import httpx
 from aiohttp import web
-from nexus_events.bus import Bus
-from nexus_events.codec import Decoded
+from nexus_events.contract.codec import Decoded
 from nexus_events.events import (
     ApprovalDecision,
     CancelRequested,
@@ -25,6 +24,7 @@ from nexus_events.events import (
     TaskMoved,
     TaskUpdated,
 )
+from nexus_events.transport.bus import Bus
 from nexus_testing import eventually
 from tests.fakes.http import LocalHttpServer
 from tests.fakes.plane import HUMAN, FakePlane

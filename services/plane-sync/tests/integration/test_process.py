@@ -9,8 +9,8 @@ import signal
 import subprocess
 import sys
 
-from nexus_events import subjects
-from nexus_events.bus import Bus
+from nexus_events.contract import subjects
+from nexus_events.transport.bus import Bus
 from nexus_testing import dead_letters, eventually, free_port, http_status
 from tests.fakes.plane import FakePlane
 

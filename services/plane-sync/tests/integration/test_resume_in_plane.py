@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from nexus_events.bus import Bus
 from nexus_events.events import RunRequested, RunResuming
+from nexus_events.transport.bus import Bus
 from nexus_testing import eventually
 from tests.fakes.plane import FakePlane
 from tests.support.plane_sync import complete, publish_run, run_events, start_run

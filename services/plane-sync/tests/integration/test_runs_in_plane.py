@@ -6,9 +6,9 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
-from nexus_events import subjects
-from nexus_events.bus import Bus
-from nexus_events.codec import Decoded
+from nexus_events.contract import subjects
+from nexus_events.contract.codec import Decoded
+from nexus_events.contract.streams import INBOX
 from nexus_events.events import (
     ApprovalDecision,
     CancelRequested,
@@ -22,7 +22,7 @@ from nexus_events.events import (
     TaskMoved,
     TaskUpdated,
 )
-from nexus_events.streams import INBOX
+from nexus_events.transport.bus import Bus
 from nexus_testing import dead_letters, eventually
 from tests.fakes.plane import HUMAN, FakePlane
 from tests.support.plane_sync import (

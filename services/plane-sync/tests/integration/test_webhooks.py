@@ -11,8 +11,8 @@ import uuid
 
 import httpx
 from _pytest.logging import LogCaptureFixture
-from nexus_events.bus import Bus
 from nexus_events.events import RunRequested
+from nexus_events.transport.bus import Bus
 from nexus_testing import dead_letters, eventually
 from tests.fakes.plane import HUMAN, FakePlane
 from tests.support.plane_sync import MakeSync, nexus_cli, plane_events, run_events

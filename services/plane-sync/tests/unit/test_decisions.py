@@ -10,6 +10,8 @@ import httpx
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
+from nexus_events.contract.runstate import LIVE, RunStatus, next_status
+from nexus_events.contract.subjects import Family
 from nexus_events.events import (
     ApprovalRequested,
     Column,
@@ -27,8 +29,6 @@ from nexus_events.events import (
     ToolCalled,
     lookup,
 )
-from nexus_events.runstate import LIVE, RunStatus, next_status
-from nexus_events.subjects import Family
 from pydantic import ValidationError
 
 from nexus_plane_sync import render
@@ -199,7 +199,7 @@ MIRRORED_RUNS = st.lists(st.sampled_from(sorted(str(e) for e in RUN_EVENTS)), ma
 @given(MIRRORED_RUNS)
 def test_the_mirrors_run_status_is_the_contracts(names: list[str]) -> None:
     """plane-sync keeps no state machine of its own: a run's status after any sequence of the
-    events it reads is what `nexus_events.runstate` says (core's agent_runs agrees)."""
+    events it reads is what `nexus_events.contract.runstate` says (core's agent_runs agrees)."""
     run = RunState("r1", "t1")
     for name in names:
         evolve(run, _event(name), name)

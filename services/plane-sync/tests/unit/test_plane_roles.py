@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from nexus_events.approver_policy import ApproverPolicy, may_decide
+from nexus_events.contract.approver_policy import ApproverPolicy, may_decide
 
 from nexus_plane_sync.answers import plane_answer
 from nexus_plane_sync.plane_api import role_names

@@ -8,11 +8,11 @@ import signal
 import sys
 from pathlib import Path
 
-from nexus_events import telemetry
-from nexus_events.bus import Bus, BusSettings
 from nexus_events.events.runs import RunCompleted, RunConfig
-from nexus_events.logs import bind, setup_logging
-from nexus_events.process import load_settings
+from nexus_events.runtime import telemetry
+from nexus_events.runtime.logs import bind, setup_logging
+from nexus_events.runtime.process import load_settings
+from nexus_events.transport.bus import Bus, BusSettings
 
 from nexus_runner.app import RunHandle, execute_run, load_prepared_from_bus
 from nexus_runner.config import RunnerSettings

@@ -36,10 +36,10 @@ import nats.js.errors
 from nats.js import JetStreamContext
 from nats.js.api import ObjectStoreConfig, StorageType
 from nats.js.object_store import ObjectStore
-from nexus_events import run_access
+from nexus_events.contract import run_access
+from nexus_events.contract.streams import CHECKPOINTS_BUCKET, StreamSettings
 from nexus_events.errors import BusError
 from nexus_events.events.runs import RunCheckpointed
-from nexus_events.streams import CHECKPOINTS_BUCKET, StreamSettings
 
 from nexus_runner.errors import ToolError
 from nexus_runner.git import EMPTY_TREE, Git

@@ -6,7 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Literal
 
-from nexus_events.settings import NexusSettings
+from nexus_events.runtime.settings import NexusSettings
 from pydantic import BaseModel, ConfigDict, Field, SecretStr
 
 

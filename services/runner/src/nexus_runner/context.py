@@ -30,9 +30,9 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
+from nexus_events.contract.runstate import RunStatus
 from nexus_events.events.runs import Condensation, Reason
 from nexus_events.events.specs import ModelSpec
-from nexus_events.runstate import RunStatus
 from openai import AsyncOpenAI
 
 from nexus_runner.config import RunnerSettings

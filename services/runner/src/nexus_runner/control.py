@@ -9,9 +9,10 @@ import logging
 from dataclasses import dataclass
 
 from nats.aio.msg import Msg
-from nexus_events import run_access
-from nexus_events.bus import Bus, decode_msg
-from nexus_events.codec import Envelope
+from nexus_events.contract import run_access
+from nexus_events.contract.codec import Envelope
+from nexus_events.contract.runstate import RunStatus
+from nexus_events.contract.streams import INBOX, RUNS
 from nexus_events.errors import DecodeError
 from nexus_events.events.inbox import ApprovalDecision, InboxMessage
 from nexus_events.events.runs import (
@@ -20,9 +21,8 @@ from nexus_events.events.runs import (
     RunResuming,
     TerminalEvent,
 )
-from nexus_events.periodic import PeriodicTask
-from nexus_events.runstate import RunStatus
-from nexus_events.streams import INBOX, RUNS
+from nexus_events.runtime.periodic import PeriodicTask
+from nexus_events.transport.bus import Bus, decode_msg
 
 from nexus_runner.errors import RunStopped
 from nexus_runner.followed import FollowedSubject

@@ -7,9 +7,9 @@ from __future__ import annotations
 import asyncio
 import uuid
 
-from nexus_events import subjects
-from nexus_events.bus import Bus
+from nexus_events.contract import subjects
 from nexus_events.events.inbox import RouteRequest
+from nexus_events.transport.bus import Bus
 
 from nexus_runner.control import RunControl
 from nexus_runner.errors import ToolError

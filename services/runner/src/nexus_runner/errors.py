@@ -12,8 +12,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from nexus_events.contract.runstate import RunStatus
 from nexus_events.errors import NexusError
-from nexus_events.runstate import RunStatus
 
 
 class RunnerError(NexusError):

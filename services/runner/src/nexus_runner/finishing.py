@@ -7,8 +7,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from nexus_events.contract.runstate import RunStatus
 from nexus_events.events.runs import Reason, RunConfig, RunResult
-from nexus_events.runstate import RunStatus
 
 from nexus_runner.config import RunnerSettings
 from nexus_runner.errors import RunnerError, RunStopped, ToolError

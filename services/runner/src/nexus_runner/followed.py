@@ -1,7 +1,7 @@
 """A subject of its own run the runner follows live: a named push consumer, made again from
 where it left off when the server lost it (a restart), as nats-py's ordered consumers did.
 
-Named and filtered as `nexus_events.run_access` says and delivered on the connection's own
+Named and filtered as `nexus_events.contract.run_access` says and delivered on the connection's own
 reply prefix: a run's NATS credential may make exactly these consumers and read exactly these
 deliveries (an ordered consumer's unnamed ones could be on anything, so it may make none).
 """
@@ -19,8 +19,8 @@ import nats.js.errors
 from nats.aio.msg import Msg
 from nats.aio.subscription import Subscription
 from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy
-from nexus_events.bus import Bus
-from nexus_events.run_access import RunConsumer
+from nexus_events.contract.run_access import RunConsumer
+from nexus_events.transport.bus import Bus
 
 log = logging.getLogger(__name__)
 

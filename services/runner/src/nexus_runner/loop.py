@@ -9,6 +9,8 @@ import uuid
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+from nexus_events.contract.runstate import RunStatus
+from nexus_events.contract.spans import OUTCOME
 from nexus_events.events.runs import (
     ApprovalDecided,
     ApprovalRequested,
@@ -19,8 +21,6 @@ from nexus_events.events.runs import (
     ToolCalled,
     ToolResult,
 )
-from nexus_events.runstate import RunStatus
-from nexus_events.spans import OUTCOME
 from opentelemetry import trace
 
 from nexus_runner.approval_text import call_summary

@@ -16,8 +16,8 @@ from jsonschema import Draft202012Validator
 from jsonschema.exceptions import SchemaError
 from jsonschema.protocols import Validator
 from jsonschema.validators import validator_for
+from nexus_events.contract.runstate import RunStatus
 from nexus_events.events.runs import Reason
-from nexus_events.runstate import RunStatus
 
 from nexus_runner.errors import RunStopped
 from nexus_runner.safety import truncate

@@ -12,13 +12,13 @@ import nats.errors
 import nats.js.errors
 from nats.js import JetStreamContext
 from nats.js.api import PubAck
-from nexus_events import subjects
-from nexus_events.bus import Bus
-from nexus_events.codec import Encoded
+from nexus_events.contract import subjects
+from nexus_events.contract.codec import Encoded
 from nexus_events.errors import BusError, PublishFailed
 from nexus_events.events.base import Event
 from nexus_events.events.logs import LogLine
 from nexus_events.events.runs import TerminalEvent
+from nexus_events.transport.bus import Bus
 
 from nexus_runner.safety import SecretRegistry
 

@@ -16,9 +16,9 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from nexus_events import run_access
-from nexus_events.bus import Bus
-from nexus_events.codec import Envelope
+from nexus_events.contract import run_access
+from nexus_events.contract.codec import Envelope
+from nexus_events.contract.streams import RUNS
 from nexus_events.events.runs import (
     ApprovalDecided,
     ApprovalRequested,
@@ -30,7 +30,7 @@ from nexus_events.events.runs import (
     ToolCalled,
     ToolResult,
 )
-from nexus_events.streams import RUNS
+from nexus_events.transport.bus import Bus
 
 from nexus_runner.budget import Usage
 from nexus_runner.llm import ToolCallRequest
@@ -206,12 +206,12 @@ class Resumption:
         last = self.history.last_sign_ns
         return None if last is None else max(0, (time.time_ns() - last) // 1_000_000)
 
-    def remaining_wall(self, limit: float) -> float:
-        """Seconds of the wall-clock budget left: counted from the run's first start."""
+    def remaining_wall(self, limit: float, now: datetime) -> float:
+        """Seconds of the wall-clock budget left at `now`: counted from the run's first start."""
         started = self.history.first_started
         if started is None or self.history.ended:
             return limit
-        return limit - (datetime.now(started.tzinfo) - started).total_seconds()
+        return limit - (now - started).total_seconds()
 
     def resumed(self, checkpoint: str | None, pending: list[PendingCall]) -> RunResumed:
         turns = 0 if self.fresh else self.usage.turns

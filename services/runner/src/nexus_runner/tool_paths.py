@@ -8,7 +8,7 @@ import stat
 from collections.abc import Iterable
 from pathlib import Path
 
-from nexus_events.program_paths import install_prefix, shebang_interpreter
+from nexus_events.runtime.program_paths import install_prefix, shebang_interpreter
 
 from nexus_runner.containment import is_secret_file
 

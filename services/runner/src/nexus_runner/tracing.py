@@ -12,13 +12,14 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Iterator
 
-from nexus_events import telemetry
+from nexus_events.contract.spans import AGENT_ID, ATTEMPT, OUTCOME, REASON, RUN_ID, TASK_ID
 from nexus_events.events.runs import RunConfig, TerminalEvent
-from nexus_events.spans import AGENT_ID, ATTEMPT, OUTCOME, REASON, RUN_ID, TASK_ID
+from nexus_events.runtime import telemetry
 from opentelemetry import context as otel_context
 from opentelemetry.trace import Span, SpanKind
 
-# Shared names (RUN_ID, AGENT_ID, ...) come from nexus_events.spans; these are the runner's own.
+# Shared names (RUN_ID, AGENT_ID, ...) come from nexus_events.contract.spans; these are the runner's
+# own.
 TURN = "nexus.turn"
 COST_USD = "nexus.cost_usd"
 LLM_ATTEMPTS = "nexus.llm.attempts"

@@ -3,7 +3,7 @@ every condensation, as one `TranscriptEntry`, stored before the model call that 
 and the fold that turns a run's entries back into the exact messages (docs/resume.md).
 
 Entries hold what the model saw, unredacted (a tool's output with a secret it read is sent to
-the model as it is): the stream is readable by runners only (nexus_events.roles).
+the model as it is): the stream is readable by runners only (nexus_events.contract.roles).
 """
 
 from __future__ import annotations
@@ -12,12 +12,12 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from nexus_events import run_access, subjects
-from nexus_events.bus import Bus, decode_msg
+from nexus_events.contract import run_access, subjects
+from nexus_events.contract.streams import TRANSCRIPTS
 from nexus_events.errors import DecodeError
 from nexus_events.events.runs import Condensation
 from nexus_events.events.transcripts import TranscriptEntry
-from nexus_events.streams import TRANSCRIPTS
+from nexus_events.transport.bus import Bus, decode_msg
 
 from nexus_runner.errors import RunnerError
 from nexus_runner.publisher import RunPublisher

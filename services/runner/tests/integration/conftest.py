@@ -8,8 +8,8 @@ from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
 import pytest
-from nexus_events import telemetry
-from nexus_events.bus import Bus, BusSettings
+from nexus_events.runtime import telemetry
+from nexus_events.transport.bus import Bus, BusSettings
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 from nexus_runner.config import RunnerSettings

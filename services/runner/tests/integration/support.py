@@ -5,11 +5,11 @@ from __future__ import annotations
 import uuid
 from typing import Any
 
-from nexus_events import subjects
-from nexus_events.bus import Bus
+from nexus_events.contract import subjects
+from nexus_events.contract.streams import LOGS, RUNS
 from nexus_events.events.base import Event
 from nexus_events.events.runs import RunConfig
-from nexus_events.streams import LOGS, RUNS
+from nexus_events.transport.bus import Bus
 from nexus_testing import eventually
 
 
@@ -42,10 +42,15 @@ async def wait_for(bus: Bus, run_id: str, name: str, timeout: float = 15) -> Eve
     """Poll the run's events until one named `name` is stored (or fail at the deadline)."""
 
     async def named() -> Event | None:
-        return next((e for e in await run_events(bus, run_id) if type(e).event_name == name), None)
+        events = await run_events(bus, run_id)
+        return next((e for e in events if type(e).event_name == name), None)
 
     found: Event = await eventually(
-        named, within=timeout, interval=0.05, what=f"a {name} event for {run_id}"
+        named,
+        lambda event: event is not None,
+        within=timeout,
+        interval=0.05,
+        what=f"a {name} event for {run_id}",
     )
     return found
 

@@ -5,8 +5,7 @@ from __future__ import annotations
 import asyncio
 from pathlib import Path
 
-from nexus_events import subjects
-from nexus_events.bus import Bus
+from nexus_events.contract import subjects
 from nexus_events.events.inbox import InboxMessage
 from nexus_events.events.runs import (
     CancelRequested,
@@ -15,6 +14,7 @@ from nexus_events.events.runs import (
     RunConfig,
     RunDispatched,
 )
+from nexus_events.transport.bus import Bus
 from tests.fakes.openai_server import FakeOpenAI, Reply, ToolCall
 
 from nexus_runner.app import RunHandle, execute_run

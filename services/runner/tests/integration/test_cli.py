@@ -7,9 +7,9 @@ import os
 import sys
 from pathlib import Path
 
-from nexus_events import subjects
-from nexus_events.bus import Bus
+from nexus_events.contract import subjects
 from nexus_events.events.runs import RunCompleted, RunPrepared
+from nexus_events.transport.bus import Bus
 from tests.fakes.openai_server import FakeOpenAI, Reply, ToolCall
 
 from .support import make_config, run_events

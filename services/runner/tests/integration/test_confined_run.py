@@ -13,8 +13,8 @@ import sys
 from pathlib import Path
 
 import pytest
-from nexus_events.bus import Bus
 from nexus_events.events.runs import RunCompleted, ToolResult
+from nexus_events.transport.bus import Bus
 from nexus_scheduler.runtime.confinement import Confinement
 from nexus_scheduler.runtime.local import LocalProcessRuntime
 from nexus_testing import eventually

@@ -8,8 +8,8 @@ import json
 from pathlib import Path
 from typing import Any
 
-from nexus_events.bus import Bus
 from nexus_events.events.runs import Condensation, RunCompleted, RunCondensed, RunTurn
+from nexus_events.transport.bus import Bus
 from tests.fakes.openai_server import FakeOpenAI, Reply, ToolCall
 
 from nexus_runner.app import execute_run

@@ -15,10 +15,10 @@ import socket
 from pathlib import Path
 
 import pytest
-from nexus_events import subjects
-from nexus_events.bus import Bus, BusSettings
+from nexus_events.contract import subjects
+from nexus_events.contract.streams import ensure_streams
 from nexus_events.events.inbox import InboxMessage
-from nexus_events.streams import ensure_streams
+from nexus_events.transport.bus import Bus, BusSettings
 from nexus_testing import NatsServer, eventually, free_port, nats_server_binary
 
 from nexus_runner.control import RunControl

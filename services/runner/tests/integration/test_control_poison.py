@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import asyncio
 
-from nexus_events import subjects
-from nexus_events.bus import Bus
+from nexus_events.contract import subjects
 from nexus_events.events.inbox import InboxMessage
+from nexus_events.transport.bus import Bus
 from nexus_testing import dead_letters, eventually
 
 from nexus_runner.control import RunControl

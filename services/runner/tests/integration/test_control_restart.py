@@ -7,10 +7,10 @@ from __future__ import annotations
 
 import asyncio
 
-from nexus_events import subjects
-from nexus_events.bus import Bus, BusSettings
+from nexus_events.contract import subjects
 from nexus_events.events.inbox import InboxMessage
 from nexus_events.events.runs import CancelRequested
+from nexus_events.transport.bus import Bus, BusSettings
 from nexus_testing import NatsServer, eventually
 
 from nexus_runner.control import RunControl

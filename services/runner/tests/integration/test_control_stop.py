@@ -12,7 +12,7 @@ from __future__ import annotations
 import asyncio
 
 import pytest
-from nexus_events.bus import Bus
+from nexus_events.transport.bus import Bus
 
 from nexus_runner import control as control_module
 from nexus_runner.control import RunControl

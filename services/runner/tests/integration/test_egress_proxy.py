@@ -1,6 +1,6 @@
 """The tools' egress proxy on real sockets: a local HTTP server and a TCP echo server stand for
 the outside; every request, allowed or refused, is one `egress` event; the relay the tools'
-sandbox runs (nexus_events.netrelay inner) carries a real HTTP client's request to it."""
+sandbox runs (nexus_events.runtime.netrelay inner) carries a real HTTP client's request to it."""
 
 from __future__ import annotations
 

@@ -11,9 +11,9 @@ from typing import Any
 from urllib.parse import urlsplit
 
 import pytest
-from nexus_events.bus import Bus
 from nexus_events.events import RunEgress
 from nexus_events.events.runs import RunCompleted, ToolResult
+from nexus_events.transport.bus import Bus
 from tests.fakes.openai_server import FakeOpenAI, Reply, ToolCall
 
 from nexus_runner import app

@@ -13,10 +13,10 @@ from typing import Any
 
 import pytest
 from nexus_cli.devstack import offline_model as om
-from nexus_events.bus import Bus
-from nexus_events.documents import parse_agent
+from nexus_events.contract.documents import parse_agent
 from nexus_events.events.flows import step_run_id
 from nexus_events.events.runs import RunCompleted, RunConfig, RunResult
+from nexus_events.transport.bus import Bus
 
 from nexus_runner.app import execute_run
 from nexus_runner.config import RunnerSettings

@@ -10,10 +10,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from nexus_events import subjects
-from nexus_events.bus import Bus
+from nexus_events.contract import subjects
+from nexus_events.contract.streams import LOGS, RUNS
 from nexus_events.events.runs import Reason, RunCompleted, RunFailed
-from nexus_events.streams import LOGS, RUNS
+from nexus_events.transport.bus import Bus
 from tests.fakes.github_api import FakeGitHub
 from tests.fakes.openai_server import FakeOpenAI, Reply, ToolCall
 

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from nexus_events.bus import Bus
 from nexus_events.events.runs import ApprovalRequested, RunCompleted, ToolCalled, ToolResult
+from nexus_events.transport.bus import Bus
 from tests.fakes.openai_server import FakeOpenAI, Reply
 
 from nexus_runner.app import execute_run

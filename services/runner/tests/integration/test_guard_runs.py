@@ -7,7 +7,6 @@ import asyncio
 from typing import Any
 
 import pytest
-from nexus_events.bus import Bus
 from nexus_events.events.runs import (
     ApprovalDecided,
     ApprovalRequested,
@@ -15,6 +14,7 @@ from nexus_events.events.runs import (
     ToolCalled,
     ToolResult,
 )
+from nexus_events.transport.bus import Bus
 from tests.fakes.openai_server import FakeOpenAI, Reply, ToolCall
 
 from nexus_runner.app import execute_run

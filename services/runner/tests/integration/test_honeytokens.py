@@ -33,8 +33,8 @@ from typing import Any
 
 import pytest
 from aiohttp import web
-from nexus_events import subjects
-from nexus_events.bus import Bus
+from nexus_events.contract import subjects
+from nexus_events.contract.streams import LOGS, MEMORY, RUNS
 from nexus_events.events.inbox import ApprovalDecision
 from nexus_events.events.runs import (
     ApprovalRequested,
@@ -43,7 +43,7 @@ from nexus_events.events.runs import (
     ToolCalled,
     ToolResult,
 )
-from nexus_events.streams import LOGS, MEMORY, RUNS
+from nexus_events.transport.bus import Bus
 from nexus_memory.app import MemoryApp
 from nexus_memory.embedding import WordLlamaEmbedder
 from nexus_scheduler.runtime.local import LocalProcessRuntime

@@ -10,7 +10,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from nexus_events.bus import Bus
 from nexus_events.events.runs import (
     ApprovalDecided,
     McpServerUnavailable,
@@ -19,6 +18,7 @@ from nexus_events.events.runs import (
     RunCompleted,
     ToolResult,
 )
+from nexus_events.transport.bus import Bus
 from nexus_testing import eventually
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from pydantic import SecretStr

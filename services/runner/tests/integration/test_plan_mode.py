@@ -7,8 +7,7 @@ import asyncio
 from pathlib import Path
 from typing import Any
 
-from nexus_events import subjects
-from nexus_events.bus import Bus
+from nexus_events.contract import subjects
 from nexus_events.events.inbox import ApprovalDecision
 from nexus_events.events.runs import (
     ApprovalDecided,
@@ -18,6 +17,7 @@ from nexus_events.events.runs import (
     ToolCalled,
     ToolResult,
 )
+from nexus_events.transport.bus import Bus
 from tests.fakes.openai_server import FakeOpenAI, Reply, ToolCall
 
 from nexus_runner.app import execute_run

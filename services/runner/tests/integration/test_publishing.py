@@ -8,13 +8,13 @@ from collections.abc import AsyncIterator
 
 import pytest
 from nats.js.api import StreamConfig
-from nexus_events import subjects
-from nexus_events.bus import Bus, BusSettings
-from nexus_events.codec import Decoded
+from nexus_events.contract import subjects
+from nexus_events.contract.codec import Decoded
+from nexus_events.contract.streams import LOGS, RUNS
 from nexus_events.errors import PublishFailed
 from nexus_events.events.logs import LogLine
 from nexus_events.events.runs import Reason, RunCompleted, RunFailed, RunHeartbeat, RunTurn
-from nexus_events.streams import LOGS, RUNS
+from nexus_events.transport.bus import Bus, BusSettings
 from nexus_testing import NatsServer, eventually
 from tests.fakes.openai_server import FakeOpenAI, Reply, ToolCall
 
@@ -105,7 +105,7 @@ async def test_events_sent_while_nats_is_down_are_stored_once_in_order(
         await pub.flush()
 
         nats_server.stop()
-        await eventually(lambda: not runner_bus.nc.is_connected, within=10, what="disconnected")
+        await eventually(lambda: not runner_bus.nc.is_connected, what="disconnected")
 
         async def publish_more() -> None:
             for turn in range(2, 6):
@@ -114,11 +114,11 @@ async def test_events_sent_while_nats_is_down_are_stored_once_in_order(
 
         publishing = asyncio.create_task(publish_more())
         # No ack comes: the events are being published again (same ids) while NATS is away.
-        await eventually(lambda: pub.republished > 0, within=10, what="retrying")
+        await eventually(lambda: pub.republished > 0, what="retrying")
         await asyncio.to_thread(nats_server.start)
         await asyncio.wait_for(publishing, 20)
 
-    await eventually(lambda: bus.nc.is_connected, within=10, what="reconnected")
+    await eventually(lambda: bus.nc.is_connected, what="reconnected")
     stored = await _stored(bus, "run-outage")
     assert [d.event.turn for d in stored if isinstance(d.event, RunTurn)] == [1, 2, 3, 4, 5]
     assert [_n(d) for d in stored] == [1, 2, 3, 4, 5]
@@ -133,7 +133,7 @@ async def test_a_failed_publish_is_not_swallowed(
         await pub.flush()
 
         nats_server.stop()
-        await eventually(lambda: not runner_bus.nc.is_connected, within=10, what="disconnected")
+        await eventually(lambda: not runner_bus.nc.is_connected, what="disconnected")
         await pub.event(RunTurn(turn=2, model="m"))  # queued for a connection that is gone
         with pytest.raises(PublishFailed):
             await pub.flush()
@@ -144,7 +144,7 @@ async def test_a_failed_publish_is_not_swallowed(
             await pub.flush()
         # Back up before closing: nats-py fails to close a connection while it reconnects.
         await asyncio.to_thread(nats_server.start)
-        await eventually(lambda: runner_bus.nc.is_connected, within=10, what="reconnected")
+        await eventually(lambda: runner_bus.nc.is_connected, what="reconnected")
 
 
 async def test_a_refused_event_fails_the_run(

@@ -9,11 +9,11 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
-from nexus_events import subjects
-from nexus_events.bus import Bus, decode_msg
+from nexus_events.contract import subjects
+from nexus_events.contract.streams import DLQ, MEMORY, RUNS
 from nexus_events.events import MemoryRecorded
 from nexus_events.events.runs import RunCompleted, ToolCalled, ToolResult
-from nexus_events.streams import DLQ, MEMORY, RUNS
+from nexus_events.transport.bus import Bus, decode_msg
 from nexus_memory.app import MemoryApp
 from nexus_memory.embedding import WordLlamaEmbedder
 from nexus_testing import dead_letters, eventually

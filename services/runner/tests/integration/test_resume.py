@@ -9,8 +9,7 @@ import time
 from pathlib import Path
 
 import pytest
-from nexus_events import run_access, subjects
-from nexus_events.bus import Bus
+from nexus_events.contract import run_access, subjects
 from nexus_events.events.inbox import InboxMessage
 from nexus_events.events.runs import (
     Reason,
@@ -26,11 +25,13 @@ from nexus_events.events.runs import (
     ToolCalled,
 )
 from nexus_events.events.transcripts import TranscriptEntry
+from nexus_events.transport.bus import Bus
 from nexus_testing import eventually
 from tests.fakes.openai_server import FakeOpenAI, Reply, ToolCall
 
 from nexus_runner.app import RunHandle, execute_run
 from nexus_runner.checkpoint import Checkpointer
+from nexus_runner.clock import ManualClock
 from nexus_runner.config import RunnerSettings
 from nexus_runner.git import Author, Git
 from nexus_runner.publisher import RunPublisher
@@ -103,7 +104,7 @@ async def test_checkpoint_restores_files_deletions_and_the_agents_commits(
     assert second is not None
     assert second.object == f"{run_id}/1-2"
     # Each checkpoint's chunks are on a subject of the run's own (what its credential may
-    # write and read: nexus_events.run_access), and nothing else went to the stream.
+    # write and read: nexus_events.contract.run_access), and nothing else went to the stream.
     info = await runner_bus.js.stream_info(run_access.CHECKPOINTS_STREAM, subjects_filter=">")
     assert set(info.state.subjects or {}) == {
         run_access.checkpoint_chunks(run_id, 1, n) for n in (1, 2)
@@ -213,16 +214,10 @@ async def test_a_run_killed_twice_goes_on_from_its_transcript_and_checkpoint(
         await asyncio.wait_for(llm1.hanging.wait(), 15)
         await say(bus, config.run_id, "m1: given to attempt 1")
         await eventually(
-            lambda: handle1.control is not None and handle1.control.received,
-            within=15,
-            what="the first runner received the message",
+            lambda: handle1.control is not None and handle1.control.received, within=15
         )
         llm1.release.set()
-        await eventually(
-            (s1.workspace_root / config.run_id / "count.txt").exists,
-            within=15,
-            what="count.txt written",
-        )
+        await eventually((s1.workspace_root / config.run_id / "count.txt").exists, within=15)
         await kill(run1, handle1)  # while the shell command runs
     await say(bus, config.run_id, "m2: sent while no runner ran")
     # Attempt 2: the shell call is not run again, the write after it is; killed mid-call.
@@ -310,8 +305,9 @@ async def test_the_wall_clock_counts_from_the_runs_first_start(
         config = make_config(llm.base_url, attempt=2, budgets={"max_wall_seconds": 1})
         started = RunStarted(runner="dead-host", runner_version="0")
         await bus.publish(subjects.run_event(config.run_id, "started"), started)
-        await asyncio.sleep(1.1)  # attempt 1's second, spent
-        terminal = await execute_run(config, settings, runner_bus)
+        clock = ManualClock()
+        clock.advance(1.1)  # attempt 1's second, spent
+        terminal = await execute_run(config, settings, runner_bus, clock=clock)
         assert llm.requests == []
     assert isinstance(terminal, RunFailed)
     assert terminal.reason == Reason.BUDGET_EXCEEDED

@@ -9,8 +9,8 @@ import asyncio
 import time
 from pathlib import Path
 
-from nexus_events.bus import Bus
 from nexus_events.events.runs import RunCheckpointed, RunCompleted, RunResumed, ToolCalled
+from nexus_events.transport.bus import Bus
 from nexus_testing import eventually
 from tests.fakes.openai_server import FakeOpenAI, Reply, ToolCall
 
@@ -33,7 +33,7 @@ async def test_an_implementer_killed_in_its_first_tool_call_resumes_from_a_clean
         workspace = settings.workspace_root / config.run_id
         handle = RunHandle()
         run1 = asyncio.create_task(execute_run(config, settings, runner_bus, handle=handle))
-        await eventually((workspace / "half.txt").exists, within=15, what="half.txt written")
+        await eventually((workspace / "half.txt").exists, within=15)
         await kill(run1, handle)  # in its second tool call, before any checkpoint
     assert (workspace / "calc.py").exists()  # the dead attempt's clone is still there
 

@@ -7,8 +7,8 @@ from __future__ import annotations
 import asyncio
 import time
 
-from nexus_events.bus import Bus
 from nexus_events.events.runs import ApprovalDecided, ApprovalRequested, RunCompleted, ToolResult
+from nexus_events.transport.bus import Bus
 from tests.fakes.openai_server import FakeOpenAI, Reply, ToolCall
 
 from nexus_runner.app import execute_run

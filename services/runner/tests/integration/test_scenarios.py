@@ -6,8 +6,7 @@ import asyncio
 from pathlib import Path
 from typing import Any
 
-from nexus_events import subjects
-from nexus_events.bus import Bus
+from nexus_events.contract import subjects
 from nexus_events.events.inbox import ApprovalDecision, InboxMessage
 from nexus_events.events.runs import (
     ApprovalDecided,
@@ -22,10 +21,12 @@ from nexus_events.events.runs import (
     ToolCalled,
     ToolResult,
 )
+from nexus_events.transport.bus import Bus
 from nexus_testing import eventually
 from tests.fakes.openai_server import Failure, FakeOpenAI, Reply, ToolCall
 
 from nexus_runner.app import RunHandle, execute_run
+from nexus_runner.clock import ManualClock
 from nexus_runner.config import RunnerSettings
 
 from .conftest import git
@@ -248,9 +249,13 @@ async def test_token_budget_exceeded(bus: Bus, runner_bus: Bus, settings: Runner
 
 
 async def test_wall_clock_budget(bus: Bus, runner_bus: Bus, settings: RunnerSettings) -> None:
+    clock = ManualClock()
     async with FakeOpenAI([Reply(text="thinking...", hang=True)]) as llm:
         config = make_config(llm.base_url, budgets={"max_wall_seconds": 1})
-        terminal = await asyncio.wait_for(execute_run(config, settings, runner_bus), 10)
+        run = asyncio.create_task(execute_run(config, settings, runner_bus, clock=clock))
+        await asyncio.wait_for(llm.hanging.wait(), 10)
+        clock.advance(1)  # the run's second is spent while the model call hangs
+        terminal = await asyncio.wait_for(run, 10)
     assert isinstance(terminal, RunFailed)
     assert terminal.detail["budget"] == "max_wall_seconds"
 
@@ -377,19 +382,19 @@ async def test_inbox_message_is_injected_into_the_next_turn(
 async def test_heartbeats_while_waiting(
     bus: Bus, runner_bus: Bus, settings: RunnerSettings
 ) -> None:
+    clock = ManualClock()
     async with FakeOpenAI([Reply(text="slow", hang=True), finish()]) as llm:
         config = make_config(llm.base_url)
-        run = asyncio.create_task(execute_run(config, settings, runner_bus))
+        run = asyncio.create_task(execute_run(config, settings, runner_bus, clock=clock))
         await asyncio.wait_for(llm.hanging.wait(), 10)
+        clock.advance(settings.heartbeat_interval)  # a heartbeat is due while the call hangs
 
         async def heartbeats() -> list[RunHeartbeat]:
             return [e for e in await run_events(bus, config.run_id) if isinstance(e, RunHeartbeat)]
 
-        beats = await eventually(  # a heartbeat sent while the model call hangs says so
-            heartbeats,
-            lambda beats: any(b.phase == "thinking" for b in beats),
-            interval=0.05,
-            what="a thinking heartbeat",
+        # A heartbeat sent while the model call hangs says so.
+        beats = await eventually(
+            heartbeats, lambda seen: any(b.phase == "thinking" for b in seen), interval=0.05
         )
         llm.release.set()
         terminal = await asyncio.wait_for(run, 10)

@@ -21,9 +21,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from nexus_events.bus import Bus
 from nexus_events.events.runs import RunCompleted, ToolResult
 from nexus_events.events.specs import RepoSpec
+from nexus_events.transport.bus import Bus
 from nexus_scheduler.runtime.confinement import Confinement
 from nexus_scheduler.runtime.local import LocalProcessRuntime
 from nexus_testing import eventually

@@ -9,10 +9,11 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from nexus_events import subjects, telemetry
-from nexus_events.bus import Bus
+from nexus_events.contract import subjects
+from nexus_events.contract.streams import RUNS
 from nexus_events.events.runs import RunCompleted, RunPrepared
-from nexus_events.streams import RUNS
+from nexus_events.runtime import telemetry
+from nexus_events.transport.bus import Bus
 from opentelemetry import trace
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter

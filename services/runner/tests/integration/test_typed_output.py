@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from nexus_events.bus import Bus
 from nexus_events.events.runs import Reason, RunCompleted, RunFailed, ToolResult
+from nexus_events.transport.bus import Bus
 from tests.fakes.openai_server import FakeOpenAI, Reply, ToolCall
 
 from nexus_runner.app import execute_run

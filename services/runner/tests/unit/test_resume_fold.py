@@ -6,7 +6,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 import pytest
-from nexus_events.codec import Envelope
+from nexus_events.contract.codec import Envelope
 from nexus_events.events.runs import (
     ApprovalDecided,
     ApprovalRequested,

@@ -39,7 +39,7 @@ def test_the_old_prefix_still_works_and_warns(monkeypatch):
 
 def test_bad_settings_end_the_runner_with_one_line_and_exit_2():
     """`python -m nexus_runner` with an invalid variable: one line naming it, status 2
-    (nexus_events.process.EXIT_BAD_SETTINGS), before it connects anywhere; no traceback."""
+    (nexus_events.runtime.process.EXIT_BAD_SETTINGS), before it connects anywhere; no traceback."""
     env = {**os.environ, "OTEL_SDK_DISABLED": "true", "NEXUS_LLM_TIMEOUT": "often"}
     done = subprocess.run(
         [sys.executable, "-m", "nexus_runner", "--run-id", "run_1"],

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import sys
 
-from nexus_events.process import EXIT_BAD_SETTINGS, run_service
+from nexus_events.runtime.process import EXIT_BAD_SETTINGS, run_service
 
 from nexus_scheduler.app import SchedulerApp
 from nexus_scheduler.config import SchedulerSettings

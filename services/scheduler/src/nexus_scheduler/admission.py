@@ -19,6 +19,7 @@ from datetime import datetime, timedelta
 from enum import StrEnum
 from typing import Literal
 
+from nexus_events.contract.runstate import RunStatus
 from nexus_events.events import (
     CancelRequested,
     Event,
@@ -32,7 +33,6 @@ from nexus_events.events import (
     RunStarted,
     TerminalEvent,
 )
-from nexus_events.runstate import RunStatus
 
 LimitName = Literal["global", "agent", "task"]
 

@@ -1,13 +1,13 @@
 """Wiring and lifecycle: bus, runtime, leadership, replay, consumer, ticker; drain on stop.
 
-Replicas campaign for a KV lease (`nexus_events.leadership.Leadership`, as core, memory and
+Replicas campaign for a KV lease (`nexus_events.runtime.leadership.Leadership`, as core, memory and
 flows do); only the holder consumes and acts, and fences each side effect with the lease. On
 taking the lease a replica rebuilds admission from the newest snapshot and the NEXUS_RUNS
 events after it (so it neither loses queued runs nor exceeds the limits; heartbeats only of
 open runs, see `nexus_scheduler.rebuild`), re-adopts the runs its runtime still has (runs it
 does not know are marked `lost` only after the heartbeat window), then follows the stream,
 ticks, and writes a snapshot now and then (`nexus_scheduler.checkpoint`), each a
-`nexus_events.periodic.PeriodicTask`.
+`nexus_events.runtime.periodic.PeriodicTask`.
 """
 
 from __future__ import annotations
@@ -21,15 +21,14 @@ from pathlib import Path
 
 import nats.errors
 import nats.js.errors
-from nexus_events.bus import BusSettings, Consumer, ConsumerSpec
+from nexus_events.contract.streams import RUNS, SCHEDULES, StreamSettings
 from nexus_events.events import RunConfig
-from nexus_events.health import HealthServer, JetStreamProbe
-from nexus_events.leadership import Leadership
-from nexus_events.lease import Lease, LeaseTerm
-from nexus_events.metrics import MetricsSettings, setup_metrics
-from nexus_events.periodic import PeriodicTask
-from nexus_events.process import ServiceApp
-from nexus_events.streams import RUNS, SCHEDULES, StreamSettings, ensure_streams
+from nexus_events.runtime.leadership import Leadership
+from nexus_events.runtime.lease import Lease, LeaseTerm
+from nexus_events.runtime.metrics import MetricsSettings, setup_metrics
+from nexus_events.runtime.periodic import PeriodicTask
+from nexus_events.runtime.process import ServiceApp
+from nexus_events.transport.bus import Bus, BusSettings, Consumer, ConsumerSpec
 
 from nexus_scheduler.auth_callout import AuthCalloutResponder
 from nexus_scheduler.callout_jwt import Issuer
@@ -114,31 +113,17 @@ class SchedulerApp(ServiceApp):
         self._ticks: PeriodicTask | None = None
         self._checkpoints: PeriodicTask | None = None
         self.checkpointer: Checkpointer | None = None
-        self.health: HealthServer | None = None
-        # Whether JetStream has leaders for the streams the scheduler needs (readiness).
-        self.jetstream: JetStreamProbe | None = None
 
     async def open(self, stack: contextlib.AsyncExitStack) -> None:
-        # First up, last down: liveness holds through start-up and the whole drain.
-        if self.settings.health_port is not None:
-            self.health = HealthServer(
-                self.ready, self.settings.health_host, self.settings.health_port
-            )
-            await self.health.start()
-            stack.push_async_callback(self.health.stop)
-        bus = await self.connect_bus(stack, self.bus_settings, SOURCE)
-        if self.settings.auth_callout_seed is not None:
-            # Every replica answers (a queue group): runners connect whoever leads.
-            issuer = Issuer(self.settings.auth_callout_seed.get_secret_value())
-            responder = AuthCalloutResponder(bus.nc, issuer)
-            await responder.start()
-            stack.push_async_callback(responder.stop)
-        await ensure_streams(bus.js, update=False)  # core owns stream settings
-        self.jetstream = JetStreamProbe(
-            bus.js, [RUNS, SCHEDULES], interval=self.settings.jetstream_probe_seconds
+        bus = await self.open_runtime(
+            stack,
+            self.settings,
+            bus_settings=self.bus_settings,
+            source=SOURCE,
+            probe_streams=[RUNS, SCHEDULES],
+            probe_interval=self.settings.jetstream_probe_seconds,
+            connected=self._answer_auth_callout,
         )
-        await self.jetstream.start()
-        stack.push_async_callback(self.jetstream.stop)
         if self.metrics is None:
             provider = setup_metrics("scheduler", MetricsSettings())
             stack.callback(provider.shutdown)
@@ -162,6 +147,14 @@ class SchedulerApp(ServiceApp):
         # The first round in the background: a takeover's rebuild does not hold up start.
         await leadership.start(first_round="background")
         stack.push_async_callback(self._drain_bounded)
+
+    async def _answer_auth_callout(self, bus: Bus, stack: contextlib.AsyncExitStack) -> None:
+        if self.settings.auth_callout_seed is not None:
+            # Every replica answers (a queue group): runners connect whoever leads.
+            issuer = Issuer(self.settings.auth_callout_seed.get_secret_value())
+            responder = AuthCalloutResponder(bus.nc, issuer)
+            await responder.start()
+            stack.push_async_callback(responder.stop)
 
     @property
     def _lease(self) -> Lease | None:

@@ -15,8 +15,8 @@ from collections.abc import Callable
 import nats.errors
 from nats.aio.msg import Msg
 from nats.aio.subscription import Subscription
-from nexus_events.natsclient import Client
-from nexus_events.run_access import run_permissions
+from nexus_events.contract.run_access import run_permissions
+from nexus_events.transport.natsclient import Client
 
 from nexus_scheduler.callout_jwt import AuthRequest, CalloutError, Issuer, read_request
 from nexus_scheduler.run_credentials import CredentialRefusedError, token_key, verify

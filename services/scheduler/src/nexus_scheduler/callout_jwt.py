@@ -17,7 +17,7 @@ import os
 from typing import Any
 
 import nkeys  # type: ignore[import-untyped]
-from nexus_events.run_access import RunPermissions
+from nexus_events.contract.run_access import RunPermissions
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 _HEADER = {"typ": "JWT", "alg": "ed25519-nkey"}

@@ -15,8 +15,8 @@ import logging
 from collections.abc import Awaitable, Callable
 from datetime import datetime
 
-from nexus_events.bus import Bus
-from nexus_events.streams import RUNS
+from nexus_events.contract.streams import RUNS
+from nexus_events.transport.bus import Bus
 
 from nexus_scheduler.clock import Clock
 from nexus_scheduler.rebuild import advance

@@ -8,7 +8,7 @@ import tempfile
 from pathlib import Path
 from typing import Literal
 
-from nexus_events.settings import HealthPortSetting, NexusSettings
+from nexus_events.runtime.settings import HealthPortSetting, NexusSettings
 from pydantic import Field, SecretStr
 
 from nexus_scheduler.admission import Limits, Timeouts

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from nexus_events.bus import BatchHandler, Delivery
+from nexus_events.transport.bus import BatchHandler, Delivery
 
 from nexus_scheduler.schedules_service import ScheduleService
 from nexus_scheduler.service import SchedulerService

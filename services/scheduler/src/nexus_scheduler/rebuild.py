@@ -39,11 +39,11 @@ from dataclasses import dataclass
 from datetime import datetime
 
 from nats.aio.msg import Msg
-from nexus_events import subjects
-from nexus_events.bus import Bus, decode_msg
+from nexus_events.contract import subjects
+from nexus_events.contract.runstate import RunEvent
+from nexus_events.contract.streams import RUNS
 from nexus_events.errors import DecodeError
-from nexus_events.runstate import RunEvent
-from nexus_events.streams import RUNS
+from nexus_events.transport.bus import Bus, decode_msg
 
 from nexus_scheduler.clock import Clock, SystemClock
 from nexus_scheduler.service import WATCHED_EVENTS, SchedulerService

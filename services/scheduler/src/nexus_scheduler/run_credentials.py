@@ -14,9 +14,9 @@ import hashlib
 import hmac
 from dataclasses import dataclass
 
-from nexus_events import subjects
+from nexus_events.contract import subjects
+from nexus_events.contract.run_access import GRANTS, inbox_prefix
 from nexus_events.events.runs import RunConfig
-from nexus_events.run_access import GRANTS, inbox_prefix
 
 USER_PREFIX = "run:"
 VERSION = "v1"

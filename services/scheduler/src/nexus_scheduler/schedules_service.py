@@ -23,9 +23,10 @@ import logging
 from collections.abc import Awaitable, Callable
 from datetime import datetime
 
-from nexus_events import subjects
-from nexus_events.bus import Bus, Outgoing, decode_msg
-from nexus_events.codec import Decoded
+from nexus_events.contract import subjects
+from nexus_events.contract.codec import Decoded
+from nexus_events.contract.runstate import TERMINAL_EVENTS, RunEvent
+from nexus_events.contract.streams import FLOWS, RUNS, SCHEDULES
 from nexus_events.errors import DecodeError
 from nexus_events.events import (
     CancelRequested,
@@ -40,9 +41,8 @@ from nexus_events.events import (
     ScheduleRemoved,
 )
 from nexus_events.events.flows import FLOW_TERMINAL
-from nexus_events.run_requests import request_flow, request_run
-from nexus_events.runstate import TERMINAL_EVENTS, RunEvent
-from nexus_events.streams import FLOWS, RUNS, SCHEDULES
+from nexus_events.transport.bus import Bus, Outgoing, decode_msg
+from nexus_events.transport.run_requests import request_flow, request_run
 
 from nexus_scheduler.clock import Clock, SystemClock
 from nexus_scheduler.schedule import (

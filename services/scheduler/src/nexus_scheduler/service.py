@@ -23,9 +23,9 @@ from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass, field
 from datetime import datetime
 
-from nexus_events import subjects, telemetry
-from nexus_events.bus import Bus
-from nexus_events.codec import Decoded
+from nexus_events.contract import subjects
+from nexus_events.contract.codec import Decoded
+from nexus_events.contract.runstate import TERMINAL_EVENTS, RunEvent
 from nexus_events.events import (
     Reason,
     RunCancelled,
@@ -36,7 +36,8 @@ from nexus_events.events import (
     RunTimedOut,
     TerminalEvent,
 )
-from nexus_events.runstate import TERMINAL_EVENTS, RunEvent
+from nexus_events.runtime import telemetry
+from nexus_events.transport.bus import Bus
 
 from nexus_scheduler.admission import (
     AdmissionState,

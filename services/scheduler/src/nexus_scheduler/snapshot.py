@@ -18,7 +18,7 @@ from __future__ import annotations
 import zlib
 from datetime import datetime
 
-from nexus_events.codec import Decoded
+from nexus_events.contract.codec import Decoded
 from nexus_events.events import RunConfig
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 

@@ -34,8 +34,8 @@ from typing import Literal
 
 import nats.js.errors
 from nats.js.kv import KeyValue
-from nexus_events.bucket_replicas import follow_replicas
-from nexus_events.bus import Bus
+from nexus_events.transport.bucket_replicas import follow_replicas
+from nexus_events.transport.bus import Bus
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from nexus_scheduler.snapshot import Snapshot, SnapshotInvalid, decode, encode

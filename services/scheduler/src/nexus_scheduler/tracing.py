@@ -17,9 +17,8 @@ import contextlib
 from collections.abc import Iterator, Mapping
 from typing import Any
 
-from nexus_events import telemetry
-from nexus_events.codec import Decoded
-from nexus_events.spans import (
+from nexus_events.contract.codec import Decoded
+from nexus_events.contract.spans import (
     AGENT_ID,
     ATTEMPT,
     OUTCOME,
@@ -28,11 +27,12 @@ from nexus_events.spans import (
     event_attributes,
     event_parent,
 )
+from nexus_events.runtime import telemetry
 from opentelemetry import context as otel_context
 from opentelemetry import trace
 from opentelemetry.trace import Span, SpanKind
 
-# The shared names the scheduler's spans carry (nexus_events.spans owns them).
+# The shared names the scheduler's spans carry (nexus_events.contract.spans owns them).
 __all__ = ["AGENT_ID", "ATTEMPT", "OBSERVE_SPAN", "OUTCOME", "RUNTIME", "RunTraces"]
 
 OBSERVE_SPAN = "scheduler observe"

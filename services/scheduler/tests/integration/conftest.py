@@ -6,10 +6,10 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
 import pytest
-from nexus_events import subjects
-from nexus_events.bus import Bus, BusSettings, Outgoing
+from nexus_events.contract import subjects
+from nexus_events.contract.streams import RUNS
 from nexus_events.events import Event, RunConfig
-from nexus_events.streams import RUNS
+from nexus_events.transport.bus import Bus, BusSettings, Outgoing
 from nexus_scheduler.app import SchedulerApp
 from nexus_scheduler.clock import ManualClock
 from nexus_scheduler.config import SchedulerSettings

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from nexus_events.bus import Bus
 from nexus_events.events import (
     RunCompleted,
     RunDispatched,
@@ -11,6 +10,7 @@ from nexus_events.events import (
     RunStarted,
     TerminalEvent,
 )
+from nexus_events.transport.bus import Bus
 from nexus_scheduler.clock import ManualClock
 from nexus_scheduler.runtime.base import RuntimeState, RuntimeStatus
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 import uuid
 
 import pytest
-from nexus_events.bus import Bus, BusSettings
+from nexus_events.transport.bus import Bus, BusSettings
 from nexus_scheduler.app import SchedulerApp
 from nexus_scheduler.config import SchedulerSettings
 from nexus_testing import NatsCluster, eventually, http_status

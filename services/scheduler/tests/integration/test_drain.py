@@ -7,9 +7,9 @@ import logging
 
 import nats.js.errors
 import pytest
-from nexus_events.bus import Bus
 from nexus_events.events import RunConfig
-from nexus_events.lease import LEADER_KEY
+from nexus_events.runtime.lease import LEADER_KEY
+from nexus_events.transport.bus import Bus
 from nexus_scheduler.runtime.base import RunHandle
 
 from tests.support.noop_runtime import NoopRuntime

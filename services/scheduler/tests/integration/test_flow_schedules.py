@@ -5,15 +5,15 @@ from __future__ import annotations
 
 from datetime import timedelta
 
-from nexus_events import subjects
-from nexus_events.bus import Bus
+from nexus_events.contract import subjects
+from nexus_events.contract.streams import FLOWS
 from nexus_events.events import (
     FlowCancelRequested,
     FlowCompleted,
     FlowRequested,
     ScheduleDefined,
 )
-from nexus_events.streams import FLOWS
+from nexus_events.transport.bus import Bus
 from nexus_scheduler.clock import ManualClock
 from nexus_scheduler.schedule import OverlapPolicy, run_id_for
 from nexus_scheduler.schedules_service import SUPERSEDED, ScheduleService

@@ -11,11 +11,11 @@ import asyncio
 from datetime import timedelta
 
 import pytest
-from nexus_events import subjects
-from nexus_events.bus import Bus
+from nexus_events.contract import subjects
+from nexus_events.contract.streams import SCHEDULES
 from nexus_events.events import ScheduleDefined
-from nexus_events.lease import LEADER_KEY
-from nexus_events.streams import SCHEDULES
+from nexus_events.runtime.lease import LEADER_KEY
+from nexus_events.transport.bus import Bus
 from nexus_scheduler.clock import ManualClock
 from nexus_scheduler.service import SchedulerService
 

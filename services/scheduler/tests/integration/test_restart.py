@@ -13,8 +13,8 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
-from nexus_events.bus import Bus
 from nexus_events.events import RunCompleted, RunConfig, RunStarted
+from nexus_events.transport.bus import Bus
 from nexus_scheduler.app import SchedulerApp
 from nexus_scheduler.clock import ManualClock
 from nexus_scheduler.runtime.base import RuntimeState

@@ -12,7 +12,6 @@ import sys
 from pathlib import Path
 
 import pytest
-from nexus_events.bus import Bus
 from nexus_events.events import (
     CancelRequested,
     RunDispatched,
@@ -21,6 +20,7 @@ from nexus_events.events import (
     RunResuming,
     RunStarted,
 )
+from nexus_events.transport.bus import Bus
 from nexus_scheduler.app import SchedulerApp
 from nexus_scheduler.clock import ManualClock
 from nexus_scheduler.metrics import ATTEMPTS_EXHAUSTED, RESUMES, SchedulerMetrics

@@ -20,11 +20,11 @@ import nats.js.errors
 import pytest
 from nats.aio.client import Client
 from nats.js.api import ConsumerConfig
-from nexus_events import run_access, subjects
-from nexus_events.bus import Bus, BusSettings
+from nexus_events.contract import run_access, subjects
+from nexus_events.contract.streams import INBOX, RUNS, StreamSettings, ensure_streams
 from nexus_events.events.inbox import InboxMessage
 from nexus_events.events.runs import CancelRequested, RunCompleted, RunConfig, RunHeartbeat
-from nexus_events.streams import INBOX, RUNS, StreamSettings, ensure_streams
+from nexus_events.transport.bus import Bus, BusSettings
 from nexus_runner.app import execute_run
 from nexus_runner.checkpoint import checkpoint_bucket
 from nexus_runner.config import RunnerSettings

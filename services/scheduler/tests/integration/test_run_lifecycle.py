@@ -7,7 +7,6 @@ import signal
 import sys
 from pathlib import Path
 
-from nexus_events.bus import Bus
 from nexus_events.events import (
     CancelRequested,
     RunCancelled,
@@ -15,6 +14,7 @@ from nexus_events.events import (
     RunHeartbeat,
     RunStarted,
 )
+from nexus_events.transport.bus import Bus
 from nexus_scheduler.app import SchedulerApp
 from nexus_scheduler.clock import ManualClock
 from nexus_scheduler.runtime.base import RunHandle, RuntimeState

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from datetime import timedelta
 
-from nexus_events import subjects
-from nexus_events.bus import Bus
+from nexus_events.contract import subjects
+from nexus_events.contract.streams import SCHEDULES
 from nexus_events.events import (
     CancelRequested,
     RunCancelled,
@@ -16,7 +16,7 @@ from nexus_events.events import (
     ScheduleRemoved,
 )
 from nexus_events.events.schedules import ScheduleMissed
-from nexus_events.streams import SCHEDULES
+from nexus_events.transport.bus import Bus
 from nexus_scheduler.clock import ManualClock
 from nexus_scheduler.schedule import OverlapPolicy, jitter, run_id_for
 from nexus_scheduler.schedules_service import MAX_MISSED_EVENTS, SUPERSEDED, ScheduleService

@@ -9,11 +9,11 @@ import random
 from datetime import UTC, datetime
 
 import pytest
-from nexus_events import subjects
-from nexus_events.bus import Bus, Outgoing, decode_msg
+from nexus_events.contract import subjects
+from nexus_events.contract.streams import RUNS
 from nexus_events.events import Event, RunCompleted
-from nexus_events.lease import Lease
-from nexus_events.streams import RUNS
+from nexus_events.runtime.lease import Lease
+from nexus_events.transport.bus import Bus, Outgoing, decode_msg
 from nexus_scheduler.admission import Limits, Timeouts
 from nexus_scheduler.checkpoint import Checkpointer
 from nexus_scheduler.clock import SystemClock

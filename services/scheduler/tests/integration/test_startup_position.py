@@ -4,10 +4,10 @@ an existing durable keeps its position across a restart."""
 from __future__ import annotations
 
 from nats.js.api import DeliverPolicy
-from nexus_events import subjects
-from nexus_events.bus import Bus
+from nexus_events.contract import subjects
+from nexus_events.contract.streams import RUNS, SCHEDULES
 from nexus_events.events import RunCompleted, ScheduleDefined
-from nexus_events.streams import RUNS, SCHEDULES
+from nexus_events.transport.bus import Bus
 from nexus_scheduler.clock import ManualClock
 
 from ..factories import config

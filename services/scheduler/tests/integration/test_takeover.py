@@ -11,8 +11,8 @@ import logging
 from typing import Any
 
 import pytest
-from nexus_events import subjects
-from nexus_events.bus import Bus, Outgoing, decode_msg
+from nexus_events.contract import subjects
+from nexus_events.contract.streams import RUNS
 from nexus_events.events import (
     CancelRequested,
     Event,
@@ -25,7 +25,7 @@ from nexus_events.events import (
     RunStarted,
     RunTurn,
 )
-from nexus_events.streams import RUNS
+from nexus_events.transport.bus import Bus, Outgoing, decode_msg
 from nexus_scheduler.admission import AdmissionState, Limits, Timeouts
 from nexus_scheduler.rebuild import rebuild
 from nexus_scheduler.service import SchedulerService, watched_subjects

@@ -7,10 +7,11 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from nexus_events import subjects, telemetry
-from nexus_events.bus import Bus
+from nexus_events.contract import subjects
+from nexus_events.contract.streams import RUNS
 from nexus_events.events import CancelRequested, RunConfig, RunPrepared
-from nexus_events.streams import RUNS
+from nexus_events.runtime import telemetry
+from nexus_events.transport.bus import Bus
 from nexus_scheduler.runtime.base import RunHandle
 from nexus_scheduler.runtime.kubernetes import KubernetesSettings, build_job
 from opentelemetry.sdk.trace import TracerProvider

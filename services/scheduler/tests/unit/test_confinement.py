@@ -333,7 +333,7 @@ def test_a_run_sees_no_other_run_wherever_the_roots_are(tmp_path: Path) -> None:
 
 
 async def test_the_scheduler_will_not_start_unconfined_when_on(tmp_path: Path) -> None:
-    from nexus_events.process import EXIT_BAD_SETTINGS
+    from nexus_events.runtime.process import EXIT_BAD_SETTINGS
 
     env = {"PATH": str(tmp_path), "NEXUS_CONFINEMENT": "on", "HOME": str(tmp_path)}  # no bwrap
     proc = await asyncio.create_subprocess_exec(

@@ -8,11 +8,11 @@ from typing import Any
 
 import nkeys  # type: ignore[import-untyped]
 import pytest
-from nexus_events import run_access, subjects
+from nexus_events.contract import run_access, subjects
+from nexus_events.contract.roles import EVENT_ROLES, Service
+from nexus_events.contract.run_access import RUNNER_EVENTS
+from nexus_events.contract.subjects import Family
 from nexus_events.events.runs import RunConfig
-from nexus_events.roles import EVENT_ROLES, Service
-from nexus_events.run_access import RUNNER_EVENTS
-from nexus_events.subjects import Family
 from nexus_scheduler.auth_callout import decide
 from nexus_scheduler.callout_jwt import AuthRequest, CalloutError, Issuer, read_request
 from nexus_scheduler.run_credentials import (

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from nexus_events.bus import BusSettings
+from nexus_events.transport.bus import BusSettings
 from nexus_runner.config import RunnerSettings
 from nexus_scheduler.runtime.runner_env import passes, runner_env
 

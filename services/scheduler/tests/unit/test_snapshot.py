@@ -10,8 +10,8 @@ import zlib
 from datetime import UTC, datetime, timedelta
 
 import pytest
-from nexus_events import subjects
-from nexus_events.codec import Decoded, Envelope
+from nexus_events.contract import subjects
+from nexus_events.contract.codec import Decoded, Envelope
 from nexus_events.events import Event
 from nexus_scheduler.snapshot import (
     SNAPSHOT_VERSION,

@@ -11,8 +11,8 @@ from typing import Any, ClassVar, TypeVar
 
 from pydantic import BaseModel, ConfigDict
 
+from nexus_events.contract.subjects import Family, schema_prefix
 from nexus_events.errors import UnregisteredEvent
-from nexus_events.subjects import Family, schema_prefix
 
 SCHEMA_VERSION = 1
 

@@ -11,6 +11,7 @@ from typing import Any, ClassVar
 
 from pydantic import Field, field_validator
 
+from nexus_events.contract.subjects import Family, validate_token
 from nexus_events.events.base import Command, register
 from nexus_events.events.egress import EgressGrant, unique_grants
 from nexus_events.events.specs import (
@@ -27,7 +28,6 @@ from nexus_events.events.specs import (
     ToolGrant,
     unique_sandbox_tools,
 )
-from nexus_events.subjects import Family, validate_token
 
 
 class Role(StrEnum):

@@ -14,8 +14,8 @@ from typing import Any, ClassVar, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from nexus_events.contract.subjects import Family
 from nexus_events.events.base import Command, Event, register
-from nexus_events.subjects import Family
 
 
 class ChannelAddress(BaseModel):

@@ -16,10 +16,10 @@ from typing import ClassVar, Literal
 
 from pydantic import Field, field_validator
 
+from nexus_events.contract.runstate import RunEvent
+from nexus_events.contract.subjects import Family
 from nexus_events.events.base import Event, register
 from nexus_events.events.specs import Spec
-from nexus_events.runstate import RunEvent
-from nexus_events.subjects import Family
 
 # A DNS name, optionally with `*.` in front (any sub-domain, not the name itself).
 _HOST = re.compile(

@@ -9,7 +9,7 @@ after the last one it is completed. Routes may go back: a step entered again run
 and every cycle has a step with `max_rounds`, past which the flow escalates to the step named
 by `on_max_rounds` (a gate) or fails with reason `max_rounds`.
 
-Conditions and input templates are CEL (`nexus_events.expressions`), evaluated over
+Conditions and input templates are CEL (`nexus_events.contract.expressions`), evaluated over
 ``task`` (id, input, repo), ``input`` (the flow request's input), ``flow`` (id, run id,
 revision), ``item`` / ``index`` (in a map step) and one entry per finished step, by step id:
 a run step's validated `finish.details` (its typed output), a map step's ``{items, succeeded,
@@ -28,13 +28,13 @@ from typing import Annotated, Any, ClassVar, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from nexus_events import flowgraph
+from nexus_events.contract import flowgraph
+from nexus_events.contract.subjects import Family, validate_token
 from nexus_events.events.base import Command, Event, register
 from nexus_events.events.catalog import _CatalogCommand
 from nexus_events.events.channels import ChannelAddress
 from nexus_events.events.runs import Origin
 from nexus_events.events.specs import RepoSpec, Spec
-from nexus_events.subjects import Family, validate_token
 
 # Step ids are short and have no '-': a step's run id `<flow_run_id>-<step>-r<round>[-i<item>]`
 # then splits one way only, whatever the flow run id holds.
@@ -60,14 +60,14 @@ class FlowReason:
 
 
 def _expression(value: str) -> str:
-    from nexus_events.expressions import compile_expression  # the `flows` extra
+    from nexus_events.contract.expressions import compile_expression  # the `flows` extra
 
     compile_expression(value)
     return value
 
 
 def _template(value: str) -> str:
-    from nexus_events.expressions import compile_template  # the `flows` extra
+    from nexus_events.contract.expressions import compile_template  # the `flows` extra
 
     compile_template(value)
     return value

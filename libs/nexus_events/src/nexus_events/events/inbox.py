@@ -11,8 +11,8 @@ from typing import ClassVar, Literal
 
 from pydantic import Field
 
+from nexus_events.contract.subjects import Family
 from nexus_events.events.base import Command, register
-from nexus_events.subjects import Family
 
 
 class _InboxCommand(Command):

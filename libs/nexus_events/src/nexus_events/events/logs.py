@@ -6,8 +6,8 @@ from typing import ClassVar, Literal
 
 from pydantic import Field
 
+from nexus_events.contract.subjects import Family
 from nexus_events.events.base import Event, register
-from nexus_events.subjects import Family
 
 
 @register

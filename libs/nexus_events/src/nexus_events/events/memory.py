@@ -17,10 +17,10 @@ from typing import ClassVar, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
+from nexus_events.contract.subjects import Family, validate_token
 from nexus_events.errors import InvalidSubject
 from nexus_events.events.base import Event, register
 from nexus_events.events.runs import MemoryItem
-from nexus_events.subjects import Family, validate_token
 
 # Longest memory text: a memory is a fact or a decision, not a document.
 MAX_MEMORY_TEXT = 4000

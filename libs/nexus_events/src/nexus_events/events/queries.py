@@ -18,12 +18,12 @@ from typing import Annotated, Any, Literal
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field
 from pydantic_core import PydanticCustomError
 
-from nexus_events import subjects
+from nexus_events.contract import subjects
+from nexus_events.contract.runstate import RunStatus
 from nexus_events.events.catalog import AgentDefinition, SkillDefinition
 from nexus_events.events.flows import FlowDefinition
 from nexus_events.events.runs import Origin
 from nexus_events.events.tasks import Column
-from nexus_events.runstate import RunStatus
 
 # Most rows one runs.list / runs.events reply carries: a page a person can read and a reply
 # far below NATS' default 1 MB max_payload.

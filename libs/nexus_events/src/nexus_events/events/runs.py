@@ -11,6 +11,8 @@ from typing import Any, ClassVar, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
+from nexus_events.contract.runstate import RunEvent, RunStatus
+from nexus_events.contract.subjects import Family, validate_token
 from nexus_events.events.base import Command, Event, register
 from nexus_events.events.channels import ChannelAddress
 from nexus_events.events.egress import EgressGrant
@@ -26,8 +28,6 @@ from nexus_events.events.specs import (
     SandboxTool,
     ToolGrant,
 )
-from nexus_events.runstate import RunEvent, RunStatus
-from nexus_events.subjects import Family, validate_token
 
 
 class Origin(StrEnum):

@@ -7,8 +7,8 @@ from typing import ClassVar, Literal
 
 from pydantic import Field, model_validator
 
+from nexus_events.contract.subjects import Family
 from nexus_events.events.base import Command, Event, register
-from nexus_events.subjects import Family
 
 
 @register

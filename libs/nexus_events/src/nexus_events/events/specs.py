@@ -11,9 +11,9 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from nexus_events import capabilities
-from nexus_events.approver_policy import parse_principals
-from nexus_events.subjects import validate_token
+from nexus_events.contract import capabilities
+from nexus_events.contract.approver_policy import parse_principals
+from nexus_events.contract.subjects import validate_token
 
 
 class Spec(BaseModel):
@@ -318,7 +318,8 @@ def _sandbox_name(value: str) -> str:
 
 
 def _capability_tokens(value: list[str]) -> list[str]:
-    """Tokens that all parse (nexus_events.capabilities fails closed), else a ValueError."""
+    """Tokens that all parse (nexus_events.contract.capabilities fails closed), else a
+    ValueError."""
     try:
         capabilities.parse_all(value)
     except capabilities.CapabilityError as exc:
@@ -331,7 +332,7 @@ class SandboxTool(Spec):
 
     The source defines ``async function run(args)``; what it returns is the tool's output.
     It reaches the outside only through the host object ``nexus``, and every host call is
-    checked against ``capabilities`` (tokens, nexus_events.capabilities): an unknown or
+    checked against ``capabilities`` (tokens, nexus_events.contract.capabilities): an unknown or
     malformed token refuses the whole definition.
     """
 

@@ -7,9 +7,9 @@ from typing import ClassVar
 
 from pydantic import Field
 
+from nexus_events.contract.subjects import Family
 from nexus_events.events.base import Command, register
 from nexus_events.events.specs import RepoSpec
-from nexus_events.subjects import Family
 
 
 class Column(StrEnum):

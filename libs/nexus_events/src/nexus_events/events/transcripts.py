@@ -20,9 +20,9 @@ from typing import Any, ClassVar, Literal
 
 from pydantic import Field, model_validator
 
+from nexus_events.contract.subjects import Family
 from nexus_events.events.base import Event, register
 from nexus_events.events.runs import Condensation
-from nexus_events.subjects import Family
 
 
 @register

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 import asyncpg
-from nexus_events.projection import quote_ident
+from nexus_events.transport.projection import quote_ident
 
 from nexus_channel_gateway.store.approvals import ApprovalRecords
 from nexus_channel_gateway.store.delegations import DelegationRecords

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import json
 
-from nexus_events.codec import Encoded
+from nexus_events.contract.codec import Encoded
 
 from nexus_channel_gateway.store.table_group import TableGroup
 

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from nexus_events import subjects
+from nexus_events.contract import subjects
+from nexus_events.contract.runstate import RunEvent
 from nexus_events.errors import InvalidSubject
 from nexus_events.events import (
     CancelRequested,
@@ -13,8 +14,7 @@ from nexus_events.events import (
     Reason,
     RunRequested,
 )
-from nexus_events.run_requests import request_flow, request_run
-from nexus_events.runstate import RunEvent
+from nexus_events.transport.run_requests import request_flow, request_run
 
 from nexus_plane_sync.ingress.core import SOURCE, IngressCore, Unusable, _instructions
 

@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import re
 
-from nexus_events import subjects
+from nexus_events.contract import subjects
+from nexus_events.contract.runstate import RunStatus
 from nexus_events.errors import InvalidSubject
 from nexus_events.events import InboxMessage, PlaneWebhookReceived
-from nexus_events.runstate import RunStatus
 
 from nexus_plane_sync import render
 from nexus_plane_sync.answers import answer_approval, gate_closed, gate_policy

@@ -9,10 +9,10 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 from nats.js.api import PubAck
-from nexus_events.approver_policy import DEFAULT_PRINCIPALS
-from nexus_events.bus import Bus
+from nexus_events.contract.approver_policy import DEFAULT_PRINCIPALS
 from nexus_events.events import Column, PlaneWebhookReceived
 from nexus_events.events.base import Event
+from nexus_events.transport.bus import Bus
 
 from nexus_plane_sync import render
 from nexus_plane_sync.errors import PlaneUnavailable

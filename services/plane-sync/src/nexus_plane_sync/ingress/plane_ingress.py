@@ -31,12 +31,12 @@ from __future__ import annotations
 from collections import Counter
 from typing import Any
 
-from nexus_events import subjects
-from nexus_events.bus import ConsumerSpec
+from nexus_events.contract import subjects
+from nexus_events.contract.streams import PLANE
 from nexus_events.events import PlaneWebhookReceived
 from nexus_events.events.base import Event
-from nexus_events.fast import Reject, Retry
-from nexus_events.streams import PLANE
+from nexus_events.transport.bus import ConsumerSpec
+from nexus_events.transport.fast import Reject, Retry
 
 from nexus_plane_sync.errors import PlaneUnavailable
 from nexus_plane_sync.ingress.comments import CommentCommands
@@ -82,8 +82,8 @@ class PlaneIngress(WorkItemTriage, CommentCommands):
     """Plane -> Nexus: one filed webhook at a time, to the handler of its event."""
 
     async def on_webhook(self, event: Event) -> None:
-        """FastStream handler of the webhook durable (`nexus_events.fast`): one filed webhook
-        at a time, in stream order (subscribed with ``ordered=True``)."""
+        """FastStream handler of the webhook durable (`nexus_events.transport.fast`): one filed
+        webhook at a time, in stream order (subscribed with ``ordered=True``)."""
         if not isinstance(event, PlaneWebhookReceived):
             raise Reject("unexpected_event", f"{type(event).__name__} on the webhook consumer")
         if self.mirrored is not None and self.published:

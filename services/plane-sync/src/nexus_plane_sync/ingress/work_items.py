@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from nexus_events import subjects
+from nexus_events.contract import subjects
 from nexus_events.errors import InvalidSubject
 from nexus_events.events import Column, PlaneWebhookReceived, TaskCreated, TaskMoved, TaskUpdated
 

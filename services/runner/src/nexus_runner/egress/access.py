@@ -2,7 +2,7 @@
 
 The proxy listens on ``<net_dir>/egress.sock`` outside the tools' sandbox. The sandbox binds
 ``net_dir`` in (read-only is enough to connect), wraps each command in `relay_argv`, which
-runs ``nexus_events.netrelay inner`` (stdlib only) listening on ``127.0.0.1:<port>`` in the
+runs ``nexus_events.runtime.netrelay inner`` (stdlib only) listening on ``127.0.0.1:<port>`` in the
 sandbox's own network namespace and passing each connection to that socket, and sets `env`
 so HTTP clients (pip, uv, curl, requests, httpx) send their requests to it.
 """
@@ -13,7 +13,7 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from nexus_events import netrelay
+from nexus_events.runtime import netrelay
 
 RELAY_SCRIPT = Path(netrelay.__file__)
 # netrelay names a route's socket `<route>.sock` in the net dir.

@@ -12,7 +12,7 @@ import json
 import re
 from typing import Any
 
-from nexus_events.capabilities import Grants
+from nexus_events.contract.capabilities import Grants
 from nexus_events.events import HookScript
 
 from nexus_runner.guard.hooks import withheld

@@ -20,9 +20,9 @@ from typing import Any, Literal, TypeVar
 from urllib.parse import urlsplit
 
 import httpx
-from nexus_events.capabilities import Grants, Kind
+from nexus_events.contract.capabilities import Grants, Kind
+from nexus_events.contract.subjects import validate_token
 from nexus_events.events import RunEgress, SandboxLimits
-from nexus_events.subjects import validate_token
 
 from nexus_runner import safety
 from nexus_runner.containment import is_secret_file

@@ -19,7 +19,7 @@ from typing import Any, Literal
 
 import quickjs_rs
 import wasmtime
-from nexus_events.capabilities import Grants
+from nexus_events.contract.capabilities import Grants
 from nexus_events.events import HookScript, SandboxTool
 
 from nexus_runner.sandbox import engine

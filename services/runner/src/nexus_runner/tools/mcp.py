@@ -29,7 +29,7 @@ from mcp import Client, MCPError
 from mcp import types as mcp_types
 from nexus_events.events.runs import McpServerUnavailable
 from nexus_events.events.specs import McpServerSpec
-from nexus_events.program_paths import named_files
+from nexus_events.runtime.program_paths import named_files
 from opentelemetry import trace
 
 from nexus_runner.config import RunnerSettings

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 
 import nats.errors
 from nats.aio.client import Client
+from nexus_events.contract.subjects import MEMORY_RECORD
 from nexus_events.errors import InvalidSubject
 from nexus_events.events import (
     GLOBAL_SCOPE,
@@ -27,7 +28,6 @@ from nexus_events.events import (
     scope_token,
 )
 from nexus_events.events.queries import QueryErrorReply
-from nexus_events.subjects import MEMORY_RECORD
 from pydantic import ValidationError
 
 from nexus_runner.errors import ToolError

@@ -46,9 +46,9 @@ from pathlib import Path
 from typing import Literal
 from urllib.parse import urlsplit
 
-from nexus_events import netrelay
 from nexus_events.events import RunConfig
-from nexus_events.program_paths import install_prefix, named_files, shebang_interpreter
+from nexus_events.runtime import netrelay
+from nexus_events.runtime.program_paths import install_prefix, named_files, shebang_interpreter
 
 log = logging.getLogger(__name__)
 
@@ -431,7 +431,7 @@ class Confinement:
         its endpoints from `config` and the runner's `env`."""
         root = env.get("NEXUS_WORKSPACE_ROOT") or env.get("NEXUS_RUNNER_WORKSPACE_ROOT")
         workspace = Path(root or "/tmp/nexus-runs") / config.run_id  # noqa: S108 - runner's
-        # The runner's tools get a HOME beside the workspace (nexus_runner.app._tool_home).
+        # The runner's tools get a HOME beside the workspace (nexus_runner.dependencies.tool_home).
         tool_home = workspace.with_name(f"{workspace.name}.home")
         writable = [workspace, tool_home, Path(env["HOME"])]
         remote = _local_remote(config.repo.url) if config.repo is not None else None

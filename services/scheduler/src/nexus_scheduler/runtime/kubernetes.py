@@ -21,8 +21,8 @@ import aiohttp
 import tenacity
 from kubernetes_asyncio import client, config, watch
 from kubernetes_asyncio.client.exceptions import ApiException
-from nexus_events import telemetry
 from nexus_events.events import RunConfig
+from nexus_events.runtime import telemetry
 
 from nexus_scheduler.runtime.base import AgentRuntimeError, RunHandle, RuntimeState, RuntimeStatus
 from nexus_scheduler.runtime.kubernetes_jobs import (

@@ -41,8 +41,8 @@ from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from nexus_events import telemetry
 from nexus_events.events import RunConfig
+from nexus_events.runtime import telemetry
 
 from nexus_scheduler.runtime.base import AgentRuntimeError, RunHandle, RuntimeState, RuntimeStatus
 from nexus_scheduler.runtime.confinement import Confinement

@@ -1,0 +1,5 @@
+"""``python -m nexus_cli.devstack.offline_model``: serve the offline model."""
+
+from .server import main
+
+main()
