@@ -19,8 +19,11 @@ $(TOOLS)/bin/uv:
 	$(UV) sync --all-packages --frozen
 	@touch $@
 
+# Workers of the suite: its tests mostly wait on real servers and the clock, not the CPU, so
+# three share two cores (libs/nexus_testing/src/nexus_testing/distribution.py).
+TEST_WORKERS ?= 3
 test: setup
-	$(UV) run --frozen pytest
+	$(UV) run --frozen pytest -n $(TEST_WORKERS) --dist loadgroup
 
 lint: setup
 	$(UV) run --frozen ruff check libs services cli tests bench scripts examples

@@ -1,0 +1,55 @@
+"""How the suite spreads over pytest-xdist workers (``make test`` runs ``-n`` workers with
+``--dist loadgroup``): each test file runs whole on one worker, so its module-scoped fixtures
+(a dev stack, a cluster) start once; the files that start a whole dev stack or run chaos
+against one form one group and so run one after another, since two of them at once on a
+two-core machine would starve each other's timing-bound checks (heartbeats, elections)."""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+import pytest
+
+# Test files (paths from the repository root, or a folder ending in "/") that start a whole
+# dev stack or a NATS cluster with chaos: one at a time.
+ONE_AT_A_TIME = (
+    "tests/e2e/",
+    "cli/tests/integration/test_cli_stack.py",
+    "cli/tests/integration/test_dev_nats_auth.py",
+    "tests/deploy/test_compose_smoke.py",
+)
+STACK_GROUP = "dev-stack"
+
+
+def group_of(nodeid: str) -> str:
+    """The group a test runs in: its file's, or `STACK_GROUP` for the files above."""
+    path = nodeid.split("::", 1)[0]
+    if any(path == p or (p.endswith("/") and path.startswith(p)) for p in ONE_AT_A_TIME):
+        return STACK_GROUP
+    return path
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_load_initial_conftests(early_config: pytest.Config) -> None:
+    # Before any conftest imports the CLI. pytest-xdist gives each worker COLUMNS (the
+    # controller's terminal width, 80 when it has none). A rich Console made at import pins a
+    # COLUMNS it finds then, so the CLI's tables would be cut at 80 columns in a worker,
+    # where a plain run follows each test's own.
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        os.environ.pop("COLUMNS", None)
+
+
+def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
+    """For ``--dist loadgroup``, groups by `group_of` (the nodeid alone): xdist's own
+    loadgroup names a test's group by rewriting its nodeid from its `xdist_group` mark, which
+    pytest 9 no longer reads, so every test went alone to any worker."""
+    if config.getvalue("dist") != "loadgroup":
+        return None
+    from xdist.scheduler import LoadScopeScheduling  # type: ignore[import-untyped]
+
+    class GroupedByFile(LoadScopeScheduling):  # type: ignore[misc]
+        def _split_scope(self, nodeid: str) -> str:
+            return group_of(nodeid)
+
+    return GroupedByFile(config, log)
