@@ -19,8 +19,8 @@ from nexus_events.events import (
     ScheduleRemoved,
 )
 from nexus_events.events.base import Event
+from nexus_events.runtime.clock import ManualClock
 from nexus_events.transport.bus import Bus
-from nexus_scheduler.clock import ManualClock
 from nexus_scheduler.schedules_service import ScheduleService
 from tests.support.cli import nexus
 

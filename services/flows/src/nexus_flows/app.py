@@ -19,13 +19,13 @@ import logging
 from typing import Any
 
 import asyncpg
+from nexus_events.runtime.clock import Clock
 from nexus_events.runtime.leadership import Leadership
 from nexus_events.runtime.metrics import MetricsSettings, setup_metrics
 from nexus_events.runtime.process import ServiceApp
 from nexus_events.transport.bus import Bus, BusSettings, Consumer
 
 from nexus_flows.bridges import Bridges, inbox_spec, runs_spec, webhooks_spec
-from nexus_flows.clock import Clock
 from nexus_flows.config import FlowsSettings
 from nexus_flows.engine import Engine, FlowsRunner
 from nexus_flows.metrics import FlowMetrics

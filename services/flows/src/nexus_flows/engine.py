@@ -43,6 +43,7 @@ from nexus_events.events.flows import (
 from nexus_events.events.queries import FlowDefinitionGet, FlowDefinitionView
 from nexus_events.events.runs import Origin
 from nexus_events.events.specs import RepoSpec
+from nexus_events.runtime.clock import Clock, SystemClock
 from nexus_events.runtime.leadership import FencedProjectionRunner
 from nexus_events.runtime.periodic import PeriodicTask
 from nexus_events.transport.approvals import claim_approval
@@ -51,7 +52,6 @@ from nexus_events.transport.projection import quote_ident
 from nexus_events.transport.publish import Outgoing
 from nexus_events.transport.run_requests import request_flow, run_request
 
-from nexus_flows.clock import Clock, SystemClock
 from nexus_flows.decide import decide, run_input
 from nexus_flows.messages import msg_id, terminal_msg_id
 from nexus_flows.metrics import FlowMetrics

@@ -8,10 +8,10 @@ from typing import Any
 import asyncpg
 import pytest
 from nexus_events.events.flows import FlowDefinition
+from nexus_events.runtime.clock import ManualClock
 from nexus_events.transport.bus import Bus
 
 from nexus_flows.app import FlowsApp
-from nexus_flows.clock import ManualClock
 
 from .harness import Catalog, FakeRunner, Script, start_app
 

@@ -29,11 +29,11 @@ from nexus_events.events import (
 )
 from nexus_events.events.flows import FlowDefinition, FlowRequested, FlowRunView
 from nexus_events.events.queries import FlowDefinitionView
+from nexus_events.runtime.clock import Clock
 from nexus_events.transport.bus import Bus
 from nexus_testing import eventually
 
 from nexus_flows.app import FlowsApp
-from nexus_flows.clock import Clock
 from nexus_flows.config import FlowsSettings
 
 ROOT = Path(__file__).resolve().parents[4]

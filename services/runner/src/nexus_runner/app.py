@@ -36,11 +36,11 @@ from nexus_events.contract.streams import RUNS
 from nexus_events.errors import BusError
 from nexus_events.events.runs import RunConfig, RunFailed, RunResult, RunStarted, TerminalEvent
 from nexus_events.runtime import telemetry
+from nexus_events.runtime.clock import SYSTEM_CLOCK, SleepingClock
 from nexus_events.transport.bus import Bus
 from opentelemetry import context as otel_context
 
 from nexus_runner.checkpoint import Checkpointer
-from nexus_runner.clock import SYSTEM_CLOCK, Clock
 from nexus_runner.config import RunnerSettings
 from nexus_runner.context import RunContext
 from nexus_runner.dependencies import (
@@ -105,7 +105,7 @@ async def execute_run(
     provider: GitProvider | None = None,
     workspace_dir: Path | None = None,
     trace_context: otel_context.Context | None = None,
-    clock: Clock = SYSTEM_CLOCK,
+    clock: SleepingClock = SYSTEM_CLOCK,
 ) -> TerminalEvent:
     """Run `config` to its end and publish the terminal event; return it.
 
@@ -134,7 +134,7 @@ async def _execute_run(  # noqa: PLR0915 - one run's lifecycle, read top to bott
     handle: RunHandle,
     provider: GitProvider | None,
     workspace_dir: Path | None,
-    clock: Clock,
+    clock: SleepingClock,
 ) -> TerminalEvent:
     pub = RunPublisher(bus, config.run_id, config.attempt, secrets=run_secrets(config, settings))
     resumption, resume_error = await read_resumption(config, bus)

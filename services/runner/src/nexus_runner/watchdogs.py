@@ -9,8 +9,8 @@ from dataclasses import dataclass
 
 from nexus_events.contract.runstate import RunStatus
 from nexus_events.events.runs import Reason, RunHeartbeat, RunResult
+from nexus_events.runtime.clock import SleepingClock
 
-from nexus_runner.clock import Clock
 from nexus_runner.control import RunControl
 from nexus_runner.errors import RunnerError, RunStopped
 from nexus_runner.loop import AgentLoop
@@ -39,7 +39,7 @@ async def heartbeats(
     interval: float,
     loop_ref: list[AgentLoop | None],
     done: asyncio.Event,
-    clock: Clock,
+    clock: SleepingClock,
 ) -> None:
     """A heartbeat every `interval` seconds saying the turn and phase the loop is at."""
     # `done` as well as cancellation: on Python 3.11 a cancel that lands while nats-py's
@@ -83,7 +83,9 @@ async def watch_ended(control: RunControl, handle: RunHandle) -> None:
     )
 
 
-async def wall_clock(remaining: float, seconds: float, handle: RunHandle, clock: Clock) -> None:
+async def wall_clock(
+    remaining: float, seconds: float, handle: RunHandle, clock: SleepingClock
+) -> None:
     """Stop the run, failed budget_exceeded, once the `remaining` wall-clock seconds are spent
     (`seconds` is the budget's limit, which the ending names)."""
     await clock.sleep(max(remaining, 0.0))

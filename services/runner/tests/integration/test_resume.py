@@ -25,13 +25,13 @@ from nexus_events.events.runs import (
     ToolCalled,
 )
 from nexus_events.events.transcripts import TranscriptEntry
+from nexus_events.runtime.clock import ManualClock
 from nexus_events.transport.bus import Bus
 from nexus_testing import eventually
 from tests.fakes.openai_server import FakeOpenAI, Reply, ToolCall
 
 from nexus_runner.app import RunHandle, execute_run
 from nexus_runner.checkpoint import Checkpointer
-from nexus_runner.clock import ManualClock
 from nexus_runner.config import RunnerSettings
 from nexus_runner.git import Author, Git
 from nexus_runner.publisher import RunPublisher

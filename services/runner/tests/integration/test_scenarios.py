@@ -21,12 +21,12 @@ from nexus_events.events.runs import (
     ToolCalled,
     ToolResult,
 )
+from nexus_events.runtime.clock import ManualClock
 from nexus_events.transport.bus import Bus
 from nexus_testing import eventually
 from tests.fakes.openai_server import Failure, FakeOpenAI, Reply, ToolCall
 
 from nexus_runner.app import RunHandle, execute_run
-from nexus_runner.clock import ManualClock
 from nexus_runner.config import RunnerSettings
 
 from .conftest import git

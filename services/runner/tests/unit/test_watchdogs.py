@@ -7,8 +7,8 @@ from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 
 from nexus_events.events.runs import Reason, RunHeartbeat
+from nexus_events.runtime.clock import ManualClock
 
-from nexus_runner.clock import ManualClock
 from nexus_runner.errors import RunnerError
 from nexus_runner.loop import AgentLoop
 from nexus_runner.resume import History, Resumption

@@ -23,6 +23,7 @@ import nats.errors
 import nats.js.errors
 from nexus_events.contract.streams import RUNS, SCHEDULES, StreamSettings
 from nexus_events.events import RunConfig
+from nexus_events.runtime.clock import Clock, SystemClock
 from nexus_events.runtime.leadership import Leadership
 from nexus_events.runtime.lease import Lease, LeaseTerm
 from nexus_events.runtime.metrics import MetricsSettings, setup_metrics
@@ -33,7 +34,6 @@ from nexus_events.transport.bus import Bus, BusSettings, Consumer, ConsumerSpec
 from nexus_scheduler.auth_callout import AuthCalloutResponder
 from nexus_scheduler.callout_jwt import Issuer
 from nexus_scheduler.checkpoint import Checkpointer
-from nexus_scheduler.clock import Clock, SystemClock
 from nexus_scheduler.config import SchedulerSettings
 from nexus_scheduler.handlers import create_run_handler, create_schedule_handler
 from nexus_scheduler.metrics import SchedulerMetrics

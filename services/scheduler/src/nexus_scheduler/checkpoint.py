@@ -16,9 +16,9 @@ from collections.abc import Awaitable, Callable
 from datetime import datetime
 
 from nexus_events.contract.streams import RUNS
+from nexus_events.runtime.clock import Clock
 from nexus_events.transport.bus import Bus
 
-from nexus_scheduler.clock import Clock
 from nexus_scheduler.rebuild import advance
 from nexus_scheduler.snapshot import LifecycleFold
 from nexus_scheduler.snapshot_store import SnapshotStore, Written

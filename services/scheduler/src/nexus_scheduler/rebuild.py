@@ -43,9 +43,9 @@ from nexus_events.contract import subjects
 from nexus_events.contract.runstate import RunEvent
 from nexus_events.contract.streams import RUNS
 from nexus_events.errors import DecodeError
+from nexus_events.runtime.clock import Clock, SystemClock
 from nexus_events.transport.bus import Bus, decode_msg
 
-from nexus_scheduler.clock import Clock, SystemClock
 from nexus_scheduler.service import WATCHED_EVENTS, SchedulerService
 from nexus_scheduler.snapshot import LifecycleFold, Snapshot
 

@@ -41,10 +41,10 @@ from nexus_events.events import (
     ScheduleRemoved,
 )
 from nexus_events.events.flows import FLOW_TERMINAL
+from nexus_events.runtime.clock import Clock, SystemClock
 from nexus_events.transport.bus import Bus, Outgoing, decode_msg
 from nexus_events.transport.run_requests import request_flow, request_run
 
-from nexus_scheduler.clock import Clock, SystemClock
 from nexus_scheduler.schedule import (
     MissedPolicy,
     OverlapPolicy,

@@ -37,6 +37,7 @@ from nexus_events.events import (
     TerminalEvent,
 )
 from nexus_events.runtime import telemetry
+from nexus_events.runtime.clock import Clock, SystemClock
 from nexus_events.transport.bus import Bus
 
 from nexus_scheduler.admission import (
@@ -56,7 +57,6 @@ from nexus_scheduler.admission import (
     decide,
     due,
 )
-from nexus_scheduler.clock import Clock, SystemClock
 from nexus_scheduler.liveness import Windows, may_end
 from nexus_scheduler.metrics import SchedulerMetrics
 from nexus_scheduler.runtime.base import AgentRuntime, RuntimeState, RuntimeStatus

@@ -9,9 +9,9 @@ import pytest
 from nexus_events.contract import subjects
 from nexus_events.contract.streams import RUNS
 from nexus_events.events import Event, RunConfig
+from nexus_events.runtime.clock import ManualClock
 from nexus_events.transport.bus import Bus, BusSettings, Outgoing
 from nexus_scheduler.app import SchedulerApp
-from nexus_scheduler.clock import ManualClock
 from nexus_scheduler.config import SchedulerSettings
 from nexus_scheduler.runtime.base import AgentRuntime
 

@@ -10,8 +10,8 @@ from nexus_events.events import (
     RunStarted,
     TerminalEvent,
 )
+from nexus_events.runtime.clock import ManualClock
 from nexus_events.transport.bus import Bus
-from nexus_scheduler.clock import ManualClock
 from nexus_scheduler.runtime.base import RuntimeState, RuntimeStatus
 
 from tests.support.noop_runtime import NoopRuntime

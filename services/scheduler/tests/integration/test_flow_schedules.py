@@ -13,8 +13,8 @@ from nexus_events.events import (
     FlowRequested,
     ScheduleDefined,
 )
+from nexus_events.runtime.clock import ManualClock
 from nexus_events.transport.bus import Bus
-from nexus_scheduler.clock import ManualClock
 from nexus_scheduler.schedule import OverlapPolicy, run_id_for
 from nexus_scheduler.schedules_service import SUPERSEDED, ScheduleService
 

@@ -14,9 +14,9 @@ import pytest
 from nexus_events.contract import subjects
 from nexus_events.contract.streams import SCHEDULES
 from nexus_events.events import ScheduleDefined
+from nexus_events.runtime.clock import ManualClock
 from nexus_events.runtime.lease import LEADER_KEY
 from nexus_events.transport.bus import Bus
-from nexus_scheduler.clock import ManualClock
 from nexus_scheduler.service import SchedulerService
 
 from tests.support.noop_runtime import NoopRuntime

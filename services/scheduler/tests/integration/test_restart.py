@@ -14,9 +14,9 @@ from pathlib import Path
 
 import pytest
 from nexus_events.events import RunCompleted, RunConfig, RunStarted
+from nexus_events.runtime.clock import ManualClock
 from nexus_events.transport.bus import Bus
 from nexus_scheduler.app import SchedulerApp
-from nexus_scheduler.clock import ManualClock
 from nexus_scheduler.runtime.base import RuntimeState
 from nexus_scheduler.runtime.local import LocalProcessRuntime
 from nexus_scheduler.runtime.sessions import proc_stat, session_members

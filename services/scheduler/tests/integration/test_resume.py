@@ -20,9 +20,9 @@ from nexus_events.events import (
     RunResuming,
     RunStarted,
 )
+from nexus_events.runtime.clock import ManualClock
 from nexus_events.transport.bus import Bus
 from nexus_scheduler.app import SchedulerApp
-from nexus_scheduler.clock import ManualClock
 from nexus_scheduler.metrics import ATTEMPTS_EXHAUSTED, RESUMES, SchedulerMetrics
 from nexus_scheduler.runtime.base import RuntimeState
 from nexus_scheduler.runtime.local import LocalProcessRuntime

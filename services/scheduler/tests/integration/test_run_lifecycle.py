@@ -14,9 +14,9 @@ from nexus_events.events import (
     RunHeartbeat,
     RunStarted,
 )
+from nexus_events.runtime.clock import ManualClock
 from nexus_events.transport.bus import Bus
 from nexus_scheduler.app import SchedulerApp
-from nexus_scheduler.clock import ManualClock
 from nexus_scheduler.runtime.base import RunHandle, RuntimeState
 from nexus_scheduler.runtime.local import LocalProcessRuntime
 

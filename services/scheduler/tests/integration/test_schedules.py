@@ -16,8 +16,8 @@ from nexus_events.events import (
     ScheduleRemoved,
 )
 from nexus_events.events.schedules import ScheduleMissed
+from nexus_events.runtime.clock import ManualClock
 from nexus_events.transport.bus import Bus
-from nexus_scheduler.clock import ManualClock
 from nexus_scheduler.schedule import OverlapPolicy, jitter, run_id_for
 from nexus_scheduler.schedules_service import MAX_MISSED_EVENTS, SUPERSEDED, ScheduleService
 

@@ -12,11 +12,11 @@ import pytest
 from nexus_events.contract import subjects
 from nexus_events.contract.streams import RUNS
 from nexus_events.events import Event, RunCompleted
+from nexus_events.runtime.clock import SystemClock
 from nexus_events.runtime.lease import Lease
 from nexus_events.transport.bus import Bus, Outgoing, decode_msg
 from nexus_scheduler.admission import Limits, Timeouts
 from nexus_scheduler.checkpoint import Checkpointer
-from nexus_scheduler.clock import SystemClock
 from nexus_scheduler.rebuild import Rebuilt, advance, rebuild
 from nexus_scheduler.service import SchedulerService, watched_subjects
 from nexus_scheduler.snapshot import LifecycleFold, Snapshot

@@ -7,8 +7,8 @@ from nats.js.api import DeliverPolicy
 from nexus_events.contract import subjects
 from nexus_events.contract.streams import RUNS, SCHEDULES
 from nexus_events.events import RunCompleted, ScheduleDefined
+from nexus_events.runtime.clock import ManualClock
 from nexus_events.transport.bus import Bus
-from nexus_scheduler.clock import ManualClock
 
 from ..factories import config
 from ..waiting import eventually

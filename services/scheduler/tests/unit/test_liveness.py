@@ -5,7 +5,7 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 
 import pytest
-from nexus_scheduler.clock import ManualClock
+from nexus_events.runtime.clock import ManualClock
 from nexus_scheduler.liveness import Windows, end_at, may_end
 from nexus_scheduler.runtime.base import RuntimeState
 

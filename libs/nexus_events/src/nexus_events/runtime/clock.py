@@ -1,4 +1,9 @@
-"""Time as a dependency of a run's decisions: the system clock, or in tests a manual one."""
+"""Time as a dependency of decisions: the system clock in production, a manual one in tests.
+
+The scheduler's admission and liveness, the flows engine's timers and gates, and a run's
+watchdogs (heartbeats, the wall-clock budget) read `now()` from an injected clock; a test
+moves a `ManualClock` instead of sleeping on the real one.
+"""
 
 from __future__ import annotations
 
@@ -8,9 +13,13 @@ from typing import Protocol
 
 
 class Clock(Protocol):
-    """What a run's watchdogs read and wait on: heartbeats, the wall-clock budget."""
+    """What a decision reads: the current time (aware, UTC)."""
 
     def now(self) -> datetime: ...
+
+
+class SleepingClock(Clock, Protocol):
+    """A clock that can also be waited on (a run's watchdogs)."""
 
     async def sleep(self, seconds: float) -> None: ...
 
@@ -27,7 +36,7 @@ SYSTEM_CLOCK = SystemClock()
 
 
 class ManualClock:
-    """A clock that moves only when told to; a sleep ends once the clock is advanced past it."""
+    """A clock that moves only when told to; a sleep ends once the clock is moved past it."""
 
     def __init__(self, start: datetime | None = None) -> None:
         self._now = start or datetime.now(UTC)
@@ -56,8 +65,14 @@ class ManualClock:
             self._sleepers.remove(sleeper)
 
     def advance(self, seconds: float) -> datetime:
-        self._now += timedelta(seconds=seconds)
+        return self.set(self._now + timedelta(seconds=seconds))
+
+    def set(self, when: datetime) -> datetime:
+        self._now = when
         for wake, woken in self._sleepers:
             if wake <= self._now and not woken.done():
                 woken.set_result(None)
         return self._now
+
+
+__all__ = ["SYSTEM_CLOCK", "Clock", "ManualClock", "SleepingClock", "SystemClock"]
