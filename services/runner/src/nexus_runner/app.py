@@ -155,7 +155,7 @@ async def _execute_run(  # noqa: PLR0915 - one run's lifecycle, read top to bott
             heartbeats(pub.event, settings.heartbeat_interval, loop_ref, done, clock)
         ),
         asyncio.create_task(watch_cancel(control, handle)),
-        asyncio.create_task(watch_ended(control, handle)),
+        asyncio.create_task(watch_ended(control, handle, done)),
         asyncio.create_task(wall_clock(wall, config.budgets.max_wall_seconds, handle, clock)),
     ]
     client = openai_client(config, settings)

@@ -56,6 +56,16 @@ async def _terminate(proc: asyncio.subprocess.Process) -> None:
         await asyncio.wait_for(asyncio.shield(proc.wait()), timeout=KILL_GRACE)
     _kill_group(proc, signal.SIGKILL)
     await proc.wait()
+    # Read the output pipe to its end (the group is dead: it comes at once): its transport
+    # closes on EOF, and a reader cancelled mid-output would leave it open past the run.
+    if proc.stdout is not None:
+        with contextlib.suppress(Exception):
+            await asyncio.wait_for(proc.stdout.read(), timeout=KILL_GRACE)
+    # And closed outright (asyncio.subprocess.Process has no public close): a cancel that
+    # lands in the read above must not leave the pipe to the garbage collector either.
+    transport = getattr(proc, "_transport", None)
+    if transport is not None:
+        transport.close()
 
 
 async def run_process(

@@ -69,9 +69,11 @@ async def watch_cancel(control: RunControl, handle: RunHandle) -> None:
     )
 
 
-async def watch_ended(control: RunControl, handle: RunHandle) -> None:
-    """Stop the run once it was ended elsewhere or a newer attempt took it over."""
+async def watch_ended(control: RunControl, handle: RunHandle, quiet: asyncio.Event) -> None:
+    """Stop the run once it was ended elsewhere or a newer attempt took it over; `quiet` is
+    set at once, so no heartbeat follows the ending in the run's name."""
     await control.ended_elsewhere.wait()
+    quiet.set()
     if (newer := control.superseded) is not None:
         message = f"superseded by attempt {newer.attempt} of the run"
         handle.stop(RunStopped(RunStatus.FAILED, newer.reason, message))
