@@ -24,10 +24,11 @@ from typing import Any
 
 import asyncpg
 from nexus_events.contract.streams import CATALOG
-from nexus_events.runtime.leadership import FencedProjectionRunner, Leadership
+from nexus_events.runtime.leadership import Leadership
 from nexus_events.runtime.metrics import setup_metrics
 from nexus_events.runtime.process import ServiceApp
 from nexus_events.transport.bus import Bus, BusSettings, Consumer
+from nexus_events.transport.fenced_projection import FencedProjectionRunner
 from nexus_events.transport.projection import ProjectionRunner, read_checkpoint
 from opentelemetry.sdk.metrics import MeterProvider as SdkMeterProvider
 

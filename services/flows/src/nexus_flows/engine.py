@@ -44,10 +44,10 @@ from nexus_events.events.queries import FlowDefinitionGet, FlowDefinitionView
 from nexus_events.events.runs import Origin
 from nexus_events.events.specs import RepoSpec
 from nexus_events.runtime.clock import Clock, SystemClock
-from nexus_events.runtime.leadership import FencedProjectionRunner
 from nexus_events.runtime.periodic import PeriodicTask
 from nexus_events.transport.approvals import claim_approval
 from nexus_events.transport.bus import Bus, decode_msg
+from nexus_events.transport.fenced_projection import FencedProjectionRunner
 from nexus_events.transport.projection import quote_ident
 from nexus_events.transport.publish import Outgoing
 from nexus_events.transport.run_requests import request_flow, run_request

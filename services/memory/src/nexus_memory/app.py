@@ -27,12 +27,13 @@ from typing import Any
 
 import asyncpg
 from nexus_events.events import MemoryConsolidateReply, MemoryRebuildReply
-from nexus_events.runtime.leadership import FencedProjectionRunner, Leadership
+from nexus_events.runtime.leadership import Leadership
 from nexus_events.runtime.metrics import MetricsSettings, setup_metrics
 from nexus_events.runtime.periodic import PeriodicTask
 from nexus_events.runtime.process import ServiceApp
 from nexus_events.transport.bus import Bus, BusSettings
 from nexus_events.transport.fast import Handlers
+from nexus_events.transport.fenced_projection import FencedProjectionRunner
 from nexus_events.transport.projection import ProjectionRunner, quote_ident, rebuild
 from opentelemetry.sdk.metrics import MeterProvider as SdkMeterProvider
 from pgvector.asyncpg import register_vector
