@@ -8,14 +8,13 @@ from collections.abc import AsyncIterator
 
 import pytest
 from nexus_events.transport.bus import Bus, BusSettings
-from nexus_testing import NatsCluster, eventually, http_status
+from nexus_testing import NatsCluster
+from nexus_testing.readiness import ready_again_after_an_election
 from tests.fakes.slack_api import FakeSlack
 from tests.fakes.telegram_api import FakeTelegram
 from tests.support.gateway import gateway_settings
 
 from nexus_channel_gateway.app import GatewayApp
-
-ELECTION = 15.0  # as the cluster tests of nexus_events
 
 
 @pytest.fixture
@@ -41,31 +40,6 @@ async def test_not_ready_while_jetstream_elects_a_leader_ready_after(
     app = GatewayApp(settings, bus=cluster_bus, sweep_interval=0.5)
     await app.start()
     try:
-        assert app.health is not None
-        port = app.health.port
-
-        async def readyz() -> int:
-            return await http_status(port, "/readyz")
-
-        await eventually(readyz, lambda s: s == 200, within=ELECTION, what="ready at start")
-        meta = nats_cluster.meta_leader()
-        assert meta is not None
-        nats_cluster.kill(meta)
-        assert app.jetstream is not None
-        probe = app.jetstream
-
-        async def readiness() -> tuple[int, str | None]:
-            # The status and why, read together: the probe may recover (a new meta leader)
-            # a moment after a 503, so the why is taken with the status, not after it.
-            return await readyz(), probe.problem
-
-        await eventually(
-            readiness,
-            lambda r: r[0] == 503 and r[1] is not None,  # not ready, and says why
-            within=ELECTION,
-            what="not ready, with the reason",
-        )
-        await eventually(readyz, lambda s: s == 200, within=ELECTION, what="ready again")
-        assert await http_status(port, "/healthz") == 200  # alive throughout, not restarted
+        await ready_again_after_an_election(app, nats_cluster)
     finally:
         await app.stop()
