@@ -5,7 +5,6 @@ git commands runs a program the workspace's repository config names. Real git th
 from __future__ import annotations
 
 import os
-import subprocess
 from pathlib import Path
 
 import pytest
@@ -13,30 +12,15 @@ import pytest
 from nexus_runner.git import Author, Git
 from nexus_runner.safety import SecretRegistry
 
+from .git_repos import bare_origin, sh
+
 SECRET = "hT9-wq2Lz-0pXv7-kRm4"  # no known key shape: only tracking can catch it
 BRANCH = "nexus/r1"
 
 
-def sh(cwd: Path, *args: str, stdin: bytes | None = None) -> str:
-    env = {
-        "GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@x", "GIT_COMMITTER_NAME": "t",
-        "GIT_COMMITTER_EMAIL": "t@x", "PATH": "/usr/bin:/bin", "HOME": str(cwd),
-    }  # fmt: skip
-    return subprocess.run(
-        ["git", *args], cwd=cwd, env=env, check=True, capture_output=True, input=stdin
-    ).stdout.decode()
-
-
 async def workspace(tmp_path: Path) -> tuple[Git, Path, str]:
     """A clone of a one-commit origin, as a run has it: (git, origin, base commit)."""
-    src = tmp_path / "src"
-    src.mkdir()
-    sh(src, "init", "-q", "-b", "main")
-    (src / "a.txt").write_text("a\n")
-    sh(src, "add", "-A")
-    sh(src, "commit", "-q", "-m", "init")
-    origin = tmp_path / "origin.git"
-    sh(tmp_path, "clone", "-q", "--bare", str(src), str(origin))
+    origin = bare_origin(tmp_path)
     git = Git(tmp_path / "runs" / "ws", Author("a", "a@x"), SecretRegistry([SECRET]))
     base = await git.clone(str(origin), None, BRANCH)
     assert base is not None

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import base64
 import json
-import subprocess
 from pathlib import Path
 from urllib.parse import quote
 
@@ -22,17 +21,9 @@ from nexus_runner.tools import ToolContext, ToolRegistry
 from nexus_runner.tools.contained import ContainedRegistry
 from nexus_runner.workspace import Workspace
 
+from .git_repos import bare_origin, sh
+
 SECRET = "hT9-wq2Lz-0pXv7-kRm4"  # no known key shape: only tracking can catch it
-
-
-def sh(cwd: Path, *args: str) -> str:
-    env = {
-        "GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@x", "GIT_COMMITTER_NAME": "t",
-        "GIT_COMMITTER_EMAIL": "t@x", "PATH": "/usr/bin:/bin", "HOME": str(cwd),
-    }  # fmt: skip
-    return subprocess.run(
-        ["git", *args], cwd=cwd, env=env, check=True, capture_output=True, text=True
-    ).stdout
 
 
 @pytest.mark.parametrize(
@@ -240,14 +231,7 @@ async def test_a_commit_withholds_files_holding_a_secret_and_redacts_its_message
 
 
 async def test_the_final_push_cannot_be_redirected_by_the_repository(tmp_path: Path) -> None:
-    src = tmp_path / "src"
-    src.mkdir()
-    sh(src, "init", "-q", "-b", "main")
-    (src / "a.txt").write_text("a\n")
-    sh(src, "add", "-A")
-    sh(src, "commit", "-q", "-m", "init")
-    origin, evil = tmp_path / "origin.git", tmp_path / "evil.git"
-    sh(tmp_path, "clone", "-q", "--bare", str(src), str(origin))
+    origin, evil = bare_origin(tmp_path), tmp_path / "evil.git"
     sh(tmp_path, "init", "-q", "--bare", str(evil))
     ws = tmp_path / "runs" / "ws"
     git = Git(ws, Author("a", "a@x"))

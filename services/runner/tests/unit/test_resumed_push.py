@@ -7,7 +7,6 @@ push is not a fast-forward of the branch attempt 1 left.
 
 from __future__ import annotations
 
-import subprocess
 from pathlib import Path
 
 import pytest
@@ -15,30 +14,14 @@ import pytest
 from nexus_runner.errors import ToolError
 from nexus_runner.git import Author, Git
 
+from .git_repos import bare_origin, sh
+
 RUN = "run-7f3a"
-
-
-def sh(cwd: Path, *args: str) -> str:
-    env = {
-        "GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@x", "GIT_COMMITTER_NAME": "t",
-        "GIT_COMMITTER_EMAIL": "t@x", "PATH": "/usr/bin:/bin", "HOME": str(cwd),
-    }  # fmt: skip
-    return subprocess.run(
-        ["git", *args], cwd=cwd, env=env, check=True, capture_output=True, text=True
-    ).stdout
 
 
 @pytest.fixture
 def origin(tmp_path: Path) -> Path:
-    src = tmp_path / "src"
-    src.mkdir()
-    sh(src, "init", "-q", "-b", "main")
-    (src / "a.txt").write_text("a\n")
-    sh(src, "add", "-A")
-    sh(src, "commit", "-q", "-m", "init")
-    bare = tmp_path / "origin.git"
-    sh(tmp_path, "clone", "-q", "--bare", str(src), str(bare))
-    return bare
+    return bare_origin(tmp_path)
 
 
 async def clone(root: Path, origin: Path) -> Git:
