@@ -110,7 +110,7 @@ def _finish(flow_run_id: str, name: str, body: dict[str, Any], output: Output) -
 
 
 async def _publish(s: Session, flow_run_id: str, event: Event, msg_id: str | None = None) -> None:
-    subject = subjects.flow_event(flow_run_id, event.event_name)
+    subject = subjects.flow_event(flow_run_id, type(event))
     # A command's own msg id: the derived one (subject + body) would drop a second resume
     # (or the same signal for a later wait) as a duplicate of the first.
     msg_id = msg_id or f"cli:flow:{event.event_name}:{uuid.uuid4().hex}"

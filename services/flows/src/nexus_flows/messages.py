@@ -27,7 +27,7 @@ def flow_message(  # noqa: PLR0917 - the message id's parts, in order
     """A step's event, under the id of its name, step, round and item."""
     fid = state.flow_run_id
     return Outgoing(
-        subjects.flow_event(fid, event.event_name),
+        subjects.flow_event(fid, type(event)),
         event,
         msg_id=msg_id(fid, name, step, round, item),
     )
@@ -37,7 +37,7 @@ def terminal_message(state: FlowState, event: Event) -> Outgoing:
     """The flow's `completed`, `failed` or `cancelled`, once per resume attempt."""
     fid = state.flow_run_id
     return Outgoing(
-        subjects.flow_event(fid, event.event_name),
+        subjects.flow_event(fid, type(event)),
         event,
         msg_id=terminal_msg_id(state, event.event_name),
     )

@@ -40,7 +40,7 @@ from nexus_events.events import (
     ScheduleMissed,
     ScheduleRemoved,
 )
-from nexus_events.events.flows import FLOW_TERMINAL
+from nexus_events.events.flows import FLOW_TERMINAL, FlowEvent
 from nexus_events.runtime.clock import Clock, SystemClock
 from nexus_events.transport.bus import Bus, Outgoing, decode_msg
 from nexus_events.transport.run_requests import request_flow, request_run
@@ -265,7 +265,7 @@ class ScheduleService:
 
     async def _flow_active_in_stream(self, flow_run_id: str) -> bool:
         """A fired flow run is active until NEXUS_FLOWS holds a terminal event of it."""
-        filters = [subjects.flow_events_filter(flow_run_id, str(s)) for s in FLOW_TERMINAL]
+        filters = [subjects.flow_events_filter(flow_run_id, FlowEvent(s)) for s in FLOW_TERMINAL]
         ended = False
         async for _ in self.bus.replay_raw(FLOWS, filter_subjects=filters):
             ended = True

@@ -19,6 +19,7 @@ from nexus_events.errors import InvalidSubject
 
 if TYPE_CHECKING:
     from nexus_events.events.base import Event
+    from nexus_events.events.flows import FlowEvent
 
 TOKEN_PATTERN = re.compile(r"[A-Za-z0-9_-]{1,128}")
 
@@ -153,8 +154,7 @@ def validate_token(value: str, what: str = "token") -> str:
 # publishing on a subject nobody consumes. Other families' builders still take names as
 # strings until their own vocabulary enums exist.
 RunEventRef: TypeAlias = "RunEvent | type[Event]"
-# Flow events: the model class, or (until the contract has a flow event enum) the name.
-FlowEventRef: TypeAlias = "StrEnum | type[Event] | str"
+FlowEventRef: TypeAlias = "FlowEvent | type[Event]"
 
 
 def event_name(event: StrEnum | type[Event] | str) -> str:

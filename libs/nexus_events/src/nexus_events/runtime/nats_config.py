@@ -39,6 +39,7 @@ from nexus_events.contract.streams import (
     TRANSCRIPTS,
 )
 from nexus_events.contract.subjects import Family
+from nexus_events.events.flows import FlowEvent
 from nexus_events.runtime import services
 from nexus_events.transport.approvals import APPROVALS_BUCKET
 
@@ -82,6 +83,10 @@ def _run(*events: RunEvent) -> tuple[str, ...]:
     return tuple(subjects.run_events_filter(event=e) for e in events)
 
 
+def _flow(*events: FlowEvent) -> tuple[str, ...]:
+    return tuple(subjects.flow_events_filter(event=e) for e in events)
+
+
 SERVICES: dict[str, Access] = {
     # Assembly (prepared/failed, re-published requested), catalog apply, projections, queries,
     # and the system metrics (RunMetrics) that core hosts.
@@ -113,7 +118,10 @@ SERVICES: dict[str, Access] = {
                 RunEvent.LOST,
             ),
             *_run(RunEvent.CANCEL_REQUESTED, RunEvent.RESUMING),
-            *(subjects.flow_events_filter(event=e) for e in ("requested", "cancel_requested")),
+            *(
+                subjects.flow_events_filter(event=e)
+                for e in (FlowEvent.REQUESTED, FlowEvent.CANCEL_REQUESTED)
+            ),
             subjects.family_filter(Family.SCHEDULE),
             subjects.dead_letter("scheduler"),
         ),
@@ -161,7 +169,10 @@ SERVICES: dict[str, Access] = {
     "plane-sync": Access(
         publishes=(
             *_run(RunEvent.REQUESTED, RunEvent.CANCEL_REQUESTED, RunEvent.APPROVAL_REFUSED),
-            *(subjects.flow_events_filter(event=e) for e in ("requested", "cancel_requested")),
+            *(
+                subjects.flow_events_filter(event=e)
+                for e in (FlowEvent.REQUESTED, FlowEvent.CANCEL_REQUESTED)
+            ),
             *(subjects.task_events_filter(event=e) for e in ("created", "updated", "moved")),
             subjects.family_filter(Family.INBOX),
             subjects.family_filter(Family.PLANE),
@@ -178,7 +189,7 @@ SERVICES: dict[str, Access] = {
     "channel-gateway": Access(
         publishes=(
             *_run(RunEvent.REQUESTED, RunEvent.APPROVAL_REFUSED),
-            subjects.flow_events_filter(event="requested"),
+            *_flow(FlowEvent.REQUESTED),
             subjects.family_filter(Family.INBOX),
             *(
                 subjects.channel_events_filter(event=e)
@@ -249,7 +260,7 @@ CLIENTS: dict[str, Access] = {
     "mcp-operate": Access(
         publishes=(
             *_run(RunEvent.REQUESTED, RunEvent.CANCEL_REQUESTED, RunEvent.APPROVAL_REFUSED),
-            subjects.flow_events_filter(event="requested"),
+            *_flow(FlowEvent.REQUESTED),
             subjects.family_filter(Family.INBOX),
         ),
         reads=_MCP_READS,

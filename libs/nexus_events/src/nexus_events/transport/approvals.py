@@ -268,7 +268,7 @@ async def _gate_request(bus: Bus, gate_run_id: str) -> tuple[RunRequested | None
     flow_run_id, step = match["flow_run_id"], match["step"]
     flow: FlowRequested | None = None
     accepted: FlowAccepted | None = None
-    filters = [subjects.flow_event(flow_run_id, e) for e in ("requested", "accepted")]
+    filters = [subjects.flow_event(flow_run_id, e) for e in (FlowRequested, FlowAccepted)]
     # Read to the end (no break): the replay removes its consumer when it finishes.
     async for msg in bus.replay_raw(FLOWS, filter_subjects=filters):
         with contextlib.suppress(DecodeError):
