@@ -1,0 +1,1 @@
+"""Nexus console: a web window onto runs, flows, approvals and spend (docs/console.md)."""

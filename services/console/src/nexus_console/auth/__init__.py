@@ -1,0 +1,1 @@
+"""Who is looking: identities, sessions, CSRF and the middleware that requires them."""

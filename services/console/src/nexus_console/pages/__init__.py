@@ -1,0 +1,9 @@
+"""The console's pages, one module each; `ROUTES` lists every module's routes."""
+
+from __future__ import annotations
+
+from aiohttp import web
+
+from nexus_console.pages import login, runs
+
+ROUTES: tuple[web.RouteTableDef, ...] = (login.routes, runs.routes)

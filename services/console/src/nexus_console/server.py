@@ -1,0 +1,75 @@
+"""The console's web server: the aiohttp application (middlewares, pages, static files) and
+its listening socket."""
+
+from __future__ import annotations
+
+import logging
+from importlib.resources import files
+
+from aiohttp import web
+
+from nexus_console.auth.middleware import require_identity
+from nexus_console.context import CONSOLE, Console
+from nexus_console.errors import error_pages
+from nexus_console.pages import ROUTES
+
+log = logging.getLogger(__name__)
+
+# Most bytes of a request body (forms are small; nothing uploads).
+MAX_BODY = 256 * 1024
+SHUTDOWN_TIMEOUT = 2.0
+
+
+def static_dir() -> str:
+    return str(files("nexus_console") / "static")
+
+
+def build_app(console: Console) -> web.Application:
+    app = web.Application(middlewares=[error_pages, require_identity], client_max_size=MAX_BODY)
+    app[CONSOLE] = console
+    for table in ROUTES:
+        app.router.add_routes(table)
+    app.router.add_static("/static/", static_dir(), append_version=True)
+    return app
+
+
+class WebServer:
+    """Serves `build_app(console)` on the console's host and port until stopped."""
+
+    def __init__(self, console: Console) -> None:
+        self.console = console
+        self.port: int | None = None
+        self._runner: web.AppRunner | None = None
+
+    async def start(self) -> None:
+        s = self.console.settings
+        runner = web.AppRunner(
+            build_app(self.console), handle_signals=False, shutdown_timeout=SHUTDOWN_TIMEOUT
+        )
+        await runner.setup()
+        site = web.TCPSite(runner, s.console_host, s.console_port)
+        try:
+            await site.start()
+        except OSError as exc:
+            await runner.cleanup()
+            raise OSError(
+                exc.errno,
+                f"console cannot listen on {s.console_host}:{s.console_port}: "
+                f"{exc.strerror or exc}; choose another NEXUS_CONSOLE_PORT (0 = any free one)",
+            ) from exc
+        self._runner = runner
+        self.port = runner.addresses[0][1]
+        log.info("console at %s", self.url)
+
+    @property
+    def url(self) -> str:
+        s = self.console.settings
+        if s.console_public_url:
+            return s.console_public_url.rstrip("/")
+        host = "127.0.0.1" if s.console_host in ("0.0.0.0", "") else s.console_host  # noqa: S104
+        return f"http://{host}:{self.port}"
+
+    async def stop(self) -> None:
+        if self._runner is not None:
+            await self._runner.cleanup()
+            self._runner = None
