@@ -130,7 +130,7 @@ def screenshots_dir() -> Path:
 
 
 async def screenshot(page: Page, name: str, *, full_page: bool = True) -> Path:
-    """Save a PNG of ``page`` as ``<screenshots dir>/<name>.png`` (docs/console.md embeds them)."""
+    """Save a PNG of ``page`` as ``<screenshots dir>/<name>.png`` (the console docs embed them)."""
     if not name or "/" in name or name.startswith("."):
         raise ValueError(f"screenshot name must be a plain file name, got {name!r}")
     target = screenshots_dir() / f"{name.removesuffix('.png')}.png"
