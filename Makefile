@@ -10,6 +10,7 @@ export XDG_RUNTIME_DIR ?= /tmp/nexus-xdg-$(shell id -u)
 
 setup: .venv/.synced
 	@bash scripts/ensure_bwrap.sh
+	@bash scripts/ensure_chromium.sh
 
 $(TOOLS)/bin/uv:
 	bash scripts/bootstrap_uv.sh $(TOOLS)

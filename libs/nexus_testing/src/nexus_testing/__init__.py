@@ -3,6 +3,9 @@
 - ``nexus_testing.fixtures`` is the pytest plugin (``-p nexus_testing.fixtures``, root
   pyproject): ``nats_server``, ``nats_url``, ``bus``, ``nats_cluster``, ``postgres_server``,
   ``pg_dsn``, ``pg_pool``.
+- ``nexus_testing.browser`` is the browser plugin (``-p nexus_testing.browser``): ``chromium``
+  (one headless Debian Chromium per worker), ``browser`` and ``page`` (Playwright, per test),
+  and `screenshot(page, name)` for docs/console/.
 - `NatsServer` / `NatsCluster` / `PostgresServer`: the real servers behind them, also started
   by the smoke script and the benchmarks.
 - `eventually` (`eventually_blocking` in synchronous tests): wait for a condition with a
