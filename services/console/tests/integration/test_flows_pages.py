@@ -41,7 +41,7 @@ async def two_revisions(bus: Bus, core: CoreApp, client: Browserless) -> str:
     _, page = await eventually(
         flow_page, lambda r: r[0] == 200 and "revision 2" in r[1], what="review at revision 2"
     )
-    return page
+    return str(page)
 
 
 async def test_the_flows_page_lists_each_flow_at_its_latest_revision(
@@ -65,14 +65,19 @@ async def test_a_flow_shows_its_graph_yaml_and_revisions(
     graph = graph_in(page)
     assert [n["id"] for n in graph["nodes"]] == ["__start__", "implement", "review", "end"]
     loop = [e for e in graph["edges"] if e["from"] == "review" and e["to"] == "implement"]
-    assert loop and loop[0]["loop"] is True and loop[0]["max_rounds"] == 5
-    assert "/static/vendor/dagre.min.js" in page and "/static/flowgraph.js" in page
+    assert loop
+    assert loop[0]["loop"] is True
+    assert loop[0]["max_rounds"] == 5
+    assert "/static/vendor/dagre.min.js" in page
+    assert "/static/flowgraph.js" in page
     assert "max_rounds: 5" in page.split('id="flow-yaml"', 1)[1]
-    assert 'id="revision-1"' in page and 'id="revision-2"' in page
+    assert 'id="revision-1"' in page
+    assert 'id="revision-2"' in page
     # An older revision is shown as it was.
     status, old = await client.get("/flows/review?revision=1")
     assert status == 200
-    assert "revision 1" in old and "max_rounds: 3" in old.split('id="flow-yaml"', 1)[1]
+    assert "revision 1" in old
+    assert "max_rounds: 3" in old.split('id="flow-yaml"', 1)[1]
 
 
 async def test_the_diff_between_two_revisions_is_unified(
@@ -83,11 +88,13 @@ async def test_the_diff_between_two_revisions_is_unified(
     status, page = await client.get("/flows/review?a=1&b=2")
     assert status == 200
     diff = html.unescape(page.split('id="flow-diff"', 1)[1].split("</pre>", 1)[0])
-    assert "--- review revision 1" in diff and "+++ review revision 2" in diff
+    assert "--- review revision 1" in diff
+    assert "+++ review revision 2" in diff
     assert '<span class="del">-  max_rounds: 3</span>' in diff
     assert '<span class="add">+  max_rounds: 5</span>' in diff
     status, same = await client.get("/flows/review?a=2&b=2")
-    assert status == 200 and "define the same flow" in same
+    assert status == 200
+    assert "define the same flow" in same
 
 
 async def test_bad_revisions_are_400_and_unknown_flows_404(
