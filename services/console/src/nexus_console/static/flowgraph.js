@@ -9,7 +9,8 @@
 (function () {
   "use strict";
   var SVG = "http://www.w3.org/2000/svg";
-  var NODE_W = 150, NODE_H = 48;
+  var NODE_W = 170, NODE_H = 62;
+  var DOT = " \u00b7 ", AT_MOST = "\u2264", MORE = " \u203a";
 
   function el(name, attrs, parent) {
     var node = document.createElementNS(SVG, name);
@@ -18,13 +19,15 @@
     return node;
   }
 
+  // "implementer · r2/3": the agent (or the kind of a gate or wait), the round and its bound.
   function subtitle(node) {
     var bits = [];
-    if (node.kind === "run" || node.kind === "map") { bits.push(node.kind + " · " + (node.agent || "")); }
+    if (node.kind === "run") { bits.push(node.agent || ""); }
+    else if (node.kind === "map") { bits.push("map" + DOT + (node.agent || "")); }
     else if (node.kind === "gate" || node.kind === "wait") { bits.push(node.kind); }
-    if (node.round) { bits.push("round " + node.round); }
-    if (node.max_rounds) { bits.push("≤" + node.max_rounds); }
-    return bits.join(" · ");
+    if (node.round) { bits.push("r" + node.round + (node.max_rounds ? "/" + node.max_rounds : "")); }
+    else if (node.max_rounds) { bits.push(AT_MOST + node.max_rounds + " rounds"); }
+    return bits.join(DOT);
   }
 
   function nodeClass(node) {
@@ -38,8 +41,8 @@
     if (!ids.length) { return; }
     var latest = ids[ids.length - 1];
     var link = el("a", {"class": "runs", href: "/runs/" + encodeURIComponent(latest)}, group);
-    var text = el("text", {x: 0, y: NODE_H / 2 + 14, "text-anchor": "middle"}, link);
-    text.textContent = ids.length > 1 ? "runs (" + ids.length + "), latest ›" : "run ›";
+    var text = el("text", {x: 0, y: 22, "text-anchor": "middle"}, link);
+    text.textContent = (ids.length > 1 ? ids.length + " runs, latest" : "run") + MORE;
     var title = el("title", {}, link);
     title.textContent = ids.join("\n");
   }
@@ -55,7 +58,7 @@
     });
     graph.edges.forEach(function (e, i) {
       var label = e.label === "next" ? "" : e.label;
-      if (e.loop && e.max_rounds) { label = (label ? label + " " : "") + "(≤" + e.max_rounds + ")"; }
+      if (e.loop && e.max_rounds) { label = (label ? label + " " : "") + "(" + AT_MOST + e.max_rounds + ")"; }
       g.setEdge(e.from, e.to, {label: label, width: label ? Math.min(8 * label.length, 220) : 0,
                                height: label ? 16 : 0, labelpos: "c", data: e}, "e" + i);
     });
@@ -91,17 +94,17 @@
       var round = data.kind === "start" || data.kind === "end" ? n.height / 2 : 8;
       el("rect", {x: -n.width / 2, y: -n.height / 2, width: n.width, height: n.height,
                   rx: round, ry: round}, group);
-      var label = el("text", {x: 0, y: data.kind === "start" || data.kind === "end" ? 4 : -4,
+      var label = el("text", {x: 0, y: data.kind === "start" || data.kind === "end" ? 4 : -10,
                               "text-anchor": "middle", "class": "label"}, group);
       label.textContent = data.label;
       var sub = subtitle(data);
       if (sub) {
-        var s = el("text", {x: 0, y: 12, "text-anchor": "middle", "class": "sub"}, group);
+        var s = el("text", {x: 0, y: 6, "text-anchor": "middle", "class": "sub"}, group);
         s.textContent = sub;
       }
       if (data.description || data.state) {
         var title = el("title", {}, group);
-        title.textContent = [data.description, data.state].filter(Boolean).join(" · ");
+        title.textContent = [data.description, data.state].filter(Boolean).join(DOT);
       }
       drawRuns(group, data);
       group.__node = data;
