@@ -34,6 +34,7 @@ async def two_revisions(bus: Bus, core: CoreApp, client: Browserless) -> str:
     await apply_agent(bus, AGENT_YAML)
     await apply_flow(bus, REVIEW_FLOW)
     await apply_flow(bus, CHANGED)
+    await apply_flow(bus, CHANGED)  # unchanged: no revision of its own
 
     async def flow_page() -> tuple[int, str]:
         return await client.get("/flows/review")
