@@ -4,6 +4,6 @@ from __future__ import annotations
 
 from aiohttp import web
 
-from nexus_console.pages import login, runs
+from nexus_console.pages import flow_runs, flows, login, runs
 
-ROUTES: tuple[web.RouteTableDef, ...] = (login.routes, runs.routes)
+ROUTES: tuple[web.RouteTableDef, ...] = (login.routes, runs.routes, flows.routes, flow_runs.routes)
