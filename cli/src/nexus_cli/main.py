@@ -11,6 +11,7 @@ from nexus_cli.commands import (
     agents,
     approvals,
     board,
+    console,
     context,
     dev,
     dlq,
@@ -66,6 +67,7 @@ app.add_typer(board.task_app, name="task")
 app.add_typer(dlq.app, name="dlq")
 app.add_typer(memory.app, name="memory")
 app.add_typer(mcp.app, name="mcp")
+app.add_typer(console.app, name="console")
 app.add_typer(projections.app, name="projections")
 app.add_typer(context.app, name="context")
 app.add_typer(plane.app, name="plane")

@@ -20,13 +20,14 @@ from nexus_core.app import CoreApp
 from nexus_events.contract import subjects
 from nexus_events.contract.streams import RUNS
 from nexus_events.events import CancelRequested, Column, RunRequested, RunStarted, TaskCreated
+from nexus_events.runtime.bearer_tokens import digest
 from nexus_events.transport.bus import Bus
 from nexus_events.transport.catalog_commands import apply_agent, apply_flow
 from nexus_testing import eventually
 
 from nexus_cli.client import Session
 from nexus_cli.errors import CliError
-from nexus_cli.mcp.auth import Identity, Scope, TokenEntry, Tokens, digest
+from nexus_cli.mcp.auth import Identity, Scope, TokenEntry, Tokens
 from nexus_cli.mcp.server import build_server
 from nexus_cli.mcp.state import Nexus
 from nexus_cli.mcp.web import BearerAuth

@@ -11,12 +11,13 @@ import httpx
 import pytest
 from mcp import Client
 from mcp_types import CallToolResult
+from nexus_events.runtime.bearer_tokens import digest
 from starlette.types import Receive, Scope, Send
 from tests.support.cli import invoke as nexus
 
 from nexus_cli.client import Session
 from nexus_cli.errors import CliError
-from nexus_cli.mcp.auth import Identity, Tokens, digest, load_tokens, new_token
+from nexus_cli.mcp.auth import Identity, Tokens, load_tokens, new_token
 from nexus_cli.mcp.auth import Scope as McpScope
 from nexus_cli.mcp.server import MAX_ARGUMENT_BYTES, build_server
 from nexus_cli.mcp.state import Nexus

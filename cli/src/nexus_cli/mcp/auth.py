@@ -1,55 +1,38 @@
 """Who calls: bearer tokens (stored as sha256 digests), their scope and NATS identity.
 
-The tokens file (YAML, NEXUS_MCP_TOKENS_FILE) never holds a token, only its digest; a request's
-token is hashed and compared with every entry in constant time, so neither a match nor its
-position leaks through timing.
+The tokens file (YAML, NEXUS_MCP_TOKENS_FILE) never holds a token, only its digest; tokens are
+read and compared by `nexus_events.runtime.bearer_tokens`, as the console's are.
 """
 
 from __future__ import annotations
 
 import fnmatch
-import hashlib
-import hmac
 import json
 import os
-import secrets
 from dataclasses import dataclass
-from enum import StrEnum
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from nexus_events.runtime import bearer_tokens
+from nexus_events.runtime.bearer_tokens import BearerTokens, TokensFileError, load_entries
+from pydantic import Field
 
 from nexus_cli.errors import CliError, ExitCode
 
-
-class Scope(StrEnum):
-    READ = "read"
-    OPERATE = "operate"
+Scope = bearer_tokens.Scope
 
 
 # An agent id ([A-Za-z0-9_-]) or a glob of them (`review*`, `team-?-planner`).
 AgentPattern = Annotated[str, Field(pattern=r"^[A-Za-z0-9_*?-]{1,128}$")]
 
 
-class TokenEntry(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
-    name: str = Field(pattern=r"^[A-Za-z0-9_.@-]{1,64}$")
-    sha256: str = Field(pattern=r"^[0-9a-f]{64}$")
-    scope: Scope
+class TokenEntry(bearer_tokens.TokenEntry):
     # None (left out): every agent. Otherwise the agents (ids or globs) whose runs, approvals
     # and memories the token sees and acts on; the rest is "not found" to it.
     agents: list[AgentPattern] | None = Field(None, min_length=1)
     nats_user: str | None = None
     nats_password_env: str | None = None
-
-
-class TokensFile(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
-    tokens: list[TokenEntry] = Field(default_factory=list)
 
 
 @dataclass(frozen=True)
@@ -82,27 +65,12 @@ class Identity:
         return any(fnmatch.fnmatchcase(agent_id, pattern) for pattern in self.agents)
 
 
-def digest(token: str) -> str:
-    return hashlib.sha256(token.encode()).hexdigest()
-
-
 def load_tokens(path: Path) -> list[TokenEntry]:
     """The entries of a tokens file; a one-line CliError (exit 2) if it is unreadable or bad."""
     try:
-        raw: Any = yaml.safe_load(path.read_text())
-    except OSError as exc:
-        raise CliError(f"cannot read tokens file {path}: {exc.strerror}") from None
-    except yaml.YAMLError as exc:
-        raise CliError(f"tokens file {path} is not YAML: {' '.join(str(exc).split())}") from None
-    try:
-        entries = TokensFile.model_validate(raw or {}).tokens
-    except ValidationError as exc:
-        first = exc.errors(include_url=False)[0]
-        where = ".".join(str(p) for p in first["loc"])
-        raise CliError(f"tokens file {path}: {where}: {first['msg']}") from None
-    names = [e.name for e in entries]
-    if len(set(names)) != len(names):
-        raise CliError(f"tokens file {path}: token names must be unique")
+        entries = load_entries(path, TokenEntry)
+    except TokensFileError as exc:
+        raise CliError(str(exc)) from None
     for e in entries:
         if e.nats_user and e.nats_password_env and e.nats_password_env not in os.environ:
             raise CliError(
@@ -116,18 +84,13 @@ class Tokens:
     """Resolve a presented bearer token to an Identity."""
 
     def __init__(self, entries: list[TokenEntry]) -> None:
-        self._entries = entries
+        self._tokens = BearerTokens(entries)
 
     def __len__(self) -> int:
-        return len(self._entries)
+        return len(self._tokens)
 
     def identify(self, token: str) -> Identity | None:
-        presented = digest(token).encode()
-        found: TokenEntry | None = None
-        for entry in self._entries:
-            # Every entry is compared, match or not: the time taken says nothing about which.
-            if hmac.compare_digest(presented, entry.sha256.encode()):
-                found = entry
+        found = self._tokens.identify(token)
         if found is None:
             return None
         password = os.environ.get(found.nats_password_env) if found.nats_password_env else None
@@ -154,8 +117,8 @@ def new_token(
 ) -> tuple[str, str]:
     """A fresh random token and the YAML entry (its digest, its agents if any) to add to the
     tokens file; a pydantic ValidationError for a bad name or agent pattern."""
-    token = f"nxm_{secrets.token_urlsafe(32)}"
-    entry: dict[str, Any] = {"name": name, "sha256": digest(token), "scope": scope}
+    token, sha256 = bearer_tokens.new_token("nxm_")
+    entry: dict[str, Any] = {"name": name, "sha256": sha256, "scope": scope}
     if agents is not None:
         entry["agents"] = agents
     TokenEntry.model_validate(entry)

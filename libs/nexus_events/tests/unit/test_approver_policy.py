@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 from nexus_events.contract.approver_policy import (
+    CONSOLE,
     DEFAULT_PRINCIPALS,
     Answer,
     ApproverDefaults,
@@ -148,3 +149,27 @@ def test_the_default_comes_from_configuration(monkeypatch: pytest.MonkeyPatch) -
     monkeypatch.setenv("NEXUS_APPROVERS_DEFAULT", "everyone")
     with pytest.raises(ValidationError, match="is not an approver"):
         ApproverDefaults()
+
+
+def console(name: str, scope: str = "operate") -> Answer:
+    return Answer(surface=CONSOLE, who=f"console:{name}", roles=frozenset({scope}))
+
+
+@pytest.mark.parametrize(
+    ("principals", "answer", "allowed"),
+    [
+        (("console:ann",), console("ann"), True),
+        (("console:ann",), console("bob"), False),
+        (("console:*",), console("bob"), True),
+        (("console:*",), console("bob", scope="read"), False),
+        (("console:ann",), console("ann", scope="read"), False),
+        # A console user is never the run's requester, even under the same name.
+        (("requester",), console("ann"), False),
+        # A console principal is not a chat user: a Slack answer never matches it.
+        (("console:*",), Answer(surface="slack", who="slack:ann"), False),
+        (("nats:*",), console("ann"), False),
+    ],
+)
+def test_console_principals(principals: tuple[str, ...], answer: Answer, allowed: bool) -> None:
+    rules = ApproverPolicy(principals=parse_principals(principals), requester="console:ann")
+    assert may_decide(rules, answer).allowed is allowed

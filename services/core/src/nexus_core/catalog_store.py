@@ -127,8 +127,9 @@ class StoredSkill:
 class CatalogStore(Protocol):
     """Read side of the catalog, whatever the backend."""
 
-    async def get_agent(self, agent_id: str) -> StoredAgent | None:
-        """The current definition, or None if never applied or deleted."""
+    async def get_agent(self, agent_id: str, revision: int | None = None) -> StoredAgent | None:
+        """The current definition, or None if never applied or deleted; with `revision`, that
+        revision even if deleted since, None if it does not exist or is the delete itself."""
 
     async def get_skill(self, name: str, version: str | None = None) -> StoredSkill | None:
         """The latest revision of `name` (with `version`, the latest of that version)."""
@@ -320,12 +321,22 @@ class PgCatalogStore:
         self.pool = pool
         self.q = quote_ident(schema)
 
-    async def get_agent(self, agent_id: str) -> StoredAgent | None:
-        row = await self.pool.fetchrow(
-            f"SELECT definition, revision, updated_at FROM {self.q}.agents"
-            " WHERE id = $1 AND NOT deleted",
-            agent_id,
-        )
+    async def get_agent(self, agent_id: str, revision: int | None = None) -> StoredAgent | None:
+        if revision is None:
+            row = await self.pool.fetchrow(
+                f"SELECT definition, revision, updated_at FROM {self.q}.agents"
+                " WHERE id = $1 AND NOT deleted",
+                agent_id,
+            )
+        else:
+            row = await self.pool.fetchrow(
+                f"SELECT definition, revision, changed_at AS updated_at"
+                # bigint: as in get_flow, a revision past int4 is not found, never an overflow.
+                f" FROM {self.q}.agent_revisions WHERE id = $1 AND revision = $2::bigint"
+                " AND NOT deleted",
+                agent_id,
+                revision,
+            )
         return None if row is None else _agent(row)
 
     async def list_agents(self) -> list[StoredAgent]:

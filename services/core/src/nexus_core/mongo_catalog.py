@@ -164,9 +164,14 @@ class MongoCatalogStore:
 
     # -- read side -------------------------------------------------------------------------
 
-    async def get_agent(self, agent_id: str) -> StoredAgent | None:
-        doc = await self.agents.find_one({"_id": agent_id, "deleted": False})
-        return None if doc is None else _agent(doc)
+    async def get_agent(self, agent_id: str, revision: int | None = None) -> StoredAgent | None:
+        if revision is None:
+            doc = await self.agents.find_one({"_id": agent_id, "deleted": False})
+            return None if doc is None else _agent(doc)
+        doc = await self.agent_revisions.find_one(
+            {"id": agent_id, "revision": revision, "deleted": False}
+        )
+        return None if doc is None else _agent(doc, doc.get("changed_at"))
 
     async def list_agents(self) -> list[StoredAgent]:
         cursor = self.agents.find({"deleted": False}).sort("_id", ASCENDING)
@@ -263,11 +268,11 @@ def _flow(doc: Document, at: Any) -> StoredFlow:
     return StoredFlow(FlowDefinition.model_validate_json(doc["definition"]), doc["revision"], at)
 
 
-def _agent(doc: Document) -> StoredAgent:
+def _agent(doc: Document, at: Any = None) -> StoredAgent:
     return StoredAgent(
         AgentDefinition.model_validate_json(doc["definition"]),
         doc["revision"],
-        doc.get("updated_at"),
+        doc.get("updated_at") if at is None else at,
     )
 
 

@@ -15,7 +15,7 @@ import functools
 import json
 import logging
 import time
-from collections.abc import AsyncGenerator, Callable
+from collections.abc import AsyncGenerator, Callable, Sequence
 from typing import Any, cast
 
 import asyncpg
@@ -23,11 +23,13 @@ from nats.micro.service import Service
 from nexus_events.contract import subjects
 from nexus_events.contract.codec import Decoded
 from nexus_events.contract.streams import RUNS
+from nexus_events.events.queries import CatalogKind
 from nexus_events.runtime.leadership import LeadershipStatus
 from nexus_events.transport import micro
 from nexus_events.transport.bus import Bus
 from nexus_events.transport.micro import Handler
 from nexus_events.transport.projection import Projection, projection_status, quote_ident, rebuild
+from pydantic import BaseModel
 
 from nexus_core.board_projection import BOARD_SCHEMA, BoardProjection
 from nexus_core.catalog_store import CatalogStore, StoredAgent, StoredFlow, StoredSkill
@@ -36,6 +38,7 @@ from nexus_core.query_models import (
     MAX_PAGE,
     AgentGet,
     BoardGet,
+    CatalogHistory,
     EmptyQuery,
     FlowDefinitionGet,
     ProjectionRebuild,
@@ -43,9 +46,11 @@ from nexus_core.query_models import (
     RunsGet,
     RunsList,
     SkillGet,
+    UsageSummary,
 )
 from nexus_core.run_state import RunRow
 from nexus_core.runs_projection import RUNS_SCHEMA, AgentRunsProjection
+from nexus_core.usage_summary import usage_sql
 
 log = logging.getLogger(__name__)
 
@@ -92,7 +97,18 @@ def run_view(row: RunRow) -> dict[str, Any]:
         "cost_usd": row.cost_usd,
         "result": row.result,
         "last_seq": row.last_seq,
+        "labels": row.labels,
     }
+
+
+# What runs.list's `text` looks in.
+TEXT_COLUMNS = ("run_id", "agent_id", "task_id", "input", "requested_by")
+
+
+def like_pattern(text: str) -> str:
+    """An ILIKE pattern (escape character backslash) matching `text` anywhere, literally."""
+    escaped = text.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
+    return f"%{escaped}%"
 
 
 def _board_run(run_id: str, statuses: dict[str, Any]) -> dict[str, Any]:
@@ -153,6 +169,8 @@ class CoreQueries:
             ("skills-get", subjects.CORE_CATALOG_SKILLS_GET, h(SkillGet, self.skill)),
             ("flows-list", subjects.CORE_CATALOG_FLOWS_LIST, h(EmptyQuery, self.flows)),
             ("flows-get", subjects.CORE_CATALOG_FLOWS_GET, h(FlowDefinitionGet, self.flow)),
+            ("catalog-history", subjects.CORE_CATALOG_HISTORY, h(CatalogHistory, self.history)),
+            ("usage-summary", subjects.CORE_USAGE_SUMMARY, h(UsageSummary, self.usage)),
             (
                 "projections-status",
                 subjects.CORE_PROJECTIONS_STATUS,
@@ -210,11 +228,17 @@ class CoreQueries:
             "agent_id": query.agent_id,
             "task_id": query.task_id,
             "origin": query.origin and query.origin.value,
+            "flow": query.flow,
+            "flow_run_id": query.flow_run_id,
         }
         for column, value in filters.items():
             if value is not None:
                 args.append(value)
                 where.append(f"{column} = ${len(args)}")
+        if query.text is not None:
+            args.append(like_pattern(query.text))
+            matches = (f"{c} ILIKE ${len(args)} ESCAPE '\\'" for c in TEXT_COLUMNS)
+            where.append(f"({' OR '.join(matches)})")
         if query.since is not None:
             args.append(query.since)
             where.append(f"COALESCE(requested_at, last_event_at) >= ${len(args)}")
@@ -254,6 +278,21 @@ class CoreQueries:
                 if len(events) >= query.limit:
                     break
         return {"run_id": query.run_id, "events": events}
+
+    async def usage(self, query: UsageSummary) -> dict[str, Any]:
+        sql, args = usage_sql(f"{self.runs}.agent_runs", query)
+        rows = [
+            {
+                "key": r["key"],
+                "runs": r["runs"],
+                "tokens_in": r["tokens_in"],
+                "tokens_out": r["tokens_out"],
+                "cost_usd": round(r["cost_usd"], 6),
+                "turns": r["turns"],
+            }
+            for r in await self.pool.fetch(sql, *args)
+        ]
+        return {"by": query.by.value, "rows": rows}
 
     # -- board -----------------------------------------------------------------------
 
@@ -307,10 +346,34 @@ class CoreQueries:
         return {"agents": [_agent_view(a) for a in await self.catalog.list_agents()]}
 
     async def agent(self, query: AgentGet) -> dict[str, Any]:
-        found = await self.catalog.get_agent(query.id)
+        found = await self.catalog.get_agent(query.id, query.revision)
         if found is None:
-            raise QueryError(404, f"no agent {query.id!r}")
+            what = query.id if query.revision is None else f"{query.id}@{query.revision}"
+            raise QueryError(404, f"no agent {what!r}")
         return _agent_view(found)
+
+    async def history(self, query: CatalogHistory) -> dict[str, Any]:
+        """Every revision, oldest first; none (not an error) for an item never applied, so a
+        page can show an empty history without telling "unknown" from "no revisions"."""
+        revisions: Sequence[tuple[int, bool, BaseModel | None]]
+        if query.kind is CatalogKind.AGENT:
+            revisions = await self.catalog.agent_history(query.id)
+        elif query.kind is CatalogKind.SKILL:
+            revisions = await self.catalog.skill_history(query.id)
+        else:
+            revisions = await self.catalog.flow_history(query.id)
+        return {
+            "kind": query.kind.value,
+            "id": query.id,
+            "revisions": [
+                {
+                    "revision": revision,
+                    "deleted": deleted,
+                    "definition": None if d is None else d.model_dump(mode="json"),
+                }
+                for revision, deleted, d in revisions
+            ],
+        }
 
     async def skills(self, _: EmptyQuery) -> dict[str, Any]:
         return {"skills": [_skill_view(s) for s in await self.catalog.list_skills()]}

@@ -10,6 +10,7 @@ from nexus_events.events.queries import (
     MAX_PAGE,
     AgentGet,
     BoardGet,
+    CatalogHistory,
     EmptyQuery,
     FlowDefinitionGet,
     ProjectionRebuild,
@@ -17,6 +18,7 @@ from nexus_events.events.queries import (
     RunsGet,
     RunsList,
     SkillGet,
+    UsageSummary,
 )
 from nexus_events.transport.micro import one_line, parse_query
 
@@ -25,6 +27,7 @@ __all__ = [
     "MAX_PAGE",
     "AgentGet",
     "BoardGet",
+    "CatalogHistory",
     "EmptyQuery",
     "FlowDefinitionGet",
     "ProjectionRebuild",
@@ -32,6 +35,7 @@ __all__ = [
     "RunsGet",
     "RunsList",
     "SkillGet",
+    "UsageSummary",
     "one_line",
     "parse_query",
 ]

@@ -9,8 +9,9 @@ gives the row that applying them in stream order gives. That is how each field g
   sequence) wins, so terminal states are final; live statuses only move forwards; the
   approval events toggle running/awaiting_approval by sequence (latest wins), and a heartbeat
   or turn never toggles back. In stream order this equals folding `runstate.next_status`.
-- who/what (agent, task, origin, input, requested_by): from the earliest `requested`, else the
-  earliest `prepared`. Config (catalog revisions, resume.max_attempts): earliest `prepared`.
+- who/what (agent, task, origin, input, requested_by, labels): from the earliest `requested`,
+  else the earliest `prepared` (which carries no labels). Config (catalog revisions,
+  resume.max_attempts): earliest `prepared`.
 - runtime handle: latest `dispatched`; attempt: the highest any `dispatched`, `resuming` or
   `resumed` names; queue position: latest `queued`.
 - condensations: the distinct (turn, strategy) pairs of `condensed` events, so a redelivered
@@ -117,6 +118,8 @@ class RunRow:
     input: str | None = None
     requested_by: str | None = None
     parent_run_id: str | None = None
+    # The request's labels: a flow's runs carry flow, flow_run_id, step and round.
+    labels: dict[str, str] = field(default_factory=dict)
     info_key: tuple[int, int] | None = None
     catalog_revisions: dict[str, int] = field(default_factory=dict)
     config_seq: int | None = None
@@ -191,6 +194,7 @@ def evolve(row: RunRow | None, fact: RunFact) -> RunRow:
         new = dataclasses.replace(
             row,
             catalog_revisions=dict(row.catalog_revisions),
+            labels=dict(row.labels),
             phases=dict(row.phases),
             turns=dict(row.turns),
             result=None if row.result is None else dict(row.result),
@@ -248,6 +252,7 @@ def _fold_details(row: RunRow, ev: Event, seq: int) -> None:
             row.agent_id, row.task_id, row.origin = ev.agent_id, ev.task_id, ev.origin.value
             row.input, row.requested_by = ev.input, ev.requested_by
             row.parent_run_id, row.info_key = ev.parent_run_id, info_key
+            row.labels = dict(ev.labels)
     elif type(ev) is RunPrepared:
         c = ev.config
         info_key = (1, seq)
@@ -255,6 +260,7 @@ def _fold_details(row: RunRow, ev: Event, seq: int) -> None:
             row.agent_id, row.task_id, row.origin = c.agent_id, c.task_id, c.origin.value
             row.input, row.requested_by = c.input, None
             row.parent_run_id, row.info_key = None, info_key
+            row.labels = {}
         if row.config_seq is None or seq < row.config_seq:
             row.catalog_revisions, row.config_seq = dict(c.catalog_revisions), seq
             row.max_attempts = c.resume.max_attempts

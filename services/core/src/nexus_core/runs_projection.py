@@ -58,6 +58,29 @@ MIGRATIONS = (
     """
     ALTER TABLE {schema}.agent_runs ADD COLUMN condensations int NOT NULL DEFAULT 0;
     """,
+    # The console (issue 38): runs.list filters by flow, flow run and free text, and
+    # usage.summary sums turns per group. input, requested_by and turns are in every stored
+    # document already; labels only in those folded since, so older rows get theirs from a
+    # rebuild (`nexus projections rebuild agent_runs`) or from their run's next event.
+    """
+    ALTER TABLE {schema}.agent_runs
+        ADD COLUMN input text,
+        ADD COLUMN requested_by text,
+        ADD COLUMN labels jsonb NOT NULL DEFAULT '{{}}'::jsonb,
+        ADD COLUMN flow text,
+        ADD COLUMN flow_run_id text,
+        ADD COLUMN turns int NOT NULL DEFAULT 0;
+    UPDATE {schema}.agent_runs SET
+        input = doc->>'input',
+        requested_by = doc->>'requested_by',
+        labels = COALESCE(doc->'labels', '{{}}'::jsonb),
+        flow = doc->'labels'->>'flow',
+        flow_run_id = doc->'labels'->>'flow_run_id',
+        turns = COALESCE(
+            (SELECT max(k::int) FROM jsonb_object_keys(doc->'turns') AS k), 0);
+    CREATE INDEX ON {schema}.agent_runs (flow, first_seq);
+    CREATE INDEX ON {schema}.agent_runs (flow_run_id, first_seq);
+    """,
 )
 
 # Rows travel to PostgreSQL as one JSON array per batch: each element is the row's document
@@ -84,6 +107,12 @@ COLUMNS = {
     "cost_usd": "(e->>'cost_usd')::float8",
     "condensations": "(e->>'condensations')::int",
     "result_summary": "d->'result'->>'summary'",
+    "input": "d->>'input'",
+    "requested_by": "d->>'requested_by'",
+    "labels": "COALESCE(d->'labels', '{}'::jsonb)",
+    "flow": "d->'labels'->>'flow'",
+    "flow_run_id": "d->'labels'->>'flow_run_id'",
+    "turns": "(e->>'turns')::int",
     "first_seq": "COALESCE((d->>'first_seq')::bigint, 0)",
     "last_seq": "(d->>'last_seq')::bigint",
     "doc": "d",
@@ -109,6 +138,7 @@ def rows_json(rows: Iterable[RunRow]) -> str:
         + ",".join(
             f'{{"tokens_in":{r.tokens_in},"tokens_out":{r.tokens_out},'
             f'"cost_usd":{json.dumps(r.cost_usd)},"condensations":{r.condensations},'
+            f'"turns":{r.turn_count},'
             f'"doc":{r.to_json()}}}'
             for r in rows
         )

@@ -75,6 +75,28 @@ async def test_apply_update_delete_keeps_history(bus: Bus, catalog_backend: Cata
         assert stored.revision == 4
 
 
+async def test_agent_revisions_stay_readable_after_update_and_delete(
+    bus: Bus, catalog_backend: CatalogBackend
+):
+    store = catalog_backend.store
+    async with catalog_backend.make_runner() as runner:
+        await apply_agent(bus, AGENT_YAML)
+        await apply_agent(bus, AGENT_YAML.replace("You implement", "You build"))
+        await delete_agent(bus, "implementer")
+        await runner.wait_until(CATALOG, await _last_seq(bus))
+    assert await store.get_agent("implementer") is None
+    first = await store.get_agent("implementer", 1)
+    second = await store.get_agent("implementer", 2)
+    assert first is not None
+    assert second is not None
+    assert (first.revision, first.definition.system_prompt) == (1, "You implement tasks.")
+    assert (second.revision, second.definition.system_prompt) == (2, "You build tasks.")
+    assert first.updated_at is not None
+    assert await store.get_agent("implementer", 3) is None  # the delete has no definition
+    assert await store.get_agent("implementer", 4) is None
+    assert await store.get_agent("ghost", 1) is None
+
+
 async def test_reapply_is_idempotent(bus: Bus, catalog_backend: CatalogBackend):
     store = catalog_backend.store
     async with catalog_backend.make_runner() as runner:

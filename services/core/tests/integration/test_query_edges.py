@@ -363,18 +363,23 @@ def bodies(fields: list[str], valid: dict[str, Any]) -> st.SearchStrategy[bytes]
 FUZZED: dict[str, list[str]] = {
     subjects.CORE_RUNS_GET: ["run_id"],
     subjects.CORE_RUNS_LIST: [
-        *("status", "agent_id", "task_id", "origin", "since", "limit", "cursor")
+        *("status", "agent_id", "task_id", "origin", "since"),
+        *("flow", "flow_run_id", "text", "limit", "cursor"),
     ],
     subjects.CORE_RUNS_EVENTS: ["run_id", "from_seq", "limit"],
     subjects.CORE_BOARD_GET: ["column", "include_deleted"],
     subjects.CORE_CATALOG_AGENTS_LIST: [],
-    subjects.CORE_CATALOG_AGENTS_GET: ["id"],
+    subjects.CORE_CATALOG_AGENTS_GET: ["id", "revision"],
     subjects.CORE_CATALOG_SKILLS_LIST: [],
     subjects.CORE_CATALOG_SKILLS_GET: ["name", "version"],
     subjects.CORE_CATALOG_FLOWS_LIST: [],
     subjects.CORE_CATALOG_FLOWS_GET: ["id", "revision"],
     subjects.CORE_PROJECTIONS_STATUS: [],
     subjects.CORE_PROJECTIONS_REBUILD: ["projection"],
+    subjects.CORE_CATALOG_HISTORY: ["kind", "id"],
+    subjects.CORE_USAGE_SUMMARY: [
+        *("by", "since", "until", "agent_id", "flow", "task_id", "limit")
+    ],
 }
 
 
@@ -386,6 +391,8 @@ VALID: dict[str, dict[str, Any]] = {
     subjects.CORE_CATALOG_SKILLS_GET: {"name": "python"},
     subjects.CORE_CATALOG_FLOWS_GET: {"id": "edge1"},
     subjects.CORE_PROJECTIONS_REBUILD: {"projection": "board"},
+    subjects.CORE_CATALOG_HISTORY: {"kind": "agent", "id": "implementer"},
+    subjects.CORE_USAGE_SUMMARY: {"by": "agent"},
 }
 
 
@@ -405,6 +412,8 @@ async def test_every_query_and_field_is_fuzzed() -> None:
         subjects.CORE_CATALOG_FLOWS_GET: m.FlowDefinitionGet,
         subjects.CORE_PROJECTIONS_STATUS: m.EmptyQuery,
         subjects.CORE_PROJECTIONS_REBUILD: m.ProjectionRebuild,
+        subjects.CORE_CATALOG_HISTORY: m.CatalogHistory,
+        subjects.CORE_USAGE_SUMMARY: m.UsageSummary,
     }
     core_queries = {s for s in subjects.QUERY_SUBJECTS if s.startswith("nexus.core.")}
     assert core_queries == set(FUZZED)

@@ -18,6 +18,10 @@ when the agent names none, from the deployment's default (``NEXUS_APPROVERS_DEFA
                                 ``guest`` or Plane's number (plane-sync asks Plane; a role it
                                 cannot learn is none: the principal fails closed)
 ``nats:<user>``, ``nats:*``     that NATS user on the CLI (advisory: docs/approvals.md)
+``console:<name>``              that console user (its token's name); ``console:*`` any
+                                console user; both need the token's ``operate`` scope
+                                (``requester`` never covers a console user: no run is
+                                requested from the console)
 ==============================  ============================================================
 
 Every surface (chat, Plane, CLI) builds an `Answer` for the person answering and asks
@@ -45,12 +49,16 @@ DEFAULT_PRINCIPALS: tuple[str, ...] = (APPROVER_CHATS, REQUESTER)
 # The surfaces that are not chat channels; any other surface name is a chat channel.
 PLANE = "plane"
 CLI = "cli"
+CONSOLE = "console"
+# The console scope an answer needs (in `Answer.roles`) to decide anything.
+CONSOLE_OPERATE = "operate"
 
 _PART = r"[^\s:*]+"
 _CHAT_USER = re.compile(rf"^(?P<channel>[A-Za-z0-9_-]+):(?P<user>{_PART}|\*)$")
 _CHAT = re.compile(rf"^chat:(?P<channel>[A-Za-z0-9_-]+):(?P<chat>{_PART})$")
 _PLANE = re.compile(r"^plane:(?P<kind>user|role):(?P<name>\S+)$")
 _NATS = re.compile(rf"^nats:(?P<user>{_PART}|\*)$")
+_CONSOLE = re.compile(rf"^console:(?P<user>{_PART}|\*)$")
 
 
 def parse_principal(text: str) -> str:
@@ -58,15 +66,16 @@ def parse_principal(text: str) -> str:
     p = text.strip()
     if p in (REQUESTER, APPROVER_CHATS):
         return p
-    for pattern in (_CHAT, _PLANE, _NATS):
+    for pattern in (_CHAT, _PLANE, _NATS, _CONSOLE):
         if pattern.fullmatch(p):
             return p
     match = _CHAT_USER.fullmatch(p)
-    if match and match["channel"] not in ("chat", PLANE, "nats", CLI):
+    if match and match["channel"] not in ("chat", PLANE, "nats", CLI, CONSOLE):
         return p
     raise ValueError(
         f"{text!r} is not an approver (requester, approver-chats, chat:<channel>:<chat>,"
-        " <channel>:<user>, plane:user:<who>, plane:role:<role>, nats:<user>)"
+        " <channel>:<user>, plane:user:<who>, plane:role:<role>, nats:<user>,"
+        " console:<name>)"
     )
 
 
@@ -205,6 +214,10 @@ def _matches(principal: str, policy: ApproverPolicy, answer: Answer) -> bool:  #
         return m["name"] in names
     if m := _NATS.fullmatch(principal):
         return answer.surface == CLI and (m["user"] == "*" or f"nats:{m['user']}" == answer.who)
+    if m := _CONSOLE.fullmatch(principal):
+        if answer.surface != CONSOLE or CONSOLE_OPERATE not in answer.roles:
+            return False
+        return m["user"] == "*" or principal == answer.who
     if m := _CHAT_USER.fullmatch(principal):
         if chat is None or answer.surface != m["channel"]:
             return False

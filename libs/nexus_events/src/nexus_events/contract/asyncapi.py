@@ -54,6 +54,8 @@ from nexus_events.events.queries import (
     AgentView,
     BoardGet,
     BoardGetReply,
+    CatalogHistory,
+    CatalogHistoryReply,
     EmptyQuery,
     FlowDefinitionGet,
     FlowDefinitionsListReply,
@@ -71,6 +73,8 @@ from nexus_events.events.queries import (
     SkillGet,
     SkillsListReply,
     SkillView,
+    UsageSummary,
+    UsageSummaryReply,
 )
 from nexus_events.runtime.services import SERVICES
 
@@ -124,6 +128,8 @@ _QUERY_MODELS: dict[str, tuple[type[BaseModel], type[BaseModel]]] = {
     subjects.CORE_CATALOG_FLOWS_GET: (FlowDefinitionGet, FlowDefinitionView),
     subjects.FLOWS_GET: (FlowsGet, FlowRunView),
     subjects.FLOWS_LIST: (FlowsList, FlowsListReply),
+    subjects.CORE_CATALOG_HISTORY: (CatalogHistory, CatalogHistoryReply),
+    subjects.CORE_USAGE_SUMMARY: (UsageSummary, UsageSummaryReply),
 }
 
 # The parties that are no deployed service; the services' lines are the service table's.

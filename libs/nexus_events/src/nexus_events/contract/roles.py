@@ -301,4 +301,7 @@ QUERY_ROLES: dict[str, QueryRoles] = {
     subjects.CORE_CATALOG_FLOWS_GET: QueryRoles(_CORE, (*_READERS, _FLOWS)),
     subjects.FLOWS_GET: QueryRoles(_FLOWS, _CORE_CLIENTS),
     subjects.FLOWS_LIST: QueryRoles(_FLOWS, _CORE_CLIENTS),
+    # The console's history and cost pages (issue 38).
+    subjects.CORE_CATALOG_HISTORY: QueryRoles(_CORE, _CORE_CLIENTS),
+    subjects.CORE_USAGE_SUMMARY: QueryRoles(_CORE, _CORE_CLIENTS),
 }

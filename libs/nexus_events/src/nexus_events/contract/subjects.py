@@ -112,6 +112,9 @@ CORE_CATALOG_FLOWS_LIST = "nexus.core.v1.catalog.flows.list"
 CORE_CATALOG_FLOWS_GET = "nexus.core.v1.catalog.flows.get"
 FLOWS_GET = "nexus.flows.v1.get"
 FLOWS_LIST = "nexus.flows.v1.list"
+# Every revision of a catalog item, and run totals grouped by day/agent/flow/task/origin.
+CORE_CATALOG_HISTORY = "nexus.core.v1.catalog.history"
+CORE_USAGE_SUMMARY = "nexus.core.v1.usage.summary"
 QUERY_SUBJECTS = (
     CORE_RUNS_GET,
     CORE_RUNS_LIST,
@@ -136,6 +139,8 @@ QUERY_SUBJECTS = (
     CORE_CATALOG_FLOWS_GET,
     FLOWS_GET,
     FLOWS_LIST,
+    CORE_CATALOG_HISTORY,
+    CORE_USAGE_SUMMARY,
 )
 
 

@@ -99,6 +99,17 @@ class RunsList(Query):
     since: Since | None = Field(
         None, description="Runs requested at or after this time (naive means UTC)."
     )
+    flow: Token | None = Field(
+        None, description="Only runs a flow of this id started (their `flow` label)."
+    )
+    flow_run_id: Token | None = Field(
+        None, description="Only runs this flow run started (their `flow_run_id` label)."
+    )
+    text: Text | None = Field(
+        None,
+        description="Case-insensitive substring of run_id, agent_id, task_id, input or"
+        " requested_by (`%` and `_` match themselves).",
+    )
     limit: int = Field(50, ge=1, le=MAX_PAGE, description=f"Page size, 1..{MAX_PAGE}.")
     cursor: Cursor | None = Field(None, description="next_cursor of the previous page.")
 
@@ -124,6 +135,12 @@ class AgentGet(Query):
     """Body of a ``nexus.core.v1.catalog.agents.get`` request."""
 
     id: Token = Field(..., description="Agent id.")
+    revision: int | None = Field(
+        None,
+        ge=1,
+        le=BIGINT_MAX,
+        description="Catalog revision (even one deleted since); the current one when absent.",
+    )
 
 
 class SkillGet(Query):
@@ -140,6 +157,51 @@ class FlowDefinitionGet(Query):
     revision: int | None = Field(
         None, ge=1, le=BIGINT_MAX, description="Catalog revision; the latest when absent."
     )
+
+
+class CatalogKind(StrEnum):
+    """The kinds of catalog item, each with its own revision history."""
+
+    AGENT = "agent"
+    SKILL = "skill"
+    FLOW = "flow"
+
+
+class CatalogHistory(Query):
+    """Body of a ``nexus.core.v1.catalog.history`` request: every revision of one item."""
+
+    kind: CatalogKind = Field(..., description="agent, skill or flow.")
+    id: Token = Field(..., description="Agent id, skill name or flow id.")
+
+
+class UsageBy(StrEnum):
+    """What a usage summary groups runs by."""
+
+    DAY = "day"
+    AGENT = "agent"
+    FLOW = "flow"
+    TASK = "task"
+    ORIGIN = "origin"
+
+
+# Most rows of one usage summary: more days than a year, far below max_payload.
+MAX_USAGE_ROWS = 1000
+
+
+class UsageSummary(Query):
+    """Body of a ``nexus.core.v1.usage.summary`` request: run totals grouped by one key."""
+
+    by: UsageBy = Field(..., description="Group by day (UTC date requested), agent, flow...")
+    since: Since | None = Field(
+        None, description="Runs requested at or after this time (naive means UTC)."
+    )
+    until: Since | None = Field(
+        None, description="Runs requested before this time (naive means UTC)."
+    )
+    agent_id: Text | None = Field(None, description="Only runs of this agent.")
+    flow: Token | None = Field(None, description="Only runs a flow of this id started.")
+    task_id: Text | None = Field(None, description="Only runs for this task.")
+    limit: int = Field(100, ge=1, le=MAX_USAGE_ROWS, description=f"Most rows, 1..{MAX_USAGE_ROWS}.")
 
 
 class EmptyQuery(Query):
@@ -198,6 +260,10 @@ class RunView(Reply):
     cost_usd: float = Field(..., description="Cost in USD.")
     result: dict[str, Any] | None = Field(..., description="The RunResult of a completed run.")
     last_seq: int = Field(..., description="Stream sequence of its latest event.")
+    labels: dict[str, str] = Field(
+        default_factory=dict,
+        description="Labels of its request; a flow's runs carry flow, flow_run_id, step, round.",
+    )
 
 
 class RunsListReply(Reply):
@@ -274,6 +340,44 @@ class FlowDefinitionsListReply(Reply):
     """Every flow definition."""
 
     flows: list[FlowDefinitionView] = Field(..., description="Every flow, latest revision.")
+
+
+class CatalogRevisionView(Reply):
+    """One revision of a catalog item."""
+
+    revision: int = Field(..., description="Catalog revision.")
+    deleted: bool = Field(..., description="Whether this revision deletes the item.")
+    definition: dict[str, Any] | None = Field(
+        ..., description="The definition (agent, skill or flow); None for a delete."
+    )
+
+
+class CatalogHistoryReply(Reply):
+    """Every revision of one catalog item, oldest first (empty: never applied)."""
+
+    kind: str = Field(..., description="agent, skill or flow.")
+    id: str = Field(..., description="The item.")
+    revisions: list[CatalogRevisionView] = Field(..., description="Oldest first.")
+
+
+class UsageRow(Reply):
+    """Totals of the runs sharing one key."""
+
+    key: str | None = Field(
+        ..., description="The day (YYYY-MM-DD), agent, flow, task or origin; None: runs without."
+    )
+    runs: int = Field(..., description="Runs.")
+    tokens_in: int = Field(..., description="Prompt tokens.")
+    tokens_out: int = Field(..., description="Completion tokens.")
+    cost_usd: float = Field(..., description="Cost in USD.")
+    turns: int = Field(..., description="Model turns.")
+
+
+class UsageSummaryReply(Reply):
+    by: str = Field(..., description="What the rows are grouped by.")
+    rows: list[UsageRow] = Field(
+        ..., description="By day: oldest first; otherwise costliest first."
+    )
 
 
 class SkillView(Reply):
@@ -356,6 +460,8 @@ REQUESTS: tuple[type[Query], ...] = (
     SkillGet,
     EmptyQuery,
     ProjectionRebuild,
+    CatalogHistory,
+    UsageSummary,
 )
 REPLIES: tuple[type[BaseModel], ...] = (
     RunView,
@@ -368,5 +474,7 @@ REPLIES: tuple[type[BaseModel], ...] = (
     SkillsListReply,
     ProjectionsStatusReply,
     ProjectionRebuildReply,
+    CatalogHistoryReply,
+    UsageSummaryReply,
     QueryErrorReply,
 )

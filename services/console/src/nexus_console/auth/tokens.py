@@ -3,62 +3,23 @@ sessions and a new one works without a restart."""
 
 from __future__ import annotations
 
-import hashlib
-import hmac
 import logging
 import os
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
-import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from nexus_events.runtime.bearer_tokens import (
+    BearerTokens,
+    TokenEntry,
+    TokensFileError,
+    load_entries,
+)
 
 from nexus_console.auth.identity import Scope, Via, Viewer
 
 log = logging.getLogger(__name__)
 
-
-class TokenEntry(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
-    name: str = Field(pattern=r"^[A-Za-z0-9_.@-]{1,64}$")
-    sha256: str = Field(pattern=r"^[0-9a-f]{64}$")
-    scope: Scope
-
-
-class TokensFile(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
-    tokens: list[TokenEntry] = Field(default_factory=list)
-
-
-class TokensFileError(ValueError):
-    """The tokens file cannot be used (one line: which file, what is wrong)."""
-
-
-def load_entries(path: Path) -> list[TokenEntry]:
-    try:
-        raw: Any = yaml.safe_load(path.read_text())
-    except OSError as exc:
-        raise TokensFileError(f"cannot read tokens file {path}: {exc.strerror}") from None
-    except yaml.YAMLError as exc:
-        why = " ".join(str(exc).split())
-        raise TokensFileError(f"tokens file {path} is not YAML: {why}") from None
-    try:
-        entries = TokensFile.model_validate(raw or {}).tokens
-    except ValidationError as exc:
-        first = exc.errors(include_url=False)[0]
-        where = ".".join(str(p) for p in first["loc"])
-        raise TokensFileError(f"tokens file {path}: {where}: {first['msg']}") from None
-    names = [e.name for e in entries]
-    if len(set(names)) != len(names):
-        raise TokensFileError(f"tokens file {path}: token names must be unique")
-    return entries
-
-
-def digest(token: str) -> str:
-    return hashlib.sha256(token.encode()).hexdigest()
+__all__ = ["Match", "TokenBook", "TokensFileError"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -79,7 +40,8 @@ class TokenBook:
         self._entries: list[TokenEntry] = []
         self._stamp: tuple[int, int] | None = None
         if path is not None:
-            self._entries = load_entries(path)  # a bad file at start-up stops the service
+            # A bad file at start-up stops the service with its one-line reason.
+            self._entries = load_entries(path, TokenEntry)
             self._stamp = self._stat()
 
     def _stat(self) -> tuple[int, int] | None:
@@ -95,7 +57,7 @@ class TokenBook:
         stamp = self._stat()
         if stamp != self._stamp and self.path is not None:
             try:
-                self._entries = load_entries(self.path)
+                self._entries = load_entries(self.path, TokenEntry)
             except TokensFileError as exc:
                 # Keep the entries known to be good: a half-written file must not log everyone
                 # out, nor let anyone in.
@@ -104,15 +66,10 @@ class TokenBook:
         return self._entries
 
     def identify(self, token: str) -> Match | None:
-        presented = digest(token).encode()
-        found: TokenEntry | None = None
-        for entry in self._fresh():
-            # Every entry is compared: the time taken says nothing about which matched.
-            if hmac.compare_digest(presented, entry.sha256.encode()):
-                found = entry
+        found = BearerTokens(self._fresh()).identify(token)
         if found is None:
             return None
-        return Match(Viewer(found.name, found.scope, Via.TOKEN), _entry_id(found))
+        return Match(Viewer(found.name, Scope(found.scope), Via.TOKEN), _entry_id(found))
 
     def still_valid(self, entry_id: str) -> bool:
         return any(_entry_id(e) == entry_id for e in self._fresh())
