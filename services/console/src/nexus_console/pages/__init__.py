@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from aiohttp import web
 
-from nexus_console.pages import approvals, flow_runs, flows, login, runs
+from nexus_console.pages import approvals, dead_letters, flow_runs, flows, login, runs
 
 ROUTES: tuple[web.RouteTableDef, ...] = (
     login.routes,
@@ -12,4 +12,5 @@ ROUTES: tuple[web.RouteTableDef, ...] = (
     flows.routes,
     flow_runs.routes,
     approvals.routes,
+    dead_letters.routes,
 )
