@@ -15,10 +15,9 @@ from nexus_events.transport.approvals import ApprovalRecord, approval_record
 from nexus_events.transport.bus import Bus
 from pydantic import BaseModel, ConfigDict, Field
 
+from nexus_console.actions import READ_ONLY
 from nexus_console.auth.identity import Viewer
 from nexus_console.reads import QueryError, Reads
-
-READ_ONLY = "read-only console token"
 
 
 class DecisionForm(BaseModel):

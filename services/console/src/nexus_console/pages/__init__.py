@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from aiohttp import web
 
-from nexus_console.pages import approvals, dead_letters, flow_runs, flows, login, runs
+from nexus_console.pages import approvals, dead_letters, flow_runs, flows, login, runs, schedules
 
 ROUTES: tuple[web.RouteTableDef, ...] = (
     login.routes,
@@ -13,4 +13,5 @@ ROUTES: tuple[web.RouteTableDef, ...] = (
     flow_runs.routes,
     approvals.routes,
     dead_letters.routes,
+    schedules.routes,
 )

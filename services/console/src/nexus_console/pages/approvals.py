@@ -14,6 +14,7 @@ from nexus_events.transport import approval_answers as answers
 from nexus_events.transport.approvals import ApprovalRecord
 from pydantic import ValidationError
 
+from nexus_console.actions import READ_ONLY
 from nexus_console.actions import approvals as act
 from nexus_console.auth.middleware import refuse
 from nexus_console.context import console_of, viewer_of
@@ -90,7 +91,7 @@ async def decide_approval(request: web.Request) -> web.Response:
     what = f"approval {record.approval_id} of run {record.run_id}"
     if not viewer.may_operate:
         await act.refuse_read_viewer(console.bus, record, form.decision, viewer)
-        raise refuse(request, viewer, what, act.READ_ONLY)
+        raise refuse(request, viewer, what, READ_ONLY)
     try:
         decided = await act.decide(console.bus, console.reads, record, form, viewer)
     except answers.AnswerRefusedError as exc:

@@ -17,6 +17,7 @@ from nexus_events.transport.dead_letter_replay import (
 )
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from nexus_console.actions import READ_ONLY
 from nexus_console.auth.middleware import refuse
 from nexus_console.context import CSRF, console_of, viewer_of
 from nexus_console.forms import bad_request
@@ -104,7 +105,7 @@ async def dead_letter_page(request: web.Request) -> web.Response:
 async def replay(request: web.Request) -> web.Response:
     console, viewer, seq = console_of(request), viewer_of(request), _seq(request)
     if not viewer.may_operate:
-        raise refuse(request, viewer, f"replay of dead letter {seq}", "read-only console token")
+        raise refuse(request, viewer, f"replay of dead letter {seq}", READ_ONLY)
     try:
         letter, ack = await replay_letter(console.bus, seq, REPLAY_TIMEOUT)
     except LetterError as exc:
