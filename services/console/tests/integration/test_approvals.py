@@ -24,13 +24,19 @@ from nexus_events.events import (
     RunRequested,
     RunStarted,
 )
+from nexus_events.events.flows import FlowRequested, FlowStatus
 from nexus_events.transport.approvals import claim_approval, held_claim
 from nexus_events.transport.bus import Bus
-from nexus_events.transport.catalog_commands import apply_agent
+from nexus_events.transport.catalog_commands import apply_agent, apply_flow
 from nexus_events.transport.run_requests import request_run
+from nexus_flows.app import FlowsApp
 from nexus_testing.polling import eventually
 
 from .conftest import OPERATE_TOKEN, READ_TOKEN, Browserless, Clients
+from .flow_fixtures import AGENT_YAML, SHIP_FLOW
+from .test_flow_runs_pages import finish_run, flows_service
+
+__all__ = ["flows_service"]  # the flows service fixture, shared with the flow runs pages
 
 AGENT = "id: {id}\nrole: devops\nmodel: {{name: test-model}}\nsystem_prompt: You {id}.\n"
 GUARDED = AGENT + "permissions: {{approvers: [{approvers}]}}\n"
@@ -233,3 +239,48 @@ async def test_a_new_approval_arrives_live_and_a_decided_one_leaves(
     text = "".join(received)
     assert 'hx-get="/approvals/run_c7/ap1/row"' in text
     assert 'id="approval-run_c7-ap1" hx-swap-oob="delete"' in text
+
+
+GATED_SHIP = SHIP_FLOW.replace(
+    'summary: "Ship it?"', 'summary: "Ship it?"\n    approvers: [console:oper]'
+)
+
+
+async def test_a_flow_gate_is_listed_and_answered_from_the_console(
+    bus: Bus, core: CoreApp, flows_service: FlowsApp, clients: Clients
+) -> None:
+    await apply_agent(bus, AGENT_YAML)
+    await apply_flow(bus, GATED_SHIP)
+    await eventually(core.catalog_fresh, what="catalog applied")
+    requested = FlowRequested(flow="ship", task_id="t-1", input="go", requested_by="tester")
+    await bus.publish(subjects.flow_event("fr-g", FlowRequested), requested)
+    await eventually(
+        lambda: _events(bus, "fr-g-implement-r1", RunRequested), bool, what="step run requested"
+    )
+    await finish_run(bus, "fr-g-implement-r1")
+    client = await _signed_in(clients, OPERATE_TOKEN)
+
+    async def listed() -> str:
+        return (await client.get("/approvals"))[1]
+
+    page = await eventually(listed, lambda p: "gate-approve-r1" in p, what="gate listed")
+    row = page.split('id="approval-fr-g-approve-r1-gate-approve-r1"', 1)[1].split("</tr>", 1)[0]
+    assert "Ship it?" in row
+    assert "console:oper" in row
+
+    status, text = await client.post(
+        "/runs/fr-g-approve-r1/approvals/gate-approve-r1",
+        {"decision": "approve", "csrf": client.csrf},
+    )
+    assert status == 200, text
+    [decision] = await _inbox(bus, "fr-g-approve-r1")
+    assert isinstance(decision, ApprovalDecision)
+    assert decision.decided_by == "console:oper"
+
+    async def flow_status() -> str:
+        _, page = await client.get("/flow-runs/fr-g")
+        return page
+
+    await eventually(
+        flow_status, lambda p: f"status {FlowStatus.COMPLETED}" in p, what="flow completed"
+    )
