@@ -10,6 +10,7 @@ import json
 from datetime import UTC, datetime, timedelta
 
 import aiohttp
+import pytest
 from nexus_core.app import CoreApp
 from nexus_events.contract import subjects
 from nexus_events.contract.runstate import RunStatus
@@ -121,7 +122,7 @@ async def test_an_operator_decides_from_the_console_and_the_inbox_hears_console_
 
 
 async def test_a_read_viewers_post_is_refused_and_audited(
-    bus: Bus, core: CoreApp, clients: Clients
+    bus: Bus, core: CoreApp, clients: Clients, caplog: pytest.LogCaptureFixture
 ) -> None:
     await _waiting(bus, core, "run_c2", "'console:*'")
     client = await _signed_in(clients, READ_TOKEN)
@@ -134,6 +135,7 @@ async def test_a_read_viewers_post_is_refused_and_audited(
     )
     assert status == 403
     assert "read-only console token" in text
+    assert "refused POST approval ap1 of run run_c2 to console:reader" in caplog.text
     [refused] = await _events(bus, "run_c2", ApprovalRefused)
     assert isinstance(refused, ApprovalRefused)
     assert (refused.answered_by, refused.surface, refused.reason) == (
