@@ -8,22 +8,16 @@ stack), the operating-system user. The check is advisory: whoever may publish on
 
 from __future__ import annotations
 
-import uuid
 from datetime import UTC, datetime
 from typing import Annotated, Any
 from urllib.parse import urlparse
 
 import typer
 from nexus_events.contract import subjects
-from nexus_events.contract.approver_policy import CLI, Answer, ApproverDefaults, may_decide
-from nexus_events.contract.runstate import RunStatus, is_terminal
-from nexus_events.transport.approvals import (
-    ApprovalRecord,
-    decided_as,
-    held_claim,
-    record_refusal,
-    run_approvals,
-)
+from nexus_events.contract.approver_policy import CLI, Answer, ApproverDefaults
+from nexus_events.contract.runstate import RunStatus
+from nexus_events.transport import approval_answers as answers
+from nexus_events.transport.approvals import ApprovalRecord
 from nexus_events.transport.bus import BusSettings
 
 from nexus_cli.client import Session, check_token, whoami
@@ -66,43 +60,22 @@ async def check_may_decide(
     refusal (`approval_refused`) on the run; nothing is claimed. `answer`: who answers (the
     CLI's own identity unless given)."""
     answer = answer or cli_answer(s.target)
-    verdict = may_decide(record.policy(default_policy()), answer)
-    if verdict.allowed:
-        return
-    await s.publish_guarded(
-        record_refusal(
-            s.bus,
-            record,
-            decision,
-            answer,
-            verdict,
-            key=uuid.uuid4().hex,  # each invocation is one answer
+    try:
+        await s.publish_guarded(
+            answers.check_may_decide(s.bus, record, decision, answer, default_policy())
         )
-    )
-    raise CliError(
-        f"you may not decide approval {record.approval_id}: {verdict.reason}",
-        hint="the agent's `permissions.approvers` or NEXUS_APPROVERS_DEFAULT say who may"
-        " (docs/approvals.md)",
-        code=ExitCode.REFUSED,
-    )
+    except answers.AnswerRefusedError as exc:
+        raise CliError(
+            str(exc),
+            hint="the agent's `permissions.approvers` or NEXUS_APPROVERS_DEFAULT say who may"
+            " (docs/approvals.md)",
+            code=ExitCode.REFUSED,
+        ) from None
 
 
 async def settled_as(s: Session, record: ApprovalRecord, status: str) -> str | None:
-    """How the approval was settled (``approve by slack:U1 via slack``), or None if open:
-    the claim that decided it, else the runner's record (an expiry), else the run's end."""
-    claim = await held_claim(s.bus.js, record.run_id, record.approval_id)
-    if claim is not None:
-        return claim.told()
-    if record.decided is not None:
-        d = record.decided
-        return decided_as(d.decision, d.decided_by, d.surface)
-    if is_terminal(status):
-        return f"the run {status}"
-    return None
-
-
-def _pending(record: ApprovalRecord, now: datetime) -> bool:
-    return record.asked is not None and record.decided is None and record.asked.expires_at > now
+    """How the approval was settled, or None if open (`approval_answers.settled_as`)."""
+    return await answers.settled_as(s.bus, record, status)
 
 
 def _row(record: ApprovalRecord) -> dict[str, Any]:
@@ -132,13 +105,7 @@ async def pending_approvals(s: Session, run_id: str | None) -> list[dict[str, An
         query = {"status": RunStatus.AWAITING_APPROVAL.value, "limit": MAX_RUNS}
         data = await s.query(subjects.CORE_RUNS_LIST, query)
         run_ids = [r["run_id"] for r in data.get("runs", [])]
-    now = datetime.now(UTC)
-    rows = []
-    for rid in run_ids:
-        for record in await run_approvals(s.bus, rid):
-            if _pending(record, now):
-                rows.append(_row(record))
-    return rows
+    return [_row(r) for r in await answers.pending_approvals(s.bus, run_ids, datetime.now(UTC))]
 
 
 @app.command("ls")

@@ -2,17 +2,17 @@
 
 from __future__ import annotations
 
-import base64
-import hashlib
 from typing import Annotated, Any
 
-import nats.js.errors
 import typer
-from nexus_events.contract import subjects
-from nexus_events.contract.streams import DLQ
-from nexus_events.errors import DecodeError
 from nexus_events.events import DeadLetter
-from nexus_events.transport.bus import decode_msg
+from nexus_events.transport.dead_letter_replay import (
+    LetterError,
+    StoredLetter,
+    list_letters,
+    read_letter,
+    replay_letter,
+)
 
 from nexus_cli.client import Session
 from nexus_cli.errors import CliError, ExitCode
@@ -22,78 +22,29 @@ from nexus_cli.target import resolve_target
 
 app = typer.Typer(help="Dead letters: list, show, replay onto their original subject.")
 SeqArg = Annotated[int, typer.Argument(metavar="SEQ", min=1, help="NEXUS_DLQ stream sequence.")]
-# Headers that belong to the original delivery, not to a replay.
-_DROP_HEADERS = frozenset({"Nats-Msg-Id", "Nats-Expected-Stream", "Nats-Expected-Last-Sequence"})
 
 
-def _view(seq: int, letter: DeadLetter, at: str | None) -> dict[str, Any]:
-    return {"seq": seq, "time": at, **letter.model_dump(mode="json")}
+def _view(stored: StoredLetter) -> dict[str, Any]:
+    at = stored.at.isoformat() if stored.at else None
+    return {"seq": stored.seq, "time": at, **stored.letter.model_dump(mode="json")}
+
+
+def _cli_error(exc: LetterError) -> CliError:
+    hint = "`nexus dlq ls`" if str(exc).startswith("no dead letter") else None
+    code = ExitCode.NOT_FOUND if exc.missing else ExitCode.INVALID
+    return CliError(str(exc), hint=hint, code=code)
 
 
 async def _get(s: Session, seq: int) -> tuple[DeadLetter, str | None]:
     try:
-        raw = await s.bus.js.get_msg(DLQ, seq)
-    except nats.js.errors.NotFoundError:
-        raise CliError(
-            f"no dead letter {seq}", hint="`nexus dlq ls`", code=ExitCode.NOT_FOUND
-        ) from None
-    try:
-        decoded = DeadLetter.model_validate_json(raw.data or b"{}")
-    except ValueError:
-        raise CliError(
-            f"message {seq} of {DLQ} is not a dead letter", code=ExitCode.INVALID
-        ) from None
-    return decoded, None
-
-
-async def _original(s: Session, seq: int, letter: DeadLetter) -> tuple[bytes, dict[str, str]]:
-    """The original body and headers: from the letter, or, when the letter kept only part of
-    them, from the original's stream (checked against the letter's digest)."""
-    if not letter.body_truncated and not letter.headers_truncated:
-        body = (
-            base64.b64decode(letter.body)
-            if letter.body_encoding == "base64"
-            else letter.body.encode()
-        )
-        return body, dict(letter.headers)
-    if not letter.stream or not letter.stream_seq:
-        raise CliError(
-            f"dead letter {seq} holds a truncated copy and no position of the original",
-            code=ExitCode.INVALID,
-        )
-    try:
-        raw = await s.bus.js.get_msg(letter.stream, letter.stream_seq)
-    except nats.js.errors.NotFoundError:
-        raise CliError(
-            f"dead letter {seq} holds a truncated copy and the original is gone from "
-            f"{letter.stream} (seq {letter.stream_seq}): nothing whole to replay",
-            code=ExitCode.NOT_FOUND,
-        ) from None
-    data = raw.data or b""
-    if letter.body_sha256 and hashlib.sha256(data).hexdigest() != letter.body_sha256:
-        raise CliError(
-            f"{letter.stream} seq {letter.stream_seq} is not the original of dead letter {seq}"
-            " (digest differs)",
-            code=ExitCode.INVALID,
-        )
-    return data, dict(raw.headers or {})
+        return await read_letter(s.bus, seq), None
+    except LetterError as exc:
+        raise _cli_error(exc) from None
 
 
 async def dead_letters(s: Session, service: str | None) -> list[dict[str, Any]]:
     """Dead letters on NEXUS_DLQ (of one service, or all), oldest first."""
-    letters = []
-    subject = (
-        subjects.dead_letter(service) if service else subjects.family_filter(subjects.Family.DLQ)
-    )
-    async for msg in s.bus.replay_raw(DLQ, filter_subject=subject):
-        try:
-            d = decode_msg(msg)
-        except DecodeError:
-            continue
-        if isinstance(d.event, DeadLetter):
-            at = d.envelope.timestamp.isoformat() if d.envelope.timestamp else None
-            letters.append(_view(d.envelope.stream_seq or 0, d.event, at))
-    return letters
+    return [_view(stored) for stored in await list_letters(s.bus, service)]
 
 
 @app.command("ls")
@@ -178,18 +129,10 @@ def replay_cmd(ctx: typer.Context, seq: SeqArg, output: OutputOpt = Output.TABLE
 
     async def body() -> None:
         async with Session(resolve_target(g), g.timeout) as s:
-            letter, _ = await _get(s, seq)
-            data, original_headers = await _original(s, seq, letter)
-            headers = {k: v for k, v in original_headers.items() if k not in _DROP_HEADERS}
-            headers["Nats-Msg-Id"] = f"dlq-replay:{seq}"
             try:
-                ack = await s.bus.js.publish(
-                    letter.subject, data, headers=headers, timeout=g.timeout
-                )
-            except nats.js.errors.NoStreamResponseError:
-                raise CliError(
-                    f"no stream stores {letter.subject}", code=ExitCode.INVALID
-                ) from None
+                letter, ack = await s.publish_guarded(replay_letter(s.bus, seq, g.timeout))
+            except LetterError as exc:
+                raise _cli_error(exc) from None
         message(
             output,
             f"replayed dead letter {seq} onto {letter.subject} ({ack.stream} seq {ack.seq})",

@@ -3,7 +3,6 @@ and `nexus deny` (only as an approver the approval's policy allows: `commands.ap
 
 from __future__ import annotations
 
-import contextlib
 import time
 from typing import Annotated, Any
 
@@ -11,8 +10,9 @@ import typer
 from nexus_events.contract import subjects
 from nexus_events.contract.approver_policy import Answer
 from nexus_events.contract.runstate import RunEvent, is_terminal
-from nexus_events.events import ApprovalDecision, CancelRequested
-from nexus_events.transport.approvals import approval_record, claim_approval, release_approval
+from nexus_events.events import CancelRequested
+from nexus_events.transport.approval_answers import AlreadySettledError, claim_and_publish
+from nexus_events.transport.approvals import approval_record
 
 from nexus_cli.client import Session, check_token, whoami
 from nexus_cli.commands.approvals import check_may_decide, cli_answer, cli_user, settled_as
@@ -29,35 +29,6 @@ ApprovalArg = Annotated[str, typer.Argument(metavar="APPROVAL", help="Approval i
 def already_decided(approval: str, told: str) -> CliError:
     """The loser's line, as chat and Plane tell it: who decided and where (exit 2)."""
     return CliError(f"approval {approval} is already decided: {told}", code=ExitCode.INVALID)
-
-
-async def _claim(
-    s: Session, run_id: str, approval: str, decision: str, who: str, surface: str = "cli"
-) -> None:
-    """Claim the decision; chat may answer the same approval at this moment, and the KV claim
-    lets exactly one surface publish a decision (nexus_events.transport.approvals)."""
-    claim = await claim_approval(
-        s.bus.js, run_id, approval, decision, decided_by=who, surface=surface
-    )
-    if not claim.won:
-        raise already_decided(approval, claim.told())
-
-
-async def _publish_or_release(
-    s: Session, run_id: str, approval: str, decided: ApprovalDecision, msg_prefix: str = "cli"
-) -> None:
-    """Publish the decision the claim won; if that fails, give the claim back so the
-    approval is not left held by a decision nobody will ever read."""
-    try:
-        await s.publish_guarded(
-            s.bus.publish(
-                subjects.inbox(run_id), decided, msg_id=f"{msg_prefix}:approval:{run_id}:{approval}"
-            )
-        )
-    except CliError:
-        with contextlib.suppress(Exception):
-            await release_approval(s.bus.js, run_id, approval)
-        raise
 
 
 async def request_cancel(
@@ -109,11 +80,12 @@ async def decide_approval(
     told = await settled_as(s, record, row["status"])
     if told is not None:
         raise already_decided(approval, told)
-    await _claim(s, run_id, approval, decision, who, surface)
-    decided = ApprovalDecision(
-        approval_id=approval, decision=decision, decided_by=who, comment=comment, surface=surface
-    )
-    await _publish_or_release(s, run_id, approval, decided, msg_prefix=surface)
+    try:
+        await s.publish_guarded(
+            claim_and_publish(s.bus, record, decision, comment=comment, who=who, surface=surface)
+        )
+    except AlreadySettledError as exc:
+        raise already_decided(approval, exc.told) from None
 
 
 def register(app: typer.Typer) -> None:

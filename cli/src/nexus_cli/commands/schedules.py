@@ -17,7 +17,14 @@ from nexus_cli.client import Session, check_token, whoami
 from nexus_cli.errors import CliError, ExitCode
 from nexus_cli.options import Output, OutputOpt, globals_of, run
 from nexus_cli.output import ago, console, emit, message, print_json
-from nexus_cli.schedule_store import ScheduleRecord, define, read_schedule, read_schedules
+from nexus_cli.schedule_store import (
+    ScheduleRecord,
+    define,
+    read_schedule,
+    read_schedules,
+    set_enabled,
+    status_of,
+)
 from nexus_cli.schedule_triggers import parse_at, validate_cron, zone
 from nexus_cli.target import resolve_target
 
@@ -41,13 +48,6 @@ def _trigger(d: dict[str, Any]) -> str:
 
 def _target(d: dict[str, Any]) -> str:
     return f"flow {d['flow']}" if d.get("flow") else f"agent {d.get('agent_id')}"
-
-
-def _status(rec: ScheduleRecord) -> str:
-    if not rec.definition.enabled:
-        return "paused"
-    # A one-shot that fired is over; the scheduler keeps nothing more of it.
-    return "done" if rec.definition.at is not None and rec.fires else "active"
 
 
 async def _one(s: Session, schedule_id: str) -> ScheduleRecord:
@@ -166,7 +166,7 @@ def ls_cmd(ctx: typer.Context, output: OutputOpt = Output.TABLE) -> None:
                     _target(r.definition.model_dump()),
                     _trigger(r.definition.model_dump(mode="json")),
                     r.definition.task_id,
-                    _status(r),
+                    status_of(r),
                     r.fires[-1]["scheduled_for"] if r.fires else "-",
                     r.misses[-1]["scheduled_for"] if r.misses else "-",
                 )
@@ -193,7 +193,7 @@ def show_cmd(
             print_json(data)
             return
         d = data["definition"]
-        console.print(f"schedule {rec.schedule_id}  {_status(rec)}", markup=False)
+        console.print(f"schedule {rec.schedule_id}  {status_of(rec)}", markup=False)
         for label, value in (
             ("target", _target(d)),
             ("trigger", _trigger(d)),
@@ -222,16 +222,14 @@ def _set_enabled(ctx: typer.Context, schedule_id: str, enabled: bool, output: Ou
     async def body() -> None:
         async with Session(resolve_target(g), g.timeout) as s:
             rec = await _one(s, schedule_id)
-            if rec.definition.enabled == enabled:
+            changed = await s.publish_guarded(set_enabled(s.bus, rec, enabled, "cli"))
+            if not changed:
                 message(
                     output,
                     f"schedule {schedule_id} is already {'active' if enabled else 'paused'}",
                     {"schedule_id": schedule_id, "enabled": enabled, "changed": False},
                 )
                 return
-            # Re-defining it keeps its fire history: the scheduler folds the new `defined`.
-            defn = rec.definition.model_copy(update={"enabled": enabled})
-            await define(s, schedule_id, defn)
         message(
             output,
             f"schedule {schedule_id} {verb}",

@@ -4,6 +4,14 @@ from __future__ import annotations
 
 from aiohttp import web
 
-from nexus_console.pages import flow_runs, flows, login, runs
+from nexus_console.pages import approvals, dead_letters, flow_runs, flows, login, runs, schedules
 
-ROUTES: tuple[web.RouteTableDef, ...] = (login.routes, runs.routes, flows.routes, flow_runs.routes)
+ROUTES: tuple[web.RouteTableDef, ...] = (
+    login.routes,
+    runs.routes,
+    flows.routes,
+    flow_runs.routes,
+    approvals.routes,
+    dead_letters.routes,
+    schedules.routes,
+)
