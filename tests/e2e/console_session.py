@@ -22,7 +22,7 @@ DEFAULT_TIMEOUT_MS = 20_000
 class Console:
     url: str
     tokens_file: Path
-    health_url: str | None
+    health_url: str
 
 
 async def cli(stack: Stack, *args: str) -> devstack.Result:
@@ -38,10 +38,11 @@ def console_of(stack: Stack) -> Console:
     assert shown.get("console_url"), f"the dev stack shows no console_url: {shown}"
     assert shown.get("console_token_file"), f"the dev stack shows no token file: {shown}"
     service = stack.state()["services"].get("console") or {}
+    assert service.get("url"), f"the dev stack has no console health URL: {service}"
     return Console(
         str(shown["console_url"]).rstrip("/"),
         Path(shown["console_token_file"]),
-        service.get("url"),
+        str(service["url"]).rstrip("/"),
     )
 
 
