@@ -23,7 +23,7 @@ from nats.aio.msg import Msg
 from nats.js.api import ConsumerConfig, DeliverPolicy
 from nexus_testing import eventually
 from nexus_testing.browser import screenshot
-from playwright.async_api import Browser, Page, expect
+from playwright.async_api import Browser, Dialog, Page, expect
 
 from tests.e2e.conftest import EXAMPLES, RUN_WAIT, Stack
 from tests.e2e.console_session import (
@@ -282,7 +282,11 @@ async def test_a_run_cancelled_from_its_page(
     await operator.goto(f"{console.url}/runs/{run_id}")
     await operator.evaluate(MARKER)
     await screenshot(operator, "run")
-    operator.on("dialog", lambda dialog: asyncio.ensure_future(dialog.accept()))
+
+    async def confirm(dialog: Dialog) -> None:  # a confirm() before cancelling, if any
+        await dialog.accept()
+
+    operator.on("dialog", confirm)
     await operator.click(f'form[action="/runs/{run_id}/cancel"] button')
     assert await _until_status(stack, run_id, "cancelled", "completed", "failed") == "cancelled"
     cancelled = await _until_event(stack, run_id, "cancel_requested")
