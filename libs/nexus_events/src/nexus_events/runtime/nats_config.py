@@ -255,6 +255,7 @@ SERVICES: dict[str, Access] = {
             subjects.dead_letter("console"),
         ),
         reads=(RUNS, LOGS, TASKS, CATALOG, SCHEDULES, FLOWS, DLQ),
+        ensures_streams=True,
         requests=(
             *(
                 s
