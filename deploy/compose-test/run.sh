@@ -256,10 +256,10 @@ for image in "${stand_ins[@]}"; do build_stand_in "$image" "${STAND_INS[$image]}
 # ---- 4. the Nexus images, the stack ------------------------------------------------------
 free_port() { "$PY" -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
 export NATS_PORT NATS_MONITOR_PORT POSTGRES_PORT PROMETHEUS_PORT PLANE_SYNC_PORT GATEWAY_PORT \
-  FAKE_PLANE_PORT FAKE_SLACK_PORT MCP_PORT
+  FAKE_PLANE_PORT FAKE_SLACK_PORT MCP_PORT CONSOLE_PORT
 NATS_PORT=$(free_port) NATS_MONITOR_PORT=$(free_port) POSTGRES_PORT=$(free_port) PROMETHEUS_PORT=$(free_port)
 PLANE_SYNC_PORT=$(free_port) GATEWAY_PORT=$(free_port) FAKE_PLANE_PORT=$(free_port) FAKE_SLACK_PORT=$(free_port)
-MCP_PORT=$(free_port)
+MCP_PORT=$(free_port) CONSOLE_PORT=$(free_port)
 # The runs and memory's extraction ask the offline model (the `test` profile's service).
 export NEXUS_LLM_BASE_URL=http://offline-model:8090/v1
 # plane-sync and the gateway talk to the fakes (profile `test`); the fakes take the same key,
@@ -277,7 +277,7 @@ ADMIN_PASSWORD=${NEXUS_ADMIN_NATS_PASSWORD:-admin-dev-password}
 phase "build Nexus images"
 compose build -q >"$RUNDIR/build.log" 2>&1 || { cat "$RUNDIR/build.log"; die "docker-compose build"; }
 for image in nexus/core:dev nexus/memory:dev nexus/runner:dev nexus/flows:dev \
-  nexus/plane-sync:dev nexus/channel-gateway:dev nexus/cli:dev; do
+  nexus/plane-sync:dev nexus/channel-gateway:dev nexus/console:dev nexus/cli:dev; do
   $DOCKER image inspect "$image" >/dev/null || die "$image was not built"
 done
 
@@ -385,6 +385,34 @@ for headers in ({}, {"Authorization": "Bearer not-a-token"}):
 print("    MCP server: /healthz 200, /mcp 401 without a valid token")
 EOF
 
+phase "operator: console login page and refusals"
+# The pages need a session: /runs sends to the login; a token the (committed, empty) tokens
+# file does not hold is refused (401); the login page itself answers.
+"$PY" - "$CONSOLE_PORT" <<'EOF'
+import sys, urllib.error, urllib.parse, urllib.request
+base = f"http://127.0.0.1:{sys.argv[1]}"
+class NoRedirect(urllib.request.HTTPRedirectHandler):
+    def redirect_request(self, *args, **kwargs):
+        return None
+opener = urllib.request.build_opener(NoRedirect)
+try:
+    opener.open(f"{base}/runs", timeout=5)
+except urllib.error.HTTPError as exc:
+    assert exc.code == 303 and exc.headers["Location"].startswith("/login"), exc.code
+else:
+    raise AssertionError("/runs answered without a session")
+with urllib.request.urlopen(f"{base}/login", timeout=5) as resp:
+    assert resp.status == 200 and b'name="token"' in resp.read()
+data = urllib.parse.urlencode({"token": "nxc_not-a-token", "next": "/runs"}).encode()
+try:
+    opener.open(f"{base}/login", data=data, timeout=5)
+except urllib.error.HTTPError as exc:
+    assert exc.code == 401, exc.code
+else:
+    raise AssertionError("the login took a token the tokens file does not hold")
+print("    console: /runs 303 to the login, /login 200, a wrong token 401")
+EOF
+
 # ---- 6. NATS users and permissions, clean drain, down -----------------------------------
 phase "checks, stop, down -v"
 "$PY" - "$NATS_MONITOR_PORT" <<'EOF'
@@ -396,7 +424,7 @@ users = {}
 for c in conns:
     users.setdefault(c.get("name", ""), set()).add(c.get("authorized_user", ""))
 print("    NATS connections (name: users):", {k: sorted(v) for k, v in sorted(users.items())})
-for service in ("core", "memory", "scheduler", "flows", "plane-sync", "channel-gateway"):
+for service in ("core", "memory", "scheduler", "flows", "plane-sync", "channel-gateway", "console"):
     assert users.get(service) == {service}, f"{service} connected as {users.get(service)}"
 # Runners: no static user; each run's runner (named runner:<run id>) connects with its own
 # run's credential (user run:<run id>, admitted by the scheduler's auth callout).
@@ -428,10 +456,10 @@ for svc in $services; do
 done
 log "users: ${users[*]}"
 compose stop -t 60 >/dev/null 2>&1
-for svc in core memory scheduler flows plane-sync channel-gateway fake-plane fake-slack; do
+for svc in core memory scheduler flows plane-sync channel-gateway console fake-plane fake-slack; do
   code=$($DOCKER inspect -f '{{.State.ExitCode}}' "$(compose ps -q "$svc")")
   [ "$code" = 0 ] || die "$svc exited $code on stop (not drained): $(compose logs --no-color --tail=30 "$svc")"
 done
-log "core, memory, scheduler, flows, plane-sync, channel-gateway and the fakes exited 0 on stop"
+log "core, memory, scheduler, flows, plane-sync, channel-gateway, console and the fakes exited 0 on stop"
 compose down -v --remove-orphans >/dev/null 2>&1
 UP=0

@@ -21,6 +21,7 @@ from tests.support.nats_render import load_renderer
 ROOT = Path(__file__).resolve().parents[2]
 KNOWN_SERVICES = {
     "core",
+    "console",
     "scheduler",
     "runner",
     "cli",

@@ -58,6 +58,8 @@ NOT_RUN = {
     "test_nats_permissions.py, its Slack round trip by make compose-test",
     "fake-plane": "profile test; make compose-test's fake Plane (tests/fakes/plane.py)",
     "fake-slack": "profile test; make compose-test's fake Slack (tests/fakes/slack_api.py)",
+    "console": "its NATS user and pages run on every `nexus dev up` (tests/e2e/"
+    "test_console_browser.py drives them in Chromium); make compose-test checks its login page",
     "mcp": "profile mcp (the `nexus` CLI's MCP server); tests/e2e/test_mcp_e2e.py and"
     " test_mcp_inspector.py drive it against the dev stack, make compose-test curls it",
 }

@@ -14,6 +14,7 @@ from nexus_cli.devstack.state import ServiceEntry, StackState, process_ref, writ
 # What a supervisor with Plane and a channel configured records (supervisor.APP_SERVICES).
 RECORDED = (
     "nats", "postgres", "core", "memory", "scheduler", "flows", "plane-sync", "channel-gateway",
+    "console",
 )  # fmt: skip
 
 
@@ -59,7 +60,9 @@ def test_status_leaves_out_services_the_stack_did_not_start(env: dict[str, str])
     result = nexus(env, "dev", "status", "-o", "json")
     names = [s["name"] for s in json.loads(result.stdout)["services"]]
     # The gateway runs on every dev stack (delegation); plane-sync only with Plane configured.
-    assert names == ["nats", "postgres", "core", "memory", "scheduler", "flows", "channel-gateway"]
+    assert names == [
+        "nats", "postgres", "core", "memory", "scheduler", "flows", "channel-gateway", "console",
+    ]  # fmt: skip
 
 
 def test_logs_of_every_supervised_service(env: dict[str, str]) -> None:

@@ -53,6 +53,8 @@ def _summary(state: StackState) -> dict[str, Any]:
         "database_url": state.database_url,
         "core_health_url": state.core_health_url,
         "model_url": state.model_url,
+        "console_url": state.console_url,
+        "console_token_file": state.console_token_file,
         "offline_model": "model" in state.services,
         "supervisor_pid": state.supervisor.pid,
         "logs": str(Path(state.home) / "logs"),
@@ -96,6 +98,12 @@ def _print_where(output: Output, state: StackState, headline: str) -> None:
         )
     elif data["model_url"]:
         console.print(f"  {'model_url':<17} {data['model_url']}", markup=False)
+    if data["console_url"]:
+        console.print(
+            f"  {'console_url':<17} {data['console_url']} (sign in with the token in"
+            f" {data['console_token_file']})",
+            markup=False,
+        )
     console.print("[dim]next: `nexus agents apply -f DIR`, `nexus run AGENT --task T`[/]")
 
 
@@ -182,6 +190,7 @@ DEV_STACK_MODULES = (
     "nexus_scheduler",
     "nexus_flows",
     "nexus_runner",
+    "nexus_console",
 )
 
 

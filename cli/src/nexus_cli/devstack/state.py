@@ -88,6 +88,10 @@ class StackState(BaseModel):
     core_health_url: str | None = None
     scheduler_health_url: str | None = None
     model_url: str | None = Field(None, description="The runners' model base URL, if known.")
+    console_url: str | None = Field(None, description="Where the console's pages are.")
+    console_token_file: str | None = Field(
+        None, description="The file holding the stack's operate console token (mode 0600)."
+    )
     services: dict[str, ServiceEntry] = Field(default_factory=dict)
     cluster_size: int = Field(1, description="NATS servers: 1, or a cluster of 3 or 5.")
     nats_nodes: list[NatsNode] = Field(

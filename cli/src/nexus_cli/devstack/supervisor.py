@@ -34,7 +34,7 @@ from nexus_events.runtime.nats_config import ADMIN
 from nexus_events.runtime.services import CHANNELS
 from nexus_events.transport.bus import Bus, BusSettings
 
-from nexus_cli.devstack import nats_auth, nats_cluster, probes
+from nexus_cli.devstack import console_access, nats_auth, nats_cluster, probes
 from nexus_cli.devstack.control import CLUSTER_ENV
 from nexus_cli.devstack.postgres import EmbeddedPostgres
 from nexus_cli.devstack.services import APP_SERVICES
@@ -325,6 +325,8 @@ class Supervisor:
             "plane-sync": {"NEXUS_WEBHOOK_PORT": service_env.get("NEXUS_WEBHOOK_PORT", "8090")},
             # Slack, Telegram and webhook sources call this port (8091: plane-sync has 8090).
             "channel-gateway": {"NEXUS_GATEWAY_PORT": gateway_port(service_env)},
+            # People open its pages: 8088 when free; its tokens file in the stack's home.
+            "console": console_access.console_env(self.home, service_env),
             "scheduler": {
                 "NEXUS_RUNTIME": "local",
                 **runner_env,
@@ -349,6 +351,10 @@ class Supervisor:
             child = self._child(app.name, [sys.executable, "-m", app.module], env)
             child.entry.url = f"http://127.0.0.1:{port}"
         self.state.core_health_url = self.children["core"].entry.url
+        if "console" in self.children:
+            pages = per_service["console"]["NEXUS_CONSOLE_PORT"]
+            self.state.console_url = f"http://127.0.0.1:{pages}"
+            self.state.console_token_file = str(self.home / console_access.TOKEN_FILE)
         self.state.scheduler_health_url = self.children["scheduler"].entry.url
         for app in started:
             await self.children[app.name].start()

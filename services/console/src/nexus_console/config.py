@@ -6,7 +6,7 @@ from ipaddress import IPv4Network, IPv6Network, ip_network
 from pathlib import Path
 from typing import Annotated, Literal
 
-from nexus_events.runtime.settings import HealthPortSetting, NexusSettings
+from nexus_events.runtime.settings import ConsumerPrefix, HealthPortSetting, ServiceSettings
 from pydantic import BeforeValidator, Field, SecretStr
 from pydantic_settings import NoDecode
 
@@ -20,8 +20,12 @@ def _networks(value: object) -> object:
     return value
 
 
-class ConsoleSettings(NexusSettings):
-    """The console's web server, who may log in, and how long a session lasts."""
+class ConsoleSettings(ServiceSettings):
+    """The console's web server, who may log in, and how long a session lasts. (It has no
+    database and no durable consumer: the shared database and consumer settings go unused.)"""
+
+    health_port: HealthPortSetting = 8087
+    consumer_prefix: ConsumerPrefix = "console"
 
     console_host: str = Field("127.0.0.1", description="Bind address of the console's pages.")
     console_port: int = Field(8088, ge=0, le=65535, description="Port of the pages (0: any).")
@@ -67,6 +71,3 @@ class ConsoleSettings(NexusSettings):
         description="Live updates buffered per open page; a page that falls further behind"
         " is told to reload.",
     )
-    health_host: str = Field("127.0.0.1", description="Bind address of the health endpoint.")
-    health_port: HealthPortSetting = 8087
-    drain_timeout: float = Field(10.0, gt=0, description="Most seconds to drain on SIGTERM.")

@@ -34,6 +34,8 @@ class Service(StrEnum):
     # flows, answer approvals and search memory; deployed as the NATS users mcp-read and
     # mcp-operate (deploy/nats/render.py CLIENTS).
     MCP = "mcp"
+    # The web console (docs/console.md): reads what it shows, does what its pages offer.
+    CONSOLE = "console"
     # People with the `nats` CLI (admin user): a bare `nats pub` is a valid command
     # (docs/design.md §1.4).
     OPERATOR = "operator"
@@ -71,12 +73,12 @@ class QueryRoles:
 CORE, SCHEDULER, RUNNER, CLI = Service.CORE, Service.SCHEDULER, Service.RUNNER, Service.CLI
 MEMORY, PLANE = Service.MEMORY, Service.PLANE_SYNC
 GATEWAY, OPERATOR = Service.CHANNEL_GATEWAY, Service.OPERATOR
-FLOWS, MCP = Service.FLOWS, Service.MCP
+FLOWS, MCP, CONSOLE = Service.FLOWS, Service.MCP, Service.CONSOLE
 
 _CORE, _SCHEDULER, _RUNNER, _CLI = Party(CORE), Party(SCHEDULER), Party(RUNNER), Party(CLI)
 _OPERATOR, _MEMORY = Party(OPERATOR), Party(MEMORY)
 _PLANE, _GATEWAY = Party(PLANE), Party(GATEWAY)
-_FLOWS, _MCP = Party(FLOWS), Party(MCP)
+_FLOWS, _MCP, _CONSOLE = Party(FLOWS), Party(MCP), Party(CONSOLE)
 
 # Core's poison sweeper (nexus_core.poison_sweeper) reads all of NEXUS_INBOX and NEXUS_CHANNELS,
 # whose own readers may be absent, and dead-letters what does not decode.
@@ -85,7 +87,7 @@ _SWEEPER = _CORE
 # Every run event lands in core's projections (agent_runs, board), in `nexus runs watch` and
 # in the MCP server's follow_run and resource subscriptions; plane-sync mirrors the lifecycle
 # to Plane's agent runs (docs/design.md §5.2 step 9).
-_RUN_READERS = (_CORE, _CLI, _PLANE, _MCP)
+_RUN_READERS = (_CORE, _CLI, _PLANE, _MCP, _CONSOLE)
 # The scheduler's admission state (nexus_scheduler.service.WATCHED_EVENTS).
 _ADMISSION = (*_RUN_READERS, _SCHEDULER)
 # Terminal events also end a run's chat thread, feed memory extraction (docs/design.md §7)
@@ -122,11 +124,13 @@ EVENT_ROLES: dict[tuple[Family, str], EventRoles] = {
     (Family.RUN, "approval_decided"): _run((_RUNNER, _FLOWS), (*_RUN_READERS, _GATEWAY)),
     # An answer the approver policy refused (docs/approvals.md), recorded by the surface that
     # refused it: the audit trail `nexus events RUN` shows.
-    (Family.RUN, "approval_refused"): _run((_GATEWAY, _PLANE, _CLI, _MCP), (_CORE, _CLI, _MCP)),
+    (Family.RUN, "approval_refused"): _run(
+        (_GATEWAY, _PLANE, _CLI, _MCP, _CONSOLE), (_CORE, _CLI, _MCP, _CONSOLE)
+    ),
     (Family.RUN, "cancel_requested"): _run(
         # The scheduler cancels the previous run of a schedule (overlap policy); the flows
         # service the live runs of a cancelled flow and a map's runs no longer needed.
-        (_CLI, _SCHEDULER, _OPERATOR, _PLANE, planned(GATEWAY), _FLOWS, _MCP),
+        (_CLI, _SCHEDULER, _OPERATOR, _PLANE, planned(GATEWAY), _FLOWS, _MCP, _CONSOLE),
         (*_ADMISSION, _RUNNER),
     ),
     (Family.RUN, "cancelled"): _run((_RUNNER, _SCHEDULER), _TERMINAL),
@@ -146,26 +150,26 @@ EVENT_ROLES: dict[tuple[Family, str], EventRoles] = {
     # issue 35: an MCP server of the run that could not start, and why.
     (Family.RUN, "mcp_server_unavailable"): _run((_RUNNER,), _RUN_READERS),
     # -- logs (NEXUS_LOGS) ----------------------------------------------------------------
-    (Family.LOG, "line"): _run((_RUNNER,), (_CLI,)),
+    (Family.LOG, "line"): _run((_RUNNER,), (_CLI, _CONSOLE)),
     # -- transcripts (NEXUS_TRANSCRIPTS): written ahead of each model call, read on resume -
     (Family.TRANSCRIPT, "entry"): _run((_RUNNER,), (_RUNNER,)),
     # -- tasks (NEXUS_TASKS): the board projection ----------------------------------------
     # plane-sync mirrors every task to a work item, and files a work item that asks for a run
     # as a task (external_source "plane"). A subscription to the MCP server's nexus://board
     # is notified on each.
-    (Family.TASK, "created"): _run((_CLI, _OPERATOR, _PLANE), (_CORE, _PLANE, _MCP)),
+    (Family.TASK, "created"): _run((_CLI, _OPERATOR, _PLANE), (_CORE, _PLANE, _MCP, _CONSOLE)),
     # A person renaming or moving a Plane work item edits its task (updated_by/moved_by
     # "plane:<person>").
-    (Family.TASK, "updated"): _run((_OPERATOR, _PLANE), (_CORE, _PLANE, _MCP)),
-    (Family.TASK, "moved"): _run((_OPERATOR, _PLANE), (_CORE, _PLANE, _MCP)),
+    (Family.TASK, "updated"): _run((_OPERATOR, _PLANE), (_CORE, _PLANE, _MCP, _CONSOLE)),
+    (Family.TASK, "moved"): _run((_OPERATOR, _PLANE), (_CORE, _PLANE, _MCP, _CONSOLE)),
     (Family.TASK, "deleted"): _run((_OPERATOR, planned(PLANE)), (_CORE, _PLANE, _MCP)),
     # -- catalog (NEXUS_CATALOG): core's catalog projection; `nexus agents history` -------
-    (Family.CATALOG, "agent.applied"): _run((_CLI, _OPERATOR), (_CORE, _CLI)),
-    (Family.CATALOG, "agent.deleted"): _run((_OPERATOR,), (_CORE, _CLI)),
+    (Family.CATALOG, "agent.applied"): _run((_CLI, _OPERATOR), (_CORE, _CLI, _CONSOLE)),
+    (Family.CATALOG, "agent.deleted"): _run((_OPERATOR,), (_CORE, _CLI, _CONSOLE)),
     (Family.CATALOG, "skill.applied"): _run((_CLI, _OPERATOR), (_CORE,)),
     (Family.CATALOG, "skill.deleted"): _run((_OPERATOR,), (_CORE,)),
-    (Family.CATALOG, "flow.applied"): _run((_CLI, _OPERATOR), (_CORE, _CLI)),
-    (Family.CATALOG, "flow.deleted"): _run((_CLI, _OPERATOR), (_CORE, _CLI)),
+    (Family.CATALOG, "flow.applied"): _run((_CLI, _OPERATOR), (_CORE, _CLI, _CONSOLE)),
+    (Family.CATALOG, "flow.deleted"): _run((_CLI, _OPERATOR), (_CORE, _CLI, _CONSOLE)),
     # -- inbox and route (NEXUS_INBOX) -----------------------------------------------------
     # Peer agents message a run too (sender_kind "agent").
     # A comment on a work item with a running run reaches that run (plane-sync); so does a
@@ -176,7 +180,7 @@ EVENT_ROLES: dict[tuple[Family, str], EventRoles] = {
     # Chat and the CLI claim the decision first (nexus_events.transport.approvals): one answer wins.
     # The flows service reads the decisions on its gates' run ids (FlowWaiting.gate_run_id).
     (Family.INBOX, "approval_decision"): _run(
-        (_CLI, _OPERATOR, _PLANE, _GATEWAY, _MCP), (_RUNNER, _SWEEPER, _FLOWS)
+        (_CLI, _OPERATOR, _PLANE, _GATEWAY, _MCP, _CONSOLE), (_RUNNER, _SWEEPER, _FLOWS)
     ),
     # Delegation: a run or a chat hands work to an agent; core turns it into a run.
     # The runner's `delegate` tool asks; the gateway checks depth and cycles and requests the
@@ -184,10 +188,11 @@ EVENT_ROLES: dict[tuple[Family, str], EventRoles] = {
     (Family.ROUTE, "delegation"): _run((_OPERATOR, _RUNNER), (_GATEWAY, _SWEEPER)),
     # -- schedules (NEXUS_SCHEDULES): the scheduler folds the whole stream ----------------
     # `nexus schedule` defines them and reads the stream back (ls, show).
-    (Family.SCHEDULE, "defined"): _run((_CLI, _OPERATOR), (_SCHEDULER, _CLI)),
-    (Family.SCHEDULE, "removed"): _run((_CLI, _OPERATOR), (_SCHEDULER, _CLI)),
-    (Family.SCHEDULE, "fired"): _run((_SCHEDULER,), (_SCHEDULER, _CLI)),
-    (Family.SCHEDULE, "missed"): _run((_SCHEDULER,), (_SCHEDULER, _CLI)),
+    # The console pauses and resumes (re-defines) schedules and shows them live.
+    (Family.SCHEDULE, "defined"): _run((_CLI, _OPERATOR, _CONSOLE), (_SCHEDULER, _CLI, _CONSOLE)),
+    (Family.SCHEDULE, "removed"): _run((_CLI, _OPERATOR), (_SCHEDULER, _CLI, _CONSOLE)),
+    (Family.SCHEDULE, "fired"): _run((_SCHEDULER,), (_SCHEDULER, _CLI, _CONSOLE)),
+    (Family.SCHEDULE, "missed"): _run((_SCHEDULER,), (_SCHEDULER, _CLI, _CONSOLE)),
     # -- memory (NEXUS_MEMORY) ---------------------------------------------------------------
     # The memory service writes every memory event (after its secret guard); an operator's
     # bare `nats pub` of a `recorded` is guarded too (blocked ones are erased,
@@ -227,7 +232,7 @@ EVENT_ROLES: dict[tuple[Family, str], EventRoles] = {
     # who may decide (nexus_events.transport.approvals).
     (Family.FLOW, "requested"): _run(
         (_CLI, _OPERATOR, _FLOWS, _SCHEDULER, _PLANE, _GATEWAY, _MCP),
-        (_FLOWS, _PLANE, _GATEWAY, _MCP),
+        (_FLOWS, _PLANE, _GATEWAY, _MCP, _CONSOLE),
     ),
     # Removing a work item's `flow:<id>` label cancels the flow runs it started; the scheduler
     # cancels the previous flow run of a schedule (overlap cancel_previous).
@@ -235,7 +240,7 @@ EVENT_ROLES: dict[tuple[Family, str], EventRoles] = {
     (Family.FLOW, "resume_requested"): _run((_CLI, _OPERATOR), (_FLOWS,)),
     (Family.FLOW, "signal"): _run((_CLI, _OPERATOR), (_FLOWS,)),
     **{
-        (Family.FLOW, name): _run((_FLOWS,), (_FLOWS, _CLI, _PLANE, _GATEWAY))
+        (Family.FLOW, name): _run((_FLOWS,), (_FLOWS, _CLI, _PLANE, _GATEWAY, _CONSOLE))
         for name in (
             "step_started",
             "step_finished",
@@ -244,10 +249,10 @@ EVENT_ROLES: dict[tuple[Family, str], EventRoles] = {
             "escalated",
         )
     },
-    (Family.FLOW, "accepted"): _run((_FLOWS,), (_FLOWS, _CLI, _PLANE, _GATEWAY, _MCP)),
+    (Family.FLOW, "accepted"): _run((_FLOWS,), (_FLOWS, _CLI, _PLANE, _GATEWAY, _MCP, _CONSOLE)),
     # The scheduler reads a flow schedule's previous flow run's end (overlap policies).
     **{
-        (Family.FLOW, name): _run((_FLOWS,), (_FLOWS, _CLI, _SCHEDULER, _PLANE, _GATEWAY))
+        (Family.FLOW, name): _run((_FLOWS,), (_FLOWS, _CLI, _SCHEDULER, _PLANE, _GATEWAY, _CONSOLE))
         for name in ("completed", "failed", "cancelled")
     },
     # -- dead letters (NEXUS_DLQ): every Bus consumer files its own; `nexus dlq` and the MCP
@@ -262,7 +267,7 @@ EVENT_ROLES: dict[tuple[Family, str], EventRoles] = {
             _GATEWAY,
             _FLOWS,
         ),
-        (_CLI, _OPERATOR, _MCP),
+        (_CLI, _OPERATOR, _MCP, _CONSOLE),
     ),
 }
 
@@ -271,16 +276,16 @@ _CORE_CLIENTS = (_CLI, _OPERATOR)
 _READERS = (*_CORE_CLIENTS, _MCP)
 
 QUERY_ROLES: dict[str, QueryRoles] = {
-    subjects.CORE_RUNS_GET: QueryRoles(_CORE, _READERS),
-    subjects.CORE_RUNS_LIST: QueryRoles(_CORE, _READERS),
-    subjects.CORE_RUNS_EVENTS: QueryRoles(_CORE, _READERS),
-    subjects.CORE_BOARD_GET: QueryRoles(_CORE, (*_READERS, planned(PLANE))),
-    subjects.CORE_CATALOG_AGENTS_LIST: QueryRoles(_CORE, _READERS),
-    subjects.CORE_CATALOG_AGENTS_GET: QueryRoles(_CORE, _READERS),
-    subjects.CORE_CATALOG_SKILLS_LIST: QueryRoles(_CORE, _CORE_CLIENTS),
-    subjects.CORE_CATALOG_SKILLS_GET: QueryRoles(_CORE, _CORE_CLIENTS),
+    subjects.CORE_RUNS_GET: QueryRoles(_CORE, (*_READERS, _CONSOLE)),
+    subjects.CORE_RUNS_LIST: QueryRoles(_CORE, (*_READERS, _CONSOLE)),
+    subjects.CORE_RUNS_EVENTS: QueryRoles(_CORE, (*_READERS, _CONSOLE)),
+    subjects.CORE_BOARD_GET: QueryRoles(_CORE, (*_READERS, planned(PLANE), _CONSOLE)),
+    subjects.CORE_CATALOG_AGENTS_LIST: QueryRoles(_CORE, (*_READERS, _CONSOLE)),
+    subjects.CORE_CATALOG_AGENTS_GET: QueryRoles(_CORE, (*_READERS, _CONSOLE)),
+    subjects.CORE_CATALOG_SKILLS_LIST: QueryRoles(_CORE, (*_CORE_CLIENTS, _CONSOLE)),
+    subjects.CORE_CATALOG_SKILLS_GET: QueryRoles(_CORE, (*_CORE_CLIENTS, _CONSOLE)),
     # Core rebuilds its own tables on request: the CLI never writes core's schema.
-    subjects.CORE_PROJECTIONS_STATUS: QueryRoles(_CORE, _CORE_CLIENTS),
+    subjects.CORE_PROJECTIONS_STATUS: QueryRoles(_CORE, (*_CORE_CLIENTS, _CONSOLE)),
     subjects.CORE_PROJECTIONS_REBUILD: QueryRoles(_CORE, _CORE_CLIENTS),
     # Run assembly asks memory for context (bounded wait, docs/design.md §5.2 steps 1-4).
     subjects.MEMORY_SEARCH: QueryRoles(_MEMORY, (_CORE, *_READERS)),
@@ -297,11 +302,11 @@ QUERY_ROLES: dict[str, QueryRoles] = {
     # `nexus pair ls|approve|revoke`: the gateway's tables outlive the stream's 7 days.
     subjects.CHANNEL_PAIRINGS: QueryRoles(_GATEWAY, _CORE_CLIENTS),
     # Flow definitions live in core's catalog; the flows service pins a run to a revision.
-    subjects.CORE_CATALOG_FLOWS_LIST: QueryRoles(_CORE, _READERS),
-    subjects.CORE_CATALOG_FLOWS_GET: QueryRoles(_CORE, (*_READERS, _FLOWS)),
-    subjects.FLOWS_GET: QueryRoles(_FLOWS, _CORE_CLIENTS),
-    subjects.FLOWS_LIST: QueryRoles(_FLOWS, _CORE_CLIENTS),
+    subjects.CORE_CATALOG_FLOWS_LIST: QueryRoles(_CORE, (*_READERS, _CONSOLE)),
+    subjects.CORE_CATALOG_FLOWS_GET: QueryRoles(_CORE, (*_READERS, _FLOWS, _CONSOLE)),
+    subjects.FLOWS_GET: QueryRoles(_FLOWS, (*_CORE_CLIENTS, _CONSOLE)),
+    subjects.FLOWS_LIST: QueryRoles(_FLOWS, (*_CORE_CLIENTS, _CONSOLE)),
     # The console's history and cost pages (issue 38).
-    subjects.CORE_CATALOG_HISTORY: QueryRoles(_CORE, _CORE_CLIENTS),
-    subjects.CORE_USAGE_SUMMARY: QueryRoles(_CORE, _CORE_CLIENTS),
+    subjects.CORE_CATALOG_HISTORY: QueryRoles(_CORE, (*_CORE_CLIENTS, _CONSOLE)),
+    subjects.CORE_USAGE_SUMMARY: QueryRoles(_CORE, (*_CORE_CLIENTS, _CONSOLE)),
 }

@@ -30,6 +30,7 @@ from nexus_events.contract.streams import (
     DLQ,
     FLOWS,
     INBOX,
+    LOGS,
     MEMORY,
     PLANE,
     RUNS,
@@ -85,6 +86,21 @@ def _run(*events: RunEvent) -> tuple[str, ...]:
 
 def _flow(*events: FlowEvent) -> tuple[str, ...]:
     return tuple(subjects.flow_events_filter(event=e) for e in events)
+
+
+# Families a dead letter's original may be on, which the console's replay publishes to: every
+# family a Bus consumer reads (not the DLQ itself, logs or transcripts, which nothing consumes
+# through a Bus consumer).
+CONSOLE_REPLAYS: tuple[Family, ...] = (
+    Family.RUN,
+    Family.TASK,
+    Family.CATALOG,
+    Family.ROUTE,
+    Family.MEMORY,
+    Family.CHANNEL,
+    Family.PLANE,
+    Family.FLOW,
+)
 
 
 SERVICES: dict[str, Access] = {
@@ -224,8 +240,35 @@ SERVICES: dict[str, Access] = {
         requests=(subjects.CORE_CATALOG_FLOWS_GET,),
         kv_buckets=(FLOWS_LEASE_BUCKET,),  # which replica decides (nexus_events.runtime.leadership)
     ),
+    # The web console (docs/console.md): reads every stream it shows (ordered consumers,
+    # replays of the DLQ, catalog and schedules) and core's and flows' queries; publishes what
+    # its pages offer: a run's cancel, an approval's decision (the claim in the shared bucket,
+    # the decision on the run's inbox) or its recorded refusal, a schedule's pause and resume,
+    # and the replay of a dead letter to its original subject, which may be on any family a
+    # consumer dead-letters from (the console republishes the stored letter's bytes only).
+    "console": Access(
+        publishes=(
+            *_run(RunEvent.CANCEL_REQUESTED, RunEvent.APPROVAL_REFUSED),
+            subjects.family_filter(Family.INBOX),
+            subjects.family_filter(Family.SCHEDULE),
+            *(subjects.family_filter(f) for f in CONSOLE_REPLAYS),
+            subjects.dead_letter("console"),
+        ),
+        reads=(RUNS, LOGS, TASKS, CATALOG, SCHEDULES, FLOWS, DLQ),
+        ensures_streams=True,
+        requests=(
+            *(
+                s
+                for s in subjects.QUERY_SUBJECTS
+                if s.startswith("nexus.core.") and s not in (subjects.CORE_PROJECTIONS_REBUILD,)
+            ),
+            subjects.FLOWS_GET,
+            subjects.FLOWS_LIST,
+        ),
+        push_consumers=True,
+        kv_buckets=(APPROVALS_BUCKET,),
+    ),
 }
-
 
 # What the MCP server may do with a `read` bearer token: core's and memory's read queries, and
 # the streams it follows (a run's events for follow_run and resource subscriptions, tasks for

@@ -160,6 +160,15 @@ SERVICES: tuple[ServiceSpec, ...] = (
         database=True,
         profile=CHANNELS,
     ),
+    ServiceSpec(
+        "console",
+        "nexus_console",
+        "nexus-console",
+        "The web console: runs, flows, approvals, dead letters, schedules, usage, live.",
+        ("nexus_console.config:ConsoleSettings",),
+        health_port=8087,
+        ingress_port=8088,
+    ),
 )
 
 BY_NAME: dict[str, ServiceSpec] = {s.name: s for s in SERVICES}
