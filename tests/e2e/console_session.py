@@ -21,8 +21,10 @@ DEFAULT_TIMEOUT_MS = 20_000
 @dataclass(frozen=True)
 class Console:
     url: str
-    tokens_file: Path
     health_url: str
+    # The tokens file the console reads (digests), and the dev stack's own operate token.
+    tokens_file: Path
+    dev_token: str
 
 
 async def cli(stack: Stack, *args: str) -> devstack.Result:
@@ -31,7 +33,8 @@ async def cli(stack: Stack, *args: str) -> devstack.Result:
 
 
 def console_of(stack: Stack) -> Console:
-    """Where the stack's console answers and its tokens file (`nexus dev status -o json`)."""
+    """The stack's console as `nexus dev status -o json` and the console's process show it:
+    where its pages and its health answer, its tokens file, the token made for the user."""
     status = stack.nexus("dev", "status", "-o", "json")
     assert status.code == 0, status.stderr
     shown: dict[str, Any] = status.json()
@@ -39,10 +42,12 @@ def console_of(stack: Stack) -> Console:
     assert shown.get("console_token_file"), f"the dev stack shows no token file: {shown}"
     service = stack.state()["services"].get("console") or {}
     assert service.get("url"), f"the dev stack has no console health URL: {service}"
+    tokens_file = devstack.service_env(stack, "console")["NEXUS_CONSOLE_TOKENS_FILE"]
     return Console(
-        str(shown["console_url"]).rstrip("/"),
-        Path(shown["console_token_file"]),
-        str(service["url"]).rstrip("/"),
+        url=str(shown["console_url"]).rstrip("/"),
+        health_url=str(service["url"]).rstrip("/"),
+        tokens_file=Path(tokens_file),
+        dev_token=Path(shown["console_token_file"]).read_text().strip(),
     )
 
 
