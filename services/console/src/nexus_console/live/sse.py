@@ -10,8 +10,8 @@ from collections.abc import Callable, Iterable, Mapping
 
 from aiohttp import web
 
-from nexus_console.context import console_of
-from nexus_console.live.hub import LiveEvent, Wants
+from nexus_console.context import Console, console_of
+from nexus_console.live.hub import LiveEvent, Wants, Watcher
 
 KEEPALIVE = 15.0
 # SSE record names the pages listen for (htmx's sse-swap and console.js).
@@ -63,7 +63,24 @@ async def serve_events(request: web.Request, wants: Wants, render: Renderer) -> 
     )
     await response.prepare(request)
     position = dict(since or console.hub.position())
-    with console.hub.watch(wants, since) as watcher:
+    console.metrics.live_page(opened=True)
+    try:
+        await _stream(response, console.hub.watch(wants, since), render, position, console)
+    finally:
+        console.metrics.live_page(opened=False)
+    with contextlib.suppress(ConnectionResetError):
+        await response.write_eof()
+    return response
+
+
+async def _stream(
+    response: web.StreamResponse,
+    watching: contextlib.AbstractContextManager[Watcher],
+    render: Renderer,
+    position: dict[str, int],
+    console: Console,
+) -> None:
+    with watching as watcher:
         await response.write(b": live\n\n")
         while True:
             try:
@@ -77,8 +94,7 @@ async def serve_events(request: web.Request, wants: Wants, render: Renderer) -> 
                 break
             position[event.stream] = event.seq
             event_id = format_since(position)
-            for name, data in render(event):
+            records = list(render(event))
+            for name, data in records:
                 await response.write(_record(name, data, event_id))
-    with contextlib.suppress(ConnectionResetError):
-        await response.write_eof()
-    return response
+            console.metrics.live_records(len(records))
