@@ -6,6 +6,7 @@ from aiohttp import web
 
 from nexus_console.pages import (
     approvals,
+    board,
     dead_letters,
     flow_runs,
     flows,
@@ -24,4 +25,5 @@ ROUTES: tuple[web.RouteTableDef, ...] = (
     approvals.routes,
     dead_letters.routes,
     schedules.routes,
+    board.routes,
 )

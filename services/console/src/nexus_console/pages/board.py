@@ -43,7 +43,10 @@ async def board_page(request: web.Request) -> web.Response:
     console = console_of(request)
     position = console.hub.position()
     data = await console.reads.query(subjects.CORE_BOARD_GET, {})
-    context = {"columns": columns_of(data.get("tasks", [])), "since": format_since(position)}
+    context: dict[str, Any] = {
+        "columns": columns_of(data.get("tasks", [])),
+        "since": format_since(position),
+    }
     if request.headers.get("HX-Request") == "true" and request.headers.get("HX-Target") == "board":
         return render(request, console.templates, "board/_columns.html", **context)
     return render(request, console.templates, "board/page.html", **context)
