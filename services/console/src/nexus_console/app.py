@@ -7,6 +7,7 @@ import contextlib
 import logging
 
 from nexus_events.runtime.clock import Clock, SystemClock
+from nexus_events.runtime.metrics import MetricsSettings, setup_metrics
 from nexus_events.runtime.process import ServiceApp
 from nexus_events.transport.bus import Bus, BusSettings
 
@@ -15,6 +16,7 @@ from nexus_console.auth.tokens import TokenBook
 from nexus_console.config import ConsoleSettings
 from nexus_console.context import Console
 from nexus_console.live.hub import LiveHub
+from nexus_console.metrics import ConsoleMetrics
 from nexus_console.reads import Reads
 from nexus_console.rendering import environment
 from nexus_console.server import WebServer
@@ -63,6 +65,9 @@ class ConsoleApp(ServiceApp):
         else:
             signer = Signer(s.console_session_secret.get_secret_value().encode())
         bus = await self.open_runtime(stack, s, bus_settings=self.bus_settings, source=SOURCE)
+        # Exported to OTLP and/or Prometheus when configured (NEXUS_METRICS_*, OTEL_*).
+        provider = setup_metrics(SOURCE, MetricsSettings())
+        stack.callback(provider.shutdown)
         hub = LiveHub(bus, queue_size=s.console_live_queue)
         await hub.start()
         stack.push_async_callback(hub.stop)
@@ -75,6 +80,7 @@ class ConsoleApp(ServiceApp):
             signer=signer,
             tokens=tokens,
             clock=self.clock,
+            metrics=ConsoleMetrics(provider),
         )
         self.web = WebServer(self.console)
         await self.web.start()

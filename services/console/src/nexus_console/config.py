@@ -65,6 +65,14 @@ class ConsoleSettings(ServiceSettings):
     console_query_timeout: float = Field(
         5.0, gt=0, le=60, description="Seconds a page waits for a query's reply."
     )
+    console_git_cache_dir: Path | None = Field(
+        None,
+        description="Where the run pages' diffs fetch repositories (bare, one per URL); None ="
+        " a directory under the system's temporary one.",
+    )
+    console_git_timeout: float = Field(
+        20.0, gt=0, le=300, description="Most seconds one diff's git fetch may take."
+    )
     console_live_queue: int = Field(
         1000,
         ge=10,

@@ -15,6 +15,7 @@ from nexus_console.auth.identity import Viewer
 from nexus_console.auth.sessions import Session, Signer
 from nexus_console.auth.tokens import TokenBook
 from nexus_console.config import ConsoleSettings
+from nexus_console.metrics import ConsoleMetrics
 from nexus_console.reads import Reads
 
 if TYPE_CHECKING:
@@ -31,6 +32,7 @@ class Console:
     signer: Signer
     tokens: TokenBook
     clock: Clock
+    metrics: ConsoleMetrics
 
 
 CONSOLE = web.AppKey("console", Console)

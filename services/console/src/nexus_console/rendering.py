@@ -42,7 +42,9 @@ def environment() -> jinja2.Environment:
     env = jinja2.Environment(
         loader=jinja2.PackageLoader("nexus_console", "templates"),
         autoescape=jinja2.select_autoescape(default=True, default_for_string=True),
-        undefined=jinja2.StrictUndefined,
+        # Pages show whatever the streams hold: a field an event or a reply left out renders
+        # empty instead of failing the page.
+        undefined=jinja2.ChainableUndefined,
         trim_blocks=True,
         lstrip_blocks=True,
         enable_async=False,

@@ -4,12 +4,13 @@ its listening socket."""
 from __future__ import annotations
 
 import logging
+import time
 from importlib.resources import files
 
 from aiohttp import web
 
-from nexus_console.auth.middleware import require_identity
-from nexus_console.context import CONSOLE, Console
+from nexus_console.auth.middleware import Handler, require_identity
+from nexus_console.context import CONSOLE, Console, console_of
 from nexus_console.errors import error_pages
 from nexus_console.pages import ROUTES
 
@@ -24,8 +25,28 @@ def static_dir() -> str:
     return str(files("nexus_console") / "static")
 
 
+@web.middleware
+async def measured(request: web.Request, handler: Handler) -> web.StreamResponse:
+    """Count each request by its route template (never the raw path: ids would make the
+    label unbounded) and status class, and time it unless it is a live feed."""
+    started = time.monotonic()
+    resource = request.match_info.route.resource
+    route = resource.canonical if resource is not None else "unmatched"
+    try:
+        response = await handler(request)
+    except web.HTTPException as exc:  # redirects (the login's, a form's) travel as raises
+        console_of(request).metrics.request(route, exc.status, time.monotonic() - started)
+        raise
+    live = response.content_type == "text/event-stream"
+    elapsed = None if live else time.monotonic() - started
+    console_of(request).metrics.request(route, response.status, elapsed)
+    return response
+
+
 def build_app(console: Console) -> web.Application:
-    app = web.Application(middlewares=[error_pages, require_identity], client_max_size=MAX_BODY)
+    app = web.Application(
+        middlewares=[measured, error_pages, require_identity], client_max_size=MAX_BODY
+    )
     app[CONSOLE] = console
     for table in ROUTES:
         app.router.add_routes(table)

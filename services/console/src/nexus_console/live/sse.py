@@ -10,7 +10,7 @@ from collections.abc import Callable, Iterable, Mapping
 
 from aiohttp import web
 
-from nexus_console.context import console_of
+from nexus_console.context import Console, console_of
 from nexus_console.live.hub import LiveEvent, Wants, Watcher
 
 KEEPALIVE = 15.0
@@ -48,26 +48,6 @@ def _record(name: str, data: str, event_id: str | None = None) -> bytes:
     return ("\n".join(lines) + "\n\n").encode()
 
 
-async def _stream(
-    response: web.StreamResponse, watcher: Watcher, position: dict[str, int], render: Renderer
-) -> None:
-    await response.write(b": live\n\n")
-    while True:
-        try:
-            event = await asyncio.wait_for(watcher.queue.get(), KEEPALIVE)
-        except TimeoutError:
-            await response.write(b": keepalive\n\n")
-            continue
-        if event is None:
-            if watcher.overflowed:
-                await response.write(_record(RELOAD, "behind"))
-            return
-        position[event.stream] = event.seq
-        event_id = format_since(position)
-        for name, data in render(event):
-            await response.write(_record(name, data, event_id))
-
-
 async def serve_events(request: web.Request, wants: Wants, render: Renderer) -> web.StreamResponse:
     """Stream what `wants` takes, rendered by `render`, until the page goes away."""
     console = console_of(request)
@@ -83,12 +63,41 @@ async def serve_events(request: web.Request, wants: Wants, render: Renderer) -> 
     )
     await response.prepare(request)
     position = dict(since or console.hub.position())
+    console.metrics.live_page(opened=True)
     try:
-        with console.hub.watch(wants, since) as watcher:
-            await _stream(response, watcher, position, render)
+        await _stream(response, console.hub.watch(wants, since), render, position, console)
     except ConnectionResetError:
         # The page went away (closed, reloaded, navigated): the normal end of a live feed.
         return response
+    finally:
+        console.metrics.live_page(opened=False)
     with contextlib.suppress(ConnectionResetError):
         await response.write_eof()
     return response
+
+
+async def _stream(
+    response: web.StreamResponse,
+    watching: contextlib.AbstractContextManager[Watcher],
+    render: Renderer,
+    position: dict[str, int],
+    console: Console,
+) -> None:
+    with watching as watcher:
+        await response.write(b": live\n\n")
+        while True:
+            try:
+                event = await asyncio.wait_for(watcher.queue.get(), KEEPALIVE)
+            except TimeoutError:
+                await response.write(b": keepalive\n\n")
+                continue
+            if event is None:
+                if watcher.overflowed:
+                    await response.write(_record(RELOAD, "behind"))
+                break
+            position[event.stream] = event.seq
+            event_id = format_since(position)
+            records = list(render(event))
+            for name, data in records:
+                await response.write(_record(name, data, event_id))
+            console.metrics.live_records(len(records))

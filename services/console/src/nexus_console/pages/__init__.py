@@ -4,14 +4,26 @@ from __future__ import annotations
 
 from aiohttp import web
 
-from nexus_console.pages import approvals, dead_letters, flow_runs, flows, login, runs, schedules
+from nexus_console.pages import (
+    approvals,
+    board,
+    dead_letters,
+    flow_runs,
+    flows,
+    login,
+    run,
+    runs,
+    schedules,
+)
 
 ROUTES: tuple[web.RouteTableDef, ...] = (
     login.routes,
     runs.routes,
+    run.routes,
     flows.routes,
     flow_runs.routes,
     approvals.routes,
     dead_letters.routes,
     schedules.routes,
+    board.routes,
 )
