@@ -4,6 +4,7 @@ with `nexus console token`, signed-in browser contexts and signed-in HTTP client
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -93,18 +94,19 @@ class Client:
         async with self.http.get(f"{self.base}{path}") as response:
             return response.status, await response.text()
 
-    async def stream(self, path: str, seconds: float) -> str:
-        """What an SSE stream sends in `seconds` (it never ends by itself)."""
+    async def stream(self, path: str, until: tuple[str, ...], within: float) -> str:
+        """What an SSE stream sends until its text holds one of `until` (it never ends by
+        itself), or `within` seconds have passed."""
         chunks: list[str] = []
         headers = {"Accept": "text/event-stream"}
         async with self.http.get(f"{self.base}{path}", headers=headers) as response:
             assert response.status == 200, f"{path}: {response.status}"
-            try:
-                async with asyncio.timeout(seconds):
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(within):
                     async for chunk in response.content.iter_any():
                         chunks.append(chunk.decode(errors="replace"))
-            except TimeoutError:
-                pass
+                        if any(marker in "".join(chunks) for marker in until):
+                            break
         return "".join(chunks)
 
 

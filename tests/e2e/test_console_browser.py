@@ -423,7 +423,9 @@ async def test_a_tracked_secret_reaches_no_page(
         assert status == 200
         live = sse_path(first)
         assert live, "the run page has no live feed"
-        streamed = await client.stream(live, seconds=RUN_WAIT / 3)
+        ended = ('class="status completed"', 'class="status failed"')
+        streamed = await client.stream(live, until=ended, within=RUN_WAIT)
+        assert any(marker in streamed for marker in ended), "the live feed never saw the end"
         await _until_status(stack, run_id, "completed", "failed")
         # The run did read the secret: its tool output was redacted by the runner.
         events = await _events(stack, run_id)
