@@ -43,10 +43,29 @@ async def measured(request: web.Request, handler: Handler) -> web.StreamResponse
     return response
 
 
+# Every answer: scripts only from the console itself (the vendored ones included), no framing
+# by another site (its buttons cancel runs and answer approvals), forms posting only here.
+# Inline styles stay allowed: htmx adds one for its request indicators.
+SECURITY_HEADERS = {
+    "Content-Security-Policy": "default-src 'self'; script-src 'self'; style-src 'self'"
+    " 'unsafe-inline'; img-src 'self' data:; connect-src 'self'; frame-ancestors 'none';"
+    " base-uri 'none'; form-action 'self'",
+    "X-Frame-Options": "DENY",
+    "X-Content-Type-Options": "nosniff",
+    "Referrer-Policy": "same-origin",
+}
+
+
+async def _secure(request: web.Request, response: web.StreamResponse) -> None:
+    for name, value in SECURITY_HEADERS.items():
+        response.headers.setdefault(name, value)
+
+
 def build_app(console: Console) -> web.Application:
     app = web.Application(
         middlewares=[measured, error_pages, require_identity], client_max_size=MAX_BODY
     )
+    app.on_response_prepare.append(_secure)
     app[CONSOLE] = console
     for table in ROUTES:
         app.router.add_routes(table)

@@ -74,3 +74,14 @@ async def test_a_removed_token_ends_its_sessions(bus: Bus, tmp_path: Path) -> No
                 assert r.status == 303
     finally:
         await app.stop()
+
+
+async def test_every_answer_forbids_framing_and_foreign_scripts(clients: Clients) -> None:
+    client = await clients()
+    for path in ("/login", "/static/console.css"):
+        async with client.http.get(f"{client.base}{path}") as r:
+            assert r.headers["X-Frame-Options"] == "DENY"
+            policy = r.headers["Content-Security-Policy"]
+            assert "frame-ancestors 'none'" in policy
+            assert "script-src 'self'" in policy
+            assert r.headers["X-Content-Type-Options"] == "nosniff"
