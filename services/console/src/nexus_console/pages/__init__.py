@@ -14,6 +14,7 @@ from nexus_console.pages import (
     run,
     runs,
     schedules,
+    usage,
 )
 
 ROUTES: tuple[web.RouteTableDef, ...] = (
@@ -26,4 +27,5 @@ ROUTES: tuple[web.RouteTableDef, ...] = (
     dead_letters.routes,
     schedules.routes,
     board.routes,
+    usage.routes,
 )
