@@ -7,6 +7,7 @@ from aiohttp import web
 from nexus_console.pages import (
     approvals,
     board,
+    catalog,
     dead_letters,
     flow_runs,
     flows,
@@ -28,4 +29,5 @@ ROUTES: tuple[web.RouteTableDef, ...] = (
     schedules.routes,
     board.routes,
     usage.routes,
+    catalog.routes,
 )
