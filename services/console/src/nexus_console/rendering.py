@@ -66,6 +66,7 @@ def render(
     context.setdefault("viewer", request.get(VIEWER))
     context.setdefault("csrf", request.get(CSRF, ""))
     context.setdefault("path", request.path)
+    context.setdefault("path_qs", request.path_qs)
     return web.Response(
         text=render_text(env, name, **context), status=status, content_type="text/html"
     )

@@ -67,6 +67,8 @@ async def test_lists_item_revisions_and_diff(bus: Bus, core: CoreApp, clients: C
     assert "system_prompt: You implement tasks." in old
 
     diff = html.unescape(await _page(client, "/catalog/agents/implementer?a=1&b=2"))
+    # Its live refresh asks for the same diff, not the bare item page.
+    assert 'hx-get="/catalog/agents/implementer?a=1&b=2"' in diff
     assert "--- revision 1" in diff
     assert "+++ revision 2" in diff
     assert "-system_prompt: You implement tasks." in diff
