@@ -1,6 +1,6 @@
-"""Every revision of an agent or skill, numbered as core's catalog store numbers them, read
-from NEXUS_CATALOG as `nexus agents history` does: the stream also says who applied each one
-and when, which core's `nexus.core.v1.catalog.history` does not."""
+"""Every revision of an agent, a skill or a flow, numbered as core's catalog store numbers
+them, read from NEXUS_CATALOG as `nexus flows history` does: the stream also says who applied
+each one and when, which core's `nexus.core.v1.catalog.history` does not."""
 
 from __future__ import annotations
 
@@ -13,7 +13,11 @@ from nexus_events.transport.bus import Bus
 from pydantic import BaseModel
 
 # The field of an applied event that holds the definition, per kind.
-BODY_FIELD = {CatalogKind.AGENT: "definition", CatalogKind.SKILL: "skill"}
+BODY_FIELD = {
+    CatalogKind.AGENT: "definition",
+    CatalogKind.SKILL: "skill",
+    CatalogKind.FLOW: "definition",
+}
 
 
 class Revision(BaseModel):
@@ -24,6 +28,11 @@ class Revision(BaseModel):
     definition: dict[str, Any] | None
     by: str | None = None
     time: str | None = None
+
+    @property
+    def steps(self) -> int:
+        """A flow's step count (0 for a delete, or an item that has no steps)."""
+        return len((self.definition or {}).get("steps") or [])
 
 
 async def catalog_history(bus: Bus, kind: CatalogKind, item_id: str) -> list[Revision]:

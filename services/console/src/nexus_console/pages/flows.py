@@ -9,11 +9,12 @@ from typing import Any
 import yaml
 from aiohttp import web
 from nexus_events.contract import subjects
+from nexus_events.contract.subjects import CatalogKind
 from nexus_events.events.flows import FlowDefinition
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from nexus_console.catalog_history import catalog_history
 from nexus_console.context import console_of
-from nexus_console.flow_revisions import flow_revisions
 from nexus_console.flowgraph_view import graph_of
 from nexus_console.forms import bad_request
 from nexus_console.reads import Reads
@@ -90,7 +91,7 @@ async def flow_page(request: web.Request) -> web.Response:
         choice = RevisionChoice.model_validate(dict(request.query))
     except ValidationError as exc:
         raise bad_request(exc) from None
-    revisions = await flow_revisions(console.bus, flow_id)
+    revisions = await catalog_history(console.bus, CatalogKind.FLOW, flow_id)
     known = {r.revision for r in revisions}
     for name in ("revision", "a", "b"):
         number = getattr(choice, name)
