@@ -90,7 +90,13 @@ class Tokens:
         return len(self._tokens)
 
     def identify(self, token: str) -> Identity | None:
-        found = self._tokens.identify(token)
+        return self._identity(self._tokens.identify(token))
+
+    def from_header(self, value: str | None) -> Identity | None:
+        return self._identity(self._tokens.from_header(value))
+
+    @staticmethod
+    def _identity(found: TokenEntry | None) -> Identity | None:
         if found is None:
             return None
         password = os.environ.get(found.nats_password_env) if found.nats_password_env else None
@@ -102,14 +108,6 @@ class Tokens:
             nats_password=password,
             agents=None if found.agents is None else tuple(found.agents),
         )
-
-    def from_header(self, value: str | None) -> Identity | None:
-        if not value:
-            return None
-        kind, _, token = value.partition(" ")
-        if kind.lower() != "bearer" or not token.strip():
-            return None
-        return self.identify(token.strip())
 
 
 def new_token(
