@@ -14,6 +14,7 @@ from nexus_events.errors import (
     BusUnavailable,
 )
 from nexus_events.transport.bus import Bus
+from nexus_events.transport.micro import read_reply
 
 from nexus_cli.errors import CliError, ExitCode, bus_failure
 from nexus_cli.target import Target
@@ -115,26 +116,14 @@ class Session:
                 hint=f"{service} may be overloaded or restarting; retry, or raise --timeout",
                 code=ExitCode.TIMEOUT,
             ) from None
-        headers = reply.headers or {}
-        error_code = headers.get("Nats-Service-Error-Code")
-        try:
-            data = json.loads(reply.data or b"{}")
-        except ValueError:
-            # Not JSON (a stray responder, a core of before issue 17): still a one-line error.
-            data = None
+        answer = read_reply(reply)
+        error_code = answer.error_code
         if error_code is None:
-            if not isinstance(data, dict):
+            if not isinstance(answer.data, dict):
                 raise CliError(f"{subject} answered no JSON object", code=ExitCode.UNAVAILABLE)
-            return data
-        err = data.get("error") if isinstance(data, dict) else None
-        err = err if isinstance(err, dict) else {}
-        message = str(err.get("message") or headers.get("Nats-Service-Error") or "no message")
-        message = " ".join(message.split())
-        fields = [
-            f"{f.get('loc')}: {f.get('msg')}"
-            for f in err.get("fields") or []
-            if isinstance(f, dict)
-        ]
+            return answer.data
+        message = answer.message or "no message"
+        fields = [f"{f.get('loc')}: {f.get('msg')}" for f in answer.fields]
         if error_code == "404":
             raise CliError(message, code=ExitCode.NOT_FOUND)
         if error_code == "400":

@@ -8,6 +8,7 @@ from typing import Any
 
 import nats.errors
 from nats.aio.client import Client as NatsClient
+from nexus_events.transport.micro import read_reply
 
 
 class QueryError(Exception):
@@ -36,17 +37,11 @@ class Reads:
             raise QueryError(503, f"no reply on {subject} within {self.timeout:.1f}s") from None
         except nats.errors.Error as exc:
             raise QueryError(503, f"{subject}: NATS: {exc}") from None
-        headers = reply.headers or {}
-        code = headers.get("Nats-Service-Error-Code")
-        try:
-            data = json.loads(reply.data or b"{}")
-        except ValueError:
-            data = None
-        if code is None:
-            if not isinstance(data, dict):
+        answer = read_reply(reply)
+        if answer.error_code is None:
+            if not isinstance(answer.data, dict):
                 raise QueryError(502, f"{subject} answered no JSON object")
-            return data
-        err = data.get("error") if isinstance(data, dict) else None
-        message = str((err or {}).get("message") or headers.get("Nats-Service-Error") or code)
+            return answer.data
+        code = answer.error_code
         status = int(code) if code in ("400", "404", "422") else 502
-        raise QueryError(status, " ".join(message.split()))
+        raise QueryError(status, answer.message or code)

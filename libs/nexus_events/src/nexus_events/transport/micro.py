@@ -12,9 +12,11 @@ from __future__ import annotations
 import json
 import logging
 from collections.abc import Awaitable, Callable, Iterable
+from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 from nats.aio.client import Client as NatsClient
+from nats.aio.msg import Msg
 from nats.micro import add_service
 from nats.micro.request import Request
 from nats.micro.service import EndpointConfig, Service, ServiceConfig
@@ -67,6 +69,36 @@ def one_line(text: str) -> str:
     """`text` with every run of whitespace or control characters made one space, so that it
     fits a NATS header and a terminal line."""
     return " ".join("".join(c if c.isprintable() else " " for c in text).split())
+
+
+@dataclass(frozen=True, slots=True)
+class QueryReply:
+    """A query's reply as a caller reads it: `data` is its JSON (None when the body is not
+    JSON); on an error reply, `error_code` is the service's code ("400", "404", ...) and
+    `message` and `fields` what its `QueryErrorReply` says."""
+
+    data: Any
+    error_code: str | None = None
+    message: str = ""
+    fields: list[dict[str, Any]] = field(default_factory=list)
+
+
+def read_reply(reply: Msg) -> QueryReply:
+    """Split a reply into its data or its error, the one way every caller reads them."""
+    headers = reply.headers or {}
+    try:
+        data = json.loads(reply.data or b"{}")
+    except ValueError:
+        # Not JSON (a stray responder, an old service): still an answer its caller can name.
+        data = None
+    code = headers.get("Nats-Service-Error-Code")
+    if code is None:
+        return QueryReply(data)
+    err = data.get("error") if isinstance(data, dict) else None
+    err = err if isinstance(err, dict) else {}
+    message = one_line(str(err.get("message") or headers.get("Nats-Service-Error") or ""))
+    fields = [f for f in err.get("fields") or [] if isinstance(f, dict)]
+    return QueryReply(data, code, message, fields)
 
 
 def parse_query(model: type[M], data: bytes) -> M:
