@@ -1,7 +1,7 @@
 """Request/reply endpoints as nats.micro services: one way to parse, answer and fail.
 
 Every endpoint takes a JSON object (an empty body means ``{}``) and answers JSON, errors
-included: a nats.micro error reply (``Nats-Service-Error-Code`` 400/404/409/500) whose body is
+included: a nats.micro error reply (``Nats-Service-Error-Code`` 400/404/409/500, or 503 when NATS fails under it) whose body is
 `QueryErrorReply` (``{"error": {"code", "message", "fields": [{"loc", "msg"}]}}``), never an
 empty body or a timeout. Bodies are validated as the contract's pydantic request models
 before a handler sees them; a handler that fails anyway answers 500 and logs the request.
@@ -21,6 +21,8 @@ from nats.micro import add_service
 from nats.micro.request import Request
 from nats.micro.service import EndpointConfig, Service, ServiceConfig
 from pydantic import BaseModel, ValidationError
+
+from nexus_events.errors import BusError
 
 log = logging.getLogger(__name__)
 
@@ -125,8 +127,9 @@ def endpoint_handler(
     """A nats.micro handler that validates the body as `model`, calls `fn` and answers its
     result as JSON (a pydantic model or anything `json.dumps` takes).
 
-    A `QueryError` becomes its error reply; any other exception is logged with the subject and
-    body, and answered as a JSON 500 (the requester never waits in vain).
+    A `QueryError` becomes its error reply; a `BusError` (NATS failing under the request)
+    a 503 logged in one line; any other exception is logged with the subject and body, and
+    answered as a JSON 500 (the requester never waits in vain).
     """
 
     async def handler(request: Request) -> None:
@@ -140,6 +143,13 @@ def endpoint_handler(
             )
         except QueryError as exc:
             await _error(request, exc.code, str(exc), exc.fields)
+            return
+        except BusError as exc:
+            # NATS itself failing under the request (a node lost, a pull refused mid-read) is
+            # a fault of the moment, not of the service: a one-line 503 the caller may retry.
+            log.warning("request on %s: the bus failed: %s", request.subject, one_line(str(exc)))
+            message = f"{request.subject}: the bus is unavailable ({exc}); retry"
+            await _error(request, 503, message, [])
             return
         except Exception:  # one request's boundary: log it, answer 500, serve the next
             log.exception(
