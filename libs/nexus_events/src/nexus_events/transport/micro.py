@@ -1,9 +1,10 @@
 """Request/reply endpoints as nats.micro services: one way to parse, answer and fail.
 
 Every endpoint takes a JSON object (an empty body means ``{}``) and answers JSON, errors
-included: a nats.micro error reply (``Nats-Service-Error-Code`` 400/404/409/500, or 503 when NATS fails under it) whose body is
-`QueryErrorReply` (``{"error": {"code", "message", "fields": [{"loc", "msg"}]}}``), never an
-empty body or a timeout. Bodies are validated as the contract's pydantic request models
+included: a nats.micro error reply (``Nats-Service-Error-Code`` 400/404/409/500, or 503 when
+NATS fails under the request) whose body is `QueryErrorReply`
+(``{"error": {"code", "message", "fields": [{"loc", "msg"}]}}``), never an empty body or a
+timeout. Bodies are validated as the contract's pydantic request models
 before a handler sees them; a handler that fails anyway answers 500 and logs the request.
 """
 
