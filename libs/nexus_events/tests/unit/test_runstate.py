@@ -46,6 +46,8 @@ def test_run_events_are_the_documented_ones():
         "egress",
         # issue 35: an MCP server that could not start.
         "mcp_server_unavailable",
+        # issue 39: the lab's replay divergence and golden runs.
+        "diverged", "golden_marked",
     }  # fmt: skip
 
 
@@ -208,6 +210,8 @@ def test_every_registered_run_event_has_a_status_and_a_name() -> None:
         runstate.RunEvent.CANCEL_REQUESTED,
         runstate.RunEvent.RESUMING,
         runstate.RunEvent.EGRESS,
+        runstate.RunEvent.DIVERGED,
+        runstate.RunEvent.GOLDEN_MARKED,
     ]
     assert set(runstate.TERMINAL_EVENTS) == {
         e for e, s in runstate.EVENT_STATUS.items() if s in TERMINAL

@@ -100,6 +100,13 @@ BUILT = [
         {"run_id": "run_1"},
         None,
     ),
+    (
+        subjects.eval_event("ev_1", "case_graded"),
+        "nexus.eval.v1.ev_1.case_graded",
+        Family.EVAL,
+        {"eval_run_id": "ev_1"},
+        "case_graded",
+    ),
 ]
 
 

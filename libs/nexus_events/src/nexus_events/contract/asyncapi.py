@@ -21,6 +21,7 @@ from typing import Any
 from pydantic import BaseModel
 from pydantic.json_schema import JsonSchemaMode, models_json_schema
 
+from nexus_events.events.evals import EvalGetRequest, EvalListReply, EvalListRequest, EvalReport
 from nexus_events.contract import codec, subjects
 from nexus_events.contract.roles import EVENT_ROLES, QUERY_ROLES, Party, Service
 from nexus_events.contract.streams import DAY, STREAM_OF_FAMILY, StreamSettings, stream_configs
@@ -100,6 +101,7 @@ PARAMETERS: dict[str, str] = {
     "channel": "Chat channel (slack, telegram, webhook, ...).",
     "service": "Service that gave up on the message.",
     "flow_run_id": "Flow run id. `new` on `requested` asks the flows service to generate one.",
+    "eval_run_id": "Eval run id. `new` on `requested` asks the lab to generate one.",
     "key": "plane-sync's key: the Nexus task id (writes) or the Plane work item id (webhooks).",
 }
 
@@ -130,6 +132,8 @@ _QUERY_MODELS: dict[str, tuple[type[BaseModel], type[BaseModel]]] = {
     subjects.FLOWS_LIST: (FlowsList, FlowsListReply),
     subjects.CORE_CATALOG_HISTORY: (CatalogHistory, CatalogHistoryReply),
     subjects.CORE_USAGE_SUMMARY: (UsageSummary, UsageSummaryReply),
+    subjects.LAB_EVALS_GET: (EvalGetRequest, EvalReport),
+    subjects.LAB_EVALS_LIST: (EvalListRequest, EvalListReply),
 }
 
 # The parties that are no deployed service; the services' lines are the service table's.

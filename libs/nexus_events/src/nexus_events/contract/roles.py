@@ -36,6 +36,8 @@ class Service(StrEnum):
     MCP = "mcp"
     # The web console (docs/console.md): reads what it shows, does what its pages offer.
     CONSOLE = "console"
+    # The lab (docs/lab.md): eval runs of suites over agent revisions, graded and reported.
+    LAB = "lab"
     # People with the `nats` CLI (admin user): a bare `nats pub` is a valid command
     # (docs/design.md §1.4).
     OPERATOR = "operator"
@@ -74,11 +76,13 @@ CORE, SCHEDULER, RUNNER, CLI = Service.CORE, Service.SCHEDULER, Service.RUNNER, 
 MEMORY, PLANE = Service.MEMORY, Service.PLANE_SYNC
 GATEWAY, OPERATOR = Service.CHANNEL_GATEWAY, Service.OPERATOR
 FLOWS, MCP, CONSOLE = Service.FLOWS, Service.MCP, Service.CONSOLE
+LAB = Service.LAB
 
 _CORE, _SCHEDULER, _RUNNER, _CLI = Party(CORE), Party(SCHEDULER), Party(RUNNER), Party(CLI)
 _OPERATOR, _MEMORY = Party(OPERATOR), Party(MEMORY)
 _PLANE, _GATEWAY = Party(PLANE), Party(GATEWAY)
 _FLOWS, _MCP, _CONSOLE = Party(FLOWS), Party(MCP), Party(CONSOLE)
+_LAB = Party(LAB)
 
 # Core's poison sweeper (nexus_core.poison_sweeper) reads all of NEXUS_INBOX and NEXUS_CHANNELS,
 # whose own readers may be absent, and dead-letters what does not decode.
@@ -91,8 +95,9 @@ _RUN_READERS = (_CORE, _CLI, _PLANE, _MCP, _CONSOLE)
 # The scheduler's admission state (nexus_scheduler.service.WATCHED_EVENTS).
 _ADMISSION = (*_RUN_READERS, _SCHEDULER)
 # Terminal events also end a run's chat thread, feed memory extraction (docs/design.md §7)
-# and finish the flow step whose run it was (docs/design.md §6).
-_TERMINAL = (*_ADMISSION, _GATEWAY, _MEMORY, _FLOWS)
+# and finish the flow step whose run it was (docs/design.md §6); the lab grades an eval
+# case's run on its ending (docs/lab.md).
+_TERMINAL = (*_ADMISSION, _GATEWAY, _MEMORY, _FLOWS, _LAB)
 
 
 def _run(publishers: tuple[Party, ...], consumers: tuple[Party, ...]) -> EventRoles:
@@ -105,7 +110,8 @@ EVENT_ROLES: dict[tuple[Family, str], EventRoles] = {
         # core re-publishes a `new` request under the id it generates; the scheduler fires
         # schedules; Plane and chat start runs too; a flow's run and map steps (the run id
         # derived from the step, `step_run_id`); an MCP client's start_run.
-        (_CLI, _CORE, _SCHEDULER, _OPERATOR, _PLANE, _GATEWAY, _FLOWS, _MCP),
+        # The lab requests its eval cases' runs and a reviewer grader's runs.
+        (_CLI, _CORE, _SCHEDULER, _OPERATOR, _PLANE, _GATEWAY, _FLOWS, _MCP, _LAB),
         # The gateway reads `reply_to`: where the run's progress is posted.
         (*_RUN_READERS, _GATEWAY),
     ),
@@ -114,9 +120,10 @@ EVENT_ROLES: dict[tuple[Family, str], EventRoles] = {
     (Family.RUN, "dispatched"): _run((_SCHEDULER,), _ADMISSION),
     (Family.RUN, "started"): _run((_RUNNER,), (*_ADMISSION, _GATEWAY)),
     (Family.RUN, "heartbeat"): _run((_RUNNER,), _ADMISSION),
-    (Family.RUN, "turn"): _run((_RUNNER,), _RUN_READERS),
-    (Family.RUN, "tool_called"): _run((_RUNNER,), _RUN_READERS),
-    (Family.RUN, "tool_result"): _run((_RUNNER,), _RUN_READERS),
+    # A replay or a fork reads its source run's turns, calls and results (docs/lab.md).
+    (Family.RUN, "turn"): _run((_RUNNER,), (*_RUN_READERS, _RUNNER)),
+    (Family.RUN, "tool_called"): _run((_RUNNER,), (*_RUN_READERS, _RUNNER)),
+    (Family.RUN, "tool_result"): _run((_RUNNER,), (*_RUN_READERS, _RUNNER)),
     (Family.RUN, "egress"): _run((_RUNNER,), _RUN_READERS),
     # Approvals are relayed to chat and to Plane (elicitation) for a person to answer. A flow's
     # gate step asks the same way, on its gate's run id, and records the decision it read.
@@ -149,9 +156,14 @@ EVENT_ROLES: dict[tuple[Family, str], EventRoles] = {
     (Family.RUN, "condensed"): _run((_RUNNER,), (*_RUN_READERS, _RUNNER)),
     # issue 35: an MCP server of the run that could not start, and why.
     (Family.RUN, "mcp_server_unavailable"): _run((_RUNNER,), _RUN_READERS),
+    # The lab (docs/lab.md): a replay's first divergence from its recording; a person marks
+    # a finished run golden (core's agent_runs shows it; the lab takes it as an eval case).
+    (Family.RUN, "diverged"): _run((_RUNNER,), _RUN_READERS),
+    (Family.RUN, "golden_marked"): _run((_CLI, _OPERATOR), (_CORE, _CLI, _CONSOLE)),
     # -- logs (NEXUS_LOGS) ----------------------------------------------------------------
     (Family.LOG, "line"): _run((_RUNNER,), (_CLI, _CONSOLE)),
     # -- transcripts (NEXUS_TRANSCRIPTS): written ahead of each model call, read on resume -
+    # A replay or a fork reads its source run's (run_access.source_transcript_replay).
     (Family.TRANSCRIPT, "entry"): _run((_RUNNER,), (_RUNNER,)),
     # -- tasks (NEXUS_TASKS): the board projection ----------------------------------------
     # plane-sync mirrors every task to a work item, and files a work item that asks for a run
@@ -170,6 +182,11 @@ EVENT_ROLES: dict[tuple[Family, str], EventRoles] = {
     (Family.CATALOG, "skill.deleted"): _run((_OPERATOR,), (_CORE,)),
     (Family.CATALOG, "flow.applied"): _run((_CLI, _OPERATOR), (_CORE, _CLI, _CONSOLE)),
     (Family.CATALOG, "flow.deleted"): _run((_CLI, _OPERATOR), (_CORE, _CLI, _CONSOLE)),
+    # Core ends an agent's canary on its policy, then applies the agent's next revision.
+    (Family.CATALOG, "agent.canary_decided"): _run((_CORE,), (_CORE, _CLI, _CONSOLE)),
+    # Eval suites (docs/lab.md): revisioned like agents, read by the lab.
+    (Family.CATALOG, "eval.applied"): _run((_CLI, _OPERATOR), (_LAB, _CLI, _CORE)),
+    (Family.CATALOG, "eval.deleted"): _run((_CLI, _OPERATOR), (_LAB, _CLI, _CORE)),
     # -- inbox and route (NEXUS_INBOX) -----------------------------------------------------
     # Peer agents message a run too (sender_kind "agent").
     # A comment on a work item with a running run reaches that run (plane-sync); so does a
@@ -255,6 +272,12 @@ EVENT_ROLES: dict[tuple[Family, str], EventRoles] = {
         (Family.FLOW, name): _run((_FLOWS,), (_FLOWS, _CLI, _SCHEDULER, _PLANE, _GATEWAY, _CONSOLE))
         for name in ("completed", "failed", "cancelled")
     },
+    # -- eval runs (NEXUS_EVALS): the lab folds the stream into its reports -----------------
+    (Family.EVAL, "requested"): _run((_CLI, _OPERATOR), (_LAB, _CLI)),
+    **{
+        (Family.EVAL, name): _run((_LAB,), (_LAB, _CLI, _CONSOLE))
+        for name in ("accepted", "case_started", "case_graded", "completed", "failed")
+    },
     # -- dead letters (NEXUS_DLQ): every Bus consumer files its own; `nexus dlq` and the MCP
     # server's list_dead_letters read them.
     (Family.DLQ, "dead_letter"): _run(
@@ -266,6 +289,7 @@ EVENT_ROLES: dict[tuple[Family, str], EventRoles] = {
             _PLANE,
             _GATEWAY,
             _FLOWS,
+            _LAB,
         ),
         (_CLI, _OPERATOR, _MCP, _CONSOLE),
     ),
@@ -276,12 +300,13 @@ _CORE_CLIENTS = (_CLI, _OPERATOR)
 _READERS = (*_CORE_CLIENTS, _MCP)
 
 QUERY_ROLES: dict[str, QueryRoles] = {
-    subjects.CORE_RUNS_GET: QueryRoles(_CORE, (*_READERS, _CONSOLE)),
+    # The lab reads a graded run's totals and calls, and a golden run's request.
+    subjects.CORE_RUNS_GET: QueryRoles(_CORE, (*_READERS, _CONSOLE, _LAB)),
     subjects.CORE_RUNS_LIST: QueryRoles(_CORE, (*_READERS, _CONSOLE)),
-    subjects.CORE_RUNS_EVENTS: QueryRoles(_CORE, (*_READERS, _CONSOLE)),
+    subjects.CORE_RUNS_EVENTS: QueryRoles(_CORE, (*_READERS, _CONSOLE, _LAB)),
     subjects.CORE_BOARD_GET: QueryRoles(_CORE, (*_READERS, planned(PLANE), _CONSOLE)),
     subjects.CORE_CATALOG_AGENTS_LIST: QueryRoles(_CORE, (*_READERS, _CONSOLE)),
-    subjects.CORE_CATALOG_AGENTS_GET: QueryRoles(_CORE, (*_READERS, _CONSOLE)),
+    subjects.CORE_CATALOG_AGENTS_GET: QueryRoles(_CORE, (*_READERS, _CONSOLE, _LAB)),
     subjects.CORE_CATALOG_SKILLS_LIST: QueryRoles(_CORE, (*_CORE_CLIENTS, _CONSOLE)),
     subjects.CORE_CATALOG_SKILLS_GET: QueryRoles(_CORE, (*_CORE_CLIENTS, _CONSOLE)),
     # Core rebuilds its own tables on request: the CLI never writes core's schema.
@@ -309,4 +334,7 @@ QUERY_ROLES: dict[str, QueryRoles] = {
     # The console's history and cost pages (issue 38).
     subjects.CORE_CATALOG_HISTORY: QueryRoles(_CORE, (*_CORE_CLIENTS, _CONSOLE)),
     subjects.CORE_USAGE_SUMMARY: QueryRoles(_CORE, (*_CORE_CLIENTS, _CONSOLE)),
+    # The lab's eval reports (docs/lab.md), rebuilt from NEXUS_EVALS.
+    subjects.LAB_EVALS_GET: QueryRoles(_LAB, (*_CORE_CLIENTS, _CONSOLE)),
+    subjects.LAB_EVALS_LIST: QueryRoles(_LAB, (*_CORE_CLIENTS, _CONSOLE)),
 }

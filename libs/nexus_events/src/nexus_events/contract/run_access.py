@@ -121,9 +121,48 @@ def checkpoint_replay(run_id: str, attempt: int) -> RunConsumer:
     )
 
 
-def run_consumers(run_id: str, attempt: int) -> tuple[RunConsumer, ...]:
-    """Every consumer attempt `attempt` of `run_id` makes."""
+def source_transcript_replay(run_id: str, attempt: int, source_run_id: str) -> RunConsumer:
+    """A lab run's bounded replay of its source run's transcript (docs/lab.md): named after
+    the lab run, filtered on the source's transcript subject and nothing else."""
+    return RunConsumer(
+        TRANSCRIPTS,
+        _name(run_id, attempt, "source_transcript"),
+        subjects.run_transcript(source_run_id),
+    )
+
+
+def source_history_replay(run_id: str, attempt: int, source_run_id: str) -> RunConsumer:
+    """A lab run's bounded replay of its source run's events (tool ledger, checkpoints)."""
+    return RunConsumer(
+        RUNS, _name(run_id, attempt, "source_history"), subjects.run_events_filter(source_run_id)
+    )
+
+
+def source_checkpoint_replay(run_id: str, attempt: int, source_run_id: str) -> RunConsumer:
+    """A fork's bounded replay of one of its source run's checkpoints."""
+    source = subjects.validate_token(source_run_id, "source run id")
+    return RunConsumer(
+        CHECKPOINTS_STREAM,
+        _name(run_id, attempt, "source_checkpoint"),
+        f"$O.{CHECKPOINTS_BUCKET}.C.{source}.>",
+    )
+
+
+def run_consumers(
+    run_id: str, attempt: int, source_run_id: str | None = None
+) -> tuple[RunConsumer, ...]:
+    """Every consumer attempt `attempt` of `run_id` makes; a lab run (`source_run_id`) also
+    reads its source run's transcript, events and checkpoints, read-only."""
     live = [control_consumer(run_id, attempt, e) for e in CONTROL_EVENTS]
+    lab = (
+        (
+            source_transcript_replay(run_id, attempt, source_run_id),
+            source_history_replay(run_id, attempt, source_run_id),
+            source_checkpoint_replay(run_id, attempt, source_run_id),
+        )
+        if source_run_id is not None
+        else ()
+    )
     return (
         *live,
         inbox_consumer(run_id, attempt),
@@ -131,6 +170,7 @@ def run_consumers(run_id: str, attempt: int) -> tuple[RunConsumer, ...]:
         inbox_replay(run_id, attempt),
         transcript_replay(run_id, attempt),
         checkpoint_replay(run_id, attempt),
+        *lab,
     )
 
 
@@ -170,9 +210,13 @@ def _checkpoint_api(run_id: str) -> list[str]:
     ]
 
 
-def run_permissions(run_id: str, attempt: int, grants: frozenset[str]) -> RunPermissions:
+def run_permissions(
+    run_id: str, attempt: int, grants: frozenset[str], source_run_id: str | None = None
+) -> RunPermissions:
     """What attempt `attempt` of `run_id` may publish and subscribe to, given its `grants`
-    (a subset of `GRANTS`: the tools that reach other services)."""
+    (a subset of `GRANTS`: the tools that reach other services) and, for a lab run, the run
+    it replays or forks (`source_run_id`: read its transcript, events and checkpoints; never
+    write anything of it)."""
     unknown = grants - set(GRANTS)
     if unknown:
         raise ValueError(f"unknown grants {sorted(unknown)}; known: {list(GRANTS)}")
@@ -189,7 +233,7 @@ def run_permissions(run_id: str, attempt: int, grants: frozenset[str]) -> RunPer
         pub.append(subjects.family_filter(subjects.Family.ROUTE))
     if REMEMBER in grants:
         pub.append(subjects.MEMORY_RECORD)
-    for consumer in run_consumers(run_id, attempt):
+    for consumer in run_consumers(run_id, attempt, source_run_id):
         pub += _consumer_api(consumer)
     pub += _checkpoint_api(run_id)
     return RunPermissions(
@@ -215,5 +259,8 @@ __all__ = [
     "inbox_replay",
     "run_consumers",
     "run_permissions",
+    "source_checkpoint_replay",
+    "source_history_replay",
+    "source_transcript_replay",
     "transcript_replay",
 ]

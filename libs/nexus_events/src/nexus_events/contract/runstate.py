@@ -63,6 +63,10 @@ class RunEvent(StrEnum):
     CONDENSED = "condensed"
     EGRESS = "egress"
     MCP_SERVER_UNAVAILABLE = "mcp_server_unavailable"
+    # The lab (docs/lab.md): a replay's first divergence from its recording; a person marking
+    # a finished run golden (an eval case) or taking the mark back.
+    DIVERGED = "diverged"
+    GOLDEN_MARKED = "golden_marked"
     COMPLETED = "completed"
     FAILED = "failed"
     CANCELLED = "cancelled"
@@ -101,6 +105,8 @@ EVENT_STATUS: Mapping[str, RunStatus | None] = MappingProxyType(
         # An audit record of a network request of the tools: it moves no status (a tool's
         # background process may make one while the run awaits an approval).
         RunEvent.EGRESS: None,
+        RunEvent.DIVERGED: None,
+        RunEvent.GOLDEN_MARKED: None,
         RunEvent.MCP_SERVER_UNAVAILABLE: RunStatus.RUNNING,
         RunEvent.COMPLETED: RunStatus.COMPLETED,
         RunEvent.FAILED: RunStatus.FAILED,

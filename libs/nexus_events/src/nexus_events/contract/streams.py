@@ -53,6 +53,7 @@ CHANNELS = "NEXUS_CHANNELS"
 PLANE = "NEXUS_PLANE"
 FLOWS = "NEXUS_FLOWS"
 TRANSCRIPTS = "NEXUS_TRANSCRIPTS"
+EVALS = "NEXUS_EVALS"
 DLQ = "NEXUS_DLQ"
 # Object store bucket of workspace checkpoints (git bundles), one object per checkpoint named
 # `<run_id>/<attempt>-<turn>` (docs/resume.md). Its TTL is NEXUS_STREAMS_TRANSCRIPTS_MAX_AGE_DAYS.
@@ -71,6 +72,7 @@ STREAM_OF_FAMILY: dict[Family, str] = {
     Family.PLANE: PLANE,
     Family.FLOW: FLOWS,
     Family.TRANSCRIPT: TRANSCRIPTS,
+    Family.EVAL: EVALS,
     Family.DLQ: DLQ,
 }
 
@@ -98,6 +100,9 @@ class StreamSettings(BaseSettings):
         " least the longest run; older runs cannot be resumed (resume_failed).",
     )
     transcripts_max_bytes: int = Field(8 << 30, description="Transcripts: 8 GiB default.")
+    evals_max_age_days: float = Field(
+        365, ge=0, description="Eval runs: their reports are rebuilt from them."
+    )
     dlq_max_age_days: float = Field(30, ge=0)
     dlq_max_bytes: int = Field(-1)
 
@@ -144,6 +149,7 @@ def stream_configs(settings: StreamSettings | None = None) -> list[StreamConfig]
             s.transcripts_max_age_days,
             s.transcripts_max_bytes,
         ),
+        cfg(EVALS, [Family.EVAL], s.evals_max_age_days),
         cfg(
             DLQ,
             [Family.DLQ],

@@ -42,6 +42,7 @@ class Family(StrEnum):
     PLANE = "plane"
     FLOW = "flow"
     TRANSCRIPT = "transcript"
+    EVAL = "eval"
     DLQ = "dlq"
 
 
@@ -49,6 +50,7 @@ class CatalogKind(StrEnum):
     AGENT = "agent"
     SKILL = "skill"
     FLOW = "flow"
+    EVAL = "eval"  # evaluation suites (docs/lab.md)
 
 
 class Direction(StrEnum):
@@ -82,6 +84,8 @@ _SHAPES: dict[Family, _Shape] = {
     # A run's model-visible transcript, written ahead of each model call so that attempt n+1
     # of the run sends the model exactly the same context (docs/resume.md).
     Family.TRANSCRIPT: _Shape(("nexus", "agent", "transcript", "v1"), ("run_id",), False),
+    # An eval run of the lab (docs/lab.md); ``nexus.lab.v1.*`` are the lab's queries.
+    Family.EVAL: _Shape(("nexus", "eval", "v1"), ("eval_run_id",), True),
 }
 
 # Request/reply query subjects (not stored in any stream).
@@ -115,6 +119,9 @@ FLOWS_LIST = "nexus.flows.v1.list"
 # Every revision of a catalog item, and run totals grouped by day/agent/flow/task/origin.
 CORE_CATALOG_HISTORY = "nexus.core.v1.catalog.history"
 CORE_USAGE_SUMMARY = "nexus.core.v1.usage.summary"
+# The lab's eval reports (docs/lab.md).
+LAB_EVALS_GET = "nexus.lab.v1.evals.get"
+LAB_EVALS_LIST = "nexus.lab.v1.evals.list"
 QUERY_SUBJECTS = (
     CORE_RUNS_GET,
     CORE_RUNS_LIST,
@@ -141,6 +148,8 @@ QUERY_SUBJECTS = (
     FLOWS_LIST,
     CORE_CATALOG_HISTORY,
     CORE_USAGE_SUMMARY,
+    LAB_EVALS_GET,
+    LAB_EVALS_LIST,
 )
 
 
@@ -277,6 +286,15 @@ def channel_event(channel: str, event: str) -> str:
 def flow_event(flow_run_id: str, event: FlowEventRef) -> str:
     """``nexus.flow.v1.<flow_run_id>.<event>``: a flow run's lifecycle."""
     return _build(Family.FLOW, (flow_run_id,), event_name(event))
+
+
+def eval_event(eval_run_id: str, event: str) -> str:
+    """``nexus.eval.v1.<eval_run_id>.<event>`` (an `EvalEvent` name)."""
+    return _build(Family.EVAL, (eval_run_id,), event_name(event))
+
+
+def eval_events_filter(eval_run_id: str | None = None, event: str | None = None) -> str:
+    return _filter(Family.EVAL, (eval_run_id,), event)
 
 
 def dead_letter(service: str) -> str:

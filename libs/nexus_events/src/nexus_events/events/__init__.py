@@ -25,6 +25,19 @@ from nexus_events.events.channels import (
     WebhookReceived,
 )
 from nexus_events.events.dlq import DeadLetter
+from nexus_events.events.evals import (
+    EvalAccepted,
+    EvalApplied,
+    EvalCaseGraded,
+    EvalCaseStarted,
+    EvalCompleted,
+    EvalDeleted,
+    EvalFailed,
+    EvalRequested,
+    EvalSuite,
+)
+from nexus_events.events.lab import CanaryDecided, RunDiverged, RunGoldenMarked
+from nexus_events.events.lab_specs import CanarySpec, LabSpec
 from nexus_events.events.egress import EgressGrant, RunEgress
 from nexus_events.events.flows import (
     END,
@@ -164,6 +177,20 @@ from nexus_events.events.tasks import Column, TaskCreated, TaskDeleted, TaskMove
 from nexus_events.events.transcripts import TranscriptEntry
 
 __all__ = [
+    "CanaryDecided",
+    "CanarySpec",
+    "EvalAccepted",
+    "EvalApplied",
+    "EvalCaseGraded",
+    "EvalCaseStarted",
+    "EvalCompleted",
+    "EvalDeleted",
+    "EvalFailed",
+    "EvalRequested",
+    "EvalSuite",
+    "LabSpec",
+    "RunDiverged",
+    "RunGoldenMarked",
     "END",
     "FLOW_TERMINAL",
     "GLOBAL_SCOPE",

@@ -12,6 +12,7 @@ from typing import Any, ClassVar
 from pydantic import Field, field_validator
 
 from nexus_events.contract.subjects import Family, validate_token
+from nexus_events.events.lab_specs import CanarySpec
 from nexus_events.events.base import Command, register
 from nexus_events.events.egress import EgressGrant, unique_grants
 from nexus_events.events.specs import (
@@ -82,6 +83,11 @@ class AgentDefinition(Spec):
         default_factory=list,
         description="Where its tools may reach on the network, through the runner's proxy"
         " (docs/sandbox.md, Egress grants); none = no network.",
+    )
+    canary: CanarySpec | None = Field(
+        None,
+        description="A candidate revision given a share of real runs, promoted or rolled back"
+        " on their outcomes (docs/lab.md).",
     )
 
     @field_validator("id")

@@ -16,6 +16,7 @@ from nexus_events.contract.subjects import Family, validate_token
 from nexus_events.events.base import Command, Event, register
 from nexus_events.events.channels import ChannelAddress
 from nexus_events.events.egress import EgressGrant
+from nexus_events.events.lab_specs import CanaryArm, LabSpec
 from nexus_events.events.specs import (
     Budgets,
     Hooks,
@@ -38,6 +39,9 @@ class Origin(StrEnum):
     AGENT = "agent"
     API = "api"
     NATS = "nats"
+    # A lab run (docs/lab.md): a replay, a fork, an eval case. Its work stays in its workspace
+    # (no push, no PR) and memory learns nothing from it.
+    LAB = "lab"
 
 
 class Reason:
@@ -67,6 +71,11 @@ class Reason:
     # attempt n+1 could not restore the run (transcript or checkpoint missing or corrupt):
     # it never runs from a wrong state (docs/resume.md)
     RESUME_FAILED = "resume_failed"
+    # completed: a replay stopped at its first divergence from the recording (docs/lab.md)
+    DIVERGED = "diverged"
+    # failed: a lab run's source cannot be used (transcript expired, a fork past the source's
+    # last turn or without a checkpoint for it)
+    LAB_SOURCE_UNUSABLE = "lab_source_unusable"
 
 
 class _RunEvent(Event):
@@ -179,6 +188,12 @@ class RunConfig(BaseModel):
         description="Egress grants: the agent's, then its skills' (docs/sandbox.md); none ="
         " its tools have no network.",
     )
+    lab: LabSpec | None = Field(
+        None, description="A replay or fork: the recorded run it follows (docs/lab.md)."
+    )
+    canary: CanaryArm | None = Field(
+        None, description="The canary arm it was assembled with, when its agent has a canary."
+    )
 
 
 @register
@@ -201,6 +216,28 @@ class RunRequested(_RunCommand):
         description="Start in plan mode (true) or not (false) whatever the agent definition"
         " says; None = as the definition says.",
     )
+    agent_revision: int | None = Field(
+        None, ge=1, description="Assemble with this catalog revision of the agent; None = latest."
+    )
+    skill_revisions: dict[str, int] = Field(
+        default_factory=dict,
+        description="Assemble these skills (name -> catalog revision) instead of the agent's.",
+    )
+    model: str | None = Field(
+        None, min_length=1, description="Use this model name instead of the agent's."
+    )
+    lab: LabSpec | None = Field(
+        None, description="Replay or fork a recorded run (docs/lab.md)."
+    )
+
+    @field_validator("skill_revisions")
+    @classmethod
+    def _revisions(cls, value: dict[str, int]) -> dict[str, int]:
+        for name, revision in value.items():
+            validate_token(name, "skill name")
+            if revision < 1:
+                raise ValueError(f"skill {name}: a revision is 1 or more, not {revision}")
+        return value
 
     @field_validator("agent_id", "task_id", "parent_run_id")
     @classmethod
@@ -260,6 +297,11 @@ class RunTurn(_RunEvent):
     cost_usd: float = Field(0.0, ge=0, description="Cost of this turn in USD.")
     finish_reason: str | None = Field(None, description="The model's finish reason.")
     duration_ms: int | None = Field(None, ge=0, description="Latency of the model call.")
+    replayed: bool = Field(
+        False,
+        description="Served from the recording of a replay's source run: no model was called"
+        " (tokens and cost 0).",
+    )
 
 
 class GuardNote(BaseModel):

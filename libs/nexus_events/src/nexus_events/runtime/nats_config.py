@@ -28,6 +28,7 @@ from nexus_events.contract.streams import (
     CHANNELS,
     CHECKPOINTS_BUCKET,
     DLQ,
+    EVALS,
     FLOWS,
     INBOX,
     LOGS,
@@ -51,6 +52,7 @@ SCHEDULER_SNAPSHOT_BUCKET = "nexus_scheduler_snapshot"  # SchedulerSettings.snap
 CORE_LEASE_BUCKET = "nexus_core_lease"  # CoreSettings.core_lease_bucket
 MEMORY_LEASE_BUCKET = "nexus_memory_lease"  # MemorySettings.memory_lease_bucket
 FLOWS_LEASE_BUCKET = "nexus_flows_lease"  # FlowsSettings.flows_lease_bucket
+LAB_LEASE_BUCKET = "nexus_lab_lease"  # LabSettings.lab_lease_bucket
 # nats-server's auth callout requests (nexus_scheduler.auth_callout.AUTH_SUBJECT).
 AUTH_CALLOUT_SUBJECT = "$SYS.REQ.USER.AUTH"
 # The environment variable of the nats-server process holding the callout issuer's public
@@ -240,6 +242,25 @@ SERVICES: dict[str, Access] = {
         requests=(subjects.CORE_CATALOG_FLOWS_GET,),
         kv_buckets=(FLOWS_LEASE_BUCKET,),  # which replica decides (nexus_events.runtime.leadership)
     ),
+    # The lab (docs/lab.md): eval runs (NEXUS_EVALS), the runs of their cases and of reviewer
+    # graders, suites from the catalog; a graded run's totals and calls, a golden run's
+    # request and an agent's revisions from core.
+    "lab": Access(
+        publishes=(
+            subjects.family_filter(Family.EVAL),
+            *_run(RunEvent.REQUESTED),
+            subjects.dead_letter("lab"),
+        ),
+        reads=(EVALS, RUNS, CATALOG),
+        ensures_streams=True,
+        serves=(subjects.LAB_EVALS_GET, subjects.LAB_EVALS_LIST),
+        requests=(
+            subjects.CORE_RUNS_GET,
+            subjects.CORE_RUNS_EVENTS,
+            subjects.CORE_CATALOG_AGENTS_GET,
+        ),
+        kv_buckets=(LAB_LEASE_BUCKET,),  # which replica decides (nexus_events.runtime.leadership)
+    ),
     # The web console (docs/console.md): reads every stream it shows (ordered consumers,
     # replays of the DLQ, catalog and schedules) and core's and flows' queries; publishes what
     # its pages offer: a run's cancel, an approval's decision (the claim in the shared bucket,
@@ -254,7 +275,7 @@ SERVICES: dict[str, Access] = {
             *(subjects.family_filter(f) for f in CONSOLE_REPLAYS),
             subjects.dead_letter("console"),
         ),
-        reads=(RUNS, LOGS, TASKS, CATALOG, SCHEDULES, FLOWS, DLQ),
+        reads=(RUNS, LOGS, TASKS, CATALOG, SCHEDULES, FLOWS, DLQ, EVALS),
         ensures_streams=True,
         requests=(
             *(
@@ -264,6 +285,8 @@ SERVICES: dict[str, Access] = {
             ),
             subjects.FLOWS_GET,
             subjects.FLOWS_LIST,
+            subjects.LAB_EVALS_GET,
+            subjects.LAB_EVALS_LIST,
         ),
         push_consumers=True,
         kv_buckets=(APPROVALS_BUCKET,),

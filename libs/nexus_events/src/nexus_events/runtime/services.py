@@ -169,6 +169,15 @@ SERVICES: tuple[ServiceSpec, ...] = (
         health_port=8087,
         ingress_port=8088,
     ),
+    ServiceSpec(
+        "lab",
+        "nexus_lab",
+        "nexus-lab",
+        "The lab: eval runs of suites over agent revisions, graded, with their reports.",
+        ("nexus_lab.config:LabSettings",),
+        health_port=8089,
+        database=True,
+    ),
 )
 
 BY_NAME: dict[str, ServiceSpec] = {s.name: s for s in SERVICES}
