@@ -264,6 +264,20 @@ class RunView(Reply):
         default_factory=dict,
         description="Labels of its request; a flow's runs carry flow, flow_run_id, step, round.",
     )
+    replay_of: str | None = Field(None, description="The run it replays (docs/lab.md).")
+    forked_from: str | None = Field(None, description="The run it forks.")
+    fork_turn: int | None = Field(None, description="The source turn a fork goes on from.")
+    forks: list[str] = Field(
+        default_factory=list, description="Runs forked or replayed from it, oldest first."
+    )
+    golden: bool = Field(False, description="Marked golden: an eval case (docs/lab.md).")
+    diverged_at: int | None = Field(
+        None, description="A replay's first divergence: the turn (None: none seen)."
+    )
+    divergence: str | None = Field(None, description="What differed first (DivergenceKind).")
+    canary_arm: str | None = Field(
+        None, description="The canary arm it was assembled with: candidate or current."
+    )
 
 
 class RunsListReply(Reply):
@@ -320,9 +334,35 @@ class BoardGetReply(Reply):
     tasks: list[BoardTask] = Field(..., description="Tasks by id.")
 
 
+class CanaryArmView(Reply):
+    """One arm of an agent's canary, from its finished runs."""
+
+    revision: int = Field(..., description="The arm's agent revision.")
+    runs: int = Field(0, description="Finished runs.")
+    succeeded: int = Field(0, description="Runs that completed.")
+    success_rate: float = Field(0.0, description="succeeded / runs.")
+    mean_cost_usd: float = Field(0.0, description="Mean cost per run.")
+    mean_turns: float = Field(0.0, description="Mean model turns per run.")
+
+
+class CanaryView(Reply):
+    """An agent's canary as it stands: each arm's outcomes and the last decision."""
+
+    candidate: CanaryArmView = Field(..., description="The candidate arm.")
+    current: CanaryArmView = Field(..., description="The current arm.")
+    share: float = Field(..., description="The candidate's share of runs.")
+    decision: str | None = Field(
+        None, description="promote or rollback once decided; None while it runs."
+    )
+    rule: str | None = Field(None, description="The policy condition that decided.")
+
+
 class AgentView(Reply):
     revision: int = Field(..., description="Catalog revision.")
     definition: AgentDefinition = Field(..., description="The agent definition.")
+    canary: CanaryView | None = Field(
+        None, description="Its canary's standing, when it names one (docs/lab.md)."
+    )
 
 
 class AgentsListReply(Reply):

@@ -92,6 +92,12 @@ class SkillDoc(BaseModel):
     name: str = Field(..., description="Skill name.")
     version: str = Field(..., description="Skill version used.")
     content: str = Field(..., description="The skill's markdown body, as given to the model.")
+    on_demand: bool = Field(
+        False,
+        description="Listed in the system prompt by name and description only; the model"
+        " reads its content with the read_skill tool when it needs it.",
+    )
+    description: str = Field("", description="The skill's one-line description.")
 
 
 class MemoryMatch(BaseModel):
@@ -275,6 +281,10 @@ class RunStarted(_RunEvent):
 
     runner: str | None = Field(None, description="Runner host/pod name.")
     runner_version: str | None = Field(None, description="Runner version.")
+    base_commit: str | None = Field(
+        None,
+        description="The commit the workspace started from (a replay starts from the same).",
+    )
 
 
 @register

@@ -114,6 +114,11 @@ class ToolGrant(Spec):
 class SkillRef(Spec):
     name: str = Field(..., description="Skill name.")
     version: str | None = Field(None, description="Pinned version; None means the latest.")
+    load: Literal["always", "on_demand"] = Field(
+        "always",
+        description="always: its content is in the system prompt; on_demand: only its name and"
+        " description are, and the model reads it with the read_skill tool.",
+    )
 
     @model_validator(mode="before")
     @classmethod
