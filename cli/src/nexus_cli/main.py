@@ -16,6 +16,7 @@ from nexus_cli.commands import (
     dev,
     dlq,
     doctor,
+    evals,
     flow_runs,
     flows,
     mcp,
@@ -75,6 +76,7 @@ app.add_typer(pair.app, name="pair")
 app.add_typer(approvals.app, name="approvals")
 app.add_typer(flow_runs.app, name="flow")
 app.add_typer(schedules.app, name="schedule")
+app.add_typer(evals.app, name="eval")
 # `nexus --help` lists commands in registration order: run, ps, attach, events, logs,
 # cancel, approve, deny.
 runs.register(app)

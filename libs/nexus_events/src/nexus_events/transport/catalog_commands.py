@@ -27,6 +27,9 @@ from nexus_events.events import (
     AgentApplied,
     AgentDefinition,
     AgentDeleted,
+    EvalApplied,
+    EvalDeleted,
+    EvalSuite,
     FlowApplied,
     FlowDefinition,
     FlowDeleted,
@@ -101,6 +104,21 @@ async def delete_flow(bus: Bus, flow_id: str, *, deleted_by: str | None = None) 
     )
 
 
+async def apply_eval(bus: Bus, suite: EvalSuite, *, applied_by: str | None = None) -> PubAck:
+    """Publish `EvalApplied` for a validated suite (the lab numbers its revisions)."""
+    event = EvalApplied(suite=suite, applied_by=applied_by)
+    return await _publish_apply(bus, CatalogKind.EVAL, suite.id, event, suite)
+
+
+async def delete_eval(bus: Bus, suite_id: str, *, deleted_by: str | None = None) -> PubAck:
+    """Publish `EvalDeleted`; the lab keeps every earlier revision (eval runs pinned to one)."""
+    return await bus.publish(
+        subjects.catalog_event(CatalogKind.EVAL, suite_id, "deleted"),
+        EvalDeleted(deleted_by=deleted_by),
+        msg_id=_action_id(),
+    )
+
+
 def _action_id() -> str:
     return f"catalog:{uuid.uuid4().hex}"
 
@@ -117,7 +135,7 @@ async def _publish_apply(
     bus: Bus,
     kind: CatalogKind,
     item_id: str,
-    event: AgentApplied | SkillApplied | FlowApplied,
+    event: AgentApplied | SkillApplied | FlowApplied | EvalApplied,
     body: BaseModel,
 ) -> PubAck:
     subject = subjects.catalog_event(kind, item_id, "applied")
