@@ -277,7 +277,7 @@ ADMIN_PASSWORD=${NEXUS_ADMIN_NATS_PASSWORD:-admin-dev-password}
 phase "build Nexus images"
 compose build -q >"$RUNDIR/build.log" 2>&1 || { cat "$RUNDIR/build.log"; die "docker-compose build"; }
 for image in nexus/core:dev nexus/memory:dev nexus/runner:dev nexus/flows:dev \
-  nexus/plane-sync:dev nexus/channel-gateway:dev nexus/console:dev nexus/cli:dev; do
+  nexus/plane-sync:dev nexus/channel-gateway:dev nexus/console:dev nexus/lab:dev nexus/cli:dev; do
   $DOCKER image inspect "$image" >/dev/null || die "$image was not built"
 done
 
@@ -385,6 +385,39 @@ for headers in ({}, {"Authorization": "Bearer not-a-token"}):
 print("    MCP server: /healthz 200, /mcp 401 without a valid token")
 EOF
 
+phase "operator: an eval suite through the lab"
+# The example suites apply (the catalog's eval kind); a one-case suite over the agent above
+# runs through the lab (its case run goes through the scheduler like any run), and the lab's
+# report says the case passed.
+"$NEXUS_CLI" eval apply "$ROOT/examples/evals/" || die "nexus eval apply examples/evals/"
+cat >"$RUNDIR/suite.yaml" <<EOF
+id: compose-smoke
+description: compose-test's suite; the offline model's chat script answers its one case.
+cases:
+  - id: hello
+    input: Say hello.
+    graders:
+      - kind: max_turns
+        turns: 5
+EOF
+"$NEXUS_CLI" eval apply "$RUNDIR/suite.yaml" || die "nexus eval apply of compose-test's suite"
+"$NEXUS_CLI" eval ls -o json >"$RUNDIR/suites.json"
+"$NEXUS_CLI" --timeout 20 eval run compose-smoke --agent "$AGENT@1" --wait --wait-for 300 -o json \
+  >"$RUNDIR/eval.json" || die "the eval run did not complete: $(cat "$RUNDIR/eval.json")"
+"$NEXUS_CLI" eval ls-runs -o json >"$RUNDIR/evals.json" || die "the lab's evals.list"
+"$PY" - "$RUNDIR/suites.json" "$RUNDIR/eval.json" "$RUNDIR/evals.json" <<'EOF'
+import json, sys
+suites = {s["suite"]["id"] for s in json.load(open(sys.argv[1]))["suites"]}
+assert {"implementer-smoke", "compose-smoke"} <= suites, suites
+report = json.load(open(sys.argv[2]))
+assert report["status"] == "completed", report
+[revision] = report["revisions"]
+assert (revision["graded"], revision["passed"]) == (1, 1), revision
+listed = [e["eval_run_id"] for e in json.load(open(sys.argv[3]))["evals"]]
+assert report["eval_run_id"] in listed, listed
+print(f"    lab: eval run {report['eval_run_id']} completed, 1/1 passed; listed by evals.list")
+EOF
+
 phase "operator: console login page and refusals"
 # The pages need a session: /runs sends to the login; a token the (committed, empty) tokens
 # file does not hold is refused (401); the login page itself answers.
@@ -424,7 +457,9 @@ users = {}
 for c in conns:
     users.setdefault(c.get("name", ""), set()).add(c.get("authorized_user", ""))
 print("    NATS connections (name: users):", {k: sorted(v) for k, v in sorted(users.items())})
-for service in ("core", "memory", "scheduler", "flows", "plane-sync", "channel-gateway", "console"):
+for service in (
+    "core", "memory", "scheduler", "flows", "plane-sync", "channel-gateway", "console", "lab",
+):
     assert users.get(service) == {service}, f"{service} connected as {users.get(service)}"
 # Runners: no static user; each run's runner (named runner:<run id>) connects with its own
 # run's credential (user run:<run id>, admitted by the scheduler's auth callout).
@@ -456,10 +491,10 @@ for svc in $services; do
 done
 log "users: ${users[*]}"
 compose stop -t 60 >/dev/null 2>&1
-for svc in core memory scheduler flows plane-sync channel-gateway console fake-plane fake-slack; do
+for svc in core memory scheduler flows plane-sync channel-gateway console lab fake-plane fake-slack; do
   code=$($DOCKER inspect -f '{{.State.ExitCode}}' "$(compose ps -q "$svc")")
   [ "$code" = 0 ] || die "$svc exited $code on stop (not drained): $(compose logs --no-color --tail=30 "$svc")"
 done
-log "core, memory, scheduler, flows, plane-sync, channel-gateway, console and the fakes exited 0 on stop"
+log "core, memory, scheduler, flows, plane-sync, channel-gateway, console, lab and the fakes exited 0 on stop"
 compose down -v --remove-orphans >/dev/null 2>&1
 UP=0

@@ -60,6 +60,9 @@ NOT_RUN = {
     "fake-slack": "profile test; make compose-test's fake Slack (tests/fakes/slack_api.py)",
     "console": "its NATS user and pages run on every `nexus dev up` (tests/e2e/"
     "test_console_browser.py drives them in Chromium); make compose-test checks its login page",
+    "lab": "its eval runs need core's queries and real case runs: services/lab/tests/"
+    "integration run it on real NATS and PostgreSQL with core in-process, make compose-test"
+    " waits for its healthcheck and asks its evals.list",
     "mcp": "profile mcp (the `nexus` CLI's MCP server); tests/e2e/test_mcp_e2e.py and"
     " test_mcp_inspector.py drive it against the dev stack, make compose-test curls it",
 }
