@@ -155,6 +155,13 @@ def console_exported_names() -> set[str]:
     return _exported_by(ConsoleMetrics)
 
 
+def lab_exported_names() -> set[str]:
+    """The same for the lab's `nexus_lab.metrics.LabMetrics(provider)`."""
+    from nexus_lab.metrics import LabMetrics
+
+    return _exported_by(LabMetrics)
+
+
 def _exported_by(metrics: Callable[[Any], object]) -> set[str]:
     registry = CollectorRegistry()
     provider = MeterProvider(metric_readers=[PrometheusMetricReader(registry=registry)])
@@ -236,6 +243,16 @@ FLOWS_METRICS = {
 }
 
 
+# The lab's metrics (nexus_lab.metrics) the pipeline dashboard's Lab row reads
+# (docs/observability.md).
+LAB_METRICS = {"nexus_lab_eval_runs_total", "nexus_lab_cases_graded_total"}
+
+
+def test_the_lab_exports_what_its_dashboard_row_reads() -> None:
+    emitted = lab_exported_names()
+    assert emitted >= LAB_METRICS, LAB_METRICS - emitted
+
+
 @pytest.fixture(scope="module")
 def flows_emitted() -> set[str]:
     return flows_exported_names()
@@ -252,7 +269,7 @@ def test_every_queried_metric_is_emitted(
     if path.stem == "flows":
         emitted = emitted | request.getfixturevalue("flows_emitted")
     if path.stem == "pipeline-health":
-        emitted = emitted | console_exported_names()
+        emitted = emitted | console_exported_names() | lab_exported_names()
     dashboard = json.loads(path.read_text())
     queried = set().union(*(queried_metrics(e) for e in dashboard_queries(dashboard)))
     assert queried, f"{path.name} queries nothing"
