@@ -86,30 +86,41 @@ async def await_eval_run_id(s: Session, request: EvalRequested, *, within: float
 
 
 def _case(event: EvalCaseStarted | EvalCaseGraded) -> str:
-    return f"case {event.case} {event.agent_id}@{event.revision} trial {event.trial}"
+    where = f"case {event.case} {event.agent_id}@{event.revision} trial {event.trial}"
+    if isinstance(event, EvalCaseStarted):
+        return f"{where} started: run {event.run_id}"
+    verdict = "pass" if event.passed else "FAIL"
+    why = "; ".join(f"{g.grader}: {g.reason}" for g in event.grades if not g.passed)
+    return f"{where} {verdict} ({event.status}){f': {why}' if why else ''}"
+
+
+def _start(event: EvalRequested | EvalAccepted) -> str:
+    if isinstance(event, EvalRequested):
+        trials = f" x {event.trials} trials" if event.trials else ""
+        by = f" by {event.requested_by}" if event.requested_by else ""
+        return f"requested: suite {event.suite} for {', '.join(event.agents)}{trials}{by}"
+    labels = ", ".join(r.label() for r in event.revisions)
+    planned = len(event.cases) * len(event.revisions) * event.trials
+    return (
+        f"accepted: suite {event.suite}@{event.suite_revision}, {len(event.cases)} cases"
+        f" x {labels} x {event.trials} trials ({planned} case runs,"
+        f" {event.concurrency} at once)"
+    )
+
+
+def _end(event: EvalCompleted | EvalFailed) -> str:
+    if isinstance(event, EvalFailed):
+        return f"failed ({event.reason}): {event.message}"
+    rates = ", ".join(f"{r.agent_id}@{r.revision} {r.passed}/{r.graded}" for r in event.revisions)
+    return f"completed: {rates}"
 
 
 def describe_eval_event(name: EvalEvent, event: Event) -> str:
     """One line for people per eval-run event."""
-    if isinstance(event, EvalAccepted):
-        labels = ", ".join(r.label() for r in event.revisions)
-        planned = len(event.cases) * len(event.revisions) * event.trials
-        return (
-            f"accepted: suite {event.suite}@{event.suite_revision}, {len(event.cases)} cases"
-            f" x {labels} x {event.trials} trials ({planned} case runs,"
-            f" {event.concurrency} at once)"
-        )
-    if isinstance(event, EvalCaseStarted):
-        return f"{_case(event)} started: run {event.run_id}"
-    if isinstance(event, EvalCaseGraded):
-        verdict = "pass" if event.passed else "FAIL"
-        why = "; ".join(f"{g.grader}: {g.reason}" for g in event.grades if not g.passed)
-        return f"{_case(event)} {verdict} ({event.status}){f': {why}' if why else ''}"
-    if isinstance(event, EvalCompleted):
-        rates = ", ".join(
-            f"{r.agent_id}@{r.revision} {r.passed}/{r.graded}" for r in event.revisions
-        )
-        return f"completed: {rates}"
-    if isinstance(event, EvalFailed):
-        return f"failed ({event.reason}): {event.message}"
+    if isinstance(event, EvalCaseStarted | EvalCaseGraded):
+        return _case(event)
+    if isinstance(event, EvalRequested | EvalAccepted):
+        return _start(event)
+    if isinstance(event, EvalCompleted | EvalFailed):
+        return _end(event)
     return str(name)
