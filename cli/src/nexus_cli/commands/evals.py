@@ -43,6 +43,8 @@ SuiteArg = Annotated[str, typer.Argument(metavar="SUITE", help="Suite id.")]
 EvalRunArg = Annotated[str, typer.Argument(metavar="EVAL_RUN", help="Eval run id.")]
 # The events an eval run ends with, and the exit code of each (docs/cli.md).
 EVAL_ENDS = {EvalEvent.COMPLETED: ExitCode.OK, EvalEvent.FAILED: ExitCode.RUN_FAILED}
+# Seconds between asks for the report while the lab's projection catches up with the stream.
+REPORT_POLL_SECONDS = 0.1
 
 
 @app.command("apply")
@@ -268,7 +270,7 @@ def run_cmd(
                 if output is Output.JSON:
                     print_json({"eval_run_id": eval_run_id, "status": end.value} | last)
                 raise typer.Exit(int(EVAL_ENDS[end]))
-            report = await _get_report(s, eval_run_id)
+            report = await _settled_report(s, eval_run_id, within=g.timeout)
         _print_report(report, output)
 
     run(output, body)
@@ -317,6 +319,27 @@ async def _get_report(s: Session, eval_run_id: str) -> EvalReport:
             f"the lab answered an unreadable report: {exc.errors()[0]['msg']}",
             code=ExitCode.UNAVAILABLE,
         ) from None
+
+
+async def _settled_report(s: Session, eval_run_id: str, *, within: float) -> EvalReport:
+    """The report once the lab's projection has applied the completion the stream showed
+    (it folds NEXUS_EVALS a moment after the event is stored); exit 5 after `within` s."""
+    deadline = time.monotonic() + within
+    while True:
+        try:
+            report = await _get_report(s, eval_run_id)
+            if report.status == EvalEvent.COMPLETED.value:
+                return report
+        except CliError as exc:
+            if exc.code is not ExitCode.NOT_FOUND:
+                raise
+        if time.monotonic() > deadline:
+            raise CliError(
+                f"eval run {eval_run_id} completed but the lab's report does not show it yet",
+                hint=f"the lab may be behind: `nexus eval show {eval_run_id}` in a moment",
+                code=ExitCode.TIMEOUT,
+            )
+        await asyncio.sleep(REPORT_POLL_SECONDS)
 
 
 def _print_report(report: EvalReport, output: Output) -> None:
