@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from nexus_events.contract.runstate import RunEvent
+from nexus_events.events.lab import RunDiverged
 from nexus_events.events.lab_specs import CanaryArm, LabMode, LabSpec
 from pydantic import ValidationError
 
@@ -82,15 +83,14 @@ def _canary_arm(events: list[LiveEvent]) -> CanaryArm | None:
 def _divergence(run: dict[str, Any], events: list[LiveEvent]) -> Divergence | None:
     diverged = _first(events, RunEvent.DIVERGED)
     if diverged is not None:
-        body = diverged.body
-        turn = body.get("turn")
-        return Divergence(
-            turn=turn if isinstance(turn, int) else run.get("diverged_at") or 0,
-            kind=str(body.get("kind") or run.get("divergence") or ""),
-            detail=str(body.get("detail") or ""),
-            action=str(body.get("action") or ""),
-            seq=diverged.seq,
-        )
+        try:
+            event = RunDiverged.model_validate(diverged.body)
+        except ValidationError:
+            event = None  # the timeline shows the event as it is
+        if event is not None:
+            return Divergence(
+                event.turn, event.kind.value, event.detail, event.action.value, diverged.seq
+            )
     turn = run.get("diverged_at")
     if isinstance(turn, int):
         return Divergence(turn=turn, kind=str(run.get("divergence") or ""))
