@@ -31,7 +31,7 @@ from nexus_runner.context import RunContext
 from nexus_runner.control import RunControl
 from nexus_runner.errors import LlmUnavailable, RunStopped
 from nexus_runner.guard.verdict import Outcome
-from nexus_runner.llm import Completion, LlmClient, ToolCallRequest
+from nexus_runner.llm import Completion, ModelClient, ToolCallRequest
 from nexus_runner.output import TypedOutput
 from nexus_runner.plan import (
     EXIT_PLAN_MODE,
@@ -112,7 +112,7 @@ class AgentLoop:
         self,
         config: RunConfig,
         settings: RunnerSettings,
-        llm: LlmClient,
+        llm: ModelClient,
         tools: ToolRegistry,
         control: RunControl,
         publisher: RunPublisher,
@@ -302,6 +302,7 @@ class AgentLoop:
                     cost_usd=cost,
                     finish_reason=completion.finish_reason,
                     duration_ms=completion.duration_ms,
+                    replayed=completion.replayed,
                 )
             )
         return completion
