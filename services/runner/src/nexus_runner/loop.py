@@ -85,11 +85,10 @@ def _finished_before(messages: list[dict[str, Any]]) -> FinishArgs | None:
     last = next((m for m in reversed(messages) if m.get("role") == "assistant"), None)
     if last is None:
         return None
-    answers = {
-        m.get("tool_call_id"): m.get("content")
-        for m in messages[messages.index(last) + 1 :]
-        if m.get("role") == "tool"
-    }
+    after = messages[messages.index(last) + 1 :]
+    if any(m.get("role") != "tool" for m in after):
+        return None  # something came after the finish (a fork's input): the run goes on
+    answers = {m.get("tool_call_id"): m.get("content") for m in after}
     for call in last.get("tool_calls") or []:
         function = call.get("function") or {}
         if function.get("name") == "finish" and answers.get(call.get("id")) == FINISHED:

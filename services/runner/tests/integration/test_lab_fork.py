@@ -85,3 +85,17 @@ async def test_a_fork_past_the_last_turn_is_refused(
     assert terminal.reason == Reason.LAB_SOURCE_UNUSABLE
     assert terminal.message == (f"run {source.run_id} has 4 turns: there is no turn 5 to fork at")
     assert names(await run_events(bus, fork.run_id)) == ["started", "failed"]
+
+
+async def test_a_fork_at_the_finishing_turn_with_an_input_goes_on(
+    bus: Bus, runner_bus: Bus, settings: RunnerSettings, remote: Path
+) -> None:
+    source = await record(runner_bus, settings, remote)
+    script = [Reply(tool_calls=(ToolCall("finish", {"summary": "b checked too"}),))]
+    async with FakeOpenAI(script) as llm:
+        fork = lab_config(source, llm.base_url, mode="fork", at_turn=4, input="Check b too.")
+        terminal = await execute_run(fork, accepting(settings), runner_bus)
+        assert len(llm.requests) == 1  # not the source's finish again: the model is asked
+        assert llm.requests[0]["messages"][-1] == {"role": "user", "content": "Check b too."}
+    assert isinstance(terminal, RunCompleted), terminal
+    assert (terminal.result.summary, terminal.result.turns) == ("b checked too", 5)
