@@ -19,6 +19,11 @@ first start. What cannot be restored exactly ends the run ``failed`` (``resume_f
 before any model call. A runner that sees a newer attempt start (``resuming``) stops like one
 whose run was ended elsewhere.
 
+A lab run (docs/lab.md) reads its source run first (`nexus_runner.lab`): a replay's model
+calls are served from the recording until the first divergence; a fork starts from its
+source's conversation and checkpoint at a turn. ``started`` comes after the clone and names
+its commit (``base_commit``); heartbeats follow it.
+
 The run is one span tree (`nexus_runner.tracing`): its root ``nexus run <run_id>`` continues
 the trace the caller passes (the scheduler's, via ``TRACEPARENT``), and every event the run
 publishes, heartbeats included, is inside it.
@@ -296,7 +301,7 @@ async def _execute_run(  # noqa: PLR0915 - one run's lifecycle, read top to bott
         await client.close()
         if checkpointer is not None:
             checkpointer.close()
-    if control.superseded is None:
+    if control.superseded is None and control.ended is None:
         await announce(None)  # a run that ended before its clone: started, then its ending
     if (newer := control.superseded) is not None:
         # A newer attempt goes on with the run: this one publishes nothing more, no ending.
