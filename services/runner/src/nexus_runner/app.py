@@ -22,7 +22,8 @@ whose run was ended elsewhere.
 A lab run (docs/lab.md) reads its source run first (`nexus_runner.lab`): a replay's model
 calls are served from the recording until the first divergence; a fork starts from its
 source's conversation and checkpoint at a turn. ``started`` comes after the clone and names
-its commit (``base_commit``); heartbeats follow it.
+its commit (``base_commit``); heartbeats beat from the start, so a long clone is not taken
+for a runner that never started (the scheduler's start timeout ends at a first beat too).
 
 The run is one span tree (`nexus_runner.tracing`): its root ``nexus run <run_id>`` continues
 the trace the caller passes (the scheduler's, via ``TRACEPARENT``), and every event the run
@@ -174,7 +175,7 @@ async def _execute_run(  # noqa: PLR0915 - one run's lifecycle, read top to bott
     background = [
         asyncio.create_task(
             heartbeats(
-                pub.event, settings.heartbeat_interval, loop_ref, done, clock, started=announced
+                pub.event, settings.heartbeat_interval, loop_ref, done, clock
             )
         ),
         asyncio.create_task(watch_cancel(control, handle)),

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
 from nexus_events.contract.runstate import RunStatus
@@ -40,11 +40,8 @@ async def heartbeats(
     loop_ref: list[AgentLoop | None],
     done: asyncio.Event,
     clock: SleepingClock,
-    *,
-    started: Sequence[object] = (True,),
 ) -> None:
-    """A heartbeat every `interval` seconds saying the turn and phase the loop is at, once
-    `started` holds something (``started`` is published: none before it)."""
+    """A heartbeat every `interval` seconds saying the turn and phase the loop is at."""
     # `done` as well as cancellation: on Python 3.11 a cancel that lands while nats-py's
     # publish (asyncio.wait_for) is completing can be swallowed, and the loop would go on.
     seq = 0
@@ -52,8 +49,6 @@ async def heartbeats(
         await clock.sleep(interval)
         if done.is_set():
             return
-        if not started:
-            continue
         seq += 1
         current = loop_ref[0]
         turn = current.usage.turns if current else 0
