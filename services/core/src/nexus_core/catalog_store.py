@@ -184,6 +184,19 @@ class CatalogProjection:
 
     async def _apply_one(self, conn: Conn, q: str, d: Decoded) -> None:
         change = catalog_change(d)
+        if change is not None and change.canary_revision is not None:
+            latest = await conn.fetchval(
+                f"SELECT revision FROM {q}.agents WHERE id = $1", change.item_id
+            )
+            live = await conn.fetchval(
+                f"SELECT NOT deleted FROM {q}.agent_revisions WHERE id = $1 AND revision = $2",
+                change.item_id,
+                change.canary_revision,
+            )
+            refusal = canary_refusal(change, latest or 0, bool(live))
+            if refusal is not None:
+                log.warning("%s", refusal)
+                return
         if change is not None:
             table, history, key = _TABLES[change.kind]
             await _change(
@@ -212,6 +225,25 @@ class CatalogChange:
     by: str | None
     seq: int
     at: datetime | None
+    # An agent's canary: the candidate revision it names (checked against the history).
+    canary_revision: int | None = None
+
+
+def canary_refusal(change: CatalogChange, latest: int, candidate_live: bool) -> str | None:
+    """Why an agent apply naming a canary is refused (None: it is not): the candidate must be
+    an existing, not deleted, earlier revision. `latest` is the agent's revision before this
+    apply, `candidate_live` whether the candidate revision holds a definition."""
+    revision = change.canary_revision
+    if revision is None:
+        return None
+    what = f"agent {change.item_id!r} (seq {change.seq}) not applied: its canary"
+    if revision == latest + 1:
+        return f"{what} names revision {revision}, the one it would be applied as"
+    if revision > latest:
+        return f"{what} names revision {revision}, which does not exist (latest {latest})"
+    if not candidate_live:
+        return f"{what} names revision {revision}, which is a delete"
+    return None
 
 
 def catalog_change(d: Decoded) -> CatalogChange | None:  # noqa: PLR0911 - one per event kind
@@ -229,7 +261,17 @@ def catalog_change(d: Decoded) -> CatalogChange | None:  # noqa: PLR0911 - one p
             log.warning("agent %r applied on subject of %r: skipped", event.definition.id, item_id)
             return None
         body = event.definition.model_dump_json()
-        return CatalogChange("agent", item_id, body, None, event.applied_by, seq, at)
+        canary = event.definition.canary
+        return CatalogChange(
+            "agent",
+            item_id,
+            body,
+            None,
+            event.applied_by,
+            seq,
+            at,
+            canary_revision=None if canary is None else canary.revision,
+        )
     if isinstance(event, AgentDeleted):
         return CatalogChange("agent", item_id, None, None, event.deleted_by, seq, at)
     if isinstance(event, SkillApplied):

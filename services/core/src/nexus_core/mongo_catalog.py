@@ -37,6 +37,7 @@ from nexus_core.catalog_store import (
     StoredAgent,
     StoredFlow,
     StoredSkill,
+    canary_refusal,
     catalog_change,
 )
 from nexus_core.tracing import CATALOG_ITEM, event_span
@@ -116,6 +117,15 @@ class MongoCatalogStore:
         doc = await current.find_one({"_id": change.item_id})
         if doc is not None and doc["applied_seq"] >= change.seq:
             return False  # applied before a restart
+        if change.canary_revision is not None:
+            candidate = await self.agent_revisions.find_one(
+                {"id": change.item_id, "revision": change.canary_revision}
+            )
+            live = candidate is not None and not candidate["deleted"]
+            refusal = canary_refusal(change, doc["revision"] if doc else 0, live)
+            if refusal is not None:
+                log.warning("%s", refusal)
+                return False
         deleted = change.body is None
         if doc is not None:
             same_body = (
