@@ -22,10 +22,10 @@ import nats.js.errors
 from nexus_events.contract import subjects
 from nexus_events.contract.runstate import TERMINAL, RunStatus
 from nexus_events.contract.streams import CATALOG
+from nexus_events.contract.subjects import CatalogKind
 from nexus_events.events import AgentApplied, AgentDefinition
 from nexus_events.events.lab import ArmStats, CanaryDecided
 from nexus_events.events.lab_specs import CanarySpec
-from nexus_events.events.queries import CatalogKind
 from nexus_events.transport.bus import Bus
 from nexus_events.transport.projection import quote_ident
 

@@ -8,8 +8,8 @@ from typing import Any
 import asyncpg
 from nexus_events.contract import subjects
 from nexus_events.contract.streams import CATALOG
+from nexus_events.contract.subjects import CatalogKind
 from nexus_events.events.lab import ArmStats
-from nexus_events.events.queries import CatalogKind
 from nexus_events.transport.bus import Bus
 
 from nexus_core.canary_runner import canary_arms, last_decision
