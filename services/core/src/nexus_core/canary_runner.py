@@ -61,7 +61,7 @@ async def canary_arms(
     table = f"{quote_ident(runs_schema)}.agent_runs"
     rows = await pool.fetch(
         "SELECT doc->'canary'->>'arm' AS arm, count(*) AS runs,"  # noqa: S608 - quoted ident
-        " count(*) FILTER (WHERE status = $3) AS succeeded,"
+        " count(*) FILTER (WHERE status = $3) AS ok_runs,"
         " COALESCE(sum(cost_usd), 0) AS cost, COALESCE(sum(turns), 0) AS turns"
         " FROM " + table + " WHERE agent_id = $1"
         " AND (doc->'canary'->>'current_revision')::int = $2"
@@ -77,7 +77,7 @@ async def canary_arms(
         r = by_arm.get(arm)
         if r is None:
             return arm_stats(revision, 0, 0, 0.0, 0)
-        return arm_stats(revision, r["runs"], r["succeeded"], float(r["cost"]), int(r["turns"]))
+        return arm_stats(revision, r["runs"], r["ok_runs"], float(r["cost"]), int(r["turns"]))
 
     return stats("candidate", spec.revision), stats("current", agent.revision)
 
