@@ -50,7 +50,7 @@ async def canary_view(
     return {
         "candidate": _arm(last.candidate),
         "current": _arm(last.current),
-        "share": 0.0,
+        "share": 0.0,  # decided: the canary routes no run any more
         "decision": last.decision,
         "rule": last.rule,
     }

@@ -15,6 +15,10 @@ Choices (documented in the service README section of the report):
   again is a duplicate and is dropped.
 - Unknown agent or skill while the catalog projection is behind the stream: retried shortly
   (the definition may be on its way), then failed.
+- The lab (docs/lab.md): a request may pin the agent's revision, skills' revisions and the
+  model; a lab request's source run is checked (`lab_sources`) before assembly. An agent
+  whose latest revision names a canary gets the arm its run id draws, unless the request
+  pins a revision or is a lab run (those ask for one definition on purpose).
 """
 
 from __future__ import annotations
