@@ -47,9 +47,10 @@ async def _agent_with_canary(bus: Bus, core: CoreApp) -> None:
     assert view["revision"] == 3
 
 
-async def _prepared(bus: Bus, run_id: str) -> RunPrepared:
+async def _prepared(bus: Bus, run_id: str, **fields: Any) -> RunPrepared:
     await bus.publish(
-        subjects.run_event(run_id, RunEvent.REQUESTED), RunRequested(agent_id="implementer")
+        subjects.run_event(run_id, RunEvent.REQUESTED),
+        RunRequested(agent_id="implementer", **fields),
     )
     events = await eventually(
         lambda: run_events(bus, run_id),
@@ -162,6 +163,10 @@ async def test_canary_splits_runs_and_promotes_once(
 async def test_canary_rolls_back_when_the_candidate_fails(bus: Bus, core: CoreApp):
     await _agent_with_canary(bus, core)
     arms = await _split(bus, "rb")
+    # A run pinned to a revision (what the lab and evals ask for) gets no arm.
+    pinned = await _prepared(bus, "rb-pinned", agent_revision=3)
+    assert pinned.config.canary is None
+    assert pinned.config.catalog_revisions == {"agent/implementer": 3}
     await _finish(bus, arms["current"], ok=True)
     await _finish(bus, arms["candidate"], ok=False)
     history = await eventually(lambda: _history(bus), lambda h: len(h) == 4)
