@@ -52,8 +52,8 @@ from nexus_core.assembly import (
     request_fingerprint,
 )
 from nexus_core.catalog_store import CatalogStore, StoredAgent, StoredSkill
-from nexus_core.lab_assembly import WantedSkill, canary_arm, wanted_skills
-from nexus_core.lab_sources import LabSourceReader, unusable
+from nexus_core.lab_assembly import LabSource, WantedSkill, canary_arm, wanted_skills
+from nexus_core.lab_sources import LabSourceReader, SourceNotProjected, unusable
 from nexus_core.memory import MemoryClient
 from nexus_core.requests_store import RunRequestStore
 from nexus_core.tracing import AGENT_ID, OUTCOME, TASK_ID, event_span
@@ -68,6 +68,9 @@ ASSEMBLY_DURABLE = "core_assembly"
 # the compose smoke test, with both cores busy, failed one run in four that way.
 CATALOG_LAG_WAIT_SECONDS = 2.0
 CATALOG_LAG_RETRY_SECONDS = 0.2
+# A lab request whose source run is in NEXUS_RUNS but not yet in agent_runs (a run that just
+# started, a projection catching up) is redelivered after this, up to `max_lag_retries`.
+SOURCE_LAG_RETRY_SECONDS = 1.0
 
 
 def assembly_consumer_spec(
@@ -173,7 +176,15 @@ class AssemblyHandler:
                 d.retry(CATALOG_LAG_RETRY_SECONDS)
                 return "retry"
             inputs = await self._load(run_id, event)
-        result = await self._assemble(run_id, event, inputs)
+        source = await self._lab_source(event, inputs)
+        if isinstance(source, SourceNotProjected) and d.num_delivered <= self.max_lag_retries:
+            d.retry(SOURCE_LAG_RETRY_SECONDS)  # the source's row is on its way to agent_runs
+            return "retry"
+        result = (
+            source
+            if isinstance(source, AssemblyFailure)
+            else await self._assemble(run_id, event, inputs, source)
+        )
         correlation = env.correlation_id or env.event_id
         if isinstance(result, AssemblyFailure):
             await self.bus.publish(
@@ -196,17 +207,19 @@ class AssemblyHandler:
         await self.requests.finish(run_id, "prepared")
         return "prepared"
 
+    async def _lab_source(
+        self, event: RunRequested, inputs: AssemblyInputs
+    ) -> LabSource | AssemblyFailure | None:
+        """A lab request's source run, or why it cannot be used; None for other requests."""
+        if event.lab is None or inputs.incomplete:
+            return None
+        if self.lab_sources is None:
+            return unusable(event.lab, "this core reads no lab sources")
+        return await self.lab_sources.read(event.lab)
+
     async def _assemble(
-        self, run_id: str, event: RunRequested, inputs: AssemblyInputs
+        self, run_id: str, event: RunRequested, inputs: AssemblyInputs, source: LabSource | None
     ) -> RunConfig | AssemblyFailure:
-        source = None
-        if event.lab is not None and not inputs.incomplete:
-            if self.lab_sources is None:
-                return unusable(event.lab, "this core reads no lab sources")
-            found = await self.lab_sources.read(event.lab)
-            if isinstance(found, AssemblyFailure):
-                return found
-            source = found
         # Memory is asked only when the run can be prepared at all.
         memory = (
             MemoryContext(status="disabled")

@@ -9,7 +9,7 @@ from typing import Any
 import asyncpg
 from nats.js import JetStreamContext
 from nexus_events.contract import subjects
-from nexus_events.contract.streams import TRANSCRIPTS
+from nexus_events.contract.streams import RUNS, TRANSCRIPTS
 from nexus_events.events import Reason
 from nexus_events.events.lab_specs import LabMode, LabSpec
 from nexus_events.events.specs import RepoSpec
@@ -31,6 +31,11 @@ def unusable(lab: LabSpec, message: str) -> AssemblyFailure:
     )
 
 
+class SourceNotProjected(AssemblyFailure):
+    """A source NEXUS_RUNS holds but agent_runs does not show yet: the handler retries the
+    request while the projection catches up, and fails it only when retries run out."""
+
+
 @dataclass
 class LabSourceReader:
     """Reads a lab run's source from agent_runs and counts its transcript entries in
@@ -47,6 +52,12 @@ class LabSourceReader:
             source_id,
         )
         if doc is None:
+            if await self._in_stream(source_id):
+                return SourceNotProjected(
+                    Reason.LAB_SOURCE_UNUSABLE,
+                    f"run {source_id!r} is not in agent_runs yet; try again",
+                    {"source_run_id": source_id, "mode": lab.mode.value},
+                )
             return unusable(lab, f"no run {source_id!r}")
         row = RunRow.from_json(doc)
         turns = row.turn_count
@@ -69,6 +80,11 @@ class LabSourceReader:
             input=row.input or "",
             turns=turns,
         )
+
+    async def _in_stream(self, run_id: str) -> bool:
+        """Whether NEXUS_RUNS holds any event of the run (stream info: metadata only)."""
+        info = await self.js.stream_info(RUNS, subjects_filter=subjects.run_events_filter(run_id))
+        return bool(info.state.subjects)
 
     async def _transcript(self, run_id: str) -> tuple[int, str]:
         """(entries of the run's transcript subject, how many days the stream keeps)."""

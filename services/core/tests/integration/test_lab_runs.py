@@ -30,6 +30,9 @@ from nexus_events.transport.bus import Bus
 from nexus_events.transport.catalog_commands import apply_agent, apply_skill
 
 from nexus_core.app import CoreApp
+from nexus_core.assembly import AssemblyFailure
+from nexus_core.lab_sources import LabSourceReader, SourceNotProjected
+from nexus_core.runs_projection import AgentRunsProjection
 
 from .support import AGENT_YAML, SKILL_MD, catalog_ready, eventually, query, run_events
 
@@ -165,6 +168,23 @@ async def test_lab_source_checks_fail_with_one_line(bus: Bus, core: CoreApp):
         bus, "lab-within", lab=LabSpec(mode=LabMode.FORK, source_run_id="src-short", at_turn=2)
     )
     assert isinstance(within, RunPrepared)
+
+
+async def test_a_source_in_the_stream_but_not_yet_projected_is_retried(bus: Bus, core_pool: Any):
+    """The reader tells a source agent_runs has not shown yet from one that does not exist
+    (an empty agent_runs stands in for a projection behind the stream)."""
+    async with core_pool.acquire() as conn:
+        await conn.execute("CREATE SCHEMA IF NOT EXISTS lab_lagging")
+        await AgentRunsProjection("lab_lagging").create(conn, "lab_lagging")
+    reader = LabSourceReader(core_pool, bus.js, runs_schema="lab_lagging")
+    await _run(bus, "src-new", RunRequested(agent_id="implementer"))
+    lagging = await reader.read(LabSpec(mode=LabMode.REPLAY, source_run_id="src-new"))
+    assert isinstance(lagging, SourceNotProjected)
+    assert lagging.message == "run 'src-new' is not in agent_runs yet; try again"
+    missing = await reader.read(LabSpec(mode=LabMode.REPLAY, source_run_id="src-none"))
+    assert isinstance(missing, AssemblyFailure)
+    assert not isinstance(missing, SourceNotProjected)
+    assert missing.message == "no run 'src-none'"
 
 
 async def test_lab_links_golden_and_divergence_in_agent_runs(
