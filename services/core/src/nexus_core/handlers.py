@@ -261,7 +261,7 @@ class AssemblyHandler:
         if arm.arm == "current":
             return latest, arm
         candidate = await self.catalog.get_agent(latest.definition.id, spec.revision)
-        if candidate is None:  # refused at apply; deleted history cannot happen, but be safe
+        if candidate is None:  # refused at apply: only a hand-published event gets here
             log.warning(
                 "canary of %s names missing revision %d", latest.definition.id, spec.revision
             )
