@@ -1,5 +1,5 @@
-"""An agent's canary policy as a pure decision: promote, roll back or wait, from the outcomes
-of each arm's finished runs (docs/lab.md)."""
+"""An agent's canary as pure decisions (docs/lab.md): whether an apply naming one is refused,
+and promote, roll back or wait from the outcomes of each arm's finished runs."""
 
 from __future__ import annotations
 
@@ -16,6 +16,23 @@ class CanaryDecision:
 
     decision: Literal["promote", "rollback"]
     rule: str
+
+
+def canary_refusal(
+    agent_id: str, seq: int, revision: int, latest: int, candidate_live: bool
+) -> str | None:
+    """Why applying agent `agent_id` (stream sequence `seq`) with a canary on `revision` is
+    refused, None if it is not: the candidate must be an existing, not deleted, earlier
+    revision. `latest` is the agent's revision before this apply, `candidate_live` whether
+    the candidate revision holds a definition."""
+    what = f"agent {agent_id!r} (seq {seq}) not applied: its canary"
+    if revision == latest + 1:
+        return f"{what} names revision {revision}, the one it would be applied as"
+    if revision > latest:
+        return f"{what} names revision {revision}, which does not exist (latest {latest})"
+    if not candidate_live:
+        return f"{what} names revision {revision}, which is a delete"
+    return None
 
 
 def arm_stats(revision: int, runs: int, succeeded: int, cost_usd: float, turns: int) -> ArmStats:

@@ -33,6 +33,7 @@ from nexus_events.events import (
 )
 from nexus_events.transport.projection import Source, quote_ident
 
+from nexus_core.canary import canary_refusal
 from nexus_core.migrations import Conn, migrate
 from nexus_core.tracing import CATALOG_ITEM, spans_for
 
@@ -193,7 +194,9 @@ class CatalogProjection:
                 change.item_id,
                 change.canary_revision,
             )
-            refusal = canary_refusal(change, latest or 0, bool(live))
+            refusal = canary_refusal(
+                change.item_id, change.seq, change.canary_revision, latest or 0, bool(live)
+            )
             if refusal is not None:
                 log.warning("%s", refusal)
                 return
@@ -227,23 +230,6 @@ class CatalogChange:
     at: datetime | None
     # An agent's canary: the candidate revision it names (checked against the history).
     canary_revision: int | None = None
-
-
-def canary_refusal(change: CatalogChange, latest: int, candidate_live: bool) -> str | None:
-    """Why an agent apply naming a canary is refused (None: it is not): the candidate must be
-    an existing, not deleted, earlier revision. `latest` is the agent's revision before this
-    apply, `candidate_live` whether the candidate revision holds a definition."""
-    revision = change.canary_revision
-    if revision is None:
-        return None
-    what = f"agent {change.item_id!r} (seq {change.seq}) not applied: its canary"
-    if revision == latest + 1:
-        return f"{what} names revision {revision}, the one it would be applied as"
-    if revision > latest:
-        return f"{what} names revision {revision}, which does not exist (latest {latest})"
-    if not candidate_live:
-        return f"{what} names revision {revision}, which is a delete"
-    return None
 
 
 def catalog_change(d: Decoded) -> CatalogChange | None:  # noqa: PLR0911 - one per event kind

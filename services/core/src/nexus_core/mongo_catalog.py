@@ -32,12 +32,12 @@ from nexus_events.transport.follow import Batch, Feed, StreamFollower
 from pymongo import ASCENDING, DESCENDING
 from pymongo.errors import ConnectionFailure, DuplicateKeyError
 
+from nexus_core.canary import canary_refusal
 from nexus_core.catalog_store import (
     CatalogChange,
     StoredAgent,
     StoredFlow,
     StoredSkill,
-    canary_refusal,
     catalog_change,
 )
 from nexus_core.tracing import CATALOG_ITEM, event_span
@@ -122,7 +122,10 @@ class MongoCatalogStore:
                 {"id": change.item_id, "revision": change.canary_revision}
             )
             live = candidate is not None and not candidate["deleted"]
-            refusal = canary_refusal(change, doc["revision"] if doc else 0, live)
+            latest = doc["revision"] if doc else 0
+            refusal = canary_refusal(
+                change.item_id, change.seq, change.canary_revision, latest, live
+            )
             if refusal is not None:
                 log.warning("%s", refusal)
                 return False

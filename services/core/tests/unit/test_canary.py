@@ -5,7 +5,7 @@ from __future__ import annotations
 from nexus_events.events.lab import ArmStats
 from nexus_events.events.lab_specs import CanaryRule, CanarySpec
 
-from nexus_core.canary import arm_stats, decide
+from nexus_core.canary import arm_stats, canary_refusal, decide
 
 
 def _arm(runs: int, succeeded: int, cost: float = 0.0, revision: int = 1) -> ArmStats:
@@ -92,3 +92,19 @@ def test_default_policy():
     decided = decide(_arm(10, 10), _arm(10, 10), spec)
     assert decided is not None
     assert decided.decision == "promote"
+
+
+def test_canary_refusal_at_apply():
+    assert canary_refusal("impl", 9, revision=2, latest=3, candidate_live=True) is None
+    assert canary_refusal("impl", 9, revision=3, latest=3, candidate_live=True) is None
+    itself = canary_refusal("impl", 9, revision=4, latest=3, candidate_live=False)
+    assert itself == (
+        "agent 'impl' (seq 9) not applied: its canary names revision 4, the one it would be"
+        " applied as"
+    )
+    missing = canary_refusal("impl", 9, revision=7, latest=3, candidate_live=False)
+    assert missing is not None
+    assert missing.endswith("names revision 7, which does not exist (latest 3)")
+    deleted = canary_refusal("impl", 9, revision=2, latest=3, candidate_live=False)
+    assert deleted is not None
+    assert deleted.endswith("names revision 2, which is a delete")
