@@ -61,6 +61,7 @@ def exported_names() -> set[str]:
     memory.record("recorded")
     memory.record("blocked")
     memory.extraction("recorded")
+    metrics.canary_decided("implementer", "promote")
     run_a = [
         ("requested", RunRequested(agent_id="implementer")),
         ("dispatched", RunDispatched(runtime="local", handle="1")),

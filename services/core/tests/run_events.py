@@ -29,6 +29,9 @@ from nexus_events.events import (
     RunStarted,
     RunTurn,
 )
+from nexus_events.events.lab import RunDiverged, RunGoldenMarked
+from nexus_events.events.lab_specs import CanaryArm, DivergenceKind, LabMode, LabSpec, OnDivergence
+from nexus_events.events.specs import RepoSpec
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
 CONFIG = RunConfig(
@@ -40,16 +43,34 @@ CONFIG = RunConfig(
     catalog_revisions={"agent/a": 2},
 )
 EXPIRES = T0 + timedelta(hours=1)
+# A lab run assembled as a canary's arm (the lab's fields of the row).
+LAB_CONFIG = CONFIG.model_copy(
+    update={
+        "lab": LabSpec(mode=LabMode.FORK, source_run_id="src", at_turn=2),
+        "canary": CanaryArm(arm="candidate", candidate_revision=2, current_revision=3, share=0.5),
+        "repo": RepoSpec(url="/src/lab", ref="c0"),
+    }
+)
 
 
 def make(name: str, i: int) -> Event:
     """An event of each kind; `i` varies the payload."""
     makers = {
-        "requested": lambda: RunRequested(agent_id="a", task_id="T", input=f"in{i}"),
-        "prepared": lambda: RunPrepared(config=CONFIG),
+        "requested": lambda: RunRequested(
+            agent_id="a",
+            task_id="T",
+            input=f"in{i}",
+            repo=f"/src/{i}",
+            lab=LabSpec(mode=LabMode.REPLAY, source_run_id=f"s{i}") if i % 2 else None,
+        ),
+        "prepared": lambda: RunPrepared(config=LAB_CONFIG if i % 2 else CONFIG),
         "queued": lambda: RunQueued(position=i + 1, limit="global"),
         "dispatched": lambda: RunDispatched(runtime="local", handle=f"h{i}", attempt=1 + i % 2),
-        "started": RunStarted,
+        "started": lambda: RunStarted(base_commit=f"b{i}"),
+        "golden_marked": lambda: RunGoldenMarked(golden=i % 3 != 0),
+        "diverged": lambda: RunDiverged(
+            turn=1 + i % 3, kind=DivergenceKind.MESSAGE, detail=f"d{i}", action=OnDivergence.STOP
+        ),
         "heartbeat": lambda: RunHeartbeat(seq=i),
         "turn": lambda: RunTurn(turn=1 + i % 4, tokens_in=10 * i, tokens_out=i, cost_usd=0.01 * i),
         "approval_requested": lambda: ApprovalRequested(
@@ -93,6 +114,8 @@ NAMES = [
     "resumed",
     "checkpointed",
     "condensed",
+    "golden_marked",
+    "diverged",
 ]
 
 

@@ -9,6 +9,14 @@ from typing import Any
 from nexus_events.contract import subjects
 from nexus_events.contract.streams import CATALOG
 from nexus_events.contract.subjects import CatalogKind
+from nexus_events.events import (
+    AgentApplied,
+    AgentDeleted,
+    FlowApplied,
+    FlowDeleted,
+    SkillApplied,
+    SkillDeleted,
+)
 from nexus_events.transport.bus import Bus
 from pydantic import BaseModel
 
@@ -18,6 +26,9 @@ BODY_FIELD = {
     CatalogKind.SKILL: "skill",
     CatalogKind.FLOW: "definition",
 }
+# The events that make a revision; an item's stream also holds others (an agent's
+# `canary_decided`), which change no definition.
+REVISION_EVENTS = (AgentApplied, AgentDeleted, SkillApplied, SkillDeleted, FlowApplied, FlowDeleted)
 
 
 class Revision(BaseModel):
@@ -40,7 +51,7 @@ async def catalog_history(bus: Bus, kind: CatalogKind, item_id: str) -> list[Rev
     item each add a revision; an identical re-apply or a repeated delete adds none."""
     revisions: list[Revision] = []
     async for d in bus.replay(CATALOG, filter_subject=subjects.catalog_events_filter(kind)):
-        if d.address.ids.get("id") != item_id:
+        if d.address.ids.get("id") != item_id or not isinstance(d.event, REVISION_EVENTS):
             continue
         body = d.event.model_dump(mode="json")
         definition = body.get(BODY_FIELD[kind])

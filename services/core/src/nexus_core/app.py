@@ -33,6 +33,7 @@ from nexus_events.transport.projection import ProjectionRunner, read_checkpoint
 from opentelemetry.sdk.metrics import MeterProvider as SdkMeterProvider
 
 from nexus_core.board_projection import BoardProjection
+from nexus_core.canary_runner import CanaryRunner
 from nexus_core.catalog_store import (
     CATALOG_SCHEMA,
     CatalogProjection,
@@ -42,6 +43,7 @@ from nexus_core.catalog_store import (
 from nexus_core.config import CoreSettings
 from nexus_core.errors import CatalogBackendError
 from nexus_core.handlers import AssemblyHandler, assembly_consumer_spec
+from nexus_core.lab_sources import LabSourceReader
 from nexus_core.memory import MemoryClient
 from nexus_core.mongo_catalog import (
     MongoCatalogRunner,
@@ -102,6 +104,8 @@ class CoreApp(ServiceApp):
         # Durable readers of NEXUS_INBOX and NEXUS_CHANNELS that dead-letter their poison.
         self.sweepers: list[Consumer] = []
         self.queries: CoreQueries | None = None
+        # The leader's canary decider (started and stopped with the lease).
+        self.canary: CanaryRunner | None = None
 
     def ready(self) -> bool:
         """Connected, running, campaigning for the lease (leading or standing by), and no
@@ -148,6 +152,7 @@ class CoreApp(ServiceApp):
             stack.callback(provider.shutdown)
             self.metrics = RunMetrics(bus, provider, pool=pool, settings=self.metrics_settings)
             stack.callback(self._release_metrics)
+        self.canary = CanaryRunner(bus, pool, self.catalog, metrics=self.metrics)
         self.leadership = leadership = Leadership(
             bus.js,
             service=SOURCE,
@@ -164,6 +169,7 @@ class CoreApp(ServiceApp):
             memory=MemoryClient(bus.nc, timeout=s.memory_timeout, enabled=s.memory_enabled),
             catalog_caught_up=self.catalog_caught_up,
             concurrency=s.assembly_concurrency,
+            lab_sources=LabSourceReader(pool, bus.js),
         )
         self.assembly = bus.consumer(
             assembly_consumer_spec(f"{s.consumer_prefix}_assembly", s.fetch_timeout), handler
@@ -194,8 +200,10 @@ class CoreApp(ServiceApp):
                 self.bus, self.pool, CatalogProjection(), fence=fence,
                 batch=s.projection_batch, fetch_timeout=s.fetch_timeout,
             )  # fmt: skip
+        wake = None if self.canary is None else self.canary.wake
         views = FencedProjectionRunner(
-            self.bus, self.pool, [AgentRunsProjection(), BoardProjection()], fence=fence,
+            self.bus, self.pool, [AgentRunsProjection(on_canary_end=wake), BoardProjection()],
+            fence=fence,
             batch=s.projection_batch, fetch_timeout=s.fetch_timeout,
         )  # fmt: skip
         return catalog, views
@@ -224,10 +232,14 @@ class CoreApp(ServiceApp):
         if self.metrics is not None:
             self.metrics.followers = tuple(self.followers())
             await self.metrics.start()
+        if self.canary is not None:
+            await self.canary.start()
 
     async def _step_down(self) -> None:
         """Losing or handing over the lease: metrics stop, each projection commits its batch
         in hand (a fenced one, refused, commits nothing) and stops."""
+        if self.canary is not None:
+            await self.canary.stop()
         if self.metrics is not None:
             await self.metrics.stop()
         runners = self.followers()

@@ -14,8 +14,10 @@ from typing import Any
 
 from nexus_events.events import MemoryContext, Reason, RunConfig, RunRequested, SkillDoc
 from nexus_events.events.egress import unique_grants
+from nexus_events.events.lab_specs import CanaryArm
 
 from nexus_core.catalog_store import StoredAgent, StoredSkill
+from nexus_core.lab_assembly import LabSource, lab_permissions, lab_repo, wanted_skills
 
 
 @dataclass(frozen=True)
@@ -27,29 +29,27 @@ class AssemblyFailure:
     detail: dict[str, Any] = field(default_factory=dict)
 
 
-def skill_key(name: str, version: str | None) -> str:
-    """Key of a skill reference: ``name`` (latest) or ``name@version`` (pinned)."""
-    return name if version is None else f"{name}@{version}"
-
-
 def assemble(
     run_id: str,
     request: RunRequested,
     agent: StoredAgent | None,
     skills: Mapping[str, StoredSkill | None],
     memory: MemoryContext,
+    *,
+    latest_revision: int | None = None,
+    canary: CanaryArm | None = None,
+    source: LabSource | None = None,
 ) -> RunConfig | AssemblyFailure:
-    """The run's config, or a failure (unknown agent, unknown skill).
+    """The run's config, or a failure (unknown agent or revision, unknown skill).
 
-    `skills` maps each of the agent's skill references (`skill_key`) to what the catalog holds.
-    `catalog_revisions` records the revision of the agent and of every skill used.
+    `agent` is the definition to assemble: the latest, the revision the request names
+    (`latest_revision` is then the latest, for the failure's message), or a canary's
+    candidate (`canary` says which arm). `skills` maps each `wanted_skills` key to what the
+    catalog holds. `source` is a lab run's source run. `catalog_revisions` records the
+    revision of the agent and of every skill used.
     """
     if agent is None:
-        return AssemblyFailure(
-            Reason.UNKNOWN_AGENT,
-            f"no agent {request.agent_id!r} in the catalog",
-            {"agent_id": request.agent_id},
-        )
+        return _unknown_agent(request, latest_revision)
     definition = agent.definition
     docs: list[SkillDoc] = []
     revisions = {f"agent/{definition.id}": agent.revision}
@@ -57,23 +57,27 @@ def assemble(
     hooks = definition.hooks  # the agent's rules first, then each skill's, in skill order
     sandbox_tools = list(definition.sandbox_tools)
     egress = list(definition.egress)  # the agent's grants, then each skill's
-    for ref in definition.skills:
-        key = skill_key(ref.name, ref.version)
-        stored = skills.get(key)
+    for wanted in wanted_skills(definition, request.skill_revisions):
+        stored = skills.get(wanted.key)
         if stored is None:
-            missing.append(key)
+            missing.append(wanted.key)
             continue
+        skill = stored.skill
         docs.append(
             SkillDoc(
-                name=stored.skill.name, version=stored.skill.version, content=stored.skill.content
+                name=skill.name,
+                version=skill.version,
+                content=skill.content,
+                on_demand=wanted.on_demand,
+                description=skill.description,
             )
         )
-        revisions[f"skill/{stored.skill.name}"] = stored.revision
-        hooks = hooks.merged(stored.skill.hooks)
+        revisions[f"skill/{skill.name}"] = stored.revision
+        hooks = hooks.merged(skill.hooks)
         # The agent's own tool wins a name clash: a skill cannot replace what the agent defines.
         taken = {t.name for t in sandbox_tools}
-        sandbox_tools.extend(t for t in stored.skill.sandbox_tools if t.name not in taken)
-        egress.extend(stored.skill.egress)
+        sandbox_tools.extend(t for t in skill.sandbox_tools if t.name not in taken)
+        egress.extend(skill.egress)
     if missing:
         return AssemblyFailure(
             Reason.UNKNOWN_SKILL,
@@ -81,21 +85,27 @@ def assemble(
             + ", ".join(missing),
             {"agent_id": definition.id, "skills": missing},
         )
+    lab = request.lab
+    model = definition.model
+    if request.model is not None:
+        model = model.model_copy(update={"name": request.model})
     return RunConfig(
         run_id=run_id,
         agent_id=definition.id,
-        task_id=request.task_id,
-        input=request.input,
+        task_id=request.task_id or (source.task_id if source else None),
+        input=request.input or (source.input if source else ""),
         origin=request.origin,
         system_prompt=definition.system_prompt,
         skills=docs,
         memory=memory,
         tools=definition.tools,
-        permissions=definition.permissions,
+        permissions=definition.permissions
+        if lab is None
+        else lab_permissions(definition.permissions),
         mcp_servers=definition.mcp_servers,
-        model=definition.model,
+        model=model,
         budgets=definition.budgets,
-        repo=request.repo,
+        repo=lab_repo(request, source),
         runtime=definition.runtime,
         catalog_revisions=revisions,
         max_concurrent_runs=definition.max_concurrent_runs,
@@ -105,6 +115,20 @@ def assemble(
         resume=definition.resume,
         sandbox_tools=sandbox_tools,
         egress=unique_grants(egress),
+        lab=lab,
+        canary=canary,
+    )
+
+
+def _unknown_agent(request: RunRequested, latest_revision: int | None) -> AssemblyFailure:
+    detail: dict[str, Any] = {"agent_id": request.agent_id}
+    wanted = request.agent_revision
+    if wanted is not None and latest_revision is not None:
+        detail |= {"revision": wanted, "latest_revision": latest_revision}
+        message = f"agent {request.agent_id!r} has no revision {wanted} (latest {latest_revision})"
+        return AssemblyFailure(Reason.UNKNOWN_AGENT, message, detail)
+    return AssemblyFailure(
+        Reason.UNKNOWN_AGENT, f"no agent {request.agent_id!r} in the catalog", detail
     )
 
 

@@ -33,6 +33,7 @@ from nexus_events.events import (
 )
 from nexus_events.transport.projection import Source, quote_ident
 
+from nexus_core.canary import canary_refusal
 from nexus_core.migrations import Conn, migrate
 from nexus_core.tracing import CATALOG_ITEM, spans_for
 
@@ -184,6 +185,21 @@ class CatalogProjection:
 
     async def _apply_one(self, conn: Conn, q: str, d: Decoded) -> None:
         change = catalog_change(d)
+        if change is not None and change.canary_revision is not None:
+            latest = await conn.fetchval(
+                f"SELECT revision FROM {q}.agents WHERE id = $1", change.item_id
+            )
+            live = await conn.fetchval(
+                f"SELECT NOT deleted FROM {q}.agent_revisions WHERE id = $1 AND revision = $2",
+                change.item_id,
+                change.canary_revision,
+            )
+            refusal = canary_refusal(
+                change.item_id, change.seq, change.canary_revision, latest or 0, bool(live)
+            )
+            if refusal is not None:
+                log.warning("%s", refusal)
+                return
         if change is not None:
             table, history, key = _TABLES[change.kind]
             await _change(
@@ -212,6 +228,8 @@ class CatalogChange:
     by: str | None
     seq: int
     at: datetime | None
+    # An agent's canary: the candidate revision it names (checked against the history).
+    canary_revision: int | None = None
 
 
 def catalog_change(d: Decoded) -> CatalogChange | None:  # noqa: PLR0911 - one per event kind
@@ -229,7 +247,17 @@ def catalog_change(d: Decoded) -> CatalogChange | None:  # noqa: PLR0911 - one p
             log.warning("agent %r applied on subject of %r: skipped", event.definition.id, item_id)
             return None
         body = event.definition.model_dump_json()
-        return CatalogChange("agent", item_id, body, None, event.applied_by, seq, at)
+        canary = event.definition.canary
+        return CatalogChange(
+            "agent",
+            item_id,
+            body,
+            None,
+            event.applied_by,
+            seq,
+            at,
+            canary_revision=None if canary is None else canary.revision,
+        )
     if isinstance(event, AgentDeleted):
         return CatalogChange("agent", item_id, None, None, event.deleted_by, seq, at)
     if isinstance(event, SkillApplied):

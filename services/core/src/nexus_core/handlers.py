@@ -15,6 +15,10 @@ Choices (documented in the service README section of the report):
   again is a duplicate and is dropped.
 - Unknown agent or skill while the catalog projection is behind the stream: retried shortly
   (the definition may be on its way), then failed.
+- The lab (docs/lab.md): a request may pin the agent's revision, skills' revisions and the
+  model; a lab request's source run is checked (`lab_sources`) before assembly. An agent
+  whose latest revision names a canary gets the arm its run id draws, unless the request
+  pins a revision or is a lab run (those ask for one definition on purpose).
 """
 
 from __future__ import annotations
@@ -28,7 +32,15 @@ from typing import Any
 from nexus_events.contract import subjects
 from nexus_events.contract.runstate import RunEvent
 from nexus_events.contract.streams import RUNS
-from nexus_events.events import MemoryContext, Reason, RunFailed, RunPrepared, RunRequested
+from nexus_events.events import (
+    MemoryContext,
+    Reason,
+    RunConfig,
+    RunFailed,
+    RunPrepared,
+    RunRequested,
+)
+from nexus_events.events.lab_specs import CanaryArm, CanarySpec
 from nexus_events.transport.bus import Bus, ConsumerSpec, Delivery
 from nexus_events.transport.run_requests import request_run
 
@@ -38,9 +50,10 @@ from nexus_core.assembly import (
     conflict_run_id,
     generated_run_id,
     request_fingerprint,
-    skill_key,
 )
 from nexus_core.catalog_store import CatalogStore, StoredAgent, StoredSkill
+from nexus_core.lab_assembly import LabSource, WantedSkill, canary_arm, wanted_skills
+from nexus_core.lab_sources import LabSourceReader, SourceNotProjected, unusable
 from nexus_core.memory import MemoryClient
 from nexus_core.requests_store import RunRequestStore
 from nexus_core.tracing import AGENT_ID, OUTCOME, TASK_ID, event_span
@@ -55,6 +68,9 @@ ASSEMBLY_DURABLE = "core_assembly"
 # the compose smoke test, with both cores busy, failed one run in four that way.
 CATALOG_LAG_WAIT_SECONDS = 2.0
 CATALOG_LAG_RETRY_SECONDS = 0.2
+# A lab request whose source run is in NEXUS_RUNS but not yet in agent_runs (a run that just
+# started, a projection catching up) is redelivered after this, up to `max_lag_retries`.
+SOURCE_LAG_RETRY_SECONDS = 1.0
 
 
 def assembly_consumer_spec(
@@ -84,6 +100,20 @@ def failed_id(run_id: str) -> str:
     return f"core:failed:{run_id}"
 
 
+@dataclass(frozen=True)
+class AssemblyInputs:
+    """What the catalog holds for one request (see `AssemblyHandler._load`)."""
+
+    agent: StoredAgent | None
+    latest_revision: int | None
+    skills: dict[str, StoredSkill | None]
+    canary: CanaryArm | None
+
+    @property
+    def incomplete(self) -> bool:
+        return self.agent is None or any(s is None for s in self.skills.values())
+
+
 @dataclass
 class AssemblyHandler:
     """Batch handler for `Bus.consumer`: handles each run id's requests in order, different
@@ -98,6 +128,8 @@ class AssemblyHandler:
     catalog_caught_up: Callable[[float], Awaitable[bool]]
     max_lag_retries: int = 3
     concurrency: int = 8
+    # Reads a lab run's source (None: lab requests fail, as in tests of assembly alone).
+    lab_sources: LabSourceReader | None = None
 
     async def __call__(self, deliveries: list[Delivery]) -> None:
         groups: dict[str, list[Delivery]] = {}
@@ -137,18 +169,22 @@ class AssemblyHandler:
             return "conflict"
         if claim.kind == "duplicate" and claim.outcome != "pending":
             return "duplicate"  # already prepared or failed; its outcome is in the stream
-        agent, skills = await self._load(event)
-        incomplete = agent is None or any(s is None for s in skills.values())
-        if incomplete and d.num_delivered <= self.max_lag_retries:
+        inputs = await self._load(run_id, event)
+        if inputs.incomplete and d.num_delivered <= self.max_lag_retries:
             # Read your writes: what the catalog had not applied yet may be what is missing.
             if not await self.catalog_caught_up(CATALOG_LAG_WAIT_SECONDS):
                 d.retry(CATALOG_LAG_RETRY_SECONDS)
                 return "retry"
-            agent, skills = await self._load(event)
-            incomplete = agent is None or any(s is None for s in skills.values())
-        # Memory is asked only when the run can be prepared at all.
-        memory = MemoryContext(status="disabled") if incomplete else await self.memory.search(event)
-        result = assemble(run_id, event, agent, skills, memory)
+            inputs = await self._load(run_id, event)
+        source = await self._lab_source(event, inputs)
+        if isinstance(source, SourceNotProjected) and d.num_delivered <= self.max_lag_retries:
+            d.retry(SOURCE_LAG_RETRY_SECONDS)  # the source's row is on its way to agent_runs
+            return "retry"
+        result = (
+            source
+            if isinstance(source, AssemblyFailure)
+            else await self._assemble(run_id, event, inputs, source)
+        )
         correlation = env.correlation_id or env.event_id
         if isinstance(result, AssemblyFailure):
             await self.bus.publish(
@@ -171,18 +207,75 @@ class AssemblyHandler:
         await self.requests.finish(run_id, "prepared")
         return "prepared"
 
-    async def _load(
-        self, event: RunRequested
-    ) -> tuple[StoredAgent | None, dict[str, StoredSkill | None]]:
-        """The requested agent and each skill it names (None where the catalog has none)."""
-        agent = await self.catalog.get_agent(event.agent_id)
+    async def _lab_source(
+        self, event: RunRequested, inputs: AssemblyInputs
+    ) -> LabSource | AssemblyFailure | None:
+        """A lab request's source run, or why it cannot be used; None for other requests."""
+        if event.lab is None or inputs.incomplete:
+            return None
+        if self.lab_sources is None:
+            return unusable(event.lab, "this core reads no lab sources")
+        return await self.lab_sources.read(event.lab)
+
+    async def _assemble(
+        self, run_id: str, event: RunRequested, inputs: AssemblyInputs, source: LabSource | None
+    ) -> RunConfig | AssemblyFailure:
+        # Memory is asked only when the run can be prepared at all.
+        memory = (
+            MemoryContext(status="disabled")
+            if inputs.incomplete
+            else await self.memory.search(event)
+        )
+        return assemble(
+            run_id,
+            event,
+            inputs.agent,
+            inputs.skills,
+            memory,
+            latest_revision=inputs.latest_revision,
+            canary=inputs.canary,
+            source=source,
+        )
+
+    async def _load(self, run_id: str, event: RunRequested) -> AssemblyInputs:
+        """The agent definition to assemble (the latest, the revision asked for, or a
+        canary's candidate) and each skill it uses (None where the catalog has none)."""
+        latest = await self.catalog.get_agent(event.agent_id)
+        agent, canary = latest, None
+        if event.agent_revision is not None:
+            agent = await self.catalog.get_agent(event.agent_id, event.agent_revision)
+        elif latest is not None and latest.definition.canary is not None and event.lab is None:
+            agent, canary = await self._canary_arm(run_id, latest, latest.definition.canary)
         skills: dict[str, StoredSkill | None] = {}
         if agent is not None:
-            for ref in agent.definition.skills:
-                skills[skill_key(ref.name, ref.version)] = await self.catalog.get_skill(
-                    ref.name, ref.version
-                )
-        return agent, skills
+            for wanted in wanted_skills(agent.definition, event.skill_revisions):
+                skills[wanted.key] = await self._skill(wanted)
+        return AssemblyInputs(agent, None if latest is None else latest.revision, skills, canary)
+
+    async def _canary_arm(
+        self, run_id: str, latest: StoredAgent, spec: CanarySpec
+    ) -> tuple[StoredAgent, CanaryArm]:
+        """The arm a run of an agent with a canary gets, and the definition it is assembled
+        with: the candidate's (its own canary dropped) or the current one."""
+        arm = canary_arm(run_id, latest.revision, spec)
+        if arm.arm == "current":
+            return latest, arm
+        candidate = await self.catalog.get_agent(latest.definition.id, spec.revision)
+        if candidate is None:  # refused at apply: only a hand-published event gets here
+            log.warning(
+                "canary of %s names missing revision %d", latest.definition.id, spec.revision
+            )
+            return latest, arm.model_copy(update={"arm": "current"})
+        definition = candidate.definition.model_copy(update={"canary": None})
+        return StoredAgent(definition, candidate.revision, candidate.updated_at), arm
+
+    async def _skill(self, wanted: WantedSkill) -> StoredSkill | None:
+        if wanted.revision is None:
+            return await self.catalog.get_skill(wanted.name, wanted.version)
+        for revision, deleted, skill in await self.catalog.skill_history(wanted.name):
+            if revision == wanted.revision:
+                return None if deleted or skill is None else StoredSkill(skill, revision, None)
+        return None
 
     async def _republish_new(self, d: Delivery, event: RunRequested) -> None:
         env = d.envelope

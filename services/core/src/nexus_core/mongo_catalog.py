@@ -32,6 +32,7 @@ from nexus_events.transport.follow import Batch, Feed, StreamFollower
 from pymongo import ASCENDING, DESCENDING
 from pymongo.errors import ConnectionFailure, DuplicateKeyError
 
+from nexus_core.canary import canary_refusal
 from nexus_core.catalog_store import (
     CatalogChange,
     StoredAgent,
@@ -116,6 +117,18 @@ class MongoCatalogStore:
         doc = await current.find_one({"_id": change.item_id})
         if doc is not None and doc["applied_seq"] >= change.seq:
             return False  # applied before a restart
+        if change.canary_revision is not None:
+            candidate = await self.agent_revisions.find_one(
+                {"id": change.item_id, "revision": change.canary_revision}
+            )
+            live = candidate is not None and not candidate["deleted"]
+            latest = doc["revision"] if doc else 0
+            refusal = canary_refusal(
+                change.item_id, change.seq, change.canary_revision, latest, live
+            )
+            if refusal is not None:
+                log.warning("%s", refusal)
+                return False
         deleted = change.body is None
         if doc is not None:
             same_body = (

@@ -23,6 +23,7 @@ from nats.micro.service import Service
 from nexus_events.contract import subjects
 from nexus_events.contract.codec import Decoded
 from nexus_events.contract.streams import RUNS
+from nexus_events.events.lab_specs import LabMode
 from nexus_events.events.queries import CatalogKind
 from nexus_events.runtime.leadership import LeadershipStatus
 from nexus_events.transport import micro
@@ -32,6 +33,7 @@ from nexus_events.transport.projection import Projection, projection_status, quo
 from pydantic import BaseModel
 
 from nexus_core.board_projection import BOARD_SCHEMA, BoardProjection
+from nexus_core.canary_views import canary_view, decided_agents
 from nexus_core.catalog_store import CatalogStore, StoredAgent, StoredFlow, StoredSkill
 from nexus_core.errors import QueryError
 from nexus_core.query_models import (
@@ -68,8 +70,9 @@ __all__ = [
 ]
 
 
-def run_view(row: RunRow) -> dict[str, Any]:
-    """A run as queries show it."""
+def run_view(row: RunRow, forks: Sequence[str] = ()) -> dict[str, Any]:
+    """A run as queries show it; `forks`: the lab runs prepared from it, oldest first."""
+    lab_mode, divergence = row.lab_mode, row.divergence
     return {
         "run_id": row.run_id,
         "status": row.status,
@@ -98,7 +101,24 @@ def run_view(row: RunRow) -> dict[str, Any]:
         "result": row.result,
         "last_seq": row.last_seq,
         "labels": row.labels,
+        "replay_of": row.lab_source if lab_mode == LabMode.REPLAY else None,
+        "forked_from": row.lab_source if lab_mode == LabMode.FORK else None,
+        "fork_turn": row.lab.get("at_turn") if row.lab and lab_mode == LabMode.FORK else None,
+        "forks": list(forks),
+        "golden": row.golden,
+        "diverged_at": None if divergence is None else divergence[1],
+        "divergence": None if divergence is None else divergence[2],
+        "canary_arm": row.canary_arm,
     }
+
+
+def forks_sql(runs: str, alias: str) -> str:
+    """A scalar subquery: the JSON array of the lab runs prepared from `alias`'s run."""
+    return (
+        "(SELECT COALESCE(jsonb_agg(f.run_id ORDER BY f.first_seq, f.run_id), '[]'::jsonb)"
+        f" FROM {runs}.agent_runs f WHERE f.lab_source = {alias}.run_id"
+        " AND f.prepared_at IS NOT NULL)"
+    )
 
 
 # What runs.list's `text` looks in.
@@ -147,6 +167,7 @@ class CoreQueries:
         self.pool = pool
         self.catalog = catalog
         self.runs = quote_ident(runs_schema)
+        self.runs_schema = runs_schema
         self.board = quote_ident(board_schema)
         # Core's own read models: `projections.status` and `projections.rebuild` act on these,
         # so nobody else ever writes core's schemas.
@@ -213,12 +234,14 @@ class CoreQueries:
     # -- runs ------------------------------------------------------------------------
 
     async def runs_get(self, query: RunsGet) -> dict[str, Any]:
-        doc = await self.pool.fetchval(
-            f"SELECT doc FROM {self.runs}.agent_runs WHERE run_id = $1", query.run_id
+        row = await self.pool.fetchrow(
+            f"SELECT a.doc, {forks_sql(self.runs, 'a')} AS forks"
+            f" FROM {self.runs}.agent_runs a WHERE a.run_id = $1",
+            query.run_id,
         )
-        if doc is None:
+        if row is None:
             raise QueryError(404, f"no run {query.run_id!r}")
-        return run_view(RunRow.from_json(doc))
+        return run_view(RunRow.from_json(row["doc"]), json.loads(row["forks"]))
 
     async def runs_list(self, query: RunsList) -> dict[str, Any]:
         where: list[str] = []
@@ -230,6 +253,7 @@ class CoreQueries:
             "origin": query.origin and query.origin.value,
             "flow": query.flow,
             "flow_run_id": query.flow_run_id,
+            "golden": query.golden,
         }
         for column, value in filters.items():
             if value is not None:
@@ -247,15 +271,16 @@ class CoreQueries:
             where.append(f"first_seq < ${len(args)}")
         args.append(query.limit + 1)
         sql = (
-            f"SELECT doc FROM {self.runs}.agent_runs"
+            f"SELECT a.doc, {forks_sql(self.runs, 'a')} AS forks FROM {self.runs}.agent_runs a"
             + (" WHERE " + " AND ".join(where) if where else "")
             + f" ORDER BY first_seq DESC LIMIT ${len(args)}"
         )
-        rows = [RunRow.from_json(r["doc"]) for r in await self.pool.fetch(sql, *args)]
-        more = len(rows) > query.limit
-        rows = rows[: query.limit]
+        found = await self.pool.fetch(sql, *args)
+        more = len(found) > query.limit
+        found = found[: query.limit]
+        rows = [RunRow.from_json(r["doc"]) for r in found]
         return {
-            "runs": [run_view(r) for r in rows],
+            "runs": [run_view(r, json.loads(f["forks"])) for r, f in zip(rows, found, strict=True)],
             "next_cursor": str(rows[-1].first_seq) if more and rows else None,
         }
 
@@ -343,14 +368,28 @@ class CoreQueries:
     # -- catalog ---------------------------------------------------------------------
 
     async def agents(self, _: EmptyQuery) -> dict[str, Any]:
-        return {"agents": [_agent_view(a) for a in await self.catalog.list_agents()]}
+        decided = await decided_agents(self.bus)
+        return {
+            "agents": [
+                await self._agent_view(a, a.definition.id in decided)
+                for a in await self.catalog.list_agents()
+            ]
+        }
+
+    async def _agent_view(self, agent: StoredAgent, decided: bool) -> dict[str, Any]:
+        view = _agent_view(agent)
+        if agent.definition.canary is not None or decided:
+            view["canary"] = await canary_view(
+                self.bus, self.pool, self.runs_schema, agent, decided
+            )
+        return view
 
     async def agent(self, query: AgentGet) -> dict[str, Any]:
         found = await self.catalog.get_agent(query.id, query.revision)
         if found is None:
             what = query.id if query.revision is None else f"{query.id}@{query.revision}"
             raise QueryError(404, f"no agent {what!r}")
-        return _agent_view(found)
+        return await self._agent_view(found, decided=True)
 
     async def history(self, query: CatalogHistory) -> dict[str, Any]:
         """Every revision, oldest first; none (not an error) for an item never applied, so a

@@ -83,6 +83,7 @@ DLQ_MESSAGES = "nexus.dlq.messages"
 PROJECTION_LAG = "nexus.projection.lag"
 PROJECTION_RESTARTS = "nexus.projection.restarts"
 PROJECTION_STUCK = "nexus.projection.stuck"
+CANARY_DECISIONS = "nexus.canary.decisions"
 INSTRUMENTS = (
     RUNS_COUNTER,
     RUN_DURATION,
@@ -102,6 +103,7 @@ INSTRUMENTS = (
     PROJECTION_LAG,
     PROJECTION_RESTARTS,
     PROJECTION_STUCK,
+    CANARY_DECISIONS,
 )
 
 
@@ -235,6 +237,11 @@ class RunMetrics:
             unit="{condensation}",
             description="Conversations condensed to fit the context budget, by agent and strategy.",
         )
+        self._canary_decisions = meter.create_counter(
+            CANARY_DECISIONS,
+            unit="{decision}",
+            description="Canary decisions core made, by agent and decision (promote, rollback).",
+        )
         gauges = (
             (CONSUMER_PENDING, self._observe_pending, "{message}",
              "Messages not yet delivered to a durable consumer."),
@@ -255,6 +262,10 @@ class RunMetrics:
             )
 
     # -- events -> metrics -------------------------------------------------------------
+
+    def canary_decided(self, agent_id: str, decision: str) -> None:
+        """Count a canary decision core published (nexus_core.canary_runner)."""
+        self._canary_decisions.add(1, {"agent_id": agent_id, "decision": decision})
 
     def observe(self, decoded: Decoded) -> None:
         """Record what one NEXUS_RUNS event means for the metrics (non-run events ignored)."""

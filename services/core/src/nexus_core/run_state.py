@@ -17,6 +17,10 @@ gives the row that applying them in stream order gives. That is how each field g
 - condensations: the distinct (turn, strategy) pairs of `condensed` events, so a redelivered
   or re-published condensation counts once.
 - phase timestamps: the first (minimum) JetStream timestamp of each phase; last_event_at the max.
+- the lab (docs/lab.md): the LabSpec with who/what; the repo from the earliest config, else
+  the earliest request; base_commit from the earliest `started`; the first divergence is the
+  earliest `diverged`; golden is the latest mark, counted only when it came after the
+  terminal event (a mark on a live run is nothing).
 - tokens and cost: per turn (keyed by turn number, so a duplicate turn counts once), summed; the
   winning terminal event's totals replace the sums when it carries any.
 """
@@ -41,9 +45,11 @@ from nexus_events.events import (
     RunRequested,
     RunResumed,
     RunResuming,
+    RunStarted,
     RunTurn,
     TerminalEvent,
 )
+from nexus_events.events.lab import RunDiverged, RunGoldenMarked
 from pydantic import TypeAdapter
 
 # Events whose timestamp is recorded as the start of a phase.
@@ -140,6 +146,18 @@ class RunRow:
     # Sorted and distinct (a list, not a set: the stored document must not depend on the
     # order events came in).
     condensed: list[tuple[int, str]] = field(default_factory=list)
+    # The lab (docs/lab.md). repo: the request's, replaced by the earliest config's; lab: the
+    # LabSpec, from the same event as agent_id; base_commit from the earliest `started`.
+    repo: dict[str, Any] | None = None
+    lab: dict[str, Any] | None = None
+    base_commit: str | None = None
+    started_seq: int | None = None
+    # The canary arm it was assembled with (CanaryArm), from the earliest config.
+    canary: dict[str, Any] | None = None
+    # The latest golden mark (seq, golden): it counts only if it came after the run ended.
+    golden_mark: tuple[int, bool] | None = None
+    # The first divergence (seq, turn, kind): the earliest `diverged` wins.
+    divergence: tuple[int, int, str] | None = None
 
     # -- derived ---------------------------------------------------------------------
 
@@ -164,6 +182,32 @@ class RunRow:
     @property
     def condensations(self) -> int:
         return len(self.condensed)
+
+    @property
+    def terminal_seq(self) -> int | None:
+        """Stream sequence of the event that ended the run (None while it is live)."""
+        key = self.status_key
+        return -key[3] if key is not None and key[0] == _TERMINAL else None
+
+    @property
+    def golden(self) -> bool:
+        """Marked golden: the latest mark says so and came after the run ended (a mark on a
+        live run counts for nothing, whatever order the events are folded in)."""
+        mark, ended = self.golden_mark, self.terminal_seq
+        return mark is not None and ended is not None and mark[0] > ended and mark[1]
+
+    @property
+    def lab_source(self) -> str | None:
+        """The run a lab run replays or forks."""
+        return None if self.lab is None else cast(str, self.lab["source_run_id"])
+
+    @property
+    def canary_arm(self) -> str | None:
+        return None if self.canary is None else cast(str, self.canary["arm"])
+
+    @property
+    def lab_mode(self) -> str | None:
+        return None if self.lab is None else cast(str, self.lab["mode"])
 
     # -- storage ---------------------------------------------------------------------
 
@@ -199,6 +243,9 @@ def evolve(row: RunRow | None, fact: RunFact) -> RunRow:
             turns=dict(row.turns),
             result=None if row.result is None else dict(row.result),
             condensed=list(row.condensed),
+            repo=None if row.repo is None else dict(row.repo),
+            lab=None if row.lab is None else dict(row.lab),
+            canary=None if row.canary is None else dict(row.canary),
         )
     fold(new, fact)
     return new
@@ -253,6 +300,9 @@ def _fold_details(row: RunRow, ev: Event, seq: int) -> None:
             row.input, row.requested_by = ev.input, ev.requested_by
             row.parent_run_id, row.info_key = ev.parent_run_id, info_key
             row.labels = dict(ev.labels)
+            row.lab = None if ev.lab is None else ev.lab.model_dump(mode="json")
+            if row.config_seq is None:  # the config's repo, once seen, wins
+                row.repo = None if ev.repo is None else ev.repo.model_dump(mode="json")
     elif type(ev) is RunPrepared:
         c = ev.config
         info_key = (1, seq)
@@ -261,9 +311,12 @@ def _fold_details(row: RunRow, ev: Event, seq: int) -> None:
             row.input, row.requested_by = c.input, None
             row.parent_run_id, row.info_key = None, info_key
             row.labels = {}
+            row.lab = None if c.lab is None else c.lab.model_dump(mode="json")
         if row.config_seq is None or seq < row.config_seq:
             row.catalog_revisions, row.config_seq = dict(c.catalog_revisions), seq
             row.max_attempts = c.resume.max_attempts
+            row.repo = None if c.repo is None else c.repo.model_dump(mode="json")
+            row.canary = None if c.canary is None else c.canary.model_dump(mode="json")
         row.attempt = max(row.attempt, c.attempt)
     elif type(ev) is RunDispatched:
         if row.dispatch_seq is None or seq > row.dispatch_seq:
@@ -280,10 +333,10 @@ def _fold_details(row: RunRow, ev: Event, seq: int) -> None:
             max(seen[2], ev.cost_usd),
         )
     else:
-        _fold_resume(row, ev)
+        _fold_resume(row, ev, seq)
 
 
-def _fold_resume(row: RunRow, ev: Event) -> None:
+def _fold_resume(row: RunRow, ev: Event, seq: int) -> None:
     if type(ev) is RunResuming or type(ev) is RunResumed:
         row.attempt = max(row.attempt, ev.attempt)
     elif type(ev) is RunCondensed:
@@ -291,3 +344,16 @@ def _fold_resume(row: RunRow, ev: Event) -> None:
         at = bisect.bisect_left(row.condensed, key)
         if at == len(row.condensed) or row.condensed[at] != key:
             row.condensed.insert(at, key)
+    else:
+        _fold_lab(row, ev, seq)
+
+
+def _fold_lab(row: RunRow, ev: Event, seq: int) -> None:
+    if type(ev) is RunStarted:
+        if row.started_seq is None or seq < row.started_seq:
+            row.base_commit, row.started_seq = ev.base_commit, seq
+    elif type(ev) is RunGoldenMarked:
+        if row.golden_mark is None or seq > row.golden_mark[0]:
+            row.golden_mark = (seq, ev.golden)
+    elif type(ev) is RunDiverged and (row.divergence is None or seq < row.divergence[0]):
+        row.divergence = (seq, ev.turn, ev.kind.value)

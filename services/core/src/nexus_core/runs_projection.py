@@ -8,16 +8,21 @@ JSONB for the next fold), in the runner's transaction with the checkpoint.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Sequence
+import logging
+from collections.abc import Callable, Iterable, Sequence
 
 from nexus_events.contract import subjects
 from nexus_events.contract.codec import Decoded
+from nexus_events.contract.runstate import TERMINAL_EVENTS
 from nexus_events.contract.streams import RUNS
+from nexus_events.events.lab import RunGoldenMarked
 from nexus_events.transport.projection import Source, quote_ident
 
 from nexus_core.migrations import Conn, migrate
 from nexus_core.run_state import PHASES, RunFact, RunRow, fold
 from nexus_core.tracing import AGENT_ID, TASK_ID, spans_for
+
+log = logging.getLogger(__name__)
 
 RUNS_SCHEMA = "core_agent_runs"
 
@@ -81,6 +86,15 @@ MIGRATIONS = (
     CREATE INDEX ON {schema}.agent_runs (flow, first_seq);
     CREATE INDEX ON {schema}.agent_runs (flow_run_id, first_seq);
     """,
+    # The lab (issue 39): runs.list filters golden runs, and a run's forks are the lab runs
+    # whose source it is. Both are in the documents folded since; older rows have neither.
+    """
+    ALTER TABLE {schema}.agent_runs
+        ADD COLUMN golden boolean NOT NULL DEFAULT false,
+        ADD COLUMN lab_source text;
+    CREATE INDEX ON {schema}.agent_runs (lab_source, first_seq) WHERE lab_source IS NOT NULL;
+    CREATE INDEX ON {schema}.agent_runs (first_seq) WHERE golden;
+    """,
 )
 
 # Rows travel to PostgreSQL as one JSON array per batch: each element is the row's document
@@ -113,6 +127,8 @@ COLUMNS = {
     "flow": "d->'labels'->>'flow'",
     "flow_run_id": "d->'labels'->>'flow_run_id'",
     "turns": "(e->>'turns')::int",
+    "golden": "(e->>'golden')::boolean",
+    "lab_source": "d->'lab'->>'source_run_id'",
     "first_seq": "COALESCE((d->>'first_seq')::bigint, 0)",
     "last_seq": "(d->>'last_seq')::bigint",
     "doc": "d",
@@ -138,7 +154,7 @@ def rows_json(rows: Iterable[RunRow]) -> str:
         + ",".join(
             f'{{"tokens_in":{r.tokens_in},"tokens_out":{r.tokens_out},'
             f'"cost_usd":{json.dumps(r.cost_usd)},"condensations":{r.condensations},'
-            f'"turns":{r.turn_count},'
+            f'"turns":{r.turn_count},"golden":{"true" if r.golden else "false"},'
             f'"doc":{r.to_json()}}}'
             for r in rows
         )
@@ -156,12 +172,22 @@ def to_fact(d: Decoded) -> RunFact | None:
     )
 
 
+def _log_golden_mark(row: RunRow, seq: int) -> None:
+    ended = row.terminal_seq
+    if ended is None or seq < ended:
+        log.warning("run %s: golden mark at seq %d ignored, the run had not ended", row.run_id, seq)
+
+
 class AgentRunsProjection:
     name = "agent_runs"
     sources: tuple[Source, ...] = (Source(RUNS),)
 
-    def __init__(self, schema: str = RUNS_SCHEMA) -> None:
+    def __init__(
+        self, schema: str = RUNS_SCHEMA, on_canary_end: Callable[[], None] | None = None
+    ) -> None:
         self.schema = schema
+        # Called when a canary run's terminal event is folded (the leader's canary decider).
+        self.on_canary_end = on_canary_end
 
     async def create(self, conn: Conn, schema: str) -> None:
         await migrate(conn, schema, MIGRATIONS)
@@ -187,6 +213,10 @@ class AgentRunsProjection:
                 if row is None:
                     row = rows[fact.run_id] = RunRow(run_id=fact.run_id)
                 fold(row, fact)
+                if type(fact.event) is RunGoldenMarked:
+                    _log_golden_mark(row, fact.seq)
+                if self.on_canary_end and row.canary is not None and fact.name in TERMINAL_EVENTS:
+                    self.on_canary_end()
                 if span is not None:
                     span.set_attribute(AGENT_ID, row.agent_id or "")
                     span.set_attribute(TASK_ID, row.task_id or "")

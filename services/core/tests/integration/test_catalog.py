@@ -308,3 +308,27 @@ async def test_rebuild_equals_live(bus: Bus, pg_pool: asyncpg.Pool[Any]):
         after = [dict(r) for r in await pg_pool.fetch(query)]
     assert before == after
     assert len(after) == 3
+
+
+async def test_a_canary_naming_a_missing_deleted_or_own_revision_is_refused(
+    bus: Bus, catalog_backend: CatalogBackend
+):
+    store = catalog_backend.store
+    canary = "canary: {{revision: {}, share: 0.5}}\n"
+    v2 = AGENT_YAML.replace("You implement", "You build")
+    async with catalog_backend.make_runner() as runner:
+        await apply_agent(bus, AGENT_YAML)
+        await apply_agent(bus, AGENT_YAML + canary.format(9))  # no revision 9
+        await apply_agent(bus, AGENT_YAML + canary.format(2))  # 2 would be itself
+        await runner.wait_until(CATALOG, await _last_seq(bus))
+        assert _revisions(await store.agent_history("implementer")) == [(1, False)]
+        await delete_agent(bus, "implementer")
+        await apply_agent(bus, v2)  # 3
+        await apply_agent(bus, AGENT_YAML + canary.format(2))  # 2 is a delete
+        await apply_agent(bus, AGENT_YAML + canary.format(3))  # 4, canary on 3
+        await runner.wait_until(CATALOG, await _last_seq(bus))
+        stored = await store.get_agent("implementer")
+        assert stored is not None
+        assert stored.revision == 4
+        assert stored.definition.canary is not None
+        assert stored.definition.canary.revision == 3

@@ -364,7 +364,7 @@ FUZZED: dict[str, list[str]] = {
     subjects.CORE_RUNS_GET: ["run_id"],
     subjects.CORE_RUNS_LIST: [
         *("status", "agent_id", "task_id", "origin", "since"),
-        *("flow", "flow_run_id", "text", "limit", "cursor"),
+        *("flow", "flow_run_id", "text", "golden", "limit", "cursor"),
     ],
     subjects.CORE_RUNS_EVENTS: ["run_id", "from_seq", "limit"],
     subjects.CORE_BOARD_GET: ["column", "include_deleted"],

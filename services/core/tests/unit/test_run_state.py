@@ -8,11 +8,14 @@ from datetime import timedelta
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from nexus_events.contract.runstate import next_status
+from nexus_events.events import RunCompleted, RunPrepared, RunRequested, RunStarted
+from nexus_events.events.lab import RunDiverged
+from nexus_events.events.lab_specs import DivergenceKind, LabMode, LabSpec, OnDivergence
 
 from nexus_core import run_state
 from nexus_core.run_state import RunFact, RunRow, evolve
 
-from ..run_events import T0, make, stream
+from ..run_events import LAB_CONFIG, T0, make, stream
 
 
 def facts_of(names: list[str]) -> list[RunFact]:
@@ -164,3 +167,47 @@ def test_a_row_stored_by_the_previous_version_still_loads():
     assert row.catalog_revisions == {"agent/a": 2}
     assert (row.tokens_in, row.tokens_out, row.cost_usd) == (10, 5, 0.01)
     assert RunRow.from_json(row.to_json()) == row
+
+
+def test_golden_counts_only_a_mark_after_the_end_in_any_order():
+    # make("golden_marked", i) marks golden unless i % 3 == 0 (then it takes the mark back).
+    live_mark = facts_of(["requested", "golden_marked", "completed"])  # marked at seq 2 (i=1)
+    for order in (live_mark, live_mark[::-1]):
+        row = fold(order)
+        assert row is not None
+        assert row.golden is False
+    after = facts_of(["requested", "completed", "golden_marked"])  # seq 3 (i=2): golden
+    for order in (after, after[::-1], [after[2], after[0], after[1]]):
+        row = fold(order)
+        assert row is not None
+        assert row.golden is True
+    taken_back = facts_of(["requested", "completed", "golden_marked", "golden_marked"])  # i=3
+    row = fold(taken_back[::-1])
+    assert row is not None
+    assert row.golden is False
+
+
+def test_lab_fields_come_from_the_request_config_started_and_first_divergence():
+    lab = LabSpec(mode=LabMode.FORK, source_run_id="src", at_turn=2)
+    events = [
+        RunRequested(agent_id="a", lab=lab),  # no repo: the config's is the source's
+        RunPrepared(config=LAB_CONFIG),
+        RunStarted(base_commit="b0"),
+        RunStarted(base_commit="b1"),  # a resumed attempt: the first start is the base
+        RunDiverged(turn=2, kind=DivergenceKind.TOOLS, detail="t", action=OnDivergence.LIVE),
+        RunDiverged(turn=3, kind=DivergenceKind.MESSAGE, detail="m", action=OnDivergence.LIVE),
+        RunCompleted(),
+    ]
+    facts = [
+        RunFact("r", e.event_name, i + 1, T0 + timedelta(seconds=i), e)
+        for i, e in enumerate(events)
+    ]
+    for order in (facts, facts[::-1], facts[3:] + facts[:3]):
+        row = fold(order)
+        assert row is not None
+        assert (row.lab_mode, row.lab_source) == ("fork", "src")
+        assert row.lab == lab.model_dump(mode="json")
+        assert row.repo == {"url": "/src/lab", "ref": "c0", "branch": None}
+        assert row.base_commit == "b0"
+        assert row.divergence == (5, 2, "tools")
+        assert row.canary_arm == "candidate"

@@ -35,6 +35,7 @@ from nexus_events.errors import InvalidSubject
 from nexus_events.events import (
     MemoryExtracted,
     MemoryRecordRequest,
+    Origin,
     RunConfig,
     RunPrepared,
     TerminalEvent,
@@ -211,6 +212,11 @@ class Extractor:
         if transcript.config is None:  # never assembled (unknown agent): nothing was done
             return
         config = transcript.config
+        if config.lab is not None or config.origin is Origin.LAB:
+            # A replay, a fork or an eval case (docs/lab.md) repeats or varies a run on
+            # purpose: what it did is no fact about the team's work to remember.
+            await self._done(config, run_id, [], 0, "nothing")
+            return
         try:
             answer = await self.ask(config, transcript)
         except (openai.APIError, TimeoutError) as exc:

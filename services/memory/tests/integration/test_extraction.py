@@ -10,6 +10,7 @@ import asyncpg
 from nexus_events.contract import subjects
 from nexus_events.events import (
     ModelSpec,
+    Origin,
     RunCompleted,
     RunConfig,
     RunPrepared,
@@ -33,11 +34,14 @@ ANSWER = {
 }
 
 
-async def finish_run(bus: Bus, run_id: str, base_url: str, *, copies: int = 1) -> None:
+async def finish_run(
+    bus: Bus, run_id: str, base_url: str, *, copies: int = 1, origin: Origin = Origin.CLI
+) -> None:
     config = RunConfig(
         run_id=run_id, agent_id="implementer", task_id="T-1", system_prompt="x",
         model=ModelSpec(name="fake-model", base_url=base_url), input="fix calc.add",
         repo={"url": "https://github.com/acme/demo-repo"},  # type: ignore[arg-type]
+        origin=origin,
     )  # fmt: skip
     await bus.publish(subjects.run_event(run_id, "prepared"), RunPrepared(config=config))
     await bus.publish(
@@ -84,3 +88,23 @@ async def test_extraction_records_once_per_run_and_guards_its_output(
         assert [letter.reason for letter in letters] == ["secret_blocked"]
         assert KEYS["github_token"] not in json.dumps([letter.model_dump() for letter in letters])
         assert await pg_pool.fetchval("SELECT count(*) FROM memory.memories") == 2
+
+
+async def test_a_lab_run_teaches_memory_nothing(
+    make_memory: MakeApp, bus: Bus, pg_pool: asyncpg.Pool
+) -> None:
+    """A replay, fork or eval case (origin lab, docs/lab.md) repeats work on purpose: its
+    ending is marked done without asking the model, and nothing is recorded."""
+    async with FakeOpenAI(default=Reply(text="```json\n" + json.dumps(ANSWER) + "\n```")) as llm:
+        await make_memory(memory_extraction=True, llm_api_key="k")
+        await finish_run(bus, "run-lab1", llm.base_url, origin=Origin.LAB)
+
+        async def extracted() -> Any:
+            return await pg_pool.fetchrow(
+                "SELECT * FROM memory.extractions WHERE run_id = 'run-lab1'"
+            )
+
+        row = await eventually(extracted, what="lab run marked")
+        assert row["status"] == "nothing"
+        assert llm.requests == []
+        assert await pg_pool.fetchval("SELECT count(*) FROM memory.memories") == 0

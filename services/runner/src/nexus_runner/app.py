@@ -19,6 +19,12 @@ first start. What cannot be restored exactly ends the run ``failed`` (``resume_f
 before any model call. A runner that sees a newer attempt start (``resuming``) stops like one
 whose run was ended elsewhere.
 
+A lab run (docs/lab.md) reads its source run first (`nexus_runner.lab`): a replay's model
+calls are served from the recording until the first divergence; a fork starts from its
+source's conversation and checkpoint at a turn. ``started`` comes after the clone and names
+its commit (``base_commit``); heartbeats beat from the start, so a long clone is not taken
+for a runner that never started (the scheduler's start timeout ends at a first beat too).
+
 The run is one span tree (`nexus_runner.tracing`): its root ``nexus run <run_id>`` continues
 the trace the caller passes (the scheduler's, via ``TRACEPARENT``), and every event the run
 publishes, heartbeats included, is inside it.
@@ -58,6 +64,7 @@ from nexus_runner.egress import record_safely, run_egress
 from nexus_runner.errors import RunnerError
 from nexus_runner.finishing import finish_run
 from nexus_runner.git import Author, Git
+from nexus_runner.lab.starting import lab_start, restore_source_checkpoint
 from nexus_runner.loop import AgentLoop
 from nexus_runner.output import TypedOutput
 from nexus_runner.plan import plan_result
@@ -148,11 +155,28 @@ async def _execute_run(  # noqa: PLR0915 - one run's lifecycle, read top to bott
     git = Git(root, Author(settings.git_author_name, settings.git_author_email), pub.secrets)
     provider = provider or default_provider(config, settings)
     loop_ref: list[AgentLoop | None] = [None]
-    await pub.event(RunStarted(runner=socket.gethostname(), runner_version=RUNNER_VERSION))
     done = asyncio.Event()
+    announced: list[RunStarted] = []
+
+    async def announce(base_commit: str | None) -> None:
+        """``started``, once: after the clone (it names the commit the workspace started
+        from), or before the ending of a run that never got that far."""
+        if announced:
+            return
+        announced.append(
+            RunStarted(
+                runner=socket.gethostname(),
+                runner_version=RUNNER_VERSION,
+                base_commit=base_commit,
+            )
+        )
+        await pub.event(announced[0])
+
     background = [
         asyncio.create_task(
-            heartbeats(pub.event, settings.heartbeat_interval, loop_ref, done, clock)
+            heartbeats(
+                pub.event, settings.heartbeat_interval, loop_ref, done, clock
+            )
         ),
         asyncio.create_task(watch_cancel(control, handle)),
         asyncio.create_task(watch_ended(control, handle, done)),
@@ -168,7 +192,10 @@ async def _execute_run(  # noqa: PLR0915 - one run's lifecycle, read top to bott
             raise resume_error
         # Before the clone: an output_schema that is not a JSON Schema fails the run at once.
         typed = TypedOutput.of(config.output_schema, settings.output_retries)
+        # A lab run's source, read and checked before the clone and any model call.
+        lab = await lab_start(config, bus)
         base_sha, base_branch = await prepare_workspace(config, settings, git, branch)
+        await announce(base_sha)
         sandbox = await asyncio.to_thread(tool_sandbox, settings)
         ctx = tool_context(
             config,
@@ -186,6 +213,8 @@ async def _execute_run(  # noqa: PLR0915 - one run's lifecycle, read top to bott
         )
         if resumption is not None and not resumption.fresh and resumption.history.checkpoint:
             await checkpointer.restore(resumption.history.checkpoint)
+        elif lab is not None and lab.checkpoint is not None:
+            await restore_source_checkpoint(checkpointer, lab)
         await checkpointer.start()
         ctx.record_egress = functools.partial(record_safely, pub.event)
         # The tools' egress proxy (only with grants) lives as long as the loop, and starts
@@ -216,12 +245,18 @@ async def _execute_run(  # noqa: PLR0915 - one run's lifecycle, read top to bott
                 config.hooks,
                 sandbox_tools=list(config.sandbox_tools),
             )
-            llm = llm_client(config, settings, client)
+            live = llm_client(config, settings, client)
+            llm = live if lab is None else lab.model_client(live, str(root), pub)
             note = " ".join([f"You work in a git checkout on branch {branch}.", *mcp.notes])
             loop = await make_loop(
-                config, settings, (llm, tools, control, pub, typed, checkpointer), resumption, note
+                config,
+                settings,
+                (llm, tools, control, pub, typed, checkpointer),
+                resumption,
+                note,
+                lab=lab,
             )
-            loop.context = RunContext.of(config.model, settings, client, llm.retry)
+            loop.context = RunContext.of(config.model, settings, client, live.retry)
             loop_ref[0] = loop
             try:
                 finished = await loop.run()
@@ -267,6 +302,8 @@ async def _execute_run(  # noqa: PLR0915 - one run's lifecycle, read top to bott
         await client.close()
         if checkpointer is not None:
             checkpointer.close()
+    if control.superseded is None and control.ended is None:
+        await announce(None)  # a run that ended before its clone: started, then its ending
     if (newer := control.superseded) is not None:
         # A newer attempt goes on with the run: this one publishes nothing more, no ending.
         log.warning("run %s: superseded by attempt %d, no ending", config.run_id, newer.attempt)

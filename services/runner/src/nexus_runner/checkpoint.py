@@ -204,10 +204,11 @@ class Checkpointer:
             headers = {CHUNK_HEADER: str(index), CHUNKS_HEADER: str(count)}
             await self.js.publish(subject, chunk, headers=headers)
 
-    async def _get(self, name: str) -> bytes:
-        """The bundle stored as `name`; `ResumeFailedError` when there is none."""
+    async def _get(self, name: str, consumer: run_access.RunConsumer | None = None) -> bytes:
+        """The bundle stored as `name`, read through `consumer` (default: the run's own
+        checkpoint replay); `ResumeFailedError` when there is none."""
         subject = _chunks_subject(name)
-        consumer = run_access.checkpoint_replay(self.pub.run_id, self.pub.attempt)
+        consumer = consumer or run_access.checkpoint_replay(self.pub.run_id, self.pub.attempt)
         parts: list[tuple[int, int, bytes]] = []
         bus = self.pub.bus
         async for msg in bus.replay_raw(
@@ -223,12 +224,23 @@ class Checkpointer:
             raise ResumeFailedError(f"checkpoint {name} cannot be read: no complete bundle")
         return data
 
-    async def restore(self, checkpoint: RunCheckpointed) -> None:
+    async def restore(
+        self, checkpoint: RunCheckpointed, *, source_run_id: str | None = None
+    ) -> None:
         """Make the workspace the checkpoint's: its tree in the working tree, HEAD (the run's
         branch) at the commit the agent was on, so its own commits survive and what it had
-        not committed is uncommitted again (deleted files included). Raises `ResumeFailedError`."""
+        not committed is uncommitted again (deleted files included). Raises `ResumeFailedError`.
+
+        `source_run_id`: a fork restores its source run's checkpoint (read through the
+        fork's source consumer; the bundle holds the source's checkpoint ref)."""
+        consumer, ref = None, self.ref
+        if source_run_id is not None:
+            consumer = run_access.source_checkpoint_replay(
+                self.pub.run_id, self.pub.attempt, source_run_id
+            )
+            ref = checkpoint_ref(source_run_id)
         try:
-            data = await self._get(checkpoint.object)
+            data = await self._get(checkpoint.object, consumer)
         except (nats.errors.Error, BusError) as exc:
             raise ResumeFailedError(
                 f"checkpoint {checkpoint.object} cannot be read: {type(exc).__name__} {exc}"
@@ -242,7 +254,7 @@ class Checkpointer:
         bundle = self._tmp / "restore.bundle"
         await asyncio.to_thread(bundle.write_bytes, data)
         try:
-            await self.git.run("fetch", "--quiet", str(bundle), f"+{self.ref}:{self.ref}")
+            await self.git.run("fetch", "--quiet", str(bundle), f"+{ref}:{self.ref}")
             commit = (await self.git.run("rev-parse", self.ref)).output.strip()
             if commit != checkpoint.commit:
                 raise ResumeFailedError(
@@ -263,5 +275,6 @@ class Checkpointer:
             ) from exc
         finally:
             bundle.unlink(missing_ok=True)
-        self.previous_object = checkpoint.object
-        self.restored = checkpoint
+        if source_run_id is None:
+            self.previous_object = checkpoint.object
+            self.restored = checkpoint

@@ -6,7 +6,7 @@ import asyncio
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 import openai
 from openai import AsyncOpenAI
@@ -37,6 +37,7 @@ class Completion:
     model: str | None = None
     duration_ms: int = 0
     attempts: int = 1
+    replayed: bool = False  # served from a replay's recording (nexus_runner.lab.replaying)
 
     def assistant_message(self) -> dict[str, Any]:
         message: dict[str, Any] = {"role": "assistant", "content": self.text or None}
@@ -74,6 +75,24 @@ def _retry_after(exc: openai.APIStatusError) -> float | None:
         return float(value)
     except ValueError:
         return None
+
+
+class ModelClient(Protocol):
+    """What the loop calls for a model turn: `LlmClient`, or a replay's client over it."""
+
+    @property
+    def model(self) -> str: ...
+
+    @property
+    def retry(self) -> RetryPolicy: ...
+
+    async def complete(
+        self,
+        messages: list[dict[str, Any]],
+        tools: list[dict[str, Any]],
+        on_delta: DeltaSink,
+        on_retry: Callable[[int, float, str], Awaitable[None]] | None = None,
+    ) -> Completion: ...
 
 
 class LlmClient:

@@ -31,7 +31,7 @@ from nexus_runner.context import RunContext
 from nexus_runner.control import RunControl
 from nexus_runner.errors import LlmUnavailable, RunStopped
 from nexus_runner.guard.verdict import Outcome
-from nexus_runner.llm import Completion, LlmClient, ToolCallRequest
+from nexus_runner.llm import Completion, ModelClient, ToolCallRequest
 from nexus_runner.output import TypedOutput
 from nexus_runner.plan import (
     EXIT_PLAN_MODE,
@@ -85,11 +85,10 @@ def _finished_before(messages: list[dict[str, Any]]) -> FinishArgs | None:
     last = next((m for m in reversed(messages) if m.get("role") == "assistant"), None)
     if last is None:
         return None
-    answers = {
-        m.get("tool_call_id"): m.get("content")
-        for m in messages[messages.index(last) + 1 :]
-        if m.get("role") == "tool"
-    }
+    after = messages[messages.index(last) + 1 :]
+    if any(m.get("role") != "tool" for m in after):
+        return None  # something came after the finish (a fork's input): the run goes on
+    answers = {m.get("tool_call_id"): m.get("content") for m in after}
     for call in last.get("tool_calls") or []:
         function = call.get("function") or {}
         if function.get("name") == "finish" and answers.get(call.get("id")) == FINISHED:
@@ -112,7 +111,7 @@ class AgentLoop:
         self,
         config: RunConfig,
         settings: RunnerSettings,
-        llm: LlmClient,
+        llm: ModelClient,
         tools: ToolRegistry,
         control: RunControl,
         publisher: RunPublisher,
@@ -302,6 +301,7 @@ class AgentLoop:
                     cost_usd=cost,
                     finish_reason=completion.finish_reason,
                     duration_ms=completion.duration_ms,
+                    replayed=completion.replayed,
                 )
             )
         return completion

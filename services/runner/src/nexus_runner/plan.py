@@ -21,10 +21,16 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from nexus_runner.safety import redact, truncate
 
 EXIT_PLAN_MODE = "exit_plan_mode"
+# The built-in that reads an on-demand skill (nexus_runner.prompt lists them): named here,
+# beside the other read tools, since the registry and the prompt both import this module.
+READ_SKILL = "read_skill"
 # Built-in tools that only read the workspace (never run a command or write): all that plan
 # mode offers of the granted built-ins. run_shell is not here even for "read-only" commands:
 # a shell can write, so plan mode never offers it.
-READ_TOOLS = frozenset({"read_file", "list_files", "search_files", "git_status", "git_diff"})
+# `read_skill` reads one of the run's on-demand skills: no workspace at all.
+READ_TOOLS = frozenset(
+    {"read_file", "list_files", "search_files", "git_status", "git_diff", READ_SKILL}
+)
 # Longest plan accepted; a plan is a few screens, not a document dump.
 MAX_PLAN_CHARS = 20_000
 # How much of the plan the approval request carries as its summary: what a chat message or a

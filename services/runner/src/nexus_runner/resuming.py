@@ -12,7 +12,9 @@ from nexus_events.transport.bus import Bus
 from nexus_runner.checkpoint import Checkpointer
 from nexus_runner.config import RunnerSettings
 from nexus_runner.control import RunControl, resume_points, start_points
-from nexus_runner.llm import LlmClient
+from nexus_runner.lab.replaying import ReplayingLlm
+from nexus_runner.lab.starting import LabStart
+from nexus_runner.llm import ModelClient
 from nexus_runner.loop import AgentLoop
 from nexus_runner.output import TypedOutput
 from nexus_runner.prompt import initial_messages
@@ -22,7 +24,7 @@ from nexus_runner.tools.contained import ContainedRegistry
 from nexus_runner.transcript import ResumeFailedError, TranscriptWriter
 
 LoopParts = tuple[
-    LlmClient, ContainedRegistry, RunControl, RunPublisher, TypedOutput | None, Checkpointer
+    ModelClient, ContainedRegistry, RunControl, RunPublisher, TypedOutput | None, Checkpointer
 ]
 
 
@@ -65,20 +67,22 @@ async def make_loop(
     parts: LoopParts,
     resumption: Resumption | None,
     note: str,
+    *,
+    lab: LabStart | None = None,
 ) -> AgentLoop:
-    """The loop with its transcript: from the beginning, or (resuming) from the restored
-    messages, after ``resumed`` is stored."""
+    """The loop with its transcript: from the beginning (a fork's: from its source's turn),
+    or (resuming) from the restored messages, after ``resumed`` is stored."""
     llm, tools, control, pub, typed, checkpointer = parts
     going_on = resumption is not None and not resumption.fresh
     start = resumption.folded.entries if resumption is not None and going_on else 0
     transcript = TranscriptWriter(
         pub.bus, config.run_id, config.attempt, start, guard=control.ensure_not_ended
     )
-    messages = (
-        list(resumption.folded.messages)
-        if resumption is not None and going_on
-        else initial_messages(config, note)
-    )
+    if resumption is not None and going_on:
+        messages = list(resumption.folded.messages)
+    else:
+        messages = initial_messages(config, note)
+        messages = lab.first_messages(messages) if lab is not None else messages
     loop = AgentLoop(
         config,
         settings,
@@ -94,6 +98,12 @@ async def make_loop(
     )
     if resumption is not None:
         await _resumed(loop, resumption, checkpointer.restored, tools.idempotent)
+    if lab is not None:
+        # A fork's turns go on from its source's; a replay serves its recording from the
+        # call after those made already.
+        loop.usage.turns += lab.at_turn
+        if isinstance(llm, ReplayingLlm):
+            llm.calls = loop.usage.turns
     return loop
 
 

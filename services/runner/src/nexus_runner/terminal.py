@@ -18,6 +18,7 @@ from nexus_events.events.runs import (
 )
 
 from nexus_runner.errors import RunnerError, RunStopped, ToolError
+from nexus_runner.lab.replaying import ReplayStoppedError
 from nexus_runner.loop import AgentLoop
 from nexus_runner.plan import not_approved_message
 from nexus_runner.transcript import ResumeFailedError
@@ -75,6 +76,10 @@ def terminal_of(
                     **usage,
                 )
             return RunCompleted(result=task.result(), **usage)
+        if isinstance(exc, ReplayStoppedError):
+            # Not a failure: the replay found what it was for (docs/lab.md); no finishing.
+            result = RunResult(summary=exc.summary, turns=exc.turn - 1)
+            return RunCompleted(reason=Reason.DIVERGED, message=exc.summary, result=result, **usage)
         if isinstance(exc, RunStopped):
             stopped = exc
         elif isinstance(exc, ResumeFailedError):

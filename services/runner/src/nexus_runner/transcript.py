@@ -100,12 +100,14 @@ def _ranges(starts: Mapping[int, int]) -> dict[int, tuple[int, float]]:
     return out
 
 
-def fold(entries: Iterable[TranscriptEntry], starts: Mapping[int, int]) -> Folded:
-    """Fold a run's entries (in stream order) given where each resumed attempt began
-    (`starts`: attempt -> its ``resumed.entries``). Attempt m's entries count only in
-    ``[entries_m, entries_{m+1})``; anything else an attempt wrote is void. A gap, an entry of
-    an attempt that never resumed, two different entries at one index, or a condensation
-    that does not fit the messages raises `ResumeFailedError`."""
+def kept_entries(
+    entries: Iterable[TranscriptEntry], starts: Mapping[int, int]
+) -> list[TranscriptEntry]:
+    """A run's entries (in stream order) that count, by index, given where each resumed
+    attempt began (`starts`: attempt -> its ``resumed.entries``). Attempt m's entries count
+    only in ``[entries_m, entries_{m+1})``; anything else an attempt wrote is void. A gap, an
+    entry of an attempt that never resumed, or two different entries at one index raises
+    `ResumeFailedError`."""
     ranges = _ranges(starts)
     kept: dict[int, TranscriptEntry] = {}
     for entry in entries:
@@ -120,31 +122,48 @@ def fold(entries: Iterable[TranscriptEntry], starts: Mapping[int, int]) -> Folde
         if known is not None and known != entry:
             raise ResumeFailedError(f"transcript holds two different entries at {entry.index}")
         kept[entry.index] = entry
-    folded = Folded()
+    out: list[TranscriptEntry] = []
     for index in range(len(kept)):
         if (item := kept.get(index)) is None:
             raise ResumeFailedError(f"transcript has a gap at entry {index} ({len(kept)} entries)")
-        if item.op == "message":
-            assert item.message is not None  # checked by TranscriptEntry
-            folded.messages.append(item.message)
-            if item.inbox_seq is not None:
-                folded.injected.add(item.inbox_seq)
-        else:
-            assert item.condensation is not None
-            try:
-                folded.messages = item.condensation.apply(folded.messages)
-            except ValueError as exc:
-                raise ResumeFailedError(f"transcript entry {index}: {exc}") from exc
-    folded.entries = len(kept)
+        out.append(item)
+    return out
+
+
+def apply_entry(messages: list[dict[str, Any]], entry: TranscriptEntry) -> list[dict[str, Any]]:
+    """The messages after `entry`: a message appended, or a condensation applied (one that
+    does not fit the messages raises `ResumeFailedError`)."""
+    if entry.op == "message":
+        assert entry.message is not None  # checked by TranscriptEntry
+        return [*messages, entry.message]
+    assert entry.condensation is not None
+    try:
+        return entry.condensation.apply(messages)
+    except ValueError as exc:
+        raise ResumeFailedError(f"transcript entry {entry.index}: {exc}") from exc
+
+
+def fold(entries: Iterable[TranscriptEntry], starts: Mapping[int, int]) -> Folded:
+    """Fold a run's entries (in stream order) given where each resumed attempt began: the
+    messages of its next model call (`kept_entries` says which entries count)."""
+    folded = Folded()
+    for item in kept_entries(entries, starts):
+        folded.messages = apply_entry(folded.messages, item)
+        if item.op == "message" and item.inbox_seq is not None:
+            folded.injected.add(item.inbox_seq)
+        folded.entries += 1
     return folded
 
 
-async def read_entries(bus: Bus, run_id: str, attempt: int = 1) -> list[TranscriptEntry]:
-    """The run's transcript entries in stream order; one that does not decode is corruption
+async def read_entries(
+    bus: Bus, run_id: str, attempt: int = 1, consumer: run_access.RunConsumer | None = None
+) -> list[TranscriptEntry]:
+    """The run's transcript entries in stream order, read through `consumer` (default: the
+    run's own transcript replay); one that does not decode is corruption
     (`ResumeFailedError`), never skipped."""
     out: list[TranscriptEntry] = []
     subject = subjects.run_transcript(run_id)
-    name = run_access.transcript_replay(run_id, attempt).name
+    name = (consumer or run_access.transcript_replay(run_id, attempt)).name
     async for msg in bus.replay_raw(TRANSCRIPTS, filter_subject=subject, name=name):
         try:
             event = decode_msg(msg).event

@@ -33,7 +33,7 @@ def decide(issuer: Issuer, key: bytes, request: AuthRequest, now: float) -> tupl
         cred = verify(key, request.user, request.password, now=now)
     except CredentialRefusedError as exc:
         return "", str(exc)
-    perms = run_permissions(cred.run_id, cred.attempt, cred.grants)
+    perms = run_permissions(cred.run_id, cred.attempt, cred.grants, cred.source_run_id)
     jwt = issuer.user_jwt(request.user_nkey, cred.user, perms, expires=cred.expires, now=int(now))
     return jwt, ""
 

@@ -2,9 +2,11 @@
 verification by the auth callout (pure: no sockets, the clock passed in).
 
 The runner connects as user ``run:<run_id>`` with a password
-``v1.<attempt>.<expires>.<grants>.<mac>``: `mac` is an HMAC-SHA256 of everything before it
-and the run id, under a key derived from the callout issuer's seed, which only the scheduler
-holds. A token names one run, so it cannot be used as another; it ends at `expires`.
+``v1.<attempt>.<expires>.<grants>.<mac>``, or for a lab run (a replay or fork, docs/lab.md)
+``v1.<attempt>.<expires>.<grants>.<source_run_id>.<mac>``: `mac` is an HMAC-SHA256 of
+everything before it and the run id, under a key derived from the callout issuer's seed, which
+only the scheduler holds. A token names one run, so it cannot be used as another; it ends at
+`expires`; the source run it may read is under the MAC, so it cannot be swapped for another.
 """
 
 from __future__ import annotations
@@ -37,6 +39,8 @@ class RunCredential:
     attempt: int
     grants: frozenset[str]
     expires: int  # unix seconds
+    # A lab run's source: its transcript, events and checkpoints may be read (run_access).
+    source_run_id: str | None = None
 
     @property
     def user(self) -> str:
@@ -58,9 +62,11 @@ def _mac(key: bytes, run_id: str, body: str) -> str:
     return base64.urlsafe_b64encode(digest).rstrip(b"=").decode()
 
 
-def _body(attempt: int, expires: int, grants: frozenset[str]) -> str:
-    granted = "+".join(sorted(grants)) or _NO_GRANTS
-    return f"{VERSION}.{attempt}.{expires}.{granted}"
+def _body(credential: RunCredential) -> str:
+    granted = "+".join(sorted(credential.grants)) or _NO_GRANTS
+    body = f"{VERSION}.{credential.attempt}.{credential.expires}.{granted}"
+    # Appended, not a new version: tokens without a source keep their five parts.
+    return body if credential.source_run_id is None else f"{body}.{credential.source_run_id}"
 
 
 def mint(key: bytes, credential: RunCredential) -> tuple[str, str]:
@@ -68,7 +74,9 @@ def mint(key: bytes, credential: RunCredential) -> tuple[str, str]:
     subjects.validate_token(credential.run_id, "run id")
     if unknown := credential.grants - set(GRANTS):
         raise ValueError(f"unknown grants {sorted(unknown)}")
-    body = _body(credential.attempt, credential.expires, credential.grants)
+    if credential.source_run_id is not None:
+        subjects.validate_token(credential.source_run_id, "source run id")
+    body = _body(credential)
     return credential.user, f"{body}.{_mac(key, credential.run_id, body)}"
 
 
@@ -82,9 +90,9 @@ def verify(key: bytes, user: str, password: str, *, now: float) -> RunCredential
     except ValueError as exc:
         raise CredentialRefusedError(str(exc)) from exc
     parts = password.split(".")
-    if len(parts) != 5 or parts[0] != VERSION:
+    if len(parts) not in {5, 6} or parts[0] != VERSION:
         raise CredentialRefusedError("malformed run token")
-    body, mac = ".".join(parts[:4]), parts[4]
+    body, mac = ".".join(parts[:-1]), parts[-1]
     # Checked before anything of the body is believed: a forged body is refused as forged.
     if not hmac.compare_digest(mac, _mac(key, run_id, body)):
         raise CredentialRefusedError("run token signature does not match")
@@ -95,9 +103,15 @@ def verify(key: bytes, user: str, password: str, *, now: float) -> RunCredential
     grants = frozenset() if parts[3] == _NO_GRANTS else frozenset(parts[3].split("+"))
     if attempt < 1 or not grants <= set(GRANTS):
         raise CredentialRefusedError("malformed run token")
+    source = parts[4] if len(parts) == 6 else None
+    if source is not None:
+        try:
+            subjects.validate_token(source, "source run id")
+        except ValueError as exc:
+            raise CredentialRefusedError(str(exc)) from exc
     if expires <= now:
         raise CredentialRefusedError(f"run token expired at {expires}")
-    return RunCredential(run_id, attempt, grants, expires)
+    return RunCredential(run_id, attempt, grants, expires, source)
 
 
 # Past the run's wall-clock budget, the credential lasts this long more: the run's start
@@ -115,7 +129,10 @@ class RunCredentialMinter:
 
     def credential(self, config: RunConfig, now: float) -> RunCredential:
         ttl = max(self.min_ttl, config.budgets.max_wall_seconds + EXPIRY_MARGIN_SECONDS)
-        return RunCredential(config.run_id, config.attempt, grants_of(config), int(now + ttl))
+        source = config.lab.source_run_id if config.lab is not None else None
+        return RunCredential(
+            config.run_id, config.attempt, grants_of(config), int(now + ttl), source
+        )
 
     def runner_nats_env(self, config: RunConfig, now: float) -> dict[str, str]:
         """``NEXUS_NATS_*`` of the run's runner: its user, token and reply prefix. They replace

@@ -335,3 +335,47 @@ async def test_the_real_runner_completes_a_run_with_its_credential(
     assert stored[0] == "started"
     assert stored[-1] == "completed"
     assert "checkpointed" in stored
+
+
+async def test_a_lab_run_reads_its_source_s_transcript_and_nothing_else_of_it(
+    secured: ConfiguredNats, admin: Bus, responder: AuthCalloutResponder
+) -> None:
+    source, third = f"run-{uuid.uuid4().hex[:8]}", f"run-{uuid.uuid4().hex[:8]}"
+    for run in (source, third):
+        await admin.js.publish(subjects.run_transcript(run), f"entry of {run}".encode())
+    run_id = f"run-{uuid.uuid4().hex[:8]}"
+    config = _config(run_id, lab={"mode": "replay", "source_run_id": source})
+    env = RunCredentialMinter(SEED.encode(), min_ttl=600).runner_nats_env(config, time.time())
+    bus = await Bus.connect(_run_bus_settings(secured, env), source="runner")
+    client = RunClient()
+    await client.connect(_run_bus_settings(secured, env))
+    try:
+        # Its source's transcript, through the consumer run_access names for it.
+        mine = run_access.source_transcript_replay(run_id, 1, source)
+        got = [
+            m.data
+            async for m in bus.replay_raw(mine.stream, filter_subject=mine.filter, name=mine.name)
+        ]
+        assert got == [f"entry of {source}".encode()]
+        # A third run's transcript, through the same consumer name or its own transcript's.
+        js = client.nc.jetstream(timeout=DENIED)
+        for name in (mine.name, run_access.transcript_replay(run_id, 1).name):
+            with pytest.raises((nats.errors.TimeoutError, nats.errors.NoRespondersError)):
+                await js.add_consumer(
+                    mine.stream,
+                    ConsumerConfig(name=name, filter_subject=subjects.run_transcript(third)),
+                )
+        # Nothing of the source is writable: its events, transcript, checkpoints.
+        for subject in (
+            subjects.run_event(source, "heartbeat"),
+            subjects.run_event(source, "completed"),
+            subjects.run_transcript(source),
+            run_access.checkpoint_chunks(source, 1, 1),
+        ):
+            with pytest.raises(nats.errors.TimeoutError):
+                await js.publish(subject, b"{}")
+            assert await client.refused(f'Publish to "{subject}"'), subject
+    finally:
+        await bus.close()
+        with contextlib.suppress(nats.errors.Error):
+            await client.nc.close()

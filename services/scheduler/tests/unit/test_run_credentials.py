@@ -223,3 +223,39 @@ def test_a_run_may_publish_every_run_event_the_contract_gives_the_runner() -> No
         if family is Family.RUN and any(p.service is runner for p in roles.publishers)
     }
     assert published == {str(e) for e in RUNNER_EVENTS}
+
+
+def test_a_lab_run_s_token_carries_its_source_under_the_mac() -> None:
+    lab = _cred(source_run_id="run-src")
+    user, password = mint(KEY, lab)
+    assert password.count(".") == 5  # one part more than a plain token's
+    assert verify(KEY, user, password, now=NOW) == lab
+    parts = password.split(".")
+    for forged in (
+        ".".join([*parts[:4], "run-other", parts[5]]),  # another source
+        ".".join([*parts[:4], parts[5]]),  # the source dropped
+    ):
+        with pytest.raises(CredentialRefusedError, match="signature"):
+            verify(KEY, user, forged, now=NOW)
+    # A plain token stays valid and names no source.
+    _, plain = mint(KEY, _cred())
+    assert verify(KEY, user, plain, now=NOW).source_run_id is None
+    with pytest.raises(ValueError, match="source run id"):
+        mint(KEY, _cred(source_run_id="a.>"))
+
+
+def test_a_lab_run_s_env_and_jwt_allow_its_source_s_consumers() -> None:
+    lab = {"mode": "replay", "source_run_id": "run-src"}
+    env = RunCredentialMinter(SEED.encode(), min_ttl=600).runner_nats_env(_config(lab=lab), NOW)
+    cred = verify(KEY, "run:run-a", env["NEXUS_NATS_PASSWORD"], now=NOW)
+    assert cred.source_run_id == "run-src"
+    _, password = mint(KEY, _cred(source_run_id="run-src"))
+    jwt, error = decide(Issuer(SEED), KEY, read_request(_request("run:run-a", password)), NOW)
+    assert error == ""
+    allowed = _claims(jwt)["nats"]["pub"]["allow"]
+    perms = run_access.run_permissions("run-a", 2, frozenset({"delegate"}), "run-src")
+    assert allowed == list(perms.publish)
+    source = run_access.source_transcript_replay("run-a", 2, "run-src")
+    assert f"$JS.API.CONSUMER.CREATE.{source.stream}.{source.name}.{source.filter}" in allowed
+    # Nothing of the source is writable.
+    assert not [s for s in allowed if "run-src" in s and not s.startswith("$JS.API.CONSUMER")]

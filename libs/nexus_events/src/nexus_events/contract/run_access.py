@@ -38,6 +38,7 @@ RUNNER_EVENTS: tuple[RunEvent, ...] = (
     RunEvent.CONDENSED,
     RunEvent.EGRESS,
     RunEvent.MCP_SERVER_UNAVAILABLE,
+    RunEvent.DIVERGED,  # a replay's first divergence (docs/lab.md)
     RunEvent.COMPLETED,
     RunEvent.FAILED,
     RunEvent.CANCELLED,

@@ -80,9 +80,11 @@ class LabSpec(Spec):
 
 
 class CanaryRule(Spec):
-    """One side of a canary policy, judged on the outcomes of each arm's finished runs.
+    """One side of a canary policy, judged on the outcomes of each arm's finished runs: each
+    condition given is a limit the candidate must stay within.
 
-    `promote_when` holds when every condition given holds; `rollback_when` when any does."""
+    `promote_when` holds when the candidate is within every limit it gives; `rollback_when`
+    when the candidate breaks any limit it gives (once each arm has `min_runs`)."""
 
     min_runs: int = Field(
         10, ge=1, description="Finished runs each arm needs before this rule is judged."

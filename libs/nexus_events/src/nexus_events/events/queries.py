@@ -110,6 +110,9 @@ class RunsList(Query):
         description="Case-insensitive substring of run_id, agent_id, task_id, input or"
         " requested_by (`%` and `_` match themselves).",
     )
+    golden: bool | None = Field(
+        None, description="Only runs marked golden (true) or only runs not marked (false)."
+    )
     limit: int = Field(50, ge=1, le=MAX_PAGE, description=f"Page size, 1..{MAX_PAGE}.")
     cursor: Cursor | None = Field(None, description="next_cursor of the previous page.")
 

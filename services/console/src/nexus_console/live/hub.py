@@ -40,6 +40,7 @@ FOLLOWED: tuple[Family, ...] = (
     Family.SCHEDULE,
     Family.CATALOG,
     Family.DLQ,
+    Family.EVAL,
 )
 
 
@@ -67,6 +68,10 @@ class LiveEvent:
     @property
     def flow_run_id(self) -> str | None:
         return self.ids.get("flow_run_id")
+
+    @property
+    def eval_run_id(self) -> str | None:
+        return self.ids.get("eval_run_id")
 
 
 def live_event(msg: Msg) -> LiveEvent:

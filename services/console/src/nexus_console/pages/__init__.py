@@ -11,6 +11,7 @@ from nexus_console.pages import (
     dead_letters,
     flow_runs,
     flows,
+    lab,
     login,
     run,
     runs,
@@ -30,4 +31,5 @@ ROUTES: tuple[web.RouteTableDef, ...] = (
     board.routes,
     usage.routes,
     catalog.routes,
+    lab.routes,
 )

@@ -13,6 +13,7 @@ from nexus_events.contract.subjects import CatalogKind, Family
 from nexus_events.errors import InvalidSubject
 from pydantic import BaseModel, ConfigDict, ValidationError
 
+from nexus_console.canary_standing import CanaryDecision, canary_decisions, canary_view
 from nexus_console.catalog_history import Revision, catalog_history
 from nexus_console.context import console_of
 from nexus_console.forms import bad_request
@@ -51,6 +52,18 @@ def unified_diff(old: Revision, new: Revision) -> str:
     )
 
 
+def history_rows(
+    revisions: list[Revision], decisions: list[CanaryDecision]
+) -> list[Revision | CanaryDecision]:
+    """Revisions and canary decisions in one history, newest first (by stored time; a
+    decision and the revision it causes keep the stream's order)."""
+    merged: list[tuple[str, int, Revision | CanaryDecision]] = [
+        (r.time or "", i, r) for i, r in enumerate(revisions)
+    ]
+    merged += [(d.time or "", len(revisions) + i, d) for i, d in enumerate(decisions)]
+    return [row for _, _, row in sorted(merged, key=lambda t: (t[0], t[1]), reverse=True)]
+
+
 def _is_htmx_for(request: web.Request, target: str) -> bool:
     return (
         request.headers.get("HX-Request") == "true" and request.headers.get("HX-Target") == target
@@ -82,9 +95,13 @@ async def _item_page(request: web.Request, kind: CatalogKind, item_id: str) -> w
     except InvalidSubject as exc:
         raise web.HTTPNotFound(text=f"no {kind.value} {item_id!r}: {exc}") from None
     position = console.hub.position()
+    canary = None
+    decisions: list[CanaryDecision] = []
     if kind is CatalogKind.AGENT:
         current = await console.reads.query(subjects.CORE_CATALOG_AGENTS_GET, {"id": item_id})
         definition = current["definition"]
+        canary = canary_view(current, subjects.CORE_CATALOG_AGENTS_GET)
+        decisions = await canary_decisions(console.bus, item_id)
     else:
         current = await console.reads.query(subjects.CORE_CATALOG_SKILLS_GET, {"name": item_id})
         definition = current["skill"]
@@ -110,7 +127,9 @@ async def _item_page(request: web.Request, kind: CatalogKind, item_id: str) -> w
         "revision": current["revision"],
         "yaml": as_yaml(shown.definition if shown else definition),
         "shown": shown,
-        "revisions": list(reversed(revisions)),
+        "history": history_rows(revisions, decisions),
+        "canary": canary,
+        "decisions": decisions,
         "diff": diff,
         "a": choice.a,
         "b": choice.b,

@@ -29,6 +29,7 @@ from nexus_console.forms import bad_request
 from nexus_console.live.hub import LiveEvent, live_event
 from nexus_console.live.sse import format_since, serve_events
 from nexus_console.rendering import render, render_text
+from nexus_console.run_lab import lab_links
 
 log = logging.getLogger("nexus_console.audit")
 
@@ -127,6 +128,7 @@ async def run_page(request: web.Request) -> web.Response:
         lines=lines,
         more_lines=more_lines,
         config=config,
+        lab=lab_links(run, timeline.events),
         labels=(requested.body.get("labels") if requested else None) or {},
         waiting=[] if is_terminal(run.get("status")) else timeline.waiting_approvals(),
         ended=is_terminal(run.get("status")),

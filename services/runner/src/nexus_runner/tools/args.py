@@ -114,6 +114,12 @@ class RememberArgs(ToolArgs):
     )
 
 
+class ReadSkillArgs(ToolArgs):
+    """Read in full one of the skills listed under "Skills on demand" in your instructions."""
+
+    name: str = Field(..., min_length=1, description="The skill's name, as listed.")
+
+
 class FinishArgs(ToolArgs):
     """End the run with a structured result. Call it once the work is done."""
 

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 from nexus_runner.containment import is_secret_file, reads_outside
 from nexus_runner.errors import ToolError
+from nexus_runner.plan import READ_SKILL
 from nexus_runner.process import run_process
 from nexus_runner.safety import SECRET_REFUSAL
 from nexus_runner.tools import args as a
@@ -275,6 +276,15 @@ async def delegate(ctx: ToolContext, args: a.DelegateArgs) -> str:
 
 
 # What an accepted `finish` answers: a resumed attempt recognises the dead one's by it.
+async def read_skill(ctx: ToolContext, args: a.ReadSkillArgs) -> str:
+    """An on-demand skill's content (no workspace access)."""
+    content = ctx.skills.get(args.name)
+    if content is None:
+        known = ", ".join(sorted(ctx.skills)) or "none"
+        raise ToolError(f"no on-demand skill named {args.name!r}; this run's: {known}")
+    return content
+
+
 FINISHED = "run finished"
 
 
@@ -299,4 +309,5 @@ BUILTINS: dict[str, tuple[type[a.ToolArgs], Handler]] = {
     "remember": (a.RememberArgs, remember),
     "delegate": (a.DelegateArgs, delegate),
     "finish": (a.FinishArgs, finish),
+    READ_SKILL: (a.ReadSkillArgs, read_skill),
 }

@@ -35,6 +35,8 @@ class ToolContext:
     finished: FinishArgs | None = None
     # Long-term memory of the run (the `remember` tool); None: no connection to it.
     memory: RunMemory | None = None
+    # The run's on-demand skills' content by name (the `read_skill` tool reads them).
+    skills: dict[str, str] = field(default_factory=dict)
     # Id of the tool call being executed (calls run one at a time): what makes a call's
     # side effect idempotent, e.g. the id a `remember` records under.
     call_id: str = ""

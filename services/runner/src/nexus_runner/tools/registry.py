@@ -18,7 +18,7 @@ from nexus_events.events.specs import Hooks, Permissions, SandboxTool, ToolGrant
 from nexus_runner.errors import ToolError
 from nexus_runner.guard import pipeline as guard_pipeline
 from nexus_runner.guard.verdict import Decision, Outcome
-from nexus_runner.plan import READ_TOOLS
+from nexus_runner.plan import READ_SKILL, READ_TOOLS
 from nexus_runner.sandbox import HostEnv, RunSandbox
 from nexus_runner.sandbox.hooks import ScriptHooks
 from nexus_runner.tools.builtin import BUILTINS
@@ -80,6 +80,8 @@ class ToolRegistry:
         self.unknown = sorted(g.name for g in grants if g.name not in BUILTINS)
         if "finish" not in self.granted:  # every run must be able to end itself
             self.granted["finish"] = ToolGrant(name="finish")
+        if context.skills and READ_SKILL not in self.granted:  # how on-demand skills are read
+            self.granted[READ_SKILL] = ToolGrant(name=READ_SKILL)
         self.permissions = permissions
         self.ctx = context
         self.mcp = mcp or McpTools([])
