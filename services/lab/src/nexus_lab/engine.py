@@ -34,7 +34,7 @@ from nexus_events.runtime.clock import Clock, SystemClock
 from nexus_events.runtime.periodic import PeriodicTask
 from nexus_events.transport.bus import Bus, decode_msg
 from nexus_events.transport.fenced_projection import FencedProjectionRunner
-from nexus_events.transport.projection import quote_ident
+from nexus_events.transport.projection import quote_ident, read_checkpoint
 from nexus_events.transport.publish import Outgoing
 
 from nexus_lab.case_runs import (
@@ -218,11 +218,9 @@ class Engine:
             msg = await self.bus.js.get_last_msg(CATALOG, subject)
         except nats.js.errors.NotFoundError:
             return False
-        folded = await self.pool.fetchval(
-            f"SELECT count(*) FROM {self.q}.suite_revisions WHERE suite_id = $1", state.suite
-        )
-        wanted = state.requested_revision or 1
-        return (msg.seq or 0) > 0 and int(folded or 0) < wanted
+        async with self.pool.acquire() as conn:
+            folded = await read_checkpoint(conn, self.schema, CATALOG)
+        return (msg.seq or 0) > folded
 
     async def _grade(self, state: EvalState, suite: SuiteRevision, inherited: bool) -> bool:
         """Grade the live case runs that ended (every live one of an inherited eval run is

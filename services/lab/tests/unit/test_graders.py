@@ -112,7 +112,7 @@ def test_a_broken_grader_fails_its_case_with_the_reason(monkeypatch: pytest.Monk
     def broken(*_: object) -> tuple[bool, str]:
         raise ZeroDivisionError("division by zero")
 
-    monkeypatch.setitem(graders_module._GRADE, MaxTurnsGrader, broken)
+    monkeypatch.setitem(graders_module._GRADE, MaxTurnsGrader, broken)  # type: ignore[misc]
     out = grade([CompletedGrader(), MaxTurnsGrader(turns=3)], RunEvidence(view()))
     assert out is not None
     assert out[0].passed
