@@ -19,6 +19,7 @@ from nexus_events.events.evals import (
     EvalCaseStarted,
     EvalCompleted,
     EvalFailed,
+    EvalStatus,
     EvalSuite,
 )
 from nexus_events.transport.publish import Outgoing
@@ -75,7 +76,7 @@ def _message(state: EvalState, event: Event, tail: str) -> Outgoing:
     )
 
 
-def failed(state: EvalState, reason: str, message: str) -> Outgoing:
+def refusal(state: EvalState, reason: str, message: str) -> Outgoing:
     return _message(state, EvalFailed(reason=reason, message=message), "")
 
 
@@ -98,10 +99,10 @@ def _accept(
 ) -> list[Outgoing]:
     if suite is None:
         which = f" revision {state.requested_revision}" if state.requested_revision else ""
-        return [failed(state, FailReason.UNKNOWN_SUITE, f"no eval suite {state.suite}{which}")]
+        return [refusal(state, FailReason.UNKNOWN_SUITE, f"no eval suite {state.suite}{which}")]
     if unknown_agents:
         names = ", ".join(unknown_agents)
-        return [failed(state, FailReason.UNKNOWN_AGENT, f"no agent revision {names}")]
+        return [refusal(state, FailReason.UNKNOWN_AGENT, f"no agent revision {names}")]
     revisions = [AgentRevision.parse(a) for a in state.agents]
     accepted = EvalAccepted(
         suite=state.suite,
@@ -129,7 +130,7 @@ def decide(
     del now
     if state.terminal:
         return []
-    if state.status == "requested":
+    if state.status == EvalStatus.REQUESTED:
         return _accept(state, suite, unknown_agents)
     if state.planned and all(p.key in state.graded for p in state.planned):
         done = EvalCompleted(revisions=summaries(state), flipped=flipped(cells(state)))
@@ -152,7 +153,7 @@ __all__ = [
     "case_run_id",
     "case_run_of_reviewer",
     "decide",
-    "failed",
     "plan",
+    "refusal",
     "reviewer_run_id",
 ]

@@ -29,6 +29,7 @@ from nexus_events.events.evals import (
     EvalEvent,
     EvalFailed,
     EvalRequested,
+    EvalStatus,
 )
 from nexus_events.runtime.clock import Clock, SystemClock
 from nexus_events.runtime.periodic import PeriodicTask
@@ -173,7 +174,7 @@ class Engine:
         if state is None or state.terminal:
             self._inherited.discard(eval_run_id)
             return
-        if state.status == "requested":
+        if state.status == EvalStatus.REQUESTED:
             await self._accept(state)
             return
         suite = await load_suite(self.pool, state.suite, state.suite_revision, self.schema)

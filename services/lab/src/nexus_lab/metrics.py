@@ -1,5 +1,5 @@
 """The lab's metrics (OpenTelemetry; Prometheus names in brackets): eval runs accepted, completed
-or failed [nexus_lab_eval_runs_total{status}] and case runs graded by outcome
+or failed [nexus_lab_eval_runs_total{status}] and case runs graded by outcome (pass or fail)
 [nexus_lab_cases_graded_total{outcome}]. Counted where the engine publishes, so an event
 repeated after a restart may count twice. Without a MeterProvider they are no-ops."""
 
@@ -25,4 +25,4 @@ class LabMetrics:
         self._eval_runs.add(1, {"status": str(status)})  # an EvalEvent member: its plain name
 
     def case_graded(self, passed: bool) -> None:
-        self._graded.add(1, {"outcome": "passed" if passed else "failed"})
+        self._graded.add(1, {"outcome": "pass" if passed else "fail"})

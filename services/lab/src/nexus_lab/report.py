@@ -6,7 +6,13 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable
 
-from nexus_events.events.evals import AgentRevision, CaseCell, EvalReport, RevisionSummary
+from nexus_events.events.evals import (
+    AgentRevision,
+    CaseCell,
+    EvalReport,
+    EvalStatus,
+    RevisionSummary,
+)
 
 from nexus_lab.state import EvalState, GradedCase
 
@@ -109,7 +115,7 @@ def _why(graded: GradedCase) -> str:
 def report(state: EvalState) -> EvalReport:
     """The eval run's report as its events give it (live figures until it completes)."""
     case_cells = cells(state)
-    done = state.status == "completed"
+    done = state.status == EvalStatus.COMPLETED
     return EvalReport(
         eval_run_id=state.eval_run_id,
         suite=state.suite,

@@ -9,7 +9,6 @@ rows, and an event applied twice changes nothing: each change is guarded by what
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Literal
 
 from nexus_events.events import Event
 from nexus_events.events.evals import (
@@ -20,13 +19,13 @@ from nexus_events.events.evals import (
     EvalCompleted,
     EvalFailed,
     EvalRequested,
+    EvalStatus,
     GradeResult,
     RevisionSummary,
 )
 from pydantic import BaseModel, ConfigDict, Field
 
-Status = Literal["requested", "running", "completed", "failed"]
-TERMINAL: frozenset[str] = frozenset({"completed", "failed"})
+TERMINAL: frozenset[EvalStatus] = frozenset({EvalStatus.COMPLETED, EvalStatus.FAILED})
 
 
 class _Document(BaseModel):
@@ -69,7 +68,7 @@ class EvalState(_Document):
     requested_by: str | None
     requested_at: datetime | None
     updated_at: datetime | None
-    status: Status = "requested"
+    status: EvalStatus = EvalStatus.REQUESTED
     reason: str | None = None
     message: str = ""
     suite_revision: int | None = None
@@ -144,9 +143,9 @@ def fold(  # noqa: PLR0911 - one return per kind of event
     new = state.model_copy(deep=True)
     new.updated_at = at
     if isinstance(event, EvalAccepted):
-        if state.status != "requested":
+        if state.status != EvalStatus.REQUESTED:
             return state
-        new.status = "running"
+        new.status = EvalStatus.RUNNING
         new.suite_revision = event.suite_revision
         new.cases = list(event.cases)
         new.revisions = list(event.revisions)
@@ -174,11 +173,11 @@ def fold(  # noqa: PLR0911 - one return per kind of event
             wall_seconds=event.wall_seconds,
         )
     elif isinstance(event, EvalCompleted):
-        new.status = "completed"
+        new.status = EvalStatus.COMPLETED
         new.summaries = list(event.revisions)
         new.flipped = list(event.flipped)
     elif isinstance(event, EvalFailed):
-        new.status = "failed"
+        new.status = EvalStatus.FAILED
         new.reason = event.reason
         new.message = event.message
     else:
