@@ -23,11 +23,8 @@ from nexus_events.contract.streams import CATALOG, EVALS, RUNS
 from nexus_events.errors import NexusError
 from nexus_events.events.evals import (
     AgentRevision,
-    EvalAccepted,
     EvalCaseGraded,
-    EvalCompleted,
     EvalEvent,
-    EvalFailed,
     EvalRequested,
     EvalStatus,
 )
@@ -192,12 +189,7 @@ class Engine:
         if not out:
             return
         await self.bus.publish_many(out)
-        for o in out:
-            event = o.event
-            if isinstance(event, EvalAccepted | EvalCompleted | EvalFailed):
-                self.metrics.eval_run(event.event_name)
-            elif isinstance(event, EvalCaseGraded):
-                self.metrics.case_graded(event.passed)
+        self.metrics.count(out)
 
     async def _accept(self, state: EvalState) -> None:
         suite = await load_suite(self.pool, state.suite, state.requested_revision, self.schema)

@@ -5,6 +5,10 @@ repeated after a restart may count twice. Without a MeterProvider they are no-op
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+
+from nexus_events.events.evals import EvalAccepted, EvalCaseGraded, EvalCompleted, EvalFailed
+from nexus_events.transport.publish import Outgoing
 from opentelemetry.metrics import MeterProvider, NoOpMeterProvider
 
 EVAL_RUNS = "nexus.lab.eval_runs"
@@ -26,3 +30,12 @@ class LabMetrics:
 
     def case_graded(self, passed: bool) -> None:
         self._graded.add(1, {"outcome": "pass" if passed else "fail"})
+
+    def count(self, published: Iterable[Outgoing]) -> None:
+        """Count what the engine just published."""
+        for out in published:
+            event = out.event
+            if isinstance(event, EvalAccepted | EvalCompleted | EvalFailed):
+                self.eval_run(event.event_name)
+            elif isinstance(event, EvalCaseGraded):
+                self.case_graded(event.passed)

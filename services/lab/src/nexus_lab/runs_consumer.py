@@ -39,14 +39,22 @@ class RunEndings:
             run_id = d.address.ids.get("run_id")
             if not isinstance(d.event, TerminalEvent) or run_id is None:
                 continue
-            reviewer = case_run_of_reviewer(run_id)
-            case_run = reviewer[0] if reviewer is not None else run_id
-            eval_run_id = await self.pool.fetchval(
-                f"SELECT eval_run_id FROM {self.q}.eval_cases WHERE run_id = $1 AND passed IS NULL",
-                case_run,
-            )
+            eval_run_id = await self._ungraded(run_id)
+            case_run = run_id
+            reviewer = case_run_of_reviewer(run_id) if eval_run_id is None else None
+            if reviewer is not None:
+                case_run = reviewer[0]
+                eval_run_id = await self._ungraded(case_run)
             if eval_run_id is not None:
                 self.engine.ended(case_run, eval_run_id)
+
+    async def _ungraded(self, run_id: str) -> str | None:
+        """The eval run of an ungraded case run `run_id` (None: not one)."""
+        found = await self.pool.fetchval(
+            f"SELECT eval_run_id FROM {self.q}.eval_cases WHERE run_id = $1 AND passed IS NULL",
+            run_id,
+        )
+        return None if found is None else str(found)
 
 
 __all__ = ["RunEndings", "runs_spec"]

@@ -16,7 +16,7 @@ from nats.aio.msg import Msg
 from nexus_events.contract import codec, subjects
 from nexus_events.contract.runstate import RunEvent
 from nexus_events.contract.streams import EVALS, RUNS
-from nexus_events.events import RunCompleted, RunRequested, RunResult
+from nexus_events.events import RunCompleted, RunRequested, RunResult, ToolCalled
 from nexus_events.events.evals import EvalApplied, EvalReport, EvalRequested, EvalSuite
 from nexus_events.transport.bus import Bus
 from nexus_events.transport.catalog_commands import apply_agent
@@ -38,9 +38,10 @@ tools: [read_file]
 Script = Callable[[RunRequested], dict[str, Any] | None]
 
 
-async def apply_agents(bus: Bus, revisions: int) -> None:
+async def apply_agents(bus: Bus, revisions: int, agent_id: str = "implementer") -> None:
     for n in range(1, revisions + 1):
-        await apply_agent(bus, AGENT.replace("{prompt}", f"You implement tasks, take {n}."))
+        text = AGENT.replace("{prompt}", f"You implement tasks, take {n}.")
+        await apply_agent(bus, text.replace("id: implementer", f"id: {agent_id}"))
 
 
 async def apply_suite(bus: Bus, suite: dict[str, Any]) -> None:
@@ -58,6 +59,8 @@ class ScriptedRunner:
 
     bus: Bus
     script: Script
+    # The tools a run calls before it ends (its `tool_called` events), by request.
+    tools: Callable[[RunRequested], list[str]] = lambda _: []
     requests: dict[str, RunRequested] = field(default_factory=dict)
     ended: set[str] = field(default_factory=set)
     held: set[str] = field(default_factory=set)
@@ -104,6 +107,9 @@ class ScriptedRunner:
     async def finish(self, run_id: str, details: dict[str, Any]) -> None:
         self.held.discard(run_id)
         self.ended.add(run_id)
+        for n, tool in enumerate(self.tools(self.requests[run_id]), start=1):
+            called = ToolCalled(turn=n, call_id=f"c{n}", tool=tool)
+            await self.bus.publish(subjects.run_event(run_id, RunEvent.TOOL_CALLED), called)
         completed = RunCompleted(
             result=RunResult(summary=f"did {run_id}", details=details, tests_passed=True),
             tokens_in=100,
