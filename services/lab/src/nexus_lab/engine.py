@@ -192,10 +192,10 @@ class Engine:
         self.metrics.count(out)
 
     async def _accept(self, state: EvalState) -> None:
-        suite = await load_suite(self.pool, state.suite, state.requested_revision, self.schema)
-        if suite is None and await self._suite_in_flight(state):
+        if await self._suite_in_flight(state):
             self._waiting.add(state.eval_run_id)
-            return  # applied but not projected yet: decide on the next pass
+            return  # applied or deleted but not projected yet: decide on the next pass
+        suite = await load_suite(self.pool, state.suite, state.requested_revision, self.schema)
         unknown: list[str] = []
         if suite is not None:
             for text in state.agents:
@@ -204,16 +204,22 @@ class Engine:
         await self._publish(decide(state, suite, self.clock.now(), unknown_agents=unknown))
 
     async def _suite_in_flight(self, state: EvalState) -> bool:
-        """Whether NEXUS_CATALOG holds an apply of the suite the projection has not folded:
-        an eval run asked right after its suite was applied must not be refused for it."""
-        subject = subjects.catalog_event(subjects.CatalogKind.EVAL, state.suite, "applied")
-        try:
-            msg = await self.bus.js.get_last_msg(CATALOG, subject)
-        except nats.js.errors.NotFoundError:
+        """Whether NEXUS_CATALOG holds an apply or delete of the suite the projection has not
+        folded yet: an eval run asked right after its suite changed runs what was asked for,
+        not the revision before (nor is it refused for a suite not yet seen)."""
+        newest = 0
+        for what in ("applied", "deleted"):
+            subject = subjects.catalog_event(subjects.CatalogKind.EVAL, state.suite, what)
+            try:
+                msg = await self.bus.js.get_last_msg(CATALOG, subject)
+            except nats.js.errors.NotFoundError:
+                continue
+            newest = max(newest, msg.seq or 0)
+        if newest == 0:
             return False
         async with self.pool.acquire() as conn:
             folded = await read_checkpoint(conn, self.schema, CATALOG)
-        return (msg.seq or 0) > folded
+        return newest > folded
 
     async def _grade(self, state: EvalState, suite: SuiteRevision, inherited: bool) -> bool:
         """Grade the live case runs that ended (every live one of an inherited eval run is
