@@ -18,14 +18,19 @@ from .harness import Script, ScriptedRunner, start_lab
 
 
 @pytest.fixture
-async def core(bus: Bus, pg_pool: asyncpg.Pool[Any]) -> AsyncIterator[CoreApp]:
+async def core(bus: Bus, pg_dsn: str) -> AsyncIterator[CoreApp]:
+    """A core on the test's NATS and database, on its own pool as in core's own tests: on the
+    lab's pool of 4 its projections and queries starved the lab's engine under load."""
     settings = CoreSettings(health_port=None, memory_enabled=False, fetch_timeout=0.2)
-    app = CoreApp(settings, bus=bus, pool=pg_pool)
+    pool = await asyncpg.create_pool(pg_dsn, min_size=1, max_size=12)
+    assert pool is not None
+    app = CoreApp(settings, bus=bus, pool=pool)
     await app.start()
     try:
         yield app
     finally:
         await app.stop()
+        await pool.close()
 
 
 @pytest.fixture
