@@ -11,6 +11,7 @@ from nexus_events.contract import subjects
 from nexus_events.contract.runstate import RunEvent
 from nexus_events.events.evals import AgentRevision
 from nexus_events.events.queries import (
+    MAX_PAGE,
     AgentGet,
     Query,
     RunsEvents,
@@ -49,18 +50,27 @@ class CoreClient:
         data = await self._ask(subjects.CORE_RUNS_GET, RunsGet(run_id=run_id))
         return None if data is None else RunView.model_validate(data)
 
-    async def events(self, run_id: str) -> RunsEventsReply | None:
-        data = await self._ask(subjects.CORE_RUNS_EVENTS, RunsEvents(run_id=run_id))
+    async def events(self, run_id: str, from_seq: int = 1) -> RunsEventsReply | None:
+        query = RunsEvents(run_id=run_id, from_seq=from_seq)
+        data = await self._ask(subjects.CORE_RUNS_EVENTS, query)
         return None if data is None else RunsEventsReply.model_validate(data)
 
     async def tools_called(self, run_id: str) -> list[str]:
-        """The names of the tools the run called, in order (its `tool_called` events)."""
-        reply = await self.events(run_id)
-        if reply is None:
-            return []
-        return [
-            str(e.body.get("tool", "")) for e in reply.events if e.event == RunEvent.TOOL_CALLED
-        ]
+        """The names of the tools the run called, in order (its `tool_called` events), read
+        page by page: a long run has more events than one reply holds."""
+        names: list[str] = []
+        from_seq = 1
+        while True:
+            reply = await self.events(run_id, from_seq)
+            if reply is None or not reply.events:
+                return names
+            names += [
+                str(e.body.get("tool", "")) for e in reply.events if e.event == RunEvent.TOOL_CALLED
+            ]
+            last = reply.events[-1].seq
+            if len(reply.events) < MAX_PAGE or last is None:
+                return names
+            from_seq = last + 1
 
     async def agent_exists(self, revision: AgentRevision) -> bool:
         query = AgentGet(id=revision.agent_id, revision=revision.revision)
