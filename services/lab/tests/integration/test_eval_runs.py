@@ -94,6 +94,8 @@ async def test_five_cases_two_revisions_three_trials(
     assert by_rev[1].ci_low < 0.4 < by_rev[1].ci_high
     assert by_rev[2].cost_usd == 0.01
     assert by_rev[2].tokens == 110
+    # Wall time: from the request core recorded to the ending, per case run.
+    assert 0 < by_rev[2].wall_seconds < 120
     assert report.flipped == ["c", "d"]
     cell = next(c for c in report.cases if (c.case, c.revision) == ("c", 1))
     assert (cell.trials, cell.passed, len(cell.runs)) == (3, 0, 3)
