@@ -245,6 +245,8 @@ class Engine:
     async def _reconcile(self, state: EvalState, suite: SuiteRevision, inherited: bool) -> None:
         """Request the run of every applied, ungraded case start: once per process, and not
         at all when NEXUS_RUNS holds its request already (an earlier process asked)."""
+        # A graded case run needs no remembering: its eval run will not ask for it again.
+        self._requested.difference_update(g.run_id for g in state.graded.values())
         out: list[Outgoing] = []
         asked: list[str] = []
         for key in state.live():
