@@ -29,6 +29,7 @@ KNOWN_SERVICES = {
     "plane-sync",
     "channel-gateway",
     "flows",
+    "lab",
     "mcp",
     "operator",
 }

@@ -1,11 +1,11 @@
-"""Compose without Docker: run core, memory, the scheduler (local runtime) and flows from
+"""Compose without Docker: run core, memory, the scheduler (local runtime), flows and the lab from
 compose.yaml's own commands and environments, against a real nats-server started with
 deploy/nats/nats.conf (the per-service users and permissions) and a real PostgreSQL, and
 drive one run end to end: agent applied -> requested -> prepared -> dispatched -> started ->
 completed, the runner being started by the scheduler exactly as NEXUS_LOCAL_COMMAND
 says, with the fake OpenAI server as the LLM; then memory extracts what the run learned
-(asking the same fake model) and a search finds it, and flows answers a list query on its
-own user."""
+(asking the same fake model) and a search finds it, and flows and the lab answer a list query
+on their own users."""
 
 from __future__ import annotations
 
@@ -28,6 +28,7 @@ import pytest
 from nexus_events.contract import subjects
 from nexus_events.contract.streams import RUNS
 from nexus_events.events.catalog import AgentApplied, AgentDefinition
+from nexus_events.events.evals import EvalListReply, EvalListRequest
 from nexus_events.events.flows import FlowsList, FlowsListReply
 from nexus_events.events.memory import MemorySearchReply, MemorySearchRequest
 from nexus_events.events.runs import RunRequested, TerminalEvent
@@ -38,7 +39,7 @@ from ..fakes.openai_server import FakeOpenAI, Reply, ToolCall
 from .compose_model import ROOT, environment, load
 
 # The compose services this test runs as real processes; the others are explained below.
-RUN_HERE = {"core", "memory", "scheduler", "flows"}
+RUN_HERE = {"core", "memory", "scheduler", "flows", "lab"}
 REPLACED = {
     "nats": "run as the test's nats-server with deploy/nats/nats.conf",
     "postgres": "replaced by the embedded PostgreSQL (pgvector) of the test fixtures",
@@ -219,7 +220,7 @@ async def test_one_run_end_to_end_from_compose(
             },
             tmp_path,
         )
-        for name in ("core", "memory", "scheduler", "flows")
+        for name in ("core", "memory", "scheduler", "flows", "lab")
     }
     admin = await Bus.connect(
         BusSettings(
@@ -248,6 +249,11 @@ async def test_one_run_end_to_end_from_compose(
         flows = procs["flows"]
         flows.start()
         await _until_ready(flows, int(flows.env["NEXUS_HEALTH_PORT"]))
+        # The lab: ready once its projection of NEXUS_CATALOG and NEXUS_EVALS, its lease and
+        # its NEXUS_RUNS consumer exist, each with the `lab` user's permissions.
+        lab = procs["lab"]
+        lab.start()
+        await _until_ready(lab, int(lab.env["NEXUS_HEALTH_PORT"]))
         agent = AgentDefinition.model_validate(
             {
                 "id": "smoke",
@@ -290,17 +296,21 @@ async def test_one_run_end_to_end_from_compose(
             subjects.FLOWS_LIST, FlowsList().model_dump_json().encode(), timeout=5
         )
         assert FlowsListReply.model_validate_json(listed.data).flows == [], flows.tail()
+        evals = await admin.nc.request(
+            subjects.LAB_EVALS_LIST, EvalListRequest().model_dump_json().encode(), timeout=5
+        )
+        assert EvalListReply.model_validate_json(evals.data).evals == [], lab.tail()
         # Each process used its own NATS user; the run process its run's own (the auth
         # callout's user run:<run_id>), not the scheduler's nor a shared runner user.
         users = await asyncio.to_thread(_users, monitor)
-        assert {"core", "memory", "scheduler", "flows", "admin"} <= users, users
+        assert {"core", "memory", "scheduler", "flows", "lab", "admin"} <= users, users
         assert {u for u in users if u.startswith("run:")} == {f"run:{run_id}"}, users
         assert "runner" not in users
     finally:
         await admin.close()
         codes = {name: p.stop() for name, p in reversed(procs.items())}
     # Each drained and exited cleanly on SIGTERM, as `docker compose stop` would ask.
-    assert codes == {"flows": 0, "scheduler": 0, "memory": 0, "core": 0}, "\n".join(
+    assert codes == {"lab": 0, "flows": 0, "scheduler": 0, "memory": 0, "core": 0}, "\n".join(
         p.tail() for p in procs.values()
     )
 

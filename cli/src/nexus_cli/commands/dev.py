@@ -191,6 +191,7 @@ DEV_STACK_MODULES = (
     "nexus_flows",
     "nexus_runner",
     "nexus_console",
+    "nexus_lab",
 )
 
 
