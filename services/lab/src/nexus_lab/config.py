@@ -15,6 +15,11 @@ class LabSettings(ServiceSettings):
     query_timeout: float = Field(
         5.0, gt=0, le=60, description="Seconds to wait for core to answer a run or agent query."
     )
+    # A case run whose ending core does not show yet, or core away, is looked at again this
+    # often; so is an eval run asked right after its suite was applied.
+    retry_interval: float = Field(
+        1.0, gt=0, le=60, description="Seconds between retries of what waits on core."
+    )
     # Several replicas: the lease holder projects and decides (requests case runs, grades);
     # all answer queries. Its own bucket: the lab never shares a lease.
     lab_lease_bucket: str = Field(

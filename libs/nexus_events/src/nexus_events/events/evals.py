@@ -202,6 +202,15 @@ class EvalEvent(StrEnum):
     FAILED = "failed"
 
 
+class EvalStatus(StrEnum):
+    """Where an eval run is: the values of `EvalReport.status`, for code that names them."""
+
+    REQUESTED = "requested"
+    RUNNING = "running"
+    COMPLETED = "completed"
+    FAILED = "failed"
+
+
 class AgentRevision(BaseModel):
     """One agent revision an eval run compares."""
 
@@ -428,6 +437,7 @@ __all__ = [
     "EvalListRequest",
     "EvalReport",
     "EvalRequested",
+    "EvalStatus",
     "EvalSuite",
     "ForbiddenToolsGrader",
     "GradeResult",
