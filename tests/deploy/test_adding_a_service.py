@@ -95,6 +95,7 @@ DERIVED: dict[str, tuple[str, str]] = {
 ENUMERATING_TESTS = frozenset(
     {
         "cli/tests/unit/test_dev_status.py",
+        "deploy/compose-test/run.sh",
         "tests/contract/test_roles.py",
         "tests/deploy/test_compose_smoke.py",
     }
