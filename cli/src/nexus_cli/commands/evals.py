@@ -16,7 +16,7 @@ import typer
 from nexus_events.contract import subjects
 from nexus_events.contract.streams import CATALOG, EVALS
 from nexus_events.events import EvalRequested
-from nexus_events.events.evals import AgentRevision, EvalEvent, EvalReport
+from nexus_events.events.evals import AgentRevision, EvalEvent, EvalReport, EvalStatus
 from nexus_events.transport.catalog_commands import apply_eval, delete_eval
 from pydantic import ValidationError
 
@@ -328,7 +328,7 @@ async def _settled_report(s: Session, eval_run_id: str, *, within: float) -> Eva
     while True:
         try:
             report = await _get_report(s, eval_run_id)
-            if report.status == EvalEvent.COMPLETED.value:
+            if report.status == EvalStatus.COMPLETED:
                 return report
         except CliError as exc:
             if exc.code is not ExitCode.NOT_FOUND:
