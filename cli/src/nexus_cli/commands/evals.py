@@ -328,7 +328,7 @@ async def _settled_report(s: Session, eval_run_id: str, *, within: float) -> Eva
     while True:
         try:
             report = await _get_report(s, eval_run_id)
-            if report.status == EvalStatus.COMPLETED:
+            if report.status == EvalStatus.COMPLETED.value:
                 return report
         except CliError as exc:
             if exc.code is not ExitCode.NOT_FOUND:
