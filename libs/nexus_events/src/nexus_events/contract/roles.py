@@ -273,7 +273,8 @@ EVENT_ROLES: dict[tuple[Family, str], EventRoles] = {
         for name in ("completed", "failed", "cancelled")
     },
     # -- eval runs (NEXUS_EVALS): the lab folds the stream into its reports -----------------
-    (Family.EVAL, "requested"): _run((_CLI, _OPERATOR), (_LAB, _CLI)),
+    # The lab re-publishes a request on the token `new` under the id it makes up.
+    (Family.EVAL, "requested"): _run((_CLI, _OPERATOR, _LAB), (_LAB, _CLI)),
     **{
         (Family.EVAL, name): _run((_LAB,), (_LAB, _CLI, _CONSOLE))
         for name in ("accepted", "case_started", "case_graded", "completed", "failed")
