@@ -19,12 +19,14 @@ from nexus_cli.commands import (
     evals,
     flow_runs,
     flows,
+    lab_runs,
     mcp,
     memory,
     pair,
     plane,
     projections,
     run_control,
+    run_diff,
     run_events,
     runs,
     schedules,
@@ -78,9 +80,11 @@ app.add_typer(flow_runs.app, name="flow")
 app.add_typer(schedules.app, name="schedule")
 app.add_typer(evals.app, name="eval")
 # `nexus --help` lists commands in registration order: run, ps, attach, events, logs,
-# cancel, approve, deny.
+# cancel, approve, deny, then the lab's replay, fork, golden and diff.
 runs.register(app)
 run_events.register(app)
 run_control.register(app)
+lab_runs.register(app)
+run_diff.register(app)
 board.register(app)
 doctor.register(app)

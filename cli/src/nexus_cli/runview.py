@@ -13,6 +13,10 @@ from nexus_events.contract.runstate import (
     is_terminal,
     next_status,
 )
+from nexus_events.events import RunDiverged, RunGoldenMarked
+from nexus_events.events.lab_specs import OnDivergence
+from nexus_events.events.queries import RunView as RunRow
+from pydantic import ValidationError
 from rich.console import Group
 from rich.panel import Panel
 from rich.table import Table
@@ -53,6 +57,8 @@ class RunView:
     attempt: int = 1
     max_attempts: int | None = None
     condensations: set[tuple[int, str]] = field(default_factory=set)
+    # A replay's first divergence (docs/lab.md), as `describe` words it.
+    divergence: str | None = None
 
     @property
     def terminal(self) -> bool:
@@ -104,6 +110,7 @@ class RunView:
             self.cost_usd = float(body.get("cost_usd") or self.cost_usd)
             self.result = body.get("result")
         self._apply_attempts(event, body)
+        self._apply_lab(event, body)
         self.recent = [*self.recent, describe(event, body)][-RECENT:]
 
     def _apply_attempts(self, event: str, body: dict[str, Any]) -> None:
@@ -121,6 +128,11 @@ class RunView:
             # As core counts them: a re-published condensation is the same one.
             turn = body.get("turn")
             self.condensations.add((turn if isinstance(turn, int) else 0, str(strategy)))
+
+    def _apply_lab(self, event: str, body: dict[str, Any]) -> None:
+        """A replay's first divergence (docs/lab.md): kept, later ones are not news."""
+        if event == RunEvent.DIVERGED and self.divergence is None:
+            self.divergence = describe(event, body)
 
     def exit_code(self) -> ExitCode:
         return ExitCode.OK if self.status == RunStatus.COMPLETED else ExitCode.RUN_FAILED
@@ -143,6 +155,7 @@ class RunView:
             "attempt": self.attempt,
             "max_attempts": self.max_attempts,
             "condensations": len(self.condensations),
+            "divergence": self.divergence,
         }
 
     def render(self, now: datetime | None = None) -> Panel:
@@ -164,6 +177,8 @@ class RunView:
         grid.add_row("tool calls", str(self.tool_calls))
         grid.add_row("tokens", f"{self.tokens_in} in / {self.tokens_out} out  ${self.cost_usd:.4f}")
         grid.add_row("elapsed", duration(self.elapsed(now)))
+        if self.divergence:
+            grid.add_row("[yellow]lab[/]", self.divergence)
         for approval_id, summary in self.pending_approvals.items():
             grid.add_row(
                 "[yellow]approval[/]",
@@ -181,6 +196,9 @@ def describe(event: str, body: dict[str, Any]) -> str:  # noqa: PLR0911, PLR0912
     resume = describe_resume(event, body)
     if resume is not None:
         return resume
+    lab = _describe_lab(event, body)
+    if lab is not None:
+        return lab
     if event == RunEvent.TURN:
         tokens = f"{body.get('tokens_in', 0)}+{body.get('tokens_out', 0)}"
         return f"turn {body.get('turn')}: {tokens} tokens"
@@ -214,6 +232,48 @@ def describe(event: str, body: dict[str, Any]) -> str:  # noqa: PLR0911, PLR0912
             f"approval_refused {body.get('approval_id')}: {body.get('answered_by')} may not decide"
         )
     return event
+
+
+def _describe_lab(event: str, body: dict[str, Any]) -> str | None:
+    """The lab's run events (docs/lab.md) in one line; None for any other event."""
+    try:
+        if event == RunEvent.DIVERGED:
+            d = RunDiverged.model_validate(body)
+            went = "stopped" if d.action is OnDivergence.STOP else "went on live"
+            return f"diverged at turn {d.turn} ({d.kind.value}): {d.detail} [{went}]"
+        if event == RunEvent.GOLDEN_MARKED:
+            g = RunGoldenMarked.model_validate(body)
+            verb = "marked golden" if g.golden else "golden mark taken back"
+            by = f" by {g.marked_by}" if g.marked_by else ""
+            return f"{verb}{by}" + (f": {g.note}" if g.note else "")
+    except ValidationError:
+        return event
+    return None
+
+
+def lab_lines(reply: dict[str, Any]) -> list[tuple[str, str]]:
+    """What the lab knows of a run (core's runs.get reply; docs/lab.md), as ``(label, text)``
+    lines; none if nothing (or a reply this CLI cannot read)."""
+    try:
+        row = RunRow.model_validate(reply)
+    except ValidationError:
+        return []
+    lines: list[tuple[str, str]] = []
+    if row.replay_of:
+        lines.append(("replay of", row.replay_of))
+    if row.forked_from:
+        at = f"@{row.fork_turn}" if row.fork_turn is not None else ""
+        lines.append(("forked from", f"{row.forked_from}{at}"))
+    if row.forks:
+        lines.append(("forks", ", ".join(row.forks)))
+    if row.golden:
+        lines.append(("golden", "yes (an eval case)"))
+    if row.diverged_at is not None:
+        kind = f" ({row.divergence})" if row.divergence else ""
+        lines.append(("diverged", f"at turn {row.diverged_at}{kind}"))
+    if row.canary_arm:
+        lines.append(("canary arm", row.canary_arm))
+    return lines
 
 
 def delegation_tree(runs: list[dict[str, Any]]) -> list[tuple[dict[str, Any], int]]:

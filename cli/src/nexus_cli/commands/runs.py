@@ -28,7 +28,7 @@ from nexus_cli.follow import follow
 from nexus_cli.options import Output, OutputOpt, RunArg, globals_of, run
 from nexus_cli.output import ago, console, emit, message, print_json
 from nexus_cli.resumelines import attempt_label
-from nexus_cli.runview import RunView, delegation_tree, describe, tree_label
+from nexus_cli.runview import RunView, delegation_tree, describe, lab_lines, tree_label
 from nexus_cli.target import resolve_target
 
 
@@ -381,6 +381,8 @@ def _print_snapshot(row: dict[str, Any], snap: dict[str, Any]) -> None:
     console.print(f"  status   {status}", markup=False)
     if row.get("parent_run_id"):
         console.print(f"  parent   {row['parent_run_id']} (delegated it)", markup=False)
+    for label, text in lab_lines(row):
+        console.print(f"  {label:<8} {text}", markup=False)
     console.print(f"  phase    {snap['phase'] or '-'}", markup=False)
     if row.get("message"):
         console.print(f"  message  {row['message']}", markup=False)

@@ -10,8 +10,8 @@ finish reason, a usage chunk with ``stream_options.include_usage``, ``data: [DON
 The package needs nothing but the standard library and imports nothing outside itself (the
 test profile of deploy/compose.yaml mounts it into the runner image, where nexus_cli is not
 installed): `replies` (what a script is made of), `demo_scripts` (what the demo follows),
-`check_scripts` (what the end-to-end tests and chaos checks follow), `conversation` (which
-script, which reply), `server` (HTTP).
+`check_scripts` (what the end-to-end tests and chaos checks follow), `lab_scripts` (what the
+lab's tests follow), `conversation` (which script, which reply), `server` (HTTP).
 
 It is stateless: the reply to a request is a function of the conversation it carries (which
 script, how many assistant turns so far, what the last tool said), so a restart, a retry or
@@ -48,6 +48,19 @@ name ``offline-NAME``, else by the role the system prompt opens with as examples
 - ``paced``: ``resume`` with two seconds' sleep in each journal append, so runs started
   together are all still going seconds later (the cluster chaos test kills a NATS node then).
 
+The lab's scripts (`lab_scripts`, docs/lab.md): an agent revision whose system prompt names
+one answers with it, so revisions of one agent can follow different scripts.
+
+- ``lab-steps``: four deterministic turns: writes ``notes/step1.txt``; reads the first skill
+  listed as on demand in the system prompt with ``read_skill`` (``{"name": ...}``; the
+  listing is the first list item after a line that mentions ``read_skill`` or "on demand"),
+  else reads ``notes/step1.txt`` back; writes ``notes/step3.txt`` naming the length of that
+  tool result; finishes with ``details.steps`` = 3. Same requests, same replies: a replay of
+  an unchanged revision reproduces it, and a changed skill changes turn 3's request.
+- ``eval-strict``: finishes at turn 1 with ``details.answer``: the text after ``answer:`` in
+  the task input when the input carries ``[easy]``, else ``no idea``.
+- ``eval-lenient``: the same, whatever the input: always the text after ``answer:``.
+
 A request from memory's extraction (its instruction carries ``[nexus-memory-extraction]``)
 gets JSON naming what the finished run taught: its result summary, in the repository's scope
 when the run had one.
@@ -74,6 +87,14 @@ from .demo_scripts import (
     REVIEW_FINDING,
     flow_round,
 )
+from .lab_scripts import (
+    STEP1_FILE,
+    STEP1_TEXT,
+    STEP3_FILE,
+    WRONG_ANSWER,
+    answer_in,
+    first_on_demand_skill,
+)
 from .replies import Call, Reply, Step, Turn
 from .server import MODEL_NAME, Server, main, serve
 
@@ -92,12 +113,18 @@ __all__ = [
     "RESUME_JOURNAL",
     "REVIEW_FINDING",
     "SCRIPTS",
+    "STEP1_FILE",
+    "STEP1_TEXT",
+    "STEP3_FILE",
+    "WRONG_ANSWER",
     "Call",
     "Reply",
     "Server",
     "Step",
     "Turn",
+    "answer_in",
     "extraction_answer",
+    "first_on_demand_skill",
     "flow_round",
     "main",
     "reply_for",

@@ -9,6 +9,7 @@ from typing import Any
 
 from .check_scripts import CHECK_SCRIPTS
 from .demo_scripts import DEMO_SCRIPTS
+from .lab_scripts import LAB_SCRIPTS
 from .replies import Reply, Step, Turn, finish
 
 KEYWORD = re.compile(r"\[offline-model:([a-z_-]+)\]")
@@ -18,7 +19,7 @@ DEFAULT_SCRIPT = "fix"
 
 # Every script by name; each gives a script's steps, given the conversation (its prompt may
 # shape them).
-SCRIPTS: dict[str, Callable[[Turn], list[Step]]] = {**DEMO_SCRIPTS, **CHECK_SCRIPTS}
+SCRIPTS: dict[str, Callable[[Turn], list[Step]]] = {**DEMO_SCRIPTS, **CHECK_SCRIPTS, **LAB_SCRIPTS}
 
 
 def _text_of(content: Any) -> str:
@@ -67,13 +68,15 @@ def _results_of(messages: list[dict[str, Any]]) -> tuple[tuple[str, dict[str, An
     return tuple(out)
 
 
-def _prompt_of(messages: list[dict[str, Any]]) -> str:
-    """The system prompt and the input: every message before the first assistant turn."""
+def _prompt_of(messages: list[dict[str, Any]], roles: tuple[str, ...] = ()) -> str:
+    """The system prompt and the input: every message before the first assistant turn (only
+    those of `roles` when given)."""
     parts = []
     for message in messages:
         if message.get("role") == "assistant":
             break
-        parts.append(_text_of(message.get("content")))
+        if not roles or message.get("role") in roles:
+            parts.append(_text_of(message.get("content")))
     return "\n".join(parts)
 
 
@@ -104,7 +107,14 @@ def reply_for(body: dict[str, Any]) -> Reply:
     tool_messages = [m for m in messages if m.get("role") == "tool"]
     last_tool = _text_of(tool_messages[-1].get("content")) if tool_messages else ""
     offered = frozenset(str((t.get("function") or {}).get("name")) for t in body.get("tools") or [])
-    turn = Turn(turns, last_tool, offered, _prompt_of(messages), _results_of(messages))
+    turn = Turn(
+        turns,
+        last_tool,
+        offered,
+        _prompt_of(messages),
+        _results_of(messages),
+        _prompt_of(messages, ("user",)),
+    )
     steps = SCRIPTS[script_name(body)](turn)
     reply = steps[turns](turn) if turns < len(steps) else finish("Nothing more to do.")
     missing = [c.name for c in reply.calls if offered and c.name not in offered]

@@ -34,6 +34,8 @@ class Turn:
     prompt: str = ""
     # Every answered tool call so far, in order: (tool, arguments, what the tool said).
     results: tuple[tuple[str, dict[str, Any], str], ...] = ()
+    # The run's input: the user messages before the first assistant turn.
+    task: str = ""
 
 
 Step = Callable[[Turn], Reply]
