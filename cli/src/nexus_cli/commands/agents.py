@@ -11,6 +11,7 @@ import typer
 import yaml
 from nexus_events.contract import subjects
 from nexus_events.contract.streams import CATALOG
+from nexus_events.events.queries import CanaryView
 from nexus_events.transport.catalog_commands import apply_agent
 
 from nexus_cli.apply_sources import PathsArg, apply_paths, file_option
@@ -146,8 +147,30 @@ def show_cmd(
         console.print(yaml.safe_dump(data["definition"], sort_keys=False).rstrip(), markup=False)
         for line in mcp_summary(data["definition"]):
             console.print(line, markup=False)
+        for line in canary_lines(data.get("canary")):
+            console.print(line, markup=False)
 
     run(output, body)
+
+
+def canary_lines(canary: dict[str, Any] | None) -> list[str]:
+    """Where the agent's canary stands (core's CanaryView), as comment lines after the YAML:
+    each arm's finished runs and success rate, and the decision once taken."""
+    if not canary:
+        return []
+    view = CanaryView.model_validate(canary)
+    lines = [f"# canary: share {view.share:g}"]
+    for name, arm in (("candidate", view.candidate), ("current", view.current)):
+        lines.append(
+            f"#   {name} revision {arm.revision}: {arm.succeeded}/{arm.runs} completed"
+            f" ({arm.success_rate:.0%}), mean cost ${arm.mean_cost_usd:.4f},"
+            f" mean turns {arm.mean_turns:.1f}"
+        )
+    if view.decision is not None:
+        lines.append(f"#   decided: {view.decision} ({view.rule})")
+    else:
+        lines.append("#   running: no decision yet")
+    return lines
 
 
 def mcp_summary(definition: dict[str, Any]) -> list[str]:
