@@ -126,7 +126,7 @@ class TurnPair:
 
     def as_dict(self) -> dict[str, Any]:
         return {
-            "turn": self.turn,
+            "number": self.turn,
             "a": [c.as_dict() for c in self.a],
             "b": [c.as_dict() for c in self.b],
             "calls_match": self.calls_match,

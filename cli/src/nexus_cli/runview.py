@@ -270,7 +270,7 @@ def lab_lines(reply: dict[str, Any]) -> list[tuple[str, str]]:
         lines.append(("golden", "yes (an eval case)"))
     if row.diverged_at is not None:
         kind = f" ({row.divergence})" if row.divergence else ""
-        lines.append(("diverged", f"at turn {row.diverged_at}{kind}"))
+        lines.append(("divergence", f"at turn {row.diverged_at}{kind}"))
     if row.canary_arm:
         lines.append(("canary arm", row.canary_arm))
     return lines

@@ -242,6 +242,11 @@ async def test_golden_marks_and_unmarks_a_completed_run(
         RunGoldenMarked(golden=True, marked_by=whoami(), note="the reference fix"),
         RunGoldenMarked(golden=False, marked_by=whoami(), note=""),
     ]
+    # attach reads the marks as sentences among the recent events
+    attached = await nexus(nats_url, tmp_path, "attach", SRC)
+    assert attached.exit_code == 0, attached.output
+    assert f"marked golden by {whoami()}: the reference fix" in attached.stdout
+    assert f"golden mark taken back by {whoami()}" in attached.stdout
 
 
 async def test_golden_refuses_a_live_or_unsuccessful_run(

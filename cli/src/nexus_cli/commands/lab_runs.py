@@ -125,7 +125,7 @@ class LabWatch:
             **self.view.as_dict(),
             "divergence": None
             if diverged is None
-            else diverged.model_dump(mode="json", include={"turn", "kind", "detail", "action"}),
+            else diverged.model_dump(mode="json", exclude={"index", "recorded", "actual"}),
         }
 
 
