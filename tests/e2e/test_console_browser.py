@@ -22,19 +22,6 @@ import nats
 import pytest
 from nats.aio.msg import Msg
 from nats.js.api import ConsumerConfig, DeliverPolicy
-from nexus_events.contract import subjects
-from nexus_events.events.evals import (
-    CaseCell,
-    EvalCaseGraded,
-    EvalEvent,
-    EvalGetRequest,
-    EvalListReply,
-    EvalListRequest,
-    EvalReport,
-    RevisionSummary,
-)
-from nexus_events.transport.bus import Bus, BusSettings
-from nexus_events.transport.micro import QueryError, endpoint_handler, start_service, stop_service
 from nexus_testing import eventually
 from nexus_testing.browser import screenshot
 from playwright.async_api import Browser, Dialog, Page, expect
@@ -486,95 +473,66 @@ async def test_a_schedule_paused_from_the_console(
     assert (kept["agent_id"], kept["cron"]) == ("reviewer", "0 3 * * *")
 
 
-def _eval_report(eval_run_id: str, graded: int) -> EvalReport:
-    """implementer@1 against @2 on three cases, two trials each: `add` flipped."""
+# Two revisions of an answering agent (the offline model's eval scripts) on two cases: the
+# strict revision answers only the easy case right, so the other case flips.
+EVAL_AGENT = """\
+id: console-answer
+role: implementer
+model: {{name: gpt-4o-mini}}
+system_prompt: "[offline-model:{script}] You answer."
+tools: [finish]
+"""
+EVAL_SUITE = """\
+id: console-answers
+agent: console-answer
+graders: [{kind: details_match, field: answer, matches: "^[0-9]+$"}]
+cases:
+  - {id: easy, input: "answer: 1 [easy]"}
+  - {id: hard, input: "answer: 2"}
+"""
 
-    def cell(case: str, revision: int, passed: int, why: str = "") -> CaseCell:
-        runs = [f"{eval_run_id}-{case}-{revision}-{t}" for t in (1, 2)]
-        return CaseCell(
-            case=case, agent_id="implementer", revision=revision, trials=2, passed=passed,
-            runs=runs, reasons=[why] * (2 - passed), cost_usd=0.004 * revision, tokens=900.0,
-            turns=3.0 + revision, wall_seconds=4.5,
-        )  # fmt: skip
 
-    def summary(revision: int, passed: int, low: float, high: float) -> RevisionSummary:
-        return RevisionSummary(
-            agent_id="implementer", revision=revision, graded=6, passed=passed,
-            pass_rate=passed / 6, ci_low=low, ci_high=high, cost_usd=0.004 * revision,
-            tokens=900.0, turns=3.0 + revision, wall_seconds=4.5,
-        )  # fmt: skip
-
-    done = graded == 12
-    return EvalReport(
-        eval_run_id=eval_run_id, suite="calc-suite", suite_revision=1,
-        status="completed" if done else "running", planned=12, graded=graded,
-        requested_by="cli:e2e",
-        revisions=[summary(1, 4, 0.30, 0.90), summary(2, 6, 0.61, 1.0)] if done else [],
-        cases=[
-            cell("add", 1, 0, "tests_pass: 1 failed"), cell("add", 2, 2),
-            cell("sub", 1, 2), cell("sub", 2, 2), cell("mul", 1, 2), cell("mul", 2, 2),
-        ],
-        flipped=["add"],
+async def test_the_lab_report_followed_live(
+    stack: Stack, console: Console, operator: Page, tmp_path: Path
+) -> None:
+    """A real eval run of the lab service on the stack: the report page, opened while it runs,
+    fetches itself again in place as the lab's events land, until it is complete."""
+    for n, script in ((1, "eval-strict"), (2, "eval-lenient")):
+        path = tmp_path / f"agent{n}.yaml"
+        path.write_text(EVAL_AGENT.format(script=script))
+        applied = await cli(stack, "agents", "apply", "-f", str(path))
+        assert applied.code == 0, applied.stderr
+    (tmp_path / "suite.yaml").write_text(EVAL_SUITE)
+    applied = await cli(stack, "eval", "apply", str(tmp_path / "suite.yaml"))
+    assert applied.code == 0, applied.stderr
+    started = await cli(
+        stack, "eval", "run", "console-answers", "--agent", "console-answer@1",
+        "--agent", "console-answer@2", "--concurrency", "1", "-o", "json",
     )  # fmt: skip
-
-
-async def test_the_lab_report_followed_live(stack: Stack, console: Console, operator: Page) -> None:
-    """The lab service has not landed in the dev stack yet: its two queries are answered by a
-    test double of that sibling service, a real nats.micro service on the stack's real NATS
-    answering the contract's EvalReport models. The eval event that moves the report is a real
-    one on NEXUS_EVALS, which the console follows like every other stream."""
-    eval_run_id = f"ev_e2e_{uuid.uuid4().hex[:6]}"
-    reports = {eval_run_id: _eval_report(eval_run_id, graded=10)}
-
-    async def get(request: EvalGetRequest) -> EvalReport:
-        if request.eval_run_id not in reports:
-            raise QueryError(404, f"no eval run {request.eval_run_id}")
-        return reports[request.eval_run_id]
-
-    async def listed(request: EvalListRequest) -> EvalListReply:
-        return EvalListReply(evals=list(reports.values())[: request.limit])
-
-    bus = await Bus.connect(
-        BusSettings(url=stack.state()["nats_url"], connect_attempts=1), source="e2e-lab"
-    )
-    service = await start_service(
-        bus.nc, "lab-double", "the lab's eval queries, answered by the console's e2e test",
-        [("evals-get", subjects.LAB_EVALS_GET, endpoint_handler(EvalGetRequest, get)),
-         ("evals-list", subjects.LAB_EVALS_LIST, endpoint_handler(EvalListRequest, listed))],
-    )  # fmt: skip
-    try:
-        await operator.goto(f"{console.url}/runs")
-        await operator.click('header nav a[href="/lab"]')
-        await expect(operator.locator(f'tr[data-eval="{eval_run_id}"]')).to_contain_text("10 / 12")
-        await operator.click(f'a[href="/lab/{eval_run_id}"]')
-        await expect(operator.locator("#eval-status")).to_have_text("running")
-        await operator.evaluate(MARKER)
-        await expect(operator.locator("tr#case-add.flipped")).to_have_count(1)
-        # The last two trials graded: the page fetches itself again, in place.
-        reports[eval_run_id] = _eval_report(eval_run_id, graded=12)
-        graded = EvalCaseGraded(
-            case="mul", agent_id="implementer", revision=2, trial=2,
-            run_id=f"{eval_run_id}-mul-2-2", passed=True, status="completed",
-        )  # fmt: skip
-        await bus.publish(subjects.eval_event(eval_run_id, EvalEvent.CASE_GRADED), graded)
-        await expect(operator.locator("#eval-status")).to_have_text("completed")
-        assert await operator.evaluate("() => window.__nexusMarker") == "opened-once"
-        bars = operator.locator("svg.intervals g.revision")
-        await expect(bars).to_have_count(2)
-        # implementer@2 passed 6 of 6: its bar spans the whole 0-100 % axis.
-        full = operator.locator('g.revision[data-revision="implementer@2"] rect.bar')
-        assert await full.get_attribute("width") == "420.0"
-        await expect(operator.locator("tr#case-add")).to_contain_text("tests_pass: 1 failed")
-        run_link = operator.locator(f'tr#case-add a[href="/runs/{eval_run_id}-add-1-1"]')
-        await expect(run_link).to_have_count(1)
-        await screenshot(operator, "lab-report")
-        await operator.goto(f"{console.url}/lab")
-        row = operator.locator(f'tr[data-eval="{eval_run_id}"]')
-        await expect(row).to_contain_text("implementer@1: 67% · implementer@2: 100%")
-        await screenshot(operator, "lab")
-    finally:
-        await stop_service(service)
-        await bus.close()
+    assert started.code == 0, started.stdout + started.stderr
+    eval_run_id = started.json()["eval_run_id"]
+    await operator.goto(f"{console.url}/runs")
+    await operator.click('header nav a[href="/lab"]')
+    await expect(operator.locator(f'tr[data-eval="{eval_run_id}"]')).to_have_count(1)
+    await operator.click(f'a[href="/lab/{eval_run_id}"]')
+    await operator.evaluate(MARKER)
+    status = operator.locator("#eval-status")
+    await expect(status).to_have_text("completed", timeout=RUN_WAIT * 1000)
+    assert await operator.evaluate("() => window.__nexusMarker") == "opened-once"
+    bars = operator.locator("svg.intervals g.revision")
+    await expect(bars).to_have_count(2)
+    # console-answer@2 passed 2 of 2: its bar spans the whole 0-100 % axis.
+    full = operator.locator('g.revision[data-revision="console-answer@2"] rect.bar')
+    assert await full.get_attribute("width") == "420.0"
+    await expect(operator.locator("tr#case-hard.flipped")).to_have_count(1)
+    await expect(operator.locator("tr#case-easy.flipped")).to_have_count(0)
+    run_links = operator.locator('tr#case-hard a[href^="/runs/"]')
+    await expect(run_links).to_have_count(2)
+    await screenshot(operator, "lab-report")
+    await operator.goto(f"{console.url}/lab")
+    row = operator.locator(f'tr[data-eval="{eval_run_id}"]')
+    await expect(row).to_contain_text("console-answer@1: 50% · console-answer@2: 100%")
+    await screenshot(operator, "lab")
 
 
 async def test_every_page_answers_and_is_pictured(console: Console, operator: Page) -> None:

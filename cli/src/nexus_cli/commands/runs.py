@@ -183,6 +183,26 @@ async def publish_run(s: Session, rid: str, request: RunRequested, msg_prefix: s
     return int(ack.seq)
 
 
+def _ps_query(
+    all_runs: bool,
+    limit: int,
+    status: str | None,
+    agent: str | None,
+    task: str | None,
+    *,
+    golden: bool,
+) -> dict[str, Any]:
+    """core's runs.list query for `nexus ps`: all its 500 newest when only live ones are
+    shown (filtered here), else `limit`."""
+    query: dict[str, Any] = {"limit": 500 if not (all_runs or status) else limit}
+    for key, value in (("status", status), ("agent_id", agent), ("task_id", task)):
+        if value is not None:
+            query[key] = value
+    if golden:
+        query["golden"] = True
+    return query
+
+
 def register(app: typer.Typer) -> None:
     """Register `run`, `ps` and `attach`."""
 
@@ -261,16 +281,17 @@ def register(app: typer.Typer) -> None:
         agent: Annotated[str | None, typer.Option(help="Only runs of this agent.")] = None,
         task: Annotated[str | None, typer.Option(help="Only runs of this task.")] = None,
         limit: Annotated[int, typer.Option(min=1, max=500, help="Most runs to list.")] = 50,
+        golden: Annotated[
+            bool, typer.Option("--golden", help="Only golden runs (eval cases; implies --all).")
+        ] = False,
         output: OutputOpt = Output.TABLE,
     ) -> None:
         """Runs, newest first: the live ones, or all with --all."""
         g = globals_of(ctx)
+        all_runs = all_runs or golden  # a golden run has ended
 
         async def body() -> None:
-            query: dict[str, Any] = {"limit": 500 if not (all_runs or status) else limit}
-            for key, value in (("status", status), ("agent_id", agent), ("task_id", task)):
-                if value is not None:
-                    query[key] = value
+            query = _ps_query(all_runs, limit, status, agent, task, golden=golden)
             async with Session(resolve_target(g), g.timeout) as s:
                 data = await s.query(subjects.CORE_RUNS_LIST, query)
             runs = data.get("runs", [])
