@@ -10,7 +10,8 @@
 #   tests. Then it shows `nexus flow show`, the branches the implementer pushed (running the
 #   tests on the last one) and the board.
 # run (`make demo-run`): one run of the implementer with `nexus run --follow`, which fixes the
-#   failing test on the branch nexus/<run_id>; then the board and `nexus attach`.
+#   failing test on the branch nexus/<run_id>; then the board, `nexus attach`, and a replay of
+#   the run that reproduces it from its recording (docs/lab.md).
 #
 # Both start the dev stack (NATS, PostgreSQL, core, scheduler, flows; plus the offline scripted
 # model server when no model is configured), apply examples/skills and examples/agents, work
@@ -135,6 +136,9 @@ and make the tests pass."
   nexus board
   say "nexus attach $RUN_ID"
   nexus attach "$RUN_ID"
+
+  say "nexus replay $RUN_ID --wait: the same task again, each model reply served from the recording"
+  nexus replay "$RUN_ID" --wait
 
   printf '\n\033[1;32mdemo OK\033[0m: run %s completed; the fix is on nexus/%s in %s\n' \
     "$RUN_ID" "$RUN_ID" "$REPO"
