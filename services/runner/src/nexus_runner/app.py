@@ -174,9 +174,7 @@ async def _execute_run(  # noqa: PLR0915 - one run's lifecycle, read top to bott
 
     background = [
         asyncio.create_task(
-            heartbeats(
-                pub.event, settings.heartbeat_interval, loop_ref, done, clock
-            )
+            heartbeats(pub.event, settings.heartbeat_interval, loop_ref, done, clock)
         ),
         asyncio.create_task(watch_cancel(control, handle)),
         asyncio.create_task(watch_ended(control, handle, done)),

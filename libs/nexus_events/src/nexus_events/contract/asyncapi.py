@@ -21,7 +21,6 @@ from typing import Any
 from pydantic import BaseModel
 from pydantic.json_schema import JsonSchemaMode, models_json_schema
 
-from nexus_events.events.evals import EvalGetRequest, EvalListReply, EvalListRequest, EvalReport
 from nexus_events.contract import codec, subjects
 from nexus_events.contract.roles import EVENT_ROLES, QUERY_ROLES, Party, Service
 from nexus_events.contract.streams import DAY, STREAM_OF_FAMILY, StreamSettings, stream_configs
@@ -48,6 +47,7 @@ from nexus_events.events import (
     registered,
 )
 from nexus_events.events.base import Event
+from nexus_events.events.evals import EvalGetRequest, EvalListReply, EvalListRequest, EvalReport
 from nexus_events.events.flows import FlowRunView, FlowsGet, FlowsList, FlowsListReply
 from nexus_events.events.queries import (
     AgentGet,

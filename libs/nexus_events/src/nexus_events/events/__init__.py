@@ -25,6 +25,7 @@ from nexus_events.events.channels import (
     WebhookReceived,
 )
 from nexus_events.events.dlq import DeadLetter
+from nexus_events.events.egress import EgressGrant, RunEgress
 from nexus_events.events.evals import (
     EvalAccepted,
     EvalApplied,
@@ -36,9 +37,6 @@ from nexus_events.events.evals import (
     EvalRequested,
     EvalSuite,
 )
-from nexus_events.events.lab import CanaryDecided, RunDiverged, RunGoldenMarked
-from nexus_events.events.lab_specs import CanarySpec, LabSpec
-from nexus_events.events.egress import EgressGrant, RunEgress
 from nexus_events.events.flows import (
     END,
     FLOW_TERMINAL,
@@ -76,6 +74,8 @@ from nexus_events.events.flows import (
     step_run_id,
 )
 from nexus_events.events.inbox import ApprovalDecision, InboxMessage, RouteRequest
+from nexus_events.events.lab import CanaryDecided, RunDiverged, RunGoldenMarked
+from nexus_events.events.lab_specs import CanarySpec, LabSpec
 from nexus_events.events.logs import LogLine
 from nexus_events.events.memory import (
     GLOBAL_SCOPE,
@@ -177,20 +177,6 @@ from nexus_events.events.tasks import Column, TaskCreated, TaskDeleted, TaskMove
 from nexus_events.events.transcripts import TranscriptEntry
 
 __all__ = [
-    "CanaryDecided",
-    "CanarySpec",
-    "EvalAccepted",
-    "EvalApplied",
-    "EvalCaseGraded",
-    "EvalCaseStarted",
-    "EvalCompleted",
-    "EvalDeleted",
-    "EvalFailed",
-    "EvalRequested",
-    "EvalSuite",
-    "LabSpec",
-    "RunDiverged",
-    "RunGoldenMarked",
     "END",
     "FLOW_TERMINAL",
     "GLOBAL_SCOPE",
@@ -203,6 +189,8 @@ __all__ = [
     "ApprovalRelayed",
     "ApprovalRequested",
     "Budgets",
+    "CanaryDecided",
+    "CanarySpec",
     "CancelRequested",
     "ChannelAddress",
     "ChannelMessageIn",
@@ -213,6 +201,15 @@ __all__ = [
     "Condensation",
     "DeadLetter",
     "EgressGrant",
+    "EvalAccepted",
+    "EvalApplied",
+    "EvalCaseGraded",
+    "EvalCaseStarted",
+    "EvalCompleted",
+    "EvalDeleted",
+    "EvalFailed",
+    "EvalRequested",
+    "EvalSuite",
     "Event",
     "FlowAccepted",
     "FlowApplied",
@@ -244,6 +241,7 @@ __all__ = [
     "HookScript",
     "Hooks",
     "InboxMessage",
+    "LabSpec",
     "LogLine",
     "MapStep",
     "McpServerSpec",
@@ -300,8 +298,10 @@ __all__ = [
     "RunCondensed",
     "RunConfig",
     "RunDispatched",
+    "RunDiverged",
     "RunEgress",
     "RunFailed",
+    "RunGoldenMarked",
     "RunHeartbeat",
     "RunLost",
     "RunPrepared",

@@ -12,9 +12,9 @@ from typing import Any, ClassVar
 from pydantic import Field, field_validator
 
 from nexus_events.contract.subjects import Family, validate_token
-from nexus_events.events.lab_specs import CanarySpec
 from nexus_events.events.base import Command, register
 from nexus_events.events.egress import EgressGrant, unique_grants
+from nexus_events.events.lab_specs import CanarySpec
 from nexus_events.events.specs import (
     Budgets,
     Hooks,

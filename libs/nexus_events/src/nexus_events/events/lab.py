@@ -32,7 +32,9 @@ class RunDiverged(Event):
     recorded: str = Field(
         "", description=f"The recorded side, cut to {DIVERGENCE_EXCERPT} characters."
     )
-    actual: str = Field("", description=f"The replay's side, cut to {DIVERGENCE_EXCERPT} characters.")
+    actual: str = Field(
+        "", description=f"The replay's side, cut to {DIVERGENCE_EXCERPT} characters."
+    )
     action: OnDivergence = Field(..., description="What the replay did: stop or go on live.")
 
 

@@ -99,7 +99,9 @@ class CanaryRule(Spec):
         description="The candidate's success rate is at most this below the current's.",
     )
     max_cost_ratio: float | None = Field(
-        None, gt=0, description="The candidate's mean cost per run is at most this times the current's."
+        None,
+        gt=0,
+        description="The candidate's mean cost per run is at most this times the current's.",
     )
 
 

@@ -232,9 +232,7 @@ class RunRequested(_RunCommand):
     model: str | None = Field(
         None, min_length=1, description="Use this model name instead of the agent's."
     )
-    lab: LabSpec | None = Field(
-        None, description="Replay or fork a recorded run (docs/lab.md)."
-    )
+    lab: LabSpec | None = Field(None, description="Replay or fork a recorded run (docs/lab.md).")
 
     @field_validator("skill_revisions")
     @classmethod
