@@ -215,7 +215,7 @@ class AssemblyHandler:
             return None
         if self.lab_sources is None:
             return unusable(event.lab, "this core reads no lab sources")
-        return await self.lab_sources.read(event.lab)
+        return await self.lab_sources.read(event.lab, event.agent_id)
 
     async def _assemble(
         self, run_id: str, event: RunRequested, inputs: AssemblyInputs, source: LabSource | None

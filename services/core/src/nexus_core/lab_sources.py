@@ -45,7 +45,8 @@ class LabSourceReader:
     js: JetStreamContext
     runs_schema: str = RUNS_SCHEMA
 
-    async def read(self, lab: LabSpec) -> LabSource | AssemblyFailure:
+    async def read(self, lab: LabSpec, agent_id: str) -> LabSource | AssemblyFailure:
+        """The source of a lab run of `agent_id`, or why it cannot be used."""
         source_id = lab.source_run_id
         doc = await self.pool.fetchval(
             f"SELECT doc FROM {quote_ident(self.runs_schema)}.agent_runs WHERE run_id = $1",  # noqa: S608 - a quoted identifier
@@ -60,6 +61,15 @@ class LabSourceReader:
                 )
             return unusable(lab, f"no run {source_id!r}")
         row = RunRow.from_json(doc)
+        if row.agent_id != agent_id:
+            # A lab run reads its source's model-visible transcript (secrets a tool showed
+            # the model included): only another revision of the same agent may, never an
+            # agent with other tools or grants.
+            return unusable(
+                lab,
+                f"run {source_id!r} is a run of agent {row.agent_id!r}; a replay or fork of it"
+                f" runs {row.agent_id!r} too, not {agent_id!r}",
+            )
         turns = row.turn_count
         if lab.mode is LabMode.FORK and lab.at_turn is not None and lab.at_turn > turns:
             return unusable(

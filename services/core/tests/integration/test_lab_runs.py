@@ -164,6 +164,17 @@ async def test_lab_source_checks_fail_with_one_line(bus: Bus, core: CoreApp):
         assert failed.reason == Reason.LAB_SOURCE_UNUSABLE
         assert failed.message.startswith(message), failed.message
         assert "\n" not in failed.message
+    # Another agent may not take a run's transcript as its own (it may hold other tools).
+    await apply_agent(bus, AGENT_YAML.replace("id: implementer", "id: other-agent"))
+    await catalog_ready(core)
+    lab = LabSpec(mode=LabMode.FORK, source_run_id="src-short", at_turn=1)
+    failed = await _request(bus, "lab-other", agent_id="other-agent", lab=lab)
+    assert isinstance(failed, RunFailed), failed
+    assert failed.reason == Reason.LAB_SOURCE_UNUSABLE
+    assert failed.message == (
+        "run 'src-short' is a run of agent 'implementer'; a replay or fork of it runs"
+        " 'implementer' too, not 'other-agent'"
+    )
     within = await _request(
         bus, "lab-within", lab=LabSpec(mode=LabMode.FORK, source_run_id="src-short", at_turn=2)
     )
@@ -178,10 +189,14 @@ async def test_a_source_in_the_stream_but_not_yet_projected_is_retried(bus: Bus,
         await AgentRunsProjection("lab_lagging").create(conn, "lab_lagging")
     reader = LabSourceReader(core_pool, bus.js, runs_schema="lab_lagging")
     await _run(bus, "src-new", RunRequested(agent_id="implementer"))
-    lagging = await reader.read(LabSpec(mode=LabMode.REPLAY, source_run_id="src-new"))
+    lagging = await reader.read(
+        LabSpec(mode=LabMode.REPLAY, source_run_id="src-new"), "implementer"
+    )
     assert isinstance(lagging, SourceNotProjected)
     assert lagging.message == "run 'src-new' is not in agent_runs yet; try again"
-    missing = await reader.read(LabSpec(mode=LabMode.REPLAY, source_run_id="src-none"))
+    missing = await reader.read(
+        LabSpec(mode=LabMode.REPLAY, source_run_id="src-none"), "implementer"
+    )
     assert isinstance(missing, AssemblyFailure)
     assert not isinstance(missing, SourceNotProjected)
     assert missing.message == "no run 'src-none'"
