@@ -24,7 +24,7 @@ $(TOOLS)/bin/uv:
 # three share two cores (libs/nexus_testing/src/nexus_testing/distribution.py).
 TEST_WORKERS ?= 3
 test: setup
-	$(UV) run --frozen pytest -n $(TEST_WORKERS) --dist loadgroup
+	$(UV) run --frozen pytest -n $(TEST_WORKERS) --dist loadgroup --durations=15
 
 lint: setup
 	$(UV) run --frozen ruff check libs services cli tests bench scripts examples

@@ -5,13 +5,13 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
-import socket
 from typing import Any
 from urllib.parse import urlsplit
 
 import nats.errors
 import nats.js.errors
 from nats.js import JetStreamContext
+from nexus_events.runtime import ports
 
 # The scheduler's lease (nexus_scheduler.lease.LEADER_KEY) in its KV bucket (settings default).
 SCHEDULER_LEASE_BUCKET = "nexus_scheduler"
@@ -21,10 +21,9 @@ PROBE_TIMEOUT = 2.0
 
 
 def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
+    """A TCP port on 127.0.0.1 to listen on (`nexus_events.runtime.ports`: outside the
+    ephemeral range, so no outgoing connection takes it first)."""
+    return ports.free_port()
 
 
 async def http_status(url: str, within: float = PROBE_TIMEOUT) -> int:

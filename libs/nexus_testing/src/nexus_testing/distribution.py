@@ -52,4 +52,12 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
         def _split_scope(self, nodeid: str) -> str:
             return group_of(nodeid)
 
+        def _assign_work_unit(self, node: Any) -> None:
+            # The dev-stack group is the longest unit by far and runs on one worker: given
+            # first, it runs beside everything else instead of after it (xdist orders the
+            # queue by test count, which put it late and made it the run's tail).
+            if STACK_GROUP in self.workqueue:
+                self.workqueue.move_to_end(STACK_GROUP, last=False)
+            super()._assign_work_unit(node)
+
     return GroupedByFile(config, log)

@@ -5,8 +5,9 @@ from __future__ import annotations
 
 import asyncio
 import json
-import socket
 from typing import TYPE_CHECKING, Any
+
+from nexus_events.runtime import ports
 
 if TYPE_CHECKING:
     from nexus_events.events.dlq import DeadLetter
@@ -44,11 +45,9 @@ def endpoint_requests(stats: dict[str, Any], endpoint: str) -> int:
 
 
 def free_port() -> int:
-    """A TCP port on 127.0.0.1 that nothing listened on a moment ago."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
+    """A TCP port on 127.0.0.1 to listen on (`nexus_events.runtime.ports`: outside the
+    ephemeral range, so no outgoing connection takes it first)."""
+    return ports.free_port()
 
 
 async def http_status(port: int, path: str) -> int:

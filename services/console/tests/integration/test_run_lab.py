@@ -6,12 +6,14 @@ from __future__ import annotations
 
 from nexus_core.app import CoreApp
 from nexus_events.contract import subjects
-from nexus_events.contract.runstate import RunEvent, RunStatus
+from nexus_events.contract.runstate import RunEvent
 from nexus_events.contract.streams import RUNS
 from nexus_events.events import RunDiverged, RunGoldenMarked, RunRequested, RunStarted, RunTurn
 from nexus_events.events.lab_specs import DivergenceKind, LabMode, LabSpec, OnDivergence
+from nexus_events.events.transcripts import TranscriptEntry
 from nexus_events.transport.bus import Bus
 from nexus_events.transport.catalog_commands import apply_agent
+from nexus_events.transport.micro import read_reply
 from nexus_events.transport.run_requests import request_run
 from nexus_testing.polling import eventually
 
@@ -20,7 +22,8 @@ from .flow_fixtures import AGENT_YAML
 
 
 async def _started(bus: Bus, core: CoreApp, run_id: str, lab: LabSpec | None = None) -> None:
-    """A run of the implementer (a lab run when `lab` is given) assembled and started."""
+    """A run of the implementer (a lab run when `lab` is given) assembled and started; it
+    writes a transcript entry, as a runner would, so that core accepts a lab run of it."""
     await apply_agent(bus, AGENT_YAML)
     await eventually(core.catalog_fresh, what="catalog applied")
     request = RunRequested(agent_id="implementer", input="fix it", lab=lab)
@@ -32,6 +35,8 @@ async def _started(bus: Bus, core: CoreApp, run_id: str, lab: LabSpec | None = N
 
     await eventually(prepared, what=f"{run_id} prepared")
     await bus.publish(subjects.run_event(run_id, RunStarted), RunStarted())
+    entry = TranscriptEntry(attempt=1, index=0, op="message", message={"role": "user"})
+    await bus.publish(subjects.run_transcript(run_id), entry)
 
 
 async def _page(client: Browserless, run_id: str, until: str) -> str:
@@ -68,15 +73,26 @@ async def test_a_replay_links_its_source_and_shows_its_first_divergence(
     row = page.split(f'id="ev-{ack.seq}"', 1)[1].split("</tr>", 1)[0]
     assert 'class="ev diverged"' in row
     assert "You implement tasks carefully." in row
-    # The source run itself is no lab run: no lab section.
-    source = await _page(client, "lab-src-1", RunStatus.RUNNING.value)
-    assert 'id="lab"' not in source
+    # The source run is no lab run: its lab section lists the replay made of it, from core's
+    # `forks`, and names no source of its own.
+    source = await _page(client, "lab-src-1", 'href="/runs/lab-replay-1"')
+    section = source.split('id="lab"', 1)[1].split("</section>", 1)[0]
+    assert 'href="/runs/lab-replay-1"' in section
+    assert "replay of" not in section
 
 
 async def test_a_fork_names_its_source_turn_and_input_and_a_golden_mark_shows(
     bus: Bus, core: CoreApp, clients: Clients
 ) -> None:
     await _started(bus, core, "lab-src-2")
+    for turn in range(1, 8):  # a fork at turn 7 needs a source that got that far
+        await bus.publish(subjects.run_event("lab-src-2", RunTurn), RunTurn(turn=turn, model="m"))
+
+    async def turns() -> int:
+        asked = await bus.nc.request(subjects.CORE_RUNS_GET, b'{"run_id": "lab-src-2"}')
+        return int(read_reply(asked).data.get("turns", 0))
+
+    await eventually(turns, lambda n: n == 7, what="the source's 7 turns projected")
     fork = LabSpec(mode=LabMode.FORK, source_run_id="lab-src-2", at_turn=7, input="use a dict")
     await _started(bus, core, "lab-fork-2", fork)
     client = await clients()
