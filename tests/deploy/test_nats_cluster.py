@@ -394,11 +394,18 @@ async def test_the_rendered_cluster_config_forms_a_cluster_that_takes_r3_streams
     async def meta() -> list[dict[str, Any]]:
         return [await asyncio.to_thread(_meta_cluster, n.monitor) for n in nodes]
 
+    def formed(ms: list[dict[str, Any]]) -> bool:
+        # A leader every node knows, and, in the leader's view, every other peer current and
+        # online: before that a stream with three replicas finds "no suitable peers".
+        known = all(m.get("leader") and m.get("cluster_size") == NODES for m in ms)
+        peers = [m.get("replicas") or [] for m in ms]
+        return known and any(
+            len(p) == NODES - 1 and all(r.get("current") and not r.get("offline") for r in p)
+            for p in peers
+        )
+
     clusters = await eventually(
-        meta,
-        lambda ms: all(m.get("leader") and m.get("cluster_size") == NODES for m in ms),
-        within=ELECTION_WITHIN,
-        what="a meta leader known to every node",
+        meta, formed, within=ELECTION_WITHIN, what="a meta leader with every peer current"
     )
     assert {m["name"] for m in clusters} == {spec.name}
     assert len({m["leader"] for m in clusters}) == 1

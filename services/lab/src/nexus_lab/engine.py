@@ -115,6 +115,11 @@ class Engine:
             first="after_interval",
             wake=self.wake,
             retry_after=min(interval, 1.0),
+            # A pass may be waiting on core for many case runs' views: on stop it gets a
+            # moment, then is cut. That is safe: every event it publishes has a derived id and
+            # a case run is requested only after its case_started is stored, so the next
+            # leader's pass redoes what was cut, once (a full run saw a 60 s stop without it).
+            stop_grace=2.0,
             logger=log,
         )
         self._waiting: set[str] = set()  # eval runs with something to try again
