@@ -30,10 +30,10 @@ from typing import Any
 
 from nexus_events.contract import subjects
 from nexus_events.contract.runstate import RunEvent
-from nexus_events.contract.streams import ensure_streams
+from nexus_events.contract.streams import RUNS, ensure_streams
 from nexus_events.events.lab_specs import LabSpec
 from nexus_events.events.runs import RunCompleted, RunConfig, RunPrepared, RunTurn
-from nexus_events.transport.bus import Bus, BusSettings
+from nexus_events.transport.bus import Bus, BusSettings, decode_msg
 from nexus_runner.app import execute_run
 from nexus_runner.config import RunnerSettings
 
@@ -132,9 +132,6 @@ async def _replay_pair(nats_url: str, delay: float) -> tuple[float, float, int]:
 
 
 async def _events(bus: Bus, run_id: str) -> Any:
-    from nexus_events.contract.streams import RUNS
-    from nexus_events.transport.bus import decode_msg
-
     async for msg in bus.replay_raw(RUNS, filter_subject=subjects.run_events_filter(run_id)):
         yield decode_msg(msg).event
 

@@ -29,7 +29,11 @@ from nexus_events.runtime.metrics import setup_metrics
 from nexus_events.runtime.process import ServiceApp
 from nexus_events.transport.bus import Bus, BusSettings, Consumer
 from nexus_events.transport.fenced_projection import FencedProjectionRunner
-from nexus_events.transport.projection import ProjectionRunner, read_checkpoint
+from nexus_events.transport.projection import (
+    ProjectionRunner,
+    one_replica_at_a_time,
+    read_checkpoint,
+)
 from opentelemetry.sdk.metrics import MeterProvider as SdkMeterProvider
 
 from nexus_core.board_projection import BoardProjection
@@ -215,13 +219,9 @@ class CoreApp(ServiceApp):
         """Create the projections' tables (if missing) on every replica, so a standby answers
         queries before any leader has run; one replica at a time (an advisory lock), since
         concurrent CREATE ... IF NOT EXISTS can still collide."""
-        async with pool.acquire() as conn:
-            await conn.execute("SELECT pg_advisory_lock(hashtext($1))", _PREPARE_LOCK)
-            try:
-                for runner in self._runners():
-                    await runner.setup()
-            finally:
-                await conn.execute("SELECT pg_advisory_unlock(hashtext($1))", _PREPARE_LOCK)
+        async with one_replica_at_a_time(pool, _PREPARE_LOCK):
+            for runner in self._runners():
+                await runner.setup()
 
     async def _lead(self) -> None:
         """Taking the lease: the projections resume from their checkpoints, then metrics."""

@@ -24,6 +24,7 @@ from nexus_events.runtime.leadership import Leadership
 from nexus_events.runtime.metrics import MetricsSettings, setup_metrics
 from nexus_events.runtime.process import ServiceApp
 from nexus_events.transport.bus import Bus, BusSettings, Consumer
+from nexus_events.transport.projection import one_replica_at_a_time
 
 from nexus_flows.bridges import Bridges, inbox_spec, runs_spec, webhooks_spec
 from nexus_flows.config import FlowsSettings
@@ -120,12 +121,8 @@ class FlowsApp(ServiceApp):
         """The flows tables on every replica, so a standby answers queries before any leader
         has run."""
         runner = self._new_runner(self._new_engine())
-        async with pool.acquire() as conn:
-            await conn.execute("SELECT pg_advisory_lock(hashtext($1))", _PREPARE_LOCK)
-            try:
-                await runner.setup()
-            finally:
-                await conn.execute("SELECT pg_advisory_unlock(hashtext($1))", _PREPARE_LOCK)
+        async with one_replica_at_a_time(pool, _PREPARE_LOCK):
+            await runner.setup()
 
     def _new_engine(self) -> Engine:
         s = self.settings

@@ -23,6 +23,7 @@ from nexus_events.runtime.leadership import Leadership
 from nexus_events.runtime.metrics import MetricsSettings, setup_metrics
 from nexus_events.runtime.process import ServiceApp
 from nexus_events.transport.bus import BusSettings, Consumer
+from nexus_events.transport.projection import one_replica_at_a_time
 
 from nexus_lab.config import LabSettings
 from nexus_lab.engine import Engine, LabRunner
@@ -127,12 +128,8 @@ class LabApp(ServiceApp):
         """The lab tables on every replica, so a standby answers queries before any leader
         has run."""
         runner = self._new_runner(self._new_engine())
-        async with pool.acquire() as conn:
-            await conn.execute("SELECT pg_advisory_lock(hashtext($1))", _PREPARE_LOCK)
-            try:
-                await runner.setup()
-            finally:
-                await conn.execute("SELECT pg_advisory_unlock(hashtext($1))", _PREPARE_LOCK)
+        async with one_replica_at_a_time(pool, _PREPARE_LOCK):
+            await runner.setup()
 
     async def _lead(self) -> None:
         """Taking the lease: the projection resumes from its checkpoint, the engine from the

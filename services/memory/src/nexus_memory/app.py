@@ -34,7 +34,12 @@ from nexus_events.runtime.process import ServiceApp
 from nexus_events.transport.bus import Bus, BusSettings
 from nexus_events.transport.fast import Handlers
 from nexus_events.transport.fenced_projection import FencedProjectionRunner
-from nexus_events.transport.projection import ProjectionRunner, quote_ident, rebuild
+from nexus_events.transport.projection import (
+    ProjectionRunner,
+    one_replica_at_a_time,
+    quote_ident,
+    rebuild,
+)
 from opentelemetry.sdk.metrics import MeterProvider as SdkMeterProvider
 from pgvector.asyncpg import register_vector
 
@@ -218,12 +223,8 @@ class MemoryApp(ServiceApp):
         """Create the tables (if missing) on every replica, so a standby answers before any
         leader has run; one replica at a time (concurrent CREATE ... IF NOT EXISTS can
         still collide). An existing table keeps its embedder: the leader re-embeds."""
-        async with self.pool.acquire() as conn:
-            await conn.execute("SELECT pg_advisory_lock(hashtext($1))", _PREPARE_LOCK)
-            try:
-                await self._runner().setup()
-            finally:
-                await conn.execute("SELECT pg_advisory_unlock(hashtext($1))", _PREPARE_LOCK)
+        async with one_replica_at_a_time(self.pool, _PREPARE_LOCK):
+            await self._runner().setup()
 
     async def _lead(self) -> None:
         """Taking the lease: re-embed if another embedder filled the tables, resume the

@@ -15,8 +15,9 @@ the live runner sees the newer checkpoint and skips what the rebuild already app
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
-from collections.abc import Sequence
+from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol, TypeAlias
 
@@ -441,12 +442,26 @@ async def projection_status(
     return out
 
 
+@contextlib.asynccontextmanager
+async def one_replica_at_a_time(pool: asyncpg.Pool[Any], key: str) -> AsyncIterator[None]:
+    """Hold PostgreSQL's session advisory lock named `key` for the block: the replicas of a
+    service that each create their tables at start-up do it one after another, since
+    concurrent ``CREATE ... IF NOT EXISTS`` can still collide."""
+    async with pool.acquire() as conn:
+        await conn.execute("SELECT pg_advisory_lock(hashtext($1))", key)
+        try:
+            yield
+        finally:
+            await conn.execute("SELECT pg_advisory_unlock(hashtext($1))", key)
+
+
 __all__ = [
     "CHECKPOINT_TABLE",
     "Conn",
     "Projection",
     "ProjectionRunner",
     "Source",
+    "one_replica_at_a_time",
     "projection_status",
     "quote_ident",
     "read_checkpoint",
