@@ -28,6 +28,7 @@ from nexus_events.events import (
     RunResult,
     queries,
     registered,
+    spend,
 )
 from nexus_events.events.base import SCHEMA_VERSION
 from pydantic import BaseModel
@@ -44,6 +45,8 @@ PAYLOADS: tuple[type[BaseModel], ...] = (
     MemorySearchReply,
     *queries.REQUESTS,
     *queries.REPLIES,
+    *spend.REQUESTS,
+    *spend.REPLIES,
 )
 
 Snapshot = dict[str, dict[str, Any]]

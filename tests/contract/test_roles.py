@@ -30,6 +30,7 @@ KNOWN_SERVICES = {
     "channel-gateway",
     "flows",
     "lab",
+    "spend",
     "mcp",
     "operator",
 }

@@ -23,7 +23,7 @@ from nexus_events.transport.bus import Bus, BusSettings
 ALL = {
     "NEXUS_RUNS", "NEXUS_LOGS", "NEXUS_TASKS", "NEXUS_CATALOG", "NEXUS_INBOX",
     "NEXUS_SCHEDULES", "NEXUS_MEMORY", "NEXUS_CHANNELS", "NEXUS_PLANE", "NEXUS_FLOWS",
-    "NEXUS_TRANSCRIPTS", "NEXUS_EVALS", "NEXUS_DLQ",
+    "NEXUS_TRANSCRIPTS", "NEXUS_EVALS", "NEXUS_BUDGETS", "NEXUS_DLQ",
 }  # fmt: skip
 
 
@@ -37,10 +37,10 @@ async def raw_bus(nats_url: str):
         await b.close()
 
 
-async def test_creates_all_thirteen_then_reports_unchanged(raw_bus: Bus):
+async def test_creates_all_fourteen_then_reports_unchanged(raw_bus: Bus):
     first = await ensure_streams(raw_bus.js)
     assert set(first.created) == ALL
-    assert len(first.created) == 13
+    assert len(first.created) == 14
     assert first.unchanged == []
     assert not first.drifted
 

@@ -42,6 +42,8 @@ def test_run_events_are_the_documented_ones():
         "approval_refused",
         # issue 24: resume after runner loss, checkpoints and context condensation.
         "resuming", "resumed", "checkpointed", "condensed",
+        # issue 40: a run paused on a reached budget, and going on.
+        "budget_paused", "budget_resumed",
         # issue 35: a network request of the tools through the runner's egress proxy.
         "egress",
         # issue 35: an MCP server that could not start.
@@ -151,7 +153,7 @@ def test_every_transition_is_forward_or_an_approval_toggle():
             assert status not in TERMINAL
             assert rank[new] > rank[status] or (
                 rank[new] == rank[status]
-                and (name.startswith("approval_") or name == "resumed")
+                and (name.startswith(("approval_", "budget_")) or name == "resumed")
                 and new is not status
             ), (status, name, new)
 

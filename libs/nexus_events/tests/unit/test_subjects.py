@@ -107,6 +107,13 @@ BUILT = [
         {"eval_run_id": "ev_1"},
         "case_graded",
     ),
+    (
+        subjects.budget_event("budget-ask-1", "ask_opened"),
+        "nexus.budget.v1.budget-ask-1.ask_opened",
+        Family.BUDGET,
+        {"budget_key": "budget-ask-1"},
+        "ask_opened",
+    ),
 ]
 
 

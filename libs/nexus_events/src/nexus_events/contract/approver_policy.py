@@ -22,6 +22,9 @@ when the agent names none, from the deployment's default (``NEXUS_APPROVERS_DEFA
                                 console user; both need the token's ``operate`` scope
                                 (``requester`` never covers a console user: no run is
                                 requested from the console)
+``team:<name>``                 any member of that team: the deployment names each team's
+                                members as principals of the kinds above (``NEXUS_TEAMS``,
+                                docs/spend.md), e.g. ``{"alpha": ["slack:U1", "nats:ann"]}``
 ==============================  ============================================================
 
 Every surface (chat, Plane, CLI) builds an `Answer` for the person answering and asks
@@ -30,8 +33,9 @@ Every surface (chat, Plane, CLI) builds an `Answer` for the person answering and
 
 from __future__ import annotations
 
+import json
 import re
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Annotated
 
@@ -59,6 +63,7 @@ _CHAT = re.compile(rf"^chat:(?P<channel>[A-Za-z0-9_-]+):(?P<chat>{_PART})$")
 _PLANE = re.compile(r"^plane:(?P<kind>user|role):(?P<name>\S+)$")
 _NATS = re.compile(rf"^nats:(?P<user>{_PART}|\*)$")
 _CONSOLE = re.compile(rf"^console:(?P<user>{_PART}|\*)$")
+_TEAM = re.compile(r"^team:(?P<team>[A-Za-z0-9_-]{1,128})$")
 
 
 def parse_principal(text: str) -> str:
@@ -66,17 +71,52 @@ def parse_principal(text: str) -> str:
     p = text.strip()
     if p in (REQUESTER, APPROVER_CHATS):
         return p
-    for pattern in (_CHAT, _PLANE, _NATS, _CONSOLE):
+    for pattern in (_CHAT, _PLANE, _NATS, _CONSOLE, _TEAM):
         if pattern.fullmatch(p):
             return p
     match = _CHAT_USER.fullmatch(p)
-    if match and match["channel"] not in ("chat", PLANE, "nats", CLI, CONSOLE):
+    if match and match["channel"] not in ("chat", PLANE, "nats", CLI, CONSOLE, "team"):
         return p
     raise ValueError(
         f"{text!r} is not an approver (requester, approver-chats, chat:<channel>:<chat>,"
         " <channel>:<user>, plane:user:<who>, plane:role:<role>, nats:<user>,"
-        " console:<name>)"
+        " console:<name>, team:<name>)"
     )
+
+
+def parse_member(text: str) -> str:
+    """A team member: a principal naming people (not requester, approver-chats or a team,
+    which mean nothing without a run or would nest teams); `ValueError` otherwise."""
+    p = parse_principal(text)
+    if p in (REQUESTER, APPROVER_CHATS) or _TEAM.fullmatch(p):
+        raise ValueError(f"{text!r} cannot be a team member (name people: slack:U1, nats:ann)")
+    return p
+
+
+Teams = Mapping[str, tuple[str, ...]]
+
+
+def parse_teams(value: object) -> dict[str, tuple[str, ...]]:
+    """``NEXUS_TEAMS`` -> {team: members}: a JSON object of team name to a list of principals
+    (or the same already decoded); `ValueError` naming what is wrong."""
+    if isinstance(value, str):
+        if not value.strip():
+            return {}
+        try:
+            value = json.loads(value)
+        except json.JSONDecodeError as exc:
+            raise ValueError(f"NEXUS_TEAMS is not JSON: {exc.msg}") from None
+    if not isinstance(value, Mapping):
+        # ValueError, not TypeError: pydantic reports only the former as a field error.
+        raise ValueError('teams: a JSON object like {"alpha": ["slack:U1", "nats:ann"]}')  # noqa: TRY004
+    teams: dict[str, tuple[str, ...]] = {}
+    for name, members in value.items():
+        if not isinstance(name, str) or not _TEAM.fullmatch(f"team:{name}"):
+            raise ValueError(f"team name {name!r}: must match [A-Za-z0-9_-]{{1,128}}")
+        if not isinstance(members, list | tuple):
+            raise ValueError(f"team {name}: members are a list of principals")  # noqa: TRY004
+        teams[name] = tuple(dict.fromkeys(parse_member(str(m)) for m in members))
+    return teams
 
 
 def parse_principals(value: str | Iterable[str]) -> tuple[str, ...]:
@@ -104,10 +144,22 @@ class ApproverDefaultFields(BaseModel):
         " (docs/approvals.md): comma-separated principals; every surface reads this variable.",
     )
 
+    teams: Annotated[dict[str, tuple[str, ...]], NoDecode] = Field(
+        default_factory=dict,
+        description="Teams and their members, for the principal team:<name> (docs/spend.md):"
+        ' a JSON object, e.g. {"alpha": ["slack:U1", "nats:ann", "console:carol"]}; every'
+        " surface reads this variable.",
+    )
+
     @field_validator("approvers_default", mode="before")
     @classmethod
     def _parse(cls, value: object) -> object:
         return parse_default(value)
+
+    @field_validator("teams", mode="before")
+    @classmethod
+    def _parse_teams(cls, value: object) -> object:
+        return parse_teams(value)
 
 
 class ApproverDefaults(ApproverDefaultFields, BaseSettings):
@@ -148,6 +200,7 @@ class ApproverPolicy:
     origin: ChannelAddress | None = None
     approver_chats: frozenset[tuple[str, str]] = field(default_factory=frozenset)
     from_agent: bool = False
+    teams: Teams = field(default_factory=dict)
 
     def describe(self) -> str:
         """The principals, `requester` spelt out: what `nexus approvals ls` shows."""
@@ -158,6 +211,9 @@ class ApproverPolicy:
             elif p == APPROVER_CHATS and self.approver_chats:
                 chats = ",".join(f"{c}:{v}" for c, v in sorted(self.approver_chats))
                 out.append(f"approver-chats ({chats})")
+            elif (m := _TEAM.fullmatch(p)) is not None:
+                members = ",".join(self.teams.get(m["team"], ())) or "no members configured"
+                out.append(f"{p} ({members})")
             else:
                 out.append(p)
         return ", ".join(out)
@@ -200,6 +256,9 @@ def _in_origin_thread(policy: ApproverPolicy, answer: Answer) -> bool:
 
 
 def _matches(principal: str, policy: ApproverPolicy, answer: Answer) -> bool:  # noqa: PLR0911
+    if m := _TEAM.fullmatch(principal):
+        # Members are people principals (parse_member): no team nests another.
+        return any(_matches(p, policy, answer) for p in policy.teams.get(m["team"], ()))
     if principal == REQUESTER:
         return _is_requester(policy, answer)
     chat = answer.chat

@@ -77,6 +77,19 @@ from nexus_events.events.queries import (
     UsageSummary,
     UsageSummaryReply,
 )
+from nexus_events.events.spend import (
+    BudgetGet,
+    BudgetsList,
+    BudgetsReply,
+    BudgetView,
+    RunsSpend,
+    RunsSpendReply,
+    SpendAdmit,
+    SpendReserve,
+    SpendVerdict,
+    UsageQuery,
+    UsageReport,
+)
 from nexus_events.runtime.services import SERVICES
 
 ASYNCAPI_VERSION = "3.0.0"
@@ -102,6 +115,7 @@ PARAMETERS: dict[str, str] = {
     "service": "Service that gave up on the message.",
     "flow_run_id": "Flow run id. `new` on `requested` asks the flows service to generate one.",
     "eval_run_id": "Eval run id. `new` on `requested` asks the lab to generate one.",
+    "budget_key": "The spend service's key: an ask's id (ask events) or a budget id.",
     "key": "plane-sync's key: the Nexus task id (writes) or the Plane work item id (webhooks).",
 }
 
@@ -134,6 +148,12 @@ _QUERY_MODELS: dict[str, tuple[type[BaseModel], type[BaseModel]]] = {
     subjects.CORE_USAGE_SUMMARY: (UsageSummary, UsageSummaryReply),
     subjects.LAB_EVALS_GET: (EvalGetRequest, EvalReport),
     subjects.LAB_EVALS_LIST: (EvalListRequest, EvalListReply),
+    subjects.SPEND_USAGE: (UsageQuery, UsageReport),
+    subjects.SPEND_BUDGETS_LIST: (BudgetsList, BudgetsReply),
+    subjects.SPEND_BUDGETS_GET: (BudgetGet, BudgetView),
+    subjects.SPEND_RUNS: (RunsSpend, RunsSpendReply),
+    subjects.SPEND_RESERVE: (SpendReserve, SpendVerdict),
+    subjects.SPEND_ADMIT: (SpendAdmit, SpendVerdict),
 }
 
 # The parties that are no deployed service; the services' lines are the service table's.
@@ -154,7 +174,8 @@ def event_channel_id(family: Family, name: str) -> str:
 def query_channel_id(subject: str) -> str:
     """Channel id of a query subject: ``core.runs.get`` for ``nexus.core.v1.runs.get``."""
     tokens = subject.split(".")
-    return ".".join(t for t in tokens[1:] if t != "v1")
+    # A per-run request (``nexus.spend.v1.reserve.*``): the wildcard is the run id.
+    return ".".join("run" if t == "*" else t for t in tokens[1:] if t != "v1")
 
 
 def build_document() -> Json:
@@ -376,11 +397,13 @@ def _add_query(subject: str, channels: Json, messages: Json, operations: Json) -
         "payload": {"$ref": _SCHEMAS + reply_model.__name__},
     }
     channels[cid] = {
-        "address": subject,
+        "address": subject.replace("*", "{run_id}"),
         "title": subject,
         "description": "Request/reply (nats.micro), stored in no stream.",
         "messages": {request_key: {"$ref": f"#/components/messages/{request_key}"}},
     }
+    if "*" in subject:
+        channels[cid]["parameters"] = {"run_id": {"$ref": "#/components/parameters/run_id"}}
     channels[reply_cid] = {
         # The requester's reply subject (_INBOX.<...>): not known in advance.
         "address": None,

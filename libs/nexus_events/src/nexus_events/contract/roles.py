@@ -38,6 +38,8 @@ class Service(StrEnum):
     CONSOLE = "console"
     # The lab (docs/lab.md): eval runs of suites over agent revisions, graded and reported.
     LAB = "lab"
+    # Spend (docs/spend.md): usage rolled up, budgets reserved against before each model call.
+    SPEND = "spend"
     # People with the `nats` CLI (admin user): a bare `nats pub` is a valid command
     # (docs/design.md §1.4).
     OPERATOR = "operator"
@@ -76,13 +78,13 @@ CORE, SCHEDULER, RUNNER, CLI = Service.CORE, Service.SCHEDULER, Service.RUNNER, 
 MEMORY, PLANE = Service.MEMORY, Service.PLANE_SYNC
 GATEWAY, OPERATOR = Service.CHANNEL_GATEWAY, Service.OPERATOR
 FLOWS, MCP, CONSOLE = Service.FLOWS, Service.MCP, Service.CONSOLE
-LAB = Service.LAB
+LAB, SPEND = Service.LAB, Service.SPEND
 
 _CORE, _SCHEDULER, _RUNNER, _CLI = Party(CORE), Party(SCHEDULER), Party(RUNNER), Party(CLI)
 _OPERATOR, _MEMORY = Party(OPERATOR), Party(MEMORY)
 _PLANE, _GATEWAY = Party(PLANE), Party(GATEWAY)
 _FLOWS, _MCP, _CONSOLE = Party(FLOWS), Party(MCP), Party(CONSOLE)
-_LAB = Party(LAB)
+_LAB, _SPEND = Party(LAB), Party(SPEND)
 
 # Core's poison sweeper (nexus_core.poison_sweeper) reads all of NEXUS_INBOX and NEXUS_CHANNELS,
 # whose own readers may be absent, and dead-letters what does not decode.
@@ -97,7 +99,8 @@ _ADMISSION = (*_RUN_READERS, _SCHEDULER)
 # Terminal events also end a run's chat thread, feed memory extraction (docs/design.md §7)
 # and finish the flow step whose run it was (docs/design.md §6); the lab grades an eval
 # case's run on its ending (docs/lab.md).
-_TERMINAL = (*_ADMISSION, _GATEWAY, _MEMORY, _FLOWS, _LAB)
+# Spend settles a run's reservations on its ending (docs/spend.md).
+_TERMINAL = (*_ADMISSION, _GATEWAY, _MEMORY, _FLOWS, _LAB, _SPEND)
 
 
 def _run(publishers: tuple[Party, ...], consumers: tuple[Party, ...]) -> EventRoles:
@@ -112,23 +115,27 @@ EVENT_ROLES: dict[tuple[Family, str], EventRoles] = {
         # derived from the step, `step_run_id`); an MCP client's start_run.
         # The lab requests its eval cases' runs and a reviewer grader's runs.
         (_CLI, _CORE, _SCHEDULER, _OPERATOR, _PLANE, _GATEWAY, _FLOWS, _MCP, _LAB),
-        # The gateway reads `reply_to`: where the run's progress is posted.
-        (*_RUN_READERS, _GATEWAY),
+        # The gateway reads `reply_to`: where the run's progress is posted. Spend reads a
+        # flow's labels (flow, flow_run_id): the run's scopes.
+        (*_RUN_READERS, _GATEWAY, _SPEND),
     ),
-    (Family.RUN, "prepared"): _run((_CORE,), (*_ADMISSION, _RUNNER)),
+    # Spend reads the run's team, agent revision and model.
+    (Family.RUN, "prepared"): _run((_CORE,), (*_ADMISSION, _RUNNER, _SPEND)),
     (Family.RUN, "queued"): _run((_SCHEDULER,), _ADMISSION),
     (Family.RUN, "dispatched"): _run((_SCHEDULER,), _ADMISSION),
     (Family.RUN, "started"): _run((_RUNNER,), (*_ADMISSION, _GATEWAY)),
     (Family.RUN, "heartbeat"): _run((_RUNNER,), _ADMISSION),
     # A replay or a fork reads its source run's turns, calls and results (docs/lab.md).
-    (Family.RUN, "turn"): _run((_RUNNER,), (*_RUN_READERS, _RUNNER)),
+    # Spend settles each model call's reservation on its turn (docs/spend.md).
+    (Family.RUN, "turn"): _run((_RUNNER,), (*_RUN_READERS, _RUNNER, _SPEND)),
     (Family.RUN, "tool_called"): _run((_RUNNER,), (*_RUN_READERS, _RUNNER)),
     (Family.RUN, "tool_result"): _run((_RUNNER,), (*_RUN_READERS, _RUNNER)),
     (Family.RUN, "egress"): _run((_RUNNER,), _RUN_READERS),
     # Approvals are relayed to chat and to Plane (elicitation) for a person to answer. A flow's
     # gate step asks the same way, on its gate's run id, and records the decision it read.
-    (Family.RUN, "approval_requested"): _run((_RUNNER, _FLOWS), (*_RUN_READERS, _GATEWAY)),
-    (Family.RUN, "approval_decided"): _run((_RUNNER, _FLOWS), (*_RUN_READERS, _GATEWAY)),
+    # Spend asks a budget's approvers the same way, on the ask's id (docs/spend.md).
+    (Family.RUN, "approval_requested"): _run((_RUNNER, _FLOWS, _SPEND), (*_RUN_READERS, _GATEWAY)),
+    (Family.RUN, "approval_decided"): _run((_RUNNER, _FLOWS, _SPEND), (*_RUN_READERS, _GATEWAY)),
     # An answer the approver policy refused (docs/approvals.md), recorded by the surface that
     # refused it: the audit trail `nexus events RUN` shows.
     (Family.RUN, "approval_refused"): _run(
@@ -153,13 +160,17 @@ EVENT_ROLES: dict[tuple[Family, str], EventRoles] = {
     # Attempt n+1 restores the last checkpoint and redoes the condensations (and the
     # transcript holds the same), so the runner reads its run's as well.
     (Family.RUN, "checkpointed"): _run((_RUNNER,), (*_RUN_READERS, _RUNNER)),
-    (Family.RUN, "condensed"): _run((_RUNNER,), (*_RUN_READERS, _RUNNER)),
+    (Family.RUN, "condensed"): _run((_RUNNER,), (*_RUN_READERS, _RUNNER, _SPEND)),
     # issue 35: an MCP server of the run that could not start, and why.
     (Family.RUN, "mcp_server_unavailable"): _run((_RUNNER,), _RUN_READERS),
     # The lab (docs/lab.md): a replay's first divergence from its recording; a person marks
     # a finished run golden (core's agent_runs shows it; the lab takes it as an eval case).
     (Family.RUN, "diverged"): _run((_RUNNER,), _RUN_READERS),
     (Family.RUN, "golden_marked"): _run((_CLI, _OPERATOR), (_CORE, _CLI, _CONSOLE)),
+    # Budgets (docs/spend.md): a run paused on a reached budget gives its slot back to the
+    # scheduler until it goes on.
+    (Family.RUN, "budget_paused"): _run((_RUNNER,), _ADMISSION),
+    (Family.RUN, "budget_resumed"): _run((_RUNNER,), _ADMISSION),
     # -- logs (NEXUS_LOGS) ----------------------------------------------------------------
     (Family.LOG, "line"): _run((_RUNNER,), (_CLI, _CONSOLE)),
     # -- transcripts (NEXUS_TRANSCRIPTS): written ahead of each model call, read on resume -
@@ -187,6 +198,9 @@ EVENT_ROLES: dict[tuple[Family, str], EventRoles] = {
     # Eval suites (docs/lab.md): revisioned like agents, read by the lab.
     (Family.CATALOG, "eval.applied"): _run((_CLI, _OPERATOR), (_LAB, _CLI, _CORE)),
     (Family.CATALOG, "eval.deleted"): _run((_CLI, _OPERATOR), (_LAB, _CLI, _CORE)),
+    # Budgets (docs/spend.md): revisioned like agents, folded by spend.
+    (Family.CATALOG, "budget.applied"): _run((_CLI, _OPERATOR), (_SPEND, _CLI, _CORE)),
+    (Family.CATALOG, "budget.deleted"): _run((_CLI, _OPERATOR), (_SPEND, _CLI, _CORE)),
     # -- inbox and route (NEXUS_INBOX) -----------------------------------------------------
     # Peer agents message a run too (sender_kind "agent").
     # A comment on a work item with a running run reaches that run (plane-sync); so does a
@@ -196,8 +210,9 @@ EVENT_ROLES: dict[tuple[Family, str], EventRoles] = {
     ),
     # Chat and the CLI claim the decision first (nexus_events.transport.approvals): one answer wins.
     # The flows service reads the decisions on its gates' run ids (FlowWaiting.gate_run_id).
+    # Spend reads the decisions on its budget asks' ids.
     (Family.INBOX, "approval_decision"): _run(
-        (_CLI, _OPERATOR, _PLANE, _GATEWAY, _MCP, _CONSOLE), (_RUNNER, _SWEEPER, _FLOWS)
+        (_CLI, _OPERATOR, _PLANE, _GATEWAY, _MCP, _CONSOLE), (_RUNNER, _SWEEPER, _FLOWS, _SPEND)
     ),
     # Delegation: a run or a chat hands work to an agent; core turns it into a run.
     # The runner's `delegate` tool asks; the gateway checks depth and cycles and requests the
@@ -279,6 +294,13 @@ EVENT_ROLES: dict[tuple[Family, str], EventRoles] = {
         (Family.EVAL, name): _run((_LAB,), (_LAB, _CLI, _CONSOLE))
         for name in ("accepted", "case_started", "case_graded", "completed", "failed")
     },
+    # -- budgets (NEXUS_BUDGETS): spend's asks, extensions and thresholds (docs/spend.md) --
+    # plane-sync comments on a task whose budget passed its warning share.
+    **{
+        (Family.BUDGET, name): _run((_SPEND,), (_SPEND, _CLI, _CONSOLE))
+        for name in ("ask_opened", "extended", "ask_closed")
+    },
+    (Family.BUDGET, "threshold_crossed"): _run((_SPEND,), (_SPEND, _CLI, _CONSOLE, _PLANE)),
     # -- dead letters (NEXUS_DLQ): every Bus consumer files its own; `nexus dlq` and the MCP
     # server's list_dead_letters read them.
     (Family.DLQ, "dead_letter"): _run(
@@ -291,6 +313,7 @@ EVENT_ROLES: dict[tuple[Family, str], EventRoles] = {
             _GATEWAY,
             _FLOWS,
             _LAB,
+            _SPEND,
         ),
         (_CLI, _OPERATOR, _MCP, _CONSOLE),
     ),
@@ -338,4 +361,12 @@ QUERY_ROLES: dict[str, QueryRoles] = {
     # The lab's eval reports (docs/lab.md), rebuilt from NEXUS_EVALS.
     subjects.LAB_EVALS_GET: QueryRoles(_LAB, (*_CORE_CLIENTS, _CONSOLE)),
     subjects.LAB_EVALS_LIST: QueryRoles(_LAB, (*_CORE_CLIENTS, _CONSOLE)),
+    # Spend (docs/spend.md): usage and budgets for people; a run's reservation before each
+    # model call (its own run id only, run_access); the scheduler's check before dispatch.
+    subjects.SPEND_USAGE: QueryRoles(_SPEND, (*_READERS, _CONSOLE)),
+    subjects.SPEND_BUDGETS_LIST: QueryRoles(_SPEND, (*_CORE_CLIENTS, _CONSOLE)),
+    subjects.SPEND_BUDGETS_GET: QueryRoles(_SPEND, (*_CORE_CLIENTS, _CONSOLE)),
+    subjects.SPEND_RUNS: QueryRoles(_SPEND, (*_CORE_CLIENTS, _CONSOLE)),
+    subjects.SPEND_RESERVE: QueryRoles(_SPEND, (_RUNNER,)),
+    subjects.SPEND_ADMIT: QueryRoles(_SPEND, (_SCHEDULER,)),
 }

@@ -39,6 +39,8 @@ RUNNER_EVENTS: tuple[RunEvent, ...] = (
     RunEvent.EGRESS,
     RunEvent.MCP_SERVER_UNAVAILABLE,
     RunEvent.DIVERGED,  # a replay's first divergence (docs/lab.md)
+    RunEvent.BUDGET_PAUSED,  # a reached budget asks (docs/spend.md)
+    RunEvent.BUDGET_RESUMED,
     RunEvent.COMPLETED,
     RunEvent.FAILED,
     RunEvent.CANCELLED,
@@ -234,6 +236,8 @@ def run_permissions(
         pub.append(subjects.family_filter(subjects.Family.ROUTE))
     if REMEMBER in grants:
         pub.append(subjects.MEMORY_RECORD)
+    # The reservation before each model call, for its own run only (docs/spend.md).
+    pub.append(subjects.spend_reserve(run_id))
     for consumer in run_consumers(run_id, attempt, source_run_id):
         pub += _consumer_api(consumer)
     pub += _checkpoint_api(run_id)

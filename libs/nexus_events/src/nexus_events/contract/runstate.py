@@ -67,6 +67,10 @@ class RunEvent(StrEnum):
     # a finished run golden (an eval case) or taking the mark back.
     DIVERGED = "diverged"
     GOLDEN_MARKED = "golden_marked"
+    # Budgets (docs/spend.md): a run paused because a budget covering it was reached and an
+    # ask is open (it holds no scheduler slot meanwhile), and the run going on after it.
+    BUDGET_PAUSED = "budget_paused"
+    BUDGET_RESUMED = "budget_resumed"
     COMPLETED = "completed"
     FAILED = "failed"
     CANCELLED = "cancelled"
@@ -108,6 +112,9 @@ EVENT_STATUS: Mapping[str, RunStatus | None] = MappingProxyType(
         RunEvent.DIVERGED: None,
         RunEvent.GOLDEN_MARKED: None,
         RunEvent.MCP_SERVER_UNAVAILABLE: RunStatus.RUNNING,
+        # A budget pause waits on people, as an approval does (the run shows awaiting_approval).
+        RunEvent.BUDGET_PAUSED: RunStatus.AWAITING_APPROVAL,
+        RunEvent.BUDGET_RESUMED: RunStatus.RUNNING,
         RunEvent.COMPLETED: RunStatus.COMPLETED,
         RunEvent.FAILED: RunStatus.FAILED,
         RunEvent.CANCELLED: RunStatus.CANCELLED,
@@ -121,7 +128,15 @@ EVENT_STATUS: Mapping[str, RunStatus | None] = MappingProxyType(
 TERMINAL_EVENTS: tuple[RunEvent, ...] = tuple(RunEvent(s) for s in RunStatus if s in TERMINAL)
 # The approval events toggle running <-> awaiting_approval (the one move between equal ranks).
 # A resumed attempt starts running whatever the dead one was waiting for.
-_TOGGLES = frozenset({RunEvent.APPROVAL_REQUESTED, RunEvent.APPROVAL_DECIDED, RunEvent.RESUMED})
+_TOGGLES = frozenset(
+    {
+        RunEvent.APPROVAL_REQUESTED,
+        RunEvent.APPROVAL_DECIDED,
+        RunEvent.RESUMED,
+        RunEvent.BUDGET_PAUSED,
+        RunEvent.BUDGET_RESUMED,
+    }
+)
 
 # Progress rank: a status change is applied only forwards. Running and awaiting_approval
 # share a rank because a run moves between them both ways.

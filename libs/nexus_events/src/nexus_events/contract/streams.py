@@ -54,6 +54,7 @@ PLANE = "NEXUS_PLANE"
 FLOWS = "NEXUS_FLOWS"
 TRANSCRIPTS = "NEXUS_TRANSCRIPTS"
 EVALS = "NEXUS_EVALS"
+BUDGETS = "NEXUS_BUDGETS"
 DLQ = "NEXUS_DLQ"
 # Object store bucket of workspace checkpoints (git bundles), one object per checkpoint named
 # `<run_id>/<attempt>-<turn>` (docs/resume.md). Its TTL is NEXUS_STREAMS_TRANSCRIPTS_MAX_AGE_DAYS.
@@ -73,6 +74,7 @@ STREAM_OF_FAMILY: dict[Family, str] = {
     Family.FLOW: FLOWS,
     Family.TRANSCRIPT: TRANSCRIPTS,
     Family.EVAL: EVALS,
+    Family.BUDGET: BUDGETS,
     Family.DLQ: DLQ,
 }
 
@@ -102,6 +104,9 @@ class StreamSettings(BaseSettings):
     transcripts_max_bytes: int = Field(8 << 30, description="Transcripts: 8 GiB default.")
     evals_max_age_days: float = Field(
         365, ge=0, description="Eval runs: their reports are rebuilt from them."
+    )
+    budgets_max_age_days: float = Field(
+        400, ge=0, description="Budget asks, extensions and thresholds: a year of periods."
     )
     dlq_max_age_days: float = Field(30, ge=0)
     dlq_max_bytes: int = Field(-1)
@@ -150,6 +155,7 @@ def stream_configs(settings: StreamSettings | None = None) -> list[StreamConfig]
             s.transcripts_max_bytes,
         ),
         cfg(EVALS, [Family.EVAL], s.evals_max_age_days),
+        cfg(BUDGETS, [Family.BUDGET], s.budgets_max_age_days),
         cfg(
             DLQ,
             [Family.DLQ],

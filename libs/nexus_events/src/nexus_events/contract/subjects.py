@@ -43,6 +43,7 @@ class Family(StrEnum):
     FLOW = "flow"
     TRANSCRIPT = "transcript"
     EVAL = "eval"
+    BUDGET = "budget"
     DLQ = "dlq"
 
 
@@ -51,6 +52,7 @@ class CatalogKind(StrEnum):
     SKILL = "skill"
     FLOW = "flow"
     EVAL = "eval"  # evaluation suites (docs/lab.md)
+    BUDGET = "budget"  # budgets (docs/spend.md)
 
 
 class Direction(StrEnum):
@@ -86,6 +88,10 @@ _SHAPES: dict[Family, _Shape] = {
     Family.TRANSCRIPT: _Shape(("nexus", "agent", "transcript", "v1"), ("run_id",), False),
     # An eval run of the lab (docs/lab.md); ``nexus.lab.v1.*`` are the lab's queries.
     Family.EVAL: _Shape(("nexus", "eval", "v1"), ("eval_run_id",), True),
+    # The spend service's record of budget asks, extensions and thresholds (docs/spend.md):
+    # the key is the ask's id or the budget's; ``nexus.spend.v1.*`` are the service's
+    # requests and queries.
+    Family.BUDGET: _Shape(("nexus", "budget", "v1"), ("budget_key",), True),
 }
 
 # Request/reply query subjects (not stored in any stream).
@@ -122,6 +128,16 @@ CORE_USAGE_SUMMARY = "nexus.core.v1.usage.summary"
 # The lab's eval reports (docs/lab.md).
 LAB_EVALS_GET = "nexus.lab.v1.evals.get"
 LAB_EVALS_LIST = "nexus.lab.v1.evals.list"
+# The spend service (docs/spend.md): usage, budgets and each run's spend. A run's reservation
+# and admission check carry the run id as a last token (`spend_reserve`, `spend_admit`).
+SPEND_USAGE = "nexus.spend.v1.usage"
+SPEND_BUDGETS_LIST = "nexus.spend.v1.budgets.list"
+SPEND_BUDGETS_GET = "nexus.spend.v1.budgets.get"
+SPEND_RUNS = "nexus.spend.v1.runs"
+SPEND_RESERVE_PREFIX = "nexus.spend.v1.reserve"
+SPEND_ADMIT_PREFIX = "nexus.spend.v1.admit"
+SPEND_RESERVE = f"{SPEND_RESERVE_PREFIX}.*"
+SPEND_ADMIT = f"{SPEND_ADMIT_PREFIX}.*"
 QUERY_SUBJECTS = (
     CORE_RUNS_GET,
     CORE_RUNS_LIST,
@@ -150,6 +166,12 @@ QUERY_SUBJECTS = (
     CORE_USAGE_SUMMARY,
     LAB_EVALS_GET,
     LAB_EVALS_LIST,
+    SPEND_USAGE,
+    SPEND_BUDGETS_LIST,
+    SPEND_BUDGETS_GET,
+    SPEND_RUNS,
+    SPEND_RESERVE,
+    SPEND_ADMIT,
 )
 
 
@@ -286,6 +308,25 @@ def channel_event(channel: str, event: str) -> str:
 def flow_event(flow_run_id: str, event: FlowEventRef) -> str:
     """``nexus.flow.v1.<flow_run_id>.<event>``: a flow run's lifecycle."""
     return _build(Family.FLOW, (flow_run_id,), event_name(event))
+
+
+def spend_reserve(run_id: str) -> str:
+    """``nexus.spend.v1.reserve.<run_id>``: a run's reservation before a model call."""
+    return f"{SPEND_RESERVE_PREFIX}.{validate_token(run_id, 'run id')}"
+
+
+def spend_admit(run_id: str) -> str:
+    """``nexus.spend.v1.admit.<run_id>``: the scheduler's budget check before dispatch."""
+    return f"{SPEND_ADMIT_PREFIX}.{validate_token(run_id, 'run id')}"
+
+
+def budget_event(key: str, event: str) -> str:
+    """``nexus.budget.v1.<key>.<event>`` (a `BudgetEvent` name; key: ask id or budget id)."""
+    return _build(Family.BUDGET, (key,), event_name(event))
+
+
+def budget_events_filter(key: str | None = None, event: str | None = None) -> str:
+    return _filter(Family.BUDGET, (key,), event)
 
 
 def eval_event(eval_run_id: str, event: str) -> str:

@@ -1,6 +1,16 @@
 """Every event model of the contract, registered on import."""
 
 from nexus_events.events.base import Command, Event, lookup, register, registered
+from nexus_events.events.budgets import (
+    BudgetApplied,
+    BudgetAskClosed,
+    BudgetAskOpened,
+    BudgetDefinition,
+    BudgetDeleted,
+    BudgetEvent,
+    BudgetExtended,
+    BudgetThresholdCrossed,
+)
 from nexus_events.events.catalog import (
     AgentApplied,
     AgentDefinition,
@@ -128,6 +138,8 @@ from nexus_events.events.runs import (
     MemoryMatch,
     Origin,
     Reason,
+    RunBudgetPaused,
+    RunBudgetResumed,
     RunCancelled,
     RunCheckpointed,
     RunCompleted,
@@ -188,6 +200,14 @@ __all__ = [
     "ApprovalRefused",
     "ApprovalRelayed",
     "ApprovalRequested",
+    "BudgetApplied",
+    "BudgetAskClosed",
+    "BudgetAskOpened",
+    "BudgetDefinition",
+    "BudgetDeleted",
+    "BudgetEvent",
+    "BudgetExtended",
+    "BudgetThresholdCrossed",
     "Budgets",
     "CanaryDecided",
     "CanarySpec",
@@ -292,6 +312,8 @@ __all__ = [
     "Role",
     "Route",
     "RouteRequest",
+    "RunBudgetPaused",
+    "RunBudgetResumed",
     "RunCancelled",
     "RunCheckpointed",
     "RunCompleted",

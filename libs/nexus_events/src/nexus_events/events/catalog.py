@@ -89,11 +89,21 @@ class AgentDefinition(Spec):
         description="A candidate revision given a share of real runs, promoted or rolled back"
         " on their outcomes (docs/lab.md).",
     )
+    team: str | None = Field(
+        None,
+        description="The team its runs count against when neither the request, the task nor"
+        " the flow names one (docs/spend.md).",
+    )
 
     @field_validator("id")
     @classmethod
     def _token(cls, value: str) -> str:
         return validate_token(value, "agent id")
+
+    @field_validator("team")
+    @classmethod
+    def _team(cls, value: str | None) -> str | None:
+        return None if value is None else validate_token(value, "team")
 
     @field_validator("mcp_servers")
     @classmethod

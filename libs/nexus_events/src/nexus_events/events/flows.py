@@ -244,11 +244,19 @@ class FlowDefinition(Spec):
     description: str = Field("", description="What the flow is for.")
     repo: RepoSpec | None = Field(None, description="Repository every run step works in.")
     steps: list[Step] = Field(..., min_length=1, max_length=MAX_STEPS, description="The steps.")
+    team: str | None = Field(
+        None, description="The team its runs count against unless the task or request names one."
+    )
 
     @field_validator("id")
     @classmethod
     def _token(cls, value: str) -> str:
         return validate_token(value, "flow id")
+
+    @field_validator("team")
+    @classmethod
+    def _team(cls, value: str | None) -> str | None:
+        return None if value is None else validate_token(value, "team")
 
     @model_validator(mode="after")
     def _graph(self) -> FlowDefinition:
@@ -369,8 +377,11 @@ class FlowRequested(_FlowCommand):
     reply_to: ChannelAddress | None = Field(
         None, description="Chat thread that asked: progress and gates are posted there."
     )
+    team: str | None = Field(
+        None, description="The team its runs count against; None = the task's or the flow's."
+    )
 
-    @field_validator("flow", "task_id")
+    @field_validator("flow", "task_id", "team")
     @classmethod
     def _tokens(cls, value: str | None) -> str | None:
         return None if value is None else validate_token(value, "id")

@@ -281,6 +281,12 @@ class RunView(Reply):
     canary_arm: str | None = Field(
         None, description="The canary arm it was assembled with: candidate or current."
     )
+    team: str | None = Field(None, description="The team it counts against (docs/spend.md).")
+    budget_wait: str | None = Field(
+        None,
+        description="Why it waits on a budget (queued behind one, or paused on an ask);"
+        " None when it does not.",
+    )
 
 
 class RunsListReply(Reply):

@@ -200,6 +200,11 @@ class RunConfig(BaseModel):
     canary: CanaryArm | None = Field(
         None, description="The canary arm it was assembled with, when its agent has a canary."
     )
+    team: str | None = Field(
+        None,
+        description="The team the run counts against (budgets, usage, approvals): the"
+        " request's, else its task's, else its flow's, else its agent's (docs/spend.md).",
+    )
 
 
 @register
@@ -233,6 +238,10 @@ class RunRequested(_RunCommand):
         None, min_length=1, description="Use this model name instead of the agent's."
     )
     lab: LabSpec | None = Field(None, description="Replay or fork a recorded run (docs/lab.md).")
+    team: str | None = Field(
+        None,
+        description="The team to count the run against; None = its task's, flow's or agent's.",
+    )
 
     @field_validator("skill_revisions")
     @classmethod
@@ -243,7 +252,7 @@ class RunRequested(_RunCommand):
                 raise ValueError(f"skill {name}: a revision is 1 or more, not {revision}")
         return value
 
-    @field_validator("agent_id", "task_id", "parent_run_id")
+    @field_validator("agent_id", "task_id", "parent_run_id", "team")
     @classmethod
     def _tokens(cls, value: str | None) -> str | None:
         return None if value is None else validate_token(value, "id")
@@ -261,7 +270,12 @@ class RunQueued(_RunEvent):
     event_name: ClassVar[str] = RunEvent.QUEUED
 
     position: int = Field(..., ge=1, description="1-based position in the admission queue.")
-    limit: Literal["global", "agent", "task"] = Field(..., description="The limit that is full.")
+    limit: Literal["global", "agent", "task", "budget"] = Field(
+        ..., description="The limit that is full (budget: a budget covering the run is reached)."
+    )
+    waiting_for: str | None = Field(
+        None, description="Why it waits, in one line, when a budget holds it (docs/spend.md)."
+    )
 
 
 @register
@@ -533,6 +547,36 @@ class RunCondensed(_RunEvent):
     budget: int = Field(..., ge=0, description="The context budget in tokens.")
     counter: str = Field(..., description="How tokens were counted (tiktoken:<enc>, estimate).")
     condensation: Condensation = Field(..., description="What was done, reproducibly.")
+    llm_tokens_in: int = Field(0, ge=0, description="Prompt tokens of the summary's model call.")
+    llm_tokens_out: int = Field(0, ge=0, description="Completion tokens of the summary's call.")
+    cost_usd: float = Field(0.0, ge=0, description="USD of the summary's model call.")
+
+
+@register
+class RunBudgetPaused(_RunEvent):
+    """A budget covering the run was reached and asks its approvers (docs/spend.md): the run
+    waits, holding no scheduler slot, until the ask is answered."""
+
+    event_name: ClassVar[str] = RunEvent.BUDGET_PAUSED
+
+    budget_id: str = Field(..., description="The budget reached.")
+    instance: str = Field(..., description="Its scope: team:alpha, task:T-1, global ...")
+    bucket: str = Field(..., description="The period, e.g. 2026-11.")
+    turn: int = Field(..., ge=1, description="The turn whose model call waits.")
+    message: str = Field(..., description="One line: what was reached and who is asked.")
+    ask_run_id: str | None = Field(None, description="The ask's pseudo-run id (its approval).")
+    ask_approval_id: str | None = Field(None, description="The ask's approval id.")
+
+
+@register
+class RunBudgetResumed(_RunEvent):
+    """The budget the run paused on was extended: it goes on."""
+
+    event_name: ClassVar[str] = RunEvent.BUDGET_RESUMED
+
+    budget_id: str = Field(..., description="The budget it paused on.")
+    turn: int = Field(..., ge=1, description="The turn whose model call goes ahead.")
+    waited_seconds: float = Field(0.0, ge=0, description="How long it waited.")
 
 
 @register

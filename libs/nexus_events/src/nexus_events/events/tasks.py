@@ -5,9 +5,9 @@ from __future__ import annotations
 from enum import StrEnum
 from typing import ClassVar
 
-from pydantic import Field
+from pydantic import Field, field_validator
 
-from nexus_events.contract.subjects import Family
+from nexus_events.contract.subjects import Family, validate_token
 from nexus_events.events.base import Command, register
 from nexus_events.events.specs import RepoSpec
 
@@ -38,6 +38,12 @@ class TaskCreated(_TaskCommand):
     created_by: str | None = Field(None, description="Person or service that created it.")
     external_id: str | None = Field(None, description="Id in an outside tracker (Plane).")
     external_source: str | None = Field(None, description="Which outside tracker.")
+    team: str | None = Field(None, description="The team its runs count against (docs/spend.md).")
+
+    @field_validator("team")
+    @classmethod
+    def _team(cls, value: str | None) -> str | None:
+        return None if value is None else validate_token(value, "team")
 
 
 @register
@@ -49,6 +55,12 @@ class TaskUpdated(_TaskCommand):
     labels: list[str] | None = Field(None, description="New label set (replaces).")
     repo: RepoSpec | None = Field(None, description="New repository.")
     updated_by: str | None = Field(None, description="Who changed it.")
+    team: str | None = Field(None, description="New team.")
+
+    @field_validator("team")
+    @classmethod
+    def _team(cls, value: str | None) -> str | None:
+        return None if value is None else validate_token(value, "team")
 
 
 @register

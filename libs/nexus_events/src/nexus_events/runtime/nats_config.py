@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from nexus_events.contract import subjects
 from nexus_events.contract.runstate import RunEvent
 from nexus_events.contract.streams import (
+    BUDGETS,
     CATALOG,
     CHANNELS,
     CHECKPOINTS_BUCKET,
@@ -53,6 +54,7 @@ CORE_LEASE_BUCKET = "nexus_core_lease"  # CoreSettings.core_lease_bucket
 MEMORY_LEASE_BUCKET = "nexus_memory_lease"  # MemorySettings.memory_lease_bucket
 FLOWS_LEASE_BUCKET = "nexus_flows_lease"  # FlowsSettings.flows_lease_bucket
 LAB_LEASE_BUCKET = "nexus_lab_lease"  # LabSettings.lab_lease_bucket
+SPEND_LEASE_BUCKET = "nexus_spend_lease"  # SpendSettings.spend_lease_bucket
 # nats-server's auth callout requests (nexus_scheduler.auth_callout.AUTH_SUBJECT).
 AUTH_CALLOUT_SUBJECT = "$SYS.REQ.USER.AUTH"
 # The environment variable of the nats-server process holding the callout issuer's public
@@ -145,6 +147,8 @@ SERVICES: dict[str, Access] = {
         ),
         reads=(RUNS, SCHEDULES, FLOWS),
         ensures_streams=True,
+        # A run's budgets before it is dispatched (docs/spend.md).
+        requests=(subjects.SPEND_ADMIT,),
         kv_buckets=(SCHEDULER_LEASE_BUCKET, SCHEDULER_SNAPSHOT_BUCKET),
         answers_auth_callout=True,  # run credentials (nexus_scheduler.auth_callout)
     ),
@@ -162,7 +166,8 @@ SERVICES: dict[str, Access] = {
             subjects.dead_letter("runner"),
         ),
         reads=(RUNS, INBOX, TRANSCRIPTS),
-        requests=(subjects.MEMORY_RECORD,),  # the `remember` tool
+        # The `remember` tool; the reservation before each model call (docs/spend.md).
+        requests=(subjects.MEMORY_RECORD, subjects.SPEND_RESERVE),
         push_consumers=True,
         object_buckets=(CHECKPOINTS_BUCKET,),  # workspace checkpoints
     ),
@@ -196,7 +201,7 @@ SERVICES: dict[str, Access] = {
             subjects.family_filter(Family.PLANE),
             subjects.dead_letter("plane-sync"),
         ),
-        reads=(RUNS, TASKS, PLANE, FLOWS),
+        reads=(RUNS, TASKS, PLANE, FLOWS, BUDGETS),  # BUDGETS: a task's budget warning
         ensures_streams=True,
         serves=(subjects.PLANE_STATUS, subjects.PLANE_RESYNC),
         kv_buckets=(APPROVALS_BUCKET,),  # `/approve` claims the decision like every surface
@@ -275,7 +280,7 @@ SERVICES: dict[str, Access] = {
             *(subjects.family_filter(f) for f in CONSOLE_REPLAYS),
             subjects.dead_letter("console"),
         ),
-        reads=(RUNS, LOGS, TASKS, CATALOG, SCHEDULES, FLOWS, DLQ, EVALS),
+        reads=(RUNS, LOGS, TASKS, CATALOG, SCHEDULES, FLOWS, DLQ, EVALS, BUDGETS),
         ensures_streams=True,
         requests=(
             *(
@@ -287,9 +292,28 @@ SERVICES: dict[str, Access] = {
             subjects.FLOWS_LIST,
             subjects.LAB_EVALS_GET,
             subjects.LAB_EVALS_LIST,
+            subjects.SPEND_USAGE,
+            subjects.SPEND_BUDGETS_LIST,
+            subjects.SPEND_BUDGETS_GET,
+            subjects.SPEND_RUNS,
         ),
         push_consumers=True,
         kv_buckets=(APPROVALS_BUCKET,),
+    ),
+    # Spend (docs/spend.md): folds runs (usage, settlement), budgets (catalog) and its own
+    # record (NEXUS_BUDGETS); answers reservations, admission checks and usage queries; asks a
+    # budget's approvers on the ask's pseudo-run (approval_requested), reads the decision on
+    # its inbox, records it (approval_decided) and closes an expired ask (claiming it first).
+    "spend": Access(
+        publishes=(
+            subjects.family_filter(Family.BUDGET),
+            *_run(RunEvent.APPROVAL_REQUESTED, RunEvent.APPROVAL_DECIDED),
+            subjects.dead_letter("spend"),
+        ),
+        reads=(RUNS, CATALOG, BUDGETS, INBOX),
+        ensures_streams=True,
+        serves=tuple(s for s in subjects.QUERY_SUBJECTS if s.startswith("nexus.spend.")),
+        kv_buckets=(SPEND_LEASE_BUCKET, APPROVALS_BUCKET),
     ),
 }
 
@@ -306,6 +330,7 @@ _MCP_READ_QUERIES = (
     subjects.CORE_CATALOG_FLOWS_LIST,
     subjects.CORE_CATALOG_FLOWS_GET,
     subjects.MEMORY_SEARCH,
+    subjects.SPEND_USAGE,
 )
 _MCP_READS = (RUNS, TASKS, FLOWS, DLQ)
 

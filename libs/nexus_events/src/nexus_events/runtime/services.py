@@ -178,6 +178,15 @@ SERVICES: tuple[ServiceSpec, ...] = (
         health_port=8089,
         database=True,
     ),
+    ServiceSpec(
+        "spend",
+        "nexus_spend",
+        "nexus-spend",
+        "Spend: usage rolled up, budgets reserved against before each model call, and asks.",
+        ("nexus_spend.config:SpendSettings",),
+        health_port=8090,
+        database=True,
+    ),
 )
 
 BY_NAME: dict[str, ServiceSpec] = {s.name: s for s in SERVICES}

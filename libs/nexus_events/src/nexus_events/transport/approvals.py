@@ -25,21 +25,24 @@ from nats.js.errors import BucketNotFoundError, KeyNotFoundError, KeyWrongLastSe
 from nats.js.kv import KeyValue
 
 from nexus_events.contract import subjects
-from nexus_events.contract.approver_policy import Answer, ApproverPolicy, Verdict
+from nexus_events.contract.approver_policy import Answer, ApproverPolicy, Teams, Verdict
 from nexus_events.contract.runstate import RunEvent
-from nexus_events.contract.streams import FLOWS, RUNS, StreamSettings
+from nexus_events.contract.streams import BUDGETS, FLOWS, RUNS, StreamSettings
 from nexus_events.contract.subjects import validate_token
 from nexus_events.errors import DecodeError
 from nexus_events.events import (
     ApprovalDecided,
     ApprovalRefused,
     ApprovalRequested,
+    BudgetAskOpened,
     FlowAccepted,
     FlowRequested,
     GateStep,
     RunPrepared,
     RunRequested,
 )
+from nexus_events.events.budgets import BUDGET_ASK_TOOL as BUDGET_ASK_TOOL_NAME
+from nexus_events.events.budgets import BudgetEvent
 from nexus_events.transport.bucket_replicas import follow_replicas
 from nexus_events.transport.bus import Bus
 from nexus_events.transport.consume import decode_msg
@@ -159,6 +162,8 @@ _RECORD_EVENTS = (
 )
 # The tool of a flow gate's approval (the flows service's): its pseudo-run has no request.
 FLOW_GATE_TOOL = "flow_gate"
+# A budget ask's (the spend service's, docs/spend.md): its pseudo-run has no request either.
+BUDGET_ASK_TOOL = BUDGET_ASK_TOOL_NAME
 # A gate's run id, `step_run_id(flow_run_id, step, round)`: step ids hold no '-'.
 _GATE_RUN_ID = re.compile(r"^(?P<flow_run_id>.+)-(?P<step>[a-z0-9_]+)-r[0-9]+$")
 
@@ -176,10 +181,14 @@ class ApprovalRecord:
     agent_id: str | None = None
 
     def policy(
-        self, default: Sequence[str], approver_chats: Collection[tuple[str, str]] = ()
+        self,
+        default: Sequence[str],
+        approver_chats: Collection[tuple[str, str]] = (),
+        teams: Teams | None = None,
     ) -> ApproverPolicy:
         """The approval's policy: the agent's principals, else `default`, with this run's
-        requester and origin; `approver_chats` are the gateway's (channel, chat) pairs."""
+        requester and origin; `approver_chats` are the gateway's (channel, chat) pairs and
+        `teams` the deployment's (NEXUS_TEAMS, for team:<name>)."""
         requested = self.requested
         return ApproverPolicy(
             principals=tuple(default if self.agent_approvers is None else self.agent_approvers),
@@ -189,6 +198,7 @@ class ApprovalRecord:
             origin=requested.reply_to if requested else None,
             approver_chats=frozenset(approver_chats),
             from_agent=self.agent_approvers is not None,
+            teams=dict(teams or {}),
         )
 
 
@@ -222,6 +232,8 @@ async def run_approvals(bus: Bus, run_id: str) -> list[ApprovalRecord]:
     approvers = config.permissions.approvers if config is not None else None
     if requested is None and any(a.tool == FLOW_GATE_TOOL for a in got.asked.values()):
         requested, approvers = await _gate_request(bus, run_id)
+    if requested is None and any(a.tool == BUDGET_ASK_TOOL for a in got.asked.values()):
+        approvers = await _budget_ask_approvers(bus, run_id)
     return [
         ApprovalRecord(
             run_id=run_id,
@@ -291,6 +303,21 @@ async def _gate_request(bus: Bus, gate_run_id: str) -> tuple[RunRequested | None
         reply_to=flow.reply_to,
     )
     return requested, list(gate.approvers) or None
+
+
+async def _budget_ask_approvers(bus: Bus, ask_run_id: str) -> list[str] | None:
+    """A budget ask's approvers, from the spend service's own record of it (NEXUS_BUDGETS,
+    which only spend writes): never from the `approval_requested`, which a run named like an
+    ask could publish. None (the default policy) if no such ask was opened."""
+    opened: BudgetAskOpened | None = None
+    subject = subjects.budget_event(ask_run_id, BudgetEvent.ASK_OPENED)
+    # Read to the end (no break): the replay removes its consumer when it finishes.
+    async for msg in bus.replay_raw(BUDGETS, filter_subject=subject):
+        with contextlib.suppress(DecodeError):
+            event = decode_msg(msg).event
+            if isinstance(event, BudgetAskOpened) and opened is None:
+                opened = event
+    return None if opened is None else opened.approvers
 
 
 async def approval_record(bus: Bus, run_id: str, approval_id: str) -> ApprovalRecord:
