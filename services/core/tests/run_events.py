@@ -12,6 +12,8 @@ from nexus_events.events import (
     Condensation,
     Event,
     ModelSpec,
+    RunBudgetPaused,
+    RunBudgetResumed,
     RunCancelled,
     RunCheckpointed,
     RunCompleted,
@@ -41,6 +43,7 @@ CONFIG = RunConfig(
     system_prompt="p",
     model=ModelSpec(name="m"),
     catalog_revisions={"agent/a": 2},
+    team="alpha",
 )
 EXPIRES = T0 + timedelta(hours=1)
 # A lab run assembled as a canary's arm (the lab's fields of the row).
@@ -49,6 +52,7 @@ LAB_CONFIG = CONFIG.model_copy(
         "lab": LabSpec(mode=LabMode.FORK, source_run_id="src", at_turn=2),
         "canary": CanaryArm(arm="candidate", candidate_revision=2, current_revision=3, share=0.5),
         "repo": RepoSpec(url="/src/lab", ref="c0"),
+        "team": "beta",
     }
 )
 
@@ -64,7 +68,19 @@ def make(name: str, i: int) -> Event:
             lab=LabSpec(mode=LabMode.REPLAY, source_run_id=f"s{i}") if i % 2 else None,
         ),
         "prepared": lambda: RunPrepared(config=LAB_CONFIG if i % 2 else CONFIG),
-        "queued": lambda: RunQueued(position=i + 1, limit="global"),
+        "queued": lambda: (
+            RunQueued(position=i + 1, limit="budget", waiting_for=f"budget b{i} reached")
+            if i % 2
+            else RunQueued(position=i + 1, limit="global")
+        ),
+        "budget_paused": lambda: RunBudgetPaused(
+            budget_id=f"b{i}",
+            instance="team:alpha",
+            bucket="2026-01",
+            turn=1 + i % 3,
+            message=f"budget b{i}: team:alpha reached; asking",
+        ),
+        "budget_resumed": lambda: RunBudgetResumed(budget_id=f"b{i}", turn=1 + i % 3),
         "dispatched": lambda: RunDispatched(runtime="local", handle=f"h{i}", attempt=1 + i % 2),
         "started": lambda: RunStarted(base_commit=f"b{i}"),
         "golden_marked": lambda: RunGoldenMarked(golden=i % 3 != 0),
@@ -116,6 +132,8 @@ NAMES = [
     "condensed",
     "golden_marked",
     "diverged",
+    "budget_paused",
+    "budget_resumed",
 ]
 
 

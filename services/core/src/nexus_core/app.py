@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 from typing import Any
 
@@ -36,7 +37,7 @@ from nexus_events.transport.projection import (
 )
 from opentelemetry.sdk.metrics import MeterProvider as SdkMeterProvider
 
-from nexus_core.board_projection import BoardProjection
+from nexus_core.board_projection import BoardProjection, task_team
 from nexus_core.canary_runner import CanaryRunner
 from nexus_core.catalog_store import (
     CATALOG_SCHEMA,
@@ -174,6 +175,7 @@ class CoreApp(ServiceApp):
             catalog_caught_up=self.catalog_caught_up,
             concurrency=s.assembly_concurrency,
             lab_sources=LabSourceReader(pool, bus.js),
+            task_teams=functools.partial(task_team, pool),
         )
         self.assembly = bus.consumer(
             assembly_consumer_spec(f"{s.consumer_prefix}_assembly", s.fetch_timeout), handler

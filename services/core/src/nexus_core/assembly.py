@@ -39,6 +39,7 @@ def assemble(
     latest_revision: int | None = None,
     canary: CanaryArm | None = None,
     source: LabSource | None = None,
+    task_team: str | None = None,
 ) -> RunConfig | AssemblyFailure:
     """The run's config, or a failure (unknown agent or revision, unknown skill).
 
@@ -46,7 +47,9 @@ def assemble(
     (`latest_revision` is then the latest, for the failure's message), or a canary's
     candidate (`canary` says which arm). `skills` maps each `wanted_skills` key to what the
     catalog holds. `source` is a lab run's source run. `catalog_revisions` records the
-    revision of the agent and of every skill used.
+    revision of the agent and of every skill used. `task_team` is the team the run's task
+    names: the run counts against the request's team (a flow's runs carry the flow's there),
+    else its task's, else its agent's (docs/spend.md, "Teams"); a lab run resolves its own.
     """
     if agent is None:
         return _unknown_agent(request, latest_revision)
@@ -117,6 +120,7 @@ def assemble(
         egress=unique_grants(egress),
         lab=lab,
         canary=canary,
+        team=request.team or task_team or definition.team,
     )
 
 

@@ -21,7 +21,9 @@ import json
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
+from typing import Any
 
+import asyncpg
 from nexus_events.contract import subjects
 from nexus_events.contract.codec import Decoded
 from nexus_events.contract.runstate import RunStatus, next_status
@@ -78,6 +80,10 @@ MIGRATIONS = (
     """
     ALTER TABLE {schema}.run_index ADD COLUMN parent_run_id text, ADD COLUMN agent_id text;
     CREATE INDEX ON {schema}.run_index (task_id) WHERE parent_run_id IS NOT NULL;
+    """,
+    # Spend (docs/spend.md): the team a task's runs count against, read at assembly.
+    """
+    ALTER TABLE {schema}.tasks ADD COLUMN team text;
     """,
 )
 
@@ -183,30 +189,35 @@ class BoardProjection:
         if isinstance(ev, TaskCreated):
             await conn.execute(
                 f"INSERT INTO {q}.tasks (task_id, title, description, labels, repo, external_id,"
-                " external_source, created_at, updated_at, manual_column, manual_at, deleted)"
-                " VALUES ($1, $2, $3, $4::jsonb, $5::jsonb, $6, $7, $8, $8, $9, $8, false)"
+                " external_source, created_at, updated_at, manual_column, manual_at, deleted,"
+                " team)"
+                " VALUES ($1, $2, $3, $4::jsonb, $5::jsonb, $6, $7, $8, $8, $9, $8, false, $10)"
                 " ON CONFLICT (task_id) DO UPDATE SET title = EXCLUDED.title,"
                 " description = EXCLUDED.description, labels = EXCLUDED.labels,"
                 " repo = EXCLUDED.repo, external_id = EXCLUDED.external_id,"
                 " external_source = EXCLUDED.external_source, created_at = EXCLUDED.created_at,"
                 " updated_at = EXCLUDED.updated_at, manual_column = EXCLUDED.manual_column,"
-                " manual_at = EXCLUDED.manual_at, deleted = false",
+                " manual_at = EXCLUDED.manual_at, deleted = false, team = EXCLUDED.team",
                 task_id, ev.title, ev.description, json.dumps(ev.labels),
                 None if ev.repo is None else ev.repo.model_dump_json(exclude_none=True),
-                ev.external_id, ev.external_source, at, ev.column.value,
+                ev.external_id, ev.external_source, at, ev.column.value, ev.team,
             )  # fmt: skip
         elif isinstance(ev, TaskUpdated):
             await conn.execute(
-                f"INSERT INTO {q}.tasks (task_id, title, description, labels, repo, updated_at)"
-                " VALUES ($1, $2, COALESCE($3, ''), COALESCE($4::jsonb, '[]'), $5::jsonb, $6)"
+                f"INSERT INTO {q}.tasks (task_id, title, description, labels, repo, updated_at,"
+                " team)"
+                " VALUES ($1, $2, COALESCE($3, ''), COALESCE($4::jsonb, '[]'), $5::jsonb, $6,"
+                " $7)"
                 " ON CONFLICT (task_id) DO UPDATE SET"
                 " title = COALESCE(EXCLUDED.title, tasks.title),"
                 " description = COALESCE($3, tasks.description),"
                 " labels = COALESCE($4::jsonb, tasks.labels),"
-                " repo = COALESCE($5::jsonb, tasks.repo), updated_at = EXCLUDED.updated_at",
+                " repo = COALESCE($5::jsonb, tasks.repo), updated_at = EXCLUDED.updated_at,"
+                " team = COALESCE($7, tasks.team)",
                 task_id, ev.title, ev.description,
                 None if ev.labels is None else json.dumps(ev.labels),
                 None if ev.repo is None else ev.repo.model_dump_json(exclude_none=True), at,
+                ev.team,
             )  # fmt: skip
         elif isinstance(ev, TaskMoved):
             await conn.execute(
@@ -337,3 +348,14 @@ class BoardProjection:
         task = tasks.setdefault(ref.task_id, _TaskRuns())
         evolve_task_runs(task, run_id, status, at, new_run=new_run)
         return ref.task_id
+
+
+async def task_team(
+    pool: asyncpg.Pool[Any], task_id: str, schema: str = BOARD_SCHEMA
+) -> str | None:
+    """The team a task names (docs/spend.md), None for none or an unknown/deleted task."""
+    team: str | None = await pool.fetchval(
+        f"SELECT team FROM {quote_ident(schema)}.tasks WHERE task_id = $1 AND NOT deleted",
+        task_id,
+    )
+    return team

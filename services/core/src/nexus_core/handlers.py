@@ -130,6 +130,9 @@ class AssemblyHandler:
     concurrency: int = 8
     # Reads a lab run's source (None: lab requests fail, as in tests of assembly alone).
     lab_sources: LabSourceReader | None = None
+    # The team a task names, from the board (None: no task names one, as in tests of
+    # assembly alone). A task the board has not projected yet counts as naming none.
+    task_teams: Callable[[str], Awaitable[str | None]] | None = None
 
     async def __call__(self, deliveries: list[Delivery]) -> None:
         groups: dict[str, list[Delivery]] = {}
@@ -226,6 +229,10 @@ class AssemblyHandler:
             if inputs.incomplete
             else await self.memory.search(event)
         )
+        task_id = event.task_id or (source.task_id if source is not None else None)
+        task_team = None
+        if event.team is None and task_id is not None and self.task_teams is not None:
+            task_team = await self.task_teams(task_id)
         return assemble(
             run_id,
             event,
@@ -235,6 +242,7 @@ class AssemblyHandler:
             latest_revision=inputs.latest_revision,
             canary=inputs.canary,
             source=source,
+            task_team=task_team,
         )
 
     async def _load(self, run_id: str, event: RunRequested) -> AssemblyInputs:

@@ -109,6 +109,8 @@ def run_view(row: RunRow, forks: Sequence[str] = ()) -> dict[str, Any]:
         "diverged_at": None if divergence is None else divergence[1],
         "divergence": None if divergence is None else divergence[2],
         "canary_arm": row.canary_arm,
+        "team": row.team,
+        "budget_wait": row.budget_wait,
     }
 
 

@@ -21,6 +21,9 @@ gives the row that applying them in stream order gives. That is how each field g
   the earliest request; base_commit from the earliest `started`; the first divergence is the
   earliest `diverged`; golden is the latest mark, counted only when it came after the
   terminal event (a mark on a live run is nothing).
+- budgets (docs/spend.md): the team from the earliest config; the latest (by sequence) of
+  `budget_paused`/`budget_resumed`, and the budget reason of the latest `queued`; budget_wait
+  derives from them and the status.
 - tokens and cost: per turn (keyed by turn number, so a duplicate turn counts once), summed; the
   winning terminal event's totals replace the sums when it carries any.
 """
@@ -37,6 +40,8 @@ from typing import Any, cast
 from nexus_events.contract.runstate import RunEvent, RunStatus, is_terminal, live_rank, next_status
 from nexus_events.events import (
     Event,
+    RunBudgetPaused,
+    RunBudgetResumed,
     RunCompleted,
     RunCondensed,
     RunDispatched,
@@ -158,6 +163,11 @@ class RunRow:
     golden_mark: tuple[int, bool] | None = None
     # The first divergence (seq, turn, kind): the earliest `diverged` wins.
     divergence: tuple[int, int, str] | None = None
+    # Budgets (docs/spend.md): the team, from the earliest config; the latest budget event
+    # (seq, the pause's message, None for a resume); the latest `queued`'s budget reason.
+    team: str | None = None
+    budget_pause: tuple[int, str | None] | None = None
+    queue_wait: str | None = None
 
     # -- derived ---------------------------------------------------------------------
 
@@ -195,6 +205,16 @@ class RunRow:
         live run counts for nothing, whatever order the events are folded in)."""
         mark, ended = self.golden_mark, self.terminal_seq
         return mark is not None and ended is not None and mark[0] > ended and mark[1]
+
+    @property
+    def budget_wait(self) -> str | None:
+        """Why the run waits on a budget: paused on an ask (the latest budget event is a
+        pause and the run awaits), or queued behind one; None otherwise."""
+        if self.status == RunStatus.AWAITING_APPROVAL and self.budget_pause is not None:
+            return self.budget_pause[1]
+        if self.status == RunStatus.QUEUED:
+            return self.queue_wait
+        return None
 
     @property
     def lab_source(self) -> str | None:
@@ -317,6 +337,7 @@ def _fold_details(row: RunRow, ev: Event, seq: int) -> None:
             row.max_attempts = c.resume.max_attempts
             row.repo = None if c.repo is None else c.repo.model_dump(mode="json")
             row.canary = None if c.canary is None else c.canary.model_dump(mode="json")
+            row.team = c.team
         row.attempt = max(row.attempt, c.attempt)
     elif type(ev) is RunDispatched:
         if row.dispatch_seq is None or seq > row.dispatch_seq:
@@ -325,6 +346,7 @@ def _fold_details(row: RunRow, ev: Event, seq: int) -> None:
     elif type(ev) is RunQueued:
         if row.queue_seq is None or seq > row.queue_seq:
             row.queue_position, row.queue_seq = ev.position, seq
+            row.queue_wait = ev.waiting_for if ev.limit == "budget" else None
     elif type(ev) is RunTurn:
         seen = row.turns.get(ev.turn, (0, 0, 0.0))
         row.turns[ev.turn] = (
@@ -357,3 +379,7 @@ def _fold_lab(row: RunRow, ev: Event, seq: int) -> None:
             row.golden_mark = (seq, ev.golden)
     elif type(ev) is RunDiverged and (row.divergence is None or seq < row.divergence[0]):
         row.divergence = (seq, ev.turn, ev.kind.value)
+    elif (type(ev) is RunBudgetPaused or type(ev) is RunBudgetResumed) and (
+        row.budget_pause is None or seq > row.budget_pause[0]
+    ):
+        row.budget_pause = (seq, ev.message if type(ev) is RunBudgetPaused else None)

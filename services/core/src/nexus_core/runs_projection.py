@@ -95,6 +95,14 @@ MIGRATIONS = (
     CREATE INDEX ON {schema}.agent_runs (lab_source, first_seq) WHERE lab_source IS NOT NULL;
     CREATE INDEX ON {schema}.agent_runs (first_seq) WHERE golden;
     """,
+    # Spend (issue 40, docs/spend.md): the team a run counts against and why a budget holds
+    # it. Older rows have neither until a rebuild or their run's next event.
+    """
+    ALTER TABLE {schema}.agent_runs
+        ADD COLUMN team text,
+        ADD COLUMN budget_wait text;
+    CREATE INDEX ON {schema}.agent_runs (team, first_seq) WHERE team IS NOT NULL;
+    """,
 )
 
 # Rows travel to PostgreSQL as one JSON array per batch: each element is the row's document
@@ -129,6 +137,8 @@ COLUMNS = {
     "turns": "(e->>'turns')::int",
     "golden": "(e->>'golden')::boolean",
     "lab_source": "d->'lab'->>'source_run_id'",
+    "team": "d->>'team'",
+    "budget_wait": "e->>'budget_wait'",
     "first_seq": "COALESCE((d->>'first_seq')::bigint, 0)",
     "last_seq": "(d->>'last_seq')::bigint",
     "doc": "d",
@@ -155,6 +165,7 @@ def rows_json(rows: Iterable[RunRow]) -> str:
             f'{{"tokens_in":{r.tokens_in},"tokens_out":{r.tokens_out},'
             f'"cost_usd":{json.dumps(r.cost_usd)},"condensations":{r.condensations},'
             f'"turns":{r.turn_count},"golden":{"true" if r.golden else "false"},'
+            f'"budget_wait":{json.dumps(r.budget_wait)},'
             f'"doc":{r.to_json()}}}'
             for r in rows
         )

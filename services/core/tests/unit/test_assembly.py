@@ -156,3 +156,20 @@ def test_egress_grants_are_the_agents_then_its_skills_without_repeats():
     no_grants = assemble("r1", REQUEST, AGENT, {"python": PY, "git@2": GIT}, MEMORY)
     assert isinstance(no_grants, RunConfig)
     assert no_grants.egress == []
+
+
+def test_the_team_is_the_requests_else_the_tasks_else_the_agents():
+    """docs/spend.md, "Teams": a flow's runs carry the flow's team on the request."""
+    agent = _agent("team: agents-team\n")
+    plain = RunRequested(agent_id="impl", task_id="T-1")
+    asked = plain.model_copy(update={"team": "asked"})
+
+    def team(request: RunRequested, task_team: str | None, stored: StoredAgent) -> str | None:
+        config = assemble("r1", request, stored, {}, MEMORY, task_team=task_team)
+        assert isinstance(config, RunConfig)
+        return config.team
+
+    assert team(asked, "tasks-team", agent) == "asked"
+    assert team(plain, "tasks-team", agent) == "tasks-team"
+    assert team(plain, None, agent) == "agents-team"
+    assert team(plain, None, _agent("")) is None

@@ -211,3 +211,40 @@ def test_lab_fields_come_from_the_request_config_started_and_first_divergence():
         assert row.base_commit == "b0"
         assert row.divergence == (5, 2, "tools")
         assert row.canary_arm == "candidate"
+
+
+def test_team_and_budget_wait_in_any_order():
+    """team from the earliest config; budget_wait while paused (latest budget event a pause
+    and the run awaiting) or queued behind a budget; None once resumed or ended."""
+    queued_on_budget = make("queued", 1)
+    paused, resumed = make("budget_paused", 0), make("budget_resumed", 1)
+    facts = [
+        RunFact("r", "requested", 1, T0, make("requested", 0)),
+        RunFact("r", "prepared", 2, T0, make("prepared", 0)),
+        RunFact("r", "queued", 3, T0, queued_on_budget),
+    ]
+    for order in (facts, facts[::-1]):
+        row = fold(order)
+        assert row is not None
+        assert row.team == "alpha"
+        assert row.status == "queued"
+        assert row.budget_wait == "budget b1 reached"
+    more = [
+        *facts,
+        RunFact("r", "dispatched", 4, T0, make("dispatched", 0)),
+        RunFact("r", "started", 5, T0, make("started", 0)),
+        RunFact("r", "budget_paused", 6, T0, paused),
+    ]
+    row = fold(more[::-1])
+    assert row is not None
+    assert row.status == "awaiting_approval"
+    assert row.budget_wait == "budget b0: team:alpha reached; asking"
+    resumed_row = fold([RunFact("r", "budget_resumed", 7, T0, resumed), *more])
+    assert resumed_row is not None
+    assert (resumed_row.status, resumed_row.budget_wait) == ("running", None)
+    ended = fold([*more, RunFact("r", "failed", 8, T0, make("failed", 0))][::-1])
+    assert ended is not None
+    assert (ended.status, ended.budget_wait) == ("failed", None)
+    global_queue = fold([*facts[:2], RunFact("r", "queued", 3, T0, make("queued", 0))])
+    assert global_queue is not None
+    assert global_queue.budget_wait is None

@@ -297,6 +297,9 @@ class Engine:
             requested_by=state.requested_by or f"flow:{state.flow_run_id}",
             labels=labels,
             plan_mode=getattr(spec, "plan_mode", None),
+            # The flow run's team, else the pinned definition's; None lets core take the
+            # task's or the agent's (docs/spend.md, "Teams").
+            team=state.team or definition.team,
         )
         run_id = rec.run_id
         assert run_id is not None  # `_reconcile` requests only steps with a run

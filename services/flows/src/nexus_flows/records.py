@@ -178,6 +178,8 @@ class FlowState(_Document):
     resumes: int
     failed_step: str | None
     ended_at: IsoTime | None = None
+    # The team the request names (docs/spend.md); stored states from before have none.
+    team: str | None = None
 
     @property
     def terminal(self) -> bool:
@@ -190,10 +192,13 @@ class FlowState(_Document):
         return {str(step["id"]) for step in self.definition["steps"]}
 
     def document(self) -> dict[str, Any]:
-        """The stored JSON form (`ended_at` left out until the flow first ends, as before)."""
+        """The stored JSON form (`ended_at` left out until the flow first ends, and `team`
+        while there is none, so the states stored before either write back the same)."""
         doc = self.model_dump(mode="json")
         if self.ended_at is None:
             del doc["ended_at"]
+        if self.team is None:
+            del doc["team"]
         return doc
 
     @classmethod

@@ -66,6 +66,7 @@ def new_state(flow_run_id: str, event: FlowRequested, at: datetime | None) -> Fl
         repo=event.repo,
         origin=event.origin,
         requested_by=event.requested_by,
+        team=event.team,
         labels=dict(event.labels),
         requested_at=at,
         updated_at=at,
@@ -108,7 +109,11 @@ def _apply(s: FlowState, event: Event, at: datetime | None) -> bool:  # noqa: PL
     if isinstance(event, FlowAccepted):
         if s.definition is not None or terminal:
             return False
-        s.definition = event.definition.model_dump(mode="json")
+        definition = event.definition.model_dump(mode="json")
+        if definition.get("team") is None:
+            # A flow naming no team is stored as before teams (issue 40): the same document.
+            definition.pop("team", None)
+        s.definition = definition
         s.revision = event.revision
         s.status = FlowStatus.RUNNING
         return True

@@ -72,3 +72,19 @@ async def test_unknown_flow_fails(make_env: EnvFactory) -> None:
     view = await wait_status(env.bus, "f2", "failed")
     assert view.reason == "unknown_flow"
     assert env.runner.requests == {}
+
+
+async def test_step_runs_carry_the_flow_runs_team_else_the_flows(make_env: EnvFactory) -> None:
+    """docs/spend.md, "Teams": None leaves core to take the task's or the agent's."""
+    teamed = feature_flow().model_copy(update={"id": "feature-team", "team": "flowteam"})
+    env = await make_env([feature_flow(), teamed], reviewer_asks_once())
+    await request_flow(env.bus, "ft1", "feature-team", input="x", team="asked")
+    await request_flow(env.bus, "ft2", "feature-team", input="x")
+    await request_flow(env.bus, "ft3", "feature", input="x")
+    for fid in ("ft1", "ft2", "ft3"):
+        await wait_status(env.bus, fid, "completed")
+    teams = {
+        fid: {r.team for r in env.runner.requests.values() if r.labels["flow_run_id"] == fid}
+        for fid in ("ft1", "ft2", "ft3")
+    }
+    assert teams == {"ft1": {"asked"}, "ft2": {"flowteam"}, "ft3": {None}}

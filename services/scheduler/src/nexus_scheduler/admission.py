@@ -8,6 +8,10 @@ resumed or declared lost at a given instant. Nothing here does I/O or reads a cl
 Attempts (issue 24): a run whose runner is gone is resumed as attempt n+1 (`after_loss`) until
 its `resume.max_attempts`; it keeps its slot throughout, its wall-clock deadline counts from
 its first dispatch, and only its start and heartbeat timers begin again with each attempt.
+
+Budgets (docs/spend.md): a run whose latest budget event is `budget_paused` holds no slot until
+`budget_resumed` (or its ending); a run the spend service says must wait before its dispatch
+goes back to the queue, held until a recheck time, and does not block the runs behind it.
 """
 
 from __future__ import annotations
@@ -24,6 +28,8 @@ from nexus_events.events import (
     CancelRequested,
     Event,
     Reason,
+    RunBudgetPaused,
+    RunBudgetResumed,
     RunConfig,
     RunDispatched,
     RunHeartbeat,
@@ -101,6 +107,18 @@ class RunEntry:
     first_dispatched_at: datetime | None = None
     # Set once the scheduler has decided to end the run, so a tick does not decide it twice.
     ending: bool = False
+    # Budgets: paused on a reached budget (no slot held), and the turn of the budget event
+    # folded last (an older turn's, redelivered late, changes nothing).
+    budget_paused: bool = False
+    budget_turn: int = 0
+    # Waiting on a budget before dispatch: the reason last reported `queued`, and when to ask
+    # the spend service again (None: at the next admission).
+    budget_wait: str | None = None
+    budget_recheck_at: datetime | None = None
+
+    @property
+    def holds_slot(self) -> bool:
+        return self.phase in ACTIVE_PHASES and not self.budget_paused
 
     @property
     def agent_id(self) -> str:
@@ -167,6 +185,8 @@ class AdmissionState:
     finished: RecentlyFinished = field(default_factory=RecentlyFinished)
     # Cancels of runs whose `prepared` has not arrived yet.
     early_cancels: dict[str, CancelInfo] = field(default_factory=dict)
+    # Waiting runs held by a budget until their recheck time.
+    budget_held: set[str] = field(default_factory=set)
 
     # -- folding events ---------------------------------------------------------------------
 
@@ -186,10 +206,17 @@ class AdmissionState:
         if entry is None:
             return False
         if isinstance(event, RunQueued):
-            if entry.phase is Phase.WAITING:
+            if entry.phase not in WAITING_PHASES:
+                return False
+            changed = entry.phase is Phase.WAITING
+            if changed:
                 entry.phase, entry.queued_position = Phase.QUEUED, event.position
-                return True
-            return False
+            if event.limit == "budget" and entry.budget_wait != event.waiting_for:
+                entry.budget_wait, entry.queued_position = event.waiting_for, event.position
+                changed = True
+            return changed
+        if isinstance(event, RunBudgetPaused | RunBudgetResumed):
+            return self._budget_toggle(entry, event)
         if isinstance(event, RunDispatched):
             return self._dispatched(entry, event, at)
         if isinstance(event, RunResuming):
@@ -238,6 +265,28 @@ class AdmissionState:
             changed = True
         return changed
 
+    def _budget_toggle(self, entry: RunEntry, event: RunBudgetPaused | RunBudgetResumed) -> bool:
+        """`budget_paused` gives the run's slot back, `budget_resumed` takes it again."""
+        if event.turn < entry.budget_turn:
+            return False  # an older turn's, folded late
+        entry.budget_turn = event.turn
+        paused = isinstance(event, RunBudgetPaused)
+        if paused == entry.budget_paused:
+            return False
+        if entry.phase in ACTIVE_PHASES:
+            self._count(entry, -1 if paused else 1)
+        entry.budget_paused = paused
+        if not paused:
+            self._recheck_budget_holds()  # a budget was extended: the held may go too
+        return True
+
+    def _recheck_budget_holds(self) -> None:
+        for run_id in self.budget_held:
+            held = self.runs.get(run_id)
+            if held is not None:
+                held.budget_recheck_at = None
+        self.budget_held.clear()
+
     def _resuming(self, entry: RunEntry, event: RunResuming) -> bool:
         """Attempt `event.attempt` is being started: the run keeps its slot (it is never
         queued again) and waits in STARTING for that attempt's `dispatched`."""
@@ -245,6 +294,9 @@ class AdmissionState:
             return False
         if entry.phase in WAITING_PHASES:
             self._activate(entry)
+        elif entry.budget_paused:
+            self._count(entry, 1)  # the new attempt reserves afresh; it runs until it pauses
+        entry.budget_paused = False
         entry.attempt = event.attempt
         entry.phase = Phase.STARTING
         entry.handle = None
@@ -274,11 +326,23 @@ class AdmissionState:
         return True
 
     def _activate(self, entry: RunEntry) -> None:
+        """The run leaves the queue for an active phase; it takes a slot unless paused."""
         self.waiting.pop(entry.run_id, None)
-        self.active_total += 1
-        self.active_by_agent[entry.agent_id] += 1
+        self.budget_held.discard(entry.run_id)
+        entry.budget_recheck_at = None
+        if not entry.budget_paused:
+            self._count(entry, 1)
+
+    def _count(self, entry: RunEntry, delta: Literal[1, -1]) -> None:
+        self.active_total += delta
+        if delta > 0:
+            self.active_by_agent[entry.agent_id] += 1
+            if entry.task_id is not None:
+                self.active_by_task[entry.task_id] += 1
+            return
+        _decrement(self.active_by_agent, entry.agent_id)
         if entry.task_id is not None:
-            self.active_by_task[entry.task_id] += 1
+            _decrement(self.active_by_task, entry.task_id)
 
     def _finish(self, run_id: str) -> bool:
         self.finished.add(run_id)
@@ -287,11 +351,11 @@ class AdmissionState:
         if entry is None:
             return True
         self.waiting.pop(run_id, None)
-        if entry.phase in ACTIVE_PHASES:
-            self.active_total -= 1
-            _decrement(self.active_by_agent, entry.agent_id)
-            if entry.task_id is not None:
-                _decrement(self.active_by_task, entry.task_id)
+        self.budget_held.discard(run_id)
+        if entry.holds_slot:
+            self._count(entry, -1)
+        # A run's ending may free a budget's run limit: the held are asked again.
+        self._recheck_budget_holds()
         return True
 
     # -- transitions the scheduler makes itself ---------------------------------------------
@@ -307,6 +371,26 @@ class AdmissionState:
         if entry.phase in WAITING_PHASES:
             self._activate(entry)
             entry.phase = Phase.STARTING
+
+    def hold_for_budget(self, run_id: str, recheck_at: datetime) -> bool:
+        """The spend service says `run_id` (being started) must wait for a budget: it gives
+        its slot back and waits in the queue, in its place, until `recheck_at` (or a run's
+        ending or a budget's extension). False if the run is no longer being started."""
+        entry = self.runs.get(run_id)
+        if entry is None or entry.phase is not Phase.STARTING or entry.attempt > 1:
+            return False
+        if entry.holds_slot:
+            self._count(entry, -1)
+        entry.phase = Phase.QUEUED
+        entry.budget_recheck_at = recheck_at
+        self.budget_held.add(run_id)
+        # Back in its place: `runs` keeps the prepared order.
+        self.waiting = dict.fromkeys(r for r in self.runs if r in self.waiting or r == run_id)
+        return True
+
+    def position(self, run_id: str) -> int:
+        """1-based place of a waiting run in the queue."""
+        return list(self.waiting).index(run_id) + 1
 
     # -- queries ----------------------------------------------------------------------------
 
@@ -350,13 +434,16 @@ class CancelWaiting:
 Decision = Start | Queue | CancelWaiting
 
 
-def decide(state: AdmissionState, limits: Limits) -> list[Decision]:
+def decide(state: AdmissionState, limits: Limits, now: datetime | None = None) -> list[Decision]:
     """What to do with the waiting runs now, in FIFO order.
 
     A run starts when the global, its agent's and its task's limits all have room, counting
     the runs started earlier in the same call. A run blocked by its agent or task limit does
-    not block runs of other agents behind it. Runs not started and not yet reported queued
-    get a `queued` event with their 1-based position among the runs still waiting.
+    not block runs of other agents behind it, nor does a run held by a budget before its
+    recheck time (`now`; None: every hold still stands). Runs not started and not yet
+    reported queued get a `queued` event with their 1-based position among the runs still
+    waiting. A started run is a candidate: the service asks the spend service before its
+    dispatch (`AdmissionState.hold_for_budget` on a wait).
     """
     out: list[Decision] = []
     total = state.active_total
@@ -367,6 +454,9 @@ def decide(state: AdmissionState, limits: Limits) -> list[Decision]:
         entry = state.runs[run_id]
         if entry.cancel is not None:
             out.append(CancelWaiting(run_id, entry.cancel))
+            continue
+        if entry.budget_recheck_at is not None and (now is None or now < entry.budget_recheck_at):
+            position += 1
             continue
         blocked = _blocking_limit(entry, limits, total, by_agent, by_task)
         if blocked is None:

@@ -44,6 +44,7 @@ from nexus_scheduler.schedules_service import ScheduleService
 from nexus_scheduler.service import SchedulerService, watched_subjects
 from nexus_scheduler.snapshot import Snapshot
 from nexus_scheduler.snapshot_store import SnapshotStore
+from nexus_scheduler.spend_admission import SpendAdmission
 
 log = logging.getLogger(__name__)
 
@@ -253,6 +254,12 @@ class SchedulerApp(ServiceApp):
             clock=self.clock,
             fence=self._fence,
             metrics=self.metrics,
+            spend=SpendAdmission(
+                self.bus.nc,
+                timeout=self.settings.budget_admission_timeout_seconds,
+                enabled=self.settings.budget_admission == "check",
+            ),
+            budget_recheck_seconds=self.settings.budget_recheck_seconds,
         )
         self.service = service
         store = SnapshotStore(

@@ -39,6 +39,22 @@ class SchedulerSettings(NexusSettings):
         description="Per-agent overrides, e.g. {'reviewer': 2}; win over the definition's.",
     )
 
+    # Budgets (docs/spend.md): the spend service is asked before each first dispatch.
+    budget_admission: Literal["check", "off"] = Field(
+        "check",
+        description="check: ask nexus.spend.v1.admit before dispatching a run (no answer"
+        " admits it: the runner's reservations still hold it); off: never ask.",
+    )
+    budget_admission_timeout_seconds: float = Field(
+        2.0, gt=0, description="Most a dispatch waits for the spend service's answer."
+    )
+    budget_recheck_seconds: float = Field(
+        5.0,
+        gt=0,
+        description="A run a budget holds queued is asked about again after this long (or"
+        " at once when a run ends or a budget is extended).",
+    )
+
     # Timers (seconds).
     cancel_grace_seconds: float = Field(30.0, ge=0, description="Cooperative stop window.")
     heartbeat_timeout_seconds: float = Field(

@@ -11,6 +11,10 @@ event, failed or evicted) is resumed (issue 24) while its `resume.max_attempts` 
 old attempt is stopped, `resuming` (attempt n+1) is published and the same RunConfig is
 started again as attempt n+1, which publishes its own `dispatched`. The run keeps its slot.
 
+Before a run's first dispatch the spend service is asked whether a budget lets it start
+(`nexus_scheduler.spend_admission`, docs/spend.md): wait puts it back in the queue (`queued`,
+limit budget, with the reason) to be asked again later, stop ends it `budget_exceeded`.
+
 Each handled event has a span continuing its trace, and each action for a run happens in a
 span of the run's trace (`nexus_scheduler.tracing`): one trace from `requested` to the end.
 """
@@ -19,9 +23,10 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import zlib
 from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import datetime, timedelta
 
 from nexus_events.contract import subjects
 from nexus_events.contract.codec import Decoded
@@ -32,10 +37,12 @@ from nexus_events.events import (
     RunDispatched,
     RunFailed,
     RunLost,
+    RunQueued,
     RunResuming,
     RunTimedOut,
     TerminalEvent,
 )
+from nexus_events.events.spend import SpendDecision, SpendVerdict
 from nexus_events.runtime import telemetry
 from nexus_events.runtime.clock import Clock, SystemClock
 from nexus_events.transport.bus import Bus
@@ -60,6 +67,7 @@ from nexus_scheduler.admission import (
 from nexus_scheduler.liveness import Windows, may_end
 from nexus_scheduler.metrics import SchedulerMetrics
 from nexus_scheduler.runtime.base import AgentRuntime, RuntimeState, RuntimeStatus
+from nexus_scheduler.spend_admission import SpendAdmission
 from nexus_scheduler.tracing import AGENT_ID, ATTEMPT, OUTCOME, RUNTIME, RunTraces
 
 log = logging.getLogger(__name__)
@@ -73,6 +81,8 @@ WATCHED_EVENTS: tuple[RunEvent, ...] = (
     RunEvent.HEARTBEAT,
     RunEvent.CANCEL_REQUESTED,
     RunEvent.RESUMING,
+    RunEvent.BUDGET_PAUSED,
+    RunEvent.BUDGET_RESUMED,
     RunEvent.COMPLETED,
     RunEvent.FAILED,
     RunEvent.CANCELLED,
@@ -92,6 +102,12 @@ def msg_id(run_id: str, event: str, attempt: int | None = None) -> str:
     return f"scheduler:{run_id}:{suffix}" + (f":{attempt}" if attempt is not None else "")
 
 
+def budget_queued_msg_id(run_id: str, waiting_for: str) -> str:
+    """Id of a `queued` for a budget: one per reason, so a changed reason is stored again
+    (the plain `queued` id would be dropped as a duplicate)."""
+    return f"scheduler:{run_id}:queued:budget:{zlib.crc32(waiting_for.encode()):08x}"
+
+
 _TERMINAL_NAMES = frozenset(TERMINAL_EVENTS)
 
 
@@ -99,6 +115,8 @@ _TERMINAL_NAMES = frozenset(TERMINAL_EVENTS)
 class Stats:
     started: int = 0
     queued: int = 0
+    # Dispatches the spend service held back (wait) or refused (stop).
+    budget_waits: int = 0
     ended: dict[str, int] = field(default_factory=dict)
     # Attempts started after a runner loss, by the reason of the loss.
     resumed: dict[str, int] = field(default_factory=dict)
@@ -118,6 +136,8 @@ class SchedulerService:
         clock: Clock | None = None,
         fence: Callable[[], Awaitable[bool]] | None = None,
         metrics: SchedulerMetrics | None = None,
+        spend: SpendAdmission | None = None,
+        budget_recheck_seconds: float = 5.0,
     ) -> None:
         self.bus = bus
         self.metrics = metrics or SchedulerMetrics()
@@ -125,6 +145,9 @@ class SchedulerService:
         # the lease. None (tests of the service alone) means always.
         self.fence = fence
         self.runtime = runtime
+        # None (tests of the service alone): every run is admitted without asking.
+        self.spend = spend
+        self.budget_recheck = timedelta(seconds=budget_recheck_seconds)
         self.limits = limits
         self.timeouts = timeouts
         self.exit_grace = exit_grace
@@ -187,7 +210,7 @@ class SchedulerService:
         cancels: list[CancelWaiting] = []
         starts: list[Start] = []
         async with self._lock:
-            for decision in decide(self.state, self.limits):
+            for decision in decide(self.state, self.limits, now):
                 if isinstance(decision, Start):
                     self.state.begin_start(decision.run_id)
                     starts.append(decision)
@@ -215,10 +238,52 @@ class SchedulerService:
         for cancel in cancels:
             await self._end(cancel.run_id, _cancelled(cancel.cancel))
         for start in starts:
-            task = asyncio.create_task(self._start(start), name=f"start:{start.run_id}")
+            task = asyncio.create_task(self._admit(start), name=f"start:{start.run_id}")
             self._background.add(task)
             task.add_done_callback(self._background.discard)
         return True
+
+    async def _admit(self, start: Start) -> None:
+        """Ask the spend service whether a budget lets the run start (its slot is taken
+        meanwhile, so no other admission gives it away), then start, hold or end it."""
+        verdict = await self.spend.ask(start.run_id) if self.spend is not None else None
+        if verdict is None or verdict.decision is SpendDecision.GRANTED:
+            await self._start(start)
+        elif verdict.decision is SpendDecision.WAIT:
+            await self._hold_for_budget(start.run_id, verdict)
+        else:
+            self.stats.budget_waits += 1
+            await self._end(
+                start.run_id,
+                RunFailed(
+                    reason=Reason.BUDGET_EXCEEDED,
+                    message=verdict.message or "a budget covering the run is reached",
+                ),
+            )
+
+    async def _hold_for_budget(self, run_id: str, verdict: SpendVerdict) -> None:
+        """Give the slot back, report the run queued on the budget (once per reason), and
+        admit again: the runs behind it may take the slot."""
+        reason = verdict.message or "a budget covering the run is reached"
+        now = self.clock.now()
+        queued: RunQueued | None = None
+        async with self._lock:
+            if not self.state.hold_for_budget(run_id, now + self.budget_recheck):
+                return  # ended or cancelled meanwhile
+            if self.state.runs[run_id].budget_wait != reason:
+                position = self.state.position(run_id)
+                queued = RunQueued(position=position, limit="budget", waiting_for=reason)
+                self.state.evolve(run_id, queued, now)
+        self.stats.budget_waits += 1
+        if queued is not None:
+            with self.traces.action("scheduler queue", run_id, {OUTCOME: RunEvent.QUEUED.value}):
+                await self.bus.publish(
+                    subjects.run_event(run_id, RunEvent.QUEUED),
+                    queued,
+                    msg_id=budget_queued_msg_id(run_id, reason),
+                )
+            self.stats.queued += 1
+        await self.act()
 
     async def _start(self, start: Start) -> None:
         config = start.config

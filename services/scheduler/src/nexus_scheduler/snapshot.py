@@ -23,7 +23,6 @@ from nexus_events.events import RunConfig
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from nexus_scheduler.admission import (
-    ACTIVE_PHASES,
     AdmissionState,
     CancelInfo,
     Phase,
@@ -35,7 +34,8 @@ from nexus_scheduler.tracing import valid_traceparent
 # Bump on any change of the models below that an older scheduler could misread; a snapshot
 # of another version is ignored (the takeover then reads the stream), never migrated.
 # 2: runs record their attempt and first dispatch (resume, issue 24).
-SNAPSHOT_VERSION = 2
+# 3: runs record their budget pause and the budget reason they were reported queued with.
+SNAPSHOT_VERSION = 3
 
 
 class SnapshotInvalid(ValueError):  # noqa: N818 - reads as a fact: "the snapshot is invalid"
@@ -65,6 +65,11 @@ class RunSnapshot(_Model):
     attempt: int = Field(1, ge=1, description="Its current attempt (`dispatched`/`resuming`).")
     first_dispatched_at: datetime | None = Field(
         None, description="Time of its first attempt's dispatch: the deadline counts from it."
+    )
+    budget_paused: bool = Field(False, description="Paused on a reached budget: holds no slot.")
+    budget_turn: int = Field(0, ge=0, description="Turn of the budget event folded last.")
+    budget_wait: str | None = Field(
+        None, description="Why a budget holds it queued, as its last `queued` said."
     )
 
 
@@ -162,9 +167,12 @@ class LifecycleFold:
                 cancel=_cancel_info(run.cancel) if run.cancel is not None else None,
                 attempt=run.attempt,
                 first_dispatched_at=run.first_dispatched_at,
+                budget_paused=run.budget_paused,
+                budget_turn=run.budget_turn,
+                budget_wait=run.budget_wait,
             )
             state.runs[run.run_id] = entry
-            if entry.phase in ACTIVE_PHASES:
+            if entry.holds_slot:
                 state.active_total += 1
                 state.active_by_agent[entry.agent_id] += 1
                 if entry.task_id is not None:
@@ -215,6 +223,9 @@ def _run_snapshot(entry: RunEntry) -> RunSnapshot:
         cancel=_cancel_snapshot(entry.cancel) if entry.cancel is not None else None,
         attempt=entry.attempt,
         first_dispatched_at=entry.first_dispatched_at,
+        budget_paused=entry.budget_paused,
+        budget_turn=entry.budget_turn,
+        budget_wait=entry.budget_wait,
     )
 
 
