@@ -203,7 +203,8 @@ class RunConfig(BaseModel):
     team: str | None = Field(
         None,
         description="The team the run counts against (budgets, usage, approvals): the"
-        " request's, else its task's, else its flow's, else its agent's (docs/spend.md).",
+        " request's (a flow's steps carry the flow run's), else its task's, else its agent's"
+        " (docs/spend.md).",
     )
 
 
