@@ -10,8 +10,8 @@ from nexus_events.contract.streams import RUNS
 from nexus_events.events import ApprovalDecision, ApprovalRefused
 from nexus_events.transport.bus import Bus
 from nexus_testing import eventually
+from nexus_testing.budget_asks import ASK_APPROVAL_ID, open_budget_ask
 from tests.fakes.slack_api import FakeSlack, event_callback, post_event
-from tests.support.budget_asks import ASK_APPROVAL_ID, open_budget_ask
 from tests.support.gateway import SIGNING_SECRET, channel_events, events, inbox_of, pair
 
 from nexus_channel_gateway.app import GatewayApp
