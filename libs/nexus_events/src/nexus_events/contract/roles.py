@@ -295,9 +295,10 @@ EVENT_ROLES: dict[tuple[Family, str], EventRoles] = {
         for name in ("accepted", "case_started", "case_graded", "completed", "failed")
     },
     # -- budgets (NEXUS_BUDGETS): spend's asks, extensions and thresholds (docs/spend.md) --
-    # plane-sync comments on a task whose budget passed its warning share; the gateway and
-    # plane-sync read an ask's approvers from its ask_opened when someone answers it there.
-    (Family.BUDGET, "ask_opened"): _run((_SPEND,), (_SPEND, _CLI, _CONSOLE, _GATEWAY, _PLANE)),
+    # plane-sync comments on a task whose budget passed its warning share; the gateway reads
+    # an ask's approvers from its ask_opened when someone answers it in chat (plane-sync does
+    # not mirror asks: docs/plane.md).
+    (Family.BUDGET, "ask_opened"): _run((_SPEND,), (_SPEND, _CLI, _CONSOLE, _GATEWAY)),
     **{
         (Family.BUDGET, name): _run((_SPEND,), (_SPEND, _CLI, _CONSOLE))
         for name in ("extended", "ask_closed")
