@@ -163,6 +163,13 @@ def lab_exported_names() -> set[str]:
     return _exported_by(LabMetrics)
 
 
+def spend_exported_names() -> set[str]:
+    """The same for the spend service's `nexus_spend.metrics.SpendMetrics(provider)`."""
+    from nexus_spend.metrics import SpendMetrics  # type: ignore[import-not-found,unused-ignore]
+
+    return _exported_by(SpendMetrics)
+
+
 def _exported_by(metrics: Callable[[Any], object]) -> set[str]:
     registry = CollectorRegistry()
     provider = MeterProvider(metric_readers=[PrometheusMetricReader(registry=registry)])
@@ -249,6 +256,16 @@ FLOWS_METRICS = {
 LAB_METRICS = {"nexus_lab_eval_runs_total", "nexus_lab_cases_graded_total"}
 
 
+# The spend service's metrics (nexus_spend.metrics) the pipeline dashboard's Spend row reads
+# (docs/spend.md, docs/observability.md).
+SPEND_METRICS = {"nexus_spend_cost_usd_total", "nexus_spend_holds", "nexus_spend_asks_open"}
+
+
+def test_the_spend_service_exports_what_its_dashboard_row_reads() -> None:
+    emitted = spend_exported_names()
+    assert emitted >= SPEND_METRICS, SPEND_METRICS - emitted
+
+
 def test_the_lab_exports_what_its_dashboard_row_reads() -> None:
     emitted = lab_exported_names()
     assert emitted >= LAB_METRICS, LAB_METRICS - emitted
@@ -271,6 +288,7 @@ def test_every_queried_metric_is_emitted(
         emitted = emitted | request.getfixturevalue("flows_emitted")
     if path.stem == "pipeline-health":
         emitted = emitted | console_exported_names() | lab_exported_names()
+        emitted |= spend_exported_names()
     dashboard = json.loads(path.read_text())
     queried = set().union(*(queried_metrics(e) for e in dashboard_queries(dashboard)))
     assert queried, f"{path.name} queries nothing"

@@ -71,7 +71,7 @@ RECORD_STEPS = """() => {
 PAGES = (
     ("runs", "/runs"), ("flows", "/flows"), ("flow-runs", "/flow-runs"),
     ("approvals", "/approvals"), ("dead-letters", "/dead-letters"), ("schedules", "/schedules"),
-    ("board", "/board"), ("catalog", "/catalog"), ("usage", "/usage"),
+    ("board", "/board"), ("catalog", "/catalog"), ("usage", "/usage"), ("budgets", "/budgets"),
 )  # fmt: skip
 
 

@@ -144,6 +144,7 @@ class GatewayApp(ServiceApp):
             open_channels=frozenset(s.gateway_open_channels),
             approver_chats=frozenset((a.channel, a.conversation) for a in s.channel_approvers),
             default_approvers=s.approvers_default,
+            teams=s.teams,
         )
         delegator = Delegator(self.bus, self.store, self.metrics, max_depth=s.delegation_max_depth)
         # Its own connection; in-flight handlers get half the drain timeout to finish.

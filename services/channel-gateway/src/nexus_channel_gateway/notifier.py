@@ -1,7 +1,8 @@
 """Progress of chat-started runs back to their thread: requested, started, resumed after a
 runner loss (once per attempt), approval asked (relayed under a short id), approval decided,
 and the ending with its reason. Approvals of
-every run, chat-started or not, also go to the configured approver chats under the same id.
+every run, chat-started or not, also go to the configured approver chats under the same id
+(a budget ask's, on its pseudo-run with no origin, only there).
 
 Every reply's idempotency key is derived from the run event (run, event, approval, and the
 approver chat), so a redelivered run event publishes the same intent, which JetStream and the
@@ -27,7 +28,7 @@ from nexus_events.events import (
     RunResuming,
     TerminalEvent,
 )
-from nexus_events.transport.approvals import decided_as
+from nexus_events.transport.approvals import BUDGET_ASK_TOOL, decided_as
 from nexus_events.transport.bus import Bus, ConsumerSpec
 from nexus_events.transport.fast import Delivered
 
@@ -210,8 +211,14 @@ class Notifier:
             return
         wanted = short_code(f"{run_id}.{event.approval_id}", length=5, salt="approval")
         short = await self.store.relay_approval(wanted, run_id, event.approval_id, targets[0])
+        # A budget ask's pseudo-run is no run of anyone's: say what it asks for.
+        head = (
+            f"🔐 Budget ask `{run_id}`: {event.summary}"
+            if event.tool == BUDGET_ASK_TOOL
+            else f"🔐 Run `{run_id}` asks to use `{event.tool}`: {event.summary}"
+        )
         text = _clip(
-            f"🔐 Run `{run_id}` asks to use `{event.tool}`: {event.summary}"
+            head
             + (f"\nWhy: {event.why}" if event.why else "")
             + f"\nAnswer `yes {short}` or `no {short}` (expires {event.expires_at:%H:%M} UTC)."
         )

@@ -21,6 +21,7 @@ from nexus_events.contract.approver_policy import (
     DEFAULT_PRINCIPALS,
     Answer,
     ApproverPolicy,
+    Teams,
     may_decide,
 )
 from nexus_events.contract.streams import CHANNELS
@@ -98,10 +99,12 @@ class Router:
         open_channels: frozenset[str] = frozenset(),
         approver_chats: frozenset[tuple[str, str]] = frozenset(),
         default_approvers: Sequence[str] = DEFAULT_PRINCIPALS,
+        teams: Teams | None = None,
     ) -> None:
         self.bus = bus
         self.approver_chats = approver_chats
         self.default_approvers = tuple(default_approvers)
+        self.teams = dict(teams or {})  # NEXUS_TEAMS: who team:<name> is
         self.store = store
         self.metrics = metrics
         self.pairing_ttl = pairing_ttl
@@ -323,7 +326,7 @@ class Router:
         gate = await self.store.gate(relayed.run_id)
         if gate is None:
             record = await approval_record(self.bus, relayed.run_id, relayed.approval_id)
-            policy = record.policy(self.default_approvers, self.approver_chats)
+            policy = record.policy(self.default_approvers, self.approver_chats, self.teams)
         else:  # a flow's gate: its pseudo-run has no request to read the policy from
             record = ApprovalRecord(run_id=relayed.run_id, approval_id=relayed.approval_id)
             policy = self._gate_policy(relayed.run_id, *gate)
@@ -361,6 +364,7 @@ class Router:
             origin=flow.origin,
             approver_chats=self.approver_chats,
             from_agent=bool(named),
+            teams=self.teams,
         )
 
     async def _to_run(

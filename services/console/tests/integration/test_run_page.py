@@ -24,9 +24,11 @@ from nexus_events.events import (
     ToolCalled,
     ToolResult,
 )
+from nexus_events.events.budgets import BudgetPeriod, OnExceed
 from nexus_events.events.logs import LogLine
 from nexus_events.events.runs import RunResult
 from nexus_events.events.specs import RepoSpec
+from nexus_events.events.spend import RunSpend, ScopeStanding, StandingState
 from nexus_events.transport.bus import Bus
 from nexus_events.transport.catalog_commands import apply_agent
 from nexus_events.transport.run_requests import request_run
@@ -34,6 +36,9 @@ from nexus_testing.polling import eventually
 
 from .conftest import OPERATE_TOKEN, READ_TOKEN, Browserless, Clients
 from .flow_fixtures import AGENT_YAML
+from .spend_double import SpendDouble, line, spend
+
+__all__ = ["spend"]  # the spend double's fixture
 
 
 async def _started(bus: Bus, core: CoreApp, run_id: str, repo: RepoSpec | None = None) -> None:
@@ -205,3 +210,45 @@ async def test_the_diff_of_a_pushed_branch_against_its_base(
     await _page(client, not_pushed, RunStatus.RUNNING.value)
     _, fragment = await client.get(f"/runs/{not_pushed}/diff")
     assert "not pushed" in fragment
+
+
+async def test_the_runs_team_and_spend_against_each_scope(
+    bus: Bus, core: CoreApp, clients: Clients, spend: SpendDouble
+) -> None:
+    await _started(bus, core, "run_sp1")
+    usage = line("run_sp1", 0.5)
+    spend.runs["run_sp1"] = RunSpend(
+        run_id="run_sp1",
+        team="alpha",
+        usage=usage,
+        waiting_for="budget alpha-monthly: team:alpha month 2026-11 reached; asking",
+        scopes=[
+            ScopeStanding(
+                budget_id="alpha-monthly", instance="team:alpha", period=BudgetPeriod.MONTH,
+                bucket="2026-11", on_exceed=OnExceed.ASK, state=StandingState.ASKING,
+                spent_cost_usd=31.2, reserved_cost_usd=0.5, limit_cost_usd=50.0,
+                ask_id="budget-ask-00000000000000000001",
+            ),
+        ],
+    )  # fmt: skip
+    client = await clients()
+    await client.login(READ_TOKEN)
+    page = await _page(client, "run_sp1", 'id="spend"')
+    assert '<dd id="run-team">alpha</dd>' in page
+    assert "waits: budget alpha-monthly: team:alpha month 2026-11 reached; asking" in page
+    row = page.split('data-budget="alpha-monthly"', 1)[1].split("</tr>", 1)[0]
+    assert "team:alpha" in row
+    assert "2026-11" in row
+    assert "$31.20 spent, $0.50 reserved of $50.00" in row
+    assert 'href="/runs/budget-ask-00000000000000000001"' in row
+
+
+async def test_the_run_page_without_a_spend_service_says_so(
+    bus: Bus, core: CoreApp, clients: Clients
+) -> None:
+    await _started(bus, core, "run_sp2")
+    client = await clients()
+    await client.login(READ_TOKEN)
+    page = await _page(client, "run_sp2", 'id="spend"')
+    assert "Not known: nothing answers nexus.spend.v1.runs" in page
+    assert "fix it" in page  # the rest of the run is there

@@ -1,5 +1,6 @@
-"""The usage page: core's usage.summary per day, agent, flow and task, charted and tabled;
-a malformed or inverted range is a 400 naming the field."""
+"""The usage page: the spend service's usage per day, team, agent, agent revision, model,
+flow, task and origin, charted and tabled, over the chosen range; a malformed or inverted
+range is a 400 naming the field; no spend service is a 503 naming the query."""
 
 from __future__ import annotations
 
@@ -7,52 +8,58 @@ import json
 import re
 from datetime import UTC, datetime
 
-from nexus_core.app import CoreApp
-from nexus_events.contract import subjects
-from nexus_events.events import RunRequested, RunTurn
-from nexus_events.transport.bus import Bus
-from nexus_events.transport.run_requests import request_run
-from nexus_testing.polling import eventually
+from nexus_events.events.spend import UsageGroup
 
 from .conftest import READ_TOKEN, Clients
+from .spend_double import SpendDouble, line, spend
+
+__all__ = ["spend"]  # the spend double's fixture
 
 
-async def test_cost_and_tokens_per_day_agent_and_task(
-    bus: Bus, core: CoreApp, clients: Clients
-) -> None:
-    for run_id, agent, cost in (
-        ("u-1", "planner", 0.5),
-        ("u-2", "planner", 0.25),
-        ("u-3", "tester", 1.0),
-    ):
-        request = RunRequested(agent_id=agent, task_id="T-1", input="x")
-        await request_run(bus, run_id, request, source="t")
-        turn = RunTurn(turn=1, model="m", tokens_in=100, tokens_out=10, cost_usd=cost)
-        await bus.publish(subjects.run_event(run_id, RunTurn), turn)
+def _charts(text: str) -> dict[str, dict[str, object]]:
+    found = re.findall(r'data-chart="([^"]*)"', text)
+    charts = [json.loads(raw.replace("&#34;", '"')) for raw in found]
+    return {c["by"]: c for c in charts}
+
+
+async def test_cost_and_tokens_per_each_grouping(spend: SpendDouble, clients: Clients) -> None:
+    spend.usage_rows = {
+        UsageGroup.DAY: [line("2026-11-27", 0.25), line("2026-11-28", 1.5, runs=2)],
+        UsageGroup.TEAM: [line("alpha", 1.25, runs=2), line(None, 0.5)],
+        UsageGroup.AGENT: [line("tester", 1.0), line("planner", 0.75, runs=2)],
+        UsageGroup.AGENT_REVISION: [line("tester@3", 1.0)],
+        UsageGroup.MODEL: [line("gpt-test", 1.75, runs=3)],
+        UsageGroup.TASK: [line("T-1", 1.75, runs=3)],
+        UsageGroup.ORIGIN: [line("cli", 1.75, runs=3)],
+    }
     client = await clients()
     await client.login(READ_TOKEN)
-
-    async def page() -> str:
-        status, text = await client.get("/usage")
-        assert status == 200
-        return text
-
-    text = await eventually(page, lambda t: "$1.0000" in t and "$0.7500" in t, what="usage")
-    charts = [
-        json.loads(raw.replace("&#34;", '"')) for raw in re.findall(r'data-chart="([^"]*)"', text)
-    ]
-    by = {c["by"]: c for c in charts}
-    assert set(by) == {"day", "agent", "flow", "task"}
-    assert by["flow"]["labels"] == ["(none)"]  # no run came from a flow
-    assert by["agent"]["labels"] == ["tester", "planner"]
+    status, text = await client.get("/usage?since=2026-11-01&until=2026-11-28")
+    assert status == 200, text
+    by = _charts(text)
+    assert list(by) == ["day", "team", "agent", "agent_revision", "model", "task", "origin"]
+    assert 'id="usage-flow"' in text
+    assert "No runs in this range." in text
+    assert by["team"]["labels"] == ["alpha", "(none)"]
     assert by["agent"]["cost_usd"] == [1.0, 0.75]
-    assert by["agent"]["tokens"] == [110, 220]
-    assert by["day"]["labels"] == [datetime.now(UTC).date().isoformat()]
-    assert by["task"]["labels"] == ["T-1"]
+    assert by["agent"]["tokens"] == [110, 110]
     assert by["day"]["kind"] == "line"
+    assert by["model"]["kind"] == "bar"
+    assert "$1.2500" in text
+    assert "tester@3" in text
+
+    asked = {q.by: q for q in spend.asked}
+    assert set(asked) == {g for g in UsageGroup if g not in (UsageGroup.RUN, UsageGroup.FLOW_RUN)}
+    team = asked[UsageGroup.TEAM]
+    assert (team.since, team.until, team.limit) == (
+        datetime(2026, 11, 1, tzinfo=UTC),
+        datetime(2026, 11, 29, tzinfo=UTC),
+        20,
+    )
+    assert asked[UsageGroup.DAY].limit == 1000
 
 
-async def test_a_bad_range_is_a_400(core: CoreApp, clients: Clients) -> None:
+async def test_a_bad_range_is_a_400(spend: SpendDouble, clients: Clients) -> None:
     client = await clients()
     await client.login(READ_TOKEN)
     status, text = await client.get("/usage?since=yesterday")
@@ -61,3 +68,11 @@ async def test_a_bad_range_is_a_400(core: CoreApp, clients: Clients) -> None:
     status, text = await client.get("/usage?since=2026-02-02&until=2026-01-01")
     assert status == 400
     assert "until must not be before since" in text
+
+
+async def test_no_spend_service_is_a_503_naming_the_query(clients: Clients) -> None:
+    client = await clients()
+    await client.login(READ_TOKEN)
+    status, text = await client.get("/usage")
+    assert status == 503
+    assert "nexus.spend.v1.usage" in text

@@ -25,7 +25,14 @@ from __future__ import annotations
 from typing import Any
 
 from nexus_events.contract import subjects
-from nexus_events.contract.approver_policy import PLANE, Answer, ApproverPolicy, Verdict, may_decide
+from nexus_events.contract.approver_policy import (
+    PLANE,
+    Answer,
+    ApproverPolicy,
+    Teams,
+    Verdict,
+    may_decide,
+)
 from nexus_events.contract.subjects import validate_token
 from nexus_events.events import ApprovalDecision
 from nexus_events.transport.approvals import (
@@ -61,6 +68,7 @@ async def answer_approval(
     default_approvers: tuple[str, ...],
     api: PlaneApi | None = None,
     policy: ApproverPolicy | None = None,
+    teams: Teams | None = None,
 ) -> bool:
     """Claim, then publish the decision; True if this comment decided the approval.
 
@@ -69,13 +77,14 @@ async def answer_approval(
     one (the caller dead-letters the webhook) and nats errors while NATS is away (retried).
     `default_approvers` is the policy of agents that name none (NEXUS_APPROVERS_DEFAULT);
     `api` answers the author's role when the policy names one. `policy` is given for a flow
-    gate (`gate_policy`), whose pseudo-run has no request to read it from.
+    gate (`gate_policy`), whose pseudo-run has no request to read it from; `teams` are the
+    deployment's (NEXUS_TEAMS, who each team:<name> is).
     """
     key = f"plane:comment:{comment_id}"
     validate_token(approval_id, "approval id")  # a bad id is the webhook's fault: dead letter
     if policy is None:
         record = await approval_record(bus, run_id, approval_id)
-        policy = record.policy(default_approvers)
+        policy = record.policy(default_approvers, teams=teams)
     else:
         validate_token(run_id, "run id")
         record = ApprovalRecord(run_id=run_id, approval_id=approval_id)
@@ -112,7 +121,9 @@ async def answer_approval(
     return False
 
 
-def gate_policy(gate: FlowGate, default_approvers: tuple[str, ...]) -> ApproverPolicy:
+def gate_policy(
+    gate: FlowGate, default_approvers: tuple[str, ...], teams: Teams | None = None
+) -> ApproverPolicy:
     """Who may decide a flow's gate: its own approvers, else the default; `requester` is the
     person who asked for the flow run, on the surface they asked from."""
     named = gate.approvers
@@ -122,6 +133,7 @@ def gate_policy(gate: FlowGate, default_approvers: tuple[str, ...]) -> ApproverP
         requester=gate.requested_by,
         origin_surface=gate.origin,
         from_agent=named is not None,
+        teams=dict(teams or {}),
     )
 
 

@@ -151,7 +151,7 @@ class PlaneSyncApp(ServiceApp):
             trigger_prefix=s.plane_trigger_prefix, flow_prefix=s.plane_flow_prefix,
             bot_user_id=s.plane_bot_user_id,
             assign_agent=s.plane_assign_agent, state_map=s.plane_state_map,
-            mirrored=self.mirrored, default_approvers=s.approvers_default,
+            mirrored=self.mirrored, default_approvers=s.approvers_default, teams=s.teams,
         )  # fmt: skip
         # Its own connection; in-flight webhooks get half the drain timeout to finish.
         self.handlers = Handlers(self.bus, graceful_timeout=s.drain_timeout / 2)

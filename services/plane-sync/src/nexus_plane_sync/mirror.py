@@ -1,5 +1,5 @@
 """The mirror: NEXUS_TASKS, NEXUS_RUNS and NEXUS_FLOWS followed into plane_sync's tables and
-outbox (flows: `flowmirror`).
+outbox (flows: `flowmirror`), and NEXUS_BUDGETS' warnings into the outbox (`budgetreports`).
 
 A projection (`nexus_events.transport.projection`): each batch updates ``tasks``/``runs`` and queues
 the writes it implies in the outbox in one transaction with the checkpoint, so a restart neither
@@ -16,7 +16,7 @@ from typing import Any
 from nexus_events.contract import subjects
 from nexus_events.contract.codec import Decoded
 from nexus_events.contract.runstate import TERMINAL_EVENTS, RunEvent
-from nexus_events.contract.streams import FLOWS, RUNS, TASKS
+from nexus_events.contract.streams import BUDGETS, FLOWS, RUNS, TASKS
 from nexus_events.contract.subjects import NEW_RUN_TOKEN, Family
 from nexus_events.events import (
     Event,
@@ -27,8 +27,10 @@ from nexus_events.events import (
     TaskMoved,
     TaskUpdated,
 )
+from nexus_events.events.budgets import BudgetEvent, BudgetThresholdCrossed
 from nexus_events.transport.projection import Conn, Source, quote_ident
 
+from nexus_plane_sync.budgetreports import budget_writes
 from nexus_plane_sync.children import child_run_writes
 from nexus_plane_sync.decisions import RunState, Write, evolve, run_writes, task_writes
 from nexus_plane_sync.flowmirror import apply_flow_event
@@ -65,6 +67,9 @@ class PlaneMirror:
             Source(TASKS),
             Source(RUNS, tuple(subjects.run_events_filter(event=e) for e in RUN_EVENTS)),
             Source(FLOWS),
+            # A budget ask is not mirrored: it is about a team, agent or global scope as
+            # often as a task's, and is answered in chat, the CLI and the console.
+            Source(BUDGETS, (subjects.budget_events_filter(event=BudgetEvent.THRESHOLD_CROSSED),)),
         )
         self.queued = 0
 
@@ -78,15 +83,9 @@ class PlaneMirror:
         for d in batch:
             seq = d.envelope.stream_seq or 0
             at = d.envelope.timestamp
-            if d.address.family is Family.TASK:
-                task_id = d.address.ids["task_id"]
-                await self._task(conn, q, task_id, d)
-                for w in task_writes(d.event, task_id, seq, mirror=self.mirror_tasks):
-                    writes.append((w, at))
-                continue
-            if d.address.family is Family.FLOW:
-                for w in await apply_flow_event(conn, q, d):
-                    writes.append((w, at))
+            other = await self._not_a_run(conn, q, d, seq)
+            if other is not None:
+                writes.extend((w, at) for w in other)
                 continue
             run_id = d.address.run_id
             name = d.address.event
@@ -120,6 +119,20 @@ class PlaneMirror:
         if queued:
             await conn.execute(f"NOTIFY {OUTBOX_CHANNEL}")
             self.queued += queued
+
+    async def _not_a_run(self, conn: Conn, q: str, d: Decoded, seq: int) -> list[Write] | None:
+        """Fold a task, flow or budget event; its writes (None: a run event, not done here)."""
+        family = d.address.family
+        if family is Family.TASK:
+            task_id = d.address.ids["task_id"]
+            await self._task(conn, q, task_id, d)
+            return task_writes(d.event, task_id, seq, mirror=self.mirror_tasks)
+        if family is Family.FLOW:
+            return await apply_flow_event(conn, q, d)
+        if family is Family.BUDGET:
+            event = d.event
+            return budget_writes(event) if isinstance(event, BudgetThresholdCrossed) else []
+        return None
 
     def _run_writes(self, event: Event, name: str, run: RunState, seq: int) -> list[Write]:
         if run.parent_run_id is not None:

@@ -295,10 +295,13 @@ EVENT_ROLES: dict[tuple[Family, str], EventRoles] = {
         for name in ("accepted", "case_started", "case_graded", "completed", "failed")
     },
     # -- budgets (NEXUS_BUDGETS): spend's asks, extensions and thresholds (docs/spend.md) --
-    # plane-sync comments on a task whose budget passed its warning share.
+    # plane-sync comments on a task whose budget passed its warning share; the gateway reads
+    # an ask's approvers from its ask_opened when someone answers it in chat (plane-sync does
+    # not mirror asks: docs/plane.md).
+    (Family.BUDGET, "ask_opened"): _run((_SPEND,), (_SPEND, _CLI, _CONSOLE, _GATEWAY)),
     **{
         (Family.BUDGET, name): _run((_SPEND,), (_SPEND, _CLI, _CONSOLE))
-        for name in ("ask_opened", "extended", "ask_closed")
+        for name in ("extended", "ask_closed")
     },
     (Family.BUDGET, "threshold_crossed"): _run((_SPEND,), (_SPEND, _CLI, _CONSOLE, _PLANE)),
     # -- dead letters (NEXUS_DLQ): every Bus consumer files its own; `nexus dlq` and the MCP

@@ -220,7 +220,7 @@ SERVICES: dict[str, Access] = {
             ),
             subjects.dead_letter("channel-gateway"),
         ),
-        reads=(RUNS, CHANNELS, INBOX, FLOWS),  # INBOX: delegations on agent.route.v1.<agent>
+        reads=(RUNS, CHANNELS, INBOX, FLOWS, BUDGETS),  # INBOX: delegations; BUDGETS: asks
         ensures_streams=True,
         serves=(subjects.CHANNEL_PAIRINGS,),
         kv_buckets=(APPROVALS_BUCKET,),

@@ -9,7 +9,7 @@ from collections.abc import Iterable, Sequence
 from datetime import datetime
 
 from nexus_events.contract import subjects
-from nexus_events.contract.approver_policy import Answer, Verdict, may_decide
+from nexus_events.contract.approver_policy import Answer, Teams, Verdict, may_decide
 from nexus_events.contract.runstate import is_terminal
 from nexus_events.events import ApprovalDecision
 from nexus_events.transport.approvals import (
@@ -47,10 +47,17 @@ async def refuse(bus: Bus, record: ApprovalRecord, decision: str, answer: Answer
 
 
 async def check_may_decide(
-    bus: Bus, record: ApprovalRecord, decision: str, answer: Answer, default: Sequence[str]
+    bus: Bus,
+    record: ApprovalRecord,
+    decision: str,
+    answer: Answer,
+    default: Sequence[str],
+    *,
+    teams: Teams | None = None,
 ) -> None:
-    """Raise AnswerRefusedError, after recording the refusal, if the policy says no."""
-    verdict = may_decide(record.policy(default), answer)
+    """Raise AnswerRefusedError, after recording the refusal, if the policy says no
+    (`teams`: the deployment's NEXUS_TEAMS, who each team:<name> is)."""
+    verdict = may_decide(record.policy(default, teams=teams), answer)
     if not verdict.allowed:
         await refuse(bus, record, decision, answer, verdict.reason)
         raise AnswerRefusedError(record.approval_id, verdict.reason)
@@ -111,10 +118,11 @@ async def answer_approval(
     comment: str | None,
     answer: Answer,
     default: Sequence[str],
+    teams: Teams | None = None,
 ) -> ApprovalDecision:
     """Decide an asked approval as `answer`: policy first (a refused answer is recorded even
     when late), then whether it is settled, then claim and publish."""
-    await check_may_decide(bus, record, decision, answer, default)
+    await check_may_decide(bus, record, decision, answer, default, teams=teams)
     told = await settled_as(bus, record, run_status)
     if told is not None:
         raise AlreadySettledError(record.approval_id, told)

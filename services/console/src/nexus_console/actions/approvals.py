@@ -7,7 +7,13 @@ from datetime import UTC, datetime
 from typing import Literal
 
 from nexus_events.contract import subjects
-from nexus_events.contract.approver_policy import CONSOLE, Answer, ApproverDefaults
+from nexus_events.contract.approver_policy import (
+    CONSOLE,
+    Answer,
+    ApproverDefaults,
+    ApproverPolicy,
+    Teams,
+)
 from nexus_events.contract.runstate import RunStatus
 from nexus_events.events import ApprovalDecision
 from nexus_events.transport import approval_answers as answers
@@ -42,6 +48,16 @@ def console_answer(viewer: Viewer) -> Answer:
 def default_policy() -> tuple[str, ...]:
     # Read per answer, as the CLI does: NEXUS_APPROVERS_DEFAULT of this console.
     return ApproverDefaults().approvers_default
+
+
+def deployment_teams() -> Teams:
+    # Read per answer too: NEXUS_TEAMS, who each team:<name> of a policy is.
+    return ApproverDefaults().teams
+
+
+def policy_of(record: ApprovalRecord) -> ApproverPolicy:
+    """Who may decide `record` as this console sees it: the default and the teams."""
+    return record.policy(default_policy(), teams=deployment_teams())
 
 
 async def asked_record(bus: Bus, run_id: str, approval_id: str) -> ApprovalRecord | None:
@@ -84,6 +100,7 @@ async def decide(
         comment=form.comment or None,
         answer=console_answer(viewer),
         default=default_policy(),
+        teams=deployment_teams(),
     )
 
 

@@ -7,6 +7,7 @@ from aiohttp import web
 from nexus_console.pages import (
     approvals,
     board,
+    budgets,
     catalog,
     dead_letters,
     flow_runs,
@@ -30,6 +31,7 @@ ROUTES: tuple[web.RouteTableDef, ...] = (
     schedules.routes,
     board.routes,
     usage.routes,
+    budgets.routes,
     catalog.routes,
     lab.routes,
 )

@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from aiohttp import web
-from nexus_events.contract.approver_policy import REQUESTER
+from nexus_events.contract.approver_policy import REQUESTER, ApproverPolicy
 from nexus_events.contract.runstate import RunEvent, is_terminal
 from nexus_events.contract.subjects import Family
 from nexus_events.errors import InvalidSubject
@@ -27,12 +27,24 @@ routes = web.RouteTableDef()
 
 # Most runs looked at, as `nexus approvals ls` (one page of core's runs.list).
 MAX_RUNS = 500
+TEAM_PREFIX = "team:"
+
+
+def _principal_shown(principal: str, policy: ApproverPolicy, requester: str | None) -> str:
+    """A principal as the page names it: the requester and a team's members spelt out."""
+    if principal == REQUESTER and requester:
+        return f"requester ({requester})"
+    if principal.startswith(TEAM_PREFIX):
+        members = policy.teams.get(principal.removeprefix(TEAM_PREFIX), ())
+        return f"{principal} ({', '.join(members) or 'no members configured'})"
+    return principal
 
 
 def row_of(record: ApprovalRecord) -> dict[str, Any]:
     asked = record.asked
     assert asked is not None  # only asked approvals are shown
     requester = record.requested.requested_by if record.requested else None
+    policy = act.policy_of(record)
     return {
         "run_id": record.run_id,
         "approval_id": record.approval_id,
@@ -41,10 +53,7 @@ def row_of(record: ApprovalRecord) -> dict[str, Any]:
         "summary": asked.summary,
         "why": asked.why,
         "expires_at": asked.expires_at,
-        "may_decide": [
-            f"requester ({requester})" if p == REQUESTER and requester else p
-            for p in record.policy(act.default_policy()).principals
-        ],
+        "may_decide": [_principal_shown(p, policy, requester) for p in policy.principals],
     }
 
 

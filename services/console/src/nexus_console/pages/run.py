@@ -1,6 +1,7 @@
-"""One run's page: its facts (core's runs.get), every event of its stream on a timeline
-(poison included, shown as such), its log, the approvals it waits on, cancel, the diff of its
-branch; live from the run's events and log lines."""
+"""One run's page: its facts (core's runs.get), its team and spend against each budget scope
+(the spend service's runs query), every event of its stream on a timeline (poison included,
+shown as such), its log, the approvals it waits on, cancel, the diff of its branch; live from
+the run's events and log lines."""
 
 from __future__ import annotations
 
@@ -22,12 +23,15 @@ from nexus_events.events import CancelRequested
 from nexus_events.events.runs import RunConfig
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from nexus_console import spend_reads
 from nexus_console.auth.middleware import refuse
 from nexus_console.branch_diff import branch_diff, cache_dir
 from nexus_console.context import console_of, viewer_of
 from nexus_console.forms import bad_request
 from nexus_console.live.hub import LiveEvent, live_event
 from nexus_console.live.sse import format_since, serve_events
+from nexus_console.pages.budgets import BAR_WIDTH, standing_row
+from nexus_console.reads import QueryError, Reads
 from nexus_console.rendering import render, render_text
 from nexus_console.run_lab import lab_links
 
@@ -106,12 +110,24 @@ def _config(timeline: Timeline) -> RunConfig | None:
         return None
 
 
+async def _spend(reads: Reads, run_id: str) -> dict[str, Any]:
+    """The run's spend against each budget scope covering it (the spend service's runs
+    query); the page still shows the rest of the run when the spend service does not answer."""
+    try:
+        found = await spend_reads.run_spend(reads, run_id)
+    except QueryError as exc:
+        return {"run": None, "scopes": [], "unavailable": exc.message}
+    scopes = [] if found is None else [standing_row(s) for s in found.scopes]
+    return {"run": found, "scopes": scopes, "unavailable": None}
+
+
 @routes.get("/runs/{run_id}")
 async def run_page(request: web.Request) -> web.Response:
     console = console_of(request)
     run_id = run_id_of(request)
     position = console.hub.position()
     run = await console.reads.query(subjects.CORE_RUNS_GET, {"run_id": run_id})
+    spend = await _spend(console.reads, run_id)
     events, more = await _read(request, RUNS, subjects.run_events_filter(run_id), MAX_EVENTS)
     timeline = Timeline(events, more)
     lines, more_lines = await _read(request, LOGS, subjects.run_logs_filter(run_id), MAX_LOG_LINES)
@@ -130,6 +146,8 @@ async def run_page(request: web.Request) -> web.Response:
         config=config,
         lab=lab_links(run, timeline.events),
         labels=(requested.body.get("labels") if requested else None) or {},
+        spend=spend,
+        bar_width=BAR_WIDTH,
         waiting=[] if is_terminal(run.get("status")) else timeline.waiting_approvals(),
         ended=is_terminal(run.get("status")),
         may_operate=viewer.may_operate,

@@ -1,5 +1,6 @@
-"""The usage page: cost and tokens per day, agent, flow and task, as charts and tables, from
-core's usage.summary (a GROUP BY over the agent_runs projection: no store of the console's)."""
+"""The usage page: cost and tokens per day, team, agent, agent revision, model, flow, task and
+origin, as charts and tables, from the spend service's usage query (docs/spend.md: its
+projection of every model call; core's usage.summary stays for its other clients)."""
 
 from __future__ import annotations
 
@@ -8,18 +9,28 @@ from datetime import UTC, date, datetime, time, timedelta
 from typing import Any
 
 from aiohttp import web
-from nexus_events.contract import subjects
-from nexus_events.events.queries import UsageBy
+from nexus_events.events.queries import MAX_USAGE_ROWS
+from nexus_events.events.spend import UsageGroup, UsageLine, UsageQuery
 from pydantic import BaseModel, ConfigDict, ValidationError, model_validator
 
+from nexus_console import spend_reads
 from nexus_console.context import console_of
 from nexus_console.forms import bad_request
 from nexus_console.rendering import render
 
 routes = web.RouteTableDef()
 
-# What the page charts, in this order; origin stays a query away (`by: origin`).
-SHOWN: tuple[UsageBy, ...] = (UsageBy.DAY, UsageBy.AGENT, UsageBy.FLOW, UsageBy.TASK)
+# What the page charts, in this order (a run and a flow run are too many to chart).
+SHOWN: tuple[UsageGroup, ...] = (
+    UsageGroup.DAY,
+    UsageGroup.TEAM,
+    UsageGroup.AGENT,
+    UsageGroup.AGENT_REVISION,
+    UsageGroup.MODEL,
+    UsageGroup.FLOW,
+    UsageGroup.TASK,
+    UsageGroup.ORIGIN,
+)
 DEFAULT_DAYS = 30
 # Most bars per chart (the costliest; days: the whole range).
 TOP = 20
@@ -44,16 +55,13 @@ class UsageRange(BaseModel):
         return self.since or until - timedelta(days=DEFAULT_DAYS - 1), until
 
 
-def _chart(by: UsageBy, rows: list[dict[str, Any]]) -> dict[str, Any]:
-    def label(row: dict[str, Any]) -> str:
-        return str(row.get("key")) if row.get("key") is not None else "(none)"
-
+def _chart(by: UsageGroup, rows: list[UsageLine]) -> dict[str, Any]:
     return {
         "by": by.value,
-        "kind": "line" if by is UsageBy.DAY else "bar",
-        "labels": [label(r) for r in rows],
-        "cost_usd": [r.get("cost_usd", 0) for r in rows],
-        "tokens": [r.get("tokens_in", 0) + r.get("tokens_out", 0) for r in rows],
+        "kind": "line" if by is UsageGroup.DAY else "bar",
+        "labels": [r.key if r.key is not None else "(none)" for r in rows],
+        "cost_usd": [r.cost_usd for r in rows],
+        "tokens": [r.tokens_in + r.tokens_out for r in rows],
     }
 
 
@@ -65,17 +73,13 @@ async def usage_page(request: web.Request) -> web.Response:
     except ValidationError as exc:
         raise bad_request(exc) from None
     since, until = chosen.bounds(console.clock.now().astimezone(UTC).date())
-    window = {
-        "since": datetime.combine(since, time(), UTC).isoformat(),
-        "until": datetime.combine(until + timedelta(days=1), time(), UTC).isoformat(),
-    }
+    start = datetime.combine(since, time(), UTC)
+    end = datetime.combine(until + timedelta(days=1), time(), UTC)
     sections = []
     for by in SHOWN:
-        limit = 1000 if by is UsageBy.DAY else TOP
-        data = await console.reads.query(
-            subjects.CORE_USAGE_SUMMARY, {"by": by.value, "limit": limit, **window}
-        )
-        rows = list(data.get("rows", []))
+        limit = MAX_USAGE_ROWS if by is UsageGroup.DAY else TOP
+        query = UsageQuery(by=by, since=start, until=end, limit=limit)
+        rows = (await spend_reads.usage(console.reads, query)).rows
         sections.append({"by": by.value, "rows": rows, "chart": json.dumps(_chart(by, rows))})
     return render(
         request,

@@ -59,7 +59,7 @@ class CommentCommands(RunCommands):
                     approval_id=approval_id, decision=verb.lower(), decided_by=actor,
                     note=note.strip() or None, comment_id=comment_id,
                     actor=w.activity.get("actor"), default_approvers=self.default_approvers,
-                    api=self.api,
+                    api=self.api, teams=self.teams,
                 )  # fmt: skip
             except InvalidSubject as exc:
                 raise Unusable("invalid_approval_id", str(exc)) from None
@@ -94,7 +94,7 @@ class CommentCommands(RunCommands):
                 approval_id=approval_id, decision=verb.lower(), decided_by=actor,
                 note=note.strip() or None, comment_id=comment_id,
                 actor=w.activity.get("actor"), default_approvers=self.default_approvers,
-                api=self.api, policy=gate_policy(gate, self.default_approvers),
+                api=self.api, policy=gate_policy(gate, self.default_approvers, self.teams),
             )  # fmt: skip
         except InvalidSubject as exc:
             raise Unusable("invalid_approval_id", str(exc)) from None

@@ -9,7 +9,7 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 from nats.js.api import PubAck
-from nexus_events.contract.approver_policy import DEFAULT_PRINCIPALS
+from nexus_events.contract.approver_policy import DEFAULT_PRINCIPALS, Teams
 from nexus_events.events import Column, PlaneWebhookReceived
 from nexus_events.events.base import Event
 from nexus_events.transport.bus import Bus
@@ -51,6 +51,7 @@ class IngressCore:
         state_map: dict[str, str] | None = None,
         mirrored: Callable[[dict[str, int]], Awaitable[None]] | None = None,
         default_approvers: tuple[str, ...] = DEFAULT_PRINCIPALS,
+        teams: Teams | None = None,
     ) -> None:
         self.bus = bus
         self.store = store
@@ -61,6 +62,7 @@ class IngressCore:
         self.bot_user_id = bot_user_id
         self.assign_agent = assign_agent
         self.default_approvers = default_approvers
+        self.teams = dict(teams or {})  # NEXUS_TEAMS: who team:<name> is
         # Read-your-writes: the highest sequence this ingress published to each stream, and
         # how to wait until the mirror (whose tables say which runs are active) applied it.
         # Without it, a label removed right after it requested a run finds no run to cancel.
