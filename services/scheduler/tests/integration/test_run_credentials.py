@@ -320,7 +320,10 @@ async def test_the_real_runner_completes_a_run_with_its_credential(
         Reply(tool_calls=(ToolCall("finish", {"summary": "done"}),)),
     ]
     settings = RunnerSettings(
-        workspace_root=tmp_path / "runs", llm_api_key="test", heartbeat_interval=0.2
+        workspace_root=tmp_path / "runs",
+        llm_api_key="test",
+        heartbeat_interval=0.2,
+        budget_reservations="off",  # no spend service here
     )
     async with FakeOpenAI(script) as llm:
         config = _config(f"run-{uuid.uuid4().hex[:8]}", llm.base_url)
