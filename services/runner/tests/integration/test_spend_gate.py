@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -29,6 +30,7 @@ from nexus_runner.app import execute_run
 from nexus_runner.config import Price, RunnerSettings
 from nexus_runner.tokens import counter_for
 
+from .lab_sources import accepting, lab_config, record
 from .spend_responder import SCOPE, STOP_MESSAGE, SpendResponder, granted, stop, wait
 from .support import make_config, names, run_events, wait_for
 
@@ -268,3 +270,17 @@ async def test_a_summary_call_is_reserved_and_its_usage_is_in_condensed(
         prompt = counter.count(sent["messages"], [])
         assert asked.request.tokens == prompt + run_settings.context_summary_tokens
         assert asked.request.cost_usd > 0
+
+
+async def test_a_replayed_turn_makes_no_call_and_no_reservation(
+    bus: Bus, runner_bus: Bus, settings: RunnerSettings, remote: Path
+) -> None:
+    source = await record(runner_bus, settings, remote)
+    async with FakeOpenAI() as llm, SpendResponder(bus.nc, llm) as spend:
+        replay = lab_config(source, llm.base_url, mode="replay")
+        terminal = await execute_run(replay, _enforcing(accepting(settings)), runner_bus)
+    assert isinstance(terminal, RunCompleted), terminal
+    assert llm.requests == []
+    assert spend.asked == []
+    replayed = await run_events(bus, replay.run_id)
+    assert sum(isinstance(e, RunTurn) and e.replayed for e in replayed) == 4
