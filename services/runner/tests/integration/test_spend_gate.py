@@ -10,6 +10,7 @@ from typing import Any
 
 import pytest
 from nexus_events.contract import subjects
+from nexus_events.contract.runstate import RunEvent
 from nexus_events.events.runs import (
     CancelRequested,
     Reason,
@@ -18,7 +19,6 @@ from nexus_events.events.runs import (
     RunCancelled,
     RunCompleted,
     RunCondensed,
-    RunEvent,
     RunFailed,
     RunTurn,
 )
