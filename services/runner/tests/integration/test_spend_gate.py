@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from nats.aio.msg import Msg
 from nexus_events.contract import subjects
 from nexus_events.contract.runstate import RunEvent
 from nexus_events.events.runs import (
@@ -284,3 +285,35 @@ async def test_a_replayed_turn_makes_no_call_and_no_reservation(
     assert spend.asked == []
     replayed = await run_events(bus, replay.run_id)
     assert sum(isinstance(e, RunTurn) and e.replayed for e in replayed) == 4
+
+
+async def test_an_unreadable_or_error_reply_is_asked_again_never_taken_for_a_grant(
+    bus: Bus, runner_bus: Bus, settings: RunnerSettings
+) -> None:
+    replies = [
+        (b"not json", None),
+        (b'{"error": {"code": 503, "message": "database away"}}', _SERVICE_DOWN),
+        (granted().model_dump_json().encode(), None),
+        (granted().model_dump_json().encode(), None),
+    ]
+    model_calls: list[int] = []
+    async with FakeOpenAI(_script(2)) as llm:
+
+        async def answer(msg: Msg) -> None:
+            model_calls.append(len(llm.requests))
+            body, headers = replies[min(len(model_calls), len(replies)) - 1]
+            # msg.respond sends no headers: an error reply is published to the inbox itself.
+            await bus.nc.publish(msg.reply, body, headers=headers)
+
+        sub = await bus.nc.subscribe(subjects.SPEND_RESERVE, cb=answer)
+        try:
+            config = make_config(llm.base_url)
+            terminal = await execute_run(config, _enforcing(settings), runner_bus)
+        finally:
+            await sub.unsubscribe()
+    assert isinstance(terminal, RunCompleted), terminal
+    assert model_calls == [0, 0, 0, 1]  # the call waited for the grant, the 3rd answer
+    assert len(llm.requests) == 2
+
+
+_SERVICE_DOWN = {"Nats-Service-Error": "database away", "Nats-Service-Error-Code": "503"}
