@@ -244,7 +244,7 @@ async def _execute_run(  # noqa: PLR0915 - one run's lifecycle, read top to bott
                 config.hooks,
                 sandbox_tools=list(config.sandbox_tools),
             )
-            gate = spend_gate(config, settings, bus, control, pub, loop_ref, clock)
+            gate = spend_gate(settings, bus, control, pub, loop_ref, clock)
             live = llm_client(config, settings, client, gate)
             llm = live if lab is None else lab.model_client(live, str(root), pub)
             note = " ".join([f"You work in a git checkout on branch {branch}.", *mcp.notes])

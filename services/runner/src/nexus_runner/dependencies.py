@@ -203,7 +203,6 @@ def sandbox_approval(
 
 
 def spend_gate(  # noqa: PLR0917 - the run's parts a reservation touches
-    config: RunConfig,
     settings: RunnerSettings,
     bus: Bus,
     control: RunControl,
