@@ -94,7 +94,10 @@ async def _replay_pair(nats_url: str, delay: float) -> tuple[float, float, int]:
     try:
         with tempfile.TemporaryDirectory() as tmp:
             settings = RunnerSettings(
-                workspace_root=Path(tmp), stuck_idle_turns=TURNS + 10, heartbeat_interval=1.0
+                workspace_root=Path(tmp),
+                stuck_idle_turns=TURNS + 10,
+                heartbeat_interval=1.0,
+                budget_reservations="off",  # the runner alone: no spend service
             )
             script = _script(TURNS)
 

@@ -107,7 +107,10 @@ async def _run(nats_url: str, turns: int, tool: str) -> float:
     try:
         with tempfile.TemporaryDirectory() as tmp:
             settings = RunnerSettings(
-                workspace_root=Path(tmp), stuck_idle_turns=turns + 10, heartbeat_interval=1.0
+                workspace_root=Path(tmp),
+                stuck_idle_turns=turns + 10,
+                heartbeat_interval=1.0,
+                budget_reservations="off",  # the runner alone: no spend service
             )
             async with FakeOpenAI(default=_script(turns, tool)) as llm:
                 config = RunConfig.model_validate(

@@ -125,7 +125,10 @@ async def _runner_turn(base_url: str, nats_url: str, turns: int, *, transcript: 
     await ensure_streams(bus.js)
     with tempfile.TemporaryDirectory() as tmp, _transcript(transcript):
         settings = RunnerSettings(
-            workspace_root=Path(tmp), stuck_idle_turns=turns + 10, heartbeat_interval=1.0
+            workspace_root=Path(tmp),
+            stuck_idle_turns=turns + 10,
+            heartbeat_interval=1.0,
+            budget_reservations="off",  # the runner alone: no spend service
         )
         config = RunConfig.model_validate(
             {

@@ -120,6 +120,7 @@ async def test_a_run_is_one_connected_trace_across_the_three_services(
             kill_grace=2,
             env={
                 "NEXUS_NATS_URL": nats_url,
+                "NEXUS_BUDGET_RESERVATIONS": "off",  # no spend service here
                 "NEXUS_WORKSPACE_ROOT": str(tmp_path / "workspaces"),
                 "NEXUS_LLM_BASE_URL": llm.base_url,
                 "NEXUS_HEARTBEAT_INTERVAL": "0.5",

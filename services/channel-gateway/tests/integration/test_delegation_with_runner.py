@@ -40,6 +40,7 @@ def settings(tmp_path: Path) -> RunnerSettings:
         heartbeat_interval=0.2,
         retry_base_delay=0.01,
         retry_max_delay=0.5,
+        budget_reservations="off",  # no spend service here
     )
 
 

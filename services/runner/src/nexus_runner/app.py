@@ -57,6 +57,7 @@ from nexus_runner.dependencies import (
     run_secrets,
     runner_urls,
     sandbox_approval,
+    spend_gate,
     tool_context,
     tool_sandbox,
 )
@@ -243,7 +244,8 @@ async def _execute_run(  # noqa: PLR0915 - one run's lifecycle, read top to bott
                 config.hooks,
                 sandbox_tools=list(config.sandbox_tools),
             )
-            live = llm_client(config, settings, client)
+            gate = spend_gate(settings, bus, control, pub, loop_ref, clock)
+            live = llm_client(config, settings, client, gate)
             llm = live if lab is None else lab.model_client(live, str(root), pub)
             note = " ".join([f"You work in a git checkout on branch {branch}.", *mcp.notes])
             loop = await make_loop(
@@ -254,7 +256,7 @@ async def _execute_run(  # noqa: PLR0915 - one run's lifecycle, read top to bott
                 note,
                 lab=lab,
             )
-            loop.context = RunContext.of(config.model, settings, client, live.retry)
+            loop.context = RunContext.of(config.model, settings, client, live.retry, gate)
             loop_ref[0] = loop
             try:
                 finished = await loop.run()

@@ -48,6 +48,19 @@ class RunnerSettings(NexusSettings):
     retry_max_delay: float = Field(60.0, ge=0, description="Cap of one retry delay.")
     stream: bool = Field(True, description="Stream completions (text deltas go to NEXUS_LOGS).")
     prices: dict[str, Price] = Field(default_factory=lambda: dict(DEFAULT_PRICES))
+    # Budgets (docs/spend.md): each model call is reserved with the spend service first.
+    budget_reservations: Literal["enforce", "off"] = Field(
+        "enforce",
+        description="enforce: reserve every model call with the spend service and wait (never"
+        " call unreserved) while it does not answer; off: no reservations (a deployment"
+        " without budgets).",
+    )
+    budget_retry_seconds: float = Field(
+        5.0,
+        gt=0,
+        description="Seconds between asks while a budget's ask is open or no spend service"
+        " answers.",
+    )
     # Liveness and control
     heartbeat_interval: float = Field(15.0, gt=0, description="Seconds between heartbeats.")
     approval_timeout: float = Field(900.0, gt=0, description="Seconds before approval expires.")

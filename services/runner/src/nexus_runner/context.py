@@ -38,7 +38,7 @@ from openai import AsyncOpenAI
 from nexus_runner.config import RunnerSettings
 from nexus_runner.context_defaults import default_window
 from nexus_runner.errors import LlmUnavailable, RunStopped
-from nexus_runner.llm import LlmClient, RetryPolicy
+from nexus_runner.llm import CallGate, LlmClient, RetryPolicy
 from nexus_runner.tokens import ESTIMATE_FACTOR, TokenCounter, counter_for
 
 log = logging.getLogger(__name__)
@@ -334,6 +334,7 @@ def llm_summariser(
     retry: RetryPolicy,
     max_tokens: int = 2_000,
     input_tokens: int | None = None,
+    before_call: CallGate | None = None,
 ) -> Summariser:
     """A `Summariser` that asks `model` (one non-streaming call, retried like a turn) for a
     faithful summary. The transcript it sends is cut to about `input_tokens` (default: what
@@ -349,6 +350,7 @@ def llm_summariser(
         max_output_tokens=max_tokens,
         retry=retry,
         stream=False,
+        before_call=before_call,  # the summary's call is reserved like a turn's
     )
 
     async def no_deltas(kind: str, text: str) -> None:
@@ -373,13 +375,18 @@ async def condenser_for(
     settings: RunnerSettings,
     client: AsyncOpenAI,
     retry: RetryPolicy,
+    before_call: CallGate | None = None,
 ) -> Condenser:
     """The run's condenser, from its model and the runner's settings. The tokenizer is loaded
     in a thread (about 0.3-1 s the first time in a process): the event loop keeps beating."""
     budget = context_budget(model, settings)
     counter = await asyncio.to_thread(counter_for, model.name)
     summarise = llm_summariser(
-        client, model, retry=retry, max_tokens=settings.context_summary_tokens
+        client,
+        model,
+        retry=retry,
+        max_tokens=settings.context_summary_tokens,
+        before_call=before_call,
     )
     return Condenser(
         counter,
@@ -410,11 +417,16 @@ class RunContext:
 
     @classmethod
     def of(
-        cls, model: ModelSpec, settings: RunnerSettings, client: AsyncOpenAI, retry: RetryPolicy
+        cls,
+        model: ModelSpec,
+        settings: RunnerSettings,
+        client: AsyncOpenAI,
+        retry: RetryPolicy,
+        before_call: CallGate | None = None,
     ) -> RunContext:
         return cls(
             context_budget(model, settings),
-            lambda: condenser_for(model, settings, client, retry),
+            lambda: condenser_for(model, settings, client, retry, before_call),
         )
 
     @property

@@ -261,6 +261,14 @@ class RunControl:
                 f"superseded by attempt {self.superseded.attempt} of the run",
             )
 
+    def stop_if_cancelled(self) -> None:
+        """Raise the run's cancelled `RunStopped` once a cancel request came."""
+        cancel = self.cancel
+        if cancel is not None:
+            raise RunStopped(
+                RunStatus.CANCELLED, cancel.reason, "cancel requested", {"by": cancel.requested_by}
+            )
+
     def inbox_seq(self, message: InboxMessage) -> int | None:
         """The NEXUS_INBOX sequence `message` was stored at (None: not from the inbox)."""
         return self._seqs.get(id(message))

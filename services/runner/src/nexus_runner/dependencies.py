@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from nexus_events.events.runs import RunConfig
+from nexus_events.runtime.clock import SleepingClock
 from nexus_events.transport.bus import Bus
 from openai import AsyncOpenAI
 
@@ -19,11 +20,13 @@ from nexus_runner.errors import RunnerError
 from nexus_runner.finishing import configured_test_command
 from nexus_runner.git import Git
 from nexus_runner.leftovers import clear_workspace
-from nexus_runner.llm import LlmClient, RetryPolicy
+from nexus_runner.llm import CallGate, LlmClient, RetryPolicy
 from nexus_runner.loop import AgentLoop
 from nexus_runner.provider import GitHubProvider, GitProvider
+from nexus_runner.publisher import RunPublisher
 from nexus_runner.safety import SecretRegistry
 from nexus_runner.sandbox import StateCap
+from nexus_runner.spend import SpendGate
 from nexus_runner.tool_sandbox import UNSANDBOXED, ToolSandbox
 from nexus_runner.tools import ToolContext
 from nexus_runner.tools.memory import RunMemory, RunScopes
@@ -162,8 +165,14 @@ def openai_client(config: RunConfig, settings: RunnerSettings) -> AsyncOpenAI:
     )
 
 
-def llm_client(config: RunConfig, settings: RunnerSettings, client: AsyncOpenAI) -> LlmClient:
-    """The run's model calls: its model and sampling, with the runner's retry policy."""
+def llm_client(
+    config: RunConfig,
+    settings: RunnerSettings,
+    client: AsyncOpenAI,
+    before_call: CallGate | None = None,
+) -> LlmClient:
+    """The run's model calls: its model and sampling, with the runner's retry policy (and its
+    budget reservation before each call, `before_call`)."""
     return LlmClient(
         client,
         config.model.name,
@@ -173,6 +182,7 @@ def llm_client(config: RunConfig, settings: RunnerSettings, client: AsyncOpenAI)
             settings.llm_max_attempts, settings.retry_base_delay, settings.retry_max_delay
         ),
         stream=settings.stream,
+        before_call=before_call,
     )
 
 
@@ -190,3 +200,33 @@ def sandbox_approval(
         return asked[1] == "approved"
 
     return approve
+
+
+def spend_gate(  # noqa: PLR0917 - the run's parts a reservation touches
+    settings: RunnerSettings,
+    bus: Bus,
+    control: RunControl,
+    pub: RunPublisher,
+    loop_ref: list[AgentLoop | None],
+    clock: SleepingClock,
+) -> CallGate | None:
+    """The budget reservation before each of the run's model calls (its turns' and its
+    summaries'), over the runner's own connection; None with reservations off."""
+    if settings.budget_reservations == "off":
+        return None
+
+    def turn() -> int:
+        loop = loop_ref[0]
+        return loop.usage.turns if loop is not None else 1
+
+    gate = SpendGate(
+        bus.nc,
+        control,
+        pub.event,
+        pub.flush,
+        prices=settings.prices,
+        turn_of=turn,
+        retry_seconds=settings.budget_retry_seconds,
+        clock=clock,
+    )
+    return gate.before_call

@@ -17,6 +17,9 @@ from nexus_runner.errors import LlmUnavailable
 RETRYABLE_STATUS = frozenset({408, 409, 429, 500, 502, 503, 504})
 
 DeltaSink = Callable[[str, str], Awaitable[None]]  # (stream kind, text)
+# Awaited before each call (not each retry) with (model, messages, tools, max output tokens):
+# the budget reservation (nexus_runner.spend); it may raise `RunStopped`.
+CallGate = Callable[[str, list[dict[str, Any]], list[dict[str, Any]], int], Awaitable[None]]
 
 
 @dataclass
@@ -107,6 +110,7 @@ class LlmClient:
         max_output_tokens: int,
         retry: RetryPolicy,
         stream: bool = True,
+        before_call: CallGate | None = None,
     ) -> None:
         self.client = client
         self.model = model
@@ -114,6 +118,7 @@ class LlmClient:
         self.max_output_tokens = max_output_tokens
         self.retry = retry
         self.stream = stream
+        self.before_call = before_call
 
     async def complete(
         self,
@@ -122,6 +127,8 @@ class LlmClient:
         on_delta: DeltaSink,
         on_retry: Callable[[int, float, str], Awaitable[None]] | None = None,
     ) -> Completion:
+        if self.before_call is not None:
+            await self.before_call(self.model, messages, tools, self.max_output_tokens)
         attempt = 1
         while True:
             started = time.monotonic()

@@ -233,11 +233,7 @@ class AgentLoop:
             )
 
     def _check_cancel(self) -> None:
-        cancel = self.control.cancel
-        if cancel is not None:
-            raise RunStopped(
-                RunStatus.CANCELLED, cancel.reason, "cancel requested", {"by": cancel.requested_by}
-            )
+        self.control.stop_if_cancelled()
 
     def _stuck(self, why: str | None) -> None:
         if why is not None:
@@ -332,6 +328,10 @@ class AgentLoop:
                     budget=self.context.budget,
                     counter=self.context.counter_name,
                     condensation=plan.condensation,
+                    # The summary's own call: the spend service settles it from here.
+                    llm_tokens_in=plan.llm_tokens_in,
+                    llm_tokens_out=plan.llm_tokens_out,
+                    cost_usd=cost,
                 )
             )
 

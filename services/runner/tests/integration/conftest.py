@@ -68,6 +68,7 @@ def settings(tmp_path: Path) -> RunnerSettings:
         stuck_idle_turns=3,
         shell_timeout=30,
         log_chunk_chars=16,
+        budget_reservations="off",  # no spend service here (test_spend_gate stands one up)
     )
 
 

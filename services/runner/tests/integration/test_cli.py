@@ -19,6 +19,7 @@ async def _run_cli(args: list[str], nats_url: str, tmp_path: Path) -> int:
     env = {
         **os.environ,
         "NEXUS_NATS_URL": nats_url,
+        "NEXUS_BUDGET_RESERVATIONS": "off",  # no spend service here
         "NEXUS_WORKSPACE_ROOT": str(tmp_path / "runs"),
         "NEXUS_HEARTBEAT_INTERVAL": "0.5",
     }

@@ -37,6 +37,7 @@ async def test_a_confined_run_completes_and_reaches_nothing_else(
     for name, value in {
         "DEPLOY_TOKEN": "hunter2",  # whatever started the stack had it
         "NEXUS_NATS_URL": nats_url,
+        "NEXUS_BUDGET_RESERVATIONS": "off",  # no spend service here
         "NEXUS_WORKSPACE_ROOT": str(tmp_path / "workspaces"),
         "NEXUS_HEARTBEAT_INTERVAL": "1",
         "OTEL_SDK_DISABLED": "true",

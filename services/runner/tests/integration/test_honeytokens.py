@@ -237,6 +237,7 @@ async def _attack(
         "HOME": str(world.home),
         # The runner's own configuration.
         "NEXUS_NATS_URL": nats_url,
+        "NEXUS_BUDGET_RESERVATIONS": "off",  # no spend service here
         "NEXUS_WORKSPACE_ROOT": str(world.root / "runs"),
         "NEXUS_LLM_API_KEY": H_LLM,
         "NEXUS_GITHUB_TOKEN": H_GITHUB,

@@ -155,6 +155,7 @@ async def test_the_agents_commands_reach_nothing_of_the_runner(
         venv_bin = Path(sys.executable).parent
         for name, value in {
             "NEXUS_NATS_URL": nats_url,
+            "NEXUS_BUDGET_RESERVATIONS": "off",  # no spend service here
             "NEXUS_WORKSPACE_ROOT": str(tmp_path / "workspaces"),
             "NEXUS_HEARTBEAT_INTERVAL": "1",
             "NEXUS_LLM_API_KEY": honey,  # what a tool that reads the runner's environ finds

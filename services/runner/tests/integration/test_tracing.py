@@ -116,6 +116,7 @@ def _cli_env(nats_url: str, tmp_path: Path, spans: Path) -> dict[str, str]:
     env.update(
         {
             "NEXUS_NATS_URL": nats_url,
+            "NEXUS_BUDGET_RESERVATIONS": "off",  # no spend service here
             "NEXUS_WORKSPACE_ROOT": str(tmp_path / "runs"),
             "NEXUS_HEARTBEAT_INTERVAL": "0.5",
             "OTEL_SDK_DISABLED": "false",

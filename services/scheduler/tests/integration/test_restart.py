@@ -289,6 +289,7 @@ async def test_killed_real_runner_leaves_no_tool_process(
             kill_grace=3,
             env={
                 "NEXUS_NATS_URL": nats_url,
+                "NEXUS_BUDGET_RESERVATIONS": "off",  # no spend service here
                 "NEXUS_WORKSPACE_ROOT": str(tmp_path / "workspaces"),
             },
         )

@@ -19,11 +19,13 @@ import nats.errors
 import nats.js.errors
 import pytest
 from nats.aio.client import Client
+from nats.aio.msg import Msg
 from nats.js.api import ConsumerConfig
 from nexus_events.contract import run_access, subjects
 from nexus_events.contract.streams import INBOX, RUNS, StreamSettings, ensure_streams
 from nexus_events.events.inbox import InboxMessage
 from nexus_events.events.runs import CancelRequested, RunCompleted, RunConfig, RunHeartbeat
+from nexus_events.events.spend import SpendDecision, SpendVerdict
 from nexus_events.transport.bus import Bus, BusSettings
 from nexus_runner.app import execute_run
 from nexus_runner.checkpoint import checkpoint_bucket
@@ -320,17 +322,33 @@ async def test_the_real_runner_completes_a_run_with_its_credential(
         Reply(tool_calls=(ToolCall("finish", {"summary": "done"}),)),
     ]
     settings = RunnerSettings(
-        workspace_root=tmp_path / "runs", llm_api_key="test", heartbeat_interval=0.2
+        workspace_root=tmp_path / "runs",
+        llm_api_key="test",
+        heartbeat_interval=0.2,
+        budget_retry_seconds=0.2,
     )
+    # A stand-in for the spend service under its own user: it grants every reservation, so
+    # the run completes only if its credential may ask for its own run's reservations.
+    reserved: list[str] = []
+
+    async def grant(msg: Msg) -> None:
+        reserved.append(msg.subject)
+        await msg.respond(SpendVerdict(decision=SpendDecision.GRANTED).model_dump_json().encode())
+
+    spend = await Bus.connect(_settings(secured, "spend"), source="spend")
+    await spend.nc.subscribe(subjects.SPEND_RESERVE, cb=grant)
+    await spend.nc.flush()
     async with FakeOpenAI(script) as llm:
         config = _config(f"run-{uuid.uuid4().hex[:8]}", llm.base_url)
         env = RunCredentialMinter(SEED.encode(), min_ttl=600).runner_nats_env(config, time.time())
         bus = await Bus.connect(_run_bus_settings(secured, env), source="runner")
         try:
-            terminal = await execute_run(config, settings, bus)
+            terminal = await asyncio.wait_for(execute_run(config, settings, bus), 60)
         finally:
             await bus.close()
+            await spend.close()
     assert isinstance(terminal, RunCompleted), terminal
+    assert reserved == [subjects.spend_reserve(config.run_id)] * 2  # one a model call
     stored = [type(d.event).event_name async for d in admin.replay(RUNS, run_id=config.run_id)]
     assert stored[0] == "started"
     assert stored[-1] == "completed"
