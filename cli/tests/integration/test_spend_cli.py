@@ -85,7 +85,8 @@ async def test_usage_prints_each_group_and_the_total_and_sends_the_filters(
             "implementer",
             20,
         )
-        assert query.since is not None and query.since.isoformat() == "2026-11-01T00:00:00+00:00"
+        assert query.since is not None
+        assert query.since.isoformat() == "2026-11-01T00:00:00+00:00"
 
         as_json = await nexus(nats_url, tmp_path, "usage", "--by", "team", "--json")
         assert as_json.exit_code == 0, as_json.output
@@ -246,9 +247,7 @@ async def test_ls_and_show_print_the_standing_from_the_spend_service(
         assert rows["per-task"].split() == ["per-task", "task", "total", "$5.00", "stop"]
 
         only = await nexus(nats_url, tmp_path, "budgets", "ls", "--team", "alpha", "-o", "json")
-        assert [b["budget"]["id"] for b in json.loads(only.stdout)["budgets"]] == [
-            "alpha-monthly"
-        ]
+        assert [b["budget"]["id"] for b in json.loads(only.stdout)["budgets"]] == ["alpha-monthly"]
         assert spend.queries[-1] == BudgetsList(team="alpha")
 
         show = await nexus(nats_url, tmp_path, "budgets", "show", "alpha-monthly")
