@@ -4,14 +4,28 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from nexus_events.contract import subjects
 from nexus_events.events.budgets import BudgetDefinition, BudgetLimits
-from nexus_events.events.spend import ScopeStanding, StandingState, UsageLine
+from nexus_events.events.spend import (
+    RunSpend,
+    RunsSpend,
+    RunsSpendReply,
+    ScopeStanding,
+    StandingState,
+    UsageLine,
+)
+from pydantic import ValidationError
 
+from nexus_cli.client import Session
+from nexus_cli.errors import CliError
 from nexus_cli.output import duration
 
 USAGE_COLUMNS = ("KEY", "RUNS", "CALLS", "TOKENS IN", "TOKENS OUT", "COST", "WALL")
 # The key of runs that have none (no team, no task ...): the reply says None.
 NO_KEY = "(none)"
+# Seconds a run's view waits for the spend service before it is shown without spend.
+RUN_SPEND_WAIT = 2.0
+SPEND = "the spend service"
 
 
 def usd(value: float) -> str:
@@ -116,3 +130,29 @@ def _used_share(s: ScopeStanding) -> float:
         s.runs / s.limit_runs if s.limit_runs else 0.0,
     ]
     return max(shares)
+
+
+async def run_spend(s: Session, run_id: str) -> RunSpend | None:
+    """The run's spend and its scopes' standing (``nexus.spend.v1.runs``); None when the spend
+    service does not answer, or knows nothing of the run: the run is shown without it."""
+    body = RunsSpend(run_ids=[run_id]).model_dump(mode="json")
+    try:
+        wait = min(s.timeout, RUN_SPEND_WAIT)
+        data = await s.query(subjects.SPEND_RUNS, body, service=SPEND, wait=wait)
+        reply = RunsSpendReply.model_validate(data)
+    except (CliError, ValidationError):
+        return None
+    return next((r for r in reply.runs if r.run_id == run_id), None)
+
+
+def spend_lines(spend: RunSpend) -> list[str]:
+    """`nexus attach`'s spend section: the run's team, why it waits, each covering scope."""
+    lines = []
+    if spend.team:
+        lines.append(f"  team     {spend.team}")
+    if spend.waiting_for:
+        lines.append(f"  waiting  {spend.waiting_for}")
+    if spend.scopes:
+        lines.append("  budgets:")
+        lines.extend(f"    {run_scope_line(scope)}" for scope in spend.scopes)
+    return lines

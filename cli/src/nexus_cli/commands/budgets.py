@@ -25,14 +25,13 @@ from nexus_cli.client import Session, check_token, whoami
 from nexus_cli.errors import CliError, ExitCode
 from nexus_cli.options import Output, OutputOpt, globals_of, run
 from nexus_cli.output import console, emit, message, print_json, table
-from nexus_cli.spendview import budget_row, left_text, limits_text, spent_text, usd
+from nexus_cli.spendview import SPEND, budget_row, left_text, limits_text, spent_text, usd
 from nexus_cli.target import resolve_target
 
 app = typer.Typer(
     help="Budgets: apply, delete, ls, show, history (docs/spend.md).", no_args_is_help=True
 )
 
-SPEND = "the spend service"
 FileOpt = Annotated[list[Path] | None, file_option("A budget YAML file or a directory of them")]
 BudgetArg = Annotated[str, typer.Argument(metavar="ID", help="Budget id.")]
 LS_COLUMNS = ("ID", "SCOPE", "PERIOD", "LIMITS", "ON EXCEED", "SPENT / RESERVED / LIMIT", "STATE")

@@ -18,6 +18,7 @@ from nexus_events.contract.codec import Decoded
 from nexus_events.contract.runstate import TERMINAL_EVENTS, RunEvent, RunStatus, is_terminal
 from nexus_events.contract.streams import RUNS
 from nexus_events.events import Origin, RepoSpec, RunRequested
+from nexus_events.events.spend import RunSpend
 from nexus_events.transport.run_requests import request_run
 from pydantic import ValidationError
 from rich.live import Live
@@ -29,6 +30,7 @@ from nexus_cli.options import Output, OutputOpt, RunArg, globals_of, run
 from nexus_cli.output import ago, console, emit, message, print_json
 from nexus_cli.resumelines import attempt_label
 from nexus_cli.runview import RunView, delegation_tree, describe, lab_lines, tree_label
+from nexus_cli.spendview import run_spend, spend_lines, usd
 from nexus_cli.target import resolve_target
 
 
@@ -203,6 +205,30 @@ def _ps_query(
     return query
 
 
+def ps_row(r: dict[str, Any], depth: int) -> tuple[Any, ...]:
+    """One row of `nexus ps`. A run a budget holds is ``queued (budget)`` or
+    ``awaiting_approval (budget)``; why is said under the table (`budget_waits`), whole,
+    where a cell would fold it to a word per line."""
+    wait = r.get("budget_wait")
+    return (
+        tree_label(r["run_id"], depth),  # a delegated run sits under the run that delegated it
+        r["agent_id"],
+        r["task_id"],
+        f"{r['status']} (budget)" if wait else r["status"],
+        r["reason"],
+        attempt_label(r.get("attempt"), r.get("max_attempts")),
+        r["turns"],
+        r.get("condensations", 0),
+        usd(r["cost_usd"]),
+        ago(r["last_event_at"]),
+    )
+
+
+def budget_waits(runs: list[dict[str, Any]]) -> list[str]:
+    """``run_1 waits: <why>`` for each run a budget holds, the lines under `nexus ps`."""
+    return [f"{r['run_id']} waits: {r['budget_wait']}" for r in runs if r.get("budget_wait")]
+
+
 def register(app: typer.Typer) -> None:
     """Register `run`, `ps` and `attach`."""
 
@@ -313,26 +339,14 @@ def register(app: typer.Typer) -> None:
                     "COST",
                     "LAST EVENT",
                 ),
-                [
-                    (
-                        # A delegated run sits under the run that delegated it.
-                        tree_label(r["run_id"], depth),
-                        r["agent_id"],
-                        r["task_id"],
-                        r["status"],
-                        r["reason"],
-                        attempt_label(r.get("attempt"), r.get("max_attempts")),
-                        r["turns"],
-                        r.get("condensations", 0),
-                        f"${r['cost_usd']:.4f}",
-                        ago(r["last_event_at"]),
-                    )
-                    for r, depth in delegation_tree(runs)
-                ],
+                [ps_row(r, depth) for r, depth in delegation_tree(runs)],
                 empty="no runs"
                 if (all_runs or status)
                 else "no live runs (--all shows ended ones)",
             )
+            if output is Output.TABLE:
+                for line in budget_waits(runs):
+                    console.print(line, markup=False)
 
         run(output, body)
 
@@ -349,26 +363,39 @@ def register(app: typer.Typer) -> None:
         async def body() -> None:
             check_token(run_id, "run id")
             async with Session(resolve_target(g), g.timeout) as s:
-                row = await s.get_run(run_id)
-                reply = await s.query(subjects.CORE_RUNS_EVENTS, {"run_id": run_id})
-            all_events = reply.get("events", [])
-            decisions = [
-                e
-                for e in all_events
-                if e["event"] in (RunEvent.APPROVAL_REQUESTED, RunEvent.APPROVAL_DECIDED)
-            ]
-            snapshot = {
-                "run": row,
-                "phase": all_events[-1]["event"] if all_events else None,
-                "last_decision": decisions[-1] if decisions else None,
-                "recent_events": all_events[-events:] if events else [],
-            }
+                row, snapshot, spend = await run_snapshot(s, run_id, events)
             if output is Output.JSON:
                 print_json(snapshot)
                 return
             _print_snapshot(row, snapshot)
+            for line in [] if spend is None else spend_lines(spend):
+                console.print(line, markup=False)
 
         run(output, body)
+
+
+async def run_snapshot(
+    s: Session, run_id: str, events: int
+) -> tuple[dict[str, Any], dict[str, Any], RunSpend | None]:
+    """`nexus attach`'s facts: core's row, its snapshot (phase, last decision, the `events`
+    most recent events, spend) and the run's spend (None: the spend service did not answer)."""
+    row = await s.get_run(run_id)
+    reply = await s.query(subjects.CORE_RUNS_EVENTS, {"run_id": run_id})
+    spend = await run_spend(s, run_id)
+    all_events = reply.get("events", [])
+    decisions = [
+        e
+        for e in all_events
+        if e["event"] in (RunEvent.APPROVAL_REQUESTED, RunEvent.APPROVAL_DECIDED)
+    ]
+    snapshot = {
+        "run": row,
+        "phase": all_events[-1]["event"] if all_events else None,
+        "last_decision": decisions[-1] if decisions else None,
+        "recent_events": all_events[-events:] if events else [],
+        "spend": None if spend is None else spend.model_dump(mode="json"),
+    }
+    return row, snapshot, spend
 
 
 def _finish(view: RunView, output: Output) -> None:

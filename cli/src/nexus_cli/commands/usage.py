@@ -13,10 +13,9 @@ from nexus_cli.client import Session
 from nexus_cli.errors import CliError, ExitCode
 from nexus_cli.options import Output, OutputOpt, globals_of, run
 from nexus_cli.output import console, print_json, table
-from nexus_cli.spendview import USAGE_COLUMNS, usage_row
+from nexus_cli.spendview import SPEND, USAGE_COLUMNS, usage_row
 from nexus_cli.target import resolve_target
 
-SPEND = "the spend service"
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print JSON (the same as -o json).")]
 
 

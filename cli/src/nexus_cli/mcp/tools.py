@@ -44,6 +44,7 @@ from nexus_cli.mcp.scoping import (
 )
 from nexus_cli.mcp.state import Nexus
 from nexus_cli.runview import RunView
+from nexus_cli.spendview import SPEND
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -262,9 +263,7 @@ def register_tools(server: MCPServer, nexus: Nexus) -> None:  # noqa: PLR0915
                 raise ToolError("usage needs agent, one of this token's agents")
             check_agent(who, agent)
         s = await nexus.session_for(who)
-        return await s.query(
-            subjects.SPEND_USAGE, query.model_dump(mode="json"), service="the spend service"
-        )
+        return await s.query(subjects.SPEND_USAGE, query.model_dump(mode="json"), service=SPEND)
 
     @server.tool(
         annotations=ADDITIVE,
