@@ -141,6 +141,7 @@ def build_run_request(
     labels: dict[str, str] | None = None,
     plan_mode: bool | None = None,
     run_id: str | None = None,
+    team: str | None = None,
 ) -> tuple[str, RunRequested]:
     """The run id and its validated request (RunRequested); a one-line CliError (exit 2)."""
     check_token(agent, "agent id")
@@ -151,8 +152,11 @@ def build_run_request(
             code=ExitCode.INVALID,
         )
     rid = check_token(run_id, "run id") if run_id else new_run_id()
+    if team is not None:
+        check_token(team, "team")
     try:
         request = RunRequested(
+            team=team,
             agent_id=agent,
             task_id=task,
             input=input_text,
@@ -249,6 +253,10 @@ def register(app: typer.Typer) -> None:
             list[str] | None, typer.Option(help="KEY=VALUE label (repeatable).")
         ] = None,
         run_id: Annotated[str | None, typer.Option("--run-id", help="Choose the run id.")] = None,
+        team: Annotated[
+            str | None,
+            typer.Option(help="The team it counts against (default: its task's, agent's)."),
+        ] = None,
         follow_run: Annotated[
             bool, typer.Option("--follow", "-f", help="Show the run live; exit with its outcome.")
         ] = False,
@@ -284,6 +292,7 @@ def register(app: typer.Typer) -> None:
                 labels=_labels(label or []),
                 plan_mode=plan_mode,
                 run_id=run_id,
+                team=team,
             )
             following = follow_run or (not background and sys.stdout.isatty())
             async with Session(resolve_target(g), g.timeout) as s:
