@@ -68,11 +68,19 @@ def standing_text(s: ScopeStanding) -> str:
     return f"{s.runs:,} / - / {s.limit_runs:,} runs"
 
 
+def _in_tokens(s: ScopeStanding) -> bool:
+    """A budget limiting tokens and not cost is shown in tokens."""
+    return s.limit_cost_usd is None and s.limit_tokens is not None
+
+
 def spent_text(s: ScopeStanding) -> str:
     """What the scope spent, in the unit of its first limit (cost, else tokens)."""
-    if s.limit_cost_usd is None and s.limit_tokens is not None:
-        return f"{s.spent_tokens:,} tokens"
-    return usd(s.spent_cost_usd)
+    return f"{s.spent_tokens:,} tokens" if _in_tokens(s) else usd(s.spent_cost_usd)
+
+
+def reserved_text(s: ScopeStanding) -> str:
+    """What calls in flight hold against the scope, in the same unit as `spent_text`."""
+    return f"{s.reserved_tokens:,} tokens" if _in_tokens(s) else usd(s.reserved_cost_usd)
 
 
 def left_text(s: ScopeStanding) -> str:

@@ -14,7 +14,15 @@ from rich.console import Console
 from nexus_cli.commands.runs import budget_waits, ps_row
 from nexus_cli.output import table
 from nexus_cli.runview import RunView, describe
-from nexus_cli.spendview import run_scope_line, spend_lines, usd
+from nexus_cli.spendview import (
+    left_text,
+    reserved_text,
+    run_scope_line,
+    spend_lines,
+    spent_text,
+    standing_text,
+    usd,
+)
 
 WAIT = "alpha-monthly: team:alpha month 2026-11 reached ($50.00 of $50.00), asking team:alpha"
 
@@ -119,3 +127,15 @@ def test_each_covering_scope_is_one_line_of_spent_against_its_limit() -> None:
         "    team:alpha month 2026-11: $31.20 of $50.00 (62 %) (alpha-monthly)",
     ]
     assert (usd(0.0), usd(1234.5)) == ("$0.0000", "$1,234.50")
+
+
+def test_a_token_budget_is_shown_in_tokens() -> None:
+    tokens = _standing(spent_tokens=9000, reserved_tokens=500, limit_tokens=10000)
+    assert (spent_text(tokens), reserved_text(tokens), left_text(tokens)) == (
+        "9,000 tokens",
+        "500 tokens",
+        "500 tokens",
+    )
+    assert standing_text(tokens) == "9,000 / 500 / 10,000 tokens"
+    cost = _standing(spent_cost_usd=3, reserved_cost_usd=0.5, limit_cost_usd=5)
+    assert (spent_text(cost), reserved_text(cost), left_text(cost)) == ("$3.00", "$0.5000", "$1.50")

@@ -25,7 +25,15 @@ from nexus_cli.client import Session, check_token, whoami
 from nexus_cli.errors import CliError, ExitCode
 from nexus_cli.options import Output, OutputOpt, globals_of, run
 from nexus_cli.output import console, emit, message, print_json, table
-from nexus_cli.spendview import SPEND, budget_row, left_text, limits_text, spent_text, usd
+from nexus_cli.spendview import (
+    SPEND,
+    budget_row,
+    left_text,
+    limits_text,
+    reserved_text,
+    spent_text,
+    usd,
+)
 from nexus_cli.target import resolve_target
 
 app = typer.Typer(
@@ -234,7 +242,7 @@ def _print_budget(view: BudgetView) -> None:
             st.instance,
             st.bucket,
             spent_text(st),
-            usd(st.reserved_cost_usd),
+            reserved_text(st),
             left_text(st),
             st.runs if st.limit_runs is None else f"{st.runs} of {st.limit_runs}",
             st.state,
