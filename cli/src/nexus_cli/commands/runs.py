@@ -15,10 +15,9 @@ from typing import Annotated, Any
 import typer
 from nexus_events.contract import subjects
 from nexus_events.contract.codec import Decoded
-from nexus_events.contract.runstate import TERMINAL_EVENTS, RunEvent, RunStatus, is_terminal
+from nexus_events.contract.runstate import TERMINAL_EVENTS, RunStatus, is_terminal
 from nexus_events.contract.streams import RUNS
 from nexus_events.events import Origin, RepoSpec, RunRequested
-from nexus_events.events.spend import RunSpend
 from nexus_events.transport.run_requests import request_run
 from pydantic import ValidationError
 from rich.live import Live
@@ -29,8 +28,9 @@ from nexus_cli.follow import follow
 from nexus_cli.options import Output, OutputOpt, RunArg, globals_of, run
 from nexus_cli.output import ago, console, emit, message, print_json
 from nexus_cli.resumelines import attempt_label
-from nexus_cli.runview import RunView, delegation_tree, describe, lab_lines, tree_label
-from nexus_cli.spendview import run_spend, spend_lines, usd
+from nexus_cli.runsnapshot import print_snapshot, run_snapshot
+from nexus_cli.runview import RunView, delegation_tree, describe, tree_label
+from nexus_cli.spendview import spend_lines, usd
 from nexus_cli.target import resolve_target
 
 
@@ -376,35 +376,11 @@ def register(app: typer.Typer) -> None:
             if output is Output.JSON:
                 print_json(snapshot)
                 return
-            _print_snapshot(row, snapshot)
+            print_snapshot(row, snapshot)
             for line in [] if spend is None else spend_lines(spend):
                 console.print(line, markup=False)
 
         run(output, body)
-
-
-async def run_snapshot(
-    s: Session, run_id: str, events: int
-) -> tuple[dict[str, Any], dict[str, Any], RunSpend | None]:
-    """`nexus attach`'s facts: core's row, its snapshot (phase, last decision, the `events`
-    most recent events, spend) and the run's spend (None: the spend service did not answer)."""
-    row = await s.get_run(run_id)
-    reply = await s.query(subjects.CORE_RUNS_EVENTS, {"run_id": run_id})
-    spend = await run_spend(s, run_id)
-    all_events = reply.get("events", [])
-    decisions = [
-        e
-        for e in all_events
-        if e["event"] in (RunEvent.APPROVAL_REQUESTED, RunEvent.APPROVAL_DECIDED)
-    ]
-    snapshot = {
-        "run": row,
-        "phase": all_events[-1]["event"] if all_events else None,
-        "last_decision": decisions[-1] if decisions else None,
-        "recent_events": all_events[-events:] if events else [],
-        "spend": None if spend is None else spend.model_dump(mode="json"),
-    }
-    return row, snapshot, spend
 
 
 def _finish(view: RunView, output: Output) -> None:
@@ -428,43 +404,3 @@ def _finish(view: RunView, output: Output) -> None:
     code = view.exit_code()
     if code is not ExitCode.OK:
         raise typer.Exit(int(code))
-
-
-def _print_snapshot(row: dict[str, Any], snap: dict[str, Any]) -> None:
-    console.print(
-        f"[bold]run {row['run_id']}[/]  agent {row['agent_id']}  task {row['task_id'] or '-'}"
-    )
-    status = row["status"] + (f" ({row['reason']})" if row.get("reason") else "")
-    console.print(f"  status   {status}", markup=False)
-    if row.get("parent_run_id"):
-        console.print(f"  parent   {row['parent_run_id']} (delegated it)", markup=False)
-    for label, text in lab_lines(row):
-        console.print(f"  {label:<8} {text}", markup=False)
-    console.print(f"  phase    {snap['phase'] or '-'}", markup=False)
-    if row.get("message"):
-        console.print(f"  message  {row['message']}", markup=False)
-    console.print(
-        f"  turns    {row['turns']}   tokens {row['tokens_in']} in / {row['tokens_out']} out"
-        f"   ${row['cost_usd']:.4f}",
-        markup=False,
-    )
-    console.print(
-        f"  attempt  {attempt_label(row.get('attempt'), row.get('max_attempts'))}"
-        f"   condensations {row.get('condensations', 0)}",
-        markup=False,
-    )
-    for phase, at in row.get("phases", {}).items():
-        console.print(f"  {phase:<12} {at}", markup=False)
-    if snap["last_decision"]:
-        d = snap["last_decision"]
-        console.print(f"  last decision  {describe(d['event'], d['body'])}", markup=False)
-    result = row.get("result") or {}
-    if result.get("diff_stat"):
-        console.print("  diff stat", markup=False)
-        console.print("    " + result["diff_stat"].replace("\n", "\n    "), markup=False)
-    if result.get("summary"):
-        console.print(f"  result   {result['summary']}", markup=False)
-    if snap["recent_events"]:
-        console.print("  recent events:")
-        for e in snap["recent_events"]:
-            console.print(f"    {e['seq']:>6} {describe(e['event'], e['body'])}", markup=False)
