@@ -60,6 +60,8 @@ class RunView:
     condensations: set[tuple[int, str]] = field(default_factory=set)
     # A replay's first divergence (docs/lab.md), as `describe` words it.
     divergence: str | None = None
+    # While a budget's ask holds the run (docs/spend.md): what was reached and how to answer.
+    budget_pause: str | None = None
 
     @property
     def terminal(self) -> bool:
@@ -112,7 +114,17 @@ class RunView:
             self.result = body.get("result")
         self._apply_attempts(event, body)
         self._apply_lab(event, body)
+        self._apply_budget(event, body)
         self.recent = [*self.recent, describe(event, body)][-RECENT:]
+
+    def _apply_budget(self, event: str, body: dict[str, Any]) -> None:
+        """A budget's pause is shown until the run resumes or ends."""
+        if event == RunEvent.BUDGET_PAUSED:
+            ask_run, ask_id = body.get("ask_run_id"), body.get("ask_approval_id")
+            answer = f"  (nexus approve {ask_run} {ask_id})" if ask_run and ask_id else ""
+            self.budget_pause = f"{body.get('message') or body.get('budget_id')}{answer}"
+        elif event == RunEvent.BUDGET_RESUMED or event in TERMINAL_EVENTS:
+            self.budget_pause = None
 
     def _apply_attempts(self, event: str, body: dict[str, Any]) -> None:
         """Attempts and condensations (docs/resume.md), from bodies of any shape."""
@@ -180,6 +192,8 @@ class RunView:
         grid.add_row("elapsed", duration(self.elapsed(now)))
         if self.divergence:
             grid.add_row("[yellow]lab[/]", self.divergence)
+        if self.budget_pause:
+            grid.add_row("[yellow]budget[/]", self.budget_pause)
         for approval_id, summary in self.pending_approvals.items():
             grid.add_row(
                 "[yellow]approval[/]",

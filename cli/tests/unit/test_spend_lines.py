@@ -84,10 +84,14 @@ def test_budget_pause_and_resume_are_readable_lines_and_toggle_the_status() -> N
     assert describe(RunEvent.QUEUED, queued) == f"queued at position 2 (budget limit): {WAIT}"
     view = RunView("run_1")
     view.apply(RunEvent.STARTED, {}, None)
-    view.apply(RunEvent.BUDGET_PAUSED, paused, None)
+    view.apply(RunEvent.BUDGET_PAUSED, {**paused, "ask_approval_id": "ap-1"}, None)
     assert view.status == RunStatus.AWAITING_APPROVAL
+    console = Console(width=200, record=True)
+    console.print(view.render())
+    assert "nexus approve budget-ask-0123 ap-1" in console.export_text()
     view.apply(RunEvent.BUDGET_RESUMED, resumed.model_dump(mode="json"), None)
     assert view.status == RunStatus.RUNNING
+    assert view.budget_pause is None
 
 
 def _standing(**fields: Any) -> ScopeStanding:
