@@ -56,6 +56,7 @@ READ_TOOLS = {
     "list_approvals",
     "search_memory",
     "list_dead_letters",
+    "usage",
 }
 OPERATE_TOOLS = {"start_run", "start_flow", "cancel_run", "answer_approval", "add_memory"}
 NPX = shutil.which("npx")

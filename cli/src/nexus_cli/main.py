@@ -11,6 +11,7 @@ from nexus_cli.commands import (
     agents,
     approvals,
     board,
+    budgets,
     console,
     context,
     dev,
@@ -31,6 +32,7 @@ from nexus_cli.commands import (
     runs,
     schedules,
     skills,
+    usage,
 )
 from nexus_cli.options import DEFAULT_TIMEOUT, ContextOpt, Globals, NatsUrlOpt, TimeoutOpt
 
@@ -79,6 +81,7 @@ app.add_typer(approvals.app, name="approvals")
 app.add_typer(flow_runs.app, name="flow")
 app.add_typer(schedules.app, name="schedule")
 app.add_typer(evals.app, name="eval")
+app.add_typer(budgets.app, name="budgets")
 # `nexus --help` lists commands in registration order: run, ps, attach, events, logs,
 # cancel, approve, deny, then the lab's replay, fork, golden and diff.
 runs.register(app)
@@ -88,3 +91,4 @@ lab_runs.register(app)
 run_diff.register(app)
 board.register(app)
 doctor.register(app)
+usage.register(app)

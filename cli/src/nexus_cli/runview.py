@@ -16,6 +16,7 @@ from nexus_events.contract.runstate import (
 from nexus_events.events import RunDiverged, RunGoldenMarked
 from nexus_events.events.lab_specs import OnDivergence
 from nexus_events.events.queries import RunView as RunRow
+from nexus_events.events.runs import RunBudgetPaused, RunBudgetResumed
 from pydantic import ValidationError
 from rich.console import Group
 from rich.panel import Panel
@@ -59,6 +60,8 @@ class RunView:
     condensations: set[tuple[int, str]] = field(default_factory=set)
     # A replay's first divergence (docs/lab.md), as `describe` words it.
     divergence: str | None = None
+    # While a budget's ask holds the run (docs/spend.md): what was reached and how to answer.
+    budget_pause: str | None = None
 
     @property
     def terminal(self) -> bool:
@@ -111,7 +114,17 @@ class RunView:
             self.result = body.get("result")
         self._apply_attempts(event, body)
         self._apply_lab(event, body)
+        self._apply_budget(event, body)
         self.recent = [*self.recent, describe(event, body)][-RECENT:]
+
+    def _apply_budget(self, event: str, body: dict[str, Any]) -> None:
+        """A budget's pause is shown until the run resumes or ends."""
+        if event == RunEvent.BUDGET_PAUSED:
+            ask_run, ask_id = body.get("ask_run_id"), body.get("ask_approval_id")
+            answer = f"  (nexus approve {ask_run} {ask_id})" if ask_run and ask_id else ""
+            self.budget_pause = f"{body.get('message') or body.get('budget_id')}{answer}"
+        elif event == RunEvent.BUDGET_RESUMED or event in TERMINAL_EVENTS:
+            self.budget_pause = None
 
     def _apply_attempts(self, event: str, body: dict[str, Any]) -> None:
         """Attempts and condensations (docs/resume.md), from bodies of any shape."""
@@ -179,6 +192,8 @@ class RunView:
         grid.add_row("elapsed", duration(self.elapsed(now)))
         if self.divergence:
             grid.add_row("[yellow]lab[/]", self.divergence)
+        if self.budget_pause:
+            grid.add_row("[yellow]budget[/]", self.budget_pause)
         for approval_id, summary in self.pending_approvals.items():
             grid.add_row(
                 "[yellow]approval[/]",
@@ -196,7 +211,7 @@ def describe(event: str, body: dict[str, Any]) -> str:  # noqa: PLR0911, PLR0912
     resume = describe_resume(event, body)
     if resume is not None:
         return resume
-    lab = _describe_lab(event, body)
+    lab = _describe_lab(event, body) or _describe_budget(event, body)
     if lab is not None:
         return lab
     if event == RunEvent.TURN:
@@ -212,7 +227,8 @@ def describe(event: str, body: dict[str, Any]) -> str:  # noqa: PLR0911, PLR0912
         summary = (body.get("result") or {}).get("summary") or ""
         return f"completed: {summary}".rstrip(": ")
     if event == RunEvent.QUEUED:
-        return f"queued at position {body.get('position')} ({body.get('limit')} limit)"
+        why = f": {body['waiting_for']}" if body.get("waiting_for") else ""
+        return f"queued at position {body.get('position')} ({body.get('limit')} limit){why}"
     if event == RunEvent.DISPATCHED:
         return f"dispatched to {body.get('runtime')} ({body.get('handle')})"
     if event == RunEvent.APPROVAL_REQUESTED:
@@ -232,6 +248,25 @@ def describe(event: str, body: dict[str, Any]) -> str:  # noqa: PLR0911, PLR0912
             f"approval_refused {body.get('approval_id')}: {body.get('answered_by')} may not decide"
         )
     return event
+
+
+def _describe_budget(event: str, body: dict[str, Any]) -> str | None:
+    """A budget's pause and resume of the run (docs/spend.md) in one line; None for any other
+    event."""
+    try:
+        if event == RunEvent.BUDGET_PAUSED:
+            p = RunBudgetPaused.model_validate(body)
+            ask = f" (ask {p.ask_run_id})" if p.ask_run_id else ""
+            return f"budget_paused at turn {p.turn}: {p.message}{ask}"
+        if event == RunEvent.BUDGET_RESUMED:
+            r = RunBudgetResumed.model_validate(body)
+            return (
+                f"budget_resumed at turn {r.turn}: budget {r.budget_id} extended"
+                f" after {duration(r.waited_seconds)}"
+            )
+    except ValidationError:
+        return event
+    return None
 
 
 def _describe_lab(event: str, body: dict[str, Any]) -> str | None:

@@ -14,7 +14,7 @@ from nexus_cli.devstack.state import ServiceEntry, StackState, process_ref, writ
 # What a supervisor with Plane and a channel configured records (supervisor.APP_SERVICES).
 RECORDED = (
     "nats", "postgres", "core", "memory", "scheduler", "flows", "plane-sync", "channel-gateway",
-    "console", "lab",
+    "console", "lab", "spend",
 )  # fmt: skip
 
 
@@ -62,7 +62,7 @@ def test_status_leaves_out_services_the_stack_did_not_start(env: dict[str, str])
     # The gateway runs on every dev stack (delegation); plane-sync only with Plane configured.
     assert names == [
         "nats", "postgres", "core", "memory", "scheduler", "flows", "channel-gateway", "console",
-        "lab",
+        "lab", "spend",
     ]  # fmt: skip
 
 
@@ -84,3 +84,18 @@ def test_a_crashed_services_exception_line_is_named(tmp_path: Path) -> None:
                    "OSError: [Errno 98] address already in use\n\n")  # fmt: skip
     assert _last_line(log) == "OSError: [Errno 98] address already in use"
     assert _last_line(tmp_path / "missing.log") == ""
+
+
+def test_the_stack_starts_and_waits_for_the_spend_service() -> None:
+    from nexus_cli.commands.dev import DEV_STACK_MODULES
+    from nexus_cli.devstack.services import APP_SERVICES, always_started, stack_services
+
+    spend = next(app for app in APP_SERVICES if app.name == "spend")
+    assert (spend.module, spend.gates_readiness, spend.needs_database) == (
+        "nexus_spend",
+        True,
+        True,
+    )
+    assert "spend" in always_started()
+    assert "spend" in stack_services()
+    assert "nexus_spend" in DEV_STACK_MODULES

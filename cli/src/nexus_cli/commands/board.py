@@ -146,6 +146,9 @@ def create_cmd(
     description: Annotated[str, typer.Option("--description", "-d", help="Markdown.")] = "",
     column: Annotated[str, typer.Option(help="Initial column.")] = Column.BACKLOG.value,
     label: Annotated[list[str] | None, typer.Option(help="A label (repeatable).")] = None,
+    team: Annotated[
+        str | None, typer.Option(help="The team its runs count against (docs/spend.md).")
+    ] = None,
     output: OutputOpt = Output.TABLE,
 ) -> None:
     """Create a task on the board (a `created` event on NEXUS_TASKS); print its id."""
@@ -154,8 +157,11 @@ def create_cmd(
     async def body() -> None:
         _check_column(column)
         tid = check_token(task_id, "task id") if task_id else f"T-{uuid.uuid4().hex[:8]}"
+        if team is not None:
+            check_token(team, "team")
         try:
             event = TaskCreated(
+                team=team,
                 title=title,
                 description=description,
                 column=Column(column),

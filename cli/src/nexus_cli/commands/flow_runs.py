@@ -142,14 +142,18 @@ def build_flow_request(
     revision: int | None = None,
     labels: dict[str, str] | None = None,
     flow_run_id: str | None = None,
+    team: str | None = None,
 ) -> tuple[str, FlowRequested]:
     """The flow run id and its validated request (FlowRequested); a one-line CliError."""
     check_token(flow, "flow id")
     if task is not None:
         check_token(task, "task id")
     fid = check_token(flow_run_id, "flow run id") if flow_run_id else new_flow_run_id()
+    if team is not None:
+        check_token(team, "team")
     try:
         request = FlowRequested(
+            team=team,
             flow=flow,
             revision=revision,
             task_id=task,
@@ -190,6 +194,10 @@ def run_cmd(
     flow_run_id: Annotated[
         str | None, typer.Option("--flow-run-id", help="Choose the flow run id.")
     ] = None,
+    team: Annotated[
+        str | None,
+        typer.Option(help="The team its runs count against (default: the task's, the flow's)."),
+    ] = None,
     follow_flow: Annotated[
         bool, typer.Option("--follow", "-f", help="Show its events; exit with its outcome.")
     ] = False,
@@ -210,6 +218,7 @@ def run_cmd(
             revision=revision,
             labels=_labels(label or []),
             flow_run_id=flow_run_id,
+            team=team,
         )
         async with Session(resolve_target(g), g.timeout) as s:
             await publish_flow(s, fid, request)

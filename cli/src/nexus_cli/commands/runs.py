@@ -15,7 +15,7 @@ from typing import Annotated, Any
 import typer
 from nexus_events.contract import subjects
 from nexus_events.contract.codec import Decoded
-from nexus_events.contract.runstate import TERMINAL_EVENTS, RunEvent, RunStatus, is_terminal
+from nexus_events.contract.runstate import TERMINAL_EVENTS, RunStatus, is_terminal
 from nexus_events.contract.streams import RUNS
 from nexus_events.events import Origin, RepoSpec, RunRequested
 from nexus_events.transport.run_requests import request_run
@@ -28,7 +28,9 @@ from nexus_cli.follow import follow
 from nexus_cli.options import Output, OutputOpt, RunArg, globals_of, run
 from nexus_cli.output import ago, console, emit, message, print_json
 from nexus_cli.resumelines import attempt_label
-from nexus_cli.runview import RunView, delegation_tree, describe, lab_lines, tree_label
+from nexus_cli.runsnapshot import print_snapshot, run_snapshot
+from nexus_cli.runview import RunView, delegation_tree, describe, tree_label
+from nexus_cli.spendview import spend_lines, usd
 from nexus_cli.target import resolve_target
 
 
@@ -139,6 +141,7 @@ def build_run_request(
     labels: dict[str, str] | None = None,
     plan_mode: bool | None = None,
     run_id: str | None = None,
+    team: str | None = None,
 ) -> tuple[str, RunRequested]:
     """The run id and its validated request (RunRequested); a one-line CliError (exit 2)."""
     check_token(agent, "agent id")
@@ -149,8 +152,11 @@ def build_run_request(
             code=ExitCode.INVALID,
         )
     rid = check_token(run_id, "run id") if run_id else new_run_id()
+    if team is not None:
+        check_token(team, "team")
     try:
         request = RunRequested(
+            team=team,
             agent_id=agent,
             task_id=task,
             input=input_text,
@@ -203,6 +209,30 @@ def _ps_query(
     return query
 
 
+def ps_row(r: dict[str, Any], depth: int) -> tuple[Any, ...]:
+    """One row of `nexus ps`. A run a budget holds is ``queued (budget)`` or
+    ``awaiting_approval (budget)``; why is said under the table (`budget_waits`), whole,
+    where a cell would fold it to a word per line."""
+    wait = r.get("budget_wait")
+    return (
+        tree_label(r["run_id"], depth),  # a delegated run sits under the run that delegated it
+        r["agent_id"],
+        r["task_id"],
+        f"{r['status']} (budget)" if wait else r["status"],
+        r["reason"],
+        attempt_label(r.get("attempt"), r.get("max_attempts")),
+        r["turns"],
+        r.get("condensations", 0),
+        usd(r["cost_usd"]),
+        ago(r["last_event_at"]),
+    )
+
+
+def budget_waits(runs: list[dict[str, Any]]) -> list[str]:
+    """``run_1 waits: <why>`` for each run a budget holds, the lines under `nexus ps`."""
+    return [f"{r['run_id']} waits: {r['budget_wait']}" for r in runs if r.get("budget_wait")]
+
+
 def register(app: typer.Typer) -> None:
     """Register `run`, `ps` and `attach`."""
 
@@ -223,6 +253,10 @@ def register(app: typer.Typer) -> None:
             list[str] | None, typer.Option(help="KEY=VALUE label (repeatable).")
         ] = None,
         run_id: Annotated[str | None, typer.Option("--run-id", help="Choose the run id.")] = None,
+        team: Annotated[
+            str | None,
+            typer.Option(help="The team it counts against (default: its task's, agent's)."),
+        ] = None,
         follow_run: Annotated[
             bool, typer.Option("--follow", "-f", help="Show the run live; exit with its outcome.")
         ] = False,
@@ -258,6 +292,7 @@ def register(app: typer.Typer) -> None:
                 labels=_labels(label or []),
                 plan_mode=plan_mode,
                 run_id=run_id,
+                team=team,
             )
             following = follow_run or (not background and sys.stdout.isatty())
             async with Session(resolve_target(g), g.timeout) as s:
@@ -313,26 +348,14 @@ def register(app: typer.Typer) -> None:
                     "COST",
                     "LAST EVENT",
                 ),
-                [
-                    (
-                        # A delegated run sits under the run that delegated it.
-                        tree_label(r["run_id"], depth),
-                        r["agent_id"],
-                        r["task_id"],
-                        r["status"],
-                        r["reason"],
-                        attempt_label(r.get("attempt"), r.get("max_attempts")),
-                        r["turns"],
-                        r.get("condensations", 0),
-                        f"${r['cost_usd']:.4f}",
-                        ago(r["last_event_at"]),
-                    )
-                    for r, depth in delegation_tree(runs)
-                ],
+                [ps_row(r, depth) for r, depth in delegation_tree(runs)],
                 empty="no runs"
                 if (all_runs or status)
                 else "no live runs (--all shows ended ones)",
             )
+            if output is Output.TABLE:
+                for line in budget_waits(runs):
+                    console.print(line, markup=False)
 
         run(output, body)
 
@@ -349,24 +372,13 @@ def register(app: typer.Typer) -> None:
         async def body() -> None:
             check_token(run_id, "run id")
             async with Session(resolve_target(g), g.timeout) as s:
-                row = await s.get_run(run_id)
-                reply = await s.query(subjects.CORE_RUNS_EVENTS, {"run_id": run_id})
-            all_events = reply.get("events", [])
-            decisions = [
-                e
-                for e in all_events
-                if e["event"] in (RunEvent.APPROVAL_REQUESTED, RunEvent.APPROVAL_DECIDED)
-            ]
-            snapshot = {
-                "run": row,
-                "phase": all_events[-1]["event"] if all_events else None,
-                "last_decision": decisions[-1] if decisions else None,
-                "recent_events": all_events[-events:] if events else [],
-            }
+                row, snapshot, spend = await run_snapshot(s, run_id, events)
             if output is Output.JSON:
                 print_json(snapshot)
                 return
-            _print_snapshot(row, snapshot)
+            print_snapshot(row, snapshot)
+            for line in [] if spend is None else spend_lines(spend):
+                console.print(line, markup=False)
 
         run(output, body)
 
@@ -392,43 +404,3 @@ def _finish(view: RunView, output: Output) -> None:
     code = view.exit_code()
     if code is not ExitCode.OK:
         raise typer.Exit(int(code))
-
-
-def _print_snapshot(row: dict[str, Any], snap: dict[str, Any]) -> None:
-    console.print(
-        f"[bold]run {row['run_id']}[/]  agent {row['agent_id']}  task {row['task_id'] or '-'}"
-    )
-    status = row["status"] + (f" ({row['reason']})" if row.get("reason") else "")
-    console.print(f"  status   {status}", markup=False)
-    if row.get("parent_run_id"):
-        console.print(f"  parent   {row['parent_run_id']} (delegated it)", markup=False)
-    for label, text in lab_lines(row):
-        console.print(f"  {label:<8} {text}", markup=False)
-    console.print(f"  phase    {snap['phase'] or '-'}", markup=False)
-    if row.get("message"):
-        console.print(f"  message  {row['message']}", markup=False)
-    console.print(
-        f"  turns    {row['turns']}   tokens {row['tokens_in']} in / {row['tokens_out']} out"
-        f"   ${row['cost_usd']:.4f}",
-        markup=False,
-    )
-    console.print(
-        f"  attempt  {attempt_label(row.get('attempt'), row.get('max_attempts'))}"
-        f"   condensations {row.get('condensations', 0)}",
-        markup=False,
-    )
-    for phase, at in row.get("phases", {}).items():
-        console.print(f"  {phase:<12} {at}", markup=False)
-    if snap["last_decision"]:
-        d = snap["last_decision"]
-        console.print(f"  last decision  {describe(d['event'], d['body'])}", markup=False)
-    result = row.get("result") or {}
-    if result.get("diff_stat"):
-        console.print("  diff stat", markup=False)
-        console.print("    " + result["diff_stat"].replace("\n", "\n    "), markup=False)
-    if result.get("summary"):
-        console.print(f"  result   {result['summary']}", markup=False)
-    if snap["recent_events"]:
-        console.print("  recent events:")
-        for e in snap["recent_events"]:
-            console.print(f"    {e['seq']:>6} {describe(e['event'], e['body'])}", markup=False)

@@ -37,6 +37,7 @@ from nexus_events.transport.bus import Bus, BusSettings
 from nexus_cli.devstack import console_access, nats_auth, nats_cluster, probes
 from nexus_cli.devstack.control import CLUSTER_ENV
 from nexus_cli.devstack.postgres import EmbeddedPostgres
+from nexus_cli.devstack.prices import runner_prices
 from nexus_cli.devstack.services import APP_SERVICES
 from nexus_cli.devstack.state import ServiceEntry, StackState, process_ref, write_state
 
@@ -330,6 +331,8 @@ class Supervisor:
             "scheduler": {
                 "NEXUS_RUNTIME": "local",
                 **runner_env,
+                # The scheduler passes NEXUS_PRICES on to its runners (runner_env.PASSED_NAMES).
+                **runner_prices(service_env),
                 "NEXUS_LOCAL_WORKDIR": str(self.home / "runs"),
                 "NEXUS_REPLICA_ID": SCHEDULER_REPLICA,
             },

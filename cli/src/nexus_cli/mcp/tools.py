@@ -19,6 +19,7 @@ from nexus_events.contract import subjects
 from nexus_events.contract.approver_policy import CLI, Answer
 from nexus_events.contract.codec import Decoded
 from nexus_events.events import MemoryRecordRequest, MemorySearchRequest
+from nexus_events.events.spend import UsageQuery
 from nexus_events.transport.micro import one_line
 from pydantic import BaseModel, ValidationError
 
@@ -43,6 +44,7 @@ from nexus_cli.mcp.scoping import (
 )
 from nexus_cli.mcp.state import Nexus
 from nexus_cli.runview import RunView
+from nexus_cli.spendview import SPEND
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -237,6 +239,31 @@ def register_tools(server: MCPServer, nexus: Nexus) -> None:  # noqa: PLR0915
         check_unscoped(who, "list_dead_letters")
         s = await nexus.session_for(who)
         return {"dead_letters": (await dead_letters(s, service))[-limit:]}
+
+    @server.tool(
+        annotations=READ_ONLY,
+        description="Spend: runs, model calls, tokens and USD grouped by one key (by: agent,"
+        " agent_revision, model, team, flow, flow_run, task, origin, day or run), costliest"
+        " first, with the total; since: a date or time (UTC); team, agent: filters.",
+    )
+    @one_line_error
+    async def usage(
+        ctx: Context,
+        by: str = "agent",
+        since: str | None = None,
+        team: str | None = None,
+        agent: str | None = None,
+    ) -> dict[str, Any]:
+        fields = {"since": since, "team": team, "agent_id": agent}
+        query = validated(UsageQuery, by=by, **{k: v for k, v in fields.items() if v})
+        who = nexus.identity(ctx)
+        if who.scoped:
+            # Totals over every agent would tell a scoped token what the others spend.
+            if agent is None:
+                raise ToolError("usage needs agent, one of this token's agents")
+            check_agent(who, agent)
+        s = await nexus.session_for(who)
+        return await s.query(subjects.SPEND_USAGE, query.model_dump(mode="json"), service=SPEND)
 
     @server.tool(
         annotations=ADDITIVE,

@@ -37,6 +37,7 @@ from nexus_events.events import (
     SkillDefinition,
     SkillDeleted,
 )
+from nexus_events.events.budgets import BudgetApplied, BudgetDefinition, BudgetDeleted
 from nexus_events.transport.bus import Bus
 
 
@@ -119,6 +120,23 @@ async def delete_eval(bus: Bus, suite_id: str, *, deleted_by: str | None = None)
     )
 
 
+async def apply_budget(
+    bus: Bus, budget: BudgetDefinition, *, applied_by: str | None = None
+) -> PubAck:
+    """Publish `BudgetApplied` for a validated budget (the catalog numbers its revisions)."""
+    event = BudgetApplied(budget=budget, applied_by=applied_by)
+    return await _publish_apply(bus, CatalogKind.BUDGET, budget.id, event, budget)
+
+
+async def delete_budget(bus: Bus, budget_id: str, *, deleted_by: str | None = None) -> PubAck:
+    """Publish `BudgetDeleted`; its revisions stay in the catalog's record."""
+    return await bus.publish(
+        subjects.catalog_event(CatalogKind.BUDGET, budget_id, "deleted"),
+        BudgetDeleted(deleted_by=deleted_by),
+        msg_id=_action_id(),
+    )
+
+
 def _action_id() -> str:
     return f"catalog:{uuid.uuid4().hex}"
 
@@ -135,7 +153,7 @@ async def _publish_apply(
     bus: Bus,
     kind: CatalogKind,
     item_id: str,
-    event: AgentApplied | SkillApplied | FlowApplied | EvalApplied,
+    event: AgentApplied | SkillApplied | FlowApplied | EvalApplied | BudgetApplied,
     body: BaseModel,
 ) -> PubAck:
     subject = subjects.catalog_event(kind, item_id, "applied")
