@@ -27,9 +27,9 @@ from pydantic import ValidationError
 
 from nexus_runner.budget import turn_cost
 from nexus_runner.config import Price
+from nexus_runner.context import upper_bound
 from nexus_runner.control import RunControl
 from nexus_runner.errors import RunStopped
-from nexus_runner.tokens import TokenCounter, counter_for
 
 log = logging.getLogger(__name__)
 
@@ -65,7 +65,6 @@ def next_step(verdict: SpendVerdict | None, *, paused: bool) -> Step:
 
 
 def estimate(
-    counter: TokenCounter,
     prices: Mapping[str, Price],
     model: str,
     messages: list[dict[str, Any]],
@@ -73,9 +72,13 @@ def estimate(
     *,
     max_output_tokens: int,
 ) -> tuple[int, float]:
-    """(tokens, USD) a call may cost at most: its prompt as the context manager counts it plus
-    the whole reply `max_output_tokens` allows, at the runner's price of `model` (0 unknown)."""
-    prompt = counter.count(messages, tools)
+    """(tokens, USD) a call may cost at most: its prompt's upper bound plus the whole reply
+    `max_output_tokens` allows, at the runner's price of `model` (0 unknown). An estimate at
+    or above the real cost keeps a budget from being passed by more than the calls in flight
+    (docs/spend.md, "The bound")."""
+    # The bound the context manager checks before it loads a tokenizer: no tokenizer here
+    # (loading one costs 0.3-1 s of CPU per runner, and most runs never need one).
+    prompt = upper_bound(messages, tools)
     return prompt + max_output_tokens, turn_cost(prices, model, prompt, max_output_tokens)
 
 
@@ -135,7 +138,6 @@ class SpendGate:
         self.clock = clock
         self.reply_timeout = reply_timeout
         self.subject = subjects.spend_reserve(control.run_id)
-        self._counters: dict[str, TokenCounter] = {}
         self._silent_since: datetime | None = None
         self._logged_silence: datetime | None = None
 
@@ -148,12 +150,8 @@ class SpendGate:
     ) -> None:
         """Reserve the call about to be made (the `LlmClient` hook): returns once granted,
         raises `RunStopped` on a stop or a cancel."""
-        counter = self._counters.get(model)
-        if counter is None:
-            # The tokenizer loads in a thread (0.3-1 s the first time): heartbeats go on.
-            counter = self._counters[model] = await asyncio.to_thread(counter_for, model)
         tokens, cost = estimate(
-            counter, self.prices, model, messages, tools, max_output_tokens=max_output_tokens
+            self.prices, model, messages, tools, max_output_tokens=max_output_tokens
         )
         request = SpendReserve(
             turn=max(self.turn_of(), 1), attempt=self.control.attempt, cost_usd=cost, tokens=tokens

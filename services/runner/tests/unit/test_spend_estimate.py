@@ -10,6 +10,7 @@ from nexus_events.events.runs import Reason
 from nexus_events.events.spend import ScopeStanding, SpendDecision, SpendVerdict, StandingState
 
 from nexus_runner.config import DEFAULT_PRICES, Price
+from nexus_runner.context import upper_bound
 from nexus_runner.spend import Step, estimate, next_step, paused_event, stopped
 from nexus_runner.tokens import counter_for
 
@@ -37,13 +38,13 @@ SCOPE = ScopeStanding(
 )
 
 
-def test_the_estimate_is_the_counted_prompt_plus_the_whole_reply_at_the_models_price() -> None:
+def test_the_estimate_is_the_prompts_bound_plus_the_whole_reply_at_the_models_price() -> None:
     counter = counter_for("gpt-4o-mini")
-    prompt = counter.count(MESSAGES, TOOLS)
-    tokens, cost = estimate(
-        counter, DEFAULT_PRICES, "gpt-4o-mini", MESSAGES, TOOLS, max_output_tokens=4_096
-    )
-    assert prompt > counter.count(MESSAGES, [])  # the tool specs count
+    prompt = upper_bound(MESSAGES, TOOLS)
+    tokens, cost = estimate(DEFAULT_PRICES, "gpt-4o-mini", MESSAGES, TOOLS, max_output_tokens=4_096)
+    assert prompt > upper_bound(MESSAGES, [])  # the tool specs count
+    # Never below what the real tokenizer counts: the estimate bounds the call's cost.
+    assert prompt >= counter.count(MESSAGES, TOOLS)
     assert tokens == prompt + 4_096
     price = DEFAULT_PRICES["gpt-4o-mini"]
     expected = (prompt * price.input_per_mtok + 4_096 * price.output_per_mtok) / 1e6
@@ -52,20 +53,18 @@ def test_the_estimate_is_the_counted_prompt_plus_the_whole_reply_at_the_models_p
 
 
 def test_an_unpriced_model_is_estimated_in_tokens_at_no_cost() -> None:
-    counter = counter_for("offline-model")
-    tokens, cost = estimate(counter, {}, "offline-model", MESSAGES, [], max_output_tokens=100)
-    assert tokens == counter.count(MESSAGES, []) + 100
+    tokens, cost = estimate({}, "offline-model", MESSAGES, [], max_output_tokens=100)
+    assert tokens == upper_bound(MESSAGES, []) + 100
     assert cost == 0.0
     priced = {"offline-model": Price(input_per_mtok=1.0, output_per_mtok=3.0)}
-    _, cost = estimate(counter, priced, "offline-model", MESSAGES, [], max_output_tokens=100)
+    _, cost = estimate(priced, "offline-model", MESSAGES, [], max_output_tokens=100)
     assert cost == pytest.approx(((tokens - 100) * 1.0 + 100 * 3.0) / 1e6)
 
 
 def test_a_longer_conversation_is_estimated_higher() -> None:
-    counter = counter_for("gpt-4o")
     longer = [*MESSAGES, {"role": "assistant", "content": "Reading the tests first. " * 50}]
-    short, _ = estimate(counter, DEFAULT_PRICES, "gpt-4o", MESSAGES, [], max_output_tokens=1)
-    long, _ = estimate(counter, DEFAULT_PRICES, "gpt-4o", longer, [], max_output_tokens=1)
+    short, _ = estimate(DEFAULT_PRICES, "gpt-4o", MESSAGES, [], max_output_tokens=1)
+    long, _ = estimate(DEFAULT_PRICES, "gpt-4o", longer, [], max_output_tokens=1)
     assert long > short + 100
 
 
