@@ -62,7 +62,9 @@ async def check_may_decide(
     answer = answer or cli_answer(s.target)
     try:
         await s.publish_guarded(
-            answers.check_may_decide(s.bus, record, decision, answer, default_policy())
+            answers.check_may_decide(
+                s.bus, record, decision, answer, default_policy(), teams=ApproverDefaults().teams
+            )
         )
     except answers.AnswerRefusedError as exc:
         raise CliError(
