@@ -14,7 +14,7 @@ from nexus_cli.devstack.state import ServiceEntry, StackState, process_ref, writ
 # What a supervisor with Plane and a channel configured records (supervisor.APP_SERVICES).
 RECORDED = (
     "nats", "postgres", "core", "memory", "scheduler", "flows", "plane-sync", "channel-gateway",
-    "console", "lab",
+    "console", "lab", "spend",
 )  # fmt: skip
 
 
@@ -62,7 +62,7 @@ def test_status_leaves_out_services_the_stack_did_not_start(env: dict[str, str])
     # The gateway runs on every dev stack (delegation); plane-sync only with Plane configured.
     assert names == [
         "nats", "postgres", "core", "memory", "scheduler", "flows", "channel-gateway", "console",
-        "lab",
+        "lab", "spend",
     ]  # fmt: skip
 
 

@@ -192,6 +192,7 @@ DEV_STACK_MODULES = (
     "nexus_runner",
     "nexus_console",
     "nexus_lab",
+    "nexus_spend",
 )
 
 

@@ -8,7 +8,7 @@ from pydantic import Field
 
 
 class SpendSettings(ServiceSettings):
-    health_port: HealthPortSetting = 8090
+    health_port: HealthPortSetting = 8092
     consumer_prefix: ConsumerPrefix = "spend"
 
     projection_batch: int = Field(500, gt=0, description="Events per projection transaction.")

@@ -184,7 +184,7 @@ SERVICES: tuple[ServiceSpec, ...] = (
         "nexus-spend",
         "Spend: usage rolled up, budgets reserved against before each model call, and asks.",
         ("nexus_spend.config:SpendSettings",),
-        health_port=8090,
+        health_port=8092,
         database=True,
     ),
 )
