@@ -45,6 +45,8 @@ async def fold_budget(conn: Conn, q: str, d: Decoded) -> bool:
             at,
         )
         return True
+    if event.budget.id != budget_id:
+        return True  # on another budget's subject: not this budget's revision (as core's flows)
     definition = event.budget.model_dump_json()
     revision = await conn.fetchval(
         f"""INSERT INTO {q}.budgets (budget_id, revision, deleted, definition, updated_at)

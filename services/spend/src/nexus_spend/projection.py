@@ -18,7 +18,7 @@ from nexus_events.contract import subjects
 from nexus_events.contract.codec import Decoded
 from nexus_events.contract.runstate import TERMINAL_EVENTS, RunEvent
 from nexus_events.contract.streams import BUDGETS, CATALOG, RUNS
-from nexus_events.events import RunPrepared, RunRequested, RunStarted, TerminalEvent
+from nexus_events.events import RunPrepared, RunRequested, RunStarted, RunTurn, TerminalEvent
 from nexus_events.transport.projection import Conn, Source, quote_ident
 from nexus_events.transport.publish import Outgoing
 
@@ -196,9 +196,8 @@ class SpendProjection:
             None if old is None else CallUsage(old["tokens_in"], old["tokens_out"], old["cost_usd"])
         )
         settled = settle(before, usage)
-        if d.event.event_name == RunEvent.TURN:
-            turn = int(call_key.split(":")[1])
-            b.settled_turn[run_id] = max(turn, b.settled_turn.get(run_id, 0))
+        if isinstance(d.event, RunTurn):
+            b.settled_turn[run_id] = max(d.event.turn, b.settled_turn.get(run_id, 0))
         if settled.delta.is_zero() and not settled.new_call:
             return
         await conn.execute(

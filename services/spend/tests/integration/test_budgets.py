@@ -11,8 +11,8 @@ import asyncpg
 from nexus_events.contract import subjects
 from nexus_events.contract.runstate import RunEvent
 from nexus_events.contract.streams import BUDGETS, CATALOG, RUNS
-from nexus_events.events import BudgetDeleted, BudgetThresholdCrossed, RunTurn
-from nexus_events.events.budgets import BudgetEvent
+from nexus_events.events import BudgetApplied, BudgetDeleted, BudgetThresholdCrossed, RunTurn
+from nexus_events.events.budgets import BudgetDefinition, BudgetEvent
 from nexus_events.transport.bus import Bus, decode_msg
 from nexus_events.transport.projection import rebuild
 from nexus_testing import dead_letters, eventually
@@ -52,6 +52,11 @@ async def test_a_budget_applied_revised_deleted_and_an_invalid_one_dead_lettered
         bad_ack = await bus.js.publish(
             subjects.catalog_event(subjects.CatalogKind.BUDGET, "nolimit", "applied"),
             json.dumps(bad).encode(),
+        )
+        # Valid, but on another budget's subject: not that budget's revision, nor its own.
+        await bus.publish(
+            subjects.catalog_event(subjects.CatalogKind.BUDGET, "elsewhere", "applied"),
+            BudgetApplied(budget=BudgetDefinition.model_validate({**ALPHA, "id": "other"})),
         )
         last = await apply_budget(bus, {**ALPHA, "limits": {"cost_usd": 2.0}})
         await runner.wait_until(CATALOG, last)
