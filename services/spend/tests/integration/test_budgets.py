@@ -19,7 +19,7 @@ from nexus_testing import dead_letters, eventually
 
 from nexus_spend.projection import SpendProjection
 
-from .harness import Run, apply_budget, ask, projecting, publish, publish_run, serving
+from .usage_harness import Run, apply_budget, ask, projecting, publish, publish_run, serving
 
 ALPHA = {
     "id": "alpha-monthly",

@@ -18,7 +18,7 @@ from nexus_events.transport.projection import rebuild
 
 from nexus_spend.projection import SpendProjection
 
-from .harness import Run, ask, projecting, publish, publish_run, serving
+from .usage_harness import Run, ask, projecting, publish, publish_run, serving
 
 RUNS_PUBLISHED = [
     Run("r1", agent="impl", team="alpha", model="m-small",
