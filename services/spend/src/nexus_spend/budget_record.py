@@ -4,7 +4,6 @@ asks, extensions, thresholds) into the projection's tables, and reads the live b
 from __future__ import annotations
 
 from datetime import datetime
-from enum import StrEnum
 
 from nexus_events.contract.codec import Decoded
 from nexus_events.events import (
@@ -18,14 +17,7 @@ from nexus_events.events import (
 from nexus_events.events.budgets import BudgetDefinition
 from nexus_events.transport.projection import Conn
 
-
-class AskState(StrEnum):
-    """An ask's state in ``asks.state``: open until approved, denied or expired."""
-
-    OPEN = "open"
-    APPROVED = "approved"
-    DENIED = "denied"
-    EXPIRED = "expired"
+from nexus_spend.decide import AskState
 
 
 async def fold_budget(conn: Conn, q: str, d: Decoded) -> bool:

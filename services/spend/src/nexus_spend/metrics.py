@@ -15,7 +15,7 @@ import asyncpg
 from nexus_events.transport.projection import quote_ident
 from opentelemetry.metrics import CallbackOptions, MeterProvider, NoOpMeterProvider, Observation
 
-from nexus_spend.budget_record import AskState
+from nexus_spend.decide import AskState
 from nexus_spend.projection import CallCounted
 from nexus_spend.schema import LIVE_SCHEMA, SCHEMA
 

@@ -1,12 +1,10 @@
 """``nexus.spend.v1.usage|budgets.list|budgets.get|runs`` from the projection ``spend``, as
 the `nexus-spend` nats.micro service's query endpoints (validation, 400/404 and 500s as every
-Nexus micro service). A budget's standings come from `StandingsFor` (nexus_spend.standing)."""
+Nexus micro service); where each scope stands is nexus_spend.standing's."""
 
 from __future__ import annotations
 
 import functools
-from collections.abc import Awaitable, Callable
-from datetime import datetime
 from typing import Any
 
 import asyncpg
@@ -28,18 +26,16 @@ from nexus_events.events.spend import (
 from nexus_events.runtime.clock import Clock, SystemClock
 from nexus_events.transport import micro
 from nexus_events.transport.micro import Handler, QueryError
-from nexus_events.transport.projection import Conn, quote_ident
+from nexus_events.transport.projection import quote_ident
 
 from nexus_spend import usage_sql
 from nexus_spend.budget_record import live_budgets
-from nexus_spend.coverage import RunScopes, covering
+from nexus_spend.coverage import RunScopes
 from nexus_spend.schema import SCHEMA
+from nexus_spend.standing import standings_for_budget, standings_for_run
 
 SERVICE_NAME = "nexus-spend"
 endpoint_handler = functools.partial(micro.endpoint_handler, service="spend")
-
-# Each scope instance of one budget revision in the period `at` falls in.
-StandingsFor = Callable[[Conn, BudgetDefinition, int, datetime], Awaitable[list[ScopeStanding]]]
 
 
 class SpendQueries:
@@ -47,14 +43,13 @@ class SpendQueries:
         self,
         nc: Any,
         pool: asyncpg.Pool[Any],
-        standings: StandingsFor,
         *,
         schema: str = SCHEMA,
         clock: Clock | None = None,
     ) -> None:
         self.nc = nc
         self.pool = pool
-        self.standings = standings
+        self.schema = schema
         self.q = quote_ident(schema)
         self.clock: Clock = clock or SystemClock()
 
@@ -90,7 +85,9 @@ class SpendQueries:
                     scope.kind is not ScopeKind.TEAM or scope.name != query.team
                 ):
                     continue
-                standings = await self.standings(conn, budget, revision, now)
+                standings = await standings_for_budget(
+                    conn, budget, revision, now, schema=self.schema
+                )
                 views.append(BudgetView(revision=revision, budget=budget, standings=standings))
         return BudgetsReply(budgets=views)
 
@@ -104,7 +101,9 @@ class SpendQueries:
             if row is None:
                 raise QueryError(404, f"no budget {query.id!r}")
             budget = BudgetDefinition.model_validate_json(row["definition"])
-            standings = await self.standings(conn, budget, row["revision"], self.clock.now())
+            standings = await standings_for_budget(
+                conn, budget, row["revision"], self.clock.now(), schema=self.schema
+            )
         return BudgetView(revision=row["revision"], budget=budget, standings=standings)
 
     async def runs(self, query: RunsSpend) -> RunsSpendReply:
@@ -132,7 +131,7 @@ class SpendQueries:
                     flow=row["flow"],
                     flow_run_id=row["flow_run_id"],
                 )
-                standings = await self._run_standings(conn, budgets, scopes, now)
+                standings = await standings_for_run(conn, scopes, budgets, now, schema=self.schema)
                 waiting = None if row["status"] is not None else waiting_for(standings)
                 out.append(
                     RunSpend(
@@ -144,21 +143,6 @@ class SpendQueries:
                     )
                 )
         return RunsSpendReply(runs=out)
-
-    async def _run_standings(
-        self,
-        conn: Conn,
-        budgets: list[tuple[BudgetDefinition, int]],
-        scopes: RunScopes,
-        now: datetime,
-    ) -> list[ScopeStanding]:
-        """The standing of each budget covering the run, at the run's own scope instance."""
-        out = []
-        for cov in covering(budgets, scopes, now):
-            for standing in await self.standings(conn, cov.budget, cov.revision, now):
-                if (standing.instance, standing.bucket) == (cov.key.instance, cov.key.bucket):
-                    out.append(standing)
-        return out
 
 
 def waiting_for(standings: list[ScopeStanding]) -> str | None:

@@ -8,7 +8,6 @@ import json
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
-from datetime import datetime
 from typing import Any
 
 import asyncpg
@@ -23,11 +22,9 @@ from nexus_events.events import (
 )
 from nexus_events.events.budgets import BudgetApplied, BudgetDefinition
 from nexus_events.events.runs import Condensation, RunConfig
-from nexus_events.events.spend import ScopeStanding, StandingState
 from nexus_events.transport import micro
 from nexus_events.transport.bus import Bus
 from nexus_events.transport.micro import QueryReply, read_reply
-from nexus_events.transport.projection import Conn
 
 from nexus_spend.metrics import SpendMetrics
 from nexus_spend.projection import SpendProjection
@@ -110,44 +107,6 @@ async def apply_budget(bus: Bus, body: dict[str, Any]) -> int:
     return int(ack.seq)
 
 
-async def ledger_standings(
-    conn: Conn, budget: BudgetDefinition, revision: int, at: datetime
-) -> list[ScopeStanding]:
-    """A minimal stand-in for nexus_spend.standing (slice A2): each instance of the budget's
-    scope kind in the ledger, spent only, ok or warning."""
-    from nexus_events.events.budgets import period_bucket
-
-    bucket = period_bucket(budget.period, at)
-    rows = await conn.fetch(
-        "SELECT name, cost_usd, tokens FROM spend.ledger"
-        " WHERE scope = $1 AND period = $2 AND bucket = $3 ORDER BY name",
-        str(budget.scope.kind),
-        str(budget.period),
-        bucket,
-    )
-    out = []
-    for r in rows:
-        if budget.scope.name is not None and r["name"] != budget.scope.name:
-            continue
-        instance = f"{budget.scope.kind}:{r['name']}" if r["name"] else "global"
-        limit = budget.limits.cost_usd
-        warn = limit is not None and r["cost_usd"] >= budget.warn_at * limit
-        out.append(
-            ScopeStanding(
-                budget_id=budget.id,
-                instance=instance,
-                period=budget.period,
-                bucket=bucket,
-                on_exceed=budget.on_exceed,
-                state=StandingState.WARNING if warn else StandingState.OK,
-                spent_cost_usd=r["cost_usd"],
-                spent_tokens=r["tokens"],
-                limit_cost_usd=limit,
-            )
-        )
-    return out
-
-
 @asynccontextmanager
 async def projecting(bus: Bus, pool: asyncpg.Pool[Any]) -> AsyncIterator[SpendRunner]:
     """The projection's runner (always the leader here) until the block ends."""
@@ -168,7 +127,7 @@ async def projecting(bus: Bus, pool: asyncpg.Pool[Any]) -> AsyncIterator[SpendRu
 
 @asynccontextmanager
 async def serving(bus: Bus, pool: asyncpg.Pool[Any]) -> AsyncIterator[SpendQueries]:
-    queries = SpendQueries(bus.nc, pool, ledger_standings)
+    queries = SpendQueries(bus.nc, pool)
     service = await micro.start_service(bus.nc, SERVICE_NAME, "test", queries.endpoints())
     try:
         yield queries
