@@ -31,9 +31,13 @@ RUNS_PUBLISHED = [
 ]  # fmt: skip
 
 
-# After them: a resumed attempt publishes r1's turn 2 again, larger (counted once, with its
-# usage), and a turn of a run never requested (published by hand) counts under no scope name.
-RESUMED = ("r1", RunTurn(turn=2, tokens_in=260, tokens_out=20, cost_usd=0.75))
+# After them: resumed attempts publish r1's turn 2 again, larger, then its turn 1 again,
+# smaller (each counted once, with the larger usage field by field), and a turn of a run never
+# requested (published by hand) counts under no scope name.
+RESUMED = (
+    ("r1", RunTurn(turn=2, tokens_in=260, tokens_out=20, cost_usd=0.75)),
+    ("r1", RunTurn(turn=1, tokens_in=50, tokens_out=12, cost_usd=0.125)),
+)
 BY_HAND = ("r5", RunTurn(turn=1, tokens_in=7, tokens_out=3, cost_usd=0.5))
 
 
@@ -45,9 +49,14 @@ def expected(by: str) -> dict[str | None, tuple[int, int, int, float]]:
         row = out[key]
         row[0] += 1
         turns = {t[0]: t[1:] for t in run.turns}
-        if run.run_id == RESUMED[0]:
-            t = RESUMED[1]
-            turns[t.turn] = (t.tokens_in, t.tokens_out, t.cost_usd)
+        for run_id, t in RESUMED:
+            if run_id == run.run_id:
+                tin, tout, cost = turns[t.turn]
+                turns[t.turn] = (
+                    max(tin, t.tokens_in),
+                    max(tout, t.tokens_out),
+                    max(cost, t.cost_usd),
+                )
         for tin, tout, cost in [*turns.values(), *(c[1:] for c in run.condensed)]:
             row[1] += 1
             row[2] += tin + tout
@@ -78,7 +87,7 @@ async def test_usage_by_agent_team_model_and_day_is_the_sum_of_the_events(
         last = 0
         for run in RUNS_PUBLISHED:
             last = await publish_run(bus, run)
-        for run_id, turn in (RESUMED, BY_HAND):
+        for run_id, turn in (*RESUMED, BY_HAND):
             last = await publish(bus, run_id, turn)
         await runner.wait_until(RUNS, last)
         for by in ("agent", "team", "model"):
