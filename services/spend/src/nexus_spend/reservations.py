@@ -46,6 +46,9 @@ log = logging.getLogger(__name__)
 TRANSACTION_ATTEMPTS = 5
 _RETRYABLE = (asyncpg.exceptions.DeadlockDetectedError, asyncpg.exceptions.SerializationError)
 
+# Parsed budget definitions kept (by id and revision); past it the cache starts again.
+CACHED_DEFINITIONS = 1000
+
 T = TypeVar("T")
 
 
@@ -78,6 +81,7 @@ class Reservations:
         self.q = quote_ident(schema)
         self.lq = quote_ident(live_schema)
         self.runs = RunScopesReader(pool, bus.js, schema=schema)
+        self._definitions: dict[tuple[str, int], BudgetDefinition] = {}
 
     async def reserve(self, run_id: str, request: SpendReserve) -> SpendVerdict:
         scopes = await self.runs.scopes(run_id)
@@ -133,10 +137,29 @@ class Reservations:
                 await asyncio.sleep(0.01 * attempt)
         raise AssertionError("unreachable")
 
+    async def _budgets(self, conn: Conn) -> list[tuple[BudgetDefinition, int]]:
+        """Every budget not deleted, with its current revision; a definition is parsed once
+        per revision (each model call of every run reads them all)."""
+        rows = await conn.fetch(
+            f"""SELECT budget_id, revision, definition FROM {self.q}.budgets
+                WHERE NOT deleted ORDER BY budget_id"""
+        )
+        out = []
+        for r in rows:
+            key = (r["budget_id"], r["revision"])
+            budget = self._definitions.get(key)
+            if budget is None:
+                budget = BudgetDefinition.model_validate_json(r["definition"])
+                if len(self._definitions) >= CACHED_DEFINITIONS:
+                    self._definitions.clear()
+                self._definitions[key] = budget
+            out.append((budget, r["revision"]))
+        return out
+
     async def _lock(self, conn: Conn, scopes: RunScopes) -> list[Coverage]:
         """The covering budgets, their ledger rows made and locked (sorted, as settlement
         locks them: two transactions never wait on each other in a cycle)."""
-        budgets = await _live_budgets(conn, self.q)
+        budgets = await self._budgets(conn)
         coverages = covering(budgets, scopes, self.clock.now())
         keys = sorted({c.key for c in coverages})
         if not keys:
@@ -274,14 +297,6 @@ class Reservations:
         log.info(
             "budget %s: ask %s opened for %s %s", budget.id, ask.ask_id, key.instance, key.bucket
         )
-
-
-async def _live_budgets(conn: Conn, q: str) -> list[tuple[BudgetDefinition, int]]:
-    """Every budget not deleted, with its current revision."""
-    rows = await conn.fetch(
-        f"SELECT definition, revision FROM {q}.budgets WHERE NOT deleted ORDER BY budget_id"
-    )
-    return [(BudgetDefinition.model_validate_json(r["definition"]), r["revision"]) for r in rows]
 
 
 def _unknown(run_id: str) -> SpendVerdict:

@@ -77,24 +77,29 @@ async def read_facts(
             run_id,
         )
     }
-    budget_ids = sorted({c.budget.id for c in coverages})
+    scopes = sorted({(c.budget.id, c.key.instance, c.key.bucket) for c in coverages})
+    scope_cols = ([b for b, _, _ in scopes], [i for _, i, _ in scopes], [k for _, _, k in scopes])
+    # The scopes as a relation: only their own asks and extensions are read (an unnamed
+    # scope's budget has one per instance and period, for ever).
+    of_scopes = "unnest($1::text[], $2::text[], $3::text[]) AS s(budget_id, instance, bucket)"
     extensions: dict[tuple[str, str, str], Extension] = {
         (r["budget_id"], r["instance"], r["bucket"]): Extension(
             r["cost_usd"], int(r["tokens"]), int(r["runs"])
         )
         for r in await conn.fetch(
-            f"""SELECT budget_id, instance, bucket, sum(cost_usd) AS cost_usd,
-                    sum(tokens) AS tokens, sum(runs) AS runs
-                FROM {q}.extensions WHERE budget_id = ANY($1::text[])
+            f"""SELECT budget_id, instance, bucket, sum(e.cost_usd) AS cost_usd,
+                    sum(e.tokens) AS tokens, sum(e.runs) AS runs
+                FROM {of_scopes} JOIN {q}.extensions e USING (budget_id, instance, bucket)
                 GROUP BY budget_id, instance, bucket""",
-            budget_ids,
+            *scope_cols,
         )
     }
     asks: dict[tuple[str, str, str], list[AskSeen]] = {}
     for r in await conn.fetch(
-        f"""SELECT ask_id, budget_id, revision, instance, bucket, round, state
-            FROM {q}.asks WHERE budget_id = ANY($1::text[]) ORDER BY round""",
-        budget_ids,
+        f"""SELECT a.ask_id, budget_id, a.revision, instance, bucket, a.round, a.state
+            FROM {of_scopes} JOIN {q}.asks a USING (budget_id, instance, bucket)
+            ORDER BY a.round""",
+        *scope_cols,
     ):
         seen = AskSeen(r["ask_id"], r["revision"], r["round"], AskState(r["state"]))
         asks.setdefault((r["budget_id"], r["instance"], r["bucket"]), []).append(seen)

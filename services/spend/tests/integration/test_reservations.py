@@ -309,6 +309,23 @@ async def test_admission_counts_a_run_once(db: asyncpg.Pool[Any], res: Reservati
     assert (await res.admit("r2")).decision is SpendDecision.GRANTED  # already counted
 
 
+async def test_runs_admitted_at_once_fill_the_run_limit_exactly(
+    db: asyncpg.Pool[Any], res: Reservations
+) -> None:
+    runs_budget = BudgetDefinition.model_validate(
+        {"id": "alpha-runs", "scope": "team:alpha", "period": "day", "limits": {"runs": 3}}
+    )
+    await put_budget(db, runs_budget)
+    runs = [f"r{i}" for i in range(8)]
+    for r in runs:
+        await put_run(db, r)
+    verdicts = await asyncio.gather(*(res.admit(r) for r in runs))
+    assert Counter(v.decision for v in verdicts) == {
+        SpendDecision.GRANTED: 3,
+        SpendDecision.STOP: 5,
+    }
+
+
 async def test_two_replicas_never_grant_past_the_limit(
     db: asyncpg.Pool[Any], pg_dsn: str, bus: Bus, clock: ManualClock
 ) -> None:
