@@ -277,7 +277,7 @@ ADMIN_PASSWORD=${NEXUS_ADMIN_NATS_PASSWORD:-admin-dev-password}
 phase "build Nexus images"
 compose build -q >"$RUNDIR/build.log" 2>&1 || { cat "$RUNDIR/build.log"; die "docker-compose build"; }
 for image in nexus/core:dev nexus/memory:dev nexus/runner:dev nexus/flows:dev \
-  nexus/plane-sync:dev nexus/channel-gateway:dev nexus/console:dev nexus/lab:dev nexus/cli:dev; do
+  nexus/plane-sync:dev nexus/channel-gateway:dev nexus/console:dev nexus/lab:dev nexus/spend:dev nexus/cli:dev; do
   $DOCKER image inspect "$image" >/dev/null || die "$image was not built"
 done
 
@@ -459,6 +459,7 @@ for c in conns:
 print("    NATS connections (name: users):", {k: sorted(v) for k, v in sorted(users.items())})
 for service in (
     "core", "memory", "scheduler", "flows", "plane-sync", "channel-gateway", "console", "lab",
+    "spend",
 ):
     assert users.get(service) == {service}, f"{service} connected as {users.get(service)}"
 # Runners: no static user; each run's runner (named runner:<run id>) connects with its own
@@ -491,10 +492,10 @@ for svc in $services; do
 done
 log "users: ${users[*]}"
 compose stop -t 60 >/dev/null 2>&1
-for svc in core memory scheduler flows plane-sync channel-gateway console lab fake-plane fake-slack; do
+for svc in core memory scheduler flows plane-sync channel-gateway console lab spend fake-plane fake-slack; do
   code=$($DOCKER inspect -f '{{.State.ExitCode}}' "$(compose ps -q "$svc")")
   [ "$code" = 0 ] || die "$svc exited $code on stop (not drained): $(compose logs --no-color --tail=30 "$svc")"
 done
-log "core, memory, scheduler, flows, plane-sync, channel-gateway, console, lab and the fakes exited 0 on stop"
+log "core, memory, scheduler, flows, plane-sync, channel-gateway, console, lab, spend and the fakes exited 0 on stop"
 compose down -v --remove-orphans >/dev/null 2>&1
 UP=0

@@ -1,11 +1,11 @@
-"""Compose without Docker: run core, memory, the scheduler (local runtime), flows and the lab from
-compose.yaml's own commands and environments, against a real nats-server started with
+"""Compose without Docker: run core, memory, the scheduler (local runtime), flows, the lab and
+spend from compose.yaml's own commands and environments, against a real nats-server started with
 deploy/nats/nats.conf (the per-service users and permissions) and a real PostgreSQL, and
 drive one run end to end: agent applied -> requested -> prepared -> dispatched -> started ->
 completed, the runner being started by the scheduler exactly as NEXUS_LOCAL_COMMAND
 says, with the fake OpenAI server as the LLM; then memory extracts what the run learned
-(asking the same fake model) and a search finds it, and flows and the lab answer a list query
-on their own users."""
+(asking the same fake model) and a search finds it, flows and the lab answer a list query on
+their own users, and spend's usage shows the run's model calls."""
 
 from __future__ import annotations
 
@@ -32,6 +32,7 @@ from nexus_events.events.evals import EvalListReply, EvalListRequest
 from nexus_events.events.flows import FlowsList, FlowsListReply
 from nexus_events.events.memory import MemorySearchReply, MemorySearchRequest
 from nexus_events.events.runs import RunRequested, TerminalEvent
+from nexus_events.events.spend import UsageGroup, UsageLine, UsageQuery, UsageReport
 from nexus_events.transport.bus import Bus, BusSettings
 from nexus_testing import eventually, eventually_blocking, free_port, nats_server_binary
 
@@ -39,7 +40,7 @@ from ..fakes.openai_server import FakeOpenAI, Reply, ToolCall
 from .compose_model import ROOT, environment, load
 
 # The compose services this test runs as real processes; the others are explained below.
-RUN_HERE = {"core", "memory", "scheduler", "flows", "lab"}
+RUN_HERE = {"core", "memory", "scheduler", "flows", "lab", "spend"}
 REPLACED = {
     "nats": "run as the test's nats-server with deploy/nats/nats.conf",
     "postgres": "replaced by the embedded PostgreSQL (pgvector) of the test fixtures",
@@ -220,7 +221,7 @@ async def test_one_run_end_to_end_from_compose(
             },
             tmp_path,
         )
-        for name in ("core", "memory", "scheduler", "flows", "lab")
+        for name in ("core", "memory", "scheduler", "flows", "lab", "spend")
     }
     admin = await Bus.connect(
         BusSettings(
@@ -254,6 +255,11 @@ async def test_one_run_end_to_end_from_compose(
         lab = procs["lab"]
         lab.start()
         await _until_ready(lab, int(lab.env["NEXUS_HEALTH_PORT"]))
+        # Spend: ready once its projection, its lease and the consumer of budget decisions
+        # exist with the `spend` user's permissions; runners reserve through it.
+        spend = procs["spend"]
+        spend.start()
+        await _until_ready(spend, int(spend.env["NEXUS_HEALTH_PORT"]))
         agent = AgentDefinition.model_validate(
             {
                 "id": "smoke",
@@ -300,22 +306,38 @@ async def test_one_run_end_to_end_from_compose(
             subjects.LAB_EVALS_LIST, EvalListRequest().model_dump_json().encode(), timeout=5
         )
         assert EvalListReply.model_validate_json(evals.data).evals == [], lab.tail()
+        # Spend folded the run's two model calls, answering on its own user.
+        usage = await eventually(
+            lambda: _usage_of(admin, run_id),
+            until=lambda line: line is not None and line.turns == 2,
+            what="the run's usage",
+        )
+        assert usage is not None, spend.tail()
         # Each process used its own NATS user; the run process its run's own (the auth
         # callout's user run:<run_id>), not the scheduler's nor a shared runner user.
         users = await asyncio.to_thread(_users, monitor)
-        assert {"core", "memory", "scheduler", "flows", "lab", "admin"} <= users, users
+        assert {"core", "memory", "scheduler", "flows", "lab", "spend", "admin"} <= users, users
         assert {u for u in users if u.startswith("run:")} == {f"run:{run_id}"}, users
         assert "runner" not in users
     finally:
         await admin.close()
         codes = {name: p.stop() for name, p in reversed(procs.items())}
     # Each drained and exited cleanly on SIGTERM, as `docker compose stop` would ask.
-    assert codes == {"lab": 0, "flows": 0, "scheduler": 0, "memory": 0, "core": 0}, "\n".join(
-        p.tail() for p in procs.values()
+    assert codes == {"spend": 0, "lab": 0, "flows": 0, "scheduler": 0, "memory": 0, "core": 0}, (
+        "\n".join(p.tail() for p in procs.values())
     )
 
 
 TERMINAL = {"completed", "failed", "cancelled", "timed_out", "lost"}
+
+
+async def _usage_of(bus: Bus, run_id: str) -> UsageLine | None:
+    query = UsageQuery(by=UsageGroup.RUN)
+    reply = await bus.nc.request(subjects.SPEND_USAGE, query.model_dump_json().encode(), timeout=5)
+    report = UsageReport.model_validate_json(reply.data)
+    return next((line for line in report.rows if line.key == run_id), None)
+
+
 LEARNED = "Greeting files live at the repository root as hello.txt"
 
 
