@@ -286,6 +286,19 @@ async def test_a_resumed_attempt_replaces_its_hold(
     assert nxt.message == f"{SCOPE} reached ($2.20 of $1.50)"
 
 
+async def test_a_hold_replaced_in_the_next_period_leaves_the_old_one(
+    db: asyncpg.Pool[Any], res: Reservations, clock: ManualClock
+) -> None:
+    await put_budget(db, alpha(1.0))
+    await put_run(db, "r1")
+    clock.set(datetime(2026, 11, 30, 23, 59, 59, tzinfo=UTC))
+    assert (await res.reserve("r1", call(1, 0.7))).decision is SpendDecision.GRANTED
+    clock.set(datetime(2026, 12, 1, 0, 0, 1, tzinfo=UTC))
+    assert (await res.reserve("r1", call(1, 0.8))).decision is SpendDecision.GRANTED
+    held = await holds(db)
+    assert [(h["bucket"], h["cost_usd"]) for h in held] == [("2026-12", 0.8)]
+
+
 async def test_admission_counts_a_run_once(db: asyncpg.Pool[Any], res: Reservations) -> None:
     runs_budget = BudgetDefinition.model_validate(
         {"id": "alpha-runs", "scope": "team:alpha", "period": "day", "limits": {"runs": 2}}
