@@ -176,6 +176,16 @@ def test_admission_counts_runs_and_refuses_a_reached_scope() -> None:
     assert decide_admit([facts(frozen)]).verdict.decision is SpendDecision.STOP
 
 
+def test_an_ask_that_would_not_raise_the_limit_reached_stops_instead() -> None:
+    runs = budget("alpha-runs", limits={"runs": 1, "cost_usd": 50}, **ASKING)
+    d = decide_admit([facts(runs, runs=1)])
+    assert d.verdict.decision is SpendDecision.STOP
+    assert d.ask is None
+    assert d.verdict.message.endswith("reached (1 of 1 runs); its ask does not extend runs")
+    # The cost limit it does extend: an ask.
+    assert decide_reserve([facts(runs, spent=Usage(50.0, 0))], Usage(1.0, 0)).ask is not None
+
+
 def test_no_budget_grants() -> None:
     assert decide_reserve([], Usage(1e6, 10**8)).verdict.decision is SpendDecision.GRANTED
     assert decide_admit([]).verdict.decision is SpendDecision.GRANTED
