@@ -239,7 +239,8 @@ def decide_reserve(facts: Sequence[BudgetFacts], estimate: Usage) -> Decision:
         closed = f.closed_ask() is not None and f.open_ask() is None
         if over is not None or closed:
             # What is reached is what is used: settled plus held (the estimate is not spent).
-            return _refuse(facts, f, _over(f.spent + f.held, f, strict=False) or over)
+            shown = _over(f.spent + f.held, f, strict=False) or over
+            return _refuse(facts, f, shown, over)
     scopes = [standing(f, own=estimate) for f in facts]
     return Decision(SpendVerdict(decision=SpendDecision.GRANTED, scopes=scopes))
 
@@ -251,23 +252,26 @@ def decide_admit(facts: Sequence[BudgetFacts]) -> Decision:
         closed = f.closed_ask() is not None and f.open_ask() is None
         reached = _over(f.spent + f.held, f, strict=False) or _runs_full(f)
         if reached is not None or closed:
-            return _refuse(facts, f, reached)
+            return _refuse(facts, f, reached, reached)
     scopes = [standing(f) for f in facts]
     return Decision(SpendVerdict(decision=SpendDecision.GRANTED, scopes=scopes))
 
 
-def _refuse(facts: Sequence[BudgetFacts], f: BudgetFacts, reached: Reached | None) -> Decision:
-    """STOP or WAIT on the blocking budget `f`."""
-    what = f"{scope_label(f)} reached" + (f" ({reached.text})" if reached else "")
+def _refuse(
+    facts: Sequence[BudgetFacts], f: BudgetFacts, reached: Reached | None, blocked: Reached | None
+) -> Decision:
+    """STOP or WAIT on the blocking budget `f`: `reached` is what the message shows, `blocked`
+    the limit that refused (None: the scope is closed, not full)."""
+    what = f"{scope_label(f)} reached ({reached.text})" if reached else f"{scope_label(f)} closed"
     open_ask = f.open_ask()
     closed = f.closed_ask()
-    # An ask that would not raise the limit reached would only be asked again and again.
-    futile = reached is not None and not reached.extended_by(f.budget)
+    # An ask that would not raise the limit that refused would only be asked round after round.
+    futile = blocked is not None and not blocked.extended_by(f.budget)
     if open_ask is None and (f.budget.on_exceed is OnExceed.STOP or closed is not None or futile):
         if closed is not None:
             what += f"; the ask to extend it was {closed.state} ({closed.ask_id})"
-        elif futile and f.budget.on_exceed is OnExceed.ASK and reached is not None:
-            what += f"; its ask does not extend {reached.limit}"
+        elif futile and f.budget.on_exceed is OnExceed.ASK and blocked is not None:
+            what += f"; its ask does not extend {blocked.limit}"
         return _verdict(facts, f, SpendDecision.STOP, what, None)
     if open_ask is not None:
         ask = open_ask.ask_id
