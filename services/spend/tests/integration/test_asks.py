@@ -69,6 +69,8 @@ async def test_a_denied_ask_stops_the_scope_naming_it(
     )
     assert stop.blocking is not None
     assert stop.blocking.state is StandingState.DENIED
+    # Folded: the ask's row says it is closed.
+    assert await decisions.decide(ask_id, late) is None
     # New runs of the scope are not admitted either.
     assert (await res.admit("r2")).decision is SpendDecision.STOP
     # An ask that never was: acked, nothing published.
@@ -122,3 +124,20 @@ async def test_an_unanswered_ask_expires_unless_a_person_claimed_it(
     # Folded, the expiry is done: a second step closes nothing more.
     await fold_budget_record(bus, db)
     assert await expiry.step() == []
+
+
+async def test_an_answer_after_the_ask_expired_closes_it_as_expired(
+    db: asyncpg.Pool[Any], bus: Bus, res: Reservations, clock: ManualClock
+) -> None:
+    await put_budget(db, alpha(0.0, **ASK))
+    await put_run(db, "r1")
+    ask_id = (await res.reserve("r1", call())).ask_run_id
+    assert ask_id is not None
+    clock.advance(61)  # the expiry has not run: the surface claimed the answer first
+    approve = ApprovalDecision(approval_id="extend", decision="approve", decided_by="nats:al")
+    decided = await AskDecisions(db, bus, clock).decide(ask_id, approve)
+    assert decided is not None
+    assert decided.decision == "expired"
+    closed = await events(bus, BUDGETS, subjects.budget_event(ask_id, BudgetEvent.ASK_CLOSED))
+    assert [e.decision for e in closed if isinstance(e, BudgetAskClosed)] == ["expired"]
+    assert not await events(bus, BUDGETS, subjects.budget_event(ask_id, BudgetEvent.EXTENDED))
