@@ -165,10 +165,12 @@ class AskDecisions:
         *,
         durable: str = "spend_asks",
         fetch_timeout: float = 1.0,
+        schema: str = SCHEMA,
     ) -> None:
         self.pool = pool
         self.bus = bus
         self.clock = clock
+        self.q = quote_ident(schema)
         self.spec = ConsumerSpec(
             stream=INBOX,
             durable=durable,
@@ -198,7 +200,16 @@ class AskDecisions:
             await self.decide(ask_id, d.event)
 
     async def decide(self, ask_id: str, answer: ApprovalDecision) -> ApprovalDecided | None:
-        """Conclude the ask from `answer`; None (logged) when there is nothing to conclude."""
+        """Conclude the ask from `answer`; None (logged) when there is nothing to conclude.
+        An answer after the ask's `expires_at` concludes it as expired (the expiry could not
+        claim it: the answering surface did)."""
+        state = await self.pool.fetchval(
+            f"SELECT state FROM {self.q}.asks WHERE ask_id = $1", ask_id
+        )
+        if state is not None and state != AskState.OPEN:
+            log.info("a decision on budget ask %s, already %s: ignored", ask_id, state)
+            return None
+        # Not folded yet, or open: the ask's own record on the stream says the rest.
         opened = await ask_opened(self.bus, ask_id)
         if opened is None:
             log.warning("a decision on budget ask %s, which was never opened: ignored", ask_id)
@@ -222,6 +233,11 @@ class AskDecisions:
             comment=answer.comment,
             surface=answer.surface,
         )
+        if self.clock.now() > opened.expires_at:
+            log.info("budget ask %s answered after it expired: closed as expired", ask_id)
+            decided = ApprovalDecided(
+                approval_id=opened.approval_id, decision="expired", surface=EXPIRY_SURFACE
+            )
         return await conclude(self.bus, AskRecord.of(opened), decided)
 
 

@@ -135,23 +135,48 @@ class Decision:
     blocking: BudgetFacts | None = field(default=None)
 
 
-def _over(used: Usage, facts: BudgetFacts, *, strict: bool) -> str | None:
-    """How `used` passes the budget's cost or token limit, as the message says it (None:
-    within). `strict`: passing means above the limit (a call); else reaching it (admission)."""
+class Limit(StrEnum):
+    """Which of a budget's limits a scope reached."""
+
+    COST = "cost_usd"
+    TOKENS = "tokens"
+    RUNS = "runs"
+
+
+@dataclass(frozen=True, slots=True)
+class Reached:
+    limit: Limit
+    text: str  # ``$50.02 of $50.00``
+
+    def extended_by(self, budget: BudgetDefinition) -> bool:
+        """Whether an approval of the budget's ask raises this limit."""
+        a = budget.ask
+        return bool(
+            {
+                Limit.COST: a.extend_cost_usd,
+                Limit.TOKENS: a.extend_tokens,
+                Limit.RUNS: a.extend_runs,
+            }[self.limit]
+        )
+
+
+def _over(used: Usage, facts: BudgetFacts, *, strict: bool) -> Reached | None:
+    """Which cost or token limit `used` passes (None: within). `strict`: passing means above
+    the limit (a call); else reaching it (admission)."""
     cost, tokens = facts.limit_cost(), facts.limit_tokens()
     if cost is not None and (
         used.cost_usd > cost + _COST_SLACK if strict else used.cost_usd >= cost - _COST_SLACK
     ):
-        return f"${used.cost_usd:,.2f} of ${cost:,.2f}"
+        return Reached(Limit.COST, f"${used.cost_usd:,.2f} of ${cost:,.2f}")
     if tokens is not None and (used.tokens > tokens if strict else used.tokens >= tokens):
-        return f"{used.tokens:,} of {tokens:,} tokens"
+        return Reached(Limit.TOKENS, f"{used.tokens:,} of {tokens:,} tokens")
     return None
 
 
-def _runs_full(facts: BudgetFacts) -> str | None:
+def _runs_full(facts: BudgetFacts) -> Reached | None:
     limit = facts.limit_runs()
     if limit is not None and facts.runs + 1 > limit:
-        return f"{facts.runs} of {limit} runs"
+        return Reached(Limit.RUNS, f"{facts.runs} of {limit} runs")
     return None
 
 
@@ -214,8 +239,8 @@ def decide_reserve(facts: Sequence[BudgetFacts], estimate: Usage) -> Decision:
         closed = f.closed_ask() is not None and f.open_ask() is None
         if over is not None or closed:
             # What is reached is what is used: settled plus held (the estimate is not spent).
-            reached = _over(f.spent + f.held, f, strict=False) or over or ""
-            return _refuse(facts, f, reached)
+            shown = _over(f.spent + f.held, f, strict=False) or over
+            return _refuse(facts, f, shown, over)
     scopes = [standing(f, own=estimate) for f in facts]
     return Decision(SpendVerdict(decision=SpendDecision.GRANTED, scopes=scopes))
 
@@ -227,19 +252,26 @@ def decide_admit(facts: Sequence[BudgetFacts]) -> Decision:
         closed = f.closed_ask() is not None and f.open_ask() is None
         reached = _over(f.spent + f.held, f, strict=False) or _runs_full(f)
         if reached is not None or closed:
-            return _refuse(facts, f, reached or "")
+            return _refuse(facts, f, reached, reached)
     scopes = [standing(f) for f in facts]
     return Decision(SpendVerdict(decision=SpendDecision.GRANTED, scopes=scopes))
 
 
-def _refuse(facts: Sequence[BudgetFacts], f: BudgetFacts, reached: str) -> Decision:
-    """STOP or WAIT on the blocking budget `f`."""
-    what = f"{scope_label(f)} reached" + (f" ({reached})" if reached else "")
+def _refuse(
+    facts: Sequence[BudgetFacts], f: BudgetFacts, reached: Reached | None, blocked: Reached | None
+) -> Decision:
+    """STOP or WAIT on the blocking budget `f`: `reached` is what the message shows, `blocked`
+    the limit that refused (None: the scope is closed, not full)."""
+    what = f"{scope_label(f)} reached ({reached.text})" if reached else f"{scope_label(f)} closed"
     open_ask = f.open_ask()
     closed = f.closed_ask()
-    if open_ask is None and (f.budget.on_exceed is OnExceed.STOP or closed is not None):
+    # An ask that would not raise the limit that refused would only be asked round after round.
+    futile = blocked is not None and not blocked.extended_by(f.budget)
+    if open_ask is None and (f.budget.on_exceed is OnExceed.STOP or closed is not None or futile):
         if closed is not None:
             what += f"; the ask to extend it was {closed.state} ({closed.ask_id})"
+        elif futile and f.budget.on_exceed is OnExceed.ASK and blocked is not None:
+            what += f"; its ask does not extend {blocked.limit}"
         return _verdict(facts, f, SpendDecision.STOP, what, None)
     if open_ask is not None:
         ask = open_ask.ask_id
@@ -297,6 +329,8 @@ __all__ = [
     "BudgetFacts",
     "Decision",
     "Extension",
+    "Limit",
+    "Reached",
     "Usage",
     "decide_admit",
     "decide_reserve",

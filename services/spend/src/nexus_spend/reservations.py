@@ -26,10 +26,11 @@ from nexus_events.runtime.clock import Clock
 from nexus_events.transport.bus import Bus
 from nexus_events.transport.projection import Conn, quote_ident
 
-from nexus_spend.coverage import Coverage, RunScopes, call_keys, covering
+from nexus_spend.coverage import Coverage, LedgerKey, RunScopes, call_keys, covering
 from nexus_spend.decide import (
     ASK_APPROVAL_ID,
     AskToOpen,
+    BudgetFacts,
     Decision,
     Usage,
     decide_admit,
@@ -38,7 +39,7 @@ from nexus_spend.decide import (
 )
 from nexus_spend.run_scopes import RunScopesReader
 from nexus_spend.schema import LIVE_SCHEMA, SCHEMA
-from nexus_spend.standing import key_columns, read_facts
+from nexus_spend.standing import assemble, key_columns, read_live, read_records
 
 log = logging.getLogger(__name__)
 
@@ -90,15 +91,7 @@ class Reservations:
         estimate = Usage(request.cost_usd, request.tokens)
 
         async def transaction(conn: Conn) -> Decision:
-            coverages = await self._lock(conn, scopes)
-            facts = await read_facts(
-                conn,
-                coverages,
-                run_id=run_id,
-                turn=request.turn,
-                schema=self.schema,
-                live_schema=self.live_schema,
-            )
+            coverages, facts = await self._locked_facts(conn, scopes, turn=request.turn)
             decision = decide_reserve(facts, estimate)
             if decision.verdict.decision is SpendDecision.GRANTED:
                 await self._hold(conn, run_id, request.turn, coverages, estimate)
@@ -112,10 +105,7 @@ class Reservations:
             return _unknown(run_id)
 
         async def transaction(conn: Conn) -> Decision:
-            coverages = await self._lock(conn, scopes)
-            facts = await read_facts(
-                conn, coverages, run_id=run_id, schema=self.schema, live_schema=self.live_schema
-            )
+            _, facts = await self._locked_facts(conn, scopes)
             decision = decide_admit(facts)
             if decision.verdict.decision is SpendDecision.GRANTED:
                 await self._admitted(conn, scopes)
@@ -156,14 +146,20 @@ class Reservations:
             out.append((budget, r["revision"]))
         return out
 
-    async def _lock(self, conn: Conn, scopes: RunScopes) -> list[Coverage]:
-        """The covering budgets, their ledger rows made and locked (sorted, as settlement
-        locks them: two transactions never wait on each other in a cycle)."""
+    async def _locked_facts(
+        self, conn: Conn, scopes: RunScopes, *, turn: int | None = None
+    ) -> tuple[list[Coverage], list[BudgetFacts]]:
+        """The covering budgets and their facts, with their ledger rows made and locked
+        (sorted, as settlement locks them: no two transactions wait on each other in a
+        cycle). What only the projection writes (asks, extensions) is read before the lock;
+        the ledger, holds and admissions, which reservations and settlement write under it,
+        after."""
         budgets = await self._budgets(conn)
         coverages = covering(budgets, scopes, self.clock.now())
         keys = sorted({c.key for c in coverages})
         if not keys:
-            return coverages
+            return coverages, []
+        records = await read_records(conn, coverages, schema=self.schema)
         cols = key_columns(keys)
         await conn.execute(
             f"""INSERT INTO {self.q}.ledger (scope, name, period, bucket)
@@ -172,8 +168,9 @@ class Reservations:
             *cols,
         )
         # COLLATE "C": the byte order of UTF-8, which is Python's order of the same strings.
-        await conn.execute(
-            f"""SELECT 1 FROM {self.q}.ledger l
+        # A row another transaction changed while this one waited is returned as it now is.
+        rows = await conn.fetch(
+            f"""SELECT l.* FROM {self.q}.ledger l
                 JOIN unnest($1::text[], $2::text[], $3::text[], $4::text[])
                     AS k(scope, name, period, bucket) USING (scope, name, period, bucket)
                 ORDER BY l.scope COLLATE "C", l.name COLLATE "C", l.period COLLATE "C",
@@ -181,23 +178,42 @@ class Reservations:
                 FOR UPDATE OF l""",
             *cols,
         )
-        return coverages
+        spent = {
+            LedgerKey(r["scope"], r["name"], r["period"], r["bucket"]): Usage(
+                r["cost_usd"], r["tokens"]
+            )
+            for r in rows
+        }
+        # A statement of its own, after the lock: its snapshot sees every hold committed by
+        # the transactions this one waited for.
+        held, runs = await read_live(
+            conn, keys, run_id=scopes.run_id, turn=turn, live_schema=self.live_schema
+        )
+        return coverages, assemble(coverages, spent, held, runs, records)
 
     async def _hold(
         self, conn: Conn, run_id: str, turn: int, coverages: list[Coverage], estimate: Usage
     ) -> None:
-        """The call's hold on every covering key, replacing the turn's earlier hold."""
-        await conn.execute(
-            f"DELETE FROM {self.lq}.holds WHERE run_id = $1 AND turn = $2", run_id, turn
-        )
+        """The call's hold on every covering key, replacing the turn's earlier hold (one
+        statement: upsert the keys, delete the turn's holds on any other key)."""
         keys = sorted({c.key for c in coverages})
         if not keys:
+            await conn.execute(
+                f"DELETE FROM {self.lq}.holds WHERE run_id = $1 AND turn = $2", run_id, turn
+            )
             return
         await conn.execute(
-            f"""INSERT INTO {self.lq}.holds (run_id, turn, scope, name, period, bucket,
-                    cost_usd, tokens, held_at)
-                SELECT $1, $2, k.*, $7, $8, $9
-                FROM unnest($3::text[], $4::text[], $5::text[], $6::text[]) AS k""",
+            f"""WITH held AS (
+                    INSERT INTO {self.lq}.holds (run_id, turn, scope, name, period, bucket,
+                        cost_usd, tokens, held_at)
+                    SELECT $1, $2, k.*, $7, $8, $9
+                    FROM unnest($3::text[], $4::text[], $5::text[], $6::text[]) AS k
+                    ON CONFLICT (run_id, turn, scope, name, period, bucket) DO UPDATE
+                        SET cost_usd = EXCLUDED.cost_usd, tokens = EXCLUDED.tokens,
+                            held_at = EXCLUDED.held_at
+                    RETURNING scope, name, period, bucket)
+                DELETE FROM {self.lq}.holds h WHERE h.run_id = $1 AND h.turn = $2
+                    AND (h.scope, h.name, h.period, h.bucket) NOT IN (SELECT * FROM held)""",
             run_id,
             turn,
             *key_columns(keys),

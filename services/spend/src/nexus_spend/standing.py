@@ -4,7 +4,9 @@ from PostgreSQL, and where each scope stands (`nexus budgets show`, a run's spen
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
 from datetime import datetime
+from typing import Any
 
 from nexus_events.events.budgets import BudgetDefinition, ScopeKind, period_bucket
 from nexus_events.events.spend import ScopeStanding
@@ -30,59 +32,30 @@ _KEYS = "unnest($1::text[], $2::text[], $3::text[], $4::text[]) AS k(scope, name
 _ON_KEY = "USING (scope, name, period, bucket)"
 
 
-async def read_facts(
-    conn: Conn,
-    coverages: Sequence[Coverage],
-    *,
-    run_id: str | None = None,
-    turn: int | None = None,
-    schema: str = SCHEMA,
-    live_schema: str = LIVE_SCHEMA,
-) -> list[BudgetFacts]:
-    """The facts of each coverage, in its order. Holds of (`run_id`, `turn`) are left out
-    (the call asking again replaces them), and so are `run_id`'s own admissions."""
-    if not coverages:
-        return []
-    q, lq = quote_ident(schema), quote_ident(live_schema)
-    keys = key_columns({c.key for c in coverages})
-    spent = {
-        LedgerKey(r["scope"], r["name"], r["period"], r["bucket"]): Usage(
-            r["cost_usd"], r["tokens"]
-        )
-        for r in await conn.fetch(f"SELECT l.* FROM {_KEYS} JOIN {q}.ledger l {_ON_KEY}", *keys)
-    }
-    held = {
-        LedgerKey(r["scope"], r["name"], r["period"], r["bucket"]): Usage(
-            r["cost_usd"], r["tokens"]
-        )
-        for r in await conn.fetch(
-            f"""SELECT scope, name, period, bucket, sum(h.cost_usd) AS cost_usd,
-                    sum(h.tokens)::bigint AS tokens
-                FROM {_KEYS} JOIN {lq}.holds h {_ON_KEY}
-                WHERE NOT (h.run_id IS NOT DISTINCT FROM $5 AND h.turn IS NOT DISTINCT FROM $6)
-                GROUP BY scope, name, period, bucket""",
-            *keys,
-            run_id,
-            turn,
-        )
-    }
-    runs = {
-        LedgerKey(r["scope"], r["name"], r["period"], r["bucket"]): int(r["runs"])
-        for r in await conn.fetch(
-            f"""SELECT scope, name, period, bucket, count(DISTINCT a.run_id) AS runs
-                FROM {_KEYS} JOIN {lq}.admissions a {_ON_KEY}
-                WHERE a.run_id IS DISTINCT FROM $5
-                GROUP BY scope, name, period, bucket""",
-            *keys,
-            run_id,
-        )
-    }
+def _key(r: Any) -> LedgerKey:
+    return LedgerKey(r["scope"], r["name"], r["period"], r["bucket"])
+
+
+@dataclass(frozen=True, slots=True)
+class ScopeRecords:
+    """The service's record of some scopes (budget, instance, bucket): what approved asks
+    added and every ask. Written by the projection only, so a reservation reads it before it
+    takes its row locks."""
+
+    extensions: dict[tuple[str, str, str], Extension]
+    asks: dict[tuple[str, str, str], tuple[AskSeen, ...]]
+
+
+async def read_records(
+    conn: Conn, coverages: Sequence[Coverage], *, schema: str = SCHEMA
+) -> ScopeRecords:
+    q = quote_ident(schema)
     scopes = sorted({(c.budget.id, c.key.instance, c.key.bucket) for c in coverages})
-    scope_cols = ([b for b, _, _ in scopes], [i for _, i, _ in scopes], [k for _, _, k in scopes])
+    cols = ([b for b, _, _ in scopes], [i for _, i, _ in scopes], [k for _, _, k in scopes])
     # The scopes as a relation: only their own asks and extensions are read (an unnamed
     # scope's budget has one per instance and period, for ever).
     of_scopes = "unnest($1::text[], $2::text[], $3::text[]) AS s(budget_id, instance, bucket)"
-    extensions: dict[tuple[str, str, str], Extension] = {
+    extensions = {
         (r["budget_id"], r["instance"], r["bucket"]): Extension(
             r["cost_usd"], int(r["tokens"]), int(r["runs"])
         )
@@ -91,7 +64,7 @@ async def read_facts(
                     sum(e.tokens) AS tokens, sum(e.runs) AS runs
                 FROM {of_scopes} JOIN {q}.extensions e USING (budget_id, instance, bucket)
                 GROUP BY budget_id, instance, bucket""",
-            *scope_cols,
+            *cols,
         )
     }
     asks: dict[tuple[str, str, str], list[AskSeen]] = {}
@@ -99,10 +72,66 @@ async def read_facts(
         f"""SELECT a.ask_id, budget_id, a.revision, instance, bucket, a.round, a.state
             FROM {of_scopes} JOIN {q}.asks a USING (budget_id, instance, bucket)
             ORDER BY a.round""",
-        *scope_cols,
+        *cols,
     ):
         seen = AskSeen(r["ask_id"], r["revision"], r["round"], AskState(r["state"]))
         asks.setdefault((r["budget_id"], r["instance"], r["bucket"]), []).append(seen)
+    return ScopeRecords(extensions, {k: tuple(v) for k, v in asks.items()})
+
+
+async def read_spent(
+    conn: Conn, keys: Iterable[LedgerKey], *, schema: str = SCHEMA
+) -> dict[LedgerKey, Usage]:
+    """The ledger's settled spend of `keys` (keys without a row are left out)."""
+    q = quote_ident(schema)
+    rows = await conn.fetch(
+        f"SELECT l.* FROM {_KEYS} JOIN {q}.ledger l {_ON_KEY}", *key_columns(keys)
+    )
+    return {_key(r): Usage(r["cost_usd"], r["tokens"]) for r in rows}
+
+
+async def read_live(
+    conn: Conn,
+    keys: Iterable[LedgerKey],
+    *,
+    run_id: str | None = None,
+    turn: int | None = None,
+    live_schema: str = LIVE_SCHEMA,
+) -> tuple[dict[LedgerKey, Usage], dict[LedgerKey, int]]:
+    """The holds on each key but (`run_id`, `turn`)'s own (the call asking again replaces
+    them), and the runs admitted on it but `run_id`: one statement, read after the lock."""
+    lq = quote_ident(live_schema)
+    rows = await conn.fetch(
+        f"""SELECT k.scope, k.name, k.period, k.bucket, h.cost_usd, h.tokens, a.runs
+            FROM {_KEYS}
+            CROSS JOIN LATERAL (
+                SELECT coalesce(sum(h.cost_usd), 0) AS cost_usd,
+                    coalesce(sum(h.tokens), 0)::bigint AS tokens
+                FROM {lq}.holds h
+                WHERE (h.scope, h.name, h.period, h.bucket) = (k.scope, k.name, k.period, k.bucket)
+                    AND NOT (h.run_id IS NOT DISTINCT FROM $5 AND h.turn IS NOT DISTINCT FROM $6)
+            ) h
+            CROSS JOIN LATERAL (
+                SELECT count(DISTINCT a.run_id) AS runs FROM {lq}.admissions a
+                WHERE (a.scope, a.name, a.period, a.bucket) = (k.scope, k.name, k.period, k.bucket)
+                    AND a.run_id IS DISTINCT FROM $5
+            ) a""",
+        *key_columns(keys),
+        run_id,
+        turn,
+    )
+    held = {_key(r): Usage(r["cost_usd"], r["tokens"]) for r in rows}
+    return held, {_key(r): int(r["runs"]) for r in rows}
+
+
+def assemble(
+    coverages: Sequence[Coverage],
+    spent: dict[LedgerKey, Usage],
+    held: dict[LedgerKey, Usage],
+    runs: dict[LedgerKey, int],
+    records: ScopeRecords,
+) -> list[BudgetFacts]:
+    """Each coverage's facts, in its order."""
     out = []
     for c in coverages:
         scope = (c.budget.id, c.key.instance, c.key.bucket)
@@ -112,11 +141,28 @@ async def read_facts(
                 spent=spent.get(c.key, Usage()),
                 held=held.get(c.key, Usage()),
                 runs=runs.get(c.key, 0),
-                extension=extensions.get(scope, Extension()),
-                asks=tuple(asks.get(scope, ())),
+                extension=records.extensions.get(scope, Extension()),
+                asks=records.asks.get(scope, ()),
             )
         )
     return out
+
+
+async def read_facts(
+    conn: Conn,
+    coverages: Sequence[Coverage],
+    *,
+    schema: str = SCHEMA,
+    live_schema: str = LIVE_SCHEMA,
+) -> list[BudgetFacts]:
+    """The facts of each coverage, in its order, unlocked (a reading, not a decision)."""
+    if not coverages:
+        return []
+    keys = {c.key for c in coverages}
+    records = await read_records(conn, coverages, schema=schema)
+    spent = await read_spent(conn, keys, schema=schema)
+    held, runs = await read_live(conn, keys, live_schema=live_schema)
+    return assemble(coverages, spent, held, runs, records)
 
 
 async def standings_for_budget(
@@ -174,4 +220,14 @@ async def standings_for_run(
     return [standing(f) for f in facts]
 
 
-__all__ = ["key_columns", "read_facts", "standings_for_budget", "standings_for_run"]
+__all__ = [
+    "ScopeRecords",
+    "assemble",
+    "key_columns",
+    "read_facts",
+    "read_live",
+    "read_records",
+    "read_spent",
+    "standings_for_budget",
+    "standings_for_run",
+]

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Awaitable, Callable
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any
 
 import asyncpg
@@ -22,10 +22,36 @@ from nexus_events.events import (
 )
 from nexus_events.events.base import Event
 from nexus_events.events.budgets import BudgetDefinition
+from nexus_events.events.spend import SpendReserve
 from nexus_events.transport.bus import Bus, decode_msg
 
 from nexus_spend.decide import AskState
-from nexus_spend.schema import SCHEMA, create_live_tables, create_projection_tables
+from nexus_spend.schema import LIVE_SCHEMA, SCHEMA, create_live_tables, create_projection_tables
+
+AT = datetime(2026, 11, 28, 13, 0, tzinfo=UTC)
+SCOPE = "budget alpha-monthly: team:alpha month 2026-11"
+
+
+def alpha(cost: float, **kw: Any) -> BudgetDefinition:
+    body: dict[str, Any] = {
+        "id": "alpha-monthly",
+        "scope": "team:alpha",
+        "period": "month",
+        "limits": {"cost_usd": cost},
+        **kw,
+    }
+    return BudgetDefinition.model_validate(body)
+
+
+ASK = {"on_exceed": "ask", "ask": {"extend_cost_usd": 2, "expires_in": 60}}
+
+
+def call(turn: int = 1, cost: float = 1.0) -> SpendReserve:
+    return SpendReserve(turn=turn, cost_usd=cost, tokens=100)
+
+
+async def holds(pool: asyncpg.Pool[Any]) -> list[asyncpg.Record]:
+    return await pool.fetch(f"SELECT * FROM {LIVE_SCHEMA}.holds ORDER BY run_id, turn")
 
 
 async def create_tables(pool: asyncpg.Pool[Any]) -> None:

@@ -1,6 +1,6 @@
 """Reservations, admissions and asks on real NATS and PostgreSQL (docs/spend.md): the bound
 holds under concurrency and across replicas, a reached `ask` budget opens one ask however
-many runs reach it, and its decision or expiry is recorded once."""
+many runs reach it and an approval extends it once; a run is admitted once; standings."""
 
 from __future__ import annotations
 
@@ -18,7 +18,6 @@ from nexus_events.events import (
     ApprovalDecided,
     ApprovalDecision,
     ApprovalRequested,
-    BudgetAskClosed,
     BudgetAskOpened,
     BudgetExtended,
     RunRequested,
@@ -26,66 +25,29 @@ from nexus_events.events import (
 from nexus_events.events.budgets import BUDGET_ASK_TOOL, BudgetDefinition, BudgetEvent
 from nexus_events.events.spend import SpendDecision, SpendReserve, SpendVerdict, StandingState
 from nexus_events.runtime.clock import ManualClock
-from nexus_events.transport.approvals import claim_approval, held_claim
 from nexus_events.transport.bus import Bus
 
-from nexus_spend.asks import AskDecisions, AskExpiry
+from nexus_spend.asks import AskDecisions
 from nexus_spend.coverage import RunScopes
 from nexus_spend.reservations import Reservations
 from nexus_spend.schema import LIVE_SCHEMA
 from nexus_spend.standing import standings_for_budget, standings_for_run
 
 from .harness import (
-    create_tables,
+    ASK,
+    AT,
+    SCOPE,
+    alpha,
+    call,
     events,
     fold_budget_record,
+    holds,
     prepared,
     put_budget,
     put_run,
     put_spent,
     until,
 )
-
-AT = datetime(2026, 11, 28, 13, 0, tzinfo=UTC)
-SCOPE = "budget alpha-monthly: team:alpha month 2026-11"
-
-
-def alpha(cost: float, **kw: Any) -> BudgetDefinition:
-    body: dict[str, Any] = {
-        "id": "alpha-monthly",
-        "scope": "team:alpha",
-        "period": "month",
-        "limits": {"cost_usd": cost},
-        **kw,
-    }
-    return BudgetDefinition.model_validate(body)
-
-
-ASK = {"on_exceed": "ask", "ask": {"extend_cost_usd": 2, "expires_in": 60}}
-
-
-def call(turn: int = 1, cost: float = 1.0) -> SpendReserve:
-    return SpendReserve(turn=turn, cost_usd=cost, tokens=100)
-
-
-@pytest.fixture
-async def db(pg_pool: asyncpg.Pool[Any]) -> asyncpg.Pool[Any]:
-    await create_tables(pg_pool)
-    return pg_pool
-
-
-@pytest.fixture
-def clock() -> ManualClock:
-    return ManualClock(AT)
-
-
-@pytest.fixture
-def res(db: asyncpg.Pool[Any], bus: Bus, clock: ManualClock) -> Reservations:
-    return Reservations(db, bus, clock)
-
-
-async def holds(pool: asyncpg.Pool[Any]) -> list[asyncpg.Record]:
-    return await pool.fetch(f"SELECT * FROM {LIVE_SCHEMA}.holds ORDER BY run_id, turn")
 
 
 async def test_ten_runs_at_once_get_three_calls_then_wait_on_one_ask(
@@ -178,98 +140,6 @@ async def test_ten_runs_at_once_get_three_calls_then_wait_on_one_ask(
     assert more[2].ask_run_id not in (None, ask_id)
 
 
-async def test_a_denied_ask_stops_the_scope_naming_it(
-    db: asyncpg.Pool[Any], bus: Bus, res: Reservations, clock: ManualClock
-) -> None:
-    await put_budget(db, alpha(1.0, **ASK))
-    await put_run(db, "r1")
-    await put_run(db, "r2")
-    assert (await res.reserve("r1", call())).decision is SpendDecision.GRANTED
-    wait = await res.reserve("r2", call())
-    assert wait.decision is SpendDecision.WAIT
-    ask_id = wait.ask_run_id
-    assert ask_id is not None
-    decisions = AskDecisions(db, bus, clock)
-    deny = ApprovalDecision(approval_id="extend", decision="deny", decided_by="nats:bob")
-    decided = await decisions.decide(ask_id, deny)
-    assert decided is not None
-    assert decided.decision == "denied"
-    closed = await events(bus, BUDGETS, subjects.budget_event(ask_id, BudgetEvent.ASK_CLOSED))
-    assert len(closed) == 1
-    assert isinstance(closed[0], BudgetAskClosed)
-    assert (closed[0].decision, closed[0].decided_by) == ("denied", "nats:bob")
-    # A later approval of the closed ask changes nothing.
-    late = ApprovalDecision(approval_id="extend", decision="approve", decided_by="nats:eve")
-    assert await decisions.decide(ask_id, late) is None
-    assert not await events(bus, BUDGETS, subjects.budget_event(ask_id, BudgetEvent.EXTENDED))
-
-    # Before the projection folds the denial, the stream's word already stops the run.
-    early = await res.reserve("r2", call())
-    assert early.decision is SpendDecision.STOP
-    assert early.message.startswith(SCOPE)
-    await fold_budget_record(bus, db)
-    stop = await res.reserve("r2", call())
-    assert stop.decision is SpendDecision.STOP
-    assert stop.message == (
-        f"{SCOPE} reached ($1.00 of $1.00); the ask to extend it was denied ({ask_id})"
-    )
-    assert stop.blocking is not None
-    assert stop.blocking.state is StandingState.DENIED
-    # New runs of the scope are not admitted either.
-    assert (await res.admit("r2")).decision is SpendDecision.STOP
-    # An ask that never was: acked, nothing published.
-    ghost = await decisions.decide("budget-ask-00000000000000000000", deny)
-    assert ghost is None
-
-
-async def test_an_unanswered_ask_expires_unless_a_person_claimed_it(
-    db: asyncpg.Pool[Any], bus: Bus, res: Reservations, clock: ManualClock
-) -> None:
-    await put_budget(db, alpha(0.0, **ASK))
-    other = BudgetDefinition.model_validate(
-        {"id": "impl-daily", "scope": "agent:impl", "period": "day", "limits": {"cost_usd": 5}}
-        | ASK
-    )
-    await put_run(db, "r1")
-    first = await res.reserve("r1", call())
-    assert first.decision is SpendDecision.WAIT
-    alpha_ask = first.ask_run_id
-    await put_budget(db, other)
-    await put_budget(db, alpha(10.0))  # revision 2 of alpha, no longer blocking
-    await put_spent(db, "agent", "impl", "day", "2026-11-28", 5.0)
-    second = await res.reserve("r1", call())
-    assert second.decision is SpendDecision.WAIT
-    impl_ask = second.ask_run_id
-    assert alpha_ask is not None
-    assert impl_ask is not None
-    assert impl_ask != alpha_ask
-    await fold_budget_record(bus, db)
-    # A person answered the agent's ask (their surface claimed it; the answer is on its way).
-    person = await claim_approval(
-        bus.js, impl_ask, "extend", "approve", decided_by="nats:al", surface="cli"
-    )
-    assert person.won
-    expiry = AskExpiry(db, bus, clock)
-    assert await expiry.step() == []
-    clock.advance(61)
-    assert await expiry.step() == [alpha_ask]
-    decided = await events(bus, RUNS, subjects.run_event(alpha_ask, RunEvent.APPROVAL_DECIDED))
-    assert [(e.decision, e.surface) for e in decided if isinstance(e, ApprovalDecided)] == [
-        ("expired", "spend")
-    ]
-    closed = await events(bus, BUDGETS, subjects.budget_event(alpha_ask, BudgetEvent.ASK_CLOSED))
-    assert [e.decision for e in closed if isinstance(e, BudgetAskClosed)] == ["expired"]
-    claim = await held_claim(bus.js, alpha_ask, "extend")
-    assert claim is not None
-    assert claim.decision == "expired"
-    # The claimed one is left to the person's answer.
-    assert not await events(bus, RUNS, subjects.run_event(impl_ask, RunEvent.APPROVAL_DECIDED))
-    assert not await events(bus, BUDGETS, subjects.budget_event(impl_ask, BudgetEvent.ASK_CLOSED))
-    # Folded, the expiry is done: a second step closes nothing more.
-    await fold_budget_record(bus, db)
-    assert await expiry.step() == []
-
-
 async def test_a_resumed_attempt_replaces_its_hold(
     db: asyncpg.Pool[Any], res: Reservations
 ) -> None:
@@ -284,6 +154,19 @@ async def test_a_resumed_attempt_replaces_its_hold(
     nxt = await res.reserve("r1", call(2, 1.0))
     assert nxt.decision is SpendDecision.STOP
     assert nxt.message == f"{SCOPE} reached ($2.20 of $1.50)"
+
+
+async def test_a_hold_replaced_in_the_next_period_drops_the_old_one(
+    db: asyncpg.Pool[Any], res: Reservations, clock: ManualClock
+) -> None:
+    await put_budget(db, alpha(1.0))
+    await put_run(db, "r1")
+    clock.set(datetime(2026, 11, 30, 23, 59, 59, tzinfo=UTC))
+    assert (await res.reserve("r1", call(1, 0.7))).decision is SpendDecision.GRANTED
+    clock.set(datetime(2026, 12, 1, 0, 0, 1, tzinfo=UTC))
+    assert (await res.reserve("r1", call(1, 0.8))).decision is SpendDecision.GRANTED
+    held = await holds(db)
+    assert [(h["bucket"], h["cost_usd"]) for h in held] == [("2026-12", 0.8)]
 
 
 async def test_admission_counts_a_run_once(db: asyncpg.Pool[Any], res: Reservations) -> None:

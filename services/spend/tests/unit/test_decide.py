@@ -146,7 +146,12 @@ def test_a_closed_ask_of_the_revision_stops_and_a_new_revision_asks_again() -> N
     assert d.verdict.scopes[0].state is StandingState.DENIED
     # The scope stays closed even for a call that would fit.
     below = facts(b, spent=Usage(1.0, 0), asks=denied)
-    assert decide_reserve([below], Usage(0.01, 0)).verdict.decision is SpendDecision.STOP
+    closed = decide_reserve([below], Usage(0.01, 0)).verdict
+    assert closed.decision is SpendDecision.STOP
+    assert closed.message == (
+        "budget alpha: team:alpha month 2026-11 closed; the ask to extend it was denied"
+        " (budget-ask-1)"
+    )
     expired = (AskSeen("budget-ask-1", 1, 1, AskState.EXPIRED),)
     assert decide_admit([facts(b, asks=expired)]).verdict.decision is SpendDecision.STOP
     # Applied again (revision 2): the old denial no longer closes it; the next ask is round 2.
@@ -174,6 +179,22 @@ def test_admission_counts_runs_and_refuses_a_reached_scope() -> None:
     )
     frozen = budget("frozen", limits={"cost_usd": 0})
     assert decide_admit([facts(frozen)]).verdict.decision is SpendDecision.STOP
+
+
+def test_an_ask_that_would_not_raise_the_limit_reached_stops_instead() -> None:
+    runs = budget("alpha-runs", limits={"runs": 1, "cost_usd": 50}, **ASKING)
+    d = decide_admit([facts(runs, runs=1)])
+    assert d.verdict.decision is SpendDecision.STOP
+    assert d.ask is None
+    assert d.verdict.message.endswith("reached (1 of 1 runs); its ask does not extend runs")
+    # A call over the token limit, which the ask does not extend, stops too, even with the
+    # cost limit (which it does extend) reached as well.
+    both = budget("b", limits={"cost_usd": 1, "tokens": 100}, **ASKING)
+    over = decide_reserve([facts(both, spent=Usage(1.0, 50))], Usage(0.0, 51)).verdict
+    assert over.decision is SpendDecision.STOP
+    assert over.message.endswith("its ask does not extend tokens")
+    # The cost limit it does extend: an ask.
+    assert decide_reserve([facts(runs, spent=Usage(50.0, 0))], Usage(1.0, 0)).ask is not None
 
 
 def test_no_budget_grants() -> None:
