@@ -10,6 +10,7 @@ selects with a keyword in its input (`[offline-model:slow]`, ...). Teardown runs
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import subprocess
@@ -48,7 +49,9 @@ def e2e_env(tmp: Path) -> dict[str, str]:
     """A suite stack's environment in `tmp`: none of the caller's NEXUS_/OPENAI_ settings."""
     # The runner runs the demo repo's tests with `python -m pytest`: this interpreter's.
     path = f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}"
-    extra = {"PATH": path, "NEXUS_HEARTBEAT_INTERVAL": "2"}
+    # The spend suite's teams: any CLI user is a member (docs/spend.md, "Teams").
+    teams = json.dumps({"spend-ten": ["nats:*"], "spend-deny": ["nats:*"]})
+    extra = {"PATH": path, "NEXUS_HEARTBEAT_INTERVAL": "2", "NEXUS_TEAMS": teams}
     return devstack.stack_env(tmp, extra, drop=("NEXUS_", "OPENAI_"))
 
 
