@@ -10,6 +10,10 @@ shape (SELECT ... FOR UPDATE of the three ledger rows, INSERT of three holds, co
 (b) contention: 50 runs of one team reserving 20 calls each at once (all on the same team
 and global rows, so every reservation waits for the one before it): reservations/s. Baseline,
 same run: the bare transaction under the same concurrency.
+(c) what a runner pays per model call: the request on ``nexus.spend.v1.reserve.<run_id>`` to
+the spend service's nats.micro endpoint, p50 and p99. Baselines, same run: a raw JetStream KV
+update (``put`` of one key, what a compare-and-set ledger would cost per scope) and a bare
+NATS request/reply to an endpoint that answers at once.
 """
 
 from __future__ import annotations
@@ -22,12 +26,16 @@ from datetime import UTC, datetime
 from typing import Any
 
 import asyncpg
+from nats.micro.request import Request
+from nexus_events.contract import subjects
 from nexus_events.contract.streams import ensure_streams
 from nexus_events.events.budgets import BudgetDefinition
-from nexus_events.events.spend import SpendDecision, SpendReserve
+from nexus_events.events.spend import SpendDecision, SpendReserve, SpendVerdict
 from nexus_events.runtime.clock import ManualClock
+from nexus_events.transport import micro
 from nexus_events.transport.bus import Bus, BusSettings
 from nexus_spend.reservations import Reservations
+from nexus_spend.run_endpoints import run_endpoints
 from nexus_spend.schema import LIVE_SCHEMA, SCHEMA, create_live_tables, create_projection_tables
 
 Row = tuple[str, float, str, float]
@@ -86,6 +94,45 @@ async def _bare(pool: asyncpg.Pool[Any], run_id: str, turn: int) -> None:
                 ON CONFLICT DO NOTHING""",
             [(f"bare-{run_id}", turn, *key) for key in KEYS],
         )
+
+
+async def _per_call(bus: Bus, res: Reservations) -> list[Row]:
+    """(c): the runner's view, over NATS, beside a KV put and a bare request/reply."""
+    service = await micro.start_service(bus.nc, "bench-spend", "bench", run_endpoints(res))
+    echo = await micro.start_service(bus.nc, "bench-echo", "bench", [("echo", "bench.echo", _echo)])
+    kv = await bus.js.create_key_value(bucket="bench_spend_kv", history=1)
+    try:
+        body = SpendReserve(turn=1, cost_usd=0.001, tokens=100)
+        reserve, put, bare = [], [], []
+        for i in range(SEQUENTIAL):
+            data = body.model_copy(update={"turn": 3}).model_dump_json().encode()
+            t0 = time.perf_counter()
+            reply = await bus.nc.request(subjects.spend_reserve(f"run-{i}"), data, timeout=5)
+            reserve.append(time.perf_counter() - t0)
+            verdict = SpendVerdict.model_validate_json(reply.data)
+            assert verdict.decision is SpendDecision.GRANTED, verdict
+            t0 = time.perf_counter()
+            await kv.put("team.alpha.2026-11", str(i).encode())
+            put.append(time.perf_counter() - t0)
+            t0 = time.perf_counter()
+            await bus.nc.request("bench.echo", b"{}", timeout=5)
+            bare.append(time.perf_counter() - t0)
+    finally:
+        await micro.stop_service(service)
+        await micro.stop_service(echo)
+        await bus.js.delete_key_value("bench_spend_kv")
+    rows: list[Row] = []
+    for q in (50, 99):
+        rows.append(
+            (f"reserve over NATS p{q} ms", _p(reserve, q), "KV put", _p(reserve, q) / _p(put, q))
+        )
+        rows.append((f"  KV put p{q} ms", _p(put, q), "", 0.0))
+        rows.append((f"  bare request/reply p{q} ms", _p(bare, q), "", 0.0))
+    return rows
+
+
+async def _echo(request: Request) -> None:
+    await request.respond(b"{}")
 
 
 def _p(samples: list[float], q: int) -> float:
@@ -153,6 +200,7 @@ async def run(nats_url: str, dsn: str) -> list[Row]:
                 ours_rate / bare_rate,
             )
         )
+        rows += await _per_call(bus, res)
     finally:
         await pool.close()
         await bus.close()

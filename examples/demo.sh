@@ -110,6 +110,9 @@ nexus skills apply -f examples/skills
 nexus agents apply -f "$DEMO/agents"
 nexus agents ls
 
+say "nexus budgets apply -f examples/budgets: each task's total, team alpha's month (docs/spend.md)"
+nexus budgets apply -f examples/budgets
+
 say "nexus task create $TASK_ID"
 nexus task create "Fix the failing test in calc" --id "$TASK_ID" \
   --description "test_calc.py::test_add fails: add(2, 3) is not 5"
@@ -139,6 +142,10 @@ and make the tests pass."
 
   say "nexus replay $RUN_ID --wait: the same task again, each model reply served from the recording"
   nexus replay "$RUN_ID" --wait
+
+  say "nexus usage --by agent and the task's budget: what the runs spent (docs/spend.md)"
+  nexus usage --by agent
+  nexus budgets show per-task
 
   printf '\n\033[1;32mdemo OK\033[0m: run %s completed; the fix is on nexus/%s in %s\n' \
     "$RUN_ID" "$RUN_ID" "$REPO"
@@ -174,6 +181,10 @@ print([s["run_id"] for s in steps if s["step"] == "implement"][-1])
 
   say "nexus board"
   nexus board
+
+  say "nexus usage --by agent --team alpha and team alpha's month (the flow's team)"
+  nexus usage --by agent --team alpha
+  nexus budgets show alpha-monthly
 
   printf '\n\033[1;32mdemo OK\033[0m: flow run %s completed; the work is on nexus/%s in %s\n' \
     "$FLOW_RUN_ID" "$last" "$REPO"

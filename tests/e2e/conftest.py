@@ -51,7 +51,14 @@ def e2e_env(tmp: Path) -> dict[str, str]:
     path = f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}"
     # The spend suite's teams: any CLI user is a member (docs/spend.md, "Teams").
     teams = json.dumps({"spend-ten": ["nats:*"], "spend-deny": ["nats:*"]})
-    extra = {"PATH": path, "NEXUS_HEARTBEAT_INTERVAL": "2", "NEXUS_TEAMS": teams}
+    extra = {
+        "PATH": path,
+        "NEXUS_HEARTBEAT_INTERVAL": "2",
+        "NEXUS_TEAMS": teams,
+        # A run waiting on a budget (or on the spend service) asks again every second.
+        "NEXUS_BUDGET_RETRY_SECONDS": "1",
+        "NEXUS_BUDGET_RECHECK_SECONDS": "1",
+    }
     return devstack.stack_env(tmp, extra, drop=("NEXUS_", "OPENAI_"))
 
 

@@ -13,6 +13,7 @@ paused ones, each `budget_exceeded` naming the scope.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -21,6 +22,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, TypeVar
 
+import psutil
 import pytest
 from nexus_testing import eventually_blocking
 
@@ -134,12 +136,29 @@ def _asks(stack: Stack, budget_id: str) -> list[dict[str, Any]]:
     return [a for a in listed if a["tool"] == "budget_extend" and budget_id in a["summary"]]
 
 
+def _kill_runner(stack: Stack, run_ids: list[str]) -> str | None:
+    """SIGKILL the runner of one of `run_ids` still running (every process working in its
+    run's directory: bubblewrap and the runner in it); its run id, or None if none runs."""
+    runs = str((stack.home / "runs").resolve())
+    for proc in psutil.process_iter(["cwd"]):
+        cwd = proc.info.get("cwd") or ""
+        run_id = next((r for r in run_ids if cwd.startswith(runs) and r in cwd), None)
+        if run_id is None:
+            continue
+        for other in psutil.process_iter(["cwd"]):
+            if run_id in (other.info.get("cwd") or ""):
+                with contextlib.suppress(psutil.Error):
+                    other.kill()
+        return run_id
+    return None
+
+
 def _kill(stack: Stack, label: str) -> None:
     pid = next(p for name, p in stack.stack_pids().items() if name.startswith(f"{label}:"))
     os.kill(pid, signal.SIGKILL)
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture
 def run_cost(stack: Stack, tmp_path_factory: pytest.TempPathFactory) -> float:
     """What one run of the notes agent costs (the offline model's usage, priced)."""
     tmp = tmp_path_factory.mktemp("spend")
@@ -156,36 +175,55 @@ def run_cost(stack: Stack, tmp_path_factory: pytest.TempPathFactory) -> float:
     return cost
 
 
-def test_ten_runs_against_a_budget_worth_three_pause_ask_and_finish_when_extended(
+def test_budgets_pause_ask_stop_and_settle_exactly_through_kills(
     stack: Stack, run_cost: float, tmp_path: Path
 ) -> None:
+    """Three teams at once: ten runs against an `ask` budget worth three (approved), three
+    against a `stop` budget and three against an `ask` budget that is denied."""
     team, budget = "spend-ten", "spend-ten-monthly"
-    _apply_agent(stack, tmp_path, "spend-ten-notes", team)
+    for name in (team, "spend-stop", "spend-deny"):
+        _apply_agent(stack, tmp_path, f"{name}-notes", name)
     limit = round(3 * run_cost, 6)
     _apply_budget(
         stack, tmp_path, id=budget, team=team, limit=limit, on_exceed="ask",
         extend=round(20 * run_cost, 6),
     )  # fmt: skip
-    run_ids = _start(stack, "spend-ten-notes", RUNS)
+    small = round(1.5 * run_cost, 6)
+    _apply_budget(
+        stack, tmp_path, id="spend-stop-cap", team="spend-stop", limit=small, on_exceed="stop",
+        extend=0,
+    )  # fmt: skip
+    _apply_budget(
+        stack, tmp_path, id="spend-deny-cap", team="spend-deny", limit=small, on_exceed="ask",
+        extend=small,
+    )  # fmt: skip
+    with ThreadPoolExecutor(max_workers=3) as pool:
+        starts = [
+            pool.submit(_start, stack, f"{name}-notes", n)
+            for name, n in ((team, RUNS), ("spend-stop", 3), ("spend-deny", 3))
+        ]
+        run_ids, stopped, denied = (f.result() for f in starts)
 
     # Past the budget the runs pause and one ask waits for the team.
-    def paused_and_asked() -> list[dict[str, Any]]:
-        asks = _asks(stack, budget)
+    def paused_and_asked() -> tuple[dict[str, Any], dict[str, Any]]:
+        asks, deny_asks = _asks(stack, budget), _asks(stack, "spend-deny-cap")
         assert len(asks) == 1, asks
-        runs = _agent_runs(stack, "spend-ten-notes")
+        assert len(deny_asks) == 1, deny_asks
+        runs = _agent_runs(stack, f"{team}-notes")
         assert any(runs[r]["budget_wait"] for r in run_ids if r in runs), runs
-        return asks
+        return asks[0], deny_asks[0]
 
-    asks = eventually_blocking(_soon(paused_and_asked), within=RUN_WAIT, what="an ask")
+    ask, deny_ask = eventually_blocking(_soon(paused_and_asked), within=RUN_WAIT, what="asks")
     standing = _standing(stack, budget)
     assert standing["state"] == "asking", standing
     # Within the budget plus one call per run: no call was made unreserved (a call costs
     # less than a run of four).
     assert standing["spent_cost_usd"] <= limit + RUNS * run_cost + 1e-9
-    runs = _agent_runs(stack, "spend-ten-notes")
+    runs = _agent_runs(stack, f"{team}-notes")
     assert sum(runs[r]["status"] == "completed" for r in run_ids) < RUNS
 
-    ask = asks[0]
+    refused = stack.nexus("deny", deny_ask["run_id"], deny_ask["approval_id"])
+    assert refused.code == 0, refused.stderr + refused.stdout
     approved = stack.nexus("approve", ask["run_id"], ask["approval_id"])
     assert approved.code == 0, approved.stderr + approved.stdout
     # The runs go on while core, the spend service and a runner die under them; the
@@ -193,27 +231,34 @@ def test_ten_runs_against_a_budget_worth_three_pause_ask_and_finish_when_extende
     # dead runner would wait its heartbeat window before resuming it).
     for label in ("core", "spend"):
         _kill(stack, label)
-    if any(label.startswith("runner:") for label in stack.stack_pids()):
-        _kill(stack, "runner")
-        eventually_blocking(
-            _soon(
-                lambda: any(
-                    v["attempt"] > 1 for v in _agent_runs(stack, "spend-ten-notes").values()
-                )
-            ),
-            within=RUN_WAIT,
-            what="the killed runner's run resumed",
-        )
+    killed = _kill_runner(stack, run_ids)
+    if killed is not None:
+
+        def resumed() -> bool:
+            run = _agent_runs(stack, f"{team}-notes")[killed]
+            return run["attempt"] > 1 or run["status"] == "completed"
+
+        eventually_blocking(_soon(resumed), within=RUN_WAIT, what=f"{killed} resumed")
     _kill(stack, "scheduler")
 
-    runs = eventually_blocking(
-        _soon(lambda: _ended(stack, "spend-ten-notes", run_ids)),
-        within=RUN_WAIT * 2,
-        what="every run ended",
-    )
-    assert {v["status"] for v in runs.values()} == {"completed"}, runs
+    def all_ended() -> dict[str, dict[str, Any]]:
+        return {
+            **_ended(stack, f"{team}-notes", run_ids),
+            **_ended(stack, "spend-stop-notes", stopped),
+            **_ended(stack, "spend-deny-notes", denied),
+        }
+
+    ended = eventually_blocking(_soon(all_ended), within=RUN_WAIT * 2, what="every run ended")
+    assert {ended[r]["status"] for r in run_ids} == {"completed"}, ended
     events = {r: stack.events(r) for r in run_ids}
     assert any(e["event"] == "budget_paused" for r in run_ids for e in events[r])
+    # Past a stop budget, and past a denied ask: budget_exceeded, naming the scope.
+    for ids, scope in ((stopped, "team:spend-stop"), (denied, "team:spend-deny")):
+        over = [ended[r] for r in ids if ended[r]["status"] == "failed"]
+        assert over, {r: ended[r]["status"] for r in ids}
+        for run in over:
+            assert run["reason"] == "budget_exceeded", run
+            assert scope in run["message"], run
 
     # Nothing lost, nothing counted twice: events = usage = ledger; nothing left held.
     from_events = sum(sum(_turn_costs(events[r]).values()) for r in run_ids)
@@ -229,43 +274,5 @@ def test_ten_runs_against_a_budget_worth_three_pause_ask_and_finish_when_extende
 
     found = eventually_blocking(_soon(settled), within=60, what="usage = ledger = events")
     assert found is not None
-
-
-def test_a_stop_budget_ends_the_runs_past_it_and_a_denied_ask_the_paused_ones(
-    stack: Stack, run_cost: float, tmp_path: Path
-) -> None:
-    for team in ("spend-stop", "spend-deny"):
-        _apply_agent(stack, tmp_path, f"{team}-notes", team)
-    limit = round(1.5 * run_cost, 6)
-    _apply_budget(
-        stack, tmp_path, id="spend-stop-cap", team="spend-stop", limit=limit, on_exceed="stop",
-        extend=0,
-    )  # fmt: skip
-    _apply_budget(
-        stack, tmp_path, id="spend-deny-cap", team="spend-deny", limit=limit, on_exceed="ask",
-        extend=limit,
-    )  # fmt: skip
-    stopped = _start(stack, "spend-stop-notes", 3)
-    denied = _start(stack, "spend-deny-notes", 3)
-
-    asks = eventually_blocking(
-        _soon(lambda: _asks(stack, "spend-deny-cap")), within=RUN_WAIT, what="an ask"
-    )
-    refused = stack.nexus("deny", asks[0]["run_id"], asks[0]["approval_id"])
-    assert refused.code == 0, refused.stderr + refused.stdout
-
-    def both_ended() -> dict[str, dict[str, Any]]:
-        return {
-            **_ended(stack, "spend-stop-notes", stopped),
-            **_ended(stack, "spend-deny-notes", denied),
-        }
-
-    runs = eventually_blocking(_soon(both_ended), within=RUN_WAIT * 2, what="runs ended")
-    for ids, scope in ((stopped, "team:spend-stop"), (denied, "team:spend-deny")):
-        over = [runs[r] for r in ids if runs[r]["status"] == "failed"]
-        assert over, {r: runs[r]["status"] for r in ids}
-        for run in over:
-            assert run["reason"] == "budget_exceeded", run
-            assert scope in run["message"], run
     assert _standing(stack, "spend-deny-cap")["state"] == "denied"
     assert _standing(stack, "spend-stop-cap")["reserved_cost_usd"] == 0

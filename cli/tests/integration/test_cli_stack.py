@@ -61,6 +61,7 @@ def test_up_again_is_idempotent_and_status_is_healthy(stack: Stack) -> None:
         "channel-gateway": "healthy",  # every dev stack runs it: delegation
         "console": "healthy",
         "lab": "healthy",
+        "spend": "healthy",
     }
 
 

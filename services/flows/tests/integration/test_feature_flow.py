@@ -77,7 +77,9 @@ async def test_unknown_flow_fails(make_env: EnvFactory) -> None:
 async def test_step_runs_carry_the_flow_runs_team_else_the_flows(make_env: EnvFactory) -> None:
     """docs/spend.md, "Teams": None leaves core to take the task's or the agent's."""
     teamed = feature_flow().model_copy(update={"id": "feature-team", "team": "flowteam"})
-    env = await make_env([feature_flow(), teamed], reviewer_asks_once())
+    # examples/flows/feature.yaml names team alpha: the flow without a team is a copy.
+    teamless = feature_flow().model_copy(update={"team": None})
+    env = await make_env([teamless, teamed], reviewer_asks_once())
     await request_flow(env.bus, "ft1", "feature-team", input="x", team="asked")
     await request_flow(env.bus, "ft2", "feature-team", input="x")
     await request_flow(env.bus, "ft3", "feature", input="x")
