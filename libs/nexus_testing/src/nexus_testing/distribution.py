@@ -1,8 +1,9 @@
 """How the suite spreads over pytest-xdist workers (``make test`` runs ``-n`` workers with
 ``--dist loadgroup``): each test file runs whole on one worker, so its module-scoped fixtures
-(a dev stack, a cluster) start once; the files that start a whole dev stack or run chaos
-against one form one group and so run one after another, since two of them at once on a
-two-core machine would starve each other's timing-bound checks (heartbeats, elections)."""
+(a dev stack, a cluster) start once; the e2e files, which share a dev stack and run chaos
+against it, form one group and so run one after another, since two of them at once on a
+two-core machine would starve each other's timing-bound checks (heartbeats, elections); the
+few other files that start a stack for untimed checks form a second group beside it."""
 
 from __future__ import annotations
 
@@ -13,20 +14,31 @@ import pytest
 
 # Test files (paths from the repository root, or a folder ending in "/") that start a whole
 # dev stack or a NATS cluster with chaos: one at a time.
-ONE_AT_A_TIME = (
-    "tests/e2e/",
+ONE_AT_A_TIME = ("tests/e2e/",)
+STACK_GROUP = "dev-stack"
+# Files that start a stack of their own for checks that time nothing (the CLI against a
+# stack, its NATS users, the compose services): one at a time among themselves, beside the
+# e2e group, whose worker would otherwise run them after it (the run's longest unit).
+QUIET_STACKS = (
     "cli/tests/integration/test_cli_stack.py",
     "cli/tests/integration/test_dev_nats_auth.py",
     "tests/deploy/test_compose_smoke.py",
 )
-STACK_GROUP = "dev-stack"
+QUIET_STACK_GROUP = "quiet-stacks"
+
+
+def _in(path: str, paths: tuple[str, ...]) -> bool:
+    return any(path == p or (p.endswith("/") and path.startswith(p)) for p in paths)
 
 
 def group_of(nodeid: str) -> str:
-    """The group a test runs in: its file's, or `STACK_GROUP` for the files above."""
+    """The group a test runs in: its file's, or `STACK_GROUP` / `QUIET_STACK_GROUP` for the
+    files above."""
     path = nodeid.split("::", 1)[0]
-    if any(path == p or (p.endswith("/") and path.startswith(p)) for p in ONE_AT_A_TIME):
+    if _in(path, ONE_AT_A_TIME):
         return STACK_GROUP
+    if _in(path, QUIET_STACKS):
+        return QUIET_STACK_GROUP
     return path
 
 

@@ -55,7 +55,11 @@ async def test_the_leader_projects_both_answer_and_a_clean_stop_hands_over(
     assert first.ready()
     assert second.ready()
     await publish_run(bus, Run("a1", turns=[(1, 10, 1, 0.5)], ends=False))
-    line = await eventually(lambda: usage_of(bus, "a1"), what="a1 projected")
+    line = await eventually(
+        lambda: usage_of(bus, "a1"),
+        until=lambda r: r is not None and r["turns"] > 0,
+        what="a1 projected",
+    )
     assert (line["turns"], line["cost_usd"]) == (1, 0.5)
     stats = await micro_stats(bus, "nexus-spend", 2)
     assert len({s["id"] for s in stats}) == 2  # both replicas serve
