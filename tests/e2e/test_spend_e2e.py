@@ -47,6 +47,9 @@ on_exceed: {on_exceed}
 ask: {{extend_cost_usd: {extend}, approvers: ["team:{team}"], expires_in: 600}}
 """
 RUNS = 10
+# Seconds between two looks: each look is a CLI process (about a second of CPU), which the
+# runs under test need too.
+POLL = 1.0
 T = TypeVar("T")
 
 
@@ -214,7 +217,9 @@ def test_budgets_pause_ask_stop_and_settle_exactly_through_kills(
         assert any(runs[r]["budget_wait"] for r in run_ids if r in runs), runs
         return asks[0], deny_asks[0]
 
-    ask, deny_ask = eventually_blocking(_soon(paused_and_asked), within=RUN_WAIT, what="asks")
+    ask, deny_ask = eventually_blocking(
+        _soon(paused_and_asked), within=RUN_WAIT, interval=POLL, what="asks"
+    )
     standing = _standing(stack, budget)
     assert standing["state"] == "asking", standing
     # Within the budget plus one call per run: no call was made unreserved (a call costs
@@ -235,7 +240,9 @@ def test_budgets_pause_ask_stop_and_settle_exactly_through_kills(
             run = _agent_runs(stack, f"{team}-notes")[killed]
             return run["attempt"] > 1 or run["status"] == "completed"
 
-        eventually_blocking(_soon(resumed), within=RUN_WAIT, what=f"{killed} resumed")
+        eventually_blocking(
+            _soon(resumed), within=RUN_WAIT, interval=POLL, what=f"{killed} resumed"
+        )
     _kill(stack, "scheduler")
     refused = stack.nexus("deny", deny_ask["run_id"], deny_ask["approval_id"])
     assert refused.code == 0, refused.stderr + refused.stdout
@@ -249,7 +256,9 @@ def test_budgets_pause_ask_stop_and_settle_exactly_through_kills(
             **_ended(stack, "spend-deny-notes", denied),
         }
 
-    ended = eventually_blocking(_soon(all_ended), within=RUN_WAIT * 2, what="every run ended")
+    ended = eventually_blocking(
+        _soon(all_ended), within=RUN_WAIT * 2, interval=POLL, what="every run ended"
+    )
     assert {ended[r]["status"] for r in run_ids} == {"completed"}, ended
     events = {r: stack.events(r) for r in run_ids}
     assert any(e["event"] == "budget_paused" for r in run_ids for e in events[r])
@@ -273,7 +282,9 @@ def test_budgets_pause_ask_stop_and_settle_exactly_through_kills(
         assert standing["reserved_cost_usd"] == 0
         return usage, standing
 
-    found = eventually_blocking(_soon(settled), within=60, what="usage = ledger = events")
+    found = eventually_blocking(
+        _soon(settled), within=60, interval=POLL, what="usage = ledger = events"
+    )
     assert found is not None
     assert _standing(stack, "spend-deny-cap")["state"] == "denied"
     assert _standing(stack, "spend-stop-cap")["reserved_cost_usd"] == 0
