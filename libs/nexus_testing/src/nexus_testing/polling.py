@@ -63,12 +63,14 @@ def eventually_blocking(
     until: Callable[[Any], bool] | None = None,
     *,
     within: float = 30.0,
-    interval: float = 0.1,
+    interval: float = 0.5,
     what: str = "condition",
     detail: Callable[[], str] | None = None,
 ) -> Any:
     """`eventually` for synchronous tests (a dev stack of processes, the CLI as a
-    subprocess): the same rule, blocking; the longer default suits process start-ups."""
+    subprocess): the same rule, blocking; the longer defaults suit process start-ups, and a
+    probe that runs the CLI costs about a second of CPU, which the stack under test needs
+    too (polled every 0.1 s, the probes of one wait kept a core busy)."""
     deadline = _Deadline(until, within, what, detail)
     while True:
         value = probe()
