@@ -7,14 +7,12 @@ the first problem is one line naming the file, the field and pydantic's message 
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
 
-import yaml
 from nexus_events.events.budgets import BudgetDefinition
 from pydantic import ValidationError
 from pydantic_core import ErrorDetails
 
-from nexus_cli.documents import AGENT_SUFFIXES, Loaded, document_files
+from nexus_cli.documents import AGENT_SUFFIXES, Loaded, document_files, read_mapping
 from nexus_cli.errors import CliError, ExitCode
 
 # Budgets are YAML (or JSON, which YAML reads), as agent definitions are.
@@ -33,18 +31,7 @@ def _field(err: ErrorDetails) -> str:
 
 def parse_budget(path: Path) -> BudgetDefinition:
     """The budget in `path`; a one-line `CliError` (exit 2): ``FILE: field: message``."""
-    try:
-        data: Any = yaml.safe_load(path.read_text())
-    except (OSError, UnicodeDecodeError) as exc:
-        raise CliError(f"{path}: cannot read: {exc}", code=ExitCode.INVALID) from None
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
-        problem = getattr(exc, "problem", None) or str(exc)
-        raise CliError(f"{path}: not valid YAML{where}: {problem}", code=ExitCode.INVALID) from None
-    if not isinstance(data, dict):
-        got = "nothing" if data is None else type(data).__name__
-        raise CliError(f"{path}: a budget must be a mapping, got {got}", code=ExitCode.INVALID)
+    data = read_mapping(path, "a budget")
     try:
         return BudgetDefinition.model_validate(data)
     except ValidationError as exc:

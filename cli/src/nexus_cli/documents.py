@@ -9,8 +9,9 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Generic, TypeVar
+from typing import Any, Generic, TypeVar
 
+import yaml
 from nexus_events.contract.documents import parse_agent, parse_skill
 from nexus_events.errors import DocumentInvalid
 from nexus_events.events import AgentDefinition, SkillDefinition
@@ -84,3 +85,21 @@ def load_agents(paths: list[Path]) -> list[Loaded[AgentDefinition]]:
 
 def load_skills(paths: list[Path]) -> list[Loaded[SkillDefinition]]:
     return _load(paths, SKILL_SUFFIXES, "skill", lambda p, text: parse_skill(text, name=p.stem))
+
+
+def read_mapping(path: Path, what: str) -> dict[str, Any]:
+    """The YAML mapping in `path` (a budget, an eval suite); a one-line `CliError` (exit 2)
+    naming the file when it cannot be read, is not YAML or is not a mapping."""
+    try:
+        data: Any = yaml.safe_load(path.read_text())
+    except (OSError, UnicodeDecodeError) as exc:
+        raise CliError(f"{path}: cannot read: {exc}", code=ExitCode.INVALID) from None
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
+        problem = getattr(exc, "problem", None) or str(exc)
+        raise CliError(f"{path}: not valid YAML{where}: {problem}", code=ExitCode.INVALID) from None
+    if not isinstance(data, dict):
+        got = "nothing" if data is None else type(data).__name__
+        raise CliError(f"{path}: {what} must be a mapping, got {got}", code=ExitCode.INVALID)
+    return data
