@@ -1,4 +1,4 @@
-"""``python -m nexus_runner --config run.json`` or ``--run-id <id>``: run one agent run."""
+"""``python -m nexus_runner --config run.json`` (or ``--run-id``, ``--warm``): run one agent run."""
 
 from __future__ import annotations
 
@@ -44,7 +44,12 @@ def main(argv: list[str] | None = None) -> None:
     source = parser.add_mutually_exclusive_group(required=True)
     source.add_argument("--config", help="Path of a RunConfig JSON file.")
     source.add_argument("--run-id", help="Read the config from the run's prepared event.")
+    source.add_argument("--warm", action="store_true", help="Wait for a WarmHandoff on stdin.")
     args = parser.parse_args(argv)
+    if args.warm:
+        from nexus_runner.warm import main as serve_warm
+
+        serve_warm()
     settings = load_settings("runner", RunnerSettings)  # bad settings: one line, exit 2
     setup_logging("runner")
     telemetry.setup_telemetry("runner")

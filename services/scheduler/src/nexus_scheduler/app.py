@@ -81,6 +81,8 @@ def build_runtime(settings: SchedulerSettings) -> AgentRuntime:
         finished_ttl=settings.local_finished_ttl_seconds,
         confinement=Confinement(decision.bwrap) if decision.bwrap else None,
         credentials=credentials,
+        warm_pool=settings.warm_pool,
+        warm_pool_max=settings.warm_pool_max,
     )
 
 
@@ -129,6 +131,10 @@ class SchedulerApp(ServiceApp):
             provider = setup_metrics("scheduler", MetricsSettings())
             stack.callback(provider.shutdown)
             self.metrics = SchedulerMetrics(provider)
+        # The local runtime counts warm and cold starts (docs/warm-starts.md).
+        attach_metrics = getattr(self.runtime, "attach_metrics", None)
+        if attach_metrics is not None:
+            attach_metrics(self.metrics)
         await self.runtime.start()
         stack.push_async_callback(self._close_runtime)
         # The lease and snapshot buckets are replicated like the streams (NEXUS_STREAMS_REPLICAS).

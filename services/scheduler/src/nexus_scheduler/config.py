@@ -168,6 +168,14 @@ class SchedulerSettings(NexusSettings):
     local_finished_ttl_seconds: float = Field(
         3600.0, gt=0, description="An ended runner process is forgotten after this long."
     )
+    warm_pool: dict[str, int] = Field(
+        default_factory=lambda: {"default": 1},
+        description="Warm local runners kept idle per agent id ('default': every other"
+        " agent), e.g. {'default': 1, 'reviewer': 2}; 0 = none (docs/warm-starts.md).",
+    )
+    warm_pool_max: int = Field(
+        4, ge=0, description="Most warm local runners idle at once, all agents (0 = none)."
+    )
 
     # Kubernetes runtime.
     k8s_namespace: str = Field("nexus-runs", description="Namespace of run Jobs.")

@@ -1,16 +1,22 @@
 """The scheduler's metrics (OpenTelemetry; Prometheus names in brackets): runs resumed after
 their runner was lost, by the reason of the loss [nexus_scheduler_resumes_total], and runs
 ended because the runner was lost with no attempt left, by reason
-[nexus_scheduler_attempts_exhausted_total]. Counted where the leader publishes, so a
-takeover in the middle of a resume may count it twice. Without a MeterProvider they are
-no-ops."""
+[nexus_scheduler_attempts_exhausted_total]; local runners started, by how: ``warm`` (a warm
+runner handed the run) or ``cold`` [nexus_scheduler_runner_starts_total], and the idle warm
+runners [nexus_scheduler_warm_runners_idle] (docs/warm-starts.md). Resumes are counted where
+the leader publishes, so a takeover in the middle of a resume may count it twice. Without a
+MeterProvider they are no-ops."""
 
 from __future__ import annotations
 
-from opentelemetry.metrics import MeterProvider, NoOpMeterProvider
+from collections.abc import Callable, Iterable
+
+from opentelemetry.metrics import CallbackOptions, MeterProvider, NoOpMeterProvider, Observation
 
 RESUMES = "nexus.scheduler.resumes"
 ATTEMPTS_EXHAUSTED = "nexus.scheduler.attempts_exhausted"
+RUNNER_STARTS = "nexus.scheduler.runner_starts"
+WARM_IDLE = "nexus.scheduler.warm_runners_idle"
 
 
 class SchedulerMetrics:
@@ -24,9 +30,28 @@ class SchedulerMetrics:
             unit="{run}",
             description="Runs ended as their runner was lost with no attempt left.",
         )
+        self._starts = meter.create_counter(
+            RUNNER_STARTS, unit="{runner}", description="Local runners started, warm or cold."
+        )
+        self._idle: Callable[[], int] | None = None
+        meter.create_observable_gauge(
+            WARM_IDLE,
+            callbacks=[self._observe_idle],
+            unit="{runner}",
+            description="Warm runners waiting for a run.",
+        )
 
     def resumed(self, reason: str, attempt: int) -> None:
         self._resumes.add(1, {"reason": reason, "attempt": attempt})
 
     def exhausted(self, reason: str) -> None:
         self._exhausted.add(1, {"reason": reason})
+
+    def runner_started(self, how: str) -> None:
+        self._starts.add(1, {"start": how})
+
+    def observe_idle_runners(self, count: Callable[[], int]) -> None:
+        self._idle = count
+
+    def _observe_idle(self, options: CallbackOptions) -> Iterable[Observation]:
+        return [Observation(self._idle())] if self._idle is not None else []

@@ -424,16 +424,11 @@ class Confinement:
             *command,
         ]  # fmt: skip
 
-    def wrap_run(
-        self, command: Sequence[str], config: RunConfig, env: Mapping[str, str], run_dir: Path
-    ) -> list[str]:
-        """`wrap` for a run: its workspace and ``HOME`` writable (and a local git remote),
-        its endpoints from `config` and the runner's `env`."""
-        root = env.get("NEXUS_WORKSPACE_ROOT") or env.get("NEXUS_RUNNER_WORKSPACE_ROOT")
-        workspace = Path(root or "/tmp/nexus-runs") / config.run_id  # noqa: S108 - runner's
-        # The runner's tools get a HOME beside the workspace (nexus_runner.dependencies.tool_home).
-        tool_home = workspace.with_name(f"{workspace.name}.home")
-        writable = [workspace, tool_home, Path(env["HOME"])]
+    def shape(self, command: Sequence[str], config: RunConfig, env: Mapping[str, str]) -> RunShape:
+        """What of `config` (and the runner's `env`) a run's sandbox is built from: its
+        endpoints, what it must read, a local git remote it pushes to. Two runs of one shape
+        get the same sandbox but for their own workspace and run dir (docs/warm-starts.md)."""
+        writable: list[Path] = []
         remote = _local_remote(config.repo.url) if config.repo is not None else None
         if remote is not None and remote.exists():
             writable.append(remote)
@@ -455,15 +450,67 @@ class Confinement:
         # The operator's allowlist of the tools' sandbox: the tools see it only if the runner
         # does.
         readable += _tool_allowlist(env)
+        return RunShape(
+            endpoints=tuple(runner_endpoints(config, env)),
+            readable=tuple(dict.fromkeys(readable)),
+            writable=tuple(writable),
+        )
+
+    def wrap_shaped(
+        self,
+        command: Sequence[str],
+        shape: RunShape,
+        env: Mapping[str, str],
+        *,
+        run_dir: Path,
+        workspace: Path,
+    ) -> list[str]:
+        """`wrap` for a runner of `shape` whose workspace is `workspace`: it, the tools'
+        ``HOME`` beside it and the runner's ``HOME`` writable."""
+        # The runner's tools get a HOME beside the workspace (nexus_runner.dependencies.tool_home).
+        tool_home = workspace.with_name(f"{workspace.name}.home")
         return self.wrap(
             command,
             run_dir=run_dir,
-            writable=writable,
-            endpoints=runner_endpoints(config, env),
-            readable=readable,
+            writable=[workspace, tool_home, Path(env["HOME"]), *shape.writable],
+            endpoints=shape.endpoints,
+            readable=shape.readable,
             # Other runs: their workspaces and run dirs, wherever the roots are.
             hide=[workspace.parent.resolve(), run_dir.resolve().parent],
         )
+
+    def wrap_run(
+        self, command: Sequence[str], config: RunConfig, env: Mapping[str, str], run_dir: Path
+    ) -> list[str]:
+        """`wrap` for a run: its workspace and ``HOME`` writable (and a local git remote),
+        its endpoints from `config` and the runner's `env`."""
+        return self.wrap_shaped(
+            command,
+            self.shape(command, config, env),
+            env,
+            run_dir=run_dir,
+            workspace=workspace_root(env) / config.run_id,
+        )
+
+
+@dataclass(frozen=True)
+class RunShape:
+    """The config-derived inputs of a run's sandbox (`Confinement.shape`); unconfined runs
+    all have the empty one. A warm runner serves only a run of its own shape: never a wider
+    sandbox than the run needs, nor a narrower one."""
+
+    endpoints: tuple[Endpoint, ...] = ()
+    readable: tuple[Path, ...] = ()
+    writable: tuple[Path, ...] = ()  # a local git remote
+
+
+UNCONFINED = RunShape()
+
+
+def workspace_root(env: Mapping[str, str]) -> Path:
+    """Where the runner started with `env` makes workspaces (its NEXUS_WORKSPACE_ROOT)."""
+    root = env.get("NEXUS_WORKSPACE_ROOT") or env.get("NEXUS_RUNNER_WORKSPACE_ROOT")
+    return Path(root or "/tmp/nexus-runs")  # noqa: S108 - the runner's default
 
 
 def _tool_allowlist(env: Mapping[str, str]) -> list[Path]:

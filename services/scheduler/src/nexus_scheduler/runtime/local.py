@@ -40,13 +40,14 @@ from collections import OrderedDict
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from nexus_events.events import RunConfig
 from nexus_events.runtime import telemetry
 
 from nexus_scheduler.runtime.base import AgentRuntimeError, RunHandle, RuntimeState, RuntimeStatus
-from nexus_scheduler.runtime.confinement import Confinement
-from nexus_scheduler.runtime.runner_env import runner_env
+from nexus_scheduler.runtime.confinement import UNCONFINED, Confinement, RunShape, workspace_root
+from nexus_scheduler.runtime.runner_env import DEFAULT_PATH, passes, runner_env
 from nexus_scheduler.runtime.sessions import (
     RunnerPid,
     kill_session,
@@ -54,6 +55,10 @@ from nexus_scheduler.runtime.sessions import (
     signal_group,
     write_pid_file,
 )
+from nexus_scheduler.runtime.warm_runners import WarmRunners, discard_found, write_private
+
+if TYPE_CHECKING:
+    from nexus_scheduler.metrics import SchedulerMetrics
 
 log = logging.getLogger(__name__)
 
@@ -96,6 +101,8 @@ class LocalProcessRuntime:
         monotonic: Callable[[], float] = time.monotonic,
         confinement: Confinement | None = None,
         credentials: Callable[[RunConfig], Mapping[str, str]] | None = None,
+        warm_pool: Mapping[str, int] | None = None,
+        warm_pool_max: int = 4,
     ) -> None:
         self.workdir = Path(workdir)
         self.command = tuple(command)
@@ -116,12 +123,40 @@ class LocalProcessRuntime:
         self._finished: OrderedDict[str, float] = OrderedDict()
         self._reapers: set[asyncio.Task[None]] = set()
         self._lock = asyncio.Lock()
+        self.metrics: SchedulerMetrics | None = None  # set by the app (`attach_metrics`)
+        # Warm runners (docs/warm-starts.md), per agent id ("default": the others); None: off.
+        self.warm = (
+            WarmRunners(
+                self.workdir,
+                self.command,
+                base_env=self._base_env,
+                confinement=confinement,
+                sizes=dict(warm_pool),
+                max_idle=warm_pool_max,
+            )
+            if warm_pool and any(warm_pool.values()) and warm_pool_max > 0
+            else None
+        )
+
+    def attach_metrics(self, metrics: SchedulerMetrics) -> None:
+        """Count warm and cold starts, observe the idle warm runners."""
+        self.metrics = metrics
+        if self.warm is not None:
+            pool = self.warm.pool
+            metrics.observe_idle_runners(lambda: pool.idle_count)
 
     async def start(self) -> None:
         self.workdir.mkdir(parents=True, exist_ok=True)
+        if self.warm is not None or any(self.workdir.glob("warm-*")):
+            # Idle warm runners of a previous scheduler: killed, their slots removed (a taken
+            # slot's runner is adopted by its run's dir, as any runner).
+            await asyncio.to_thread(discard_found, self.workdir)
 
     async def close(self) -> None:
-        """Forget the processes (they keep running; a new scheduler re-adopts them)."""
+        """Forget the processes (they keep running; a new scheduler re-adopts them), and
+        discard the idle warm runners (a new scheduler could not hand them a run)."""
+        if self.warm is not None:
+            await self.warm.close()
         for task in self._reapers:
             task.cancel()
         self._reapers.clear()
@@ -153,6 +188,35 @@ class LocalProcessRuntime:
     def run_dir(self, run_id: str) -> Path:
         return self.workdir / run_id
 
+    def _base_env(self, home: Path) -> dict[str, str]:
+        """What every runner starts with: no run id, run credential nor trace context."""
+        parent = dict(os.environ)
+        # The runner continues the dispatching span's trace, never an inherited one.
+        parent.pop(telemetry.TRACEPARENT_ENV, None)
+        parent.pop(telemetry.TRACESTATE_ENV, None)
+        # A confined runner's tools always get their own sandbox: refused, never run beside
+        # the runner's credentials, if it cannot be built.
+        sandbox = {"NEXUS_TOOL_SANDBOX": "on"} if self.confinement is not None else {}
+        return runner_env(
+            parent, home, extra_names=self.pass_env, overrides={**self.env, **sandbox}
+        )
+
+    def _run_env(self, config: RunConfig, home: Path) -> dict[str, str]:
+        env = self._base_env(home)
+        env.update(self.credentials(config) if self.credentials else {})
+        env["NEXUS_RUN_ID"] = config.run_id
+        env.update(telemetry.trace_env())
+        return env
+
+    def shape_of(self, config: RunConfig) -> RunShape:
+        """The sandbox `config` needs (one shape for every run when unconfined)."""
+        if self.confinement is None:
+            return UNCONFINED
+        parent = {k: v for k, v in os.environ.items() if passes(k, self.pass_env)}
+        env = {**parent, **self.env}
+        env.setdefault("PATH", DEFAULT_PATH)
+        return self.confinement.shape(self.command, config, env)
+
     async def start_run(self, config: RunConfig) -> RunHandle:
         async with self._lock:
             existing = self._procs.get(config.run_id)
@@ -162,57 +226,67 @@ class LocalProcessRuntime:
                 # Attempt n+1 replaces attempt n, which must not go on beside it (the
                 # scheduler stops it first; a no-op then).
                 await self._stop_older(config.run_id, config.attempt)
-            run_dir = self.run_dir(config.run_id)
-            run_dir.mkdir(parents=True, exist_ok=True)
-            config_path = run_dir / "config.json"
-            fd = os.open(config_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-            with os.fdopen(fd, "w") as fh:
-                fh.write(config.model_dump_json())
-            parent = dict(os.environ)
-            # The runner continues the dispatching span's trace, never an inherited one.
-            parent.pop(telemetry.TRACEPARENT_ENV, None)
-            parent.pop(telemetry.TRACESTATE_ENV, None)
-            env = runner_env(
-                parent,
-                run_dir / "home",
-                extra_names=self.pass_env,
-                overrides={
-                    **self.env,
-                    **(self.credentials(config) if self.credentials else {}),
-                    "NEXUS_RUN_ID": config.run_id,
-                    **telemetry.trace_env(),
-                    # A confined runner's tools always get their own sandbox: refused,
-                    # never run beside the runner's credentials, if it cannot be built.
-                    **({"NEXUS_TOOL_SANDBOX": "on"} if self.confinement is not None else {}),
-                },
-            )
-            argv = [*self.command, "--config", str(config_path)]
-            if self.confinement is not None:
-                argv = self.confinement.wrap_run(argv, config, env, run_dir)
-            log_file = (run_dir / "runner.log").open("ab")
-            try:
-                proc = await asyncio.create_subprocess_exec(
-                    *argv,
-                    stdin=asyncio.subprocess.DEVNULL,
-                    stdout=log_file,
-                    stderr=asyncio.subprocess.STDOUT,
-                    cwd=run_dir,
-                    env=env,
-                    start_new_session=True,  # own session => own process group
-                )
-            except OSError as exc:
-                raise AgentRuntimeError(f"cannot start {self.command[0]}: {exc}") from exc
-            finally:
-                log_file.close()
-            runner = write_pid_file(run_dir, proc.pid, config.attempt)
-            entry = _Proc(config.run_id, proc, run_dir, runner, attempt=config.attempt)
+            shape = self.shape_of(config)
+            entry = await self._start_warm(config, shape) or await self._start_cold(config, shape)
             self._procs[config.run_id] = entry
             self._adopted.pop(config.run_id, None)
             self._finished.pop(config.run_id, None)  # the run's new attempt is not ended
             reaper = asyncio.create_task(self._reap_on_exit(entry), name=f"reap:{config.run_id}")
             self._reapers.add(reaper)
             reaper.add_done_callback(self._reapers.discard)
-            return RunHandle(self.kind, str(proc.pid))
+        if self.warm is not None:
+            self.warm.refill(config.agent_id, shape)  # warm or cold, in the background
+        return RunHandle(self.kind, str(entry.proc.pid))
+
+    async def _start_warm(self, config: RunConfig, shape: RunShape) -> _Proc | None:
+        """Hand attempt 1 to an idle warm runner of its agent and shape, if one lives. A
+        resume starts cold (docs/warm-starts.md)."""
+        run_dir = self.run_dir(config.run_id)
+        if self.warm is None or config.attempt != 1 or run_dir.exists() or run_dir.is_symlink():
+            return None
+        runner = self.warm.take(config.agent_id, shape)
+        if runner is None:
+            return None
+        env = self._run_env(config, runner.slot / "home")
+        if not await self.warm.hand_off(runner, config, env, run_dir):
+            return None
+        self._count_start("warm")
+        return _Proc(config.run_id, runner.proc, runner.slot, runner.runner, attempt=1)
+
+    async def _start_cold(self, config: RunConfig, shape: RunShape) -> _Proc:
+        run_dir = self.run_dir(config.run_id)
+        if run_dir.is_symlink():  # a resume of a run a warm runner served: its slot
+            run_dir = run_dir.resolve()
+        run_dir.mkdir(parents=True, exist_ok=True)
+        write_private(run_dir / "config.json", config.model_dump_json())
+        env = self._run_env(config, run_dir / "home")
+        argv = [*self.command, "--config", str(run_dir / "config.json")]
+        if self.confinement is not None:
+            argv = self.confinement.wrap_shaped(
+                argv, shape, env, run_dir=run_dir, workspace=workspace_root(env) / config.run_id
+            )
+        log_file = (run_dir / "runner.log").open("ab")
+        try:
+            proc = await asyncio.create_subprocess_exec(
+                *argv,
+                stdin=asyncio.subprocess.DEVNULL,
+                stdout=log_file,
+                stderr=asyncio.subprocess.STDOUT,
+                cwd=run_dir,
+                env=env,
+                start_new_session=True,  # own session => own process group
+            )
+        except OSError as exc:
+            raise AgentRuntimeError(f"cannot start {self.command[0]}: {exc}") from exc
+        finally:
+            log_file.close()
+        runner = write_pid_file(run_dir, proc.pid, config.attempt)
+        self._count_start("cold")
+        return _Proc(config.run_id, proc, run_dir, runner, attempt=config.attempt)
+
+    def _count_start(self, how: str) -> None:
+        if self.metrics is not None:
+            self.metrics.runner_started(how)
 
     async def _stop_older(self, run_id: str, attempt: int) -> None:
         entry = self._procs.get(run_id)
