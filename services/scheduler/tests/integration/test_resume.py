@@ -221,3 +221,43 @@ async def _has(bus: Bus, run_id: str, name: str) -> bool:
 
 async def _true(value: bool) -> bool:
     return value
+
+
+async def test_a_killed_warm_runner_is_resumed_as_attempt_2_started_cold(
+    make_app: AppFactory, bus: Bus, clock: ManualClock, tmp_path: Path
+) -> None:
+    """A run handed to a warm runner (docs/warm-starts.md) whose runner is killed -9 resumes
+    as any run: attempt 2, started cold in the run's dir (the warm runner's slot)."""
+    runtime = LocalProcessRuntime(
+        tmp_path / "runs",
+        command=(sys.executable, str(FAKE_RUNNER)),
+        env={"FAKE_RUNNER_MODE": "sleep"},
+        kill_grace=2,
+        warm_pool={"default": 1},
+    )
+    app = await make_app(runtime, exit_grace_seconds=5)
+    svc = service(app)
+    await publish_prepared(bus, [config("learn")])  # the pool learns the agent's shape
+    await eventually(lambda: _dispatched(bus, "learn", 1), what="the first run")
+    assert runtime.warm is not None
+    await eventually(lambda: _true(runtime.warm.pool.idle_count == 1), what="a warm runner")  # type: ignore[union-attr]
+    [warm] = runtime.warm.pool.idle["implementer"]
+    await publish_prepared(bus, [config("r", max_attempts=2)])
+    first = await eventually(lambda: _dispatched(bus, "r", 1), what="attempt 1")
+    assert int(first.handle) == warm.proc.pid  # served warm
+    await publish(bus, "r", RunStarted())
+    await eventually(lambda: _true(svc.state.runs["r"].phase == "running"), what="running")
+
+    await _kill_and_notice(runtime, svc, clock, warm.proc.pid, attempt=1)
+
+    [(_, resuming)] = await run_events(bus, "resuming")
+    assert isinstance(resuming, RunResuming)
+    assert (resuming.attempt, resuming.reason) == (2, "runtime_gone")
+    second = await eventually(lambda: _dispatched(bus, "r", 2), what="attempt 2")
+    assert int(second.handle) != warm.proc.pid
+    assert (warm.slot / "runner-a2.pid").exists()  # cold, in the run's dir: the slot
+    assert json.loads((warm.slot / "config.json").read_text())["attempt"] == 2
+    assert (await runtime.status("r", attempt=2)).state is RuntimeState.RUNNING
+    for run_id, attempt in (("r", 2), ("learn", 1)):
+        await runtime.cancel_run(run_id, attempt)
+    assert not alive(int(second.handle))

@@ -13,6 +13,7 @@ import signal
 import stat
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 from nexus_events.events import RunConfig
@@ -73,7 +74,7 @@ async def ended(rt: LocalProcessRuntime, run_id: str, attempt: int = 1) -> int |
     return status.exit_code  # type: ignore[no-any-return]
 
 
-def report(rt: LocalProcessRuntime, run_id: str) -> dict[str, object]:
+def report(rt: LocalProcessRuntime, run_id: str) -> dict[str, Any]:
     return json.loads((rt.run_dir(run_id) / "report.json").read_text())  # type: ignore[no-any-return]
 
 
@@ -151,14 +152,14 @@ async def test_twenty_runs_on_a_pool_of_two_never_share_a_runner(tmp_path: Path)
         seen = report(rt, run_id)
         others = [f"marker-{r}" for r in ["learn", *run_ids] if r != run_id]
         listed = [
-            *seen["home_files"],  # type: ignore[misc]
-            *seen["workspace_files"],  # type: ignore[misc]
-            *seen["workspace_root"],  # type: ignore[misc]
+            *seen["home_files"],
+            *seen["workspace_files"],
+            *seen["workspace_root"],
         ]
         # Unconfined, the stand-in may list the workspace root (other runs' workspaces are
         # there), but its own HOME and workspace hold nothing of another run.
-        assert not set(others) & set(seen["home_files"])  # type: ignore[arg-type]
-        assert not set(others) & set(seen["workspace_files"])  # type: ignore[arg-type]
+        assert not set(others) & set(seen["home_files"])
+        assert not set(others) & set(seen["workspace_files"])
         assert f"marker-{run_id}" not in listed  # written after the look
         env = seen["env"]
         assert isinstance(env, dict)

@@ -147,6 +147,8 @@ class LocalProcessRuntime:
 
     async def start(self) -> None:
         self.workdir.mkdir(parents=True, exist_ok=True)
+        if self.warm is not None:
+            self.warm.open()
         if self.warm is not None or any(self.workdir.glob("warm-*")):
             # Idle warm runners of a previous scheduler: killed, their slots removed (a taken
             # slot's runner is adopted by its run's dir, as any runner).

@@ -137,6 +137,10 @@ class WarmRunners:
         self._discards: set[asyncio.Task[None]] = set()
         self._closed = False
 
+    def open(self) -> None:
+        """Refill again (a runtime started again after `close`)."""
+        self._closed = False
+
     def warm_env(self, home: Path) -> dict[str, str]:
         """A warm runner's environment: the runners' own, without any NATS credential."""
         return {k: v for k, v in self.base_env(home).items() if k not in NATS_CREDENTIALS}
