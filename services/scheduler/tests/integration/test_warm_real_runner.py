@@ -15,6 +15,7 @@ from nexus_events.events.runs import RunCompleted, RunHeartbeat, ToolResult
 from nexus_events.transport.bus import Bus
 from nexus_scheduler.runtime.confinement import Confinement
 from nexus_scheduler.runtime.local import LocalProcessRuntime
+from nexus_scheduler.runtime.warm_runners import TAKEN_FILE, WORKSPACE_FILE
 
 from tests.fakes.openai_server import FakeOpenAI, Reply, ToolCall
 
@@ -76,8 +77,8 @@ async def test_a_warm_confined_run_publishes_what_a_cold_one_does(
                 assert status.exit_code == 0, log
     finally:
         await runtime.close()
-    assert not runtime.run_dir("cold").is_symlink()
-    assert runtime.run_dir("warm").is_symlink()  # served by a warm runner
+    assert not (runtime.run_dir("cold") / TAKEN_FILE).exists()
+    assert (runtime.run_dir("warm") / TAKEN_FILE).exists()  # served by a warm runner
     shapes = []
     for run_id in ("cold", "warm"):
         events = [e for e in await events_of(bus, run_id) if not isinstance(e, RunHeartbeat)]
@@ -87,5 +88,6 @@ async def test_a_warm_confined_run_publishes_what_a_cold_one_does(
         assert "hi" in result.output
         shapes.append([type(e).event_name for e in events])
     assert shapes[0] == shapes[1]
-    slot = runtime.run_dir("warm").resolve()
-    assert (tmp_path / "workspaces" / slot.name / "made.txt").read_text() == "hi\n"
+    workspace = Path((runtime.run_dir("warm") / WORKSPACE_FILE).read_text())
+    assert workspace.parent == tmp_path / "workspaces"
+    assert (workspace / "made.txt").read_text() == "hi\n"

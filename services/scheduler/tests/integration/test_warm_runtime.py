@@ -78,6 +78,11 @@ def report(rt: LocalProcessRuntime, run_id: str) -> dict[str, Any]:
     return json.loads((rt.run_dir(run_id) / "report.json").read_text())  # type: ignore[no-any-return]
 
 
+def served_warm(rt: LocalProcessRuntime, run_id: str) -> bool:
+    """The run's dir is a warm runner's slot (renamed at the hand-off)."""
+    return (rt.run_dir(run_id) / TAKEN_FILE).exists()
+
+
 def alive(pid: int) -> bool:
     st = proc_stat(pid)
     return st is not None and st.state not in ("Z", "X")
@@ -90,7 +95,7 @@ async def test_a_run_is_handed_to_a_warm_runner_with_its_own_env(tmp_path: Path)
     await rt.start()
     try:
         await rt.start_run(config("first"))  # cold: the pool learns the agent's shape
-        assert not rt.run_dir("first").is_symlink()
+        assert not served_warm(rt, "first")
         await wait_idle(rt, 1)
         [warm] = idle(rt)
         await eventually(lambda: "warm" in (warm.slot / "runner.log").read_text(), what="warm")
@@ -100,9 +105,10 @@ async def test_a_run_is_handed_to_a_warm_runner_with_its_own_env(tmp_path: Path)
         handle = await rt.start_run(config("second"))
         assert int(handle.handle) == warm.proc.pid
         run_dir = rt.run_dir("second")
-        assert run_dir.is_symlink()
-        assert run_dir.resolve() == warm.slot.resolve()
-        assert (warm.slot / TAKEN_FILE).read_text() == "second"
+        assert not run_dir.is_symlink()  # the slot, renamed: the run's dir as a cold run's
+        assert warm.slot.resolve() == run_dir.resolve()  # the old name links to it
+        assert (run_dir / TAKEN_FILE).read_text() == "second"
+        assert Path(os.readlink(f"/proc/{warm.proc.pid}/cwd")) == run_dir.resolve()
         cfg = run_dir / "config.json"
         assert stat.S_IMODE(cfg.stat().st_mode) == 0o600
         assert await ended(rt, "second") == 0
@@ -140,14 +146,14 @@ async def test_twenty_runs_on_a_pool_of_two_never_share_a_runner(tmp_path: Path)
         for run_id in run_ids:
             await wait_idle(rt, 1)
             pids.add(int((await rt.start_run(config(run_id))).handle))
-            assert rt.run_dir(run_id).is_symlink()  # served warm
+            assert served_warm(rt, run_id)
         for run_id in ["learn", *run_ids]:
             assert await ended(rt, run_id) == 0
     finally:
         await rt.close()
     assert len(pids) == 20
-    slots = {rt.run_dir(r).resolve() for r in run_ids}
-    assert len(slots) == 20
+    slots = {p.resolve() for p in (tmp_path / "runs").glob("warm-*")}
+    assert slots == {rt.run_dir(r).resolve() for r in run_ids}  # one slot each
     for run_id in run_ids:
         seen = report(rt, run_id)
         others = [f"marker-{r}" for r in ["learn", *run_ids] if r != run_id]
@@ -180,7 +186,7 @@ async def test_an_idle_runner_killed_is_replaced_and_no_run_is_touched(tmp_path:
         )
         assert not victim.slot.exists()  # its slot removed with it
         assert (await rt.status("busy")).state is RuntimeState.RUNNING
-        assert not any(p.is_symlink() for p in (tmp_path / "runs").iterdir())
+        assert not any((p / TAKEN_FILE).exists() for p in (tmp_path / "runs").iterdir())
     finally:
         await rt.cancel_run("busy")
         await rt.close()
@@ -249,7 +255,7 @@ async def test_the_pool_is_refilled_after_a_burst(tmp_path: Path) -> None:
         await wait_idle(rt, 2)
         for i in range(4):
             await rt.start_run(config(f"burst-{i}"))
-        served = [rt.run_dir(f"burst-{i}").is_symlink() for i in range(4)]
+        served = [served_warm(rt, f"burst-{i}") for i in range(4)]
         assert served == [True, True, False, False]
         await wait_idle(rt, 2)
         assert len(idle(rt)) == 2
@@ -258,7 +264,7 @@ async def test_the_pool_is_refilled_after_a_burst(tmp_path: Path) -> None:
     finally:
         await rt.close()
     # Closed: the idle runners discarded, their slots gone; the two taken slots stay.
-    left = set((tmp_path / "runs").glob("warm-*"))
+    left = {p.resolve() for p in (tmp_path / "runs").glob("warm-*")}
     assert left == {rt.run_dir("burst-0").resolve(), rt.run_dir("burst-1").resolve()}
 
 
@@ -295,13 +301,13 @@ async def test_a_run_of_another_shape_starts_cold(tmp_path: Path) -> None:
         [warm_a] = idle(rt)
         # Another model endpoint: another sandbox, so never this runner.
         await rt.start_run(confined_config("b", "http://model-b.invalid/v1"))
-        assert not rt.run_dir("b").is_symlink()
+        assert not served_warm(rt, "b")
         assert await ended(rt, "b") == 0
         # The pool now follows b's shape: a's runner is discarded, one of b's shape comes.
         await eventually(lambda: not warm_a.slot.exists(), what="the stale runner discarded")
         await wait_idle(rt, 1)
         await rt.start_run(confined_config("c", "http://model-b.invalid/v1"))
-        assert rt.run_dir("c").is_symlink()
+        assert served_warm(rt, "c")
         assert await ended(rt, "c") == 0, (rt.run_dir("c") / "runner.log").read_text()
         assert await ended(rt, "a") == 0
     finally:

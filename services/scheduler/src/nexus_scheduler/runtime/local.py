@@ -253,12 +253,10 @@ class LocalProcessRuntime:
         if not await self.warm.hand_off(runner, config, env, run_dir):
             return None
         self._count_start("warm")
-        return _Proc(config.run_id, runner.proc, runner.slot, runner.runner, attempt=1)
+        return _Proc(config.run_id, runner.proc, run_dir, runner.runner, attempt=1)
 
     async def _start_cold(self, config: RunConfig, shape: RunShape) -> _Proc:
         run_dir = self.run_dir(config.run_id)
-        if run_dir.is_symlink():  # a resume of a run a warm runner served: its slot
-            run_dir = run_dir.resolve()
         run_dir.mkdir(parents=True, exist_ok=True)
         write_private(run_dir / "config.json", config.model_dump_json())
         env = self._run_env(config, run_dir / "home")

@@ -5,9 +5,10 @@ A slot is ``<workdir>/warm-<id>/``: the runner's run dir (``runner.log``, ``runn
 ``home/``), and ``workspace``, the path of its workspace ``<workspace_root>/warm-<id>``. A
 warm runner starts as ``<command> --warm`` with the runners' environment minus any NATS
 credential (no run id, no trace context either), its stdin a pipe this process keeps. At the
-hand-off the slot gets the run's ``config.json`` and ``run`` (the run id: taken), and
-``<workdir>/<run_id>`` becomes a link to it, so everything that finds a run by its run dir
-(status, cancel, logs, a new scheduler's adoption) finds the slot.
+hand-off the slot gets the run's ``config.json`` and ``run`` (the run id: taken), and is
+renamed ``<workdir>/<run_id>``, the run's dir (``warm-<id>`` left as a link to it), so
+everything that finds a run by its run dir (status, cancel, logs, a new scheduler's adoption)
+or its runner by its working directory finds it as for a cold run.
 """
 
 from __future__ import annotations
@@ -84,11 +85,18 @@ def _mark_taken(slot: Path, pid: int, config: RunConfig, run_dir: Path) -> None:
     write_private(slot / "config.json", config.model_dump_json())
     write_pid_file(slot, pid, config.attempt)
     (slot / TAKEN_FILE).write_text(config.run_id)
-    run_dir.symlink_to(slot.name)  # relative: the workdir may move with its runs
+    # The slot becomes the run's dir, as a cold run's is: whatever finds a run's runner by
+    # its dir or its working directory finds it. The runner (its cwd follows) keeps the path
+    # it was started with (its HOME, its sandbox's binds): a link to the run's dir.
+    slot.rename(run_dir)
+    slot.symlink_to(run_dir.name)  # relative: the workdir may move with its runs
 
 
 def _unmark_taken(slot: Path, run_dir: Path) -> None:
-    run_dir.unlink(missing_ok=True)
+    if slot.is_symlink():
+        slot.unlink()
+    if not slot.exists() and run_dir.is_dir():
+        run_dir.rename(slot)
     (slot / TAKEN_FILE).unlink(missing_ok=True)
 
 
@@ -243,8 +251,8 @@ class WarmRunners:
     async def hand_off(
         self, runner: WarmRunner, config: RunConfig, run_env: dict[str, str], run_dir: Path
     ) -> bool:
-        """Hand `config` to `runner` (taken from the pool): config and marks in its slot,
-        `run_dir` a link to it, the hand-off line on its stdin, which is then closed. False
+        """Hand `config` to `runner` (taken from the pool): config and marks in its slot, the
+        slot renamed `run_dir`, the hand-off line on its stdin, which is then closed. False
         (the runner discarded, nothing of the run left behind) when it cannot be written."""
         slot = runner.slot
         _mark_taken(slot, runner.proc.pid, config, run_dir)
