@@ -312,3 +312,34 @@ async def test_a_run_of_another_shape_starts_cold(tmp_path: Path) -> None:
         assert await ended(rt, "a") == 0
     finally:
         await rt.close()
+
+
+async def test_without_run_credentials_the_configured_one_comes_with_the_run(
+    tmp_path: Path,
+) -> None:
+    """No auth callout: runners connect with the scheduler's configured NATS credential, which
+    a warm runner still does not hold before its run (the hand-off brings it)."""
+    rt = LocalProcessRuntime(
+        tmp_path / "runs",
+        command=(sys.executable, str(FAKE_RUNNER)),
+        env={
+            "FAKE_RUNNER_MODE": "isolation",
+            "NEXUS_WORKSPACE_ROOT": str(tmp_path / "workspaces"),
+            "NEXUS_NATS_TOKEN": "the-configured-token",
+        },
+        warm_pool={"default": 1},
+    )
+    await rt.start()
+    try:
+        await rt.start_run(config("first"))
+        await wait_idle(rt, 1)
+        [warm] = idle(rt)
+        environ = (Path("/proc") / str(warm.proc.pid) / "environ").read_bytes()
+        assert b"the-configured-token" not in environ
+        await rt.start_run(config("second"))
+        assert served_warm(rt, "second")
+        assert await ended(rt, "second") == 0
+        assert report(rt, "second")["env"]["NEXUS_NATS_TOKEN"] == "the-configured-token"
+        assert await ended(rt, "first") == 0
+    finally:
+        await rt.close()

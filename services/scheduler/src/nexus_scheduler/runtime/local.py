@@ -18,6 +18,10 @@ says the new attempt, its output is appended to the same ``runner.log``, and it 
 run's entry (a still-living older attempt is stopped first). Status and cancel name the
 attempt, so a call about attempt n never reaches the process of attempt n+1.
 
+With a warm pool (``warm_pool``, docs/warm-starts.md) a run's first attempt may instead be
+handed to a runner started ahead of it (runtime/warm_runners.py), whose slot becomes the run
+dir; everything below holds for it as for a cold runner.
+
 When a runner ends, however it ends, what is left of its session (tools and their children,
 in process groups of their own) is killed.
 
