@@ -1,4 +1,5 @@
-"""A stand-in runner for the CLI tests: ``python fake_runner.py --config FILE``.
+"""A stand-in runner for the CLI tests: ``python fake_runner.py --config FILE``, or ``--warm``
+(a warm runner, docs/warm-starts.md: one WarmHandoff line on stdin, its env applied first).
 
 Plays a run's part of the contract with the real library: `started`, log lines, then by the
 run's input: ``hang`` waits for `cancel_requested` (or SIGTERM) and ends `cancelled`;
@@ -11,7 +12,9 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import os
 import signal
+import sys
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -32,12 +35,23 @@ from nexus_events.events import (
     ToolCalled,
     ToolResult,
 )
+from nexus_events.events.warm import WarmHandoff
 from nexus_events.transport.bus import Bus, BusSettings
 from nexus_runner.followed import FollowedSubject
 
 
-async def main(config_path: str) -> int:
-    config = RunConfig.model_validate_json(await asyncio.to_thread(Path(config_path).read_text))
+def _handed_off() -> RunConfig | None:
+    """The run a warm start is handed (None: the scheduler discarded it), its env applied."""
+    line = sys.stdin.buffer.readline()
+    os.dup2(os.open(os.devnull, os.O_RDONLY), 0)
+    if not line.strip():
+        return None
+    handoff = WarmHandoff.model_validate_json(line)
+    os.environ.update(handoff.env)
+    return handoff.config
+
+
+async def main(config: RunConfig) -> int:
     rid = config.run_id
     bus = await Bus.connect(BusSettings(), source="runner")
     stop = asyncio.Event()
@@ -126,5 +140,15 @@ async def main(config_path: str) -> int:
 
 if __name__ == "__main__":
     parser = argparse.ArgumentParser()
-    parser.add_argument("--config", required=True)
-    raise SystemExit(asyncio.run(main(parser.parse_args().config)))
+    source = parser.add_mutually_exclusive_group(required=True)
+    source.add_argument("--config")
+    source.add_argument("--warm", action="store_true")
+    args = parser.parse_args()
+    if args.warm:
+        handed = _handed_off()
+        if handed is None:
+            raise SystemExit(0)
+        config = handed
+    else:
+        config = RunConfig.model_validate_json(Path(args.config).read_text())
+    raise SystemExit(asyncio.run(main(config)))
