@@ -170,6 +170,13 @@ def spend_exported_names() -> set[str]:
     return _exported_by(SpendMetrics)
 
 
+def scheduler_exported_names() -> set[str]:
+    """The same for the scheduler's `nexus_scheduler.metrics.SchedulerMetrics(provider)`."""
+    from nexus_scheduler.metrics import SchedulerMetrics
+
+    return _exported_by(SchedulerMetrics)
+
+
 def _exported_by(metrics: Callable[[Any], object]) -> set[str]:
     registry = CollectorRegistry()
     provider = MeterProvider(metric_readers=[PrometheusMetricReader(registry=registry)])
@@ -288,7 +295,7 @@ def test_every_queried_metric_is_emitted(
         emitted = emitted | request.getfixturevalue("flows_emitted")
     if path.stem == "pipeline-health":
         emitted = emitted | console_exported_names() | lab_exported_names()
-        emitted |= spend_exported_names()
+        emitted |= spend_exported_names() | scheduler_exported_names()
     dashboard = json.loads(path.read_text())
     queried = set().union(*(queried_metrics(e) for e in dashboard_queries(dashboard)))
     assert queried, f"{path.name} queries nothing"
