@@ -230,7 +230,8 @@ def describe(event: str, body: dict[str, Any]) -> str:  # noqa: PLR0911, PLR0912
         why = f": {body['waiting_for']}" if body.get("waiting_for") else ""
         return f"queued at position {body.get('position')} ({body.get('limit')} limit){why}"
     if event == RunEvent.DISPATCHED:
-        return f"dispatched to {body.get('runtime')} ({body.get('handle')})"
+        start = ", a warm runner" if body.get("warm") else ""
+        return f"dispatched to {body.get('runtime')} ({body.get('handle')}{start})"
     if event == RunEvent.APPROVAL_REQUESTED:
         return f"approval_requested {body.get('approval_id')}: {body.get('summary')}"
     if event == RunEvent.APPROVAL_DECIDED:

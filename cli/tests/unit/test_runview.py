@@ -142,3 +142,10 @@ def test_an_egress_event_is_one_line_with_its_verdict() -> None:
     assert describe("egress", refused) == (
         "egress CONNECT evil.org:443 refused: no egress grant for evil.org:443"
     )
+
+
+def test_dispatched_says_whether_a_warm_runner_was_handed_the_run() -> None:
+    cold = {"runtime": "local", "handle": "41", "attempt": 1, "warm": False}
+    assert describe("dispatched", cold) == "dispatched to local (41)"
+    warm = {**cold, "warm": True}
+    assert describe("dispatched", warm) == "dispatched to local (41, a warm runner)"

@@ -309,7 +309,10 @@ class SchedulerService:
                 )
                 return
             event = RunDispatched(
-                runtime=handle.runtime, handle=handle.handle, attempt=config.attempt
+                runtime=handle.runtime,
+                handle=handle.handle,
+                attempt=config.attempt,
+                warm=handle.warm,
             )
             if span is not None:
                 span.set_attribute(OUTCOME, RunEvent.DISPATCHED.value)

@@ -94,8 +94,9 @@ async def test_a_run_is_handed_to_a_warm_runner_with_its_own_env(tmp_path: Path)
     rt.attach_metrics(SchedulerMetrics(MeterProvider(metric_readers=[reader])))
     await rt.start()
     try:
-        await rt.start_run(config("first"))  # cold: the pool learns the agent's shape
+        first = await rt.start_run(config("first"))  # cold: the pool learns the agent's shape
         assert not served_warm(rt, "first")
+        assert not first.warm  # what `dispatched` says of it
         await wait_idle(rt, 1)
         [warm] = idle(rt)
         await eventually(lambda: "warm" in (warm.slot / "runner.log").read_text(), what="warm")
@@ -104,6 +105,8 @@ async def test_a_run_is_handed_to_a_warm_runner_with_its_own_env(tmp_path: Path)
         assert b"NEXUS_RUN_ID" not in environ
         handle = await rt.start_run(config("second"))
         assert int(handle.handle) == warm.proc.pid
+        assert handle.warm
+        assert (await rt.start_run(config("second"))).warm  # adopting it says so again
         run_dir = rt.run_dir("second")
         assert not run_dir.is_symlink()  # the slot, renamed: the run's dir as a cold run's
         assert warm.slot.resolve() == run_dir.resolve()  # the old name links to it
@@ -206,6 +209,7 @@ async def test_a_busy_warm_runner_killed_resumes_cold_as_attempt_2(tmp_path: Pat
         assert status.reason == "SIGKILL"
         again = await rt.start_run(two.model_copy(update={"attempt": 2}))
         assert int(again.handle) != pid
+        assert not again.warm
         assert (slot / "runner-a2.pid").exists()  # in the run's dir: the slot
         assert json.loads((slot / "config.json").read_text())["attempt"] == 2
         await eventually(

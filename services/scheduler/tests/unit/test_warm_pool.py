@@ -136,6 +136,23 @@ def test_size_zero_is_off_and_the_idle_cap_bounds_all_agents() -> None:
     assert pool.idle_count == 3
 
 
+def test_at_the_idle_cap_the_agents_dispatched_longest_ago_give_way() -> None:
+    pool: WarmPool[Runner] = WarmPool(sizes={"default": 1, "big": 2}, max_idle=3)
+    olds = {}
+    for agent in ("a", "b", "c"):
+        assert pool.learn(agent, UNCONFINED) == []
+        olds[agent] = Runner(agent, UNCONFINED)
+        pool.add(olds[agent])
+    assert pool.learn("b", UNCONFINED) == []  # b's runner is idle: it needs no room
+    assert pool.learn("d", UNCONFINED) == [olds["a"]]  # a: dispatched longest ago
+    assert pool.wanted("d") == 1
+    pool.add(Runner("d", UNCONFINED))
+    # big wants 2: c (now the oldest idle) and b make room; d, the newest, keeps its runner.
+    assert pool.learn("big", UNCONFINED) == [olds["c"], olds["b"]]
+    assert pool.wanted("big") == 2
+    assert pool.idle_count == 1
+
+
 def test_a_run_takes_only_a_runner_of_its_agent_and_shape_and_only_once() -> None:
     pool: WarmPool[Runner] = WarmPool(sizes={"default": 2}, max_idle=4)
     pool.learn("a", UNCONFINED)

@@ -286,6 +286,13 @@ class RunDispatched(_RunEvent):
     runtime: str = Field(..., description="Runtime kind: kubernetes or local.")
     handle: str = Field(..., description="Runtime handle (Job name, process id).")
     attempt: int = Field(1, ge=1, description="Attempt number.")
+    warm: bool | None = Field(
+        None,
+        description=(
+            "Whether a warm runner (started ahead, docs/warm-starts.md) was handed the run;"
+            " None: the runtime does not say."
+        ),
+    )
 
 
 @register

@@ -42,6 +42,7 @@ class RunHandle:
 
     runtime: str
     handle: str
+    warm: bool = False  # a warm runner was handed the run (docs/warm-starts.md)
 
 
 class AgentRuntimeError(SchedulerError):

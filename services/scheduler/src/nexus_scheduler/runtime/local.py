@@ -83,6 +83,7 @@ class _Proc:
     runner: RunnerPid
     attempt: int = 1
     killed: bool = False
+    warm: bool = False  # a warm runner was handed the run
 
     @property
     def log_path(self) -> Path:
@@ -227,7 +228,7 @@ class LocalProcessRuntime:
         async with self._lock:
             existing = self._procs.get(config.run_id)
             if existing is not None and existing.attempt >= config.attempt:
-                return RunHandle(self.kind, str(existing.proc.pid))
+                return RunHandle(self.kind, str(existing.proc.pid), warm=existing.warm)
             if existing is not None or config.run_id in self._adopted:
                 # Attempt n+1 replaces attempt n, which must not go on beside it (the
                 # scheduler stops it first; a no-op then).
@@ -242,7 +243,7 @@ class LocalProcessRuntime:
             reaper.add_done_callback(self._reapers.discard)
         if self.warm is not None:
             self.warm.refill(config.agent_id, shape)  # warm or cold, in the background
-        return RunHandle(self.kind, str(entry.proc.pid))
+        return RunHandle(self.kind, str(entry.proc.pid), warm=entry.warm)
 
     async def _start_warm(self, config: RunConfig, shape: RunShape) -> _Proc | None:
         """Hand attempt 1 to an idle warm runner of its agent and shape, if one lives. A
@@ -257,7 +258,7 @@ class LocalProcessRuntime:
         if not await self.warm.hand_off(runner, config, env, run_dir):
             return None
         self._count_start("warm")
-        return _Proc(config.run_id, runner.proc, run_dir, runner.runner, attempt=1)
+        return _Proc(config.run_id, runner.proc, run_dir, runner.runner, attempt=1, warm=True)
 
     async def _start_cold(self, config: RunConfig, shape: RunShape) -> _Proc:
         run_dir = self.run_dir(config.run_id)

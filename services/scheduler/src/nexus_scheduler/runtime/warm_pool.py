@@ -65,6 +65,8 @@ class WarmPool(Generic[R]):
     idle: dict[str, list[R]] = field(default_factory=dict)
     templates: dict[str, RunShape] = field(default_factory=dict)
     starting: Counter[str] = field(default_factory=Counter)
+    # Agents by their last dispatched run, longest ago first: who gives way at the idle cap.
+    recent: list[str] = field(default_factory=list)
     _deaths: Counter[str] = field(default_factory=Counter)
 
     def size(self, agent: str) -> int:
@@ -76,14 +78,31 @@ class WarmPool(Generic[R]):
 
     def learn(self, agent: str, shape: RunShape) -> list[R]:
         """A run of `agent` with `shape` was dispatched: its pool is filled with that shape
-        from now on. Returns the idle runners of another shape, which the caller discards."""
+        from now on. Returns the idle runners the caller discards: those of another shape,
+        and, when the idle cap leaves `agent` no room, those of the agents dispatched longest
+        ago (the pool follows the work: a flow's next steps, not yesterday's agents)."""
         if self.size(agent) == 0:
             return []
+        if agent in self.recent:
+            self.recent.remove(agent)
+        self.recent.append(agent)
         self.templates[agent] = shape
         runners = self.idle.get(agent, [])
         stale = [r for r in runners if r.shape != shape]
         self.idle[agent] = [r for r in runners if r.shape == shape]
-        return stale
+        return stale + self._make_room(agent)
+
+    def _make_room(self, agent: str) -> list[R]:
+        mine = len(self.idle.get(agent, [])) + self.starting[agent]
+        room = self.max_idle - self.idle_count - sum(self.starting.values())
+        short = min(self.size(agent), self.max_idle) - mine - room
+        evicted: list[R] = []
+        for other in self.recent:  # longest ago first
+            runners = self.idle.get(other, []) if other != agent else []
+            while runners and short > 0:
+                evicted.append(runners.pop(0))
+                short -= 1
+        return evicted
 
     def wanted(self, agent: str) -> int:
         """How many runners to start for `agent` now: up to its size, within the idle cap."""
