@@ -147,6 +147,9 @@ def test_the_feature_flow_loops_through_review_and_completes(
     assert ref("implement", 2) == first
     assert ref("review", 2) == second
     assert ref("test", 1) == second
+    # Round 2 of the implementer was handed to a warm runner, started for it while round 1
+    # and the review ran (docs/warm-starts.md): the stack runs with the default pool.
+    assert _event(stack, runs[("implement", 2)], "dispatched")["warm"] is True
 
     # The repository has both implementer branches (nothing else of this flow), round 2 with
     # the fix and the test the reviewer asked for; its tests pass there.
