@@ -241,7 +241,7 @@ LEGS = (
 
 BUSY_TARGETS: dict[str, tuple[type, str]] = {
     "projection batches (fetch excluded)": (FlowsRunner, "handle"),
-    "engine per-flow passes": (Engine, "step"),
+    "engine passes (all touched flow runs)": (Engine, "_step_all"),
     "  of which catalog gets": (Engine, "_accept"),
     "runs bridge batches": (Bridges, "on_runs"),
     "  of which agent-schema replays": (Bridges, "_agent_schema"),
