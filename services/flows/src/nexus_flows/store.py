@@ -22,9 +22,9 @@ NO_ITEM = -1  # flow_steps.item of a step's own row (a key column cannot be NULL
 
 
 class FlowsProjection:
-    """Folds NEXUS_FLOWS into flows.flow_runs and flows.flow_steps; remembers each flow run
-    an applied batch changed, with the state it wrote (`take_touched`), so the engine decides
-    for those from that state instead of reading it back."""
+    """Folds NEXUS_FLOWS into flows.flow_runs and flows.flow_steps; remembers each live flow
+    run an applied batch changed, with the state it wrote (`take_touched`), so the engine
+    decides for those from that state instead of reading it back."""
 
     name = "flows"
     sources = (Source(FLOWS),)
@@ -109,9 +109,10 @@ class FlowsProjection:
         if not changed:
             return
         await _write(conn, q, [(s, first[fid], before[fid]) for fid, s in changed.items()])
-        # Taken by the engine after the batch commits; a batch that fails is applied again
-        # (same events, same states) before any later one, so what it left here is replaced.
-        self._touched.update(changed)
+        # Taken by the engine after the batch commits (`FlowsRunner` clears what an attempt
+        # that did not commit left). Ended flow runs need no decision, and leaving them out
+        # bounds what a rebuild (every flow run ever) leaves here to the live ones.
+        self._touched.update((fid, s) for fid, s in changed.items() if not s.terminal)
 
 
 _WRITE_RUN = """INSERT INTO {q}.flow_runs
