@@ -21,8 +21,8 @@ messages as a flow stores (counted on NEXUS_FLOWS + NEXUS_RUNS after (b)), each 
 published only once the one before it was consumed (a durable pull consumer, fetch(500),
 pipelined publishes), so the same number of dependent publish -> consume hops with no work
 between them. Also printed: how busy each loop of the service was during (b) (time spent in
-the projection's batches, the engine's per-flow passes, the runs bridge, summed), to show
-which one bounds the throughput.
+the projection's batches, the engine's passes, the runs bridge, summed), to show which
+one bounds the throughput.
 """
 
 from __future__ import annotations
@@ -244,7 +244,7 @@ BUSY_TARGETS: dict[str, tuple[type, str]] = {
     "engine passes (all touched flow runs)": (Engine, "_step_all"),
     "  of which catalog gets": (Engine, "_accept"),
     "runs bridge batches": (Bridges, "on_runs"),
-    "  of which agent-schema replays": (Bridges, "_agent_schema"),
+    "  of which agent-schema gets (concurrent)": (Bridges, "_agent_schema"),
 }
 
 
