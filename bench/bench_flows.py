@@ -49,6 +49,7 @@ from nexus_events.events import RunCompleted, RunResult
 from nexus_events.events.flows import FlowDefinition, FlowRequested, step_run_id
 from nexus_events.events.queries import FlowDefinitionView
 from nexus_events.transport.bus import Bus, BusSettings, Outgoing
+from nexus_flows.accepting import Acceptance
 from nexus_flows.app import FlowsApp
 from nexus_flows.bridges import Bridges
 from nexus_flows.config import FlowsSettings
@@ -242,7 +243,7 @@ LEGS = (
 BUSY_TARGETS: dict[str, tuple[type, str]] = {
     "projection batches (fetch excluded)": (FlowsRunner, "handle"),
     "engine passes (all touched flow runs)": (Engine, "_step_all"),
-    "  of which catalog gets": (Engine, "_accept"),
+    "  of which catalog gets": (Acceptance, "_accept"),
     "runs bridge batches": (Bridges, "on_runs"),
     "  of which agent-schema gets (concurrent)": (Bridges, "_agent_schema"),
 }

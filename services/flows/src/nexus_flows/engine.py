@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import logging
 from collections.abc import Iterable
 from datetime import datetime
@@ -34,14 +33,12 @@ from nexus_events.events.flows import (
     FlowDefinition,
     FlowEvent,
     FlowFailed,
-    FlowReason,
     FlowResumed,
     FlowStatus,
     FlowStepStarted,
     FlowWaiting,
     StepStatus,
 )
-from nexus_events.events.queries import FlowDefinitionGet, FlowDefinitionView
 from nexus_events.events.runs import Origin
 from nexus_events.events.specs import RepoSpec
 from nexus_events.runtime.clock import Clock, SystemClock
@@ -53,8 +50,9 @@ from nexus_events.transport.projection import quote_ident
 from nexus_events.transport.publish import Outgoing
 from nexus_events.transport.run_requests import request_flow, run_request
 
+from nexus_flows.accepting import Acceptance
 from nexus_flows.decide import decide, run_input
-from nexus_flows.messages import msg_id, terminal_msg_id
+from nexus_flows.messages import msg_id
 from nexus_flows.metrics import FlowMetrics
 from nexus_flows.records import FlowState, StepRecord
 from nexus_flows.store import SCHEMA, FlowsProjection, load_state, load_states
@@ -115,8 +113,9 @@ class Engine:
         self.schema = schema
         self.q = quote_ident(schema)
         self.timer_interval = timer_interval
-        self.catalog_timeout = catalog_timeout
-        self.catalog_retry = catalog_retry
+        self.acceptance = Acceptance(
+            bus, timeout=catalog_timeout, retry=catalog_retry, concurrency=concurrency
+        )
         self.wake = asyncio.Event()
         self.new_requests: list[Decoded] = []
         # Flow runs to decide for in the next pass, with the state the projection committed
@@ -127,7 +126,6 @@ class Engine:
         # Flow runs live when this process started: their live steps' runs may have been
         # requested by an earlier process, so the stream is asked before requesting them.
         self._inherited: set[str] = set()
-        self._catalog_after: dict[str, float] = {}
         self._definitions: dict[str, FlowDefinition] = {}
         # A pass at each wake and at least every timer interval; a failed pass (NATS or
         # PostgreSQL away) is logged and tried again after a pause; stop lets one finish.
@@ -213,9 +211,12 @@ class Engine:
                 self._inherited.discard(fid)
         live = [st for _, st in sorted(states.items()) if not st.terminal]
         failed: list[BaseException] = []
-        out = await self._accept_all([st for st in live if st.definition is None], failed)
+        out = await self.acceptance.accept_all(
+            [st for st in live if st.definition is None], failed, self.touch
+        )
         limit = asyncio.Semaphore(self.concurrency)
         handed: list[tuple[FlowState, StepRecord]] = []
+        decided: list[str] = []
 
         async def one(state: FlowState) -> None:
             async with limit:
@@ -227,6 +228,7 @@ class Engine:
                     self.touch([state.flow_run_id])
                     failed.append(exc)
                     return
+                decided.append(state.flow_run_id)
                 out.extend(actions)
                 for rec, request in requests:
                     out.append(request)
@@ -242,9 +244,7 @@ class Engine:
             before = _finished_before(state, rec)
             if before is not None:
                 self.metrics.handoff((self.clock.now() - before).total_seconds())
-        for state in live:
-            if state.definition is not None:
-                self._inherited.discard(state.flow_run_id)  # its steps are requested, once
+        self._inherited.difference_update(decided)  # their steps are requested now, once
         if failed:
             raise failed[0]
 
@@ -335,84 +335,10 @@ class Engine:
         assert run_id is not None  # `_run_requests` requests only steps with a run
         return run_request(run_id, request, source="flowrun")
 
-    # -- accepting -----------------------------------------------------------------------
-
-    async def _accept_all(
-        self, states: list[FlowState], failed: list[BaseException]
-    ) -> list[Outgoing]:
-        """The `accepted` (or `failed`) of each flow run not accepted yet: one catalog request
-        per distinct (flow, revision) asked for, concurrently, its answer shared by every run
-        that asked the same (a burst of runs of one flow asks once)."""
-        now = asyncio.get_running_loop().time()
-        asking: dict[tuple[str, int | None], list[FlowState]] = {}
-        for state in states:
-            if self._catalog_after.get(state.flow_run_id, 0.0) <= now:
-                asking.setdefault((state.flow, state.requested_revision), []).append(state)
-        out: list[Outgoing] = []
-        limit = asyncio.Semaphore(self.concurrency)
-
-        async def one(flow: str, revision: int | None, waiting: list[FlowState]) -> None:
-            async with limit:
-                try:
-                    out.extend(await self._accept(flow, revision, waiting))
-                except Exception as exc:  # noqa: BLE001 - these next pass, the others go on
-                    self.touch(st.flow_run_id for st in waiting)
-                    failed.append(exc)
-
-        await asyncio.gather(*(one(f, r, w) for (f, r), w in asking.items()))
-        return out
-
-    async def _accept(
-        self, flow: str, revision: int | None, states: list[FlowState]
-    ) -> list[Outgoing]:
-        loop = asyncio.get_running_loop()
-        query = FlowDefinitionGet(id=flow, revision=revision)
-        try:
-            reply = await self.bus.nc.request(
-                subjects.CORE_CATALOG_FLOWS_GET,
-                query.model_dump_json().encode(),
-                timeout=self.catalog_timeout,
-            )
-        except (nats.errors.TimeoutError, nats.errors.NoRespondersError):
-            for state in states:
-                self._catalog_after[state.flow_run_id] = loop.time() + self.catalog_retry
-            log.warning("core's catalog did not answer for flow %s; retrying", flow)
-            return []
-        for state in states:
-            self._catalog_after.pop(state.flow_run_id, None)
-        body = json.loads(reply.data or b"{}")
-        if isinstance(body, dict) and "error" in body:
-            error = body["error"] or {}
-            code = error.get("code")
-            if code in (400, 404):
-                reason = FlowReason.UNKNOWN_FLOW if code == 404 else FlowReason.INVALID_REQUEST
-                failed = FlowFailed(reason=reason, message=str(error.get("message", "")))
-                return [
-                    Outgoing(
-                        subjects.flow_event(st.flow_run_id, FlowEvent.FAILED),
-                        failed,
-                        msg_id=terminal_msg_id(st, FlowEvent.FAILED),
-                    )
-                    for st in states
-                ]
-            for state in states:
-                self._catalog_after[state.flow_run_id] = loop.time() + self.catalog_retry
-            return []
-        view = FlowDefinitionView.model_validate(body)
-        accepted = FlowAccepted(flow=flow, revision=view.revision, definition=view.definition)
-        return [
-            Outgoing(
-                subjects.flow_event(st.flow_run_id, FlowEvent.ACCEPTED),
-                accepted,
-                msg_id=f"flow:{st.flow_run_id}:accepted",
-            )
-            for st in states
-        ]
-
     async def _retry_catalog(self) -> None:
-        for fid in list(self._catalog_after):
-            self._touched.setdefault(fid, None)
-        if self._catalog_after:
+        waiting = self.acceptance.waiting()
+        self.touch(waiting)
+        if waiting:
             self.wake.set()
 
     async def _republish_new(self) -> None:
