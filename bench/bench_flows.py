@@ -21,8 +21,8 @@ messages as a flow stores (counted on NEXUS_FLOWS + NEXUS_RUNS after (b)), each 
 published only once the one before it was consumed (a durable pull consumer, fetch(500),
 pipelined publishes), so the same number of dependent publish -> consume hops with no work
 between them. Also printed: how busy each loop of the service was during (b) (time spent in
-the projection's batches, the engine's per-flow passes, the runs bridge, summed), to show
-which one bounds the throughput.
+the projection's batches, the engine's passes, the runs bridge, summed), to show which
+one bounds the throughput.
 """
 
 from __future__ import annotations
@@ -49,6 +49,7 @@ from nexus_events.events import RunCompleted, RunResult
 from nexus_events.events.flows import FlowDefinition, FlowRequested, step_run_id
 from nexus_events.events.queries import FlowDefinitionView
 from nexus_events.transport.bus import Bus, BusSettings, Outgoing
+from nexus_flows.accepting import Acceptance
 from nexus_flows.app import FlowsApp
 from nexus_flows.bridges import Bridges
 from nexus_flows.config import FlowsSettings
@@ -241,10 +242,10 @@ LEGS = (
 
 BUSY_TARGETS: dict[str, tuple[type, str]] = {
     "projection batches (fetch excluded)": (FlowsRunner, "handle"),
-    "engine per-flow passes": (Engine, "step"),
-    "  of which catalog gets": (Engine, "_accept"),
+    "engine passes (all touched flow runs)": (Engine, "_step_all"),
+    "  of which catalog gets": (Acceptance, "_accept"),
     "runs bridge batches": (Bridges, "on_runs"),
-    "  of which agent-schema replays": (Bridges, "_agent_schema"),
+    "  of which agent-schema gets (concurrent)": (Bridges, "_agent_schema"),
 }
 
 

@@ -12,6 +12,7 @@ Each is a durable consumer; messages that are not about a flow are acked and ign
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import logging
 from typing import Any, Literal
@@ -42,6 +43,7 @@ from nexus_events.transport.projection import quote_ident
 from nexus_events.transport.publish import Outgoing
 
 from nexus_flows.engine import Engine, publish_gate_decision
+from nexus_flows.records import FlowState
 from nexus_flows.state import step_key
 from nexus_flows.store import NO_ITEM, SCHEMA, load_state
 
@@ -100,29 +102,36 @@ class Bridges:
     # -- runs ------------------------------------------------------------------------------
 
     async def on_runs(self, batch: list[Delivery]) -> None:
+        """The `step_finished` of every flow step whose run ended in the batch: one query for
+        the steps and their flow runs' states, the agents' schemas read concurrently, one
+        pipelined publish (it was a query, a read and a publish per run, one after another).
+        """
+        ended: dict[str, TerminalEvent] = {}
         for d in batch:
             event = d.event
             run_id = d.address.ids.get("run_id")
-            if not isinstance(event, TerminalEvent) or run_id is None:
-                continue
-            row = await self.pool.fetchrow(
-                f"SELECT flow_run_id, step, round, item FROM {self.q}.flow_steps"
-                " WHERE run_id = $1 AND kind IN ('run', 'map')",
-                run_id,
-            )
-            if row is None:
-                continue  # not a flow's run
-            await self._finish(row, run_id, event)
-
-    async def _finish(self, row: Any, run_id: str, event: TerminalEvent) -> None:
-        fid, step, round = row["flow_run_id"], row["step"], row["round"]
-        item = None if row["item"] == NO_ITEM else row["item"]
-        state = await load_state(self.pool, fid, self.schema)
-        if state is None:
+            if isinstance(event, TerminalEvent) and run_id is not None:
+                ended.setdefault(run_id, event)  # a repeat has the same message id anyway
+        if not ended:
             return
+        rows = await self.pool.fetch(
+            f"""SELECT s.run_id, s.step, s.round, s.item, r.state
+                FROM {self.q}.flow_steps s JOIN {self.q}.flow_runs r USING (flow_run_id)
+                WHERE s.run_id = ANY($1::text[]) AND s.kind IN ('run', 'map')""",
+            list(ended),
+        )
+        finishing = [(row, ended[row["run_id"]]) for row in rows]  # the others: not a flow's
+        out = await asyncio.gather(*(self._finish(row, event) for row, event in finishing))
+        await self.bus.publish_many([o for o in out if o is not None])
+
+    async def _finish(self, row: Any, event: TerminalEvent) -> Outgoing | None:
+        run_id, step, round = row["run_id"], row["step"], row["round"]
+        item = None if row["item"] == NO_ITEM else row["item"]
+        state = FlowState.load(row["state"])
+        fid = state.flow_run_id
         rec = state.steps.get(step_key(step, round, item))
         if rec is None or rec.status in STEP_ENDED:
-            return
+            return None
         status: Literal[StepStatus.SUCCEEDED, StepStatus.FAILED, StepStatus.CANCELLED] = (
             StepStatus.SUCCEEDED
         )
@@ -164,7 +173,7 @@ class Bridges:
             summary=summary,
             branch=branch,
         )
-        await self.bus.publish(
+        return Outgoing(
             subjects.flow_event(fid, FlowEvent.STEP_FINISHED),
             finished,
             msg_id=f"flow:{run_id}:finished",

@@ -11,8 +11,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import logging
+from collections.abc import Iterable
 from datetime import datetime
 from typing import Any
 
@@ -33,14 +33,12 @@ from nexus_events.events.flows import (
     FlowDefinition,
     FlowEvent,
     FlowFailed,
-    FlowReason,
     FlowResumed,
     FlowStatus,
     FlowStepStarted,
     FlowWaiting,
     StepStatus,
 )
-from nexus_events.events.queries import FlowDefinitionGet, FlowDefinitionView
 from nexus_events.events.runs import Origin
 from nexus_events.events.specs import RepoSpec
 from nexus_events.runtime.clock import Clock, SystemClock
@@ -52,11 +50,12 @@ from nexus_events.transport.projection import quote_ident
 from nexus_events.transport.publish import Outgoing
 from nexus_events.transport.run_requests import request_flow, run_request
 
+from nexus_flows.accepting import Acceptance
 from nexus_flows.decide import decide, run_input
-from nexus_flows.messages import msg_id, terminal_msg_id
+from nexus_flows.messages import msg_id
 from nexus_flows.metrics import FlowMetrics
 from nexus_flows.records import FlowState, StepRecord
-from nexus_flows.store import SCHEMA, FlowsProjection, load_state
+from nexus_flows.store import SCHEMA, FlowsProjection, load_state, load_states
 
 log = logging.getLogger(__name__)
 
@@ -76,10 +75,15 @@ class FlowsRunner(FencedProjectionRunner):
         self.engine = engine
 
     async def handle(self, feed: Any, batch: Any, delivered: int) -> None:
-        await super().handle(feed, batch, delivered)
+        flows: list[FlowsProjection] = []
         for p in self.projections:
             if isinstance(p, FlowsProjection):
-                self.engine.touch(p.take_touched())
+                flows.append(p)
+        for projection in flows:
+            projection.take_touched()  # left by a batch that did not commit: not stored
+        await super().handle(feed, batch, delivered)
+        for projection in flows:
+            self.engine.touch_states(projection.take_touched())
         for d in batch.events:
             if d.address.ids.get("flow_run_id") == subjects.NEW_RUN_TOKEN:
                 self.engine.new_requests.append(d)
@@ -109,17 +113,19 @@ class Engine:
         self.schema = schema
         self.q = quote_ident(schema)
         self.timer_interval = timer_interval
-        self.catalog_timeout = catalog_timeout
-        self.catalog_retry = catalog_retry
+        self.acceptance = Acceptance(
+            bus, timeout=catalog_timeout, retry=catalog_retry, concurrency=concurrency
+        )
         self.wake = asyncio.Event()
         self.new_requests: list[Decoded] = []
-        self._touched: set[str] = set()
+        # Flow runs to decide for in the next pass, with the state the projection committed
+        # (None: read the stored one).
+        self._touched: dict[str, FlowState | None] = {}
         # Run ids this process has requested (or found requested in NEXUS_RUNS).
         self._requested: set[str] = set()
         # Flow runs live when this process started: their live steps' runs may have been
         # requested by an earlier process, so the stream is asked before requesting them.
         self._inherited: set[str] = set()
-        self._catalog_after: dict[str, float] = {}
         self._definitions: dict[str, FlowDefinition] = {}
         # A pass at each wake and at least every timer interval; a failed pass (NATS or
         # PostgreSQL away) is logged and tried again after a pause; stop lets one finish.
@@ -135,8 +141,15 @@ class Engine:
         self._next_tick = 0.0  # loop time of the next timer pass
         self.errors = 0
 
-    def touch(self, flow_run_ids: set[str]) -> None:
-        self._touched |= flow_run_ids
+    def touch(self, flow_run_ids: Iterable[str]) -> None:
+        """Decide for these flow runs in the next pass, from their stored states."""
+        for fid in flow_run_ids:
+            self._touched.setdefault(fid, None)
+
+    def touch_states(self, states: dict[str, FlowState]) -> None:
+        """Decide for these flow runs in the next pass, from the states the projection has
+        just committed (newer than any touched before): no read of them back."""
+        self._touched.update(states)
 
     async def start(self) -> None:
         rows = await self.pool.fetch(
@@ -165,10 +178,10 @@ class Engine:
         """Republish new requests, step the touched flow runs and, once per timer interval,
         fire due timers and retry the catalog; a pass that fails touches its runs again."""
         loop = asyncio.get_running_loop()
-        touched: set[str] = set()
+        touched: dict[str, FlowState | None] = {}
         try:
             await self._republish_new()
-            touched, self._touched = self._touched, set()
+            touched, self._touched = self._touched, {}
             await self._step_all(touched)
             if loop.time() >= self._next_tick:
                 self._next_tick = loop.time() + self.timer_interval
@@ -176,44 +189,66 @@ class Engine:
                 await self._retry_catalog()
         except Exception:  # logged by the periodic task, which retries after a pause
             self.errors += 1
-            self._touched |= touched
+            self.touch(touched)
             raise
 
-    async def _step_all(self, touched: set[str]) -> None:
-        """Step every touched flow run, `concurrency` at a time: flow runs are independent,
-        and one at a time each pass waits on a PostgreSQL read and a publish's acks. A flow
-        run that fails is touched again for the next pass; the others are done."""
-        limit = asyncio.Semaphore(self.concurrency)
+    async def _step_all(self, touched: dict[str, FlowState | None]) -> None:
+        """Step every touched flow run, then publish what all of them need in one pipelined
+        `publish_many`: one PostgreSQL read for the runs touched without a state, one catalog
+        request per distinct definition asked for, one publish per pass (it was one of each
+        per flow run, ~9 per three-step flow). A flow run whose decision fails is touched
+        again for the next pass, the others go on; a failed publish fails the pass, which
+        touches them all again (every message has a deterministic id)."""
+        if not touched:
+            return
+        states = {fid: st for fid, st in touched.items() if st is not None}
+        missing = [fid for fid, st in touched.items() if st is None]
+        if missing:
+            states.update(await load_states(self.pool, missing, self.schema))
+        for fid in touched:
+            found = states.get(fid)
+            if found is None or found.terminal:
+                self._inherited.discard(fid)
+        live = [st for _, st in sorted(states.items()) if not st.terminal]
         failed: list[BaseException] = []
+        out = await self.acceptance.accept_all(
+            [st for st in live if st.definition is None], failed, self.touch
+        )
+        limit = asyncio.Semaphore(self.concurrency)
+        handed: list[tuple[FlowState, StepRecord]] = []
+        decided: list[str] = []
 
-        async def one(fid: str) -> None:
+        async def one(state: FlowState) -> None:
             async with limit:
                 try:
-                    await self.step(fid)
+                    definition = self.definition(state)
+                    actions = decide(state, definition, self.clock.now())
+                    requests = await self._run_requests(state, definition)
                 except Exception as exc:  # noqa: BLE001 - this one next pass, the others go on
-                    self._touched.add(fid)
+                    self.touch([state.flow_run_id])
                     failed.append(exc)
+                    return
+                decided.append(state.flow_run_id)
+                out.extend(actions)
+                for rec, request in requests:
+                    out.append(request)
+                    handed.append((state, rec))
 
-        await asyncio.gather(*(one(fid) for fid in sorted(touched)))
+        await asyncio.gather(*(one(st) for st in live if st.definition is not None))
+        if out:
+            await self.bus.publish_many(out)
+            self._count(out)
+        for state, rec in handed:
+            assert rec.run_id is not None  # `_run_requests` requests only steps with a run
+            self._requested.add(rec.run_id)
+            before = _finished_before(state, rec)
+            if before is not None:
+                self.metrics.handoff((self.clock.now() - before).total_seconds())
+        self._inherited.difference_update(decided)  # their steps are requested now, once
         if failed:
             raise failed[0]
 
     # -- per flow run --------------------------------------------------------------------
-
-    async def step(self, flow_run_id: str) -> None:
-        state = await load_state(self.pool, flow_run_id, self.schema)
-        if state is None or state.terminal:
-            self._inherited.discard(flow_run_id)
-            return
-        if state.definition is None:
-            await self._accept(state)
-            return
-        definition = self.definition(state)
-        actions = decide(state, definition, self.clock.now())
-        if actions:
-            await self.bus.publish_many(actions)
-            self._count(actions)
-        await self._reconcile(state, definition)
 
     def _count(self, published: list[Outgoing]) -> None:
         for out in published:
@@ -226,6 +261,8 @@ class Engine:
                 self.metrics.gates(-1)
             elif isinstance(event, FlowCompleted | FlowFailed | FlowCancelled):
                 self.metrics.finished(event.event_name)
+            elif isinstance(event, FlowAccepted):
+                self.metrics.started()
 
     def definition(self, state: FlowState) -> FlowDefinition:
         key = f"{state.flow}@{state.revision}"
@@ -235,13 +272,14 @@ class Engine:
             self._definitions[key] = found
         return found
 
-    async def _reconcile(self, state: FlowState, definition: FlowDefinition) -> None:
-        """Request the run of every applied, unfinished run step: once per process, and not
-        at all when NEXUS_RUNS holds its request already (see `_stored_request`)."""
-        fid = state.flow_run_id
-        inherited = fid in self._inherited
-        out = []
-        handed: list[StepRecord] = []
+    async def _run_requests(
+        self, state: FlowState, definition: FlowDefinition
+    ) -> list[tuple[StepRecord, Outgoing]]:
+        """The run request of every applied, unfinished run step not requested yet: once per
+        process, and not at all when NEXUS_RUNS holds its request already (see
+        `_stored_request`)."""
+        inherited = state.flow_run_id in self._inherited
+        out: list[tuple[StepRecord, Outgoing]] = []
         for rec in state.steps.values():
             run_id = rec.run_id
             if rec.kind not in ("run", "map") or not run_id or rec.status != StepStatus.RUNNING:
@@ -253,16 +291,8 @@ class Engine:
             if inherited and await self._stored_request(run_id):
                 self._requested.add(run_id)
                 continue
-            out.append(self._run_request(state, definition, rec))
-            handed.append(rec)
-        if out:
-            await self.bus.publish_many(out)
-            self._requested.update(o.msg_id.split(":")[1] for o in out if o.msg_id)
-            for rec in handed:
-                before = _finished_before(state, rec)
-                if before is not None:
-                    self.metrics.handoff((self.clock.now() - before).total_seconds())
-        self._inherited.discard(fid)  # every step it had is requested now, once
+            out.append((rec, self._run_request(state, definition, rec)))
+        return out
 
     async def _stored_request(self, run_id: str) -> bool:
         """Whether NEXUS_RUNS holds a `requested` of `run_id`: one get of the subject's last
@@ -302,55 +332,13 @@ class Engine:
             team=state.team or definition.team,
         )
         run_id = rec.run_id
-        assert run_id is not None  # `_reconcile` requests only steps with a run
+        assert run_id is not None  # `_run_requests` requests only steps with a run
         return run_request(run_id, request, source="flowrun")
 
-    # -- accepting -----------------------------------------------------------------------
-
-    async def _accept(self, state: FlowState) -> None:
-        fid = state.flow_run_id
-        loop = asyncio.get_running_loop()
-        if self._catalog_after.get(fid, 0.0) > loop.time():
-            return
-        query = FlowDefinitionGet(id=state.flow, revision=state.requested_revision)
-        try:
-            reply = await self.bus.nc.request(
-                subjects.CORE_CATALOG_FLOWS_GET,
-                query.model_dump_json().encode(),
-                timeout=self.catalog_timeout,
-            )
-        except (nats.errors.TimeoutError, nats.errors.NoRespondersError):
-            self._catalog_after[fid] = loop.time() + self.catalog_retry
-            log.warning("core's catalog did not answer for flow %s; retrying", state.flow)
-            return
-        self._catalog_after.pop(fid, None)
-        body = json.loads(reply.data or b"{}")
-        if isinstance(body, dict) and "error" in body:
-            error = body["error"] or {}
-            code = error.get("code")
-            if code in (400, 404):
-                reason = FlowReason.UNKNOWN_FLOW if code == 404 else FlowReason.INVALID_REQUEST
-                failed = FlowFailed(reason=reason, message=str(error.get("message", "")))
-                await self.bus.publish(
-                    subjects.flow_event(fid, FlowEvent.FAILED),
-                    failed,
-                    msg_id=terminal_msg_id(state, FlowEvent.FAILED),
-                )
-                self.metrics.finished(FlowEvent.FAILED)
-                return
-            self._catalog_after[fid] = loop.time() + self.catalog_retry
-            return
-        view = FlowDefinitionView.model_validate(body)
-        accepted = FlowAccepted(flow=state.flow, revision=view.revision, definition=view.definition)
-        await self.bus.publish(
-            subjects.flow_event(fid, FlowEvent.ACCEPTED), accepted, msg_id=f"flow:{fid}:accepted"
-        )
-        self.metrics.started()
-
     async def _retry_catalog(self) -> None:
-        for fid in list(self._catalog_after):
-            self._touched.add(fid)
-        if self._catalog_after:
+        waiting = self.acceptance.waiting()
+        self.touch(waiting)
+        if waiting:
             self.wake.set()
 
     async def _republish_new(self) -> None:

@@ -94,7 +94,9 @@ def fold(
         if isinstance(event, FlowRequested):
             return new_state(flow_run_id, event, at)
         return None
-    s = state.model_copy(deep=True)
+    # A deep copy through pydantic-core, a quarter of `model_copy(deep=True)`'s time (whose
+    # `copy.deepcopy` was the largest pure-Python item of the burst's profile).
+    s = FlowState.model_validate(state.model_dump())
     changed = _apply(s, event, at)
     if changed:
         s.updated_at = at

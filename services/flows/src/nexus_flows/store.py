@@ -22,18 +22,19 @@ NO_ITEM = -1  # flow_steps.item of a step's own row (a key column cannot be NULL
 
 
 class FlowsProjection:
-    """Folds NEXUS_FLOWS into flows.flow_runs and flows.flow_steps; remembers which flow
-    runs each applied batch touched (`take_touched`) so the engine decides for those."""
+    """Folds NEXUS_FLOWS into flows.flow_runs and flows.flow_steps; remembers each live flow
+    run an applied batch changed, with the state it wrote (`take_touched`), so the engine
+    decides for those from that state instead of reading it back."""
 
     name = "flows"
     sources = (Source(FLOWS),)
 
     def __init__(self, schema: str = SCHEMA) -> None:
         self.schema = schema
-        self._touched: set[str] = set()
+        self._touched: dict[str, FlowState] = {}
 
-    def take_touched(self) -> set[str]:
-        touched, self._touched = self._touched, set()
+    def take_touched(self) -> dict[str, FlowState]:
+        touched, self._touched = self._touched, {}
         return touched
 
     async def create(self, conn: Conn, schema: str) -> None:
@@ -78,75 +79,106 @@ class FlowsProjection:
 
     async def apply(self, conn: Conn, schema: str, batch: Sequence[Decoded]) -> None:
         q = quote_ident(schema)
-        states: dict[str, FlowState | None] = {}
         first: dict[str, int] = {}
-        before: dict[str, FlowState | None] = {}
         for d in batch:
             fid = d.address.ids.get("flow_run_id")
             if fid is None or fid == subjects.NEW_RUN_TOKEN:
                 continue  # `new` requests are re-published under an id by the engine
-            if fid not in states:
-                raw = await conn.fetchval(
-                    f"SELECT state FROM {q}.flow_runs WHERE flow_run_id = $1 FOR UPDATE", fid
-                )
-                states[fid] = None if raw is None else FlowState.load(raw)
-                before[fid] = states[fid]
-                first[fid] = d.envelope.stream_seq or 0
-            states[fid] = fold(states[fid], fid, d.event, d.envelope.timestamp)
-        for fid, state in states.items():
-            if state is None or state is before[fid]:
-                continue
-            await _write(conn, q, state, first[fid], before[fid])
-            self._touched.add(fid)
-
-
-async def _write(conn: Conn, q: str, s: FlowState, seq: int, old: FlowState | None) -> None:
-    await conn.execute(
-        f"""INSERT INTO {q}.flow_runs
-                (flow_run_id, flow, status, task_id, first_seq, requested_at, updated_at, state)
-            VALUES ($1, $2, $3, $4, $5, $6, $7, $8)
-            ON CONFLICT (flow_run_id) DO UPDATE SET status = EXCLUDED.status,
-                updated_at = EXCLUDED.updated_at, state = EXCLUDED.state""",
-        s.flow_run_id,
-        s.flow,
-        s.status.value,
-        s.task_id,
-        seq,
-        s.requested_at,
-        s.updated_at,
-        json.dumps(s.document(), sort_keys=True),
-    )
-    old_steps = {} if old is None else old.steps
-    for key, rec in s.steps.items():
-        if old_steps.get(key) == rec:
-            continue
-        waiting = rec.waiting
-        await conn.execute(
-            f"""INSERT INTO {q}.flow_steps (flow_run_id, step, round, item, kind, status,
-                    run_id, agent_id, reason, approval_id, wait_kind, wait_source, until,
-                    started_at, finished_at)
-                VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15)
-                ON CONFLICT (flow_run_id, step, round, item) DO UPDATE SET
-                    status = EXCLUDED.status, run_id = EXCLUDED.run_id,
-                    reason = EXCLUDED.reason, approval_id = EXCLUDED.approval_id,
-                    wait_kind = EXCLUDED.wait_kind, wait_source = EXCLUDED.wait_source,
-                    until = EXCLUDED.until, finished_at = EXCLUDED.finished_at""",
-            s.flow_run_id,
-            rec.step,
-            rec.round,
-            NO_ITEM if rec.item is None else rec.item,
-            rec.kind,
-            rec.status.value,
-            rec.run_id,
-            rec.agent_id,
-            rec.reason,
-            waiting and waiting.approval_id,
-            waiting and waiting.kind,
-            waiting and waiting.source,
-            waiting and waiting.until,
-            rec.started_at,
-            rec.finished_at,
+            first.setdefault(fid, d.envelope.stream_seq or 0)
+        if not first:
+            return
+        # One read of every flow run the batch names (locked in key order), not one each.
+        rows = await conn.fetch(
+            f"""SELECT flow_run_id, state FROM {q}.flow_runs WHERE flow_run_id = ANY($1::text[])
+                ORDER BY flow_run_id FOR UPDATE""",
+            sorted(first),
         )
+        before: dict[str, FlowState | None] = dict.fromkeys(first)
+        for r in rows:
+            before[r["flow_run_id"]] = FlowState.load(r["state"])
+        states = dict(before)
+        for d in batch:
+            fid = d.address.ids.get("flow_run_id")
+            if fid in states:
+                states[fid] = fold(states[fid], fid, d.event, d.envelope.timestamp)
+        changed = {
+            fid: state
+            for fid, state in states.items()
+            if state is not None and state is not before[fid]
+        }
+        if not changed:
+            return
+        await _write(conn, q, [(s, first[fid], before[fid]) for fid, s in changed.items()])
+        # Taken by the engine after the batch commits (`FlowsRunner` clears what an attempt
+        # that did not commit left). Ended flow runs need no decision, and leaving them out
+        # bounds what a rebuild (every flow run ever) leaves here to the live ones.
+        self._touched.update((fid, s) for fid, s in changed.items() if not s.terminal)
+
+
+_WRITE_RUN = """INSERT INTO {q}.flow_runs
+        (flow_run_id, flow, status, task_id, first_seq, requested_at, updated_at, state)
+    VALUES ($1, $2, $3, $4, $5, $6, $7, $8)
+    ON CONFLICT (flow_run_id) DO UPDATE SET status = EXCLUDED.status,
+        updated_at = EXCLUDED.updated_at, state = EXCLUDED.state"""
+
+_WRITE_STEP = """INSERT INTO {q}.flow_steps (flow_run_id, step, round, item, kind, status,
+        run_id, agent_id, reason, approval_id, wait_kind, wait_source, until,
+        started_at, finished_at)
+    VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15)
+    ON CONFLICT (flow_run_id, step, round, item) DO UPDATE SET
+        status = EXCLUDED.status, run_id = EXCLUDED.run_id,
+        reason = EXCLUDED.reason, approval_id = EXCLUDED.approval_id,
+        wait_kind = EXCLUDED.wait_kind, wait_source = EXCLUDED.wait_source,
+        until = EXCLUDED.until, finished_at = EXCLUDED.finished_at"""
+
+
+async def _write(
+    conn: Conn, q: str, changed: list[tuple[FlowState, int, FlowState | None]]
+) -> None:
+    """Upsert the changed flow runs and their changed steps: one pipelined `executemany` per
+    table for the whole batch, not a round trip per row."""
+    runs = []
+    steps = []
+    for s, seq, old in changed:
+        runs.append(
+            (
+                s.flow_run_id,
+                s.flow,
+                s.status.value,
+                s.task_id,
+                seq,
+                s.requested_at,
+                s.updated_at,
+                json.dumps(s.document(), sort_keys=True),
+            )
+        )
+        old_steps = {} if old is None else old.steps
+        for key, rec in s.steps.items():
+            if old_steps.get(key) == rec:
+                continue
+            waiting = rec.waiting
+            steps.append(
+                (
+                    s.flow_run_id,
+                    rec.step,
+                    rec.round,
+                    NO_ITEM if rec.item is None else rec.item,
+                    rec.kind,
+                    rec.status.value,
+                    rec.run_id,
+                    rec.agent_id,
+                    rec.reason,
+                    waiting and waiting.approval_id,
+                    waiting and waiting.kind,
+                    waiting and waiting.source,
+                    waiting and waiting.until,
+                    rec.started_at,
+                    rec.finished_at,
+                )
+            )
+    await conn.executemany(_WRITE_RUN.format(q=q), runs)
+    if steps:
+        await conn.executemany(_WRITE_STEP.format(q=q), steps)
 
 
 async def load_state(
@@ -158,4 +190,16 @@ async def load_state(
     return None if raw is None else FlowState.load(raw)
 
 
-__all__ = ["NO_ITEM", "SCHEMA", "FlowsProjection", "load_state"]
+async def load_states(
+    pool: asyncpg.Pool[Any] | Conn, flow_run_ids: Sequence[str], schema: str = SCHEMA
+) -> dict[str, FlowState]:
+    """The stored states of `flow_run_ids` (those that have one), in one query."""
+    rows = await pool.fetch(
+        f"SELECT flow_run_id, state FROM {quote_ident(schema)}.flow_runs"
+        " WHERE flow_run_id = ANY($1::text[])",
+        list(flow_run_ids),
+    )
+    return {r["flow_run_id"]: FlowState.load(r["state"]) for r in rows}
+
+
+__all__ = ["NO_ITEM", "SCHEMA", "FlowsProjection", "load_state", "load_states"]
