@@ -7,40 +7,180 @@ import os
 
 import typer
 
-from nexus_cli.commands import (
-    agents,
-    approvals,
-    board,
-    budgets,
-    console,
-    context,
-    dev,
-    dlq,
-    doctor,
-    evals,
-    flow_runs,
-    flows,
-    lab_runs,
-    mcp,
-    memory,
-    pair,
-    plane,
-    projections,
-    run_control,
-    run_diff,
-    run_events,
-    runs,
-    schedules,
-    skills,
-    usage,
-)
+from nexus_cli.lazy_group import LazyCommand, LazyGroup
 from nexus_cli.options import DEFAULT_TIMEOUT, ContextOpt, Globals, NatsUrlOpt, TimeoutOpt
 
 # The bus logs reconnects and closes as warnings for services; a CLI user needs none of them:
 # failures reach the user as one error line and an exit code.
 logging.getLogger("nexus_events").setLevel(logging.ERROR)
 
+# Every command of `nexus`, in the order `nexus --help` lists them: the top-level commands
+# (run, ps, attach, events, logs, cancel, approve, deny, the lab's replay, fork, golden and
+# diff, ...), then the command groups. A command's module is imported when the command runs,
+# so `nexus --help` and `nexus ps` load only what they use (issue 41);
+# cli/tests/unit/test_lazy_commands.py checks this table against the commands themselves.
+COMMANDS = (
+    LazyCommand(
+        "run",
+        "runs",
+        "register",
+        "Request a run of AGENT and print its id; --follow shows it live (the default on a\n"
+        "terminal) and exits 0 if it completed, 1 if it failed, was cancelled or timed out.",
+    ),
+    LazyCommand("ps", "runs", "register", "Runs, newest first: the live ones, or all with --all."),
+    LazyCommand(
+        "attach",
+        "runs",
+        "register",
+        "A snapshot of the run: status, phase, timings, last decision, recent events, result.",
+    ),
+    LazyCommand(
+        "events",
+        "run_events",
+        "register",
+        "The run's events from NEXUS_RUNS; -f keeps following until the run ends.",
+    ),
+    LazyCommand(
+        "logs",
+        "run_events",
+        "register",
+        "The run's log lines from NEXUS_LOGS; -f follows them until the run ends.",
+    ),
+    LazyCommand(
+        "cancel",
+        "run_control",
+        "register",
+        "Ask the run to stop (cancel_requested); --wait until it has (exit 0 once ended).",
+    ),
+    LazyCommand(
+        "approve", "run_control", "register", "Approve a gated tool call the run is waiting on."
+    ),
+    LazyCommand("deny", "run_control", "register", "Deny a gated tool call the run is waiting on."),
+    LazyCommand(
+        "replay",
+        "lab_runs",
+        "register",
+        "Run RUN's task again, served RUN's recorded replies while the requests match;\n"
+        "prints the new run id, and with --wait its first divergence (exit 0 once completed).",
+    ),
+    LazyCommand(
+        "fork",
+        "lab_runs",
+        "register",
+        "A new run with RUN's conversation and workspace up to turn N, then live; prints its\n"
+        "id, and with --wait follows it to its end (exit 0 if it completed).",
+    ),
+    LazyCommand(
+        "golden",
+        "lab_runs",
+        "register",
+        "Mark a completed run golden (an eval case, docs/lab.md), or --unmark it.",
+    ),
+    LazyCommand(
+        "diff",
+        "run_diff",
+        "register",
+        "Two runs side by side: per turn the tool calls and whether their results match, then\n"
+        "turns, tool calls, tokens, cost, wall time and outcome with B's difference from A.",
+    ),
+    LazyCommand(
+        "board",
+        "board",
+        "register",
+        "The board: one column per state, each task with its current run and its flow run\n"
+        "(flow and current step; a note instead when the flows service is not running).",
+    ),
+    LazyCommand(
+        "doctor", "doctor", "register", "Check everything a run needs; exit 4 if anything failed."
+    ),
+    LazyCommand(
+        "usage",
+        "usage",
+        "register",
+        "Runs, calls, tokens, cost and wall time grouped by one key, costliest first (by\n"
+        "day: oldest first), and the total of every run the filters keep.",
+    ),
+    LazyCommand(
+        "dev",
+        "dev",
+        "app",
+        "The embedded dev stack: nats-server, PostgreSQL, core, memory, scheduler.",
+    ),
+    LazyCommand(
+        "agents", "agents", "app", "Agent definitions: apply from YAML, list, show, history."
+    ),
+    LazyCommand("skills", "skills", "app", "Skills: apply from markdown, list, show."),
+    # definitions; `flow` (singular) runs them
+    LazyCommand(
+        "flows", "flows", "app", "Flow definitions: apply from YAML, list, show, history, remove."
+    ),
+    LazyCommand("task", "board", "task_app", "Tasks on the board: create, list."),
+    LazyCommand(
+        "dlq", "dlq", "app", "Dead letters: list, show, replay onto their original subject."
+    ),
+    LazyCommand(
+        "memory", "memory", "app", "Long-term memory: add, search, forget, list, consolidate."
+    ),
+    LazyCommand(
+        "mcp",
+        "mcp",
+        "app",
+        "Nexus as an MCP server: `serve` (stdio or HTTP), `token` (a bearer token for HTTP).",
+    ),
+    LazyCommand("console", "console", "app", "The web console: `token` (a sign-in token)."),
+    LazyCommand(
+        "projections",
+        "projections",
+        "app",
+        "Projections (agent_runs and board of core; memory): lag, and rebuild from the stream.",
+    ),
+    LazyCommand(
+        "context", "context", "app", "Contexts: where the CLI talks to (the dev stack by default)."
+    ),
+    LazyCommand(
+        "plane", "plane", "app", "Plane, the human-facing board: plane-sync's status and a resync."
+    ),
+    LazyCommand(
+        "pair",
+        "pair",
+        "app",
+        "Chat pairing: who may talk to agents from Slack, Telegram, webhooks.",
+    ),
+    LazyCommand(
+        "approvals", "approvals", "app", "Approvals waiting for a person, and who may decide each."
+    ),
+    LazyCommand(
+        "flow",
+        "flow_runs",
+        "app",
+        "Flow runs: start one (and follow it), list, show, cancel, resume, signal. Flow "
+        "definitions: `nexus flows`.",
+    ),
+    LazyCommand(
+        "schedule",
+        "schedules",
+        "app",
+        "Schedules: start an agent run or a flow on a cron, an interval or once.",
+    ),
+    LazyCommand(
+        "eval",
+        "evals",
+        "app",
+        "Evaluations: suites (apply, delete, ls, history) and the lab's eval runs (run, show, "
+        "ls-runs).",
+    ),
+    LazyCommand(
+        "budgets", "budgets", "app", "Budgets: apply, delete, ls, show, history (docs/spend.md)."
+    ),
+)
+
+
+class _NexusGroup(LazyGroup):
+    entries = COMMANDS
+
+
 app = typer.Typer(
+    cls=_NexusGroup,
     name="nexus",
     help="Operate Nexus: the dev stack, agents and skills, runs, the board, memory, dead letters.",
     no_args_is_help=True,
@@ -62,33 +202,3 @@ def root(
         nats_url=nats_url or os.environ.get("NEXUS_NATS_URL") or None,
         timeout=timeout,
     )
-
-
-app.add_typer(dev.app, name="dev")
-app.add_typer(agents.app, name="agents")
-app.add_typer(skills.app, name="skills")
-app.add_typer(flows.app, name="flows")  # definitions; `flow` (singular) runs them
-app.add_typer(board.task_app, name="task")
-app.add_typer(dlq.app, name="dlq")
-app.add_typer(memory.app, name="memory")
-app.add_typer(mcp.app, name="mcp")
-app.add_typer(console.app, name="console")
-app.add_typer(projections.app, name="projections")
-app.add_typer(context.app, name="context")
-app.add_typer(plane.app, name="plane")
-app.add_typer(pair.app, name="pair")
-app.add_typer(approvals.app, name="approvals")
-app.add_typer(flow_runs.app, name="flow")
-app.add_typer(schedules.app, name="schedule")
-app.add_typer(evals.app, name="eval")
-app.add_typer(budgets.app, name="budgets")
-# `nexus --help` lists commands in registration order: run, ps, attach, events, logs,
-# cancel, approve, deny, then the lab's replay, fork, golden and diff.
-runs.register(app)
-run_events.register(app)
-run_control.register(app)
-lab_runs.register(app)
-run_diff.register(app)
-board.register(app)
-doctor.register(app)
-usage.register(app)

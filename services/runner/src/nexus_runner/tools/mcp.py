@@ -22,11 +22,9 @@ import tempfile
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO, Any, NoReturn
+from typing import IO, TYPE_CHECKING, Any, NoReturn
 
 import anyio.abc
-from mcp import Client, MCPError
-from mcp import types as mcp_types
 from nexus_events.events.runs import McpServerUnavailable
 from nexus_events.events.specs import McpServerSpec
 from nexus_events.runtime.program_paths import named_files
@@ -37,13 +35,18 @@ from nexus_runner.errors import ToolError
 from nexus_runner.safety import REDACTED, redact
 from nexus_runner.tool_paths import executable_paths, interpreter_paths
 from nexus_runner.tool_sandbox import UNSANDBOXED, ToolSandbox
-from nexus_runner.tools.mcp_stdio import stdio_transport
 from nexus_runner.tools.mcp_unavailable import (
     ServerUnavailable,
     first_stderr_line,
     missing_secrets,
     start_failure,
 )
+
+if TYPE_CHECKING:
+    from mcp import Client, MCPError
+    from mcp import types as mcp_types
+
+    from nexus_runner.tools.mcp_stdio import stdio_transport
 
 log = logging.getLogger(__name__)
 
@@ -87,8 +90,19 @@ def parameters_schema(schema: dict[str, Any] | None) -> dict[str, Any]:
     return out
 
 
+def import_mcp_client() -> None:
+    """Import the MCP client (about 0.4 s) when a run starts its first server: a run without
+    MCP servers, most of them, never loads it (a runner's cold start, issue 41)."""
+    global Client, MCPError, mcp_types, stdio_transport  # noqa: PLW0603 - bound once, here
+    from mcp import Client, MCPError
+    from mcp import types as mcp_types
+
+    from nexus_runner.tools.mcp_stdio import stdio_transport
+
+
 def result_text(result: mcp_types.CallToolResult) -> str:
     """What the model reads of a tool result: its text parts, else its structured content."""
+    import_mcp_client()
     parts: list[str] = []
     for item in result.content:
         if isinstance(item, mcp_types.TextContent):
@@ -241,6 +255,7 @@ class McpServer:
 
     async def start(self) -> None:
         """Start the server and list its tools; raise `McpStartFailed` (redacted message)."""
+        import_mcp_client()
         if self.spec.transport == "stdio":
             self.argv = self.command_line()
         self._stop = asyncio.Event()

@@ -10,7 +10,6 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from mcp import MCPError
 from nexus_events.events.runs import McpServerUnavailable, McpUnavailableReason
 
 # Characters of the stderr line quoted (a server may print a whole page on one line).
@@ -86,5 +85,7 @@ def start_failure(
         return ServerUnavailable(
             server, "handshake_timeout", f"did not answer the handshake{wait}{said}"
         )
+    from mcp import MCPError  # a server failed: the client is loaded (tools.mcp.import_mcp_client)
+
     text = error.message if isinstance(error, MCPError) else str(error) or type(error).__name__
     return ServerUnavailable(server, "failed", f"{' '.join(text.split())}{said}")
