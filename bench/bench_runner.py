@@ -11,6 +11,11 @@ dispatch and stream events. Each timing starts before the contender creates its 
 client (the nexus runner makes its own per run) and ends when its run is done. The
 difference per turn is each runner's own overhead (aim for the nexus runner: under 2 ms
 beyond the bare loop).
+
+The nexus runner runs twice: alone (`budget_reservations` off), and as deployed, each model
+call reserved first, a NATS responder standing in for the spend service and granting at once
+(so the figure is the runner's side of the reservation's round trip, without the spend
+service's PostgreSQL transaction).
 """
 
 from __future__ import annotations
@@ -27,8 +32,11 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
+from nats.aio.msg import Msg
+from nexus_events.contract import subjects
 from nexus_events.contract.streams import ensure_streams
 from nexus_events.events.runs import RunCompleted, RunConfig
+from nexus_events.events.spend import SpendDecision, SpendVerdict
 from nexus_events.transport.bus import Bus, BusSettings
 from nexus_runner.app import execute_run
 from nexus_runner.config import RunnerSettings
@@ -105,15 +113,26 @@ async def _bare(base_url: str, turns: int, *, wire_body: bool = False) -> float:
     return elapsed / turns
 
 
-async def _runner(base_url: str, nats_url: str, turns: int) -> float:
+async def _runner(base_url: str, nats_url: str, turns: int, *, reserved: bool = False) -> float:
+    """A whole run; `reserved`: each model call reserved first (`budget_reservations`
+    enforce, as deployed), answered granted at once by a NATS responder standing in for the
+    spend service (its PostgreSQL transaction left out: the runner's side of the round trip)."""
     bus = await Bus.connect(BusSettings(url=nats_url, name="bench-runner"), source="runner")
     await ensure_streams(bus.js)
+    responder = None
+    if reserved:
+        granted = SpendVerdict(decision=SpendDecision.GRANTED).model_dump_json().encode()
+
+        async def grant(msg: Msg) -> None:
+            await msg.respond(granted)
+
+        responder = await bus.nc.subscribe(f"{subjects.SPEND_RESERVE_PREFIX}.*", cb=grant)
     with tempfile.TemporaryDirectory() as tmp:
         settings = RunnerSettings(
             workspace_root=Path(tmp),
             stuck_idle_turns=turns + 10,
             heartbeat_interval=1.0,
-            budget_reservations="off",  # the runner alone: no spend service
+            budget_reservations="enforce" if reserved else "off",
         )
         config = RunConfig.model_validate(
             {
@@ -129,6 +148,8 @@ async def _runner(base_url: str, nats_url: str, turns: int) -> float:
         started = time.perf_counter()
         terminal = await execute_run(config, settings, bus)
         elapsed = time.perf_counter() - started
+    if responder is not None:
+        await responder.unsubscribe()
     await bus.close()
     assert isinstance(terminal, RunCompleted), terminal
     return elapsed / turns
@@ -140,6 +161,10 @@ async def _bare_wire(base_url: str, turns: int) -> float:
 
 async def _runner_at(nats_url: str, base_url: str, turns: int) -> float:
     return await _runner(base_url, nats_url, turns)
+
+
+async def _reserved_at(nats_url: str, base_url: str, turns: int) -> float:
+    return await _runner(base_url, nats_url, turns, reserved=True)
 
 
 async def _agents(base_url: str, turns: int) -> float:
@@ -199,7 +224,9 @@ async def run(nats_url: str) -> list[tuple[str, float, str, float]]:
         await _runner(llm.base_url, nats_url, 20)
     async with FakeOpenAI(default=_script(20)) as llm:
         await _agents(llm.base_url, 20)
-    samples: dict[str, list[float]] = {"bare": [], "wire": [], "nexus": [], "agents": []}
+    samples: dict[str, list[float]] = {
+        "bare": [], "wire": [], "nexus": [], "agents": [], "reserved": []
+    }  # fmt: skip
     # The same runs at SHORT turns too: the difference per extra turn is each contender's
     # marginal cost of a turn, free of what it pays once per run (client, workspace, git).
     marginal: dict[str, list[float]] = {k: [] for k in samples}
@@ -208,6 +235,7 @@ async def run(nats_url: str) -> list[tuple[str, float, str, float]]:
         "wire": _bare_wire,
         "nexus": functools.partial(_runner_at, nats_url),
         "agents": _agents,
+        "reserved": functools.partial(_reserved_at, nats_url),
     }
     for _ in range(ROUNDS):
         for name, contender in contenders.items():
@@ -220,8 +248,10 @@ async def run(nats_url: str) -> list[tuple[str, float, str, float]]:
             marginal[name].append(
                 (per_turn[TURNS] * TURNS - per_turn[SHORT] * SHORT) / (TURNS - SHORT)
             )
-    bare, wire, nexus, agents = (statistics.median(samples[k]) * 1e6 for k in samples)
-    m_bare, m_wire, m_nexus, m_agents = (statistics.median(marginal[k]) * 1e6 for k in marginal)
+    bare, wire, nexus, agents, reserved = (statistics.median(samples[k]) * 1e6 for k in samples)
+    m_bare, m_wire, m_nexus, m_agents, m_reserved = (
+        statistics.median(marginal[k]) * 1e6 for k in marginal
+    )
     return [
         ("bare openai-client loop, us/turn", bare, "", 0.0),
         ("bare loop, runner's request path (extra_body), us/turn", wire, "bare loop", wire / bare),
@@ -238,4 +268,10 @@ async def run(nats_url: str) -> list[tuple[str, float, str, float]]:
         ("marginal turn: openai-agents, us", m_agents, "bare loop", m_agents / m_bare),
         ("marginal overhead per turn: nexus runner vs bare extra_body loop, us",
          m_nexus - m_wire, "", 0.0),
+        # As deployed: every call reserved first (a responder grants at once).
+        ("nexus runner, calls reserved, us/turn", reserved, "nexus runner", reserved / nexus),
+        ("marginal turn: nexus runner, calls reserved, us", m_reserved, "bare loop",
+         m_reserved / m_bare),
+        ("marginal overhead per turn: reserved runner vs bare extra_body loop, us",
+         m_reserved - m_wire, "", 0.0),
     ]  # fmt: skip

@@ -127,6 +127,9 @@ class Checkpointer:
         # the agent's own index; kept for the run so its stat cache makes the check cheap.
         self._tmp = Path(tempfile.mkdtemp(prefix="nexus-checkpoint-"))
         self._index = self._tmp / "index"
+        # The private index as `git write-tree` last read it, and the tree it wrote.
+        self._index_stamp: tuple[int, int, int] | None = None
+        self._index_tree: str | None = None
         self._bucket: ObjectStore | None = None
         # Raises to stop a write (a superseded runner stores no more checkpoints).
         self._guard = guard or (lambda: None)
@@ -142,7 +145,15 @@ class Checkpointer:
             if real.is_file():  # its stat cache: only changed files are hashed
                 await asyncio.to_thread(shutil.copyfile, real, self._index)
         await self.git.run("add", "-A", env=env)
-        return (await self.git.run("write-tree", env=env)).output.strip()
+        # `git add` leaves the index file alone when nothing changed (it writes a new file and
+        # renames it over the old one otherwise): the same file, the same tree, and no second
+        # git process. A check after a call that wrote nothing (an MCP call) cost two.
+        stamp = _file_stamp(self._index)
+        if stamp is not None and stamp == self._index_stamp and self._index_tree is not None:
+            return self._index_tree
+        tree = (await self.git.run("write-tree", env=env)).output.strip()
+        self._index_stamp, self._index_tree = stamp, tree
+        return tree
 
     async def start(self) -> None:
         """Note the workspace as it is now (after the clone or a restore): unchanged from it,
@@ -278,3 +289,13 @@ class Checkpointer:
         if source_run_id is None:
             self.previous_object = checkpoint.object
             self.restored = checkpoint
+
+
+def _file_stamp(path: Path) -> tuple[int, int, int] | None:
+    """(inode, mtime ns, size) of `path`, None if it is not there: a file replaced by a rename
+    has another inode while the old one exists, and another mtime."""
+    try:
+        st = path.stat()
+    except OSError:
+        return None
+    return st.st_ino, st.st_mtime_ns, st.st_size

@@ -9,6 +9,7 @@ and global config is not read.
 from __future__ import annotations
 
 import re
+import stat
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
@@ -62,6 +63,9 @@ class Git:
         # Files not committed, as shown (a name holding a secret is redacted).
         self.withheld: list[str] = []
         self.empty_tree = EMPTY_TREE
+        # The filters blanked for the root, with the config's bytes they were listed from
+        # (the same bytes, the same drivers: the system config is the image's, not the agent's).
+        self._filters: tuple[bytes, tuple[str, ...]] | None = None
 
     def env(self, extra: dict[str, str] | None = None) -> dict[str, str]:
         """The environment of the runner's git commands."""
@@ -84,6 +88,18 @@ class Git:
         return ["git", *(part for item in settings for part in ("-c", item)), *args]
 
     async def _blanked_filters(self, cwd: Path) -> tuple[str, ...]:
+        """`_listed_filters` of `cwd`, listed again only when the repository's config file
+        changed: the listing is a git process of its own, and was one more process for each
+        of the runner's git commands (two for a checkpoint's check after each call)."""
+        config = _config_bytes(cwd) if cwd == self.root else None
+        if config is not None and self._filters is not None and self._filters[0] == config:
+            return self._filters[1]
+        blanked = await self._listed_filters(cwd)
+        if config is not None and config == _config_bytes(cwd):  # the same before and after
+            self._filters = (config, blanked)
+        return blanked
+
+    async def _listed_filters(self, cwd: Path) -> tuple[str, ...]:
         """``filter.<driver>.{clean,smudge,process}=`` for each filter driver the repository's
         config defines, and ``required=false`` (else git stops on the blanked filter)."""
         listed = await run_process(
@@ -267,3 +283,27 @@ class Git:
         if not own.search(tip.output):
             return None
         return theirs.strip()
+
+
+# Config text that makes git read other files (included ones, a worktree's own config): a
+# repository whose config holds any of these is listed for every command, uncached.
+_READS_OTHER_FILES = (b"include", b"worktreeconfig")
+
+
+def _config_bytes(root: Path) -> bytes | None:
+    """The bytes of ``<root>/.git/config``, the key of its filter listing; None (list every
+    time) when `.git` is not a directory, the config not a regular file, or it reads others."""
+    dot_git = root / ".git"
+    try:
+        if not stat.S_ISDIR(dot_git.lstat().st_mode):
+            return None
+        config = dot_git / "config"
+        if not stat.S_ISREG(config.lstat().st_mode):
+            return None
+        text = config.read_bytes()
+    except OSError:
+        return None
+    lowered = text.lower()
+    if any(word in lowered for word in _READS_OTHER_FILES):
+        return None
+    return text

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
@@ -95,6 +96,7 @@ class ModelClient(Protocol):
         tools: list[dict[str, Any]],
         on_delta: DeltaSink,
         on_retry: Callable[[int, float, str], Awaitable[None]] | None = None,
+        ready: Callable[[], Awaitable[None]] | None = None,
     ) -> Completion: ...
 
 
@@ -126,9 +128,11 @@ class LlmClient:
         tools: list[dict[str, Any]],
         on_delta: DeltaSink,
         on_retry: Callable[[int, float, str], Awaitable[None]] | None = None,
+        ready: Callable[[], Awaitable[None]] | None = None,
     ) -> Completion:
-        if self.before_call is not None:
-            await self.before_call(self.model, messages, tools, self.max_output_tokens)
+        """One whole turn. `ready` (the transcript's write-ahead) is awaited before the call is
+        sent, at the same time as the reservation: two round trips waited as one."""
+        await self._before_send(messages, tools, ready)
         attempt = 1
         while True:
             started = time.monotonic()
@@ -151,6 +155,32 @@ class LlmClient:
                 await on_retry(attempt, delay, error)
             await asyncio.sleep(delay)
             attempt += 1
+
+    async def _before_send(
+        self,
+        messages: list[dict[str, Any]],
+        tools: list[dict[str, Any]],
+        ready: Callable[[], Awaitable[None]] | None,
+    ) -> None:
+        """The reservation (`before_call`) and `ready`, overlapped; both done, or raises."""
+        if self.before_call is None:
+            if ready is not None:
+                await ready()
+            return
+        if ready is None:
+            await self.before_call(self.model, messages, tools, self.max_output_tokens)
+            return
+        reserving = asyncio.ensure_future(
+            self.before_call(self.model, messages, tools, self.max_output_tokens)
+        )
+        try:
+            await ready()
+        except BaseException:
+            reserving.cancel()  # no call follows: a reservation in flight is not waited for
+            with contextlib.suppress(BaseException):
+                await reserving
+            raise
+        await reserving
 
     def _params(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]]) -> Any:
         # The SDK walks every request body against its TypedDict graph before sending it: with

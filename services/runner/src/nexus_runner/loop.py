@@ -259,13 +259,11 @@ class AgentLoop:
                 # Re-read each turn: MCP tools of a server that kept crashing are withdrawn.
                 self._tool_specs = self._offered()
                 await self._fit_context(turn)
-                if self.transcript is not None:
-                    # Write-ahead: what this call sends is stored before it is sent.
-                    waited = time.monotonic()
-                    await self.transcript.flush()
-                    self.transcript_wait += time.monotonic() - waited
+                # Write-ahead: what this call sends is stored before it is sent (the client
+                # waits for it at the same time as the call's reservation).
+                ready = self._flush_transcript if self.transcript is not None else None
                 completion = await self.llm.complete(
-                    self.messages, self._tool_specs, on_delta, on_retry
+                    self.messages, self._tool_specs, on_delta, on_retry, ready
                 )
             except LlmUnavailable as exc:
                 raise RunStopped(RunStatus.FAILED, Reason.LLM_UNAVAILABLE, str(exc)) from exc
@@ -301,6 +299,12 @@ class AgentLoop:
                 )
             )
         return completion
+
+    async def _flush_transcript(self) -> None:
+        assert self.transcript is not None
+        waited = time.monotonic()
+        await self.transcript.flush()
+        self.transcript_wait += time.monotonic() - waited
 
     async def _fit_context(self, turn: int) -> None:
         """Condense the conversation when this call would pass the context budget: each

@@ -193,6 +193,75 @@ async def test_the_runners_git_runs_nothing_the_repository_names(tmp_path: Path)
     assert sh(origin, "show", f"{sha}:b.txt") == "b\n"
 
 
+async def test_filters_planted_after_the_runners_git_ran_are_still_blanked(
+    tmp_path: Path,
+) -> None:
+    """The filter listing is kept while the config's bytes stay the same (one git process a
+    command, not two); a config changed since, in place too, is listed again."""
+    git, origin, _ = await workspace(tmp_path)
+    listings: list[Path] = []
+    real_list = git._listed_filters
+
+    async def counting(cwd: Path) -> tuple[str, ...]:
+        listings.append(cwd)
+        return await real_list(cwd)
+
+    git._listed_filters = counting  # type: ignore[method-assign]
+    for _ in range(3):
+        await git.status()
+    assert len(listings) <= 1  # the config unchanged since the clone: listed once at most
+    before = len(listings)
+    marker = tmp_path / "ran"
+    plant_programs(git.root, marker)
+    (git.root / "b.txt").write_text("b\n")
+    await git.status()
+    assert len(listings) == before + 1
+    sha = await git.commit("work")
+    assert sha is not None
+    assert not marker.exists()
+
+    # An edit in place that keeps the size and the times: the bytes differ, so listed again.
+    config = git.root / ".git" / "config"
+    text = config.read_text()
+    times = config.stat()
+    config.write_text(text.replace('filter "evil"', 'filter "evIl"'))
+    os.utime(config, ns=(times.st_atime_ns, times.st_mtime_ns))
+    # The attributes name the renamed driver: a listing kept from before would not blank it.
+    (git.root / ".gitattributes").write_text("* filter=evIl\n")
+    (git.root / "c.txt").write_text("c\n")
+    assert await git.commit("more") is not None
+    assert len(listings) >= before + 2
+    assert not marker.exists()
+    assert await git.push(str(origin), BRANCH) is not None
+    assert not marker.exists()
+
+
+async def test_a_config_that_includes_another_is_listed_for_every_command(
+    tmp_path: Path,
+) -> None:
+    git, _, _ = await workspace(tmp_path)
+    included = tmp_path / "more.cfg"
+    included.write_text("")
+    sh(git.root, "config", "include.path", str(included))
+    listings: list[Path] = []
+    real_list = git._listed_filters
+
+    async def counting(cwd: Path) -> tuple[str, ...]:
+        listings.append(cwd)
+        return await real_list(cwd)
+
+    git._listed_filters = counting  # type: ignore[method-assign]
+    await git.status()
+    # A filter defined in the included file only: the config's own bytes do not change.
+    marker = tmp_path / "ran"
+    included.write_text(f'[filter "evil"]\n\tclean = touch {marker}; cat\n\trequired = true\n')
+    (git.root / ".gitattributes").write_text("* filter=evil\n")
+    (git.root / "b.txt").write_text("b\n")
+    assert await git.commit("work") is not None
+    assert not marker.exists()
+    assert len(listings) >= 2
+
+
 @pytest.mark.parametrize("size", [0, 1, 8000])
 async def test_odd_sized_blobs_are_read_whole(tmp_path: Path, size: int) -> None:
     git, _, base = await workspace(tmp_path)

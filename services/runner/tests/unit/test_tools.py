@@ -73,7 +73,8 @@ async def test_file_tools_roundtrip(tmp_path: Path) -> None:
 
 
 async def test_file_tools_run_off_the_event_loop(tmp_path: Path, monkeypatch) -> None:
-    """A walk of a huge tree or a slow disk must not stall heartbeats and cancellation."""
+    """A walk of a huge tree or a slow disk must not stall heartbeats and cancellation: a
+    search runs in a worker thread, a listing moves there past its first few steps."""
     import threading
 
     from nexus_runner.tools import builtin
@@ -82,16 +83,58 @@ async def test_file_tools_run_off_the_event_loop(tmp_path: Path, monkeypatch) ->
     real_walk = os.fwalk
 
     def recording_walk(*a: Any, **kw: Any) -> Any:
-        threads.append(threading.current_thread().name)
-        return real_walk(*a, **kw)
+        for entry in real_walk(*a, **kw):
+            threads.append(threading.current_thread().name)  # where each directory is read
+            yield entry
 
     monkeypatch.setattr(builtin.os, "fwalk", recording_walk)
     reg = make_registry(tmp_path)
     await call(reg, "write_file", path="a.txt", content="hello\n")
-    assert (await call(reg, "list_files", pattern="*"))[2] == "a.txt"
     assert (await call(reg, "search_files", pattern="hello"))[2] == "a.txt:1: hello"
-    assert len(threads) == 2
-    assert threading.main_thread().name not in threads
+    assert threads == [threads[0]]
+    assert threads[0] != threading.main_thread().name
+
+    # A small tree: listed on the loop, without a worker thread's hop (docs/performance.md).
+    threads.clear()
+    assert (await call(reg, "list_files", pattern="*"))[2] == "a.txt"
+    assert threads == [threading.main_thread().name]
+
+    # A tree of more directories than the inline steps: the rest of the walk in a thread,
+    # and the listing whole.
+    dirs = builtin.INLINE_WALK_STEPS * 2
+    for n in range(dirs):
+        (tmp_path / f"d{n:03}").mkdir()
+        (tmp_path / f"d{n:03}" / "f.txt").write_text("x")
+    threads.clear()
+    listed = (await call(reg, "list_files", pattern="f.txt"))[2].splitlines()
+    assert listed == [f"d{n:03}/f.txt" for n in range(dirs)]
+    on_loop = [t for t in threads if t == threading.main_thread().name]
+    assert 0 < len(on_loop) <= builtin.INLINE_WALK_STEPS
+    assert len(threads) - len(on_loop) >= dirs - builtin.INLINE_WALK_STEPS
+
+
+async def test_a_listing_of_many_names_in_one_directory_leaves_the_loop(tmp_path: Path) -> None:
+    """One directory of many files is many steps too (a step per WALK_STEP_NAMES names)."""
+    import threading
+
+    from nexus_runner.tools import builtin, stepped
+
+    names = builtin.WALK_STEP_NAMES * (builtin.INLINE_WALK_STEPS + 2)
+    for n in range(names):
+        (tmp_path / f"f{n:05}.txt").touch()
+    hops: list[str] = []
+    real_to_thread = stepped.asyncio.to_thread
+
+    async def recording_to_thread(fn: Any, /, *args: Any) -> Any:
+        hops.append(threading.current_thread().name)
+        return await real_to_thread(fn, *args)
+
+    reg = make_registry(tmp_path)
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(stepped.asyncio, "to_thread", recording_to_thread)
+        out = (await call(reg, "list_files", pattern="*.txt", limit=names + 1))[2].splitlines()
+    assert out == [f"f{n:05}.txt" for n in range(names)]
+    assert len(hops) == 1
 
 
 async def test_search_files_skips_huge_files_and_says_so(tmp_path: Path) -> None:

@@ -101,12 +101,15 @@ class ReplayingLlm:
         tools: list[dict[str, Any]],
         on_delta: DeltaSink,
         on_retry: Callable[[int, float, str], Awaitable[None]] | None = None,
+        ready: Callable[[], Awaitable[None]] | None = None,
     ) -> Completion:
         self.calls += 1
         if self.diverged is None:
             turn = self.calls
             found = self._divergence(turn, messages)
             if found is None:
+                if ready is not None:  # no call, but the same write-ahead as a live turn
+                    await ready()
                 completion = served(self.source.calls[turn - 1])
                 if completion.text:
                     await on_delta("llm_text", completion.text)
@@ -115,7 +118,7 @@ class ReplayingLlm:
             await self.pub.event(found.event(turn, self.on_divergence))
             if self.on_divergence is OnDivergence.STOP:
                 raise ReplayStoppedError(turn, found)
-        return await self.live.complete(messages, tools, on_delta, on_retry)
+        return await self.live.complete(messages, tools, on_delta, on_retry, ready)
 
 
 __all__ = ["ReplayStoppedError", "ReplayingLlm", "served"]

@@ -9,7 +9,7 @@ import fnmatch
 import os
 import re
 import stat
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import Awaitable, Callable, Generator, Iterator
 from pathlib import PurePosixPath
 from typing import TYPE_CHECKING, Any
 
@@ -19,6 +19,7 @@ from nexus_runner.plan import READ_SKILL
 from nexus_runner.process import run_process
 from nexus_runner.safety import SECRET_REFUSAL
 from nexus_runner.tools import args as a
+from nexus_runner.tools.stepped import finish_in_thread
 
 if TYPE_CHECKING:
     from nexus_runner.tools.context import ToolContext
@@ -31,8 +32,13 @@ MAX_SEARCH_FILE_BYTES = 1_000_000
 MAX_SEARCH_TOTAL_BYTES = 64_000_000
 
 # The file tools below touch the disk (stat, walk, read, write): each runs in a worker thread,
-# so a large tree or a slow disk never blocks the event loop (heartbeats, cancellation). They
+# so a large tree or a slow disk never blocks the event loop (heartbeats, cancellation); a
+# listing starts on the loop and goes on in a thread past a few steps (`list_files`). They
 # open files only through the workspace (nexus_runner.beneath: atomically, beneath its root).
+# A listing's steps on the event loop before the rest goes to a worker thread: a step is a
+# directory entered or WALK_STEP_NAMES names matched, so the loop is held well under 1 ms.
+INLINE_WALK_STEPS = 16
+WALK_STEP_NAMES = 256
 
 
 async def read_file(ctx: ToolContext, args: a.ReadFileArgs) -> str:
@@ -86,7 +92,11 @@ def _edit_file(ctx: ToolContext, args: a.EditFileArgs) -> str:
 
 
 async def list_files(ctx: ToolContext, args: a.ListFilesArgs) -> str:
-    return await asyncio.to_thread(_list_files, ctx, args)
+    # A listing of a small tree takes well under a millisecond; handing it to a worker
+    # thread cost 0.5 ms a call idle and several under CPU load (the thread's wake-up and the
+    # GIL's hand-off), most of a turn's tool time (docs/performance.md, "The runner's marginal
+    # turn"). So the walk starts here and moves to a thread only past INLINE_WALK_STEPS.
+    return await finish_in_thread(_list_files(ctx, args), INLINE_WALK_STEPS)
 
 
 def _walk(fd: int, base: str) -> Iterator[tuple[str, list[str], int]]:
@@ -104,11 +114,17 @@ def _joined(rel: str, name: str) -> str:
     return name if rel == "." else f"{rel}/{name}"
 
 
-def _list_files(ctx: ToolContext, args: a.ListFilesArgs) -> str:
+def _list_files(ctx: ToolContext, args: a.ListFilesArgs) -> Generator[None, None, str]:
+    """The listing, one step per directory and per WALK_STEP_NAMES names looked at."""
     found: list[str] = []
+    looked = 0
     with ctx.workspace.directory(args.path) as opened:
         for rel, filenames, _ in _walk(opened.fd, opened.rel):
+            yield
             for name in filenames:
+                looked += 1
+                if looked % WALK_STEP_NAMES == 0:
+                    yield
                 if fnmatch.fnmatch(name, args.pattern):
                     found.append(_joined(rel, name))
                     if len(found) >= args.limit:
