@@ -14,7 +14,7 @@ import pytest
 from nexus_events.contract import subjects
 from nexus_events.contract.codec import Encoded
 from nexus_events.contract.streams import DLQ, RUNS
-from nexus_events.errors import BusError, BusUnavailable, PublishFailed
+from nexus_events.errors import BusError, BusUnavailable, InvalidSubject, PublishFailed
 from nexus_events.events import DeadLetter, RunHeartbeat, RunRequested, RunTurn
 from nexus_events.transport.bus import Bus, BusSettings, ConsumerSpec, Delivery, Outgoing
 from nexus_testing import NatsServer, dead_letters, eventually
@@ -208,6 +208,17 @@ async def test_publish_many_returns_acks_in_order_and_stores_all(bus: Bus):
         raw = await bus.js.get_msg(RUNS, ack.seq)
         assert raw.subject == item.subject
         assert type(item.event).model_validate_json(raw.data) == item.event
+
+
+async def test_publish_many_checks_every_subject_and_event_type_pair(bus: Bus):
+    # The batch checks each (subject, event type) pair once: a later mismatch on a subject
+    # already seen with the right type must still be refused, before anything is sent.
+    subject = subjects.run_event("run_x", "heartbeat")
+    items = [Outgoing(subject, RunHeartbeat(seq=i)) for i in range(5)]
+    items.append(Outgoing(subject, RunTurn(turn=1)))
+    with pytest.raises(InvalidSubject):
+        await bus.publish_many(items)
+    assert await stored(bus, RUNS) == 0
 
 
 async def test_replay_from_a_sequence_filtered_to_one_run(bus: Bus):

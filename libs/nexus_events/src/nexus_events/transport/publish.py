@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections import deque
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
@@ -48,6 +49,33 @@ def _retryable_api_error(exc: BaseException) -> bool:
     return isinstance(exc, nats.js.errors.ServiceUnavailableError) or (
         isinstance(exc, nats.js.errors.APIError) and exc.err_code == _IN_PROCESS
     )
+
+
+def _acked(fut: asyncio.Future[PubAck]) -> bool:
+    """Whether a settled publish future holds an ack (not an error, not cancelled)."""
+    return not fut.cancelled() and fut.exception() is None
+
+
+async def _make_room(
+    in_flight: deque[asyncio.Future[PubAck]], window: int, ack_wait: float
+) -> str | None:
+    """Drop settled futures from the head of `in_flight` and, while the window is full, wait
+    (at most `ack_wait` seconds) for the oldest. None once a slot is free; else why the round
+    stops: "" for a failed ack (an election fails every later one alike, read with the others after
+    the round) or the timeout. (nats-py's own wait_stall starts a task per send; without a
+    bound, acks lost with a killed leader would hold their slots, and the round, forever.)"""
+    while in_flight:
+        head = in_flight[0]
+        if not head.done():
+            if len(in_flight) < window:
+                return None
+            await asyncio.wait((head,), timeout=ack_wait)
+            if not head.done():
+                return f"no ack within {ack_wait}s"
+        in_flight.popleft()
+        if not _acked(head):
+            return ""
+    return None
 
 
 # Waits between publish attempts: 50 ms, doubling, at most 1 s (a reconnect takes ~0.1-2 s).
@@ -169,16 +197,27 @@ class Publisher:
         raises `PublishFailed` as a whole. They are sent in input order, but a retried message
         can be stored after later ones that went through before the failure.
         """
-        encoded = [
-            self.encode(
-                o.subject,
-                o.event,
-                msg_id=o.msg_id,
-                correlation_id=o.correlation_id,
-                causation_id=o.causation_id,
+        # One trace context for the batch (it is encoded at once, under one current span),
+        # and each (subject, event type) pair checked once: in the profile of 20,000
+        # heartbeats, a propagate.inject per message was 40 % of the encoding.
+        trace = telemetry.inject({})
+        checked: set[tuple[str, type[Event]]] = set()
+        encoded: list[Encoded] = []
+        for o in items:
+            pair = (o.subject, type(o.event))
+            encoded.append(
+                codec.encode(
+                    o.subject,
+                    o.event,
+                    source=self.source,
+                    msg_id=o.msg_id,
+                    correlation_id=o.correlation_id,
+                    causation_id=o.causation_id,
+                    headers=trace,
+                    check_subject=pair not in checked,
+                )
             )
-            for o in items
-        ]
+            checked.add(pair)
         return await self.publish_many_encoded(encoded, window=window)
 
     async def publish_many_encoded(
@@ -229,21 +268,16 @@ class Publisher:
         js = self._pipelined_js(window)
         timeout = self.settings.publish_timeout
         sent: list[tuple[int, asyncio.Future[PubAck]]] = []
-        pending: set[asyncio.Future[PubAck]] = set()
+        # In flight, oldest first. A full window waits on its oldest future alone: one stream's
+        # acks come back in order, and asyncio.wait over the whole window added and removed
+        # a done-callback on each of its futures per wait (a fifth of publish_many's profile).
+        in_flight: deque[asyncio.Future[PubAck]] = deque()
         error = ""
         for i in todo:
-            if len(pending) >= window:
-                # The window is full: wait for a free slot here, bounded. (nats-py's own
-                # wait_stall starts a task per send; without any bound, acks lost with a
-                # killed leader would hold their slots, and this loop, forever.)
-                done, pending = await asyncio.wait(
-                    pending, timeout=timeout, return_when=asyncio.FIRST_COMPLETED
-                )
-                if not done:
-                    error = f"no ack within {timeout}s"
-                    break
-                if any(f.cancelled() or f.exception() is not None for f in done):
-                    break  # an election fails every later one alike: they go next round
+            stop = await _make_room(in_flight, window, timeout)
+            if stop is not None:
+                error = stop
+                break
             enc = encoded[i]
             try:
                 fut = await js.publish_async(enc.subject, enc.body, headers=enc.headers)
@@ -256,7 +290,8 @@ class Publisher:
                 error = f"{type(exc).__name__}: {exc}"
                 break
             sent.append((i, fut))
-            pending.add(fut)
+            in_flight.append(fut)
+        pending = [f for f in in_flight if not f.done()]
         if pending:
             # publish_async futures have no timeout of their own, and nats-py never settles
             # one whose reply is a JetStream API error (it raises in its reply callback).
