@@ -21,6 +21,7 @@ from pathlib import Path
 
 import psutil
 import pytest
+from nexus_testing import eventually_blocking
 
 from tests.support import devstack
 
@@ -43,6 +44,17 @@ class Stack(devstack.Stack):
             if cwd.startswith(runs):
                 pids[f"runner:{proc.pid}"] = proc.pid
         return pids
+
+    def until_status(self, run_id: str, statuses: set[str], within: float = RUN_WAIT) -> str:
+        """Wait until the run's status is one of `statuses` (read in this process: a poll
+        through the CLI would cost the stack a second of CPU each); that status."""
+        status: str = eventually_blocking(
+            lambda: self.status(run_id),
+            lambda s: s in statuses,
+            within=within,
+            what=f"{run_id} {'/'.join(sorted(statuses))}",
+        )
+        return status
 
 
 def e2e_env(tmp: Path) -> dict[str, str]:

@@ -42,6 +42,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from nexus_events.contract import subjects
+from nexus_events.contract.runstate import RunStatus
+from nexus_events.contract.streams import MEMORY
+from nexus_events.events import MemoryExtracted
 from nexus_events.transport.bus import Bus
 from nexus_events.transport.connect import BusSettings
 from nexus_testing import eventually_blocking
@@ -121,6 +125,20 @@ async def _streams(settings: BusSettings) -> list[tuple[str, str, str]]:
             async for msg in bus.replay_raw(name):
                 out.append((name, msg.subject, msg.data.decode(errors="replace")))
         return out
+    finally:
+        await bus.close()
+
+
+async def _extracted(settings: BusSettings) -> set[str]:
+    """The runs memory is done with: each has its `extracted` event, published last."""
+    bus = await Bus.connect(settings, source="honeytoken-test")
+    try:
+        done = subjects.memory_events_filter(event=MemoryExtracted.event_name)
+        return {
+            d.event.run_id
+            async for d in bus.replay(MEMORY, filter_subject=done)
+            if isinstance(d.event, MemoryExtracted)
+        }
     finally:
         await bus.close()
 
@@ -416,8 +434,18 @@ def test_a_hostile_agent_leaks_nothing_and_escapes_nowhere(setup: Setup, tmp_pat
                    "--repo", str(world.origin), "--input", "[honey:racer] Race.")  # fmt: skip
             status = _until_ended(stack, w.ATTACKER_RUN)
         racer_status = _until_ended(stack, w.RACER_RUN)
-        _until_ended(stack, w.VICTIM_RUN)
-        time.sleep(10)  # memory's extraction of the finished runs (a leak would land there)
+        victim_status = _until_ended(stack, w.VICTIM_RUN)
+        # Memory's extraction of the finished runs (a leak would land there): the memory
+        # service extracts from completed and failed runs (its default settings).
+        ended = {w.ATTACKER_RUN: status, w.RACER_RUN: racer_status, w.VICTIM_RUN: victim_status}
+        extracting = {RunStatus.COMPLETED, RunStatus.FAILED}
+        learnt = {run for run, s in ended.items() if s in extracting}
+        eventually_blocking(
+            lambda: asyncio.run(_extracted(_bus_settings(stack))),
+            lambda done: learnt <= done,
+            within=120,
+            interval=1,
+        )
         stack.remember_processes()
 
         found = Findings(attack)

@@ -213,11 +213,8 @@ def test_a_burst_of_poison_stops_nothing(stack: Stack, demo_repo: Path, tmp_path
 @pytest.mark.usefixtures("catalog")
 def test_bg_then_attach_and_logs(stack: Stack, demo_repo: Path) -> None:
     run_id = _bg(stack, "implementer", "--repo", str(demo_repo), "--input", "fix it")
-    snap = eventually_blocking(
-        lambda: stack.nexus("attach", run_id, "-o", "json").json(),
-        lambda s: s["run"]["status"] in {"completed", "failed", "cancelled"},
-        within=RUN_WAIT,
-    )
+    stack.until_status(run_id, {"completed", "failed", "cancelled"})
+    snap = stack.nexus("attach", run_id, "-o", "json").json()
     assert snap["run"]["status"] == "completed", snap
     assert snap["run"]["result"]["branch"] == f"nexus/{run_id}"
     human = stack.nexus("attach", run_id)
@@ -258,10 +255,8 @@ def test_approve_a_gated_call(stack: Stack) -> None:
     assert stack.nexus("approve", run_id, "apr-nope").code == 3
     approved = stack.nexus("approve", run_id, approval, "-m", "go ahead")
     assert approved.code == 0, approved.stderr
-    snap = eventually_blocking(
-        lambda: stack.nexus("attach", run_id, "-o", "json").json(),
-        lambda s: s["run"]["status"] == "completed",
-    )
+    stack.until_status(run_id, {"completed"}, within=30)
+    snap = stack.nexus("attach", run_id, "-o", "json").json()
     assert snap["run"]["result"]["summary"] == "The approved command ran."
     settled = stack.nexus("deny", run_id, approval)
     assert settled.code == 2
@@ -276,10 +271,8 @@ def test_deny_a_gated_call(stack: Stack) -> None:
     approval = _approval_id(stack, run_id)
     denied = stack.nexus("deny", run_id, approval, "-m", "not today")
     assert denied.code == 0, denied.stderr
-    snap = eventually_blocking(
-        lambda: stack.nexus("attach", run_id, "-o", "json").json(),
-        lambda s: s["run"]["status"] == "completed",
-    )
+    stack.until_status(run_id, {"completed"}, within=30)
+    snap = stack.nexus("attach", run_id, "-o", "json").json()
     assert "not approved" in snap["run"]["result"]["summary"]
     decided = [e for e in stack.events(run_id) if e["event"] == "approval_decided"]
     assert decided[-1]["body"]["decision"] == "denied"
@@ -313,11 +306,10 @@ def test_core_killed_mid_run_is_restarted_and_the_run_completes(
         lambda: stack.nexus("dev", "status").code, lambda code: code == 0, within=60
     )
     stack.remember_processes()
-    snap = eventually_blocking(
-        lambda: stack.nexus("attach", run_id, "-o", "json"),
-        lambda r: r.code == 0 and r.json()["run"]["status"] in {"completed", "failed"},
-        within=RUN_WAIT,
-    ).json()
+    stack.until_status(run_id, {"completed", "failed"})
+    attached = stack.nexus("attach", run_id, "-o", "json")
+    assert attached.code == 0, attached.stderr
+    snap = attached.json()
     assert snap["run"]["status"] == "completed", snap
     assert "return a + b" in _branch_file(demo_repo, f"nexus/{run_id}", "calc.py")
     status = stack.nexus("dev", "status", "-o", "json").json()

@@ -10,6 +10,7 @@ service (a second core) beside the stack, with that service's very environment.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import json
 import os
@@ -20,12 +21,23 @@ import sys
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Awaitable, Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
+import nats.errors
 import psutil
+from nexus_cli.client import Session
+from nexus_cli.devstack.nats_auth import without_credentials
+from nexus_cli.errors import CliError, ExitCode
+from nexus_cli.options import DEFAULT_TIMEOUT
+from nexus_cli.target import Target
+from nexus_events.contract.codec import Decoded
+from nexus_events.contract.streams import RUNS
+from nexus_events.errors import BusError
+
+T = TypeVar("T")
 
 
 @dataclass
@@ -68,14 +80,40 @@ class Stack:
         return json.loads((self.home / "state.json").read_text())
 
     def status(self, run_id: str) -> str:
-        result = self.nexus("attach", run_id, "-o", "json")
-        return result.json()["run"]["status"] if result.code == 0 else f"exit {result.code}"
+        """The run's status as core projects it (`nexus attach`'s), or "exit N" with the exit
+        code `nexus attach` would have had (3: no such run, 4: NATS or core unreachable)."""
+
+        async def ask(s: Session) -> str:
+            return str((await s.get_run(run_id))["status"])
+
+        return self._read(ask, lambda code: f"exit {code}")
 
     def events(self, run_id: str) -> list[dict[str, Any]]:
-        """The run's events so far (none while the run is not known yet)."""
-        result = self.nexus("events", run_id, "-o", "json")
-        events: list[dict[str, Any]] = result.json()["events"] if result.code == 0 else []
-        return events
+        """The run's events so far, as `nexus events -o json` lists them (none while the run
+        is not known yet, or while NATS cannot be read)."""
+
+        async def read(s: Session) -> list[dict[str, Any]]:
+            return [_event_dict(d) async for d in s.bus.replay(RUNS, run_id=run_id)]
+
+        return self._read(read, lambda _: [])
+
+    def _read(self, query: Callable[[Session], Awaitable[T]], failed: Callable[[int], T]) -> T:
+        """`query` through the CLI's own client, in this process: the tests poll runs often,
+        and a CLI process costs about a second of CPU that the stack under test needs (a
+        test that checks the CLI itself runs `nexus`)."""
+        url, user, password = without_credentials(self.state()["nats_url"])
+        target = Target("test", url, None, self.home, user, password)
+
+        async def session() -> T:
+            async with Session(target, DEFAULT_TIMEOUT) as s:
+                return await query(s)
+
+        try:
+            return asyncio.run(session())
+        except CliError as exc:
+            return failed(int(exc.code))
+        except (BusError, nats.errors.Error):  # as the CLI: a bus failure leaves as exit 4
+            return failed(int(ExitCode.UNAVAILABLE))
 
     def stack_pids(self) -> dict[str, int]:
         """The processes to check at teardown, by label: the supervisor and every service."""
@@ -94,6 +132,17 @@ class Stack:
 
     def leaked(self) -> list[str]:
         return [label for label, proc in self.seen.items() if _alive(proc)]
+
+
+def _event_dict(d: Decoded) -> dict[str, Any]:
+    """One event as `nexus events -o json` shows it."""
+    return {
+        "seq": d.envelope.stream_seq,
+        "event": d.address.event,
+        "time": d.envelope.timestamp.isoformat() if d.envelope.timestamp else None,
+        "source": d.envelope.source,
+        "body": d.event.model_dump(mode="json", exclude_none=True),
+    }
 
 
 def _alive(proc: psutil.Process) -> bool:
