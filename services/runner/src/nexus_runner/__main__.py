@@ -44,7 +44,14 @@ def main(argv: list[str] | None = None) -> None:
     source = parser.add_mutually_exclusive_group(required=True)
     source.add_argument("--config", help="Path of a RunConfig JSON file.")
     source.add_argument("--run-id", help="Read the config from the run's prepared event.")
+    source.add_argument(
+        "--warm-claim", action="store_true", help="A warm pod: wait on NEXUS_WARM_SLOT's subject."
+    )
     args = parser.parse_args(argv)
+    if args.warm_claim:
+        from nexus_runner.warm_claim import main as serve_warm_claim
+
+        serve_warm_claim()
     settings = load_settings("runner", RunnerSettings)  # bad settings: one line, exit 2
     setup_logging("runner")
     telemetry.setup_telemetry("runner")
