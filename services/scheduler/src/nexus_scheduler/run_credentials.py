@@ -165,6 +165,9 @@ def verify_slot(key: bytes, user: str, password: str, *, now: float) -> SlotCred
 # Past the run's wall-clock budget, the credential lasts this long more: the run's start
 # (an image pull) and its end (publishing the terminal event) happen outside the budget.
 EXPIRY_MARGIN_SECONDS = 3600
+# A warm pod's slot credential: a pod idle longer is disconnected, its hand-off unanswered, and
+# it is replaced (its run starts cold). It grants no more than its slot's hand-offs.
+SLOT_CREDENTIAL_TTL_SECONDS = 7 * 24 * 3600
 
 
 class RunCredentialMinter:
@@ -211,6 +214,7 @@ class RunCredentialMinter:
 
 __all__ = [
     "EXPIRY_MARGIN_SECONDS",
+    "SLOT_CREDENTIAL_TTL_SECONDS",
     "USER_PREFIX",
     "WARM_USER_PREFIX",
     "CredentialRefusedError",
