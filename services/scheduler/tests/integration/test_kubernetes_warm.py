@@ -269,3 +269,29 @@ async def test_a_restarted_scheduler_adopts_claimed_pods_and_discards_idle_ones(
         await second.close()
         first.warm.idle.clear()
         await first.close()
+
+
+async def test_a_scheduler_that_died_between_label_and_hand_off_is_made_good_on_restart(
+    fake: Any, scheduler_nc: Client, pods: Pods
+) -> None:
+    first = _runtime(fake, scheduler_nc, {"default": 1})
+    await first.start()
+    await first.start_run(config("run-0"))
+    await eventually(lambda: _count(pods, 1), what="a warm Job")
+    [pod] = first.warm.idle["implementer"]
+    assert await first.warm._label(pod, config("run-1"))  # labelled, then the crash
+    for task in first._watch_tasks:
+        task.cancel()
+    first.warm.idle.clear()
+    second = _runtime(fake, scheduler_nc, {"default": 1})
+    await second.start()
+    try:
+        await eventually(lambda: _true(pod.job in second._statuses), what="watched")
+        handle = await second.start_run(config("run-1"))
+        assert handle.handle == pod.job
+        claim = pods.claims[pod.slot]
+        assert claim.handoff is not None
+        assert claim.handoff.config.run_id == "run-1"
+    finally:
+        await second.close()
+        await first.close()

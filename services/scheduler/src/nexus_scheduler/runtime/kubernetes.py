@@ -26,6 +26,7 @@ import tenacity
 from kubernetes_asyncio import client, config, watch
 from kubernetes_asyncio.client.exceptions import ApiException
 from nexus_events.events import RunConfig
+from nexus_events.events.warm import WarmClaimStatus, WarmHandoff
 from nexus_events.runtime import telemetry
 
 from nexus_scheduler.runtime.base import AgentRuntimeError, RunHandle, RuntimeState, RuntimeStatus
@@ -178,25 +179,26 @@ class KubernetesRuntime:
                 self._served_by[labels[SERVES_LABEL]] = job.metadata.name
 
     async def close(self) -> None:
-        for refill in list(self._refills):
-            refill.cancel()
-        with contextlib.suppress(Exception):  # idle pods cost; a restart discards them anyway
-            await self.warm.discard_all()
-        for task in self._watch_tasks:
+        # The watches first: their events start refills, which must not outlive the runtime.
+        for task in [*self._watch_tasks, *self._refills]:
             task.cancel()
-        for task in self._watch_tasks:
-            with contextlib.suppress(asyncio.CancelledError):
+        for task in [*self._watch_tasks, *self._refills]:
+            with contextlib.suppress(asyncio.CancelledError, Exception):
                 await task
         self._watch_tasks = []
+        self._refills.clear()
+        with contextlib.suppress(Exception):  # idle pods cost; a restart discards them anyway
+            await asyncio.wait_for(self.warm.discard_all(), self.settings.request_timeout)
         if self._api is not None:
             await self._api.close()
             self._api = None
 
     async def start_run(self, config_: RunConfig) -> RunHandle:
+        credentials = self.credentials(config_) if self.credentials else {}
         served = self._served_by.get(job_name(config_.run_id, config_.attempt))
         if served is not None:  # adopt: a warm Job claimed this attempt
+            await self._hand_again(config_, served, credentials)
             return RunHandle(self.kind, served)
-        credentials = self.credentials(config_) if self.credentials else {}
         try:
             warm = await self._claim_warm(config_, credentials)
         finally:
@@ -205,16 +207,39 @@ class KubernetesRuntime:
             return RunHandle(self.kind, warm)
         return await self._start_cold(config_, credentials)
 
-    async def _claim_warm(self, config_: RunConfig, credentials: Mapping[str, str]) -> str | None:
-        name = job_name(config_.run_id, config_.attempt)
-        if not self.warm.enabled or name in self._statuses:
-            return None
-        env = {
+    async def _hand_again(
+        self, config_: RunConfig, served: str, credentials: Mapping[str, str]
+    ) -> None:
+        """Send the hand-off to the warm Job labelled for this attempt once more: a scheduler
+        that labelled it may have died before sending. The pod accepts the same run again (or
+        has exited after serving it: no answer); either way the Job stays the attempt's."""
+        job = self._statuses.get(served)
+        slot = (job.metadata.labels or {}).get(WARM_SLOT_LABEL) if job is not None else None
+        if slot is None or self.warm.sender is None:
+            return
+        handoff = WarmHandoff(config=config_, env=self._run_env(config_, credentials))
+        answer = await self.warm.sender(slot, handoff)
+        if answer is not None and answer.status is not WarmClaimStatus.ACCEPTED:
+            log.error(
+                "warm Job %s is labelled for %s attempt %d but serves %s attempt %d",
+                served, config_.run_id, config_.attempt, answer.run_id, answer.attempt,
+            )  # fmt: skip
+
+    @staticmethod
+    def _run_env(config_: RunConfig, credentials: Mapping[str, str]) -> dict[str, str]:
+        """The run's own environment a warm pod is handed (a cold pod's comes in its spec)."""
+        return {
             "NEXUS_RUN_ID": config_.run_id,
             "HOME": WORKSPACE_MOUNT,
             **telemetry.trace_env(),
             **credentials,
         }
+
+    async def _claim_warm(self, config_: RunConfig, credentials: Mapping[str, str]) -> str | None:
+        name = job_name(config_.run_id, config_.attempt)
+        if not self.warm.enabled or name in self._statuses:
+            return None
+        env = self._run_env(config_, credentials)
         try:
             warm = await self.warm.claim(config_, env)
         except (ApiException, aiohttp.ClientError, TimeoutError) as exc:
