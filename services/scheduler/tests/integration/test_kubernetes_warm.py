@@ -60,8 +60,9 @@ class Pods:
             for job in self.warm_jobs():
                 slot = job["metadata"]["labels"][WARM_SLOT_LABEL]
                 if slot not in self.claims and not self.silent:
-                    nc = await connect(BusSettings(url=self.nats_url))
-                    self._conns.append(nc)
+                    nc = Client()
+                    self._conns.append(nc)  # before connecting: closed even if cancelled
+                    await nc.connect(servers=[self.nats_url], allow_reconnect=False)
                     self.claims[slot] = SlotClaim()
                     await listen(nc, slot, self.claims[slot])
             await asyncio.sleep(0.02)
@@ -76,7 +77,8 @@ class Pods:
             with contextlib.suppress(asyncio.CancelledError):
                 await self._task
         for nc in self._conns:
-            await nc.close()
+            with contextlib.suppress(Exception):
+                await nc.close()
 
 
 @pytest.fixture
