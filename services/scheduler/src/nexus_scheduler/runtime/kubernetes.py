@@ -101,6 +101,7 @@ class KubernetesRuntime:
             settings, dict(warm_pool or {}), self._client, handoff, slot_credentials
         )
         self._refills: set[asyncio.Task[None]] = set()
+        self._closing = False
 
     def attach_nats(self, nc: Any) -> None:
         """Hand warm pods their runs over the scheduler's NATS connection (app.py)."""
@@ -137,6 +138,7 @@ class KubernetesRuntime:
     async def start(self) -> None:
         if self._api is not None:
             return
+        self._closing = False
         configuration = self._configuration
         if configuration is None:
             configuration = client.Configuration()
@@ -179,14 +181,17 @@ class KubernetesRuntime:
                 self._served_by[labels[SERVES_LABEL]] = job.metadata.name
 
     async def close(self) -> None:
-        # The watches first: their events start refills, which must not outlive the runtime.
-        for task in [*self._watch_tasks, *self._refills]:
+        # No new refills; the watches (whose events start them) stop; the refills under way
+        # finish (a cancelled API call can hold a pooled connection the deletes then wait for).
+        self._closing = True
+        for task in self._watch_tasks:
             task.cancel()
-        for task in [*self._watch_tasks, *self._refills]:
-            with contextlib.suppress(asyncio.CancelledError, Exception):
+        for task in self._watch_tasks:
+            with contextlib.suppress(asyncio.CancelledError):
                 await task
         self._watch_tasks = []
-        self._refills.clear()
+        if self._refills:
+            await asyncio.wait(list(self._refills), timeout=self.settings.request_timeout)
         with contextlib.suppress(Exception):  # idle pods cost; a restart discards them anyway
             await asyncio.wait_for(self.warm.discard_all(), self.settings.request_timeout)
         if self._api is not None:
@@ -250,7 +255,7 @@ class KubernetesRuntime:
         return warm
 
     def _refill(self, agent: str) -> None:
-        if not self.warm.enabled:
+        if not self.warm.enabled or self._closing:
             return
         task = asyncio.create_task(self._refill_logged(agent), name=f"k8s:warm-refill:{agent}")
         self._refills.add(task)
@@ -443,6 +448,8 @@ class KubernetesRuntime:
                 self._refill(agent)
 
     def _discard_later(self, name: str) -> None:
+        if self._closing:
+            return
         task = asyncio.create_task(self.warm.discard(name), name=f"k8s:warm-discard:{name}")
         self._refills.add(task)
         task.add_done_callback(self._refills.discard)
