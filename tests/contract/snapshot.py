@@ -31,6 +31,7 @@ from nexus_events.events import (
     spend,
 )
 from nexus_events.events.base import SCHEMA_VERSION
+from nexus_events.events.warm import WarmClaim, WarmHandoff
 from pydantic import BaseModel
 
 from tests.contract.compat import snapshot_breaking_changes
@@ -47,6 +48,8 @@ PAYLOADS: tuple[type[BaseModel], ...] = (
     *queries.REPLIES,
     *spend.REQUESTS,
     *spend.REPLIES,
+    WarmHandoff,
+    WarmClaim,
 )
 
 Snapshot = dict[str, dict[str, Any]]

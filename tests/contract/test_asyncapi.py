@@ -194,8 +194,9 @@ def test_every_registered_event_is_a_message_on_its_subject(doc: dict[str, Any])
 def test_every_query_has_request_reply_operations(doc: dict[str, Any]) -> None:
     by_address = {c["address"]: cid for cid, c in doc["channels"].items()}
     for subject in subjects.QUERY_SUBJECTS:
-        # A per-run request's wildcard is written as its run id parameter.
-        cid = by_address[subject.replace("*", "{run_id}")]
+        # A per-run request's wildcard is written as its run id parameter (a warm pod's: slot).
+        parameter = "{slot}" if subject == subjects.RUNNER_WARM else "{run_id}"
+        cid = by_address[subject.replace("*", parameter)]
         ops = [
             op for op in doc["operations"].values() if op["channel"]["$ref"] == f"#/channels/{cid}"
         ]

@@ -18,7 +18,7 @@ TARGETS = ["base", "overlays/dev", "overlays/prod"]
 # The newest schema set the kubernetes-validate wheel ships.
 K8S_VERSION = kubernetes_validate.latest_version()
 SCHEDULER_RULES = {
-    ("batch", "jobs"): {"create", "get", "list", "watch", "delete"},
+    ("batch", "jobs"): {"create", "get", "list", "watch", "patch", "delete"},
     ("", "secrets"): {"create", "get", "delete"},
     ("", "pods"): {"get", "list", "watch"},
     ("", "pods/log"): {"get"},

@@ -13,10 +13,12 @@ defaults (``generation``, ``backoffLimit`` 6, ``completions``/``parallelism`` 1,
 ``completionMode``, ``suspend``, the controller-uid ``selector`` and template labels); its pods
 carry those labels and an ``ownerReference`` to it; errors are ``Status`` bodies with
 ``details`` (``jobs.batch "x" not found``); a DELETE answers ``Status`` Success with
-``details`` (name, group, kind, uid), and a Job's pods and owned Secrets go only with a
-``propagationPolicy`` of Background or Foreground (batch/v1 orphans them by default); a list
-has ``metadata.resourceVersion`` and a watch from it sends only later changes (without one,
-the current objects as ADDED first). Checked by tests/fakes_contract/test_kube.py.
+``details`` (name, group, kind, uid); a PATCH of a Job merges maps and takes a
+``metadata.resourceVersion`` as a precondition (409 Conflict when stale); a Job's pods and
+owned Secrets go only with a ``propagationPolicy`` of Background or Foreground (batch/v1
+orphans them by default); a list has ``metadata.resourceVersion`` and a watch from it sends
+only later changes (without one, the current objects as ADDED first). Checked by
+tests/fakes_contract/test_kube.py.
 """
 
 from __future__ import annotations
@@ -163,6 +165,7 @@ class FakeKubeApi:
         app.router.add_get(jobs, self._list_jobs)
         app.router.add_get(jobs + "/{name}", self._get_job)
         app.router.add_delete(jobs + "/{name}", self._delete_job)
+        app.router.add_patch(jobs + "/{name}", self._patch_job)
         secrets = "/api/v1/namespaces/{ns}/secrets"
         app.router.add_post(secrets, self._create_secret)
         app.router.add_get(secrets + "/{name}", self._get_secret)
@@ -335,6 +338,26 @@ class FakeKubeApi:
             return _not_found("Job", key[1])
         return web.json_response(self.jobs[key])
 
+    async def _patch_job(self, request: web.Request) -> web.Response:
+        """A merge of the body into the Job (strategic/merge patch of maps); a
+        ``metadata.resourceVersion`` in it is a precondition: 409 Conflict if it is stale."""
+        key = (request.match_info["ns"], request.match_info["name"])
+        job = self.jobs.get(key)
+        if job is None:
+            return _not_found("Job", key[1])
+        body = copy.deepcopy(request[JSON_BODY])
+        wanted = body.get("metadata", {}).pop("resourceVersion", None)
+        if wanted is not None and wanted != job["metadata"]["resourceVersion"]:
+            message = (
+                f'Operation cannot be fulfilled on jobs.batch "{key[1]}": the object has been'
+                " modified; please apply your changes to the latest version and try again"
+            )
+            return _status(409, "Conflict", message, _details("Job", key[1]))
+        _merge(job, body)
+        self._touch(job)
+        self._notify(key[0], "MODIFIED", job)
+        return web.json_response(job)
+
     async def _delete_job(self, request: web.Request) -> web.Response:
         key = (request.match_info["ns"], request.match_info["name"])
         job = self.jobs.pop(key, None)
@@ -469,6 +492,17 @@ class FakeKubeApi:
                 break
         await response.write_eof()
         return response
+
+
+def _merge(target: dict[str, Any], patch: dict[str, Any]) -> None:
+    """JSON merge patch (RFC 7386) of maps: null deletes, a map merges, anything else replaces."""
+    for key, value in patch.items():
+        if value is None:
+            target.pop(key, None)
+        elif isinstance(value, dict) and isinstance(target.get(key), dict):
+            _merge(target[key], value)
+        else:
+            target[key] = copy.deepcopy(value)
 
 
 def _default_job(job: dict[str, Any]) -> None:

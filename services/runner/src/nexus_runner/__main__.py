@@ -45,11 +45,18 @@ def main(argv: list[str] | None = None) -> None:
     source.add_argument("--config", help="Path of a RunConfig JSON file.")
     source.add_argument("--run-id", help="Read the config from the run's prepared event.")
     source.add_argument("--warm", action="store_true", help="Wait for a WarmHandoff on stdin.")
+    source.add_argument(
+        "--warm-claim", action="store_true", help="A warm pod: wait on NEXUS_WARM_SLOT's subject."
+    )
     args = parser.parse_args(argv)
     if args.warm:
         from nexus_runner.warm import main as serve_warm
 
         serve_warm()
+    if args.warm_claim:
+        from nexus_runner.warm_claim import main as serve_warm_claim
+
+        serve_warm_claim()
     settings = load_settings("runner", RunnerSettings)  # bad settings: one line, exit 2
     setup_logging("runner")
     telemetry.setup_telemetry("runner")

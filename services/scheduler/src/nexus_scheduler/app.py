@@ -38,7 +38,7 @@ from nexus_scheduler.config import SchedulerSettings
 from nexus_scheduler.handlers import create_run_handler, create_schedule_handler
 from nexus_scheduler.metrics import SchedulerMetrics
 from nexus_scheduler.rebuild import rebuild
-from nexus_scheduler.run_credentials import RunCredentialMinter
+from nexus_scheduler.run_credentials import SLOT_CREDENTIAL_TTL_SECONDS, RunCredentialMinter
 from nexus_scheduler.runtime.base import AgentRuntime
 from nexus_scheduler.schedules_service import ScheduleService
 from nexus_scheduler.service import SchedulerService, watched_subjects
@@ -60,13 +60,26 @@ def run_credentials(settings: SchedulerSettings) -> Callable[[RunConfig], dict[s
     return lambda config: minter.runner_nats_env(config, time.time())
 
 
+def slot_credentials(settings: SchedulerSettings) -> Callable[[str], dict[str, str]] | None:
+    """What gives a warm pod its slot credential (Kubernetes); None without a callout seed:
+    a warm pod needs a credential of its own, so there is no pool then."""
+    if settings.auth_callout_seed is None:
+        return None
+    seed = settings.auth_callout_seed.get_secret_value().encode()
+    minter = RunCredentialMinter(seed, min_ttl=settings.run_credential_min_ttl_seconds)
+    return lambda slot: minter.slot_nats_env(slot, time.time(), SLOT_CREDENTIAL_TTL_SECONDS)
+
+
 def build_runtime(settings: SchedulerSettings) -> AgentRuntime:
     credentials = run_credentials(settings)
     if settings.runtime == "kubernetes":
         from nexus_scheduler.runtime.kubernetes import KubernetesRuntime, KubernetesSettings
 
         return KubernetesRuntime(
-            KubernetesSettings.from_scheduler(settings), credentials=credentials
+            KubernetesSettings.from_scheduler(settings),
+            credentials=credentials,
+            warm_pool=settings.k8s_warm_pool if credentials else None,
+            slot_credentials=slot_credentials(settings),
         )
     from nexus_scheduler.runtime.confinement import Confinement, resolve
     from nexus_scheduler.runtime.local import LocalProcessRuntime
@@ -135,6 +148,10 @@ class SchedulerApp(ServiceApp):
         attach_metrics = getattr(self.runtime, "attach_metrics", None)
         if attach_metrics is not None:
             attach_metrics(self.metrics)
+        # Kubernetes warm pods are handed their runs over the scheduler's own connection.
+        attach_nats = getattr(self.runtime, "attach_nats", None)
+        if attach_nats is not None:
+            attach_nats(bus.nc)
         await self.runtime.start()
         stack.push_async_callback(self._close_runtime)
         # The lease and snapshot buckets are replicated like the streams (NEXUS_STREAMS_REPLICAS).

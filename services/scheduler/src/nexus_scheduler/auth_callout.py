@@ -1,5 +1,6 @@
 """The auth callout responder: answers nats-server's ``$SYS.REQ.USER.AUTH`` requests for run
-credentials with a user JWT holding that run's permissions, and refuses anything else.
+credentials with a user JWT holding that run's permissions (and for a warm pod's slot
+credential, its slot's), and refuses anything else.
 
 A queue subscription: any scheduler replica may answer. Services' static users are the
 callout's ``auth_users`` and never reach it.
@@ -15,11 +16,17 @@ from collections.abc import Callable
 import nats.errors
 from nats.aio.msg import Msg
 from nats.aio.subscription import Subscription
-from nexus_events.contract.run_access import run_permissions
+from nexus_events.contract.run_access import run_permissions, warm_slot_permissions
 from nexus_events.transport.natsclient import Client
 
 from nexus_scheduler.callout_jwt import AuthRequest, CalloutError, Issuer, read_request
-from nexus_scheduler.run_credentials import CredentialRefusedError, token_key, verify
+from nexus_scheduler.run_credentials import (
+    WARM_USER_PREFIX,
+    CredentialRefusedError,
+    token_key,
+    verify,
+    verify_slot,
+)
 
 log = logging.getLogger(__name__)
 
@@ -28,7 +35,17 @@ QUEUE = "nexus-scheduler-auth"
 
 
 def decide(issuer: Issuer, key: bytes, request: AuthRequest, now: float) -> tuple[str, str]:
-    """(user JWT, "") for a valid run token, else ("", why it is refused)."""
+    """(user JWT, "") for a valid run or slot token, else ("", why it is refused)."""
+    if request.user.startswith(WARM_USER_PREFIX):
+        try:
+            slot = verify_slot(key, request.user, request.password, now=now)
+        except CredentialRefusedError as exc:
+            return "", str(exc)
+        perms = warm_slot_permissions(slot.slot)
+        jwt = issuer.user_jwt(
+            request.user_nkey, slot.user, perms, expires=slot.expires, now=int(now)
+        )
+        return jwt, ""
     try:
         cred = verify(key, request.user, request.password, now=now)
     except CredentialRefusedError as exc:

@@ -80,9 +80,14 @@ class Issuer:
         self, user_nkey: str, name: str, permissions: RunPermissions, *, expires: int, now: int
     ) -> str:
         """The user JWT of a run: its allow lists, placed in the global account, until `expires`."""
-        nats = {
+        nats: dict[str, Any] = {
             "pub": {"allow": list(permissions.publish)},
             "sub": {"allow": list(permissions.subscribe)},
+        }
+        if permissions.allow_responses:
+            # One reply per request received, within the server's default window (ttl 0).
+            nats["resp"] = {"max": 1, "ttl": 0}
+        nats |= {
             "subs": -1,
             "data": -1,
             "payload": -1,

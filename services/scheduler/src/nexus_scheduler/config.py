@@ -198,6 +198,12 @@ class SchedulerSettings(NexusSettings):
     k8s_runner_env_secret: str | None = Field(
         "runner-env", description="Secret whose keys become the runner pods' env (NATS, LLM)."
     )
+    k8s_warm_pool: dict[str, int] = Field(
+        default_factory=dict,
+        description="Warm runner pods kept idle per agent id ('default': every other agent),"
+        " e.g. {'default': 1, 'reviewer': 2}; none by default: idle pods cost (needs the auth"
+        " callout; docs/warm-starts.md).",
+    )
 
     def limits(self) -> Limits:
         return Limits(

@@ -7,6 +7,10 @@ The runner connects as user ``run:<run_id>`` with a password
 everything before it and the run id, under a key derived from the callout issuer's seed, which
 only the scheduler holds. A token names one run, so it cannot be used as another; it ends at
 `expires`; the source run it may read is under the MAC, so it cannot be swapped for another.
+
+A warm runner pod on Kubernetes (docs/warm-starts.md) waits with a SLOT credential: user
+``warm:<slot>``, password ``v1.<expires>.<mac>`` (the MAC over ``warm:<slot>`` and the body,
+which no run id can spell: a run id holds no colon), granted its slot's hand-offs only.
 """
 
 from __future__ import annotations
@@ -21,6 +25,7 @@ from nexus_events.contract.run_access import GRANTS, inbox_prefix
 from nexus_events.events.runs import RunConfig
 
 USER_PREFIX = "run:"
+WARM_USER_PREFIX = "warm:"
 VERSION = "v1"
 # What the HMAC key is derived for: the issuer seed signs JWTs, this derived key signs tokens.
 _KEY_PURPOSE = b"nexus run credential v1"
@@ -114,9 +119,55 @@ def verify(key: bytes, user: str, password: str, *, now: float) -> RunCredential
     return RunCredential(run_id, attempt, grants, expires, source)
 
 
+@dataclass(frozen=True)
+class SlotCredential:
+    """What a verified slot token says: which warm pod's slot, until when."""
+
+    slot: str
+    expires: int  # unix seconds
+
+    @property
+    def user(self) -> str:
+        return f"{WARM_USER_PREFIX}{self.slot}"
+
+
+def mint_slot(key: bytes, credential: SlotCredential) -> tuple[str, str]:
+    """(user, password) of a warm pod's slot credential, signed with `key`."""
+    subjects.validate_token(credential.slot, "warm slot")
+    body = f"{VERSION}.{credential.expires}"
+    return credential.user, f"{body}.{_mac(key, credential.user, body)}"
+
+
+def verify_slot(key: bytes, user: str, password: str, *, now: float) -> SlotCredential:
+    """The slot credential `user`/`password` stand for; `CredentialRefusedError` saying why not."""
+    if not user.startswith(WARM_USER_PREFIX):
+        raise CredentialRefusedError(f"not a warm slot user: {user!r}")
+    slot = user[len(WARM_USER_PREFIX) :]
+    try:
+        subjects.validate_token(slot, "warm slot")
+    except ValueError as exc:
+        raise CredentialRefusedError(str(exc)) from exc
+    parts = password.split(".")
+    if len(parts) != 3 or parts[0] != VERSION:
+        raise CredentialRefusedError("malformed slot token")
+    body, mac = ".".join(parts[:-1]), parts[-1]
+    if not hmac.compare_digest(mac, _mac(key, user, body)):
+        raise CredentialRefusedError("slot token signature does not match")
+    try:
+        expires = int(parts[1])
+    except ValueError as exc:
+        raise CredentialRefusedError("malformed slot token") from exc
+    if expires <= now:
+        raise CredentialRefusedError(f"slot token expired at {expires}")
+    return SlotCredential(slot, expires)
+
+
 # Past the run's wall-clock budget, the credential lasts this long more: the run's start
 # (an image pull) and its end (publishing the terminal event) happen outside the budget.
 EXPIRY_MARGIN_SECONDS = 3600
+# A warm pod's slot credential: a pod idle longer is disconnected, its hand-off unanswered, and
+# it is replaced (its run starts cold). It grants no more than its slot's hand-offs.
+SLOT_CREDENTIAL_TTL_SECONDS = 7 * 24 * 3600
 
 
 class RunCredentialMinter:
@@ -148,15 +199,32 @@ class RunCredentialMinter:
             "NEXUS_NATS_INBOX_PREFIX": inbox_prefix(config.run_id),
         }
 
+    def slot_nats_env(self, slot: str, now: float, ttl: float) -> dict[str, str]:
+        """``NEXUS_NATS_*`` of a warm pod waiting in `slot`: the slot's user and token (valid
+        `ttl` seconds), no other credential; the run's own comes with its hand-off."""
+        user, password = mint_slot(self.key, SlotCredential(slot, int(now + ttl)))
+        return {
+            "NEXUS_NATS_NAME": f"warm:{slot}",
+            "NEXUS_NATS_USER": user,
+            "NEXUS_NATS_PASSWORD": password,
+            "NEXUS_NATS_TOKEN": "",
+            "NEXUS_NATS_CREDS_FILE": "",
+        }
+
 
 __all__ = [
     "EXPIRY_MARGIN_SECONDS",
+    "SLOT_CREDENTIAL_TTL_SECONDS",
     "USER_PREFIX",
+    "WARM_USER_PREFIX",
     "CredentialRefusedError",
     "RunCredential",
     "RunCredentialMinter",
+    "SlotCredential",
     "grants_of",
     "mint",
+    "mint_slot",
     "token_key",
     "verify",
+    "verify_slot",
 ]

@@ -90,6 +90,7 @@ from nexus_events.events.spend import (
     UsageQuery,
     UsageReport,
 )
+from nexus_events.events.warm import WarmClaim, WarmHandoff
 from nexus_events.runtime.services import SERVICES
 
 ASYNCAPI_VERSION = "3.0.0"
@@ -115,6 +116,7 @@ PARAMETERS: dict[str, str] = {
     "service": "Service that gave up on the message.",
     "flow_run_id": "Flow run id. `new` on `requested` asks the flows service to generate one.",
     "eval_run_id": "Eval run id. `new` on `requested` asks the lab to generate one.",
+    "slot": "A warm runner pod's slot (docs/warm-starts.md, Kubernetes).",
     "budget_key": "The spend service's key: an ask's id (ask events) or a budget id.",
     "key": "plane-sync's key: the Nexus task id (writes) or the Plane work item id (webhooks).",
 }
@@ -154,7 +156,10 @@ _QUERY_MODELS: dict[str, tuple[type[BaseModel], type[BaseModel]]] = {
     subjects.SPEND_RUNS: (RunsSpend, RunsSpendReply),
     subjects.SPEND_RESERVE: (SpendReserve, SpendVerdict),
     subjects.SPEND_ADMIT: (SpendAdmit, SpendVerdict),
+    subjects.RUNNER_WARM: (WarmHandoff, WarmClaim),
 }
+# What the wildcard of a per-id request subject is: a run id, but for the warm pods' slots.
+_WILDCARD_PARAMETER = {subjects.RUNNER_WARM: "slot"}
 
 # The parties that are no deployed service; the services' lines are the service table's.
 _SERVICE_TEXT: dict[str, str] = {
@@ -175,7 +180,8 @@ def query_channel_id(subject: str) -> str:
     """Channel id of a query subject: ``core.runs.get`` for ``nexus.core.v1.runs.get``."""
     tokens = subject.split(".")
     # A per-run request (``nexus.spend.v1.reserve.*``): the wildcard is the run id.
-    return ".".join("run" if t == "*" else t for t in tokens[1:] if t != "v1")
+    wildcard = "slot" if subject in _WILDCARD_PARAMETER else "run"
+    return ".".join(wildcard if t == "*" else t for t in tokens[1:] if t != "v1")
 
 
 def build_document() -> Json:
@@ -208,6 +214,8 @@ def build_document() -> Json:
 
     for subject in subjects.QUERY_SUBJECTS:
         _add_query(subject, channels, messages, operations)
+        if subject in _WILDCARD_PARAMETER:
+            used_parameters.add(_WILDCARD_PARAMETER[subject])
     messages["QueryErrorReply"] = {
         "name": "QueryErrorReply",
         "title": "Query error",
@@ -380,6 +388,7 @@ def _retention(stream: str) -> str:
 def _add_query(subject: str, channels: Json, messages: Json, operations: Json) -> None:
     cid = query_channel_id(subject)
     reply_cid = f"{cid}.reply"
+    parameter = _WILDCARD_PARAMETER.get(subject, "run_id")
     request_model, reply_model = _QUERY_MODELS[subject]
     request_key, reply_key = f"{cid}.request", f"{cid}.reply"
     messages[request_key] = {
@@ -397,13 +406,13 @@ def _add_query(subject: str, channels: Json, messages: Json, operations: Json) -
         "payload": {"$ref": _SCHEMAS + reply_model.__name__},
     }
     channels[cid] = {
-        "address": subject.replace("*", "{run_id}"),
+        "address": subject.replace("*", "{" + parameter + "}"),
         "title": subject,
         "description": "Request/reply (nats.micro), stored in no stream.",
         "messages": {request_key: {"$ref": f"#/components/messages/{request_key}"}},
     }
     if "*" in subject:
-        channels[cid]["parameters"] = {"run_id": {"$ref": "#/components/parameters/run_id"}}
+        channels[cid]["parameters"] = {parameter: {"$ref": f"#/components/parameters/{parameter}"}}
     channels[reply_cid] = {
         # The requester's reply subject (_INBOX.<...>): not known in advance.
         "address": None,

@@ -185,10 +185,13 @@ def inbox_prefix(run_id: str) -> str:
 
 @dataclass(frozen=True)
 class RunPermissions:
-    """Publish and subscribe allow lists of one run's credential."""
+    """Publish and subscribe allow lists of one run's credential (or a warm pod's slot)."""
 
     publish: tuple[str, ...]
     subscribe: tuple[str, ...]
+    # nats-server's ``allow_responses``: one reply to each request received, on its reply
+    # subject, whatever the publish list says (a warm pod's answer to its hand-off).
+    allow_responses: bool = False
 
 
 def _consumer_api(consumer: RunConsumer) -> list[str]:
@@ -246,6 +249,13 @@ def run_permissions(
     )
 
 
+def warm_slot_permissions(slot: str) -> RunPermissions:
+    """What a warm runner pod's slot credential may do (docs/warm-starts.md, Kubernetes):
+    receive the hand-offs of its own slot and answer each once; nothing else. No pod can read
+    another's hand-off (which carries that run's own credential)."""
+    return RunPermissions(publish=(), subscribe=(subjects.runner_warm(slot),), allow_responses=True)
+
+
 __all__ = [
     "CHECKPOINTS_STREAM",
     "CONTROL_EVENTS",
@@ -268,4 +278,5 @@ __all__ = [
     "source_history_replay",
     "source_transcript_replay",
     "transcript_replay",
+    "warm_slot_permissions",
 ]

@@ -138,6 +138,10 @@ SPEND_RESERVE_PREFIX = "nexus.spend.v1.reserve"
 SPEND_ADMIT_PREFIX = "nexus.spend.v1.admit"
 SPEND_RESERVE = f"{SPEND_RESERVE_PREFIX}.*"
 SPEND_ADMIT = f"{SPEND_ADMIT_PREFIX}.*"
+# A warm runner pod's hand-off on Kubernetes (docs/warm-starts.md): the scheduler sends a
+# `WarmHandoff` to one slot, the one pod holding that slot's credential answers a `WarmClaim`.
+RUNNER_WARM_PREFIX = "nexus.runner.v1.warm"
+RUNNER_WARM = f"{RUNNER_WARM_PREFIX}.*"
 QUERY_SUBJECTS = (
     CORE_RUNS_GET,
     CORE_RUNS_LIST,
@@ -172,6 +176,7 @@ QUERY_SUBJECTS = (
     SPEND_RUNS,
     SPEND_RESERVE,
     SPEND_ADMIT,
+    RUNNER_WARM,
 )
 
 
@@ -313,6 +318,11 @@ def flow_event(flow_run_id: str, event: FlowEventRef) -> str:
 def spend_reserve(run_id: str) -> str:
     """``nexus.spend.v1.reserve.<run_id>``: a run's reservation before a model call."""
     return f"{SPEND_RESERVE_PREFIX}.{validate_token(run_id, 'run id')}"
+
+
+def runner_warm(slot: str) -> str:
+    """``nexus.runner.v1.warm.<slot>``: where the one warm pod of `slot` waits for its run."""
+    return f"{RUNNER_WARM_PREFIX}.{validate_token(slot, 'warm slot')}"
 
 
 def spend_admit(run_id: str) -> str:

@@ -9,6 +9,8 @@ second one, so nothing of one run can reach the next.
 
 from __future__ import annotations
 
+from enum import StrEnum
+
 from pydantic import BaseModel, ConfigDict, Field
 
 from nexus_events.events.runs import RunConfig
@@ -34,3 +36,18 @@ class WarmHandoff(BaseModel):
             " started); None: <workspace_root>/<run_id>, as a cold runner."
         ),
     )
+
+
+class WarmClaimStatus(StrEnum):
+    ACCEPTED = "accepted"  # this pod serves the handed run (the first hand-off, or it again)
+    TAKEN = "taken"  # this pod already serves another run: start the handed one elsewhere
+
+
+class WarmClaim(BaseModel):
+    """A warm pod's answer to a hand-off (Kubernetes, ``nexus.runner.v1.warm.<slot>``)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    status: WarmClaimStatus = Field(..., description="Whether this pod serves the handed run.")
+    run_id: str = Field(..., description="The run this pod serves (the handed one if accepted).")
+    attempt: int = Field(..., ge=1, description="The attempt of that run this pod serves.")

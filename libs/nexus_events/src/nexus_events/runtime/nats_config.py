@@ -147,8 +147,8 @@ SERVICES: dict[str, Access] = {
         ),
         reads=(RUNS, SCHEDULES, FLOWS),
         ensures_streams=True,
-        # A run's budgets before it is dispatched (docs/spend.md).
-        requests=(subjects.SPEND_ADMIT,),
+        # A run's budgets before it is dispatched (docs/spend.md); a warm pod's hand-off.
+        requests=(subjects.SPEND_ADMIT, subjects.RUNNER_WARM),
         kv_buckets=(SCHEDULER_LEASE_BUCKET, SCHEDULER_SNAPSHOT_BUCKET),
         answers_auth_callout=True,  # run credentials (nexus_scheduler.auth_callout)
     ),
@@ -168,6 +168,8 @@ SERVICES: dict[str, Access] = {
         reads=(RUNS, INBOX, TRANSCRIPTS),
         # The `remember` tool; the reservation before each model call (docs/spend.md).
         requests=(subjects.MEMORY_RECORD, subjects.SPEND_RESERVE),
+        # A warm pod's hand-off, on its own slot only (run_access.warm_slot_permissions).
+        serves=(subjects.RUNNER_WARM,),
         push_consumers=True,
         object_buckets=(CHECKPOINTS_BUCKET,),  # workspace checkpoints
     ),

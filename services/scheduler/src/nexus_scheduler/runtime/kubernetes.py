@@ -7,6 +7,10 @@ and on their pods keep a status cache, so a status asks the API server nothing w
 watches are in sync (a run the cache does not know is read through). Every API call has a
 client-side timeout (`request_timeout`): an API server that stops answering fails the call
 with `AgentRuntimeError` instead of hanging the scheduler.
+
+With a warm pool (`warm_pool`, docs/warm-starts.md) attempt 1 of a run is first offered to an
+idle warm Job of its agent (`kubernetes_warm`); the Job that serves an attempt is then found
+by its ``nexus.dev/serves`` label, a cold attempt's by its name.
 """
 
 from __future__ import annotations
@@ -22,6 +26,7 @@ import tenacity
 from kubernetes_asyncio import client, config, watch
 from kubernetes_asyncio.client.exceptions import ApiException
 from nexus_events.events import RunConfig
+from nexus_events.events.warm import WarmClaimStatus, WarmHandoff
 from nexus_events.runtime import telemetry
 
 from nexus_scheduler.runtime.base import AgentRuntimeError, RunHandle, RuntimeState, RuntimeStatus
@@ -30,11 +35,19 @@ from nexus_scheduler.runtime.kubernetes_jobs import (
     MANAGED_BY,
     MANAGER,
     RUNNER_UID,
+    WORKSPACE_MOUNT,
     KubernetesSettings,
     build_job,
     build_secret,
     job_name,
     job_status,
+)
+from nexus_scheduler.runtime.kubernetes_warm import (
+    SERVES_LABEL,
+    WARM_SLOT_LABEL,
+    HandoffSender,
+    WarmPods,
+    nats_sender,
 )
 
 log = logging.getLogger(__name__)
@@ -67,6 +80,9 @@ class KubernetesRuntime:
         *,
         configuration: client.Configuration | None = None,
         credentials: Callable[[RunConfig], Mapping[str, str]] | None = None,
+        warm_pool: Mapping[str, int] | None = None,
+        slot_credentials: Callable[[str], Mapping[str, str]] | None = None,
+        handoff: HandoffSender | None = None,
     ) -> None:
         self.settings = settings
         # The run's own NATS credential (NEXUS_NATS_*), None: the runner-env Secret's.
@@ -79,6 +95,23 @@ class KubernetesRuntime:
         self._watch_tasks: list[asyncio.Task[None]] = []
         self.watch_ready = asyncio.Event()
         self.pods_synced = asyncio.Event()
+        # Job name of a run attempt -> the warm Job serving it (its SERVES_LABEL).
+        self._served_by: dict[str, str] = {}
+        self.warm = WarmPods(
+            settings, dict(warm_pool or {}), self._client, handoff, slot_credentials
+        )
+        self._refills: set[asyncio.Task[None]] = set()
+        self._closing = False
+
+    def attach_nats(self, nc: Any) -> None:
+        """Hand warm pods their runs over the scheduler's NATS connection (app.py)."""
+        if self.warm.sender is None:
+            self.warm.sender = nats_sender(nc.request)
+
+    def _job_of(self, run_id: str, attempt: int) -> str:
+        """The Job serving the attempt: a warm one that claimed it, else its own name."""
+        name = job_name(run_id, attempt)
+        return self._served_by.get(name, name)
 
     @property
     def namespace(self) -> str:
@@ -105,6 +138,7 @@ class KubernetesRuntime:
     async def start(self) -> None:
         if self._api is not None:
             return
+        self._closing = False
         configuration = self._configuration
         if configuration is None:
             configuration = client.Configuration()
@@ -121,22 +155,121 @@ class KubernetesRuntime:
             asyncio.create_task(self._watch_jobs(), name="k8s:watch-jobs"),
             asyncio.create_task(self._watch_pods(), name="k8s:watch-pods"),
         ]
+        await self._discard_left_idle()
+
+    async def _discard_left_idle(self) -> None:
+        """Delete the idle warm Jobs a previous scheduler left (never handed a run: a claim
+        labels before it hands); claimed ones are adopted through their labels."""
+        batch = client.BatchV1Api(self._client())
+        try:
+            jobs = await self._call(
+                "list warm Jobs",
+                batch.list_namespaced_job(
+                    self.namespace,
+                    label_selector=f"{MANAGED_BY}={MANAGER}",
+                    _request_timeout=self.settings.request_timeout,
+                ),
+            )
+        except (AgentRuntimeError, ApiException) as exc:  # the watch adopts them later
+            log.warning("cannot list warm Jobs left by a previous scheduler: %s", exc)
+            return
+        for job in jobs.items:
+            labels = job.metadata.labels or {}
+            if WARM_SLOT_LABEL in labels and SERVES_LABEL not in labels:
+                await self.warm.discard(job.metadata.name)
+            elif SERVES_LABEL in labels:
+                self._served_by[labels[SERVES_LABEL]] = job.metadata.name
 
     async def close(self) -> None:
+        # No new refills; the watches (whose events start them) stop; the refills under way
+        # finish (a cancelled API call can hold a pooled connection the deletes then wait for).
+        self._closing = True
         for task in self._watch_tasks:
             task.cancel()
         for task in self._watch_tasks:
             with contextlib.suppress(asyncio.CancelledError):
                 await task
         self._watch_tasks = []
+        if self._refills:
+            await asyncio.wait(list(self._refills), timeout=self.settings.request_timeout)
+        with contextlib.suppress(Exception):  # idle pods cost; a restart discards them anyway
+            await asyncio.wait_for(self.warm.discard_all(), self.settings.request_timeout)
         if self._api is not None:
             await self._api.close()
             self._api = None
 
     async def start_run(self, config_: RunConfig) -> RunHandle:
+        credentials = self.credentials(config_) if self.credentials else {}
+        served = self._served_by.get(job_name(config_.run_id, config_.attempt))
+        if served is not None:  # adopt: a warm Job claimed this attempt
+            await self._hand_again(config_, served, credentials)
+            return RunHandle(self.kind, served)
+        try:
+            warm = await self._claim_warm(config_, credentials)
+        finally:
+            self._refill(config_.agent_id)
+        if warm is not None:
+            return RunHandle(self.kind, warm)
+        return await self._start_cold(config_, credentials)
+
+    async def _hand_again(
+        self, config_: RunConfig, served: str, credentials: Mapping[str, str]
+    ) -> None:
+        """Send the hand-off to the warm Job labelled for this attempt once more: a scheduler
+        that labelled it may have died before sending. The pod accepts the same run again (or
+        has exited after serving it: no answer); either way the Job stays the attempt's."""
+        job = self._statuses.get(served)
+        slot = (job.metadata.labels or {}).get(WARM_SLOT_LABEL) if job is not None else None
+        if slot is None or self.warm.sender is None:
+            return
+        handoff = WarmHandoff(config=config_, env=self._run_env(config_, credentials))
+        answer = await self.warm.sender(slot, handoff)
+        if answer is not None and answer.status is not WarmClaimStatus.ACCEPTED:
+            log.error(
+                "warm Job %s is labelled for %s attempt %d but serves %s attempt %d",
+                served, config_.run_id, config_.attempt, answer.run_id, answer.attempt,
+            )  # fmt: skip
+
+    @staticmethod
+    def _run_env(config_: RunConfig, credentials: Mapping[str, str]) -> dict[str, str]:
+        """The run's own environment a warm pod is handed (a cold pod's comes in its spec)."""
+        return {
+            "NEXUS_RUN_ID": config_.run_id,
+            "HOME": WORKSPACE_MOUNT,
+            **telemetry.trace_env(),
+            **credentials,
+        }
+
+    async def _claim_warm(self, config_: RunConfig, credentials: Mapping[str, str]) -> str | None:
+        name = job_name(config_.run_id, config_.attempt)
+        if not self.warm.enabled or name in self._statuses:
+            return None
+        env = self._run_env(config_, credentials)
+        try:
+            warm = await self.warm.claim(config_, env)
+        except (ApiException, aiohttp.ClientError, TimeoutError) as exc:
+            log.warning("warm claim of %s failed, starting it cold: %s", config_.run_id, exc)
+            return None
+        if warm is not None:
+            self._served_by[name] = warm
+        return warm
+
+    def _refill(self, agent: str) -> None:
+        if not self.warm.enabled or self._closing:
+            return
+        task = asyncio.create_task(self._refill_logged(agent), name=f"k8s:warm-refill:{agent}")
+        self._refills.add(task)
+        task.add_done_callback(self._refills.discard)
+
+    async def _refill_logged(self, agent: str) -> None:
+        try:
+            await self.warm.refill(agent)
+        except (ApiException, aiohttp.ClientError, TimeoutError) as exc:
+            log.warning("warm pool of %s: cannot start a warm Job: %s", agent, exc)
+
+    async def _start_cold(self, config_: RunConfig, credentials: Mapping[str, str]) -> RunHandle:
         batch = client.BatchV1Api(self._client())
         core = client.CoreV1Api(self._client())
-        credentials = self.credentials(config_) if self.credentials else {}
         manifest = build_job(config_, self.settings, telemetry.trace_env(), list(credentials))
         name = manifest.metadata.name
         timeout = self.settings.request_timeout
@@ -170,7 +303,7 @@ class KubernetesRuntime:
 
     async def cancel_run(self, run_id: str, attempt: int = 1) -> None:
         batch = client.BatchV1Api(self._client())
-        name = job_name(run_id, attempt)
+        name = self._job_of(run_id, attempt)
         try:
             # Background propagation: without it a batch/v1 Job's pods are orphaned.
             await self._call(
@@ -191,7 +324,7 @@ class KubernetesRuntime:
 
     async def status(self, run_id: str, attempt: int = 1) -> RuntimeStatus:
         """From the watch caches when they know the attempt's Job; else read from the API."""
-        name = job_name(run_id, attempt)
+        name = self._job_of(run_id, attempt)
         job = self._statuses.get(name)
         if job is not None and self.pods_synced.is_set():
             return job_status(job, list(self._pods_by_job.get(name, {}).values()))
@@ -223,7 +356,7 @@ class KubernetesRuntime:
         return list(pods.items)
 
     async def stream_logs(self, run_id: str, attempt: int = 1) -> AsyncIterator[str]:
-        name = job_name(run_id, attempt)
+        name = self._job_of(run_id, attempt)
         pods = await self._pods(name)
         if not pods:
             return
@@ -290,11 +423,36 @@ class KubernetesRuntime:
 
     def _apply_watch_event(self, kind: str, job: Any) -> None:
         name = job.metadata.name
+        labels = job.metadata.labels or {}
+        if SERVES_LABEL in labels:
+            self._served_by[labels[SERVES_LABEL]] = name
+        elif WARM_SLOT_LABEL in labels:
+            self._idle_warm_event(kind, job)
         if kind == "DELETED":
             self._statuses.pop(name, None)
             self._pods_by_job.pop(name, None)
         else:
             self._statuses[name] = job
+
+    def _idle_warm_event(self, kind: str, job: Any) -> None:
+        """An idle warm Job deleted or ended (its pod died waiting): replaced, no run's."""
+        ended = any(
+            c.type in ("Failed", "Complete") and c.status == "True"
+            for c in (job.status.conditions if job.status else None) or []
+        )
+        if kind == "DELETED" or ended:
+            agent = self.warm.forget(job.metadata.name)
+            if agent is not None:
+                if ended:
+                    self._discard_later(job.metadata.name)
+                self._refill(agent)
+
+    def _discard_later(self, name: str) -> None:
+        if self._closing:
+            return
+        task = asyncio.create_task(self.warm.discard(name), name=f"k8s:warm-discard:{name}")
+        self._refills.add(task)
+        task.add_done_callback(self._refills.discard)
 
     async def _watch_pods(self) -> None:
         """Keep the pod cache of the run Jobs fresh: listed once, then watched from there.
