@@ -45,6 +45,7 @@ class Pods:
         self.silent = False
         self._conns: list[Client] = []
         self._task: asyncio.Task[None] | None = None
+        self._stopping = False
 
     def warm_jobs(self, *, idle: bool | None = None) -> list[dict[str, Any]]:
         jobs = [
@@ -56,7 +57,9 @@ class Pods:
         return [j for j in jobs if (SERVES_LABEL not in j["metadata"]["labels"]) == idle]
 
     async def _run(self) -> None:
-        while True:
+        # Checked each round, not only cancelled: nats-py's connect may swallow a
+        # cancellation that lands inside it, and the loop would then go on for ever.
+        while not self._stopping:
             for job in self.warm_jobs():
                 slot = job["metadata"]["labels"][WARM_SLOT_LABEL]
                 if slot not in self.claims and not self.silent:
@@ -72,6 +75,7 @@ class Pods:
         return self
 
     async def __aexit__(self, *exc: object) -> None:
+        self._stopping = True
         if self._task is not None:
             self._task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
@@ -297,3 +301,14 @@ async def test_a_scheduler_that_died_between_label_and_hand_off_is_made_good_on_
     finally:
         await second.close()
         await first.close()
+
+
+async def test_concurrent_refills_never_overfill_the_pool(
+    fake: Any, runtime: KubernetesRuntime, pods: Pods
+) -> None:
+    await runtime.start_run(config("run-0"))  # teaches the agent's pod; a refill starts
+    # More refills at once, as a start and idle deaths each ask for one: each counts the
+    # Jobs the others are still creating.
+    await asyncio.gather(*(runtime.warm.refill("implementer") for _ in range(3)))
+    await eventually(lambda: _count(pods, 2), what="two warm Jobs")
+    assert len(pods.warm_jobs()) == 2

@@ -16,6 +16,7 @@ import base64
 import logging
 import secrets
 import time
+from collections import Counter
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol
@@ -170,6 +171,9 @@ class WarmPods:
     slot_env: Callable[[str], Mapping[str, str]] | None = None
     idle: dict[str, list[IdlePod]] = field(default_factory=dict)
     templates: dict[str, RunConfig] = field(default_factory=dict)
+    # Warm Jobs being created, per agent: refills run concurrently (one after each start and
+    # each idle death), and each must count the others' Jobs, or the pool overfills.
+    creating: Counter[str] = field(default_factory=Counter)
     claimed: int = 0
     cold: int = 0
 
@@ -186,8 +190,13 @@ class WarmPods:
         if template is None or not self.enabled:
             return
         pods = self.idle.setdefault(agent, [])
-        while len(pods) < self.size(agent):
-            pods.append(await self._create(agent, template))
+        while len(pods) + self.creating[agent] < self.size(agent):
+            self.creating[agent] += 1
+            try:
+                pod = await self._create(agent, template)
+            finally:
+                self.creating[agent] -= 1
+            pods.append(pod)
 
     async def _create(self, agent: str, template: RunConfig) -> IdlePod:
         slot = secrets.token_hex(6)
