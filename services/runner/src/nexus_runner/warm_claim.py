@@ -16,24 +16,21 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
-import signal
 import sys
-from pathlib import Path
 
 from nats.aio.client import Client
 from nats.aio.msg import Msg
 from nexus_events.contract import subjects
-from nexus_events.events.runs import RunCompleted
 from nexus_events.events.warm import WarmClaim, WarmClaimStatus, WarmHandoff
 from nexus_events.runtime import telemetry
-from nexus_events.runtime.logs import bind, setup_logging
+from nexus_events.runtime.logs import setup_logging
 from nexus_events.runtime.process import load_settings
-from nexus_events.transport.bus import Bus, BusSettings
+from nexus_events.transport.bus import BusSettings
 from nexus_events.transport.connect import connect
 from pydantic import ValidationError
 
-from nexus_runner.app import RunHandle, execute_run
 from nexus_runner.config import RunnerSettings
+from nexus_runner.warm import serve as serve_handoff
 
 log = logging.getLogger(__name__)
 
@@ -84,25 +81,10 @@ async def run_handoff(handoff: WarmHandoff) -> int:
     settings = load_settings("runner", RunnerSettings)
     setup_logging("runner")
     telemetry.setup_telemetry("runner")
-    config = handoff.config
-    bus = await Bus.connect(BusSettings(), source="runner")
     try:
-        bind(run_id=config.run_id, agent_id=config.agent_id)
-        handle = RunHandle()
-        asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, handle.terminate)
-        workspace = Path(handoff.workspace) if handoff.workspace else None
-        terminal = await execute_run(
-            config,
-            settings,
-            bus,
-            handle=handle,
-            workspace_dir=workspace,
-            trace_context=telemetry.context_from_env(),
-        )
+        return await serve_handoff(handoff, settings)  # as a warm local runner serves it
     finally:
-        await bus.close()
         telemetry.shutdown_telemetry()
-    return 0 if isinstance(terminal, RunCompleted) else 1
 
 
 async def serve(slot: str) -> int:
