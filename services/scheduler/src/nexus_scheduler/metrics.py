@@ -10,12 +10,22 @@ MeterProvider they are no-ops."""
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
+from enum import StrEnum
 
 from opentelemetry.metrics import CallbackOptions, MeterProvider, NoOpMeterProvider, Observation
 
 RESUMES = "nexus.scheduler.resumes"
 ATTEMPTS_EXHAUSTED = "nexus.scheduler.attempts_exhausted"
 RUNNER_STARTS = "nexus.scheduler.runner_starts"
+
+
+class RunnerStart(StrEnum):
+    """How a runner was started: the `start` label of RUNNER_STARTS."""
+
+    WARM = "warm"  # a warm runner (process or pod started ahead) was handed the run
+    COLD = "cold"  # a process or Job was started for the run
+
+
 WARM_IDLE = "nexus.scheduler.warm_runners_idle"
 
 
@@ -47,7 +57,7 @@ class SchedulerMetrics:
     def exhausted(self, reason: str) -> None:
         self._exhausted.add(1, {"reason": reason})
 
-    def runner_started(self, how: str) -> None:
+    def runner_started(self, how: RunnerStart) -> None:
         self._starts.add(1, {"start": how})
 
     def observe_idle_runners(self, count: Callable[[], int]) -> None:

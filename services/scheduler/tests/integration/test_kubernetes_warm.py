@@ -200,6 +200,7 @@ async def test_many_runs_on_a_pool_of_two_never_share_a_pod(
     for i in range(1, 9):
         await eventually(lambda: _count(pods, 2), what="the pool refilled")
         handle = await runtime.start_run(config(f"run-{i}"))
+        assert handle.warm  # what `dispatched` says of it
         warm.append(handle.handle)
     assert len(set(warm)) == 8  # every run its own pod
     served = [c.handoff.config.run_id for c in pods.claims.values() if c.handoff is not None]
@@ -215,6 +216,7 @@ async def test_a_pod_that_does_not_answer_is_deleted_and_the_run_starts_cold(
     silent = {j["metadata"]["name"] for j in pods.warm_jobs()}
     handle = await runtime.start_run(config("run-1"))
     assert handle.handle == job_name("run-1")
+    assert not handle.warm
     assert len(silent - {name for (_, name) in fake.jobs}) == 1  # the one handed is gone
 
 

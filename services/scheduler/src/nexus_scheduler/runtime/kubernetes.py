@@ -29,6 +29,7 @@ from nexus_events.events import RunConfig
 from nexus_events.events.warm import WarmClaimStatus, WarmHandoff
 from nexus_events.runtime import telemetry
 
+from nexus_scheduler.metrics import RunnerStart, SchedulerMetrics
 from nexus_scheduler.runtime.base import AgentRuntimeError, RunHandle, RuntimeState, RuntimeStatus
 from nexus_scheduler.runtime.kubernetes_jobs import (
     JOB_NAME_LABEL,
@@ -102,6 +103,14 @@ class KubernetesRuntime:
         )
         self._refills: set[asyncio.Task[None]] = set()
         self._closing = False
+        self.metrics: SchedulerMetrics | None = None  # set by the app (`attach_metrics`)
+
+    def attach_metrics(self, metrics: SchedulerMetrics) -> None:
+        """Count warm and cold starts, observe the idle warm pods (as the local runtime)."""
+        self.metrics = metrics
+        if self.warm.enabled:
+            warm = self.warm
+            metrics.observe_idle_runners(lambda: sum(len(p) for p in warm.idle.values()))
 
     def attach_nats(self, nc: Any) -> None:
         """Hand warm pods their runs over the scheduler's NATS connection (app.py)."""
@@ -203,14 +212,21 @@ class KubernetesRuntime:
         served = self._served_by.get(job_name(config_.run_id, config_.attempt))
         if served is not None:  # adopt: a warm Job claimed this attempt
             await self._hand_again(config_, served, credentials)
-            return RunHandle(self.kind, served)
+            return RunHandle(self.kind, served, warm=True)
         try:
             warm = await self._claim_warm(config_, credentials)
         finally:
             self._refill(config_.agent_id)
         if warm is not None:
-            return RunHandle(self.kind, warm)
-        return await self._start_cold(config_, credentials)
+            self._count_start(RunnerStart.WARM)
+            return RunHandle(self.kind, warm, warm=True)
+        handle = await self._start_cold(config_, credentials)
+        self._count_start(RunnerStart.COLD)
+        return handle
+
+    def _count_start(self, how: RunnerStart) -> None:
+        if self.metrics is not None:
+            self.metrics.runner_started(how)
 
     async def _hand_again(
         self, config_: RunConfig, served: str, credentials: Mapping[str, str]

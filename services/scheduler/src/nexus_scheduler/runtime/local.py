@@ -44,11 +44,11 @@ from collections import OrderedDict
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from nexus_events.events import RunConfig
 from nexus_events.runtime import telemetry
 
+from nexus_scheduler.metrics import RunnerStart, SchedulerMetrics
 from nexus_scheduler.runtime.base import AgentRuntimeError, RunHandle, RuntimeState, RuntimeStatus
 from nexus_scheduler.runtime.confinement import UNCONFINED, Confinement, RunShape, workspace_root
 from nexus_scheduler.runtime.runner_env import DEFAULT_PATH, passes, runner_env
@@ -60,9 +60,6 @@ from nexus_scheduler.runtime.sessions import (
     write_pid_file,
 )
 from nexus_scheduler.runtime.warm_runners import WarmRunners, discard_found, write_private
-
-if TYPE_CHECKING:
-    from nexus_scheduler.metrics import SchedulerMetrics
 
 log = logging.getLogger(__name__)
 
@@ -257,7 +254,7 @@ class LocalProcessRuntime:
         env = self._run_env(config, runner.slot / "home")
         if not await self.warm.hand_off(runner, config, env, run_dir):
             return None
-        self._count_start("warm")
+        self._count_start(RunnerStart.WARM)
         return _Proc(config.run_id, runner.proc, run_dir, runner.runner, attempt=1, warm=True)
 
     async def _start_cold(self, config: RunConfig, shape: RunShape) -> _Proc:
@@ -286,10 +283,10 @@ class LocalProcessRuntime:
         finally:
             log_file.close()
         runner = write_pid_file(run_dir, proc.pid, config.attempt)
-        self._count_start("cold")
+        self._count_start(RunnerStart.COLD)
         return _Proc(config.run_id, proc, run_dir, runner, attempt=config.attempt)
 
-    def _count_start(self, how: str) -> None:
+    def _count_start(self, how: RunnerStart) -> None:
         if self.metrics is not None:
             self.metrics.runner_started(how)
 
