@@ -496,14 +496,14 @@ def _latencies(figures: Figures, live: dict[str, Live]) -> None:
 
 
 def _is_runner(pid: int, run_id: str) -> bool:
-    """Whether `pid` is the live runner of `run_id` (started with the config in its run dir):
+    """Whether `pid` is the live runner of `run_id` (started with the config in its run dir,
+    or a warm runner handed the run, whose slot became the run dir: its working directory):
     never SIGKILL anything else, not even another run's runner that got a reused pid."""
     try:
         proc = psutil.Process(pid)
         command = " ".join(proc.cmdline())
-        return proc.status() != psutil.STATUS_ZOMBIE and (
-            "nexus_runner" in command and run_id in command
-        )
+        mine = run_id in command or Path(proc.cwd()).name == run_id
+        return proc.status() != psutil.STATUS_ZOMBIE and "nexus_runner" in command and mine
     except psutil.Error:
         return False
 
