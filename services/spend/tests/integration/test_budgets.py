@@ -179,8 +179,10 @@ async def test_bad_requests_are_400_in_one_line_and_runs_show_their_scopes(
         missing = await ask(bus, subjects.SPEND_BUDGETS_GET, {"id": "nope"})
         assert missing.error_code == "404"
 
-        await apply_budget(bus, ALPHA)
+        applied = await apply_budget(bus, ALPHA)
         last = await publish_run(bus, Run("q1", turns=[(1, 10, 1, 0.75)], ends=False))
+        # Two streams, read apart: the budget must be in too for the run to show its scope.
+        await runner.wait_until(CATALOG, applied)
         await runner.wait_until(RUNS, last)
         reply = await ask(bus, subjects.SPEND_RUNS, {"run_ids": ["q1", "unknown", "q1"]})
         assert reply.error_code is None, reply.message
