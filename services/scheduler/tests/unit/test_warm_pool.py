@@ -137,13 +137,22 @@ def test_size_zero_is_off_and_the_idle_cap_bounds_all_agents() -> None:
 
 
 def test_at_the_idle_cap_the_agents_dispatched_longest_ago_give_way() -> None:
-    pool: WarmPool[Runner] = WarmPool(sizes={"default": 1, "big": 2}, max_idle=3)
+    now = [0.0]
+    pool: WarmPool[Runner] = WarmPool(
+        sizes={"default": 1, "big": 2}, max_idle=3, evict_after=30, monotonic=lambda: now[0]
+    )
     olds = {}
     for agent in ("a", "b", "c"):
         assert pool.learn(agent, UNCONFINED) == []
         olds[agent] = Runner(agent, UNCONFINED)
         pool.add(olds[agent])
+        now[0] += 1
     assert pool.learn("b", UNCONFINED) == []  # b's runner is idle: it needs no room
+    # A burst: every agent had a run a moment ago, so none gives way (no runner is discarded
+    # that another dispatch just started).
+    assert pool.learn("d", UNCONFINED) == []
+    assert pool.wanted("d") == 0
+    now[0] += 30
     assert pool.learn("d", UNCONFINED) == [olds["a"]]  # a: dispatched longest ago
     assert pool.wanted("d") == 1
     pool.add(Runner("d", UNCONFINED))

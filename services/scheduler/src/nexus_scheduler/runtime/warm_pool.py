@@ -11,8 +11,9 @@ does not loop hot; a hand-off resets the wait.
 from __future__ import annotations
 
 import json
+import time
 from collections import Counter
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Generic, Protocol, TypeVar
 
@@ -21,6 +22,7 @@ from nexus_scheduler.runtime.confinement import RunShape
 DEFAULT_KEY = "default"
 BACKOFF_BASE_SECONDS = 1.0
 BACKOFF_MAX_SECONDS = 60.0
+EVICT_AFTER_SECONDS = 30.0
 
 
 class PoolSizesError(ValueError):
@@ -65,8 +67,13 @@ class WarmPool(Generic[R]):
     idle: dict[str, list[R]] = field(default_factory=dict)
     templates: dict[str, RunShape] = field(default_factory=dict)
     starting: Counter[str] = field(default_factory=Counter)
-    # Agents by their last dispatched run, longest ago first: who gives way at the idle cap.
-    recent: list[str] = field(default_factory=list)
+    # Agents by their last dispatched run, longest ago first: who gives way at the idle cap,
+    # and when (`monotonic`) that run was dispatched.
+    recent: dict[str, float] = field(default_factory=dict)
+    # Only agents with no run dispatched for this long give way: in a burst over more agents
+    # than the cap, each dispatch would otherwise discard a runner another just started.
+    evict_after: float = EVICT_AFTER_SECONDS
+    monotonic: Callable[[], float] = time.monotonic
     _deaths: Counter[str] = field(default_factory=Counter)
 
     def size(self, agent: str) -> int:
@@ -80,12 +87,12 @@ class WarmPool(Generic[R]):
         """A run of `agent` with `shape` was dispatched: its pool is filled with that shape
         from now on. Returns the idle runners the caller discards: those of another shape,
         and, when the idle cap leaves `agent` no room, those of the agents dispatched longest
-        ago (the pool follows the work: a flow's next steps, not yesterday's agents)."""
+        ago, if that is over `evict_after` (the pool follows the work: a flow's next steps,
+        not the agents of an hour ago)."""
         if self.size(agent) == 0:
             return []
-        if agent in self.recent:
-            self.recent.remove(agent)
-        self.recent.append(agent)
+        self.recent.pop(agent, None)
+        self.recent[agent] = self.monotonic()
         self.templates[agent] = shape
         runners = self.idle.get(agent, [])
         stale = [r for r in runners if r.shape != shape]
@@ -97,7 +104,10 @@ class WarmPool(Generic[R]):
         room = self.max_idle - self.idle_count - sum(self.starting.values())
         short = min(self.size(agent), self.max_idle) - mine - room
         evicted: list[R] = []
-        for other in self.recent:  # longest ago first
+        horizon = self.monotonic() - self.evict_after
+        for other, dispatched in self.recent.items():  # longest ago first
+            if dispatched > horizon:
+                break  # this one and every later one are in use now
             runners = self.idle.get(other, []) if other != agent else []
             while runners and short > 0:
                 evicted.append(runners.pop(0))
