@@ -497,12 +497,13 @@ def _latencies(figures: Figures, live: dict[str, Live]) -> None:
 
 def _is_runner(pid: int, run_id: str) -> bool:
     """Whether `pid` is the live runner of `run_id` (started with the config in its run dir,
-    or a warm runner handed the run, whose slot became the run dir: its working directory):
+    or a warm runner handed the run, whose slot became the run dir: its working directory is
+    in it, the relay's being the run dir's `net`):
     never SIGKILL anything else, not even another run's runner that got a reused pid."""
     try:
         proc = psutil.Process(pid)
         command = " ".join(proc.cmdline())
-        mine = run_id in command or Path(proc.cwd()).name == run_id
+        mine = run_id in command or run_id in Path(proc.cwd()).parts
         return proc.status() != psutil.STATUS_ZOMBIE and "nexus_runner" in command and mine
     except psutil.Error:
         return False
