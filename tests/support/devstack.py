@@ -29,11 +29,11 @@ from typing import Any, TypeVar
 import nats.errors
 import psutil
 from nexus_cli.client import Session
+from nexus_cli.commands.run_events import event_dict
 from nexus_cli.devstack.nats_auth import without_credentials
 from nexus_cli.errors import CliError, ExitCode
 from nexus_cli.options import DEFAULT_TIMEOUT
 from nexus_cli.target import Target
-from nexus_events.contract.codec import Decoded
 from nexus_events.contract.streams import RUNS
 from nexus_events.errors import BusError
 
@@ -93,7 +93,7 @@ class Stack:
         is not known yet, or while NATS cannot be read)."""
 
         async def read(s: Session) -> list[dict[str, Any]]:
-            return [_event_dict(d) async for d in s.bus.replay(RUNS, run_id=run_id)]
+            return [event_dict(d) async for d in s.bus.replay(RUNS, run_id=run_id)]
 
         return self._read(read, lambda _: [])
 
@@ -132,17 +132,6 @@ class Stack:
 
     def leaked(self) -> list[str]:
         return [label for label, proc in self.seen.items() if _alive(proc)]
-
-
-def _event_dict(d: Decoded) -> dict[str, Any]:
-    """One event as `nexus events -o json` shows it."""
-    return {
-        "seq": d.envelope.stream_seq,
-        "event": d.address.event,
-        "time": d.envelope.timestamp.isoformat() if d.envelope.timestamp else None,
-        "source": d.envelope.source,
-        "body": d.event.model_dump(mode="json", exclude_none=True),
-    }
 
 
 def _alive(proc: psutil.Process) -> bool:

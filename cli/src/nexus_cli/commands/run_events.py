@@ -28,7 +28,8 @@ FollowOpt = Annotated[
 LOG_TAIL_QUIET = 1.0
 
 
-def _event_dict(d: Decoded) -> dict[str, Any]:
+def event_dict(d: Decoded) -> dict[str, Any]:
+    """One event as `nexus events -o json` lists it."""
     return {
         "seq": d.envelope.stream_seq,
         "event": d.address.event,
@@ -58,7 +59,7 @@ def register(app: typer.Typer) -> None:
                     found = [d async for d in s.bus.replay(RUNS, run_id=run_id)]
                     if not found:
                         await s.get_run(run_id)  # exit 3 with the usual message if unknown
-                    _print_events(output, [_event_dict(d) for d in found])
+                    _print_events(output, [event_dict(d) for d in found])
                     return
                 # Following reads the stored events too: only ask whether there are any.
                 if not await _has_events(s, run_id):
@@ -68,7 +69,7 @@ def register(app: typer.Typer) -> None:
                 )
                 async with contextlib.aclosing(stream) as events:
                     async for d in events:
-                        _print_events(output, [_event_dict(d)], stream_mode=True)
+                        _print_events(output, [event_dict(d)], stream_mode=True)
                         if d.address.event in TERMINAL_EVENTS:
                             return
 
