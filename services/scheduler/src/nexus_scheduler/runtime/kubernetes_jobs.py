@@ -219,6 +219,12 @@ def build_secret(
     """The Secret holding the RunConfig and the run's NATS credential (`credentials`), owned
     by (and garbage-collected with) the Job."""
     data = {CONFIG_KEY: config_.model_dump_json(), **(credentials or {})}
+    return owned_secret(job, data)
+
+
+def owned_secret(job: client.V1Job, data: Mapping[str, str]) -> client.V1Secret:
+    """A Secret of `job`'s name and labels holding `data`, owned by (and garbage-collected
+    with) the Job: a run Job's config and credential, a warm Job's slot credential."""
     return client.V1Secret(
         api_version="v1",
         kind="Secret",

@@ -12,7 +12,6 @@ and logs address that Job), and a Job that did not accept is deleted and the run
 
 from __future__ import annotations
 
-import base64
 import logging
 import secrets
 import time
@@ -37,6 +36,7 @@ from nexus_scheduler.runtime.kubernetes_jobs import (
     _label_value,
     build_job,
     job_name,
+    owned_secret,
 )
 
 log = logging.getLogger(__name__)
@@ -104,26 +104,7 @@ def build_warm_job(
 
 def build_warm_secret(job: client.V1Job, credentials: Mapping[str, str]) -> client.V1Secret:
     """The warm Job's Secret: its slot credential only, owned by (and deleted with) the Job."""
-    return client.V1Secret(
-        api_version="v1",
-        kind="Secret",
-        type="Opaque",
-        metadata=client.V1ObjectMeta(
-            name=job.metadata.name,
-            labels=dict(job.metadata.labels),
-            owner_references=[
-                client.V1OwnerReference(
-                    api_version="batch/v1",
-                    kind="Job",
-                    name=job.metadata.name,
-                    uid=job.metadata.uid,
-                    controller=True,
-                    block_owner_deletion=True,
-                )
-            ],
-        ),
-        data={k: base64.b64encode(v.encode()).decode() for k, v in credentials.items()},
-    )
+    return owned_secret(job, credentials)
 
 
 class HandoffSender(Protocol):
