@@ -85,15 +85,22 @@ def mint(key: bytes, credential: RunCredential) -> tuple[str, str]:
     return credential.user, f"{body}.{_mac(key, credential.run_id, body)}"
 
 
-def verify(key: bytes, user: str, password: str, *, now: float) -> RunCredential:
-    """The credential `user`/`password` stand for; raise `CredentialRefusedError` saying why not."""
-    if not user.startswith(USER_PREFIX):
-        raise CredentialRefusedError(f"not a run user: {user!r}")
-    run_id = user[len(USER_PREFIX) :]
+def _named(user: str, prefix: str, kind: str, what: str) -> str:
+    """What `user` (a `kind` user) names after `prefix`: `what`, a subject token; refused if
+    the user is of another kind or the name is not a token."""
+    if not user.startswith(prefix):
+        raise CredentialRefusedError(f"not a {kind} user: {user!r}")
+    name = user[len(prefix) :]
     try:
-        subjects.validate_token(run_id, "run id")
+        subjects.validate_token(name, what)
     except ValueError as exc:
         raise CredentialRefusedError(str(exc)) from exc
+    return name
+
+
+def verify(key: bytes, user: str, password: str, *, now: float) -> RunCredential:
+    """The credential `user`/`password` stand for; raise `CredentialRefusedError` saying why not."""
+    run_id = _named(user, USER_PREFIX, "run", "run id")
     parts = password.split(".")
     if len(parts) not in {5, 6} or parts[0] != VERSION:
         raise CredentialRefusedError("malformed run token")
@@ -140,13 +147,7 @@ def mint_slot(key: bytes, credential: SlotCredential) -> tuple[str, str]:
 
 def verify_slot(key: bytes, user: str, password: str, *, now: float) -> SlotCredential:
     """The slot credential `user`/`password` stand for; `CredentialRefusedError` saying why not."""
-    if not user.startswith(WARM_USER_PREFIX):
-        raise CredentialRefusedError(f"not a warm slot user: {user!r}")
-    slot = user[len(WARM_USER_PREFIX) :]
-    try:
-        subjects.validate_token(slot, "warm slot")
-    except ValueError as exc:
-        raise CredentialRefusedError(str(exc)) from exc
+    slot = _named(user, WARM_USER_PREFIX, "warm slot", "warm slot")
     parts = password.split(".")
     if len(parts) != 3 or parts[0] != VERSION:
         raise CredentialRefusedError("malformed slot token")
