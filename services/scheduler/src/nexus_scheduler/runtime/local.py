@@ -57,6 +57,7 @@ from nexus_scheduler.runtime.sessions import (
     kill_session,
     read_pid_file,
     signal_group,
+    spawn_runner,
     write_pid_file,
 )
 from nexus_scheduler.runtime.warm_runners import WarmRunners, discard_found, write_private
@@ -267,21 +268,10 @@ class LocalProcessRuntime:
             argv = self.confinement.wrap_shaped(
                 argv, shape, env, run_dir=run_dir, workspace=workspace_root(env) / config.run_id
             )
-        log_file = (run_dir / "runner.log").open("ab")
         try:
-            proc = await asyncio.create_subprocess_exec(
-                *argv,
-                stdin=asyncio.subprocess.DEVNULL,
-                stdout=log_file,
-                stderr=asyncio.subprocess.STDOUT,
-                cwd=run_dir,
-                env=env,
-                start_new_session=True,  # own session => own process group
-            )
+            proc = await spawn_runner(argv, run_dir, env, stdin=asyncio.subprocess.DEVNULL)
         except OSError as exc:
             raise AgentRuntimeError(f"cannot start {self.command[0]}: {exc}") from exc
-        finally:
-            log_file.close()
         runner = write_pid_file(run_dir, proc.pid, config.attempt)
         self._count_start(RunnerStart.COLD)
         return _Proc(config.run_id, proc, run_dir, runner, attempt=config.attempt)

@@ -8,10 +8,12 @@ time of the process (``/proc/<pid>/stat`` field 22) name one process.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import json
 import os
 import signal
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -130,3 +132,21 @@ def kill_session(runner: RunnerPid) -> list[int]:
                 os.kill(pid, signal.SIGKILL)
                 killed.append(pid)
     return killed
+
+
+async def spawn_runner(
+    argv: Sequence[str], run_dir: Path, env: Mapping[str, str], *, stdin: int
+) -> asyncio.subprocess.Process:
+    """A runner process working in `run_dir`, its output appended to ``runner.log`` there,
+    leading a session of its own (so its whole group can be signalled and its leftovers
+    found); raises OSError if it cannot start."""
+    with (run_dir / "runner.log").open("ab") as log_file:
+        return await asyncio.create_subprocess_exec(
+            *argv,
+            stdin=stdin,
+            stdout=log_file,
+            stderr=asyncio.subprocess.STDOUT,
+            cwd=run_dir,
+            env=dict(env),
+            start_new_session=True,  # own session => own process group
+        )

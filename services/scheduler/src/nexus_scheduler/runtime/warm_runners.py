@@ -33,6 +33,7 @@ from nexus_scheduler.runtime.sessions import (
     kill_session,
     read_pid_file,
     signal_group,
+    spawn_runner,
     write_pid_file,
 )
 from nexus_scheduler.runtime.warm_pool import WarmPool
@@ -218,16 +219,7 @@ class WarmRunners:
                 argv = self.confinement.wrap_shaped(
                     argv, shape, env, run_dir=slot, workspace=workspace
                 )
-            with (slot / "runner.log").open("ab") as log_file:
-                proc = await asyncio.create_subprocess_exec(
-                    *argv,
-                    stdin=asyncio.subprocess.PIPE,
-                    stdout=log_file,
-                    stderr=asyncio.subprocess.STDOUT,
-                    cwd=slot,
-                    env=env,
-                    start_new_session=True,  # own session => own process group
-                )
+            proc = await spawn_runner(argv, slot, env, stdin=asyncio.subprocess.PIPE)
         except OSError:
             remove_slot(slot)
             raise
