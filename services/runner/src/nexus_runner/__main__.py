@@ -4,17 +4,16 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import signal
 import sys
 from pathlib import Path
 
-from nexus_events.events.runs import RunCompleted, RunConfig
+from nexus_events.events.runs import RunConfig
 from nexus_events.runtime import telemetry
-from nexus_events.runtime.logs import bind, setup_logging
+from nexus_events.runtime.logs import setup_logging
 from nexus_events.runtime.process import load_settings
 from nexus_events.transport.bus import Bus, BusSettings
 
-from nexus_runner.app import RunHandle, execute_run, load_prepared_from_bus
+from nexus_runner.app import load_prepared_from_bus, serve_run
 from nexus_runner.config import RunnerSettings
 
 
@@ -30,13 +29,9 @@ async def _main(args: argparse.Namespace, settings: RunnerSettings) -> int:
         else:
             config, prepared_trace = await load_prepared_from_bus(bus, args.run_id)
             parent = parent or prepared_trace
-        bind(run_id=config.run_id, agent_id=config.agent_id)  # on every log line of the run
-        handle = RunHandle()
-        asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, handle.terminate)
-        terminal = await execute_run(config, settings, bus, handle=handle, trace_context=parent)
+        return await serve_run(config, settings, bus, trace_context=parent)
     finally:
         await bus.close()
-    return 0 if isinstance(terminal, RunCompleted) else 1
 
 
 def main(argv: list[str] | None = None) -> None:

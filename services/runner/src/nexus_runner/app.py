@@ -35,14 +35,23 @@ from __future__ import annotations
 import asyncio
 import functools
 import logging
+import signal
 import socket
 from pathlib import Path
 
 from nexus_events.contract.streams import RUNS
 from nexus_events.errors import BusError
-from nexus_events.events.runs import RunConfig, RunFailed, RunResult, RunStarted, TerminalEvent
+from nexus_events.events.runs import (
+    RunCompleted,
+    RunConfig,
+    RunFailed,
+    RunResult,
+    RunStarted,
+    TerminalEvent,
+)
 from nexus_events.runtime import telemetry
 from nexus_events.runtime.clock import SYSTEM_CLOCK, SleepingClock
+from nexus_events.runtime.logs import bind
 from nexus_events.transport.bus import Bus
 from opentelemetry import context as otel_context
 
@@ -79,7 +88,7 @@ from nexus_runner.tracing import record_terminal, run_span
 from nexus_runner.watchdogs import RunHandle, heartbeats, wall_clock, watch_cancel, watch_ended
 from nexus_runner.workspace import Workspace
 
-__all__ = ["RUNNER_VERSION", "RunHandle", "execute_run", "load_prepared_from_bus"]
+__all__ = ["RUNNER_VERSION", "RunHandle", "execute_run", "load_prepared_from_bus", "serve_run"]
 
 log = logging.getLogger(__name__)
 
@@ -102,6 +111,26 @@ async def load_prepared_from_bus(
     if found is None:
         raise RunnerError(f"no prepared event for run {run_id}")
     return found, telemetry.extract(headers) if headers else None
+
+
+async def serve_run(
+    config: RunConfig,
+    settings: RunnerSettings,
+    bus: Bus,
+    *,
+    trace_context: otel_context.Context | None,
+    workspace_dir: Path | None = None,
+) -> int:
+    """A runner process's one run (cold or warm): its log lines name it, SIGTERM stops it;
+    the process's exit code, 0 when it completed."""
+    bind(run_id=config.run_id, agent_id=config.agent_id)  # on every log line of the run
+    handle = RunHandle()
+    asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, handle.terminate)
+    terminal = await execute_run(
+        config, settings, bus, handle=handle, workspace_dir=workspace_dir,
+        trace_context=trace_context,
+    )  # fmt: skip
+    return 0 if isinstance(terminal, RunCompleted) else 1
 
 
 async def execute_run(

@@ -13,22 +13,20 @@ from __future__ import annotations
 
 import asyncio
 import os
-import signal
 import sys
 from pathlib import Path
 
 # Imported for their cost, before the handoff: what a run loads (openai's chat resources are
 # imported lazily on first use, the OTLP exporter by the telemetry setup).
 import openai.resources.chat  # noqa: F401
-from nexus_events.events.runs import RunCompleted
 from nexus_events.events.warm import WarmHandoff
 from nexus_events.runtime import telemetry
-from nexus_events.runtime.logs import bind, setup_logging
+from nexus_events.runtime.logs import setup_logging
 from nexus_events.runtime.process import load_settings
 from nexus_events.transport.bus import Bus, BusSettings
 from pydantic import ValidationError
 
-from nexus_runner.app import RunHandle, execute_run
+from nexus_runner.app import serve_run
 from nexus_runner.config import RunnerSettings
 
 EXIT_BAD_HANDOFF = 2
@@ -52,20 +50,18 @@ def read_handoff() -> WarmHandoff | None:
 
 async def serve(handoff: WarmHandoff, settings: RunnerSettings) -> int:
     """Run the handed run as ``--config`` runs it; 0 when it completed."""
-    config = handoff.config
     bus = await Bus.connect(BusSettings(), source="runner")
     try:
-        parent = telemetry.context_from_env()  # the dispatcher's TRACEPARENT, from the handoff
-        bind(run_id=config.run_id, agent_id=config.agent_id)
-        handle = RunHandle()
-        asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, handle.terminate)
         workspace = Path(handoff.workspace) if handoff.workspace else None
-        terminal = await execute_run(
-            config, settings, bus, handle=handle, workspace_dir=workspace, trace_context=parent
+        return await serve_run(
+            handoff.config,
+            settings,
+            bus,
+            trace_context=telemetry.context_from_env(),  # TRACEPARENT, from the handoff
+            workspace_dir=workspace,
         )
     finally:
         await bus.close()
-    return 0 if isinstance(terminal, RunCompleted) else 1
 
 
 def main() -> None:
