@@ -17,17 +17,14 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
 import shutil
 import statistics
 import subprocess
-import sys
-import tempfile
 import time
 from pathlib import Path
 
-from scripts import chaos_flows
-from tests.support import devstack
+from bench.servers import offline_stack
+from scripts.chaos_flows import Nexus
 
 Row = tuple[str, float, str, float]
 
@@ -50,47 +47,29 @@ def _repo(where: Path) -> Path:
     return where
 
 
+async def _ok(nexus: Nexus, *args: str, seconds: float = 60) -> None:
+    done = await asyncio.to_thread(nexus, *args, timeout=seconds)
+    if done.returncode != 0:
+        raise RuntimeError(f"nexus {' '.join(args[:2])}: {done.stdout} {done.stderr}")
+
+
 async def _flows(pool: str | None) -> list[float]:
     """Wall seconds of FLOWS feature flows on a fresh stack (`pool`: NEXUS_WARM_POOL)."""
-    with tempfile.TemporaryDirectory(prefix="nxbench-warmflow-") as name:
-        tmp = Path(name)
-        path = f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}"
-        extra = {"PATH": path, **({"NEXUS_WARM_POOL": pool} if pool is not None else {})}
-        env = devstack.stack_env(tmp, extra, drop=("NEXUS_", "OPENAI_"))
-        nexus = chaos_flows.cli(env, ROOT)
-        up = await asyncio.to_thread(nexus, "dev", "up", "--offline-model", "-o", "json",
-                                     timeout=180)  # fmt: skip
-        if up.returncode != 0:
-            raise RuntimeError(f"nexus dev up failed: {up.stderr}")
-        walls: list[float] = []
-        try:
-            repo = await asyncio.to_thread(_repo, tmp / "repo")
-            for cmd in (
-                ("skills", "apply", "-f", "examples/skills"),
-                ("agents", "apply", "-f", "examples/agents"),
-                ("flows", "apply", "-f", "examples/flows"),
-            ):
-                done = await asyncio.to_thread(nexus, *cmd, timeout=60)
-                if done.returncode != 0:
-                    raise RuntimeError(f"nexus {' '.join(cmd)}: {done.stderr}")
-            for i in range(FLOWS):
-                task = f"WARM-{i}"
-                done = await asyncio.to_thread(
-                    nexus, "task", "create", "Fix the failing test in calc", "--id", task,
-                    timeout=60,
-                )  # fmt: skip
-                if done.returncode != 0:
-                    raise RuntimeError(f"nexus task create: {done.stderr}")
-                started = time.perf_counter()
-                done = await asyncio.to_thread(
-                    nexus, "flow", "run", "feature", "--task", task, "--repo", str(repo),
-                    "--input", INPUT, "--follow", "--wait", "600", timeout=620,
-                )  # fmt: skip
-                if done.returncode != 0:
-                    raise RuntimeError(f"nexus flow run: {done.stdout} {done.stderr}")
-                walls.append(time.perf_counter() - started)
-        finally:
-            await asyncio.to_thread(nexus, "dev", "down", timeout=120)
+    extra = {"NEXUS_WARM_POOL": pool} if pool is not None else {}
+    walls: list[float] = []
+    async with offline_stack("nxbench-warmflow-", extra, cwd=ROOT) as (tmp, nexus):
+        repo = await asyncio.to_thread(_repo, tmp / "repo")
+        for kind in ("skills", "agents", "flows"):
+            await _ok(nexus, kind, "apply", "-f", f"examples/{kind}")
+        for i in range(FLOWS):
+            task = f"WARM-{i}"
+            await _ok(nexus, "task", "create", "Fix the failing test in calc", "--id", task)
+            started = time.perf_counter()
+            await _ok(
+                nexus, "flow", "run", "feature", "--task", task, "--repo", str(repo),
+                "--input", INPUT, "--follow", "--wait", "600", seconds=620,
+            )  # fmt: skip
+            walls.append(time.perf_counter() - started)
     return walls
 
 
