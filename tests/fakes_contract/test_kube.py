@@ -195,3 +195,30 @@ async def test_a_watch_from_a_lists_resource_version_sends_only_later_changes(
     assert sorted((e["type"], e["object"].metadata.name) for e in first) == sorted(
         [("ADDED", before), ("ADDED", after)]
     )
+
+
+async def test_a_job_patch_merges_and_a_stale_resource_version_is_a_conflict(
+    kube: tuple[FakeKubeApi, client.ApiClient],
+) -> None:
+    # As the API server does for a merge patch (RFC 7386) through the official client's
+    # patch_namespaced_job, with metadata.resourceVersion as an optimistic-concurrency
+    # precondition (Kubernetes API conventions, "Concurrency Control and Consistency").
+    _fake, api = kube
+    batch = client.BatchV1Api(api)
+    created = await batch.create_namespaced_job(NS, job("j1"))
+    seen = created.metadata.resource_version
+    patched = await batch.patch_namespaced_job(
+        "j1", NS, {"metadata": {"labels": {"serves": "r1"}, "resourceVersion": seen}}
+    )
+    assert patched.metadata.labels == {"app": "nexus", "serves": "r1"}  # merged, not replaced
+    assert patched.metadata.resource_version != seen
+    with pytest.raises(ApiException) as stale:
+        await batch.patch_namespaced_job(
+            "j1", NS, {"metadata": {"labels": {"serves": "r2"}, "resourceVersion": seen}}
+        )
+    assert stale.value.status == 409
+    assert json.loads(stale.value.body)["reason"] == "Conflict"
+    unlabelled = await batch.patch_namespaced_job(
+        "j1", NS, {"metadata": {"labels": {"serves": None}}}
+    )
+    assert unlabelled.metadata.labels == {"app": "nexus"}  # null deletes
