@@ -27,6 +27,7 @@ from nexus_events.events.inbox import InboxMessage
 from nexus_events.events.runs import CancelRequested, RunCompleted, RunConfig, RunHeartbeat
 from nexus_events.events.spend import SpendDecision, SpendVerdict
 from nexus_events.transport.bus import Bus, BusSettings
+from nexus_events.transport.connect import close_quietly
 from nexus_runner.app import execute_run
 from nexus_runner.checkpoint import checkpoint_bucket
 from nexus_runner.config import RunnerSettings
@@ -129,15 +130,19 @@ class RunClient:
         async def on_error(exc: Exception) -> None:
             self.errors.append(str(exc))
 
-        await self.nc.connect(
-            servers=[settings.url],
-            user=settings.user,
-            password=settings.password,
-            inbox_prefix=settings.inbox_prefix or "_INBOX",
-            allow_reconnect=False,
-            connect_timeout=2,
-            error_cb=on_error,
-        )
+        try:
+            await self.nc.connect(
+                servers=[settings.url],
+                user=settings.user,
+                password=settings.password,
+                inbox_prefix=settings.inbox_prefix or "_INBOX",
+                allow_reconnect=False,
+                connect_timeout=2,
+                error_cb=on_error,
+            )
+        except BaseException:
+            await close_quietly(self.nc)  # a refused connect leaves its socket open
+            raise
 
     async def refused(self, what: str) -> bool:
         """True once the server reported a permissions violation mentioning `what` (nats-py
@@ -276,11 +281,7 @@ async def _refused(server: NatsServer, user: str, password: str) -> str:
             connect_timeout=2,
         )
     except (nats.errors.Error, OSError) as exc:
-        # nats-py leaves a refused connection's socket open: close it (no ResourceWarning).
-        with contextlib.suppress(nats.errors.Error, OSError):
-            await nc.close()
-        if nc._transport is not None:
-            nc._transport.close()
+        await close_quietly(nc)  # a refused connect leaves its socket open
         return str(exc) or type(exc).__name__
     await nc.close()
     return ""

@@ -6,6 +6,7 @@ reconnect and ping policy) is the same whichever client library sits on top of i
 
 from __future__ import annotations
 
+import contextlib
 import logging
 from typing import Any
 
@@ -94,10 +95,24 @@ async def connect(settings: BusSettings) -> Client:
     try:
         await nc.connect(**connect_options(settings))
     except (OSError, nats.errors.Error) as exc:
+        # nats-py leaves the socket of a refused connect (bad credentials) open: close it, or
+        # every failed attempt of a process that tries again holds a socket until exit.
+        await close_quietly(nc)
         raise BusUnavailable(f"cannot connect to NATS at {settings.url}: {exc}") from exc
     # Once connected, reconnect for as long as the settings say (forever by default).
     nc.options["max_reconnect_attempts"] = settings.max_reconnect_attempts
     return nc
 
 
-__all__ = ["BusSettings", "connect", "connect_options"]
+async def close_quietly(nc: Client) -> None:
+    """Close a client whose connect failed, socket included: nats-py marks a refused connect
+    closed without closing its transport, so `close` alone leaves the socket open."""
+    with contextlib.suppress(Exception):
+        await nc.close()
+    transport = getattr(nc, "_transport", None)
+    if transport is not None:
+        with contextlib.suppress(Exception):
+            transport.close()
+
+
+__all__ = ["BusSettings", "close_quietly", "connect", "connect_options"]
