@@ -14,7 +14,7 @@ from nexus_events.transport.bus import Bus
 
 from nexus_lab.app import LabApp
 
-from .harness import Script, ScriptedRunner, start_lab
+from .harness import RUNNERS, STARTED, Script, ScriptedRunner, start_lab
 
 
 @pytest.fixture
@@ -47,6 +47,7 @@ async def labs(
     yield make
     for app in started:
         await app.stop()
+    STARTED.clear()
 
 
 @pytest.fixture
@@ -62,3 +63,4 @@ async def runner(bus: Bus) -> AsyncIterator[Callable[[Script], Awaitable[Scripte
     yield make
     for r in made:
         await r.stop()
+    RUNNERS.clear()

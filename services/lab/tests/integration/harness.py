@@ -65,10 +65,13 @@ class ScriptedRunner:
     ended: set[str] = field(default_factory=set)
     held: set[str] = field(default_factory=set)
     most_live: int = 0
+    # Why a run could not be ended (core never knew it): shown by `diagnosis`.
+    errors: list[str] = field(default_factory=list)
     _sub: Any = None
     _tasks: set[asyncio.Task[None]] = field(default_factory=set)
 
     async def start(self) -> None:
+        RUNNERS.append(self)
         self._sub = await self.bus.nc.subscribe(
             subjects.run_events_filter(None, RunEvent.REQUESTED), cb=self._on
         )
@@ -91,6 +94,13 @@ class ScriptedRunner:
         task.add_done_callback(self._tasks.discard)
 
     async def _end(self, run_id: str) -> None:
+        try:
+            await self._prepared_then_end(run_id)
+        except AssertionError as exc:
+            self.errors.append(str(exc).splitlines()[0])
+            raise
+
+    async def _prepared_then_end(self, run_id: str) -> None:
         # Core prepares the run first (its request is real); then "the runner" ends it.
         await eventually(
             lambda: core_run_status(self.bus, run_id),
@@ -142,10 +152,45 @@ def settings() -> LabSettings:
     return LabSettings(health_port=None, fetch_timeout=0.2, retry_interval=0.2)
 
 
+# The labs and scripted runners a test started, for the diagnosis a failed wait prints (the
+# fixtures empty them).
+STARTED: list[LabApp] = []
+RUNNERS: list[ScriptedRunner] = []
+
+
 async def start_lab(bus: Bus, pool: asyncpg.Pool[Any]) -> LabApp:
     app = LabApp(settings(), bus=bus, pool=pool)
+    STARTED.append(app)
     await app.start()
     return app
+
+
+def diagnosis() -> str:
+    """What each lab of the test was doing: its role, its projection's position and errors,
+    its engine's passes and what it waits on (printed only when a wait fails)."""
+    lines = []
+    for n, app in enumerate(STARTED):
+        role = app.leadership.role if app.leadership is not None else None
+        line = f"lab {n}: role={role}"
+        if app.runner is not None:
+            r = app.runner
+            line += (
+                f" projection last_seq={r.last_seq} applied={r.applied} fenced={r.fenced}"
+                f" failures={r.consecutive_failures} last_error={r.last_error}"
+            )
+        if app.engine is not None:
+            e = app.engine
+            line += (
+                f" engine steps={e._passes.steps} failures={e._passes.failures}"
+                f" waiting={sorted(e._waiting)} touched={sorted(e._touched)}"
+                f" requested={len(e._requested)} ended={len(e._ended)}"
+            )
+        lines.append(line)
+    for r in RUNNERS:
+        live = sorted(set(r.requests) - r.ended - r.held)
+        lines.append(f"runner: asked={len(r.requests)} ended={len(r.ended)} live={live}")
+        lines += [f"  {e}" for e in r.errors]
+    return "\n".join(lines)
 
 
 async def request_eval(bus: Bus, eval_run_id: str, **kw: Any) -> None:
@@ -170,6 +215,7 @@ async def wait_report(bus: Bus, eval_run_id: str, status: str, within: float = 6
         lambda r: r is not None and r.status == status,
         within=within,
         what=f"eval run {eval_run_id} {status}",
+        detail=diagnosis,
     )
     assert isinstance(found, EvalReport)
     return found

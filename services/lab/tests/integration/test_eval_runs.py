@@ -65,7 +65,7 @@ async def test_five_cases_two_revisions_three_trials(
         bus, "ev5", suite="five", agents=["implementer@1", "implementer@2"], concurrency=4,
         requested_by="ana",
     )  # fmt: skip
-    report = await wait_report(bus, "ev5", "completed", within=120)
+    report = await wait_report(bus, "ev5", "completed", within=90)
 
     requests = scripted_runner.requests
     assert len(requests) == 30
@@ -131,7 +131,7 @@ async def test_a_restart_mid_way_requests_nothing_twice(
     await labs()
     await scripted_runner.release(scripted)
     # The restarted lab goes on with the held runs' endings and the cases not started yet.
-    report = await wait_report(bus, "evr", "completed", within=120)
+    report = await wait_report(bus, "evr", "completed", within=90)
     assert report.graded == 30
     assert {s.revision: s.pass_rate for s in report.revisions} == {1: 0.4, 2: 0.8}
     stored = await stored_requests(bus)
