@@ -170,6 +170,8 @@ async def _scheduler(nats_url: str) -> tuple[float, float, float]:
         max_concurrent_runs=100 * N,
         tick_seconds=3600,  # no timers during the measurement
         lease_bucket=f"bench_scheduler_{tag}",
+        # Its own snapshots: another run's would hand it that run's open runs to start.
+        snapshot_bucket=f"bench_scheduler_snapshot_{tag}",
         consumer_name=f"bench-scheduler-{tag}",
         health_port=None,
     )
@@ -212,8 +214,9 @@ async def _scheduler(nats_url: str) -> tuple[float, float, float]:
     finally:
         await sub.unsubscribe()
         await app.stop()
-        with contextlib.suppress(Exception):
-            await bus.js.delete_key_value(settings.lease_bucket)
+        for bucket in (settings.lease_bucket, settings.snapshot_bucket):
+            with contextlib.suppress(Exception):
+                await bus.js.delete_key_value(bucket)
         await bus.close()
     return p50, p99, rate
 
