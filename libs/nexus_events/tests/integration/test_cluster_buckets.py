@@ -4,6 +4,11 @@ opens them, and a user with R1 never shrinks them back."""
 
 from __future__ import annotations
 
+import asyncio
+import time
+
+import nats.errors
+import nats.js.errors
 from nats.js import JetStreamContext
 from nexus_events.runtime.lease import Lease
 from nexus_events.transport.approvals import APPROVALS_BUCKET, approvals_bucket
@@ -13,6 +18,20 @@ from nexus_testing import NatsCluster, eventually
 
 async def _replicas(js: JetStreamContext, stream: str) -> int:
     return (await js.stream_info(stream)).config.num_replicas or 1
+
+
+async def _acquire(lease: Lease) -> bool:
+    """`lease.acquire()`, tried again while the cluster has no leader for a stream just made
+    or edited (no responders, no stream response: a loaded full run), as the leadership
+    campaign tries its next round; any other error fails the test."""
+    deadline = time.monotonic() + 15
+    while True:
+        try:
+            return await lease.acquire()
+        except (nats.errors.NoRespondersError, nats.js.errors.NoStreamResponseError, TimeoutError):
+            if time.monotonic() > deadline:
+                raise
+            await asyncio.sleep(0.2)
 
 
 async def _raised_to_r3(js: JetStreamContext, stream: str) -> None:
@@ -26,13 +45,13 @@ async def test_buckets_made_at_r1_follow_the_streams_to_r3(nats_cluster: NatsClu
     js = bus.nc.jetstream(timeout=5)
     try:
         first = Lease(js, "nexus_test_lease", "a", ttl=30, replicas=1)
-        assert await first.acquire()
+        assert await _acquire(first)
         assert await _replicas(js, "KV_nexus_test_lease") == 1
 
         # Another replica, started with NEXUS_STREAMS_REPLICAS=3: the bucket is edited to
         # R3 in place; the key (the first holder's lease) is kept, so it cannot take it.
         second = Lease(js, "nexus_test_lease", "b", ttl=30, replicas=3)
-        assert not await second.acquire()
+        assert not await _acquire(second)
         await _raised_to_r3(js, "KV_nexus_test_lease")
         assert second.owner == "a"
         assert await first.renew()
@@ -42,7 +61,7 @@ async def test_buckets_made_at_r1_follow_the_streams_to_r3(nats_cluster: NatsClu
             what="two followers beside the leader",
         )
         # A client left at R1 (the CLI's default) does not shrink it.
-        await Lease(js, "nexus_test_lease", "c", ttl=30, replicas=1).acquire()
+        await _acquire(Lease(js, "nexus_test_lease", "c", ttl=30, replicas=1))
         assert await _replicas(js, "KV_nexus_test_lease") == 3
 
         await approvals_bucket(js, replicas=1)

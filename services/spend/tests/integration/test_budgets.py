@@ -95,7 +95,12 @@ async def test_a_threshold_is_announced_once_per_budget_scope_and_period(
 ) -> None:
     async with projecting(bus, pg_pool) as runner:
         await apply_budget(bus, ALPHA)
-        await apply_budget(bus, {**ALPHA, "id": "task-total", "scope": "task", "period": "total"})
+        applied = await apply_budget(
+            bus, {**ALPHA, "id": "task-total", "scope": "task", "period": "total"}
+        )
+        # The budgets first: NEXUS_CATALOG and NEXUS_RUNS are read apart, and a turn folded
+        # before its budget crosses nothing (a loaded full run announced none).
+        await runner.wait_until(CATALOG, applied)
         # 0.25 of 1.00: below warn_at 0.5. Then 0.5, then 0.75 and 1.0: announced once each.
         last = await publish_run(
             bus, Run("t1", task_id="T-1", turns=[(1, 10, 1, 0.25)], ends=False)
