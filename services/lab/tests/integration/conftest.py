@@ -37,30 +37,23 @@ async def core(bus: Bus, pg_dsn: str) -> AsyncIterator[CoreApp]:
 async def labs(
     bus: Bus, pg_pool: asyncpg.Pool[Any]
 ) -> AsyncIterator[Callable[[], Awaitable[LabApp]]]:
-    started: list[LabApp] = []
-
     async def make() -> LabApp:
-        app = await start_lab(bus, pg_pool)
-        started.append(app)
-        return app
+        return await start_lab(bus, pg_pool)
 
     yield make
-    for app in started:
+    for app in STARTED:  # every lab `start_lab` made (a stop of one that never started is a no-op)
         await app.stop()
     STARTED.clear()
 
 
 @pytest.fixture
 async def runner(bus: Bus) -> AsyncIterator[Callable[[Script], Awaitable[ScriptedRunner]]]:
-    made: list[ScriptedRunner] = []
-
     async def make(script: Script) -> ScriptedRunner:
         r = ScriptedRunner(bus, script)
         await r.start()
-        made.append(r)
         return r
 
     yield make
-    for r in made:
+    for r in RUNNERS:  # every scripted runner started (`ScriptedRunner.start` lists it)
         await r.stop()
     RUNNERS.clear()

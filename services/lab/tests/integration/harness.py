@@ -71,10 +71,10 @@ class ScriptedRunner:
     _tasks: set[asyncio.Task[None]] = field(default_factory=set)
 
     async def start(self) -> None:
-        RUNNERS.append(self)
         self._sub = await self.bus.nc.subscribe(
             subjects.run_events_filter(None, RunEvent.REQUESTED), cb=self._on
         )
+        RUNNERS.append(self)  # stopped by the `runner` fixture, shown by `diagnosis`
 
     async def stop(self) -> None:
         await self._sub.unsubscribe()
