@@ -32,6 +32,7 @@ from nexus_events.runtime.clock import Clock, SystemClock
 from nexus_events.runtime.periodic import PeriodicTask
 from nexus_events.transport.bus import Bus, decode_msg
 from nexus_events.transport.fenced_projection import FencedProjectionRunner
+from nexus_events.transport.follow import Batch, Feed
 from nexus_events.transport.projection import quote_ident, read_checkpoint
 from nexus_events.transport.publish import Outgoing
 
@@ -47,7 +48,7 @@ from nexus_lab.core_client import CoreClient, CoreUnavailableError
 from nexus_lab.decide import SuiteRevision, decide
 from nexus_lab.metrics import LabMetrics
 from nexus_lab.state import TERMINAL, EvalState
-from nexus_lab.store import SCHEMA, LabProjection, load_state, load_suite
+from nexus_lab.store import SCHEMA, load_state, load_suite
 
 log = logging.getLogger(__name__)
 
@@ -66,14 +67,20 @@ class LabRunner(FencedProjectionRunner):
         super().__init__(*args, **kwargs)
         self.engine = engine
 
-    async def handle(self, feed: Any, batch: Any, delivered: int) -> None:
+    async def handle(self, feed: Feed, batch: Batch, delivered: int) -> None:
         await super().handle(feed, batch, delivered)
-        for p in self.projections:
-            if isinstance(p, LabProjection):
-                self.engine.touch(p.take_touched())
+        # Committed: the engine reads what this batch wrote. Taken from the batch itself, as
+        # NEXUS_CATALOG and NEXUS_EVALS are followed concurrently (a set the projection
+        # filled was once taken by the other feed before its transaction committed, and the
+        # engine, finding no row yet, never looked at that eval run again).
+        touched: set[str] = set()
         for d in batch.events:
-            if d.address.ids.get("eval_run_id") == subjects.NEW_RUN_TOKEN:
+            eid = d.address.ids.get("eval_run_id")
+            if eid == subjects.NEW_RUN_TOKEN:
                 self.engine.new_requests.append(d)
+            elif eid is not None:
+                touched.add(eid)
+        self.engine.touch(touched)
         self.engine.wake.set()
 
 

@@ -22,8 +22,10 @@ SCHEMA = "lab"
 
 
 class LabProjection:
-    """Folds the eval suites and eval runs; remembers which eval runs each applied batch
-    touched (`take_touched`) so the engine decides for those."""
+    """Folds the eval suites and eval runs. Which eval runs a batch touched is read from the
+    batch after it commits (`LabRunner.handle`), not collected here: the two sources are
+    followed concurrently, so a set filled during one feed's transaction could be taken by
+    the other feed's hand-off before that transaction committed."""
 
     name = "lab"
     sources = (
@@ -33,11 +35,6 @@ class LabProjection:
 
     def __init__(self, schema: str = SCHEMA) -> None:
         self.schema = schema
-        self._touched: set[str] = set()
-
-    def take_touched(self) -> set[str]:
-        touched, self._touched = self._touched, set()
-        return touched
 
     async def create(self, conn: Conn, schema: str) -> None:
         q = quote_ident(schema)
@@ -109,7 +106,6 @@ class LabProjection:
             if state is None or state is before[eid]:
                 continue
             await _write(conn, q, state, first[eid], before[eid])
-            self._touched.add(eid)
 
 
 async def _suite_event(conn: Conn, q: str, d: Decoded) -> None:

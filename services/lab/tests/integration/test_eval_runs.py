@@ -1,14 +1,19 @@
 """Eval runs end to end on real NATS, PostgreSQL and core: a suite of 5 cases x 2 revisions x 3
 trials requests the right case runs and reports the pass rates the scripted revisions produce;
-a restart mid-way requests nothing twice; bad requests fail with one line; the queries."""
+a restart mid-way requests nothing twice; an eval run committed while the other feed hands
+off is still decided; bad requests fail with one line; the queries."""
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
+import asyncio
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
+import asyncpg
 from nexus_core.app import CoreApp
 from nexus_events.contract import subjects
+from nexus_events.contract.codec import Decoded
+from nexus_events.contract.streams import CATALOG, EVALS
 from nexus_events.events import RunRequested
 from nexus_events.events.evals import (
     EvalAccepted,
@@ -20,17 +25,21 @@ from nexus_events.events.evals import (
 )
 from nexus_events.events.runs import Origin
 from nexus_events.transport.bus import Bus
+from nexus_events.transport.projection import Conn
 from nexus_testing import eventually
 
 from nexus_lab.app import LabApp
+from nexus_lab.store import LabProjection
 
 from .harness import (
+    STARTED,
     Script,
     ScriptedRunner,
     apply_agents,
     apply_suite,
     query,
     request_eval,
+    settings,
     stored_eval_events,
     stored_requests,
     wait_report,
@@ -148,6 +157,59 @@ async def _graded(bus: Bus, eval_run_id: str) -> int:
 
 async def _held(r: ScriptedRunner) -> int:
     return len(r.held)
+
+
+class HeldProjection(LabProjection):
+    """Holds the transaction of the first batch with an eval run's event open (after its
+    rows are written) until released, so the other feed can commit meanwhile."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.holding = asyncio.Event()
+        self.release = asyncio.Event()
+
+    async def apply(self, conn: Conn, schema: str, batch: Sequence[Decoded]) -> None:
+        await super().apply(conn, schema, batch)
+        if not self.holding.is_set() and any("eval_run_id" in d.address.ids for d in batch):
+            self.holding.set()
+            await self.release.wait()
+
+
+async def test_an_eval_run_committed_while_the_other_feed_hands_off_is_decided(
+    bus: Bus, core: CoreApp, labs: Labs, runner: Runners, pg_pool: asyncpg.Pool[Any]
+) -> None:
+    """NEXUS_CATALOG and NEXUS_EVALS are followed concurrently. A suite applied while the
+    eval run's batch is still in its transaction must not make the engine look at the eval
+    run before it is stored and never again (CI saw it stay `requested`)."""
+    await apply_agents(bus, 1)
+    await runner(lambda _: {"done": True})
+    app = LabApp(settings(), bus=bus, pool=pg_pool)
+    app.projection = held = HeldProjection()
+    STARTED.append(app)  # stopped by the `labs` fixture, as `labs()` would have
+    await app.start()
+    await eventually(lambda: _runner_of(app), what="the lab leads")
+    await request_eval(bus, "held", suite="one", agents=["implementer@1"])
+    await asyncio.wait_for(held.holding.wait(), 10)
+    await apply_suite(bus, {"id": "one", "cases": [{"id": "only", "input": "do it"}]})
+    lab = await _runner_of(app)
+    assert lab is not None
+    await lab.wait_until(CATALOG, 2)  # the suite's batch committed and was handed off
+    engine = app.engine
+    assert engine is not None
+    passes = engine._passes.steps
+    await eventually(lambda: _at(engine._passes.steps >= passes + 2), what="two engine passes")
+    held.release.set()
+    await lab.wait_until(EVALS, 1)
+    report = await wait_report(bus, "held", "completed", within=60)
+    assert (report.planned, report.graded) == (1, 1)
+
+
+async def _at(value: bool) -> bool:
+    return value
+
+
+async def _runner_of(app: LabApp) -> Any:
+    return app.runner
 
 
 async def test_unknown_suite_agent_revision_and_new_token(

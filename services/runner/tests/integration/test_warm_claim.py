@@ -63,14 +63,17 @@ async def test_two_hand_offs_at_once_one_pod_accepts_exactly_one(nats_url: str) 
             await nc.close()
 
 
-async def test_a_malformed_hand_off_gets_no_answer_and_claims_nothing(nats_url: str) -> None:
+async def test_a_malformed_hand_off_gets_no_answer_and_claims_nothing(
+    nats_url: str, caplog: pytest.LogCaptureFixture
+) -> None:
     pod = await connect(BusSettings(url=nats_url))
     scheduler = await connect(BusSettings(url=nats_url))
     claim = SlotClaim()
     try:
         await listen(pod, "slot-b", claim)
-        with pytest.raises(nats.errors.TimeoutError):
-            await scheduler.request(subjects.runner_warm("slot-b"), b'{"config": 1}', timeout=0.5)
+        await _unanswered(scheduler, subjects.runner_warm("slot-b"), b'{"config": 1}')
+        # The pod got it (not merely nobody listening) and dropped it with the reason.
+        assert any("malformed hand-off" in r.getMessage() for r in caplog.records)
         assert claim.handoff is None
         assert not claim.claimed.is_set()
         answer = await _hand(scheduler, "slot-b", _handoff("run-3"))
@@ -78,3 +81,18 @@ async def test_a_malformed_hand_off_gets_no_answer_and_claims_nothing(nats_url: 
     finally:
         await pod.close()
         await scheduler.close()
+
+
+async def _unanswered(nc: Client, subject: str, payload: bytes) -> None:
+    """Send until the server finds the listener, then require the request to time out. A
+    loaded CI run once got "no responders" right after the listener's flushed subscribe."""
+    for _ in range(20):
+        try:
+            await nc.request(subject, payload, timeout=0.5)
+        except nats.errors.NoRespondersError:
+            await asyncio.sleep(0.1)
+            continue
+        except nats.errors.TimeoutError:
+            return
+        pytest.fail(f"{subject} answered a malformed hand-off")
+    pytest.fail(f"nobody listened on {subject}")

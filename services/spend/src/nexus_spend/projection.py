@@ -53,7 +53,8 @@ class CallCounted:
 
 @dataclass(slots=True)
 class Staged:
-    """What a committed batch announces and counts."""
+    """What a committed batch announces and counts: staged by NEXUS_RUNS batches only, and
+    taken by that feed alone (`SpendRunner.handle`)."""
 
     announcements: dict[str, Outgoing] = field(default_factory=dict)
     counted: list[CallCounted] = field(default_factory=list)

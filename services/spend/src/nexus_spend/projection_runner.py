@@ -8,6 +8,7 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 import asyncpg
+from nexus_events.contract.streams import RUNS
 from nexus_events.errors import PublishFailed
 from nexus_events.transport.bus import Bus
 from nexus_events.transport.fenced_projection import FencedProjectionRunner
@@ -38,6 +39,12 @@ class SpendRunner(FencedProjectionRunner):
         self.metrics = metrics
 
     async def handle(self, feed: Feed, batch: Batch, delivered: int) -> None:
+        if feed.stream != RUNS:
+            # Only run events stage anything, and the three sources are followed
+            # concurrently: taking here would clear, or announce before its commit, what a
+            # NEXUS_RUNS batch still in its transaction staged.
+            await super().handle(feed, batch, delivered)
+            return
         self.spend.take_staged()  # what an earlier, failed attempt staged was rolled back
         await super().handle(feed, batch, delivered)
         staged = self.spend.take_staged()

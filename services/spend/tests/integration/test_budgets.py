@@ -1,23 +1,29 @@
 """Budgets folded from the catalog (applied, revised, deleted; an invalid one dead-lettered),
-a threshold announced once, a usage event that cannot decode dead-lettered once, and the
+a threshold announced once (also when a budget commits while the crossing turn's batch is in
+its transaction), a usage event that cannot decode dead-lettered once, and the
 queries' answers to bad requests and unknown budgets."""
 
 from __future__ import annotations
 
+import asyncio
 import json
+from collections.abc import Sequence
 from typing import Any
 
 import asyncpg
 from nexus_events.contract import subjects
+from nexus_events.contract.codec import Decoded
 from nexus_events.contract.runstate import RunEvent
 from nexus_events.contract.streams import BUDGETS, CATALOG, RUNS
 from nexus_events.events import BudgetApplied, BudgetDeleted, BudgetThresholdCrossed, RunTurn
 from nexus_events.events.budgets import BudgetDefinition, BudgetEvent
 from nexus_events.transport.bus import Bus, decode_msg
-from nexus_events.transport.projection import rebuild
+from nexus_events.transport.projection import Conn, rebuild
 from nexus_testing import dead_letters, eventually
 
+from nexus_spend.metrics import SpendMetrics
 from nexus_spend.projection import SpendProjection
+from nexus_spend.projection_runner import SpendRunner
 
 from .usage_harness import Run, apply_budget, ask, projecting, publish, publish_run, serving
 
@@ -197,3 +203,50 @@ async def test_bad_requests_are_400_in_one_line_and_runs_show_their_scopes(
             ("alpha-monthly", "team:alpha", "warning")
         ]
         assert run["waiting_for"] is None
+
+
+class HeldProjection(SpendProjection):
+    """Holds the transaction of the first batch with a turn open (after it staged what it
+    announces) until released, so the other feeds can commit meanwhile."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.holding = asyncio.Event()
+        self.release = asyncio.Event()
+
+    async def apply(self, conn: Conn, schema: str, batch: Sequence[Decoded]) -> None:
+        await super().apply(conn, schema, batch)
+        turns = any(isinstance(d.event, RunTurn) for d in batch)
+        if turns and schema == self.schema and not self.holding.is_set():
+            self.holding.set()
+            await self.release.wait()
+
+
+async def test_a_budget_applied_while_a_turn_commits_does_not_lose_its_announcement(
+    bus: Bus, pg_pool: asyncpg.Pool[Any]
+) -> None:
+    """The three sources are followed concurrently: a budget batch handed off while a turn's
+    batch is still in its transaction neither clears nor takes what the turn staged."""
+
+    async def leader() -> bool:
+        return True
+
+    held = HeldProjection()
+    runner = SpendRunner(bus, pg_pool, held, metrics=SpendMetrics(), fence=leader)
+    await runner.setup()
+    await runner.start()
+    try:
+        applied = await apply_budget(bus, ALPHA)
+        await runner.wait_until(CATALOG, applied)
+        await publish_run(bus, Run("h1", turns=[(1, 10, 1, 0.75)], ends=False))
+        await asyncio.wait_for(held.holding.wait(), 10)
+        other = await apply_budget(bus, {**ALPHA, "id": "other-team", "scope": "team:beta"})
+        await runner.wait_until(CATALOG, other)  # committed and handed off meanwhile
+        held.release.set()
+        announced = await eventually(
+            lambda: thresholds(bus), until=lambda t: len(t) == 1, what="the crossing announced"
+        )
+        assert (announced[0].budget_id, announced[0].share) == ("alpha-monthly", 0.75)
+    finally:
+        held.release.set()
+        await runner.stop()
