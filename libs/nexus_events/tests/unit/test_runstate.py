@@ -50,7 +50,20 @@ def test_run_events_are_the_documented_ones():
         "mcp_server_unavailable",
         # issue 39: the lab's replay divergence and golden runs.
         "diverged", "golden_marked",
+        # issue 42: a run that slept, and a wake asked of it.
+        "sleeping", "wake_requested",
     }  # fmt: skip
+
+
+def test_a_sleeping_run_holds_its_rank_and_runs_again_when_its_next_attempt_resumes():
+    asleep = [*LIFECYCLE, "sleeping"]
+    assert fold(asleep) == RunStatus.SLEEPING
+    # A late heartbeat or turn of the attempt that slept does not wake it; nor does the
+    # wake asked or the scheduler's `resuming`: the woken attempt's `resumed` does.
+    assert fold([*asleep, "heartbeat", "turn", "wake_requested", "resuming"]) == RunStatus.SLEEPING
+    assert fold([*asleep, "resuming", "dispatched", "resumed"]) == RunStatus.RUNNING
+    assert fold([*asleep, "timed_out"]) == RunStatus.TIMED_OUT
+    assert fold([*LIFECYCLE, "completed", "sleeping"]) == RunStatus.COMPLETED
 
 
 def test_a_resumed_attempt_runs_whatever_the_dead_one_waited_for():
@@ -145,6 +158,7 @@ def test_terminal_event_then_any_pair_of_events_is_final():
 def test_every_transition_is_forward_or_an_approval_toggle():
     rank = {status: i for i, status in enumerate(ORDER)}
     rank[RunStatus.AWAITING_APPROVAL] = rank[RunStatus.RUNNING]
+    rank[RunStatus.SLEEPING] = rank[RunStatus.RUNNING]
     for status in RunStatus:
         for name in EVENTS:
             new = next_status(status, name)
@@ -153,7 +167,7 @@ def test_every_transition_is_forward_or_an_approval_toggle():
             assert status not in TERMINAL
             assert rank[new] > rank[status] or (
                 rank[new] == rank[status]
-                and (name.startswith(("approval_", "budget_")) or name == "resumed")
+                and (name.startswith(("approval_", "budget_")) or name in ("resumed", "sleeping"))
                 and new is not status
             ), (status, name, new)
 
@@ -206,7 +220,8 @@ def test_every_registered_run_event_has_a_status_and_a_name() -> None:
     # audit record of a refused answer (the approval still waits), and the scheduler's
     # `resuming` (the run is where it was until the new attempt says `resumed`), and the audit
     # record of a tools' network request, `egress` (a background process may make one while
-    # the run awaits an approval).
+    # the run awaits an approval), and a wake asked of a sleeping run (the scheduler's
+    # `resuming` and the woken attempt's `resumed` follow).
     assert [e for e, s in runstate.EVENT_STATUS.items() if s is None] == [
         runstate.RunEvent.APPROVAL_REFUSED,
         runstate.RunEvent.CANCEL_REQUESTED,
@@ -214,6 +229,7 @@ def test_every_registered_run_event_has_a_status_and_a_name() -> None:
         runstate.RunEvent.EGRESS,
         runstate.RunEvent.DIVERGED,
         runstate.RunEvent.GOLDEN_MARKED,
+        runstate.RunEvent.WAKE_REQUESTED,
     ]
     assert set(runstate.TERMINAL_EVENTS) == {
         e for e, s in runstate.EVENT_STATUS.items() if s in TERMINAL

@@ -171,6 +171,11 @@ EVENT_ROLES: dict[tuple[Family, str], EventRoles] = {
     # scheduler until it goes on.
     (Family.RUN, "budget_paused"): _run((_RUNNER,), _ADMISSION),
     (Family.RUN, "budget_resumed"): _run((_RUNNER,), _ADMISSION),
+    # Sleep (docs/resume.md): an attempt that ended to sleep gives its runner and slot back;
+    # the scheduler starts the next attempt at the wake time or on a wake; chat and Plane
+    # say "sleeping until".
+    (Family.RUN, "sleeping"): _run((_RUNNER,), (*_ADMISSION, _GATEWAY)),
+    (Family.RUN, "wake_requested"): _run((_CLI, _OPERATOR), (_SCHEDULER, _CORE)),
     # -- logs (NEXUS_LOGS) ----------------------------------------------------------------
     (Family.LOG, "line"): _run((_RUNNER,), (_CLI, _CONSOLE)),
     # -- transcripts (NEXUS_TRANSCRIPTS): written ahead of each model call, read on resume -

@@ -1,8 +1,9 @@
 """The run state machine of docs/design.md §5.1, as pure functions.
 
 ``requested -> prepared -> queued -> dispatched -> running -> completed | failed | cancelled |
-timed_out | lost``; ``awaiting_approval`` is a sub-state of running. Terminal states are final
-and a run never moves backwards, so projections can apply duplicates and late events blindly.
+timed_out | lost``; ``awaiting_approval`` and ``sleeping`` are sub-states of running. Terminal
+states are final and a run never moves backwards, so projections can apply duplicates and late
+events blindly.
 """
 
 from __future__ import annotations
@@ -19,6 +20,9 @@ class RunStatus(StrEnum):
     DISPATCHED = "dispatched"
     RUNNING = "running"
     AWAITING_APPROVAL = "awaiting_approval"
+    # Between attempts: the run slept (the `sleep` tool), holding no runner and no slot, and
+    # its next attempt starts at the wake time or on a wake (docs/resume.md, Sleep).
+    SLEEPING = "sleeping"
     COMPLETED = "completed"
     FAILED = "failed"
     CANCELLED = "cancelled"
@@ -71,6 +75,10 @@ class RunEvent(StrEnum):
     # ask is open (it holds no scheduler slot meanwhile), and the run going on after it.
     BUDGET_PAUSED = "budget_paused"
     BUDGET_RESUMED = "budget_resumed"
+    # Sleep (docs/resume.md): an attempt that ended to wait until a time, and a person or
+    # system asking a sleeping run to wake now (`nexus run wake`).
+    SLEEPING = "sleeping"
+    WAKE_REQUESTED = "wake_requested"
     COMPLETED = "completed"
     FAILED = "failed"
     CANCELLED = "cancelled"
@@ -115,6 +123,10 @@ EVENT_STATUS: Mapping[str, RunStatus | None] = MappingProxyType(
         # A budget pause waits on people, as an approval does (the run shows awaiting_approval).
         RunEvent.BUDGET_PAUSED: RunStatus.AWAITING_APPROVAL,
         RunEvent.BUDGET_RESUMED: RunStatus.RUNNING,
+        # The woken attempt's `resumed` moves it back to running.
+        RunEvent.SLEEPING: RunStatus.SLEEPING,
+        # Asks; the scheduler's `resuming` and the attempt's `resumed` say what happened.
+        RunEvent.WAKE_REQUESTED: None,
         RunEvent.COMPLETED: RunStatus.COMPLETED,
         RunEvent.FAILED: RunStatus.FAILED,
         RunEvent.CANCELLED: RunStatus.CANCELLED,
@@ -135,11 +147,12 @@ _TOGGLES = frozenset(
         RunEvent.RESUMED,
         RunEvent.BUDGET_PAUSED,
         RunEvent.BUDGET_RESUMED,
+        RunEvent.SLEEPING,
     }
 )
 
-# Progress rank: a status change is applied only forwards. Running and awaiting_approval
-# share a rank because a run moves between them both ways.
+# Progress rank: a status change is applied only forwards. Running, awaiting_approval and
+# sleeping share a rank because a run moves between them both ways.
 _RANK = {
     RunStatus.REQUESTED: 0,
     RunStatus.PREPARED: 1,
@@ -147,6 +160,7 @@ _RANK = {
     RunStatus.DISPATCHED: 3,
     RunStatus.RUNNING: 4,
     RunStatus.AWAITING_APPROVAL: 4,
+    RunStatus.SLEEPING: 4,
 }
 
 
@@ -159,7 +173,7 @@ _BY_VALUE: dict[str, RunStatus] = {s.value: s for s in RunStatus}
 
 
 def live_rank(status: RunStatus | str) -> int:
-    """Progress rank of a live status (running and awaiting_approval share one); `KeyError`
+    """Progress rank of a live status (running, awaiting_approval, sleeping share one); `KeyError`
     for a terminal status, which ranks above every live one and is compared by class."""
     return _RANK[_status(status)]
 

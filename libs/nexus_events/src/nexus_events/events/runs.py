@@ -82,6 +82,29 @@ class _RunEvent(Event):
     event_family: ClassVar[Family] = Family.RUN
 
 
+class WakeCause(StrEnum):
+    """What ended a run's sleep (docs/resume.md, Sleep)."""
+
+    TIMER = "timer"  # the wake time came
+    SIGNAL = "signal"  # a `wake_requested` (nexus run wake)
+    MESSAGE = "message"  # a message on the run's inbox
+
+
+class RunWake(BaseModel):
+    """Why an attempt starts after a sleep: the scheduler puts it in `resuming` and in the
+    attempt's config, and the runner tells the model in its next message."""
+
+    model_config = ConfigDict(frozen=True, extra="ignore")
+
+    cause: WakeCause = Field(..., description="What woke the run.")
+    slept_until: datetime = Field(..., description="The wake time the sleep asked for (UTC).")
+    sleep_reason: str = Field("", description="The reason the agent gave when it slept.")
+    text: str = Field(
+        "", description="The wake's own words: the signal's reason or the inbox message."
+    )
+    requested_by: str | None = Field(None, description="Who woke it (signal or message).")
+
+
 class _RunCommand(Command):
     event_family: ClassVar[Family] = Family.RUN
 
@@ -205,6 +228,9 @@ class RunConfig(BaseModel):
         description="The team the run counts against (budgets, usage, approvals): the"
         " request's (a flow's steps carry the flow run's), else its task's, else its agent's"
         " (docs/spend.md).",
+    )
+    wake: RunWake | None = Field(
+        None, description="Set on the attempt that starts after a sleep: why it woke."
     )
 
 
@@ -455,6 +481,9 @@ class RunResuming(_RunEvent):
         ..., description="Why the previous attempt ended (heartbeat_missing, runtime_gone ...)."
     )
     message: str = Field("", description="Human-readable detail.")
+    wake: RunWake | None = Field(
+        None, description="Set when the previous attempt slept (reason 'woke'): why it woke."
+    )
 
 
 @register
@@ -585,6 +614,31 @@ class RunBudgetResumed(_RunEvent):
     budget_id: str = Field(..., description="The budget it paused on.")
     turn: int = Field(..., ge=1, description="The turn whose model call goes ahead.")
     waited_seconds: float = Field(0.0, ge=0, description="How long it waited.")
+
+
+@register
+class RunSleeping(_RunEvent):
+    """The attempt ended to sleep (the `sleep` tool) after checkpointing its transcript and
+    workspace: it holds no runner and no scheduler slot until the scheduler starts the next
+    attempt at `until`, or earlier on a wake (docs/resume.md, Sleep)."""
+
+    event_name: ClassVar[str] = RunEvent.SLEEPING
+
+    until: datetime = Field(..., description="The wake time (UTC).")
+    reason: str = Field("", max_length=2000, description="Why the agent sleeps (its words).")
+    attempt: int = Field(..., ge=1, description="The attempt that ended to sleep.")
+    turn: int = Field(..., ge=0, description="Turns finished before the sleep (they carry over).")
+
+
+@register
+class RunWakeRequested(_RunCommand):
+    """Wake a sleeping run now (`nexus run wake`, or `nats pub`): its next attempt starts at
+    once instead of at its wake time. Ignored for a run that is not sleeping."""
+
+    event_name: ClassVar[str] = RunEvent.WAKE_REQUESTED
+
+    reason: str = Field("", max_length=2000, description="Told to the model when it wakes.")
+    requested_by: str | None = Field(None, description="Person or service asking.")
 
 
 @register

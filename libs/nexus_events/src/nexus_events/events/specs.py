@@ -87,7 +87,15 @@ class ResumePolicy(Spec):
         ge=1,
         le=10,
         description="Attempts a run may have: a lost runner is resumed as attempt n+1 until"
-        " this many have run, then the run ends lost. 1 = never resume.",
+        " this many have run, then the run ends lost. 1 = never resume. Attempts that ended"
+        " in a sleep do not count.",
+    )
+    max_sleep_seconds: int = Field(
+        86_400,
+        ge=0,
+        le=30 * 86_400,
+        description="Longest one `sleep` of the agent's runs may last (docs/resume.md, Sleep);"
+        " a longer or past wake time is refused to the model. 0 = the agent may not sleep.",
     )
 
 
