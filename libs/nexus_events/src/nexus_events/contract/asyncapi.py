@@ -77,6 +77,7 @@ from nexus_events.events.queries import (
     UsageSummary,
     UsageSummaryReply,
 )
+from nexus_events.events.schedules import AgentScheduleRequest, AgentSchedulesReply
 from nexus_events.events.spend import (
     BudgetGet,
     BudgetsList,
@@ -156,6 +157,7 @@ _QUERY_MODELS: dict[str, tuple[type[BaseModel], type[BaseModel]]] = {
     subjects.SPEND_RUNS: (RunsSpend, RunsSpendReply),
     subjects.SPEND_RESERVE: (SpendReserve, SpendVerdict),
     subjects.SPEND_ADMIT: (SpendAdmit, SpendVerdict),
+    subjects.AGENT_SCHEDULES: (AgentScheduleRequest, AgentSchedulesReply),
     subjects.RUNNER_WARM: (WarmHandoff, WarmClaim),
 }
 # What the wildcard of a per-id request subject is: a run id, but for the warm pods' slots.

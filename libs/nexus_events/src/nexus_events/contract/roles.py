@@ -377,6 +377,8 @@ QUERY_ROLES: dict[str, QueryRoles] = {
     subjects.SPEND_RUNS: QueryRoles(_SPEND, (*_CORE_CLIENTS, _CONSOLE)),
     subjects.SPEND_RESERVE: QueryRoles(_SPEND, (_RUNNER,)),
     subjects.SPEND_ADMIT: QueryRoles(_SPEND, (_SCHEDULER,)),
+    # A run's agent's own schedules, with the schedule_* tools (docs/schedules.md).
+    subjects.AGENT_SCHEDULES: QueryRoles(_SCHEDULER, (_RUNNER,)),
     # A warm runner pod answers the hand-off of its slot alone (docs/warm-starts.md).
     subjects.RUNNER_WARM: QueryRoles(_RUNNER, (_SCHEDULER,)),
 }

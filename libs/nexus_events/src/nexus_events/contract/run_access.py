@@ -59,7 +59,9 @@ RUNNER_SOURCE = "runner"
 # Tool grants that widen what a run may publish.
 DELEGATE = "delegate"
 REMEMBER = "remember"
-GRANTS = (DELEGATE, REMEMBER)
+# The agent's own schedules (docs/schedules.md): each tool a grant, one subject for the run.
+SCHEDULE_TOOLS = ("schedule_create", "schedule_list", "schedule_delete")
+GRANTS = (DELEGATE, REMEMBER, *SCHEDULE_TOOLS)
 
 
 @dataclass(frozen=True)
@@ -240,6 +242,10 @@ def run_permissions(
         pub.append(subjects.family_filter(subjects.Family.ROUTE))
     if REMEMBER in grants:
         pub.append(subjects.MEMORY_RECORD)
+    if grants & set(SCHEDULE_TOOLS):
+        # Its agent's schedules, asked for its own run only: the scheduler reads the agent
+        # (and which of the three tools it was granted) from the run, never from the body.
+        pub.append(subjects.agent_schedules(run_id))
     # The reservation before each model call, for its own run only (docs/spend.md).
     pub.append(subjects.spend_reserve(run_id))
     for consumer in run_consumers(run_id, attempt, source_run_id):
@@ -264,6 +270,7 @@ __all__ = [
     "GRANTS",
     "REMEMBER",
     "RUNNER_EVENTS",
+    "SCHEDULE_TOOLS",
     "RunConsumer",
     "RunPermissions",
     "checkpoint_chunks",

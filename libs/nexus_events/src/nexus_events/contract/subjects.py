@@ -138,6 +138,10 @@ SPEND_RESERVE_PREFIX = "nexus.spend.v1.reserve"
 SPEND_ADMIT_PREFIX = "nexus.spend.v1.admit"
 SPEND_RESERVE = f"{SPEND_RESERVE_PREFIX}.*"
 SPEND_ADMIT = f"{SPEND_ADMIT_PREFIX}.*"
+# A run's agent's own schedules (docs/schedules.md, "Agent schedules"): the scheduler's leader
+# answers, for the run named by the last token (a run's credential may ask for its own only).
+AGENT_SCHEDULES_PREFIX = "nexus.scheduler.v1.agent_schedules"
+AGENT_SCHEDULES = f"{AGENT_SCHEDULES_PREFIX}.*"
 # A warm runner pod's hand-off on Kubernetes (docs/warm-starts.md): the scheduler sends a
 # `WarmHandoff` to one slot, the one pod holding that slot's credential answers a `WarmClaim`.
 RUNNER_WARM_PREFIX = "nexus.runner.v1.warm"
@@ -176,6 +180,7 @@ QUERY_SUBJECTS = (
     SPEND_RUNS,
     SPEND_RESERVE,
     SPEND_ADMIT,
+    AGENT_SCHEDULES,
     RUNNER_WARM,
 )
 
@@ -318,6 +323,11 @@ def flow_event(flow_run_id: str, event: FlowEventRef) -> str:
 def spend_reserve(run_id: str) -> str:
     """``nexus.spend.v1.reserve.<run_id>``: a run's reservation before a model call."""
     return f"{SPEND_RESERVE_PREFIX}.{validate_token(run_id, 'run id')}"
+
+
+def agent_schedules(run_id: str) -> str:
+    """``nexus.scheduler.v1.agent_schedules.<run_id>``: a run's agent's own schedules."""
+    return f"{AGENT_SCHEDULES_PREFIX}.{validate_token(run_id, 'run id')}"
 
 
 def runner_warm(slot: str) -> str:

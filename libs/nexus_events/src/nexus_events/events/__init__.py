@@ -168,6 +168,10 @@ from nexus_events.events.runs import (
     WakeCause,
 )
 from nexus_events.events.schedules import (
+    AgentScheduleOp,
+    AgentScheduleRequest,
+    AgentSchedulesReply,
+    AgentScheduleView,
     ScheduleDefined,
     ScheduleFired,
     ScheduleMissed,
@@ -199,6 +203,10 @@ __all__ = [
     "AgentApplied",
     "AgentDefinition",
     "AgentDeleted",
+    "AgentScheduleOp",
+    "AgentScheduleRequest",
+    "AgentScheduleView",
+    "AgentSchedulesReply",
     "ApprovalDecided",
     "ApprovalDecision",
     "ApprovalRefused",

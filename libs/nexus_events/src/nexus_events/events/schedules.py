@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 from datetime import datetime
+from enum import StrEnum
 from typing import ClassVar, Literal
 
 from pydantic import Field, model_validator
 
 from nexus_events.contract.subjects import Family
 from nexus_events.events.base import Command, Event, register
+from nexus_events.events.queries import Query, Reply
 
 
 @register
@@ -36,6 +38,15 @@ class ScheduleDefined(Command):
         " 'skip' records the fire as `missed`, 'queue' requests the run anyway (admission"
         " queues it under the limits), 'cancel_previous' requests cancellation of the previous"
         " run and fires; None = the scheduler's default.",
+    )
+
+    created_by_run: str | None = Field(
+        None,
+        description="The run whose agent created it with the `schedule_create` tool (an agent"
+        " schedule, docs/schedules.md); None = an operator's.",
+    )
+    created_by_agent: str | None = Field(
+        None, description="The agent that created it (the agent it runs); None = an operator's."
     )
 
     @model_validator(mode="after")
@@ -74,3 +85,51 @@ class ScheduleMissed(Event):
     reason: str = Field(
         ..., description="Why: e.g. 'missed' (after downtime) or 'overlap' (previous run active)."
     )
+
+
+class AgentScheduleOp(StrEnum):
+    CREATE = "create"
+    LIST = "list"
+    DELETE = "delete"
+
+
+class AgentScheduleRequest(Query):
+    """Body of ``nexus.scheduler.v1.agent_schedules.<run_id>``: what the run's agent asks of
+    its own schedules with the `schedule_create|list|delete` tools (docs/schedules.md). The
+    agent, task and team are the run's, read by the scheduler, never taken from here."""
+
+    op: AgentScheduleOp = Field(..., description="create, list or delete.")
+    cron: str | None = Field(None, max_length=200, description="create: a 5-field cron (UTC).")
+    interval_seconds: int | None = Field(
+        None, ge=1, le=366 * 86_400, description="create: a fixed interval instead of cron."
+    )
+    input: str = Field("", max_length=20_000, description="create: the input of each run.")
+    key: str | None = Field(
+        None,
+        max_length=200,
+        description="create: what makes a retried call the same schedule (the tool call id).",
+    )
+    schedule_id: str | None = Field(None, max_length=128, description="delete: which one.")
+
+
+class AgentScheduleView(Reply):
+    """One agent schedule as its agent sees it."""
+
+    schedule_id: str = Field(..., description="Its id (what `schedule_delete` takes).")
+    cron: str | None = Field(None, description="Its cron, or None for an interval.")
+    interval_seconds: int | None = Field(None, description="Its interval, or None for a cron.")
+    input: str = Field("", description="The input of each run.")
+    enabled: bool = Field(True, description="False while an operator has it paused.")
+    created_by_run: str | None = Field(None, description="The run that created it.")
+
+
+class AgentSchedulesReply(Reply):
+    """Reply of ``nexus.scheduler.v1.agent_schedules.<run_id>``: the agent's schedules after
+    the request, what it created or deleted, and the cap."""
+
+    schedules: list[AgentScheduleView] = Field(
+        default_factory=list, description="The agent's schedules."
+    )
+    created: str | None = Field(None, description="create: the new (or already made) one's id.")
+    deleted: str | None = Field(None, description="delete: the id removed.")
+    limit: int = Field(..., description="The most schedules the agent may have.")

@@ -149,6 +149,8 @@ SERVICES: dict[str, Access] = {
         ensures_streams=True,
         # A run's budgets before it is dispatched (docs/spend.md); a warm pod's hand-off.
         requests=(subjects.SPEND_ADMIT, subjects.RUNNER_WARM),
+        # A run's agent's own schedules, asked with the schedule_* tools (docs/schedules.md).
+        serves=(subjects.AGENT_SCHEDULES,),
         kv_buckets=(SCHEDULER_LEASE_BUCKET, SCHEDULER_SNAPSHOT_BUCKET),
         answers_auth_callout=True,  # run credentials (nexus_scheduler.auth_callout)
     ),
@@ -166,8 +168,9 @@ SERVICES: dict[str, Access] = {
             subjects.dead_letter("runner"),
         ),
         reads=(RUNS, INBOX, TRANSCRIPTS),
-        # The `remember` tool; the reservation before each model call (docs/spend.md).
-        requests=(subjects.MEMORY_RECORD, subjects.SPEND_RESERVE),
+        # The `remember` tool; the reservation before each model call (docs/spend.md); the
+        # schedule_* tools (docs/schedules.md).
+        requests=(subjects.MEMORY_RECORD, subjects.SPEND_RESERVE, subjects.AGENT_SCHEDULES),
         # A warm pod's hand-off, on its own slot only (run_access.warm_slot_permissions).
         serves=(subjects.RUNNER_WARM,),
         push_consumers=True,
