@@ -113,6 +113,33 @@ async def test_add_ls_show_pause_resume_rm_round_trip_through_the_stream(
     one_error_line(gone.stderr, "no schedule 'nightly'")
 
 
+async def test_an_agent_s_own_schedule_shows_its_maker_and_an_operator_pauses_it(
+    bus: Bus, nats_url: str, tmp_path: Path
+) -> None:
+    made = ScheduleDefined(
+        agent_id="implementer",
+        interval_seconds=600,
+        input="poll CI",
+        created_by_run="run-maker",
+        created_by_agent="implementer",
+    )
+    await bus.publish(subjects.schedule_event("agent-implementer-1", "defined"), made)
+    row = (await listed(nats_url, tmp_path))["agent-implementer-1"]
+    assert row["definition"]["created_by_run"] == "run-maker"
+    shown = await nexus(nats_url, tmp_path, "schedule", "show", "agent-implementer-1")
+    assert "by       implementer (run run-maker)" in shown.stdout
+    paused = await nexus(nats_url, tmp_path, "schedule", "pause", "agent-implementer-1")
+    assert paused.exit_code == 0, paused.output
+    last = (await schedule_events(bus, "agent-implementer-1"))[-1]
+    assert isinstance(last, ScheduleDefined)
+    # Paused, still the agent's: the scheduler keeps counting it against the agent's cap.
+    assert (last.enabled, last.created_by_run, last.created_by_agent) == (
+        False,
+        "run-maker",
+        "implementer",
+    )
+
+
 async def test_the_scheduler_fires_a_flow_schedule_the_cli_defined_until_it_is_paused(
     bus: Bus, nats_url: str, tmp_path: Path
 ) -> None:

@@ -159,7 +159,16 @@ def ls_cmd(ctx: typer.Context, output: OutputOpt = Output.TABLE) -> None:
         emit(
             output,
             {"schedules": [r.as_dict(counts=False) for r in records]},
-            ("SCHEDULE", "TARGET", "TRIGGER", "TASK", "STATUS", "LAST FIRE", "LAST MISS"),
+            (
+                "SCHEDULE",
+                "TARGET",
+                "TRIGGER",
+                "TASK",
+                "STATUS",
+                "LAST FIRE",
+                "LAST MISS",
+                "CREATED BY",
+            ),
             [
                 (
                     r.schedule_id,
@@ -169,6 +178,7 @@ def ls_cmd(ctx: typer.Context, output: OutputOpt = Output.TABLE) -> None:
                     status_of(r),
                     r.fires[-1]["scheduled_for"] if r.fires else "-",
                     r.misses[-1]["scheduled_for"] if r.misses else "-",
+                    _created_by(r.definition),
                 )
                 for r in records
             ],
@@ -176,6 +186,13 @@ def ls_cmd(ctx: typer.Context, output: OutputOpt = Output.TABLE) -> None:
         )
 
     run(output, body)
+
+
+def _created_by(definition: ScheduleDefined) -> str:
+    """An agent's own schedule names its agent and the run that made it; an operator's '-'."""
+    if definition.created_by_run is None:
+        return "-"
+    return f"{definition.created_by_agent} (run {definition.created_by_run})"
 
 
 @app.command("show")
@@ -202,6 +219,7 @@ def show_cmd(
             ("missed", d.get("missed_policy") or "scheduler default"),
             ("overlap", d.get("overlap_policy") or "scheduler default"),
             ("defined", f"{data['defined_at']} ({ago(data['defined_at'])})"),
+            ("by", None if rec.definition.created_by_run is None else _created_by(rec.definition)),
         ):
             if value:
                 console.print(f"  {label:<8} {value}", markup=False)

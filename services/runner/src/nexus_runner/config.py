@@ -84,6 +84,11 @@ class RunnerSettings(NexusSettings):
         gt=0,
         description="Seconds the `remember` tool waits for the memory service to record.",
     )
+    schedules_timeout: float = Field(
+        5.0,
+        gt=0,
+        description="Seconds the schedule_* tools wait for the scheduler to answer.",
+    )
     # The tools' own sandbox (nexus_runner.tool_sandbox): run_shell, run_tests, acceptance
     # and MCP stdio servers run apart from the runner (its network, processes, files).
     tool_sandbox: Literal["auto", "on", "off"] = Field(

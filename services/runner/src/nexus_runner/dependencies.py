@@ -30,6 +30,7 @@ from nexus_runner.spend import SpendGate
 from nexus_runner.tool_sandbox import UNSANDBOXED, ToolSandbox
 from nexus_runner.tools import ToolContext
 from nexus_runner.tools.memory import RunMemory, RunScopes
+from nexus_runner.tools.schedules import RunSchedules
 from nexus_runner.workspace import Workspace
 
 
@@ -114,6 +115,7 @@ def tool_context(  # noqa: PLR0917
         memory=RunMemory(
             bus.nc, config.run_id, RunScopes.of(config), timeout=settings.remember_timeout
         ),
+        schedules=RunSchedules(bus.nc, config.run_id, timeout=settings.schedules_timeout),
         delegate=Delegation(
             bus,
             control,

@@ -31,6 +31,7 @@ from nexus_events.runtime.periodic import PeriodicTask
 from nexus_events.runtime.process import ServiceApp
 from nexus_events.transport.bus import Bus, BusSettings, Consumer, ConsumerSpec
 
+from nexus_scheduler.agent_schedules import AgentSchedules
 from nexus_scheduler.auth_callout import AuthCalloutResponder
 from nexus_scheduler.callout_jwt import Issuer
 from nexus_scheduler.checkpoint import Checkpointer
@@ -121,6 +122,7 @@ class SchedulerApp(ServiceApp):
         self.leading = asyncio.Event()
         self.service: SchedulerService | None = None
         self.schedules: ScheduleService | None = None
+        self.agent_schedules: AgentSchedules | None = None
         self._schedule_consumer: Consumer | None = None
         self.leadership: Leadership | None = None
         self._replicas = 1
@@ -336,6 +338,15 @@ class SchedulerApp(ServiceApp):
             create_schedule_handler(self.schedules),
         )
         await self._schedule_consumer.start()
+        # After every schedule is loaded: the agents' cap counts them all.
+        self.agent_schedules = AgentSchedules(
+            self.bus,
+            lambda run_id: _live_config(service, run_id),
+            self.schedules,
+            limit=self.settings.agent_schedules_max,
+            clock=self.clock,
+        )
+        await self.agent_schedules.start()
         self._ticks = PeriodicTask(
             lambda: self._tick(service),
             self.settings.tick_seconds,
@@ -393,6 +404,9 @@ class SchedulerApp(ServiceApp):
 
     async def _step_down(self) -> None:
         self.leading.clear()
+        agent_schedules, self.agent_schedules = self.agent_schedules, None
+        if agent_schedules is not None:
+            await agent_schedules.stop()
         # A snapshot or tick in hand is cancelled (each acts only under the fence).
         if self._checkpoints is not None:
             await self._checkpoints.stop()
@@ -417,3 +431,8 @@ class SchedulerApp(ServiceApp):
         await service.tick()
         if self.schedules is not None:
             await self.schedules.tick()
+
+
+def _live_config(service: SchedulerService, run_id: str) -> RunConfig | None:
+    entry = service.state.runs.get(run_id)
+    return None if entry is None else entry.config

@@ -118,6 +118,12 @@ class SchedulerSettings(NexusSettings):
         description="A fire while the previous run is active, for schedules that set no"
         " `overlap_policy`.",
     )
+    agent_schedules_max: int = Field(
+        50,
+        ge=0,
+        description="Most schedules one agent may have made with `schedule_create` (docs/"
+        "schedules.md); 0 = agents may make none.",
+    )
 
     # Run credentials (docs/deploy.md, "The run credential"). With a seed, the scheduler
     # answers nats-server's auth callout and gives each runner a credential of its own run.

@@ -109,19 +109,9 @@ class ScheduleService:
             at = decoded.envelope.timestamp
         event = decoded.event
         if isinstance(event, ScheduleDefined):
-            existing = self.schedules.get(schedule_id)
-            state = ScheduleState(schedule_id, event, defined_at=at)
-            if existing is not None:  # a redefinition keeps the fire history
-                state.defined_at = existing.defined_at
-                state.last_nominal = existing.last_nominal
-                # ...but an agent schedule turned flow (or back) has no previous run of the
-                # new kind: its old run would be looked for in the wrong stream, never end,
-                # and make the `skip` overlap policy skip every fire.
-                if (existing.definition.flow is None) == (event.flow is None):
-                    state.fired_runs = existing.fired_runs
-            self.schedules[schedule_id] = state
+            self.define(schedule_id, event, at)
         elif isinstance(event, ScheduleRemoved):
-            self.schedules.pop(schedule_id, None)
+            self.remove(schedule_id)
         elif isinstance(event, ScheduleMissed):
             missed_state = self.schedules.get(schedule_id)
             if missed_state is not None and (
@@ -136,6 +126,24 @@ class ScheduleService:
                     state_.last_nominal = event.scheduled_for
                 if event.run_id not in state_.fired_runs:
                     state_.fired_runs.append(event.run_id)
+
+    def define(self, schedule_id: str, event: ScheduleDefined, at: datetime) -> None:
+        """Fold a `defined` (also what the leader itself just published for an agent, before
+        its consumer folds it again: a redefinition is idempotent)."""
+        existing = self.schedules.get(schedule_id)
+        state = ScheduleState(schedule_id, event, defined_at=at)
+        if existing is not None:  # a redefinition keeps the fire history
+            state.defined_at = existing.defined_at
+            state.last_nominal = existing.last_nominal
+            # ...but an agent schedule turned flow (or back) has no previous run of the
+            # new kind: its old run would be looked for in the wrong stream, never end,
+            # and make the `skip` overlap policy skip every fire.
+            if (existing.definition.flow is None) == (event.flow is None):
+                state.fired_runs = existing.fired_runs
+        self.schedules[schedule_id] = state
+
+    def remove(self, schedule_id: str) -> None:
+        self.schedules.pop(schedule_id, None)
 
     async def load(self) -> int:
         """Rebuild from the whole NEXUS_SCHEDULES stream; return how many events were read.

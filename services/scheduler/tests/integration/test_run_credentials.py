@@ -224,6 +224,8 @@ async def test_a_run_credential_cannot_touch_other_runs(admin: Bus, run_a: Any) 
         subjects.inbox(run_id),  # an approval decision published by the run itself
         run_access.checkpoint_chunks(other, 1, 1),  # another run's checkpoint
         "$O.nexus_checkpoints.M.b3RoZXI",  # an object store meta record
+        subjects.agent_schedules(run_id),  # its own agent's schedules: no schedule_* granted
+        subjects.agent_schedules(other),  # another run's agent's schedules
     ):
         with pytest.raises(nats.errors.TimeoutError):
             await js.publish(subject, b"{}")

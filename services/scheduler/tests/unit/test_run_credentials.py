@@ -130,6 +130,11 @@ def test_a_run_may_publish_only_its_own_events_and_what_it_was_granted() -> None
         run_access.run_permissions("run-a", 1, frozenset({"delegate", "remember"})).publish
     )
     assert granted - pub == {subjects.family_filter(subjects.Family.ROUTE), subjects.MEMORY_RECORD}
+    # Any schedule_* tool: its own run's agent-schedules subject, never another run's.
+    assert subjects.agent_schedules("run-a") not in pub
+    for tool in run_access.SCHEDULE_TOOLS:
+        scheduling = set(run_access.run_permissions("run-a", 1, frozenset({tool})).publish)
+        assert scheduling - pub == {subjects.agent_schedules("run-a")}
     # Consumers only by name and on its own subjects; replies on its own prefix.
     creates = [p for p in pub if p.startswith("$JS.API.CONSUMER.CREATE.")]
     assert len(creates) == len(run_access.run_consumers("run-a", 1))

@@ -7,14 +7,11 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable
 from typing import Protocol, TypeVar
 
-from nats.micro.request import Request
 from nexus_events.contract import subjects
-from nexus_events.contract.subjects import validate_token
-from nexus_events.errors import InvalidSubject
 from nexus_events.events.queries import Query
 from nexus_events.events.spend import SpendAdmit, SpendReserve, SpendVerdict
 from nexus_events.transport import micro
-from nexus_events.transport.micro import Handler, QueryError
+from nexus_events.transport.micro import Handler
 
 Q = TypeVar("Q", bound=Query)
 
@@ -29,20 +26,7 @@ class Reserving(Protocol):
 
 def per_run(model: type[Q], fn: Callable[[str, Q], Awaitable[SpendVerdict]]) -> Handler:
     """A handler validating the body as `model` and the subject's last token as a run id."""
-
-    async def handler(request: Request) -> None:
-        run_id = request.subject.rsplit(".", 1)[-1]
-
-        async def answer(query: Q) -> SpendVerdict:
-            try:
-                validate_token(run_id, "run id")
-            except InvalidSubject as exc:
-                raise QueryError(400, str(exc)) from exc
-            return await fn(run_id, query)
-
-        await micro.endpoint_handler(model, answer, service="spend")(request)
-
-    return handler
+    return micro.per_run_handler(model, fn, service="spend")
 
 
 def run_endpoints(reservations: Reserving) -> list[tuple[str, str, Handler]]:

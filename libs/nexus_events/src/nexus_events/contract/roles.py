@@ -225,9 +225,12 @@ EVENT_ROLES: dict[tuple[Family, str], EventRoles] = {
     (Family.ROUTE, "delegation"): _run((_OPERATOR, _RUNNER), (_GATEWAY, _SWEEPER)),
     # -- schedules (NEXUS_SCHEDULES): the scheduler folds the whole stream ----------------
     # `nexus schedule` defines them and reads the stream back (ls, show).
-    # The console pauses and resumes (re-defines) schedules and shows them live.
-    (Family.SCHEDULE, "defined"): _run((_CLI, _OPERATOR, _CONSOLE), (_SCHEDULER, _CLI, _CONSOLE)),
-    (Family.SCHEDULE, "removed"): _run((_CLI, _OPERATOR), (_SCHEDULER, _CLI, _CONSOLE)),
+    # The console pauses and resumes (re-defines) schedules and shows them live. The
+    # scheduler defines and removes an agent's own, asked by its run's schedule_* tools.
+    (Family.SCHEDULE, "defined"): _run(
+        (_CLI, _OPERATOR, _CONSOLE, _SCHEDULER), (_SCHEDULER, _CLI, _CONSOLE)
+    ),
+    (Family.SCHEDULE, "removed"): _run((_CLI, _OPERATOR, _SCHEDULER), (_SCHEDULER, _CLI, _CONSOLE)),
     (Family.SCHEDULE, "fired"): _run((_SCHEDULER,), (_SCHEDULER, _CLI, _CONSOLE)),
     (Family.SCHEDULE, "missed"): _run((_SCHEDULER,), (_SCHEDULER, _CLI, _CONSOLE)),
     # -- memory (NEXUS_MEMORY) ---------------------------------------------------------------

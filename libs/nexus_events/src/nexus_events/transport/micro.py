@@ -23,7 +23,8 @@ from nats.micro.request import Request
 from nats.micro.service import EndpointConfig, Service, ServiceConfig
 from pydantic import BaseModel, ValidationError
 
-from nexus_events.errors import BusError
+from nexus_events.contract.subjects import validate_token
+from nexus_events.errors import BusError, InvalidSubject
 
 log = logging.getLogger(__name__)
 
@@ -160,6 +161,27 @@ def endpoint_handler(
             await _error(request, 500, message, [])
             return
         await _respond(request, body)
+
+    return handler
+
+
+def per_run_handler(
+    model: type[M], fn: Callable[[str, M], Awaitable[Any]], *, service: str = "the service"
+) -> Handler:
+    """`endpoint_handler` for a subject whose last token is a run id (``...<prefix>.<run_id>``,
+    a run's credential may ask for its own run only): `fn` gets the run id and the body."""
+
+    async def handler(request: Request) -> None:
+        run_id = request.subject.rsplit(".", 1)[-1]
+
+        async def answer(query: M) -> Any:
+            try:
+                validate_token(run_id, "run id")
+            except InvalidSubject as exc:
+                raise QueryError(400, str(exc)) from exc
+            return await fn(run_id, query)
+
+        await endpoint_handler(model, answer, service=service)(request)
 
     return handler
 

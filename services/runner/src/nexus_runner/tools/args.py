@@ -129,6 +129,30 @@ class FinishArgs(ToolArgs):
     )
 
 
+class ScheduleCreateArgs(ToolArgs):
+    """Schedule runs of this agent for later: a 5-field cron (UTC) or a fixed interval of at
+    least 60 s, each run getting `input`. An operator can see, pause and remove it; this
+    agent's schedules are capped (the refusal says the cap)."""
+
+    cron: str | None = Field(
+        None, max_length=200, description="When, as cron 'minute hour day month weekday' (UTC)."
+    )
+    interval_seconds: int | None = Field(
+        None, ge=1, description="Or every this many seconds (60 or more)."
+    )
+    input: str = Field(..., min_length=1, max_length=20_000, description="What each run should do.")
+
+
+class ScheduleListArgs(ToolArgs):
+    """List the schedules this agent created, with their ids."""
+
+
+class ScheduleDeleteArgs(ToolArgs):
+    """Delete one of the schedules this agent created."""
+
+    schedule_id: str = Field(..., max_length=128, description="Its id (from schedule_list).")
+
+
 class DelegateArgs(ToolArgs):
     """Hand a piece of work to another agent: it runs as a child run of this one. With wait
     (the default) the child's result comes back as this call's output; without, it arrives

@@ -23,6 +23,7 @@ from nexus_runner.tools.stepped import finish_in_thread
 
 if TYPE_CHECKING:
     from nexus_runner.tools.context import ToolContext
+    from nexus_runner.tools.schedules import RunSchedules
 
 # Files larger than this are not read whole (the model gets a clear error instead).
 MAX_READ_BYTES = 2_000_000
@@ -270,7 +271,9 @@ async def run_tests(ctx: ToolContext, args: a.RunTestsArgs) -> str:
     return out
 
 
-def _refuse_secrets(ctx: ToolContext, args: a.RememberArgs | a.DelegateArgs) -> None:
+def _refuse_secrets(
+    ctx: ToolContext, args: a.RememberArgs | a.DelegateArgs | a.ScheduleCreateArgs
+) -> None:
     """Memory and another agent's run are outside this run: what goes there passes the
     secret scanner here, whichever registry runs the call."""
     if ctx.secrets.holds_piece(args.model_dump_json()):
@@ -282,6 +285,25 @@ async def remember(ctx: ToolContext, args: a.RememberArgs) -> str:
     if ctx.memory is None:
         raise ToolError("memory is unavailable: this runner has no connection to it")
     return await ctx.memory.remember(args, ctx.call_id)
+
+
+def _schedules(ctx: ToolContext) -> RunSchedules:
+    if ctx.schedules is None:
+        raise ToolError("schedules are unavailable: this runner has no connection to them")
+    return ctx.schedules
+
+
+async def schedule_create(ctx: ToolContext, args: a.ScheduleCreateArgs) -> str:
+    _refuse_secrets(ctx, args)  # each future run's input is outside this run
+    return await _schedules(ctx).create(args, ctx.call_id)
+
+
+async def schedule_list(ctx: ToolContext, args: a.ScheduleListArgs) -> str:
+    return await _schedules(ctx).list()
+
+
+async def schedule_delete(ctx: ToolContext, args: a.ScheduleDeleteArgs) -> str:
+    return await _schedules(ctx).delete(args)
 
 
 async def delegate(ctx: ToolContext, args: a.DelegateArgs) -> str:
@@ -324,6 +346,9 @@ BUILTINS: dict[str, tuple[type[a.ToolArgs], Handler]] = {
     "run_tests": (a.RunTestsArgs, run_tests),
     "remember": (a.RememberArgs, remember),
     "delegate": (a.DelegateArgs, delegate),
+    "schedule_create": (a.ScheduleCreateArgs, schedule_create),
+    "schedule_list": (a.ScheduleListArgs, schedule_list),
+    "schedule_delete": (a.ScheduleDeleteArgs, schedule_delete),
     "finish": (a.FinishArgs, finish),
     READ_SKILL: (a.ReadSkillArgs, read_skill),
 }

@@ -18,6 +18,7 @@ from nexus_runner.workspace import Workspace
 
 if TYPE_CHECKING:
     from nexus_runner.tools.memory import RunMemory
+    from nexus_runner.tools.schedules import RunSchedules
 
 
 @dataclass
@@ -35,6 +36,8 @@ class ToolContext:
     finished: FinishArgs | None = None
     # Long-term memory of the run (the `remember` tool); None: no connection to it.
     memory: RunMemory | None = None
+    # The agent's own schedules (the schedule_* tools); None: no connection to the scheduler.
+    schedules: RunSchedules | None = None
     # The run's on-demand skills' content by name (the `read_skill` tool reads them).
     skills: dict[str, str] = field(default_factory=dict)
     # Id of the tool call being executed (calls run one at a time): what makes a call's

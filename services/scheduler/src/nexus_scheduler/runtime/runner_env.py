@@ -20,7 +20,7 @@ PASSED_NAMES = frozenset(
         "NEXUS_WORKSPACE_ROOT", "NEXUS_STREAM", "NEXUS_PRICES", "NEXUS_HEARTBEAT_INTERVAL",
         "NEXUS_APPROVAL_TIMEOUT", "NEXUS_SHELL_TIMEOUT", "NEXUS_OUTPUT_CAP",
         "NEXUS_EVENT_OUTPUT_CAP", "NEXUS_LOG_CHUNK_CHARS", "NEXUS_REMEMBER_TIMEOUT",
-        "NEXUS_OUTPUT_RETRIES",
+        "NEXUS_SCHEDULES_TIMEOUT", "NEXUS_OUTPUT_RETRIES",
     }
 )  # fmt: skip
 # Prefixes passed through: the bus (NEXUS_NATS_*), the model, the runner's other settings
