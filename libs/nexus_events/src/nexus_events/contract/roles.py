@@ -257,6 +257,11 @@ EVENT_ROLES: dict[tuple[Family, str], EventRoles] = {
     (Family.CHANNEL, "pairing_approved"): _run((_CLI, _OPERATOR), (_GATEWAY, _CLI, _SWEEPER)),
     (Family.CHANNEL, "pairing_revoked"): _run((_CLI, _OPERATOR), (_GATEWAY, _CLI, _SWEEPER)),
     (Family.CHANNEL, "approval_relayed"): _run((_GATEWAY,), (_OPERATOR, _SWEEPER)),
+    # Conversations (docs/channels.md): the gateway records each turn, answer and ending and
+    # folds them back (its conversations table is rebuilt from them).
+    (Family.CHANNEL, "conversation_turn"): _run((_GATEWAY,), (_GATEWAY, _SWEEPER)),
+    (Family.CHANNEL, "conversation_answered"): _run((_GATEWAY,), (_GATEWAY, _SWEEPER)),
+    (Family.CHANNEL, "conversation_ended"): _run((_GATEWAY,), (_GATEWAY, _SWEEPER)),
     # -- Plane (NEXUS_PLANE): plane-sync's webhooks in and its writes' intents/outcomes ------
     # Webhooks are filed as received (verified, deduped), then acted on by plane-sync's own
     # consumer; `nexus plane status` reads the write record.

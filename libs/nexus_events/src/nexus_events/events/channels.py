@@ -28,6 +28,16 @@ class ChannelAddress(BaseModel):
     thread: str | None = Field(None, description="Thread root (Slack thread_ts, Telegram msg).")
 
 
+class ConversationMessage(BaseModel):
+    """One message of a chat conversation as the next run's transcript begins with it: what
+    the person wrote (`user`) or what the agent answered (`assistant`)."""
+
+    model_config = ConfigDict(frozen=True, extra="ignore")
+
+    role: Literal["user", "assistant"] = Field(..., description="Who said it.")
+    text: str = Field(..., max_length=20_000, description="What was said.")
+
+
 class _ChannelEvent(Event):
     event_family: ClassVar[Family] = Family.CHANNEL
 
@@ -192,3 +202,47 @@ class PairingsReply(BaseModel):
     pairings: list[PairingView] = Field(
         default_factory=list, description="Approved senders and pending (or expired) codes."
     )
+
+
+class _ConversationEvent(Event):
+    """A chat conversation (docs/channels.md, "Conversations"): a thread in which each message
+    starts a run of one agent that knows the conversation so far. Folded by the gateway into
+    `channels.conversations`, which a rebuild reads back from NEXUS_CHANNELS."""
+
+    event_family: ClassVar[Family] = Family.CHANNEL
+
+    conversation_id: str = Field(..., description="The conversation (derived from its thread).")
+
+
+@register
+class ConversationTurn(_ConversationEvent):
+    """A person's message started a run of the conversation's agent."""
+
+    event_name: ClassVar[str] = "conversation_turn"
+
+    address: ChannelAddress = Field(..., description="The thread the conversation lives in.")
+    agent_id: str = Field(..., description="The conversation's agent.")
+    run_id: str = Field(..., description="The run the message started.")
+    text: str = Field(..., max_length=20_000, description="What the person wrote.")
+    user: str | None = Field(None, description="Who wrote it (channel user id).")
+
+
+@register
+class ConversationAnswered(_ConversationEvent):
+    """A run of the conversation ended: what it answered (its summary, or why it failed)."""
+
+    event_name: ClassVar[str] = "conversation_answered"
+
+    run_id: str = Field(..., description="The run that answered.")
+    text: str = Field(..., max_length=20_000, description="The answer.")
+
+
+@register
+class ConversationEnded(_ConversationEvent):
+    """The conversation ended: `abandoned` after its idle time. A later message in the thread
+    starts it afresh."""
+
+    event_name: ClassVar[str] = "conversation_ended"
+
+    reason: Literal["abandoned"] = Field(..., description="Why it ended.")
+    idle_seconds: float = Field(0.0, ge=0, description="How long it had been idle.")

@@ -14,7 +14,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 from nexus_events.contract.runstate import RunEvent, RunStatus
 from nexus_events.contract.subjects import Family, validate_token
 from nexus_events.events.base import Command, Event, register
-from nexus_events.events.channels import ChannelAddress
+from nexus_events.events.channels import ChannelAddress, ConversationMessage
 from nexus_events.events.egress import EgressGrant
 from nexus_events.events.lab_specs import CanaryArm, LabSpec
 from nexus_events.events.specs import (
@@ -232,6 +232,11 @@ class RunConfig(BaseModel):
     wake: RunWake | None = Field(
         None, description="Set on the attempt that starts after a sleep: why it woke."
     )
+    conversation: list[ConversationMessage] = Field(
+        default_factory=list,
+        description="A chat conversation so far (docs/channels.md): the transcript begins with"
+        " it, then the input.",
+    )
 
 
 @register
@@ -248,6 +253,12 @@ class RunRequested(_RunCommand):
     labels: dict[str, str] = Field(default_factory=dict, description="Free labels.")
     reply_to: ChannelAddress | None = Field(
         None, description="Chat thread that asked for the run: its progress is posted there."
+    )
+    conversation: list[ConversationMessage] = Field(
+        default_factory=list,
+        max_length=200,
+        description="The chat conversation so far, oldest first: the run's transcript begins"
+        " with it (docs/channels.md, Conversations).",
     )
     plan_mode: bool | None = Field(
         None,

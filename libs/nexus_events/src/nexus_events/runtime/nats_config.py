@@ -221,7 +221,17 @@ SERVICES: dict[str, Access] = {
             subjects.family_filter(Family.INBOX),
             *(
                 subjects.channel_events_filter(event=e)
-                for e in ("in", "out", "sent", "webhook", "pairing_requested", "approval_relayed")
+                for e in (
+                    "in",
+                    "out",
+                    "sent",
+                    "webhook",
+                    "pairing_requested",
+                    "approval_relayed",
+                    "conversation_turn",
+                    "conversation_answered",
+                    "conversation_ended",
+                )
             ),
             subjects.dead_letter("channel-gateway"),
         ),
