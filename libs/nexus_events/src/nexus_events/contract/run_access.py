@@ -41,6 +41,7 @@ RUNNER_EVENTS: tuple[RunEvent, ...] = (
     RunEvent.DIVERGED,  # a replay's first divergence (docs/lab.md)
     RunEvent.BUDGET_PAUSED,  # a reached budget asks (docs/spend.md)
     RunEvent.BUDGET_RESUMED,
+    RunEvent.SLEEPING,  # the attempt ends to sleep (docs/resume.md)
     RunEvent.COMPLETED,
     RunEvent.FAILED,
     RunEvent.CANCELLED,
