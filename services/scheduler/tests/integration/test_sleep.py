@@ -160,9 +160,7 @@ async def test_a_cancel_ends_a_sleeping_run_at_once(
     runtime = NoopRuntime()
     await asleep(make_app, bus, clock, runtime, seconds=3600)
     await publish(bus, "r", CancelRequested(requested_by="ann"))
-    [(_, cancelled)] = await eventually(
-        lambda: run_events(bus, "cancelled"), what="cancelled"
-    )
+    [(_, cancelled)] = await eventually(lambda: run_events(bus, "cancelled"), what="cancelled")
     assert isinstance(cancelled, RunCancelled)
     assert cancelled.cancelled_by == "ann"
     assert ("r", 1) not in runtime.cancelled_attempts  # nothing ran to stop
@@ -197,4 +195,3 @@ async def test_a_scheduler_killed_during_the_sleep_leaves_the_next_one_to_wake_i
     await eventually(lambda: _true("r" in runtime.started), what="attempt 2 dispatched")
     assert runtime.configs[-1].attempt == 2
     assert len(await resumings(bus)) == 1
-
