@@ -69,7 +69,7 @@ async def request_wake(
     )
     return {
         "run_id": run_id,
-        "wake_requested": True,
+        RunEvent.WAKE_REQUESTED.value: True,
         "sleeping_until": row.get("sleeping_until"),
     }
 

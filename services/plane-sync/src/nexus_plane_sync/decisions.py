@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from nexus_events.contract.runstate import LIVE, RunStatus, next_status
+from nexus_events.contract.runstate import LIVE, RunEvent, RunStatus, next_status
 from nexus_events.events import (
     ApprovalDecided,
     ApprovalRequested,
@@ -144,7 +144,7 @@ def run_writes(
         write_id = f"run:{rid}:sleeping:{event.attempt}"
         until = render.wake_time(event.until)
         report = {
-            "kind": "sleeping", "activity": "thought",
+            "kind": RunEvent.SLEEPING.value, "activity": "thought",
             "html": render.sleeping(rid, event.until, event.reason),
             "body": f"Sleeping until {until}" + (f": {event.reason}" if event.reason else "."),
         }  # fmt: skip
