@@ -195,3 +195,29 @@ async def test_a_scheduler_killed_during_the_sleep_leaves_the_next_one_to_wake_i
     await eventually(lambda: _true("r" in runtime.started), what="attempt 2 dispatched")
     assert runtime.configs[-1].attempt == 2
     assert len(await resumings(bus)) == 1
+
+
+async def test_a_runner_gone_before_its_sleeping_is_folded_is_not_lost(
+    make_app: AppFactory, bus: Bus, clock: ManualClock
+) -> None:
+    runtime = NoopRuntime()
+    app = await make_app(runtime, max_concurrent_runs=1)
+    svc = service(app)
+    await publish_prepared(bus, [config("r", max_attempts=2)])
+    await eventually(lambda: _true(runtime.started == ["r"]), what="dispatched")
+    await publish(bus, "r", RunStarted())
+    await eventually(lambda: _true(svc.state.runs["r"].phase is Phase.RUNNING), what="running")
+    # The consumer lags (stopped here): the runtime reports the process ended before the
+    # scheduler has folded the attempt's `sleeping`.
+    assert app._consumer is not None
+    await app._consumer.stop()
+    until = clock.now() + timedelta(hours=1)
+    await publish(bus, "r", RunSleeping(until=until, reason="CI", attempt=1, turn=2))
+    runtime.finish("r")
+    await svc.tick()
+    clock.advance(5)  # past the exit grace
+    await svc.tick()
+    assert svc.state.runs["r"].phase is Phase.SLEEPING  # found in NEXUS_RUNS
+    assert await resumings(bus) == []
+    assert await run_events(bus, "lost") == []
+    assert runtime.started == ["r"]
