@@ -37,3 +37,21 @@ def test_run_wake_is_a_command_with_its_listed_summary() -> None:
         command = load_command(entry)
         assert command.name == name
         assert (command.help or "").split("\n\n")[0].strip() == entry.summary
+
+
+def test_sleep_event_lines_in_attach_watch_and_events() -> None:
+    from nexus_cli.runview import describe
+
+    sleeping = {"until": "2026-11-29T14:05:00Z", "reason": "waiting for CI", "attempt": 1}
+    assert describe("sleeping", {**sleeping, "turn": 3}) == (
+        "sleeping until 2026-11-29T14:05:00Z: waiting for CI"
+    )
+    assert describe("wake_requested", {"reason": "CI is green", "requested_by": "ann"}) == (
+        "wake requested by ann: CI is green"
+    )
+    assert describe("wake_requested", {}) == "wake requested"
+    woke = {"attempt": 2, "reason": "woke", "wake": {"cause": "message", "text": "done"}}
+    assert describe("resuming", woke) == "woke (message): starting attempt 2: done"
+    assert describe("resuming", {"attempt": 2, "reason": "woke", "wake": None}) == (
+        "woke (?): starting attempt 2"
+    )
