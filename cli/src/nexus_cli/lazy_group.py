@@ -20,7 +20,8 @@ class LazyCommand:
     """One command of `nexus`: where it is defined, and its line in `nexus --help`.
 
     ``attribute`` is the module's Typer sub-app for a command group (``app``), or
-    ``register`` for a module whose ``register(app)`` adds top-level commands.
+    ``register`` (or ``register_<what>``) for a module function that adds the command to the
+    app it is given.
     ``summary`` is the first paragraph of the command's help, as `nexus --help` shows it
     (a unit test checks it against the command itself).
     """
@@ -39,8 +40,8 @@ def load_command(entry: LazyCommand) -> _click.Command:
     """Import the entry's module and build its click command, as the eager root built it."""
     module = importlib.import_module(entry.module_path)
     scratch = typer.Typer()
-    if entry.attribute == "register":
-        module.register(scratch)
+    if entry.attribute.startswith("register"):
+        getattr(module, entry.attribute)(scratch)
     else:
         scratch.add_typer(getattr(module, entry.attribute), name=entry.name)
     group = typer.main.get_group(scratch)

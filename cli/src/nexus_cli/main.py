@@ -6,8 +6,9 @@ import logging
 import os
 
 import typer
+from typer import _click
 
-from nexus_cli.lazy_group import LazyCommand, LazyGroup
+from nexus_cli.lazy_group import LazyCommand, LazyGroup, load_command
 from nexus_cli.options import DEFAULT_TIMEOUT, ContextOpt, Globals, NatsUrlOpt, TimeoutOpt
 
 # The bus logs reconnects and closes as warnings for services; a CLI user needs none of them:
@@ -175,8 +176,27 @@ COMMANDS = (
 )
 
 
+# `nexus run wake RUN`: `run` is a command taking an AGENT, so its verbs are routed by the
+# root group (an agent named like a verb runs with `nexus run -- wake`).
+RUN_VERBS = {
+    "wake": LazyCommand(
+        "wake",
+        "run_control",
+        "register_wake",
+        "Wake a sleeping run now (wake_requested); exit 1 if it does not sleep.",
+    ),
+}
+
+
 class _NexusGroup(LazyGroup):
     entries = COMMANDS
+
+    def resolve_command(
+        self, ctx: _click.Context, args: list[str]
+    ) -> tuple[str | None, _click.Command | None, list[str]]:
+        if len(args) > 1 and args[0] == "run" and args[1] in RUN_VERBS:
+            return f"run {args[1]}", load_command(RUN_VERBS[args[1]]), args[2:]
+        return super().resolve_command(ctx, args)
 
 
 app = typer.Typer(

@@ -72,6 +72,24 @@ def ago(iso: str | None, now: datetime | None = None) -> str:
     return f"{duration(seconds)} ago"
 
 
+def until(iso: str | None, now: datetime | None = None) -> str:
+    """``14:05 (in 3m00s)`` for a coming ISO time, in local time (with the date when it is
+    not today); empty for None."""
+    if not iso:
+        return ""
+    try:
+        then = datetime.fromisoformat(iso)
+    except ValueError:
+        return iso
+    if then.tzinfo is None:
+        then = then.replace(tzinfo=UTC)
+    current = now or datetime.now(UTC)
+    local, today = then.astimezone(), current.astimezone().date()
+    shown = local.strftime("%H:%M") if local.date() == today else local.strftime("%Y-%m-%d %H:%M")
+    seconds = (then - current).total_seconds()
+    return f"{shown} (in {duration(seconds)})" if seconds > 0 else f"{shown} (due)"
+
+
 def duration(seconds: float) -> str:
     if seconds < 60:
         return f"{seconds:.0f}s" if seconds >= 10 else f"{seconds:.1f}s"

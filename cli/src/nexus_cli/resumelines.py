@@ -1,4 +1,4 @@
-"""One readable line for each resume and context event of a run (docs/resume.md).
+"""One readable line for each resume, sleep and context event of a run (docs/resume.md).
 
 Bodies come from the event log as JSON: a field of the wrong type (an older or foreign
 publisher) is shown as unknown instead of failing the whole view.
@@ -9,6 +9,7 @@ from __future__ import annotations
 from typing import Any
 
 from nexus_events.contract.runstate import RunEvent
+from nexus_events.events import Reason
 
 # A checkpoint commit is shown as git shows an abbreviated sha.
 SHORT_SHA = 7
@@ -49,6 +50,12 @@ def attempt_label(attempt: object, max_attempts: object = None) -> str:
 
 def resuming_line(body: dict[str, Any]) -> str:
     attempt = attempt_label(body.get("attempt"))
+    if body.get("reason") == Reason.WOKE:
+        wake = body.get("wake")
+        cause = wake.get("cause") if isinstance(wake, dict) else None
+        text = wake.get("text") if isinstance(wake, dict) else None
+        line = f"woke ({cause or '?'}): starting attempt {attempt}"
+        return f"{line}: {text}" if isinstance(text, str) and text else line
     line = f"resuming after {loss(body.get('reason'))} (attempt {attempt})"
     message = body.get("message")
     return f"{line}: {message}" if isinstance(message, str) and message else line
@@ -108,11 +115,28 @@ def condensed_line(body: dict[str, Any]) -> str:
     )
 
 
+def sleeping_line(body: dict[str, Any]) -> str:
+    """ "sleeping until 2026-11-29T14:05:00Z: waiting for CI"."""
+    line = f"sleeping until {body.get('until', '?')}"
+    reason = body.get("reason")
+    return f"{line}: {reason}" if isinstance(reason, str) and reason else line
+
+
+def wake_requested_line(body: dict[str, Any]) -> str:
+    """ "wake requested by ann: CI is green"."""
+    who = body.get("requested_by")
+    line = f"wake requested by {who}" if isinstance(who, str) and who else "wake requested"
+    reason = body.get("reason")
+    return f"{line}: {reason}" if isinstance(reason, str) and reason else line
+
+
 LINES = {
     RunEvent.RESUMING: resuming_line,
     RunEvent.RESUMED: resumed_line,
     RunEvent.CHECKPOINTED: checkpointed_line,
     RunEvent.CONDENSED: condensed_line,
+    RunEvent.SLEEPING: sleeping_line,
+    RunEvent.WAKE_REQUESTED: wake_requested_line,
 }
 
 

@@ -28,8 +28,10 @@ from nexus_events.events import (
     RunResult,
     RunResumed,
     RunResuming,
+    RunSleeping,
     RunStarted,
     RunTurn,
+    RunWakeRequested,
 )
 from nexus_events.events.lab import RunDiverged, RunGoldenMarked
 from nexus_events.events.lab_specs import CanaryArm, DivergenceKind, LabMode, LabSpec, OnDivergence
@@ -101,6 +103,10 @@ def make(name: str, i: int) -> Event:
         "checkpointed": lambda: RunCheckpointed(
             turn=1 + i % 4, commit=f"c{i}", object=f"r/1-{i}", digest="d", size=i
         ),
+        "sleeping": lambda: RunSleeping(
+            until=T0 + timedelta(minutes=5 + i), reason=f"wait {i}", attempt=1 + i % 2, turn=i
+        ),
+        "wake_requested": lambda: RunWakeRequested(reason=f"go {i}", requested_by="ann"),
         "condensed": lambda: RunCondensed(
             turn=1 + i % 3,
             tokens_before=100,
@@ -134,6 +140,8 @@ NAMES = [
     "diverged",
     "budget_paused",
     "budget_resumed",
+    "sleeping",
+    "wake_requested",
 ]
 
 

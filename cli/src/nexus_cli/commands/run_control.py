@@ -1,5 +1,6 @@
-"""Steering a run under way: `nexus cancel`, and settling its approvals with `nexus approve`
-and `nexus deny` (only as an approver the approval's policy allows: `commands.approvals`)."""
+"""Steering a run under way: `nexus cancel`, `nexus run wake` (a sleeping run), and settling
+its approvals with `nexus approve` and `nexus deny` (only as an approver the approval's policy
+allows: `commands.approvals`)."""
 
 from __future__ import annotations
 
@@ -9,8 +10,8 @@ from typing import Annotated, Any
 import typer
 from nexus_events.contract import subjects
 from nexus_events.contract.approver_policy import Answer
-from nexus_events.contract.runstate import RunEvent, is_terminal
-from nexus_events.events import CancelRequested
+from nexus_events.contract.runstate import RunEvent, RunStatus, is_terminal
+from nexus_events.events import CancelRequested, RunWakeRequested
 from nexus_events.transport.approval_answers import AlreadySettledError, claim_and_publish
 from nexus_events.transport.approvals import approval_record
 
@@ -48,6 +49,29 @@ async def request_cancel(
         )
     )
     return {"run_id": run_id, "status": row["status"], "cancel_requested": True}
+
+
+async def request_wake(
+    s: Session, run_id: str, reason: str, requested_by: str, msg_prefix: str = "cli"
+) -> dict[str, Any]:
+    """Ask a sleeping run to wake now (the scheduler starts its next attempt). CliError: exit
+    3 if there is no such run, 1 if it does not sleep (a wake would change nothing)."""
+    row = await s.get_run(run_id)
+    if row["status"] != RunStatus.SLEEPING:
+        raise CliError(f"run {run_id} is not sleeping: {row['status']}", code=ExitCode.RUN_FAILED)
+    await s.publish_guarded(
+        s.bus.publish(
+            subjects.run_event(run_id, RunEvent.WAKE_REQUESTED),
+            RunWakeRequested(reason=reason, requested_by=requested_by),
+            # One wake per sleep: asking twice for the same sleep stores it once.
+            msg_id=f"{msg_prefix}:wake:{run_id}:{row.get('attempt', 1)}",
+        )
+    )
+    return {
+        "run_id": run_id,
+        RunEvent.WAKE_REQUESTED.value: True,
+        "sleeping_until": row.get("sleeping_until"),
+    }
 
 
 async def decide_approval(
@@ -178,3 +202,31 @@ def register(app: typer.Typer) -> None:
     ) -> None:
         """Deny a gated tool call the run is waiting on."""
         decide(ctx, run_id, approval, "deny", comment, output)
+
+
+def register_wake(app: typer.Typer) -> None:
+    """Register `wake` (`nexus run wake`, routed by the root group: `nexus_cli.main`)."""
+
+    @app.command("wake")
+    def wake_cmd(
+        ctx: typer.Context,
+        run_id: RunArg,
+        reason: Annotated[
+            str, typer.Option("--reason", help="Told to the agent when it wakes.")
+        ] = "",
+        output: OutputOpt = Output.TABLE,
+    ) -> None:
+        """Wake a sleeping run now (wake_requested); exit 1 if it does not sleep.
+
+        The scheduler starts the run's next attempt as soon as a slot is free instead of at its
+        wake time, and tells the agent it was woken, with REASON.
+        """
+        g = globals_of(ctx)
+
+        async def body() -> None:
+            check_token(run_id, "run id")
+            async with Session(resolve_target(g), g.timeout) as s:
+                done = await request_wake(s, run_id, reason, whoami())
+            message(output, f"wake requested for {run_id}", done)
+
+        run(output, body)

@@ -26,7 +26,7 @@ from nexus_cli.client import Session, check_token, whoami
 from nexus_cli.errors import CliError, ExitCode
 from nexus_cli.follow import follow
 from nexus_cli.options import Output, OutputOpt, RunArg, globals_of, run
-from nexus_cli.output import ago, console, emit, message, print_json
+from nexus_cli.output import ago, console, emit, message, print_json, until
 from nexus_cli.resumelines import attempt_label
 from nexus_cli.runsnapshot import print_snapshot, run_snapshot
 from nexus_cli.runview import RunView, delegation_tree, describe, tree_label
@@ -212,13 +212,13 @@ def _ps_query(
 def ps_row(r: dict[str, Any], depth: int) -> tuple[Any, ...]:
     """One row of `nexus ps`. A run a budget holds is ``queued (budget)`` or
     ``awaiting_approval (budget)``; why is said under the table (`budget_waits`), whole,
-    where a cell would fold it to a word per line."""
-    wait = r.get("budget_wait")
+    where a cell would fold it to a word per line; a sleeping run is ``sleeping until 14:05
+    (in 3m00s)``."""
     return (
         tree_label(r["run_id"], depth),  # a delegated run sits under the run that delegated it
         r["agent_id"],
         r["task_id"],
-        f"{r['status']} (budget)" if wait else r["status"],
+        status_label(r),
         r["reason"],
         attempt_label(r.get("attempt"), r.get("max_attempts")),
         r["turns"],
@@ -226,6 +226,16 @@ def ps_row(r: dict[str, Any], depth: int) -> tuple[Any, ...]:
         usd(r["cost_usd"]),
         ago(r["last_event_at"]),
     )
+
+
+def status_label(r: dict[str, Any]) -> str:
+    """The STATUS cell: ``queued (budget)`` for a run a budget holds, ``sleeping until 14:05
+    (in 3m00s)`` for a sleeping run, else the status."""
+    if r.get("budget_wait"):
+        return f"{r['status']} (budget)"
+    if r["status"] == RunStatus.SLEEPING and r.get("sleeping_until"):
+        return f"sleeping until {until(r['sleeping_until'])}"
+    return str(r["status"])
 
 
 def budget_waits(runs: list[dict[str, Any]]) -> list[str]:

@@ -111,6 +111,8 @@ def run_view(row: RunRow, forks: Sequence[str] = ()) -> dict[str, Any]:
         "canary_arm": row.canary_arm,
         "team": row.team,
         "budget_wait": row.budget_wait,
+        "sleeping_until": row.sleeping_until.isoformat() if row.sleeping_until else None,
+        "sleep_reason": row.sleep_reason,
     }
 
 

@@ -30,6 +30,7 @@ from nexus_events.contract.runstate import RunEvent
 from nexus_events.contract.streams import DLQ, RUNS, STREAM_OF_FAMILY
 from nexus_events.events.base import Event
 from nexus_events.events.runs import (
+    Reason,
     RunCondensed,
     RunDispatched,
     RunPrepared,
@@ -128,6 +129,9 @@ class _RunTimes:
     dispatched_ns: int | None = None
     started_ns: int | None = None
     refused_calls: set[str] = field(default_factory=set)
+    # The attempt starting woke from a sleep: not a resume after a loss, and its `resumed`
+    # latency is the sleep, not a recovery time (docs/resume.md, Sleep).
+    woke: bool = False
 
 
 @dataclass
@@ -318,9 +322,13 @@ class RunMetrics:
 
     def _on_resume(self, run: _RunTimes, event: Event) -> None:
         if isinstance(event, RunResuming):
-            self._resumes.add(1, {"agent_id": run.agent_id, "reason": event.reason})
+            run.woke = event.reason == Reason.WOKE
+            if not run.woke:
+                self._resumes.add(1, {"agent_id": run.agent_id, "reason": event.reason})
         elif isinstance(event, RunResumed):
-            if event.latency_ms is not None:
+            if run.woke:
+                run.woke = False
+            elif event.latency_ms is not None:
                 self._resume_latency.record(event.latency_ms / 1000, {"agent_id": run.agent_id})
         elif isinstance(event, RunCondensed):
             attrs = {"agent_id": run.agent_id, "strategy": event.condensation.strategy}

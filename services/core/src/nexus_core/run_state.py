@@ -24,6 +24,8 @@ gives the row that applying them in stream order gives. That is how each field g
 - budgets (docs/spend.md): the team from the earliest config; the latest (by sequence) of
   `budget_paused`/`budget_resumed`, and the budget reason of the latest `queued`; budget_wait
   derives from them and the status.
+- sleep (docs/resume.md): the latest `sleeping` by sequence (its wake time and reason);
+  sleeping_until derives from it and the status (shown only while the run sleeps).
 - tokens and cost: per turn (keyed by turn number, so a duplicate turn counts once), summed; the
   winning terminal event's totals replace the sums when it carries any.
 """
@@ -50,6 +52,7 @@ from nexus_events.events import (
     RunRequested,
     RunResumed,
     RunResuming,
+    RunSleeping,
     RunStarted,
     RunTurn,
     TerminalEvent,
@@ -83,10 +86,14 @@ def _claim(event_name: str) -> tuple[int, int, int] | None:
 
 def _toggles(event_name: str, target: RunStatus) -> bool:
     """Whether the event moves a run between the statuses of equal rank (runstate's toggles:
-    the approval events, and `resumed` ending an approval wait the dead attempt left open)."""
+    the approval events, `sleeping`, and `resumed` ending an approval wait the dead attempt
+    left open or the sleep of the attempt before)."""
     if target is RunStatus.RUNNING:
-        return next_status(RunStatus.AWAITING_APPROVAL, event_name) is target
-    if target is RunStatus.AWAITING_APPROVAL:
+        return any(
+            next_status(s, event_name) is target
+            for s in (RunStatus.AWAITING_APPROVAL, RunStatus.SLEEPING)
+        )
+    if target in (RunStatus.AWAITING_APPROVAL, RunStatus.SLEEPING):
         return next_status(RunStatus.RUNNING, event_name) is target
     return False
 
@@ -168,6 +175,8 @@ class RunRow:
     team: str | None = None
     budget_pause: tuple[int, str | None] | None = None
     queue_wait: str | None = None
+    # Sleep (docs/resume.md): the latest `sleeping` (seq, wake time, reason).
+    sleep: tuple[int, datetime, str] | None = None
 
     # -- derived ---------------------------------------------------------------------
 
@@ -214,6 +223,20 @@ class RunRow:
             return self.budget_pause[1]
         if self.status == RunStatus.QUEUED:
             return self.queue_wait
+        return None
+
+    @property
+    def sleeping_until(self) -> datetime | None:
+        """The wake time of a sleeping run; None when it does not sleep."""
+        if self.status == RunStatus.SLEEPING and self.sleep is not None:
+            return self.sleep[1]
+        return None
+
+    @property
+    def sleep_reason(self) -> str | None:
+        """Why a sleeping run sleeps (its agent's words); None when it does not sleep."""
+        if self.status == RunStatus.SLEEPING and self.sleep is not None:
+            return self.sleep[2]
         return None
 
     @property
@@ -361,6 +384,9 @@ def _fold_details(row: RunRow, ev: Event, seq: int) -> None:
 def _fold_resume(row: RunRow, ev: Event, seq: int) -> None:
     if type(ev) is RunResuming or type(ev) is RunResumed:
         row.attempt = max(row.attempt, ev.attempt)
+    elif type(ev) is RunSleeping:
+        if row.sleep is None or seq > row.sleep[0]:
+            row.sleep = (seq, ev.until, ev.reason)
     elif type(ev) is RunCondensed:
         key = (ev.turn, ev.condensation.strategy)
         at = bisect.bisect_left(row.condensed, key)

@@ -114,6 +114,9 @@ def test_resumes_by_reason_resume_latency_and_condensations_by_strategy() -> Non
         ("condensed", RunCondensed(**condensed, condensation=Condensation(strategy="elide"))),
         ("resuming", RunResuming(attempt=3, reason="runtime_gone")),
         ("resumed", RunResumed(attempt=3, turns=1, messages=3, entries=3)),  # no latency known
+        # A wake from a sleep is neither a resume after a loss nor a recovery time.
+        ("resuming", RunResuming(attempt=4, reason="woke")),
+        ("resumed", RunResumed(attempt=4, turns=1, messages=3, entries=3, latency_ms=600_000)),
         ("failed", RunFailed(reason="resume_failed", message="checkpoint digest mismatch")),
     ]
     _feed(metrics, "run_r", events, 0)
@@ -121,6 +124,7 @@ def test_resumes_by_reason_resume_latency_and_condensations_by_strategy() -> Non
     agent = "implementer"
     assert value(pts, "nexus.run.resumes", agent_id=agent, reason="heartbeat_missing") == 1
     assert value(pts, "nexus.run.resumes", reason="runtime_gone") == 1
+    assert value(pts, "nexus.run.resumes", reason="woke") == 0
     [latency] = pts["nexus.run.resume_latency"]
     assert (latency.count, latency.sum) == (1, 4.5)
     assert value(pts, "nexus.run.condensations", agent_id=agent, strategy="elide") == 2

@@ -118,6 +118,22 @@ def test_resume_events_set_the_attempt_status_and_condensations():
     assert RunRow.from_json(row.to_json()) == row
 
 
+def test_a_sleeping_run_shows_its_wake_time_until_the_woken_attempt_resumes():
+    names = ["requested", "prepared", "dispatched", "started", "heartbeat"]
+    asleep = facts_of([*names, "sleeping", "heartbeat", "wake_requested", "resuming"])
+    for order in (asleep, asleep[::-1]):
+        row = fold(order)
+        assert row is not None
+        assert row.status == "sleeping"
+        assert row.sleeping_until == T0 + timedelta(minutes=10)  # make("sleeping", 5)
+        assert row.sleep_reason == "wait 5"
+    woken = facts_of([*names, "sleeping", "resuming", "dispatched", "started", "resumed"])
+    row = fold(woken[::-1])
+    assert row is not None
+    assert (row.status, row.sleeping_until, row.sleep_reason) == ("running", None, None)
+    assert RunRow.from_json(row.to_json()) == row
+
+
 def test_late_events_never_move_a_run_backwards():
     facts = facts_of(["requested", "started", "approval_requested", "heartbeat", "queued"])
     row = fold(facts)

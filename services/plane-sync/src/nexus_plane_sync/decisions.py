@@ -12,13 +12,15 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from nexus_events.contract.runstate import LIVE, RunStatus, next_status
+from nexus_events.contract.runstate import LIVE, RunEvent, RunStatus, next_status
 from nexus_events.events import (
     ApprovalDecided,
     ApprovalRequested,
     Event,
+    Reason,
     RunCompleted,
     RunResuming,
+    RunSleeping,
     RunStarted,
     TaskCreated,
     TaskDeleted,
@@ -136,6 +138,23 @@ def run_writes(
             "html": render.approval(rid, event.approval_id, event.tool, event.summary, event.why),
             "body": f"Approve {event.tool}? {event.summary}\nAnswer /approve"
             f" {event.approval_id} or /deny {event.approval_id}.",
+        }  # fmt: skip
+    elif isinstance(event, RunSleeping):
+        # One line per sleep: a sleep ends its attempt, so the attempt names it.
+        write_id = f"run:{rid}:sleeping:{event.attempt}"
+        until = render.wake_time(event.until)
+        report = {
+            "kind": RunEvent.SLEEPING.value, "activity": "thought",
+            "html": render.sleeping(rid, event.until, event.reason),
+            "body": f"Sleeping until {until}" + (f": {event.reason}" if event.reason else "."),
+        }  # fmt: skip
+    elif isinstance(event, RunResuming) and event.reason == Reason.WOKE:
+        write_id = f"run:{rid}:resuming:{event.attempt}"
+        cause = event.wake.cause.value if event.wake is not None else "wake"
+        report = {
+            "kind": "woke", "activity": "thought",
+            "html": render.woke(rid, event.attempt, cause, event.wake.text if event.wake else ""),
+            "body": f"Woke ({cause}): attempt {event.attempt}.",
         }  # fmt: skip
     elif isinstance(event, RunResuming):
         # One comment per attempt: its id names the attempt, so a redelivered or re-published

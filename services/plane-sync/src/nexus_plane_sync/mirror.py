@@ -37,11 +37,12 @@ from nexus_plane_sync.flowmirror import apply_flow_event
 from nexus_plane_sync.store import OUTBOX_CHANNEL, PLANE_SCHEMA, create_mirror_tables, enqueue
 
 # The run events the mirror reads (heartbeats, logs and tool results are not its business;
-# `resuming` is said on the item, `resumed` ends an approval wait the dead attempt left open).
+# `resuming` is said on the item, `resumed` ends an approval wait the dead attempt left open
+# or a sleep, `sleeping` says "sleeping until" on the item).
 RUN_EVENTS: tuple[RunEvent, ...] = (
     RunEvent.REQUESTED, RunEvent.PREPARED, RunEvent.STARTED, RunEvent.TURN, RunEvent.TOOL_CALLED,
     RunEvent.APPROVAL_REQUESTED, RunEvent.APPROVAL_DECIDED, RunEvent.CANCEL_REQUESTED,
-    RunEvent.RESUMING, RunEvent.RESUMED, *TERMINAL_EVENTS,
+    RunEvent.RESUMING, RunEvent.RESUMED, RunEvent.SLEEPING, *TERMINAL_EVENTS,
 )  # fmt: skip
 
 

@@ -7,6 +7,7 @@ Nexus is escaped, so a task title or a model's summary can never inject markup.
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
 from html import escape
 from typing import Any
 
@@ -68,6 +69,26 @@ def resumed(run_id: str, attempt: int, reason: str, message: str) -> str:
         f"<p>🔁 Resumed after runner loss (attempt {attempt}): it goes on from its last"
         f" finished turn. Reason <code>{escape(reason)}</code>{detail}.</p>{_marker(run_id)}"
     )
+
+
+def sleeping(run_id: str, until: datetime, reason: str) -> str:
+    """The run sleeps until `until`, holding no runner (docs/resume.md, Sleep)."""
+    why = f": {escape(reason)}" if reason else ""
+    return f"<p>💤 Sleeping until {escape(wake_time(until))}{why}.</p>{_marker(run_id)}"
+
+
+def woke(run_id: str, attempt: int, cause: str, text: str) -> str:
+    """The run woke from a sleep and goes on as attempt `attempt`."""
+    detail = f" ({escape(text)})" if text else ""
+    return (
+        f"<p>⏰ Woke ({escape(cause)}){detail}: it goes on as attempt {attempt}.</p>"
+        f"{_marker(run_id)}"
+    )
+
+
+def wake_time(until: datetime) -> str:
+    """A wake time as people read it in Plane: UTC, to the minute."""
+    return until.astimezone(UTC).strftime("%Y-%m-%d %H:%M UTC")
 
 
 def ended(run_id: str, status: str, reason: str, message: str) -> str:

@@ -22,8 +22,10 @@ from nexus_events.events import (
     RunResult,
     RunResumed,
     RunResuming,
+    RunSleeping,
     RunStarted,
     RunTurn,
+    RunWake,
     TaskCreated,
     TaskMoved,
     ToolCalled,
@@ -92,6 +94,26 @@ def test_a_resume_reports_once_per_attempt_and_resumed_ends_an_approval_wait() -
     assert second.payload["body"] == "Resumed after runner loss (attempt 2)."
     evolve(run, RunResuming(attempt=2, reason="runtime_gone"), "resuming")
     assert run.status == "awaiting_approval"  # the scheduler's word moves nothing
+    evolve(run, RunResumed(attempt=2, turns=3, messages=7, entries=8), "resumed")
+    assert run.status == "running"
+
+
+def test_a_sleep_says_sleeping_until_once_and_the_wake_says_why() -> None:
+    run = RunState("r1", "t1", "coder", status="running")
+    until = datetime(2026, 11, 29, 14, 5, tzinfo=UTC)
+    sleeping = RunSleeping(until=until, reason="waiting for <CI>", attempt=1, turn=3)
+    [first] = _writes(sleeping, "sleeping", run, seq=7)
+    [again] = _writes(sleeping, "sleeping", run, seq=9)
+    assert first.write_id == again.write_id == "run:r1:sleeping:1"
+    assert first.payload["body"] == "Sleeping until 2026-11-29 14:05 UTC: waiting for <CI>"
+    assert "Sleeping until 2026-11-29 14:05 UTC: waiting for &lt;CI&gt;" in first.payload["html"]
+    evolve(run, sleeping, "sleeping")
+    assert run.status == "sleeping"
+    wake = RunWake(cause="signal", slept_until=until, text="CI is green")
+    [woke] = _writes(RunResuming(attempt=2, reason="woke", wake=wake), "resuming", run)
+    assert woke.write_id == "run:r1:resuming:2"
+    assert woke.payload["body"] == "Woke (signal): attempt 2."
+    assert "Resumed after runner loss" not in woke.payload["html"]
     evolve(run, RunResumed(attempt=2, turns=3, messages=7, entries=8), "resumed")
     assert run.status == "running"
 

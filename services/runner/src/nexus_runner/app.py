@@ -46,6 +46,7 @@ from nexus_events.events.runs import (
     RunConfig,
     RunFailed,
     RunResult,
+    RunSleeping,
     RunStarted,
     TerminalEvent,
 )
@@ -81,9 +82,11 @@ from nexus_runner.plan import plan_result
 from nexus_runner.provider import GitProvider
 from nexus_runner.publisher import RunPublisher
 from nexus_runner.resuming import make_loop, read_resumption, started_control
+from nexus_runner.sleeping import fall_asleep
 from nexus_runner.terminal import terminal_of, unrecorded
 from nexus_runner.tools.contained import ContainedRegistry
 from nexus_runner.tools.mcp import McpTools
+from nexus_runner.tools.sleep import SleepPlan
 from nexus_runner.tracing import record_terminal, run_span
 from nexus_runner.watchdogs import RunHandle, heartbeats, wall_clock, watch_cancel, watch_ended
 from nexus_runner.workspace import Workspace
@@ -122,7 +125,7 @@ async def serve_run(
     workspace_dir: Path | None = None,
 ) -> int:
     """A runner process's one run (cold or warm): its log lines name it, SIGTERM stops it;
-    the process's exit code, 0 when it completed."""
+    the process's exit code, 0 when it completed or ended the attempt to sleep."""
     bind(run_id=config.run_id, agent_id=config.agent_id)  # on every log line of the run
     handle = RunHandle()
     asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, handle.terminate)
@@ -130,7 +133,7 @@ async def serve_run(
         config, settings, bus, handle=handle, workspace_dir=workspace_dir,
         trace_context=trace_context,
     )  # fmt: skip
-    return 0 if isinstance(terminal, RunCompleted) else 1
+    return 0 if isinstance(terminal, (RunCompleted, RunSleeping)) else 1
 
 
 async def execute_run(
@@ -143,8 +146,9 @@ async def execute_run(
     workspace_dir: Path | None = None,
     trace_context: otel_context.Context | None = None,
     clock: SleepingClock = SYSTEM_CLOCK,
-) -> TerminalEvent:
-    """Run `config` to its end and publish the terminal event; return it.
+) -> TerminalEvent | RunSleeping:
+    """Run `config` to its end and publish the terminal event; return it. An attempt that
+    ends to sleep publishes ``sleeping`` and no terminal event, and returns that.
 
     All of it happens in the run's span, a child of `trace_context` (default: the current
     context). `clock` is what the heartbeats and the wall-clock budget read and wait on.
@@ -172,7 +176,7 @@ async def _execute_run(  # noqa: PLR0915 - one run's lifecycle, read top to bott
     provider: GitProvider | None,
     workspace_dir: Path | None,
     clock: SleepingClock,
-) -> TerminalEvent:
+) -> TerminalEvent | RunSleeping:
     pub = RunPublisher(bus, config.run_id, config.attempt, secrets=run_secrets(config, settings))
     resumption, resume_error = await read_resumption(config, bus)
     control = await started_control(config, bus, resumption)
@@ -214,7 +218,7 @@ async def _execute_run(  # noqa: PLR0915 - one run's lifecycle, read top to bott
 
     checkpointer: Checkpointer | None = None
 
-    async def work() -> RunResult:
+    async def work() -> RunResult | RunSleeping:
         nonlocal checkpointer
         if resume_error is not None:  # before any model call: never from a wrong state
             raise resume_error
@@ -236,6 +240,7 @@ async def _execute_run(  # noqa: PLR0915 - one run's lifecycle, read top to bott
             approve=sandbox_approval(loop_ref),
             sandbox=sandbox,
         )
+        ctx.clock = clock  # what `sleep` reads the time from
         checkpointer = Checkpointer(
             git, bus.js, pub, base_sha=base_sha, guard=control.ensure_not_ended
         )
@@ -286,11 +291,14 @@ async def _execute_run(  # noqa: PLR0915 - one run's lifecycle, read top to bott
                 lab=lab,
             )
             loop.context = RunContext.of(config.model, settings, client, live.retry, gate)
+            loop.clock = clock
             loop_ref[0] = loop
             try:
                 finished = await loop.run()
             finally:
                 _note_transcript_cost(config.run_id, loop)
+            if isinstance(finished, SleepPlan):
+                return await fall_asleep(loop, finished, done)  # no finishing, no ending
             loop.phase = "finishing"
             # No commit, push or pull request unless the run's record so far is stored, nor
             # once the run was ended by someone else.
@@ -315,12 +323,19 @@ async def _execute_run(  # noqa: PLR0915 - one run's lifecycle, read top to bott
             )
             return result.model_copy(update={"turns": loop.usage.turns})
 
-    task: asyncio.Task[RunResult] = asyncio.create_task(work(), name=f"run:{config.run_id}")
+    task: asyncio.Task[RunResult | RunSleeping] = asyncio.create_task(
+        work(), name=f"run:{config.run_id}"
+    )
     handle.task = task
     if handle.stop_reason is not None:
         task.cancel()
     try:
         await asyncio.wait({task})
+        if (slept := _slept(task)) is not None:
+            log.info(
+                "run %s: attempt %d sleeps until %s", config.run_id, config.attempt, slept.until
+            )
+            return slept  # `sleeping` is stored; watchdogs stop below, no terminal event
         terminal = terminal_of(task, handle, loop_ref[0])
     finally:
         done.set()
@@ -353,6 +368,13 @@ async def _execute_run(  # noqa: PLR0915 - one run's lifecycle, read top to bott
         return control.ended
     await pub.terminal(terminal)
     return terminal
+
+
+def _slept(task: asyncio.Task[RunResult | RunSleeping]) -> RunSleeping | None:
+    if task.cancelled() or task.exception() is not None:
+        return None
+    result = task.result()
+    return result if isinstance(result, RunSleeping) else None
 
 
 def _note_transcript_cost(run_id: str, loop: AgentLoop) -> None:

@@ -121,6 +121,9 @@ class Checkpointer:
         self.ref = checkpoint_ref(pub.run_id)
         self.count = 0
         self.last_tree: str | None = None
+        # HEAD when the workspace was last noted (start, checkpoint): a restore puts HEAD back
+        # there, so an agent's commit that changed no file still needs a checkpoint to last.
+        self.last_head: str | None = None
         self.previous_object: str | None = None
         self.restored: RunCheckpointed | None = None
         # A private index: `git add -A` into it finds the workspace's tree without touching
@@ -159,6 +162,7 @@ class Checkpointer:
         """Note the workspace as it is now (after the clone or a restore): unchanged from it,
         no checkpoint is taken."""
         self.last_tree = await self._tree()
+        self.last_head = await self.git.head()
 
     async def after_call(self, turn: int) -> RunCheckpointed | None:
         """Checkpoint the workspace if it changed since the last one; None if it did not or
@@ -174,6 +178,16 @@ class Checkpointer:
             await self.pub.log("runner", note, turn)
             return None
         return event
+
+    async def settle(self, turn: int) -> RunCheckpointed | None:
+        """Before the attempt ends to sleep: checkpoint unless a restore of the last one
+        (or the clean clone) gives this very workspace, files and HEAD alike; None if none was
+        needed. Not best effort: a failure raises (the sleep is then refused, since the woken
+        attempt could not go on from here)."""
+        tree = await self._tree()
+        if tree == self.last_tree and await self.git.head() == self.last_head:
+            return None
+        return await self._checkpoint(turn, tree)
 
     async def _checkpoint(self, turn: int, tree: str) -> RunCheckpointed:
         self._guard()
@@ -204,6 +218,7 @@ class Checkpointer:
         )
         await self.pub.event(event)
         self.last_tree = tree
+        self.last_head = head
         self.previous_object = name
         return event
 

@@ -127,6 +127,7 @@ def tool_context(  # noqa: PLR0917
         state_cap=StateCap(settings.sandbox_state_max_keys, settings.sandbox_state_max_bytes),
         sandbox=sandbox,
         skills={s.name: s.content for s in config.skills if s.on_demand},
+        max_sleep_seconds=config.resume.max_sleep_seconds,
     )
 
 

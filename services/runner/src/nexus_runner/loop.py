@@ -9,8 +9,10 @@ import uuid
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+import nats.errors
 from nexus_events.contract.runstate import RunStatus
 from nexus_events.contract.spans import OUTCOME
+from nexus_events.errors import BusError
 from nexus_events.events.runs import (
     ApprovalDecided,
     ApprovalRequested,
@@ -21,6 +23,7 @@ from nexus_events.events.runs import (
     ToolCalled,
     ToolResult,
 )
+from nexus_events.runtime.clock import SYSTEM_CLOCK, Clock
 from opentelemetry import trace
 
 from nexus_runner.approval_text import call_summary
@@ -29,7 +32,7 @@ from nexus_runner.checkpoint import Checkpointer
 from nexus_runner.config import RunnerSettings
 from nexus_runner.context import RunContext
 from nexus_runner.control import RunControl
-from nexus_runner.errors import LlmUnavailable, RunStopped
+from nexus_runner.errors import LlmUnavailable, RunnerError, RunStopped, ToolError
 from nexus_runner.guard.verdict import Outcome
 from nexus_runner.llm import Completion, ModelClient, ToolCallRequest
 from nexus_runner.output import TypedOutput
@@ -51,6 +54,7 @@ from nexus_runner.safety import redact, truncate
 from nexus_runner.tools import Decision, ToolOutcome, ToolRegistry
 from nexus_runner.tools.args import FinishArgs
 from nexus_runner.tools.builtin import FINISHED
+from nexus_runner.tools.sleep import SLEEP, SleepPlan
 from nexus_runner.tracing import (
     APPROVAL,
     COST_USD,
@@ -66,13 +70,19 @@ from nexus_runner.tracing import (
     tool_span,
 )
 from nexus_runner.transcript import TranscriptWriter
+from nexus_runner.waking import wake_message
 
 NUDGE = "Continue with the task using the tools, or call `finish` with a summary when done."
 
 
 # Built-ins that never change the workspace: no checkpoint check after them (it costs two git
 # processes). Every other call is checked, since a command or MCP tool may write.
-UNWRITING_TOOLS = READ_TOOLS | {"finish", EXIT_PLAN_MODE}
+UNWRITING_TOOLS = READ_TOOLS | {"finish", EXIT_PLAN_MODE, SLEEP}
+# The answer to a call the model made after an accepted `sleep` in the same turn.
+NOT_RUN_ASLEEP = (
+    "not run: you went to sleep earlier in this turn, so this call was not run; call it again"
+    " after you wake if it is still needed"
+)
 
 
 def _answerless(message: dict[str, Any]) -> bool:
@@ -104,8 +114,9 @@ def _tool_message(call_id: str, content: str) -> dict[str, Any]:
 
 
 class AgentLoop:
-    """Drives one run's conversation. `run` returns the finish arguments or raises
-    `RunStopped` (failed/cancelled with a reason)."""
+    """Drives one run's conversation. `run` returns the finish arguments, or the sleep the
+    model took (the attempt then ends to sleep), or raises `RunStopped` (failed/cancelled
+    with a reason)."""
 
     def __init__(  # noqa: PLR0917
         self,
@@ -150,6 +161,8 @@ class AgentLoop:
         self.transcript_wait = 0.0  # seconds spent waiting for transcript acks before calls
         # The context budget (nexus_runner.context): condensed before a call that would pass it.
         self.context = context
+        # What the wake note (nexus_runner.waking) says the time is.
+        self.clock: Clock = SYSTEM_CLOCK
 
     async def add(self, message: dict[str, Any], inbox_seq: int | None = None) -> None:
         """Add a message to the conversation and to the transcript (written ahead)."""
@@ -178,7 +191,10 @@ class AgentLoop:
                 await self.add(_tool_message(item.call.id, interrupted_note(item)))
         return self.tools.ctx.finished
 
-    async def run(self) -> FinishArgs:
+    async def _go_on(self) -> FinishArgs | None:
+        """Before the first turn of this attempt: what the earlier attempts left to do (the
+        transcript written, a nudge, the calls left open, the wake note); the finish
+        arguments if the run was already finished."""
         await self._record_restored()
         if self.messages and _answerless(self.messages[-1]):
             # The dead attempt got a reply without calls and was lost before nudging.
@@ -188,6 +204,14 @@ class AgentLoop:
         if (finished := _finished_before(self.messages)) is not None:
             # The dead attempt's `finish` was answered, then it was lost (while finishing):
             # its result stands; asking the model again would make one up.
+            return finished
+        if (woke := wake_message(self.messages, self.config.wake, self.clock.now())) is not None:
+            # After a sleep: why it woke, once (in the transcript, so a later resume sees it).
+            await self.add(woke)
+        return None
+
+    async def run(self) -> FinishArgs | SleepPlan:
+        if (finished := await self._go_on()) is not None:
             return finished
         while True:
             self._check_budgets(next_turn=True)
@@ -207,6 +231,9 @@ class AgentLoop:
             signatures = []
             for call in completion.tool_calls:
                 self._check_cancel()
+                if self.tools.ctx.slept is not None:
+                    await self._not_run(turn, call, NOT_RUN_ASLEEP)
+                    continue
                 outcome = await self._tool_call(turn, call)  # its tool message added
                 signatures.append((call.name, call.arguments, outcome.output))
                 if self.typed is not None and self.typed.exhausted:
@@ -217,6 +244,8 @@ class AgentLoop:
                 self._stuck(self.stuck.record_call(call.name, call.arguments, outcome.output))
             if self.tools.ctx.finished is not None:
                 return self.tools.ctx.finished
+            if self.tools.ctx.slept is not None:
+                return self.tools.ctx.slept
             self._stuck(self.stuck.record_turn(signatures))
 
     # -- checks ------------------------------------------------------------------------------
@@ -413,6 +442,12 @@ class AgentLoop:
             # Before the tool message: the transcript never runs ahead of the workspace a
             # resume restores.
             await self.checkpointer.after_call(turn)
+        if decision.tool == SLEEP:
+            if outcome.ok:
+                outcome = await self._settle_for_sleep(turn, outcome)
+                label = TOOL_OK if outcome.ok else TOOL_ERROR
+            else:
+                self.tools.ctx.slept = None  # an after-hook withheld it: no sleep
         model_output, _ = truncate(outcome.output, self.settings.output_cap)
         await self.add(_tool_message(call.id, model_output))
         output, cut = truncate(redact(outcome.output), self.settings.event_output_cap)
@@ -429,6 +464,39 @@ class AgentLoop:
             )
         )
         return ToolOutcome(outcome.ok, model_output), label
+
+    async def _settle_for_sleep(self, turn: int, outcome: ToolOutcome) -> ToolOutcome:
+        """An accepted sleep: checkpoint the workspace before its answer (the woken attempt
+        restores it); a checkpoint that fails refuses the sleep, and the run goes on."""
+        if self.checkpointer is None:
+            return outcome
+        try:
+            await self.checkpointer.settle(turn)
+        except RunStopped:
+            raise  # the run was ended elsewhere: no sleep, no more writes
+        except (ToolError, OSError, nats.errors.Error, BusError, RunnerError) as exc:
+            self.tools.ctx.slept = None
+            return ToolOutcome(
+                False, f"sleep failed: the workspace could not be checkpointed ({exc}); not asleep"
+            )
+        return outcome
+
+    async def _not_run(self, turn: int, call: ToolCallRequest, why: str) -> None:
+        """Answer a call without running it (recorded as refused, with why)."""
+        await self.pub.event(
+            ToolCalled(
+                turn=turn,
+                call_id=call.id,
+                tool=call.name,
+                arguments={},
+                refused=True,
+                refusal_reason=why,
+            )
+        )
+        await self.add(_tool_message(call.id, why))
+        await self.pub.event(
+            ToolResult(turn=turn, call_id=call.id, tool=call.name, ok=False, output=why)
+        )
 
     def _misfit(self, decision: Decision) -> str | None:
         """For a `finish` whose details do not fit the output schema: what the model must fix

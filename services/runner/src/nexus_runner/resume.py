@@ -13,7 +13,7 @@ import json
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 
 from nexus_events.contract import run_access
@@ -23,7 +23,10 @@ from nexus_events.events.runs import (
     ApprovalDecided,
     ApprovalRequested,
     RunCheckpointed,
+    RunDispatched,
     RunResumed,
+    RunResuming,
+    RunSleeping,
     RunStarted,
     RunTurn,
     TerminalEvent,
@@ -54,6 +57,12 @@ class History:
     last_sign_ns: int | None = None  # stream time of the last event a runner published
     ended: bool = False  # a terminal event: this attempt is a retry, not a resume
     plans: set[str] = field(default_factory=set)  # approval ids of exit_plan_mode
+    # Sleep (docs/resume.md): when each attempt that slept published `sleeping`, when each
+    # attempt was dispatched, and when the scheduler woke the run for an attempt (its
+    # `resuming` with a wake): the time asleep is off the wall clock, as the scheduler's.
+    slept_at: dict[int, datetime] = field(default_factory=dict)
+    dispatched_at: dict[int, datetime] = field(default_factory=dict)
+    woken_ns: dict[int, int] = field(default_factory=dict)
 
     @property
     def unfinished_calls(self) -> list[str]:
@@ -83,6 +92,28 @@ class History:
             self._plan(event)
         elif isinstance(event, TerminalEvent):
             self.ended = True
+        else:
+            self._sleep(event, env)
+
+    def _sleep(self, event: object, env: Envelope) -> None:
+        if env.timestamp is None:
+            return
+        if isinstance(event, RunSleeping):
+            self.slept_at.setdefault(event.attempt, env.timestamp)
+        elif isinstance(event, RunDispatched):
+            self.dispatched_at.setdefault(event.attempt, env.timestamp)
+        elif isinstance(event, RunResuming) and event.wake is not None:
+            assert env.timestamp_ns is not None  # with the timestamp
+            self.woken_ns.setdefault(event.attempt, env.timestamp_ns)
+
+    def asleep(self, now: datetime) -> timedelta:
+        """Time the run slept: from each `sleeping` to the dispatch of the attempt after it
+        (the scheduler counts the same span), or to `now` if that is not recorded."""
+        total = timedelta()
+        for attempt, at in self.slept_at.items():
+            woke = min((t for a, t in self.dispatched_at.items() if a > attempt), default=now)
+            total += max(timedelta(), woke - at)
+        return total
 
     def _plan(self, event: ApprovalRequested | ApprovalDecided) -> None:
         """Plan mode was lifted once an exit_plan_mode approval was approved."""
@@ -203,15 +234,18 @@ class Resumption:
 
     @property
     def latency_ms(self) -> int | None:
-        last = self.history.last_sign_ns
+        """From the old attempt's last sign of life; for an attempt woken from a sleep, from
+        the wake (the sleep itself is no latency)."""
+        last = self.history.woken_ns.get(self.attempt, self.history.last_sign_ns)
         return None if last is None else max(0, (time.time_ns() - last) // 1_000_000)
 
     def remaining_wall(self, limit: float, now: datetime) -> float:
-        """Seconds of the wall-clock budget left at `now`: counted from the run's first start."""
+        """Seconds of the wall-clock budget left at `now`: counted from the run's first start,
+        less the time it slept."""
         started = self.history.first_started
         if started is None or self.history.ended:
             return limit
-        return limit - (now - started).total_seconds()
+        return limit - (now - started - self.history.asleep(now)).total_seconds()
 
     def resumed(self, checkpoint: str | None, pending: list[PendingCall]) -> RunResumed:
         turns = 0 if self.fresh else self.usage.turns

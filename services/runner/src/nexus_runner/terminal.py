@@ -14,6 +14,7 @@ from nexus_events.events.runs import (
     RunCompleted,
     RunFailed,
     RunResult,
+    RunSleeping,
     TerminalEvent,
 )
 
@@ -48,7 +49,7 @@ def unrecorded(terminal: TerminalEvent, error: BusError) -> RunFailed:
 
 
 def terminal_of(
-    task: asyncio.Task[RunResult], handle: RunHandle, loop: AgentLoop | None
+    task: asyncio.Task[RunResult | RunSleeping], handle: RunHandle, loop: AgentLoop | None
 ) -> TerminalEvent:
     """The ending of the run whose loop task is `task` (done): completed with its result, or
     failed/cancelled with why it stopped; the loop's usage so far in every case."""
@@ -67,15 +68,17 @@ def terminal_of(
     else:
         exc = task.exception()
         if exc is None:
+            result = task.result()
+            assert isinstance(result, RunResult)  # a sleep is not an ending (app.py)
             plan = loop.plan.ended if loop is not None else None
             if plan is not None:
                 return RunCompleted(
                     reason=Reason.PLAN_NOT_APPROVED,
                     message=not_approved_message(plan),
-                    result=task.result(),
+                    result=result,
                     **usage,
                 )
-            return RunCompleted(result=task.result(), **usage)
+            return RunCompleted(result=result, **usage)
         if isinstance(exc, ReplayStoppedError):
             # Not a failure: the replay found what it was for (docs/lab.md); no finishing.
             result = RunResult(summary=exc.summary, turns=exc.turn - 1)

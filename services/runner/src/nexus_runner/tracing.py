@@ -13,7 +13,7 @@ import contextlib
 from collections.abc import Iterator
 
 from nexus_events.contract.spans import AGENT_ID, ATTEMPT, OUTCOME, REASON, RUN_ID, TASK_ID
-from nexus_events.events.runs import RunConfig, TerminalEvent
+from nexus_events.events.runs import RunConfig, RunSleeping, TerminalEvent
 from nexus_events.runtime import telemetry
 from opentelemetry import context as otel_context
 from opentelemetry.trace import Span, SpanKind
@@ -69,9 +69,11 @@ def run_span(config: RunConfig, parent: otel_context.Context | None) -> Iterator
         yield span
 
 
-def record_terminal(span: Span, terminal: TerminalEvent) -> None:
-    """The run's outcome and totals on its root span."""
+def record_terminal(span: Span, terminal: TerminalEvent | RunSleeping) -> None:
+    """The run's outcome and totals on its root span (an attempt that slept: `sleeping`)."""
     span.set_attribute(OUTCOME, terminal.event_name)
+    if isinstance(terminal, RunSleeping):
+        return  # its reason is the agent's words, not a reason code
     reason = getattr(terminal, "reason", None)
     if reason is not None:
         span.set_attribute(REASON, str(reason))

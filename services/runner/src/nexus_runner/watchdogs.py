@@ -8,7 +8,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
 from nexus_events.contract.runstate import RunStatus
-from nexus_events.events.runs import Reason, RunHeartbeat, RunResult
+from nexus_events.events.runs import Reason, RunHeartbeat, RunResult, RunSleeping
 from nexus_events.runtime.clock import SleepingClock
 
 from nexus_runner.control import RunControl
@@ -21,7 +21,7 @@ class RunHandle:
     """Ways to stop a running run from outside (signal handlers, tests)."""
 
     stop_reason: RunStopped | None = None
-    task: asyncio.Task[RunResult] | None = None
+    task: asyncio.Task[RunResult | RunSleeping] | None = None
     control: RunControl | None = None
 
     def stop(self, reason: RunStopped) -> None:

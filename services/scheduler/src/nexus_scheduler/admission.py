@@ -12,6 +12,13 @@ its first dispatch, and only its start and heartbeat timers begin again with eac
 Budgets (docs/spend.md): a run whose latest budget event is `budget_paused` holds no slot until
 `budget_resumed` (or its ending); a run the spend service says must wait before its dispatch
 goes back to the queue, held until a recheck time, and does not block the runs behind it.
+
+Sleep (docs/resume.md): an attempt that ended in `sleeping` gives its slot back and the run
+waits in SLEEPING (`AdmissionState.sleeping`) until the scheduler wakes it
+(`nexus_scheduler.sleep`); the `resuming` of the woken attempt puts it back in the queue in
+its place, to be admitted under the limits like any waiting run. Attempts that slept do not
+count against `resume.max_attempts`, and the time from the sleep to the woken attempt's
+dispatch does not count against the wall-clock deadline.
 """
 
 from __future__ import annotations
@@ -36,9 +43,14 @@ from nexus_events.events import (
     RunPrepared,
     RunQueued,
     RunResuming,
+    RunSleeping,
     RunStarted,
+    RunWake,
+    RunWakeRequested,
     TerminalEvent,
+    WakeCause,
 )
+from nexus_events.events.inbox import InboxMessage
 
 LimitName = Literal["global", "agent", "task"]
 
@@ -49,6 +61,8 @@ class Phase(StrEnum):
     STARTING = "starting"  # admitted (or resumed); the runtime is being asked to start it
     DISPATCHED = RunStatus.DISPATCHED.value  # the runtime has it; the runner has not said hello yet
     RUNNING = RunStatus.RUNNING.value  # the runner started / heartbeats
+    # Between attempts after a `sleeping`: no runner, no slot, woken by `nexus_scheduler.sleep`.
+    SLEEPING = RunStatus.SLEEPING.value
 
 
 ACTIVE_PHASES = frozenset({Phase.STARTING, Phase.DISPATCHED, Phase.RUNNING})
@@ -87,6 +101,44 @@ class CancelInfo:
     requested_by: str | None = None
 
 
+@dataclass(frozen=True)
+class PendingWake:
+    """A wake asked of a sleeping run (a signal or an inbox message), not yet carried out."""
+
+    cause: WakeCause
+    text: str = ""
+    requested_by: str | None = None
+
+
+@dataclass
+class Asleep:
+    """The sleep of a run: what its `sleeping` said, and a wake asked meanwhile."""
+
+    until: datetime
+    reason: str
+    attempt: int
+    # The `sleeping` event's stream time: only inbox messages stored after it wake the run
+    # (one the awake attempt was sent, redelivered to a new leader, must not).
+    stamp: datetime | None = None
+    woken_by: PendingWake | None = None
+
+    def wake(self, now: datetime) -> RunWake | None:
+        """Why the run wakes at `now`, None while it sleeps on: a wake asked first, else
+        the timer."""
+        if self.woken_by is not None:
+            w = self.woken_by
+            return RunWake(
+                cause=w.cause,
+                slept_until=self.until,
+                sleep_reason=self.reason,
+                text=w.text,
+                requested_by=w.requested_by,
+            )
+        if now >= self.until:
+            return RunWake(cause=WakeCause.TIMER, slept_until=self.until, sleep_reason=self.reason)
+        return None
+
+
 @dataclass
 class RunEntry:
     """A run the scheduler is responsible for (not yet terminal)."""
@@ -115,6 +167,17 @@ class RunEntry:
     # the spend service again (None: at the next admission).
     budget_wait: str | None = None
     budget_recheck_at: datetime | None = None
+    # Sleep: the sleep under way (phase SLEEPING), its start (until the woken attempt's
+    # dispatch: that time is added to `paused_seconds`, which the deadline does not count),
+    # the attempts that ended in a sleep (they do not count against max_attempts), the wake
+    # the current attempt starts with (its config's `wake`), and whether this scheduler is
+    # waking it now (decided, `resuming` not folded yet).
+    sleep: Asleep | None = None
+    asleep_since: datetime | None = None
+    paused_seconds: float = 0.0
+    slept_attempts: int = 0
+    wake: RunWake | None = None
+    waking: bool = False
 
     @property
     def holds_slot(self) -> bool:
@@ -136,11 +199,17 @@ class RunEntry:
     def max_attempts(self) -> int:
         return self.config.resume.max_attempts
 
+    @property
+    def attempts_spent(self) -> int:
+        """Attempts that count against `max_attempts`: those that did not end in a sleep."""
+        return self.attempt - self.slept_attempts
+
     def attempt_config(self) -> RunConfig:
-        """The RunConfig of the current attempt: the run's own, with its attempt number."""
-        if self.config.attempt == self.attempt:
+        """The RunConfig of the current attempt: the run's own, with its attempt number and
+        the wake it starts with (set only on the attempt after a sleep)."""
+        if self.config.attempt == self.attempt and self.config.wake == self.wake:
             return self.config
-        return self.config.model_copy(update={"attempt": self.attempt})
+        return self.config.model_copy(update={"attempt": self.attempt, "wake": self.wake})
 
 
 # Finished run ids remembered to ignore their late events (a heartbeat or duplicate after
@@ -187,13 +256,16 @@ class AdmissionState:
     early_cancels: dict[str, CancelInfo] = field(default_factory=dict)
     # Waiting runs held by a budget until their recheck time.
     budget_held: set[str] = field(default_factory=set)
+    # Runs in phase SLEEPING.
+    sleeping: set[str] = field(default_factory=set)
 
     # -- folding events ---------------------------------------------------------------------
 
     def evolve(  # noqa: PLR0911, PLR0912 - one fold over the run events reads best whole
-        self, run_id: str, event: Event, at: datetime
+        self, run_id: str, event: Event, at: datetime, *, stamp: datetime | None = None
     ) -> bool:
-        """Apply one run event seen at `at`; return whether it changed anything."""
+        """Apply one run event seen at `at` (stored at `stamp`, its stream time, if known);
+        return whether it changed anything."""
         if run_id in self.finished:
             return False
         if isinstance(event, TerminalEvent):
@@ -221,7 +293,17 @@ class AdmissionState:
             return self._dispatched(entry, event, at)
         if isinstance(event, RunResuming):
             return self._resuming(entry, event)
+        if isinstance(event, RunSleeping):
+            return self._sleeping(entry, event, at, stamp)
+        if isinstance(event, RunWakeRequested):
+            return self._wake_asked(
+                entry, PendingWake(WakeCause.SIGNAL, event.reason, event.requested_by)
+            )
         if isinstance(event, RunStarted | RunHeartbeat):
+            if entry.phase is Phase.SLEEPING or (
+                entry.attempt > 1 and entry.phase in WAITING_PHASES
+            ):
+                return False  # the slept attempt's, late: the run has no runner now
             if entry.attempt > 1 and (
                 entry.phase is Phase.STARTING
                 or (entry.dispatched_at is not None and at < entry.dispatched_at)
@@ -250,6 +332,10 @@ class AdmissionState:
         changed = newer or entry.phase in WAITING_PHASES or entry.phase is Phase.STARTING
         if entry.phase in WAITING_PHASES:
             self._activate(entry)
+        if changed and entry.asleep_since is not None:
+            # The woken attempt runs: the sleep (and any wait for a slot after it) ends here.
+            entry.paused_seconds += max(0.0, (at - entry.asleep_since).total_seconds())
+            entry.asleep_since = None
         if changed:
             entry.attempt = event.attempt
             entry.phase = Phase.DISPATCHED
@@ -292,6 +378,9 @@ class AdmissionState:
         queued again) and waits in STARTING for that attempt's `dispatched`."""
         if event.attempt <= entry.attempt:
             return False
+        if entry.phase is Phase.SLEEPING:
+            return self._woken(entry, event)
+        entry.wake = None  # a runner loss: the new attempt goes on, it did not wake
         if entry.phase in WAITING_PHASES:
             self._activate(entry)
         elif entry.budget_paused:
@@ -302,6 +391,55 @@ class AdmissionState:
         entry.handle = None
         entry.dispatched_at = None
         entry.ending = False
+        return True
+
+    def _sleeping(
+        self, entry: RunEntry, event: RunSleeping, at: datetime, stamp: datetime | None
+    ) -> bool:
+        """The current attempt ended to sleep: it gives its slot back and waits for a wake."""
+        if event.attempt != entry.attempt or entry.phase not in ACTIVE_PHASES:
+            return False  # an earlier attempt's, or folded twice
+        if entry.holds_slot:
+            self._count(entry, -1)
+        entry.phase = Phase.SLEEPING
+        entry.budget_paused = False
+        entry.sleep = Asleep(event.until, event.reason, event.attempt, stamp)
+        entry.asleep_since = at
+        entry.slept_attempts += 1
+        entry.ending = entry.waking = False
+        self.sleeping.add(entry.run_id)
+        return True
+
+    def _wake_asked(self, entry: RunEntry, wake: PendingWake) -> bool:
+        """A wake for a sleeping run (the first one counts); for any other run, nothing."""
+        if entry.phase is not Phase.SLEEPING or entry.sleep is None:
+            return False
+        if entry.sleep.woken_by is not None:
+            return False
+        entry.sleep.woken_by = wake
+        return True
+
+    def message(self, run_id: str, message: InboxMessage, stamp: datetime | None) -> bool:
+        """An inbox message for `run_id`, stored at `stamp`: it wakes a sleeping run when it
+        came after the sleep."""
+        entry = self.runs.get(run_id)
+        if entry is None or entry.sleep is None:
+            return False
+        slept = entry.sleep.stamp
+        if slept is not None and stamp is not None and stamp < slept:
+            return False
+        return self._wake_asked(entry, PendingWake(WakeCause.MESSAGE, message.text, message.sender))
+
+    def _woken(self, entry: RunEntry, event: RunResuming) -> bool:
+        """The attempt after a sleep: the run goes back to the queue, in its place."""
+        self.sleeping.discard(entry.run_id)
+        entry.sleep = None
+        entry.waking = entry.ending = False
+        entry.wake = event.wake
+        entry.attempt = event.attempt
+        entry.phase = Phase.QUEUED
+        entry.handle = None
+        self.waiting = dict.fromkeys(r for r in self.runs if r in self.waiting or r == entry.run_id)
         return True
 
     def _prepared(self, run_id: str, config: RunConfig, at: datetime) -> bool:
@@ -352,6 +490,7 @@ class AdmissionState:
             return True
         self.waiting.pop(run_id, None)
         self.budget_held.discard(run_id)
+        self.sleeping.discard(run_id)
         if entry.holds_slot:
             self._count(entry, -1)
         # A run's ending may free a budget's run limit: the held are asked again.
@@ -460,7 +599,7 @@ def decide(state: AdmissionState, limits: Limits, now: datetime | None = None) -
             continue
         blocked = _blocking_limit(entry, limits, total, by_agent, by_task)
         if blocked is None:
-            out.append(Start(run_id, entry.config))
+            out.append(Start(run_id, entry.attempt_config()))
             total += 1
             by_agent[entry.agent_id] += 1
             if entry.task_id is not None:
@@ -551,21 +690,21 @@ def after_loss(entry: RunEntry, reason: str, message: str) -> Escalate | Lose | 
     else the end with `reason`."""
     if entry.cancel is not None:
         return Escalate(entry.run_id, entry.cancel)
-    if entry.attempt < entry.max_attempts:
+    if entry.attempts_spent < entry.max_attempts:
         return Resume(entry.run_id, entry.attempt + 1, reason, message)
     how = "failed" if reason == Reason.RUNTIME_ERROR else "lost"
     return Lose(
         entry.run_id,
         reason,
-        f"runner {how} after {entry.attempt} of {entry.max_attempts} attempts: {message}",
+        f"runner {how} after {entry.attempts_spent} of {entry.max_attempts} attempts: {message}",
     )
 
 
 def due(state: AdmissionState, now: datetime, timeouts: Timeouts) -> list[Due]:
     """The active runs whose cancel grace, deadline or heartbeat window has passed at `now`.
 
-    The deadline counts from the run's first dispatch; the start and heartbeat windows from
-    the current attempt's.
+    The deadline counts from the run's first dispatch, less the time it slept; the start and
+    heartbeat windows from the current attempt's.
     """
     out: list[Due] = []
     for entry in state.active():
@@ -576,7 +715,7 @@ def due(state: AdmissionState, now: datetime, timeouts: Timeouts) -> list[Due]:
             entry.cancel.at, entry.dispatched_at
         ) + timedelta(seconds=timeouts.cancel_grace):
             out.append(Escalate(entry.run_id, entry.cancel))
-        elif now >= first + timedelta(seconds=entry.wall_limit_seconds):
+        elif now >= first + timedelta(seconds=entry.wall_limit_seconds + entry.paused_seconds):
             out.append(Expire(entry.run_id, entry.wall_limit_seconds))
         elif entry.phase is Phase.DISPATCHED and now > entry.dispatched_at + timedelta(
             seconds=timeouts.start_timeout

@@ -21,7 +21,8 @@ from pathlib import Path
 
 import nats.errors
 import nats.js.errors
-from nexus_events.contract.streams import RUNS, SCHEDULES, StreamSettings
+from nexus_events.contract import subjects
+from nexus_events.contract.streams import INBOX, RUNS, SCHEDULES, StreamSettings
 from nexus_events.events import RunConfig
 from nexus_events.runtime.clock import Clock, SystemClock
 from nexus_events.runtime.leadership import Leadership
@@ -36,7 +37,11 @@ from nexus_scheduler.auth_callout import AuthCalloutResponder
 from nexus_scheduler.callout_jwt import Issuer
 from nexus_scheduler.checkpoint import Checkpointer
 from nexus_scheduler.config import SchedulerSettings
-from nexus_scheduler.handlers import create_run_handler, create_schedule_handler
+from nexus_scheduler.handlers import (
+    create_inbox_handler,
+    create_run_handler,
+    create_schedule_handler,
+)
 from nexus_scheduler.metrics import SchedulerMetrics
 from nexus_scheduler.rebuild import rebuild
 from nexus_scheduler.run_credentials import SLOT_CREDENTIAL_TTL_SECONDS, RunCredentialMinter
@@ -124,6 +129,7 @@ class SchedulerApp(ServiceApp):
         self.schedules: ScheduleService | None = None
         self.agent_schedules: AgentSchedules | None = None
         self._schedule_consumer: Consumer | None = None
+        self._inbox_consumer: Consumer | None = None
         self.leadership: Leadership | None = None
         self._replicas = 1
         self._consumer: Consumer | None = None
@@ -319,6 +325,19 @@ class SchedulerApp(ServiceApp):
         )
         self._consumer = self.bus.consumer(spec, create_run_handler(service))
         await self._consumer.start()
+        # Messages to runs' inboxes: one to a sleeping run wakes it (docs/resume.md, Sleep).
+        # After the rebuild, so a redelivered message finds the run asleep; a message older
+        # than the sleep wakes nothing.
+        self._inbox_consumer = self.bus.consumer(
+            ConsumerSpec(
+                stream=INBOX,
+                durable=f"{self.settings.consumer_name}-inbox",
+                filter_subjects=(subjects.family_filter(subjects.Family.INBOX),),
+                batch=200,
+            ),
+            create_inbox_handler(service),
+        )
+        await self._inbox_consumer.start()
         self.schedules = ScheduleService(
             self.bus,
             jitter_cap=self.settings.schedule_jitter_cap_seconds,
@@ -415,14 +434,18 @@ class SchedulerApp(ServiceApp):
         if self._ticks is not None:
             await self._ticks.stop()
             self._ticks = None
-        consumers = [c for c in (self._consumer, self._schedule_consumer) if c is not None]
+        consumers = [
+            c
+            for c in (self._consumer, self._schedule_consumer, self._inbox_consumer)
+            if c is not None
+        ]
         # Each ends its fetch in flight. A stop cut short by the drain timeout leaves a
         # cancelled fetch task behind, which a second stop reports as cancelled: logged only.
         results = await asyncio.gather(*(c.stop() for c in consumers), return_exceptions=True)
         for result in results:
             if isinstance(result, BaseException):
                 log.warning("consumer stop: %r", result)
-        self._consumer = self._schedule_consumer = None
+        self._consumer = self._schedule_consumer = self._inbox_consumer = None
         if self.service is not None:
             await self.service.drain()
             self.service = None

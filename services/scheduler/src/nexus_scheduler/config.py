@@ -81,7 +81,11 @@ class SchedulerSettings(NexusSettings):
     # Leadership: one active scheduler; the others wait for the lease.
     lease_bucket: str = Field("nexus_scheduler", description="JetStream KV bucket of the lease.")
     lease_ttl_seconds: float = Field(15.0, gt=0, description="A dead leader is replaced after it.")
-    consumer_name: str = Field("scheduler", description="Durable consumer on NEXUS_RUNS.")
+    consumer_name: str = Field(
+        "scheduler",
+        description="Durable consumer on NEXUS_RUNS (and `<name>-schedules` on NEXUS_SCHEDULES,"
+        " `<name>-inbox` on NEXUS_INBOX: a message wakes a sleeping run).",
+    )
 
     # Snapshots of the admission state, so a takeover reads the events since the last one
     # instead of the stream's history (nexus_scheduler.rebuild).

@@ -31,6 +31,19 @@ def create_run_handler(service: SchedulerService) -> BatchHandler:
     return handle
 
 
+def create_inbox_handler(service: SchedulerService) -> BatchHandler:
+    """Fold messages to runs' inboxes (one to a sleeping run wakes it), then act: a wake is
+    published before the batch is acknowledged, so a scheduler killed in between leaves
+    the message to be redelivered to the next leader."""
+
+    async def handle(deliveries: list[Delivery]) -> None:
+        await service.observe_inbox(d.decoded for d in deliveries)
+        if not await service.act():
+            _give_back(deliveries)
+
+    return handle
+
+
 def create_schedule_handler(schedules: ScheduleService) -> BatchHandler:
     """Fold schedule definitions, removals and fires; firing happens on the tick."""
 

@@ -15,6 +15,12 @@ Before a run's first dispatch the spend service is asked whether a budget lets i
 (`nexus_scheduler.spend_admission`, docs/spend.md): wait puts it back in the queue (`queued`,
 limit budget, with the reason) to be asked again later, stop ends it `budget_exceeded`.
 
+Sleep (docs/resume.md): a run whose attempt ended in `sleeping` holds no slot; at its wake
+time, on `wake_requested` or on a message on its inbox (`observe_inbox`) `act` publishes
+`resuming` (attempt n+1, reason `woke`) and admits it again like a queued run
+(`nexus_scheduler.sleep`). A runner whose process ends after `sleeping` is not lost: before a
+loss is decided, NEXUS_RUNS is asked for that attempt's `sleeping` (`_slept`).
+
 Each handled event has a span continuing its trace, and each action for a run happens in a
 span of the run's trace (`nexus_scheduler.tracing`): one trace from `requested` to the end.
 """
@@ -28,9 +34,12 @@ from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
+import nats.errors
+import nats.js.errors
 from nexus_events.contract import subjects
 from nexus_events.contract.codec import Decoded
 from nexus_events.contract.runstate import TERMINAL_EVENTS, RunEvent
+from nexus_events.contract.streams import RUNS
 from nexus_events.events import (
     Reason,
     RunCancelled,
@@ -39,9 +48,11 @@ from nexus_events.events import (
     RunLost,
     RunQueued,
     RunResuming,
+    RunSleeping,
     RunTimedOut,
     TerminalEvent,
 )
+from nexus_events.events.inbox import InboxMessage
 from nexus_events.events.spend import SpendDecision, SpendVerdict
 from nexus_events.runtime import telemetry
 from nexus_events.runtime.clock import Clock, SystemClock
@@ -68,6 +79,7 @@ from nexus_scheduler.admission import (
 from nexus_scheduler.liveness import Windows, may_end
 from nexus_scheduler.metrics import SchedulerMetrics
 from nexus_scheduler.runtime.base import AgentRuntime, RuntimeState, RuntimeStatus
+from nexus_scheduler.sleep import WakeUp, decide_wakes
 from nexus_scheduler.spend_admission import SpendAdmission
 from nexus_scheduler.tracing import AGENT_ID, ATTEMPT, OUTCOME, RUNTIME, RunTraces
 
@@ -84,6 +96,8 @@ WATCHED_EVENTS: tuple[RunEvent, ...] = (
     RunEvent.RESUMING,
     RunEvent.BUDGET_PAUSED,
     RunEvent.BUDGET_RESUMED,
+    RunEvent.SLEEPING,
+    RunEvent.WAKE_REQUESTED,
     RunEvent.COMPLETED,
     RunEvent.FAILED,
     RunEvent.CANCELLED,
@@ -123,6 +137,8 @@ class Stats:
     resumed: dict[str, int] = field(default_factory=dict)
     # Runs ended because their runner was lost with no attempt left.
     attempts_exhausted: int = 0
+    # Sleeping runs woken, by what woke them (timer, signal, message).
+    woken: dict[str, int] = field(default_factory=dict)
 
 
 class SchedulerService:
@@ -180,7 +196,7 @@ class SchedulerService:
             at = decoded.envelope.timestamp
         if run_id not in self.state.finished:
             self.traces.remember_headers(decoded)
-        changed = self.state.evolve(run_id, decoded.event, at)
+        changed = self.state.evolve(run_id, decoded.event, at, stamp=decoded.envelope.timestamp)
         if run_id in self.state.finished:
             self.traces.forget(run_id)
         return changed
@@ -197,6 +213,15 @@ class SchedulerService:
                     changed = self.observe(decoded)
                     span.set_attribute(OUTCOME, "folded" if changed else "ignored")
 
+    async def observe_inbox(self, items: Iterable[Decoded]) -> None:
+        """Fold messages sent to runs' inboxes: one to a sleeping run wakes it at the next
+        `act` (approval decisions and messages to awake runs are the runners' business)."""
+        async with self._lock:
+            for decoded in items:
+                run_id = decoded.address.run_id
+                if run_id is not None and isinstance(decoded.event, InboxMessage):
+                    self.state.message(run_id, decoded.event, decoded.envelope.timestamp)
+
     # -- admission ----------------------------------------------------------------------------
 
     async def act(self) -> bool:
@@ -209,6 +234,13 @@ class SchedulerService:
         if not await self._leading("admit"):
             return False
         now = self.clock.now()
+        async with self._lock:
+            sleepers = decide_wakes(self.state, now)
+        for sleeper in sleepers:
+            if isinstance(sleeper, WakeUp):
+                await self._wake(sleeper)
+            else:  # a cancel of a sleeping run: no runner to stop
+                await self._end(sleeper.run_id, _cancelled(sleeper.cancel))
         queued: list[Queue] = []
         cancels: list[CancelWaiting] = []
         starts: list[Start] = []
@@ -249,7 +281,10 @@ class SchedulerService:
     async def _admit(self, start: Start) -> None:
         """Ask the spend service whether a budget lets the run start (its slot is taken
         meanwhile, so no other admission gives it away), then start, hold or end it."""
-        verdict = await self.spend.ask(start.run_id) if self.spend is not None else None
+        # A woken run's next attempt goes on with the budgets its run was admitted under
+        # (its runner reserves each call); only a first dispatch asks.
+        first = start.config.attempt == 1
+        verdict = await self.spend.ask(start.run_id) if self.spend and first else None
         if verdict is None or verdict.decision is SpendDecision.GRANTED:
             await self._start(start)
         elif verdict.decision is SpendDecision.WAIT:
@@ -380,6 +415,8 @@ class SchedulerService:
         await self.act()
 
     async def _carry_out(self, action: Escalate | Expire | Lose | Resume) -> None:
+        if isinstance(action, Resume | Lose) and await self._slept(action.run_id):
+            return  # no heartbeat because it sleeps: not a loss
         if isinstance(action, Resume):
             await self._resume(action)
             return
@@ -402,7 +439,7 @@ class SchedulerService:
         self.stats.attempts_exhausted += 1
         self.metrics.exhausted(reason)
 
-    async def _check_runtime(
+    async def _check_runtime(  # noqa: PLR0911 - one decision on the runtime's report
         self, run_id: str, attempt: int, status: RuntimeStatus, now: datetime
     ) -> None:
         if status.live:
@@ -423,6 +460,9 @@ class SchedulerService:
             ):
                 return  # the runner's own terminal event (or a heartbeat) may still come
             entry.ending = True
+        if status.state is not RuntimeState.TIMED_OUT and await self._slept(run_id):
+            return  # the runner exited after `sleeping`: not a loss
+        async with self._lock:
             if status.state is RuntimeState.TIMED_OUT:
                 decision: Escalate | Lose | Resume | None = None  # a deadline is not resumed
             else:
@@ -443,6 +483,76 @@ class SchedulerService:
             await self._end(run_id, ending_for(status, decision.message))
             return
         await self._end(run_id, ending_for(status))
+
+    # -- sleep --------------------------------------------------------------------------------
+
+    async def _slept(self, run_id: str) -> bool:
+        """Whether the current attempt of `run_id` slept, by NEXUS_RUNS (the runtime may report
+        its process gone before the consumer folds `sleeping`); if so the sleep is folded and
+        the decision to end the run is undone."""
+        async with self._lock:
+            entry = self.state.runs.get(run_id)
+            if entry is None:
+                return False
+            attempt = entry.attempt
+        try:
+            msg = await self.bus.js.get_last_msg(
+                RUNS, subjects.run_event(run_id, RunEvent.SLEEPING)
+            )
+        except nats.js.errors.NotFoundError:
+            return False
+        except (nats.errors.Error, nats.js.errors.Error):
+            log.warning("run %s: could not look for its `sleeping`", run_id, exc_info=True)
+            return False
+        sleeping = RunSleeping.model_validate_json(msg.data or b"{}")
+        if sleeping.attempt != attempt:
+            return False
+        async with self._lock:
+            entry = self.state.runs.get(run_id)
+            if entry is None or entry.attempt != attempt:
+                return False
+            entry.ending = False
+            self.state.evolve(run_id, sleeping, self.clock.now())
+        self._gone_since.pop(run_id, None)
+        log.info("run %s: attempt %d slept (its `sleeping` not folded yet)", run_id, attempt)
+        return True
+
+    async def _wake(self, wake: WakeUp) -> None:
+        """Publish `resuming` for the attempt after the sleep (its id makes it one per
+        attempt, whoever publishes it) and fold it: the run waits for a slot again."""
+        run_id = wake.run_id
+        if not await self._leading(f"wake {run_id}"):
+            async with self._lock:
+                entry = self.state.runs.get(run_id)
+                if entry is not None:
+                    entry.waking = False
+            return
+        cause = wake.wake.cause.value
+        event = RunResuming(
+            attempt=wake.attempt,
+            reason=Reason.WOKE,
+            message=f"woke ({cause}) from a sleep until {wake.wake.slept_until.isoformat()}",
+            wake=wake.wake,
+        )
+        try:
+            with self.traces.action(
+                "scheduler wake", run_id, {ATTEMPT: wake.attempt, OUTCOME: Reason.WOKE}
+            ):
+                await self.bus.publish(
+                    subjects.run_event(run_id, RunEvent.RESUMING),
+                    event,
+                    msg_id=msg_id(run_id, RunEvent.RESUMING, wake.attempt),
+                )
+        except BaseException:
+            async with self._lock:  # not woken: the next act decides it again
+                entry = self.state.runs.get(run_id)
+                if entry is not None:
+                    entry.waking = False
+            raise
+        async with self._lock:
+            self.state.evolve(run_id, event, self.clock.now())
+        self.stats.woken[cause] = self.stats.woken.get(cause, 0) + 1
+        log.info("run %s woke (%s): attempt %d waits for a slot", run_id, cause, wake.attempt)
 
     # -- attempts -----------------------------------------------------------------------------
 

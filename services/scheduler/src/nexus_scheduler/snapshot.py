@@ -19,12 +19,14 @@ import zlib
 from datetime import datetime
 
 from nexus_events.contract.codec import Decoded
-from nexus_events.events import RunConfig
+from nexus_events.events import RunConfig, RunWake, WakeCause
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from nexus_scheduler.admission import (
     AdmissionState,
+    Asleep,
     CancelInfo,
+    PendingWake,
     Phase,
     RecentlyFinished,
     RunEntry,
@@ -35,7 +37,8 @@ from nexus_scheduler.tracing import valid_traceparent
 # of another version is ignored (the takeover then reads the stream), never migrated.
 # 2: runs record their attempt and first dispatch (resume, issue 24).
 # 3: runs record their budget pause and the budget reason they were reported queued with.
-SNAPSHOT_VERSION = 3
+# 4: runs record their sleep, the time slept, the attempts that slept and their wake (issue 42).
+SNAPSHOT_VERSION = 4
 
 
 class SnapshotInvalid(ValueError):  # noqa: N818 - reads as a fact: "the snapshot is invalid"
@@ -50,6 +53,20 @@ class CancelSnapshot(_Model):
     at: datetime = Field(description="When the cancel was requested (its event's time).")
     reason: str = Field(description="The cancel's reason.")
     requested_by: str | None = Field(None, description="Who asked for it.")
+
+
+class PendingWakeSnapshot(_Model):
+    cause: WakeCause = Field(description="What asked the wake (signal or message).")
+    text: str = Field("", description="The signal's reason or the message.")
+    requested_by: str | None = Field(None, description="Who asked.")
+
+
+class AsleepSnapshot(_Model):
+    until: datetime = Field(description="The wake time its `sleeping` asked for.")
+    reason: str = Field("", description="Why it sleeps.")
+    attempt: int = Field(ge=1, description="The attempt that slept.")
+    stamp: datetime | None = Field(None, description="Stream time of its `sleeping`.")
+    woken_by: PendingWakeSnapshot | None = Field(None, description="A wake asked meanwhile.")
 
 
 class RunSnapshot(_Model):
@@ -71,6 +88,13 @@ class RunSnapshot(_Model):
     budget_wait: str | None = Field(
         None, description="Why a budget holds it queued, as its last `queued` said."
     )
+    sleep: AsleepSnapshot | None = Field(None, description="The sleep under way (SLEEPING).")
+    asleep_since: datetime | None = Field(
+        None, description="When it slept, until the woken attempt's dispatch."
+    )
+    paused_seconds: float = Field(0.0, ge=0, description="Time slept: not on the deadline.")
+    slept_attempts: int = Field(0, ge=0, description="Attempts that ended in a sleep.")
+    wake: RunWake | None = Field(None, description="The wake its current attempt starts with.")
 
 
 class TraceHeaders(_Model):
@@ -130,7 +154,9 @@ class LifecycleFold:
             and valid_traceparent(tp, ts)
         ):
             self.traces[run_id] = (tp, ts)
-        changed = self.state.evolve(run_id, decoded.event, envelope.timestamp or now)
+        changed = self.state.evolve(
+            run_id, decoded.event, envelope.timestamp or now, stamp=envelope.timestamp
+        )
         if run_id in self.state.finished:
             self.traces.pop(run_id, None)
         return changed
@@ -170,8 +196,15 @@ class LifecycleFold:
                 budget_paused=run.budget_paused,
                 budget_turn=run.budget_turn,
                 budget_wait=run.budget_wait,
+                sleep=_asleep(run.sleep) if run.sleep is not None else None,
+                asleep_since=run.asleep_since,
+                paused_seconds=run.paused_seconds,
+                slept_attempts=run.slept_attempts,
+                wake=run.wake,
             )
             state.runs[run.run_id] = entry
+            if entry.phase is Phase.SLEEPING:
+                state.sleeping.add(run.run_id)
             if entry.holds_slot:
                 state.active_total += 1
                 state.active_by_agent[entry.agent_id] += 1
@@ -226,6 +259,35 @@ def _run_snapshot(entry: RunEntry) -> RunSnapshot:
         budget_paused=entry.budget_paused,
         budget_turn=entry.budget_turn,
         budget_wait=entry.budget_wait,
+        sleep=_asleep_snapshot(entry.sleep) if entry.sleep is not None else None,
+        asleep_since=entry.asleep_since,
+        paused_seconds=entry.paused_seconds,
+        slept_attempts=entry.slept_attempts,
+        wake=entry.wake,
+    )
+
+
+def _asleep_snapshot(sleep: Asleep) -> AsleepSnapshot:
+    w = sleep.woken_by
+    return AsleepSnapshot(
+        until=sleep.until,
+        reason=sleep.reason,
+        attempt=sleep.attempt,
+        stamp=sleep.stamp,
+        woken_by=None
+        if w is None
+        else PendingWakeSnapshot(cause=w.cause, text=w.text, requested_by=w.requested_by),
+    )
+
+
+def _asleep(snap: AsleepSnapshot) -> Asleep:
+    w = snap.woken_by
+    return Asleep(
+        until=snap.until,
+        reason=snap.reason,
+        attempt=snap.attempt,
+        stamp=snap.stamp,
+        woken_by=None if w is None else PendingWake(w.cause, w.text, w.requested_by),
     )
 
 

@@ -59,7 +59,7 @@ async def crash(app: SchedulerApp) -> None:
             task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await task
-    for consumer in (app._consumer, app._schedule_consumer):
+    for consumer in (app._consumer, app._schedule_consumer, app._inbox_consumer):
         if consumer is not None:
             with contextlib.suppress(Exception):
                 await consumer.stop()

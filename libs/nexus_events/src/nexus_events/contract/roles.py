@@ -210,8 +210,9 @@ EVENT_ROLES: dict[tuple[Family, str], EventRoles] = {
     # Peer agents message a run too (sender_kind "agent").
     # A comment on a work item with a running run reaches that run (plane-sync); so does a
     # reply in the run's chat thread (the gateway).
+    # A message to a sleeping run wakes it (the scheduler, docs/resume.md "Sleep").
     (Family.INBOX, "message"): _run(
-        (_OPERATOR, _PLANE, _GATEWAY, planned(RUNNER)), (_RUNNER, _SWEEPER)
+        (_OPERATOR, _PLANE, _GATEWAY, planned(RUNNER)), (_RUNNER, _SWEEPER, _SCHEDULER)
     ),
     # Chat and the CLI claim the decision first (nexus_events.transport.approvals): one answer wins.
     # The flows service reads the decisions on its gates' run ids (FlowWaiting.gate_run_id).

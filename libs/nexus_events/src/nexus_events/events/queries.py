@@ -287,6 +287,12 @@ class RunView(Reply):
         description="Why it waits on a budget (queued behind one, or paused on an ask);"
         " None when it does not.",
     )
+    sleeping_until: datetime | None = Field(
+        None, description="A sleeping run's wake time (docs/resume.md, Sleep); None otherwise."
+    )
+    sleep_reason: str | None = Field(
+        None, description="Why a sleeping run sleeps (its agent's words); None otherwise."
+    )
 
 
 class RunsListReply(Reply):

@@ -76,6 +76,8 @@ class Reason:
     # failed: a lab run's source cannot be used (transcript expired, a fork past the source's
     # last turn or without a checkpoint for it)
     LAB_SOURCE_UNUSABLE = "lab_source_unusable"
+    # `resuming` only: the previous attempt slept and the run woke (docs/resume.md, Sleep)
+    WOKE = "woke"
 
 
 class _RunEvent(Event):

@@ -145,7 +145,7 @@ SERVICES: dict[str, Access] = {
             subjects.family_filter(Family.SCHEDULE),
             subjects.dead_letter("scheduler"),
         ),
-        reads=(RUNS, SCHEDULES, FLOWS),
+        reads=(RUNS, SCHEDULES, FLOWS, INBOX),  # INBOX: a message wakes a sleeping run
         ensures_streams=True,
         # A run's budgets before it is dispatched (docs/spend.md); a warm pod's hand-off.
         requests=(subjects.SPEND_ADMIT, subjects.RUNNER_WARM),

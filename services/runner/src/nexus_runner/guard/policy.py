@@ -2,7 +2,7 @@
 
 Destructive calls ask whatever the dial. Under `curated`, reads and writes inside the
 workspace run; shell commands that leave the workspace or reach the network ask. Under
-`off` every call but `finish` asks; under
+`off` every call but `finish` and `sleep` asks; under
 `all_but_destructive` only destructive ones do.
 """
 
@@ -16,8 +16,9 @@ from nexus_runner.guard.verdict import Outcome, Verdict
 
 Mode = Literal["off", "curated", "all_but_destructive"]
 # The run can always end itself (plan mode's exit_plan_mode never reaches the dial: the loop
-# asks for the plan's approval itself).
-_ALWAYS_RUN = frozenset(["finish"])
+# asks for the plan's approval itself), and sleep: it acts on nothing, and the agent's
+# resume.max_sleep_seconds bounds it (approval_required_tools and hooks can still gate it).
+_ALWAYS_RUN = frozenset(["finish", "sleep"])
 
 _RUN, _ASK = Outcome.RUN, Outcome.ASK_APPROVAL
 

@@ -19,6 +19,7 @@ from nexus_runner.plan import READ_SKILL
 from nexus_runner.process import run_process
 from nexus_runner.safety import SECRET_REFUSAL
 from nexus_runner.tools import args as a
+from nexus_runner.tools.sleep import SLEEP, SleepArgs, sleep
 from nexus_runner.tools.stepped import finish_in_thread
 
 if TYPE_CHECKING:
@@ -351,4 +352,5 @@ BUILTINS: dict[str, tuple[type[a.ToolArgs], Handler]] = {
     "schedule_delete": (a.ScheduleDeleteArgs, schedule_delete),
     "finish": (a.FinishArgs, finish),
     READ_SKILL: (a.ReadSkillArgs, read_skill),
+    SLEEP: (SleepArgs, sleep),
 }

@@ -7,6 +7,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from nexus_events.runtime.clock import SYSTEM_CLOCK, Clock
+
 from nexus_runner import safety
 from nexus_runner.egress.access import EgressAccess
 from nexus_runner.git import Git
@@ -14,6 +16,7 @@ from nexus_runner.sandbox import StateCap
 from nexus_runner.sandbox.host import RecordEgress
 from nexus_runner.tool_sandbox import UNSANDBOXED, ToolSandbox
 from nexus_runner.tools.args import DelegateArgs, FinishArgs
+from nexus_runner.tools.sleep import SleepPlan
 from nexus_runner.workspace import Workspace
 
 if TYPE_CHECKING:
@@ -34,6 +37,12 @@ class ToolContext:
     tests_passed: bool | None = None
     last_exit_code: int | None = None
     finished: FinishArgs | None = None
+    # An accepted `sleep` of this turn (nexus_runner.tools.sleep): the loop ends the attempt.
+    slept: SleepPlan | None = None
+    # The `sleep` tool's bound (the agent's resume.max_sleep_seconds; 0 = may not sleep) and
+    # the clock it reads the time from.
+    max_sleep_seconds: int = 0
+    clock: Clock = SYSTEM_CLOCK
     # Long-term memory of the run (the `remember` tool); None: no connection to it.
     memory: RunMemory | None = None
     # The agent's own schedules (the schedule_* tools); None: no connection to the scheduler.
