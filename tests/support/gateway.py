@@ -4,11 +4,13 @@ from __future__ import annotations
 
 from typing import Any
 
+from nats.aio.msg import Msg
 from nexus_channel_gateway.config import GatewaySettings
-from nexus_events.contract import subjects
+from nexus_events.contract import codec, subjects
 from nexus_events.contract.codec import Decoded
+from nexus_events.contract.runstate import RunEvent
 from nexus_events.contract.streams import CHANNELS, INBOX, RUNS
-from nexus_events.events import PairingApproved
+from nexus_events.events import PairingApproved, RunCompleted, RunRequested, RunResult
 from nexus_events.transport.bus import Bus
 
 SIGNING_SECRET = "slack-signing-secret"
@@ -56,3 +58,31 @@ async def inbox_of(bus: Bus, run_id: str) -> list[Decoded]:
 
 async def channel_events(bus: Bus, event: str) -> list[Decoded]:
     return await events(bus, CHANNELS, subjects.channel_events_filter(event=event))
+
+
+class EchoRunner:
+    """Ends every requested run with a summary echoing its conversation and input."""
+
+    def __init__(self, bus: Bus) -> None:
+        self.bus = bus
+        self.requests: dict[str, RunRequested] = {}
+        self._sub: object = None
+
+    async def start(self) -> None:
+        self._sub = await self.bus.nc.subscribe(
+            subjects.run_events_filter(None, RunEvent.REQUESTED), cb=self._on
+        )
+
+    async def stop(self) -> None:
+        if self._sub is not None:
+            await self._sub.unsubscribe()  # type: ignore[attr-defined]
+
+    async def _on(self, msg: Msg) -> None:
+        d = codec.decode(msg.subject, msg.data, msg.headers)
+        run_id = d.address.run_id
+        if run_id is None or run_id in self.requests or not isinstance(d.event, RunRequested):
+            return
+        self.requests[run_id] = d.event
+        said = [f"{m.role}: {m.text}" for m in d.event.conversation] + [f"user: {d.event.input}"]
+        done = RunCompleted(result=RunResult(summary="echo[" + " | ".join(said) + "]"))
+        await self.bus.publish(subjects.run_event(run_id, RunEvent.COMPLETED), done)

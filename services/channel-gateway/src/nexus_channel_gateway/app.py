@@ -17,13 +17,16 @@ import contextlib
 import logging
 
 from nexus_events.contract.streams import CHANNELS, FLOWS, INBOX, RUNS
+from nexus_events.runtime.clock import Clock, SystemClock
 from nexus_events.runtime.metrics import MetricsSettings, setup_metrics
+from nexus_events.runtime.periodic import PeriodicTask
 from nexus_events.runtime.process import ServiceApp
 from nexus_events.transport.bus import Bus, BusSettings
 from nexus_events.transport.fast import Handlers
 from opentelemetry.sdk.metrics import MeterProvider as SdkMeterProvider
 
 from nexus_channel_gateway.config import GatewaySettings
+from nexus_channel_gateway.conversations import Conversations
 from nexus_channel_gateway.delegation import Delegator, delegation_spec
 from nexus_channel_gateway.endpoints import GatewayEndpoints
 from nexus_channel_gateway.flownotifier import FlowNotifier, flow_notifier_spec
@@ -56,12 +59,15 @@ class GatewayApp(ServiceApp):
         metrics_settings: MetricsSettings | None = None,
         schema: str = CHANNELS_SCHEMA,
         sweep_interval: float = 5.0,
+        clock: Clock | None = None,
     ) -> None:
         self.settings = settings or GatewaySettings()
         self.bus_settings = bus_settings
         self.metrics_settings = metrics_settings
         self.schema = schema
         self.sweep_interval = sweep_interval
+        self.clock: Clock = clock or SystemClock()
+        self.conversations: Conversations | None = None
         super().__init__("channel gateway", bus=bus)
         self.meter_provider: SdkMeterProvider | None = None
         self.metrics = GatewayMetrics()
@@ -135,10 +141,14 @@ class GatewayApp(ServiceApp):
         await self.outbox.start()
         stack.push_async_callback(self.outbox.stop)
         prefix = s.consumer_prefix
+        self.conversations = conversations = Conversations(
+            self.bus, self.store, idle_seconds=s.conversation_idle_seconds, clock=self.clock
+        )
         router = Router(
             self.bus,
             self.store,
             self.metrics,
+            conversations,
             pairing_ttl=s.pairing_ttl,
             max_pending=s.pairing_max_pending,
             open_channels=frozenset(s.gateway_open_channels),
@@ -155,7 +165,10 @@ class GatewayApp(ServiceApp):
         handlers.durable(
             router_spec(f"{prefix}_router", s.fetch_timeout, s.ack_wait), ordered=True
         )(router.on_event)
-        notifier = Notifier(self.bus, self.store, delegator, approvers=s.channel_approvers)
+        notifier = Notifier(
+            self.bus, self.store, delegator, approvers=s.channel_approvers,
+            conversations=conversations,
+        )  # fmt: skip
         handlers.durable(
             notifier_spec(f"{prefix}_notifier", s.fetch_timeout, s.ack_wait), ordered=True
         )(notifier.on_event)
@@ -175,6 +188,14 @@ class GatewayApp(ServiceApp):
         self.endpoints = GatewayEndpoints(self.bus, self.store)
         await self.endpoints.start()
         stack.push_async_callback(self.endpoints.stop)
+        idle = PeriodicTask(
+            conversations.sweep, s.conversation_sweep_seconds, name="idle conversations",
+            first="after_interval", logger=log,
+        )  # fmt: skip
+        idle.start()
+        stack.push_async_callback(idle.stop)
+        # On a planned stop, while the sender still runs: each live conversation is told.
+        stack.push_async_callback(self._tell_shutdown)
         self.ingress = Ingress(
             self.outbox,
             self.metrics,
@@ -193,6 +214,14 @@ class GatewayApp(ServiceApp):
             telegram is not None,
             sorted(hooks) or "none",
         )
+
+    async def _tell_shutdown(self) -> None:
+        if self.conversations is None:
+            return
+        try:
+            await self.conversations.tell_shutdown()
+        except Exception:
+            log.warning("could not tell live conversations of the shutdown", exc_info=True)
 
     async def _close_posters(self) -> None:
         for poster in self.posters.values():

@@ -92,6 +92,15 @@ class GatewaySettings(ServiceSettings, ApproverDefaultFields):
     delegation_max_depth: int = Field(
         3, ge=1, le=20, description="Longest chain of delegated runs below a root run."
     )
+    conversation_idle_seconds: float = Field(
+        86_400.0,
+        gt=0,
+        description="A chat conversation with no message and no run going for this long ends,"
+        " told [abandoned] once (docs/channels.md).",
+    )
+    conversation_sweep_seconds: float = Field(
+        60.0, gt=0, description="How often idle conversations are looked for."
+    )
     # -- service ---------------------------------------------------------------------------------
     ack_wait: float = Field(
         30.0, gt=0, description="Seconds before a message a dead gateway held is redelivered."

@@ -26,6 +26,7 @@ from nexus_events.events import (
     RunCompleted,
     RunRequested,
     RunResuming,
+    RunSleeping,
     TerminalEvent,
 )
 from nexus_events.transport.approvals import BUDGET_ASK_TOOL, decided_as
@@ -33,6 +34,7 @@ from nexus_events.transport.bus import Bus, ConsumerSpec
 from nexus_events.transport.fast import Delivered
 
 from nexus_channel_gateway.codes import short_code
+from nexus_channel_gateway.conversations import Conversations
 from nexus_channel_gateway.delegation import Delegator
 from nexus_channel_gateway.replies import say
 from nexus_channel_gateway.store import GatewayStore
@@ -45,6 +47,7 @@ WATCHED: tuple[RunEvent, ...] = (
     RunEvent.RESUMING,
     RunEvent.APPROVAL_REQUESTED,
     RunEvent.APPROVAL_DECIDED,
+    RunEvent.SLEEPING,
     *TERMINAL_EVENTS,
 )
 # How the chat line of an ending reads ("Run `r1` timed out: deadline_exceeded").
@@ -77,12 +80,8 @@ def describe(run_id: str, name: str, event: Event) -> str | None:
     """The chat line for one run event (None: nothing to say)."""
     if name == RunEvent.STARTED:
         return f"▶️ Run `{run_id}` started."
-    if isinstance(event, RunResuming):
-        detail = f" ({event.message})" if event.message else ""
-        return _clip(
-            f"🔁 Run `{run_id}` resumed after runner loss (attempt {event.attempt}):"
-            f" {event.reason}{detail}"
-        )
+    if isinstance(event, RunSleeping | RunResuming):
+        return _between_attempts(run_id, event)
     if isinstance(event, RunCompleted):
         extra = "".join(f"\n{part}" for part in (event.result.summary, event.result.pr_url) if part)
         return _clip(f"✅ Run `{run_id}` completed.{extra}")
@@ -91,6 +90,19 @@ def describe(run_id: str, name: str, event: Event) -> str | None:
         detail = f" ({event.message})" if event.message else ""
         return _clip(f"❌ Run `{run_id}` {verb}: {event.reason}{detail}")
     return None
+
+
+def _between_attempts(run_id: str, event: RunSleeping | RunResuming) -> str:
+    if isinstance(event, RunSleeping):
+        why = f" ({event.reason})" if event.reason else ""
+        return _clip(f"💤 Run `{run_id}` sleeping until {event.until:%Y-%m-%d %H:%M} UTC{why}.")
+    if event.wake is not None:
+        return f"⏰ Run `{run_id}` woke ({event.wake.cause}): attempt {event.attempt}."
+    detail = f" ({event.message})" if event.message else ""
+    return _clip(
+        f"🔁 Run `{run_id}` resumed after runner loss (attempt {event.attempt}):"
+        f" {event.reason}{detail}"
+    )
 
 
 def child_outcome(run_id: str, agent: str, name: str, event: TerminalEvent) -> str:
@@ -115,9 +127,11 @@ class Notifier:
         store: GatewayStore,
         delegator: Delegator | None = None,
         approvers: Sequence[ChannelAddress] = (),
+        conversations: Conversations | None = None,
     ) -> None:
         self.bus = bus
         self.store = store
+        self.conversations = conversations
         self.delegator = delegator
         self.approvers = tuple(
             ChannelAddress(channel=a.channel, conversation=a.conversation) for a in approvers
@@ -151,6 +165,8 @@ class Notifier:
                 run_id=run_id,
             )
             return
+        if isinstance(event, TerminalEvent) and self.conversations is not None:
+            await self.conversations.answered(run_id, event)
         if isinstance(event, TerminalEvent) and self.delegator is not None:
             held = await self.store.delegation(run_id)
             if held is not None:
@@ -166,9 +182,9 @@ class Notifier:
             return
         line = describe(run_id, name, event)
         if line is not None:
-            # A run resumes at most once per attempt: the attempt is part of the key.
+            # A run resumes (or sleeps) at most once per attempt: the attempt is in the key.
             key = f"{run_id}:{name}" + (
-                f":{event.attempt}" if isinstance(event, RunResuming) else ""
+                f":{event.attempt}" if isinstance(event, RunResuming | RunSleeping) else ""
             )
             await say(self.bus, origin, line, key=key, kind=name, run_id=run_id)
 

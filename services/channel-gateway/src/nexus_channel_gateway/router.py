@@ -29,6 +29,9 @@ from nexus_events.events import (
     ApprovalDecision,
     ChannelAddress,
     ChannelMessageIn,
+    ConversationAnswered,
+    ConversationEnded,
+    ConversationTurn,
     Event,
     FlowRequested,
     InboxMessage,
@@ -36,7 +39,6 @@ from nexus_events.events import (
     PairingApproved,
     PairingRequested,
     PairingRevoked,
-    RunRequested,
 )
 from nexus_events.transport.approvals import (
     ApprovalRecord,
@@ -47,10 +49,11 @@ from nexus_events.transport.approvals import (
 )
 from nexus_events.transport.bus import Bus, ConsumerSpec
 from nexus_events.transport.fast import Delivered
-from nexus_events.transport.run_requests import request_flow, request_run
+from nexus_events.transport.run_requests import request_flow
 
 from nexus_channel_gateway import commands
 from nexus_channel_gateway.codes import short_code
+from nexus_channel_gateway.conversations import Conversations
 from nexus_channel_gateway.metrics import GatewayMetrics
 from nexus_channel_gateway.replies import say
 from nexus_channel_gateway.store import FlowRun, GatewayStore, RelayedApproval
@@ -60,6 +63,7 @@ log = logging.getLogger(__name__)
 # Who asks, in the message id of the runs and flow runs a channel message requests.
 SOURCE = "channel"
 PAIRING_EVENTS = ("pairing_requested", "pairing_approved", "pairing_revoked")
+CONVERSATION_EVENTS = ("conversation_turn", "conversation_answered", "conversation_ended")
 
 
 def router_spec(durable: str, fetch_timeout: float, ack_wait: float = 30.0) -> ConsumerSpec:
@@ -69,6 +73,9 @@ def router_spec(durable: str, fetch_timeout: float, ack_wait: float = 30.0) -> C
         filter_subjects=(
             subjects.channel_events_filter(event="in"),
             *(subjects.channel_events_filter(event=e) for e in PAIRING_EVENTS),
+            # Folded again in stream order: a message is judged against the conversation as
+            # of its own position (its turn before it).
+            *(subjects.channel_events_filter(event=e) for e in CONVERSATION_EVENTS),
         ),
         batch=50,
         fetch_timeout=fetch_timeout,
@@ -93,6 +100,7 @@ class Router:
         bus: Bus,
         store: GatewayStore,
         metrics: GatewayMetrics,
+        conversations: Conversations,
         *,
         pairing_ttl: float,
         max_pending: int,
@@ -107,6 +115,7 @@ class Router:
         self.teams = dict(teams or {})  # NEXUS_TEAMS: who team:<name> is
         self.store = store
         self.metrics = metrics
+        self.conversations = conversations
         self.pairing_ttl = pairing_ttl
         self.max_pending = max_pending
         self.open_channels = open_channels
@@ -134,6 +143,8 @@ class Router:
             )
         elif isinstance(event, PairingRevoked):
             await self.store.pairing_revoked(channel, event.user)
+        elif isinstance(event, ConversationTurn | ConversationAnswered | ConversationEnded):
+            await self.conversations.fold(event, delivered.envelope.timestamp or _now())
 
     async def message(self, channel: str, msg: ChannelMessageIn, event_id: str) -> None:
         key = msg.dedupe_key or event_id
@@ -206,17 +217,11 @@ class Router:
         here: ChannelAddress,
         command: commands.RunCommand,
     ) -> None:
-        run_id = run_id_for(key)
-        await self.store.remember_origin(run_id, here)
-        request = RunRequested(
-            agent_id=command.agent_id,
-            input=command.input,
-            origin=Origin.CHANNEL,
-            requested_by=f"{channel}:{msg.user}",
-            reply_to=here,
-            labels={"channel": channel},
-        )
-        await request_run(self.bus, run_id, request, source=SOURCE)
+        # The thread's conversation starts (or goes on, with another agent) here.
+        await self.conversations.start(
+            here, agent_id=command.agent_id, text=command.input, run_id=run_id_for(key),
+            user=msg.user,
+        )  # fmt: skip
 
     async def _flow(
         self,
@@ -371,8 +376,18 @@ class Router:
         self, channel: str, msg: ChannelMessageIn, key: str, here: ChannelAddress, text: str
     ) -> None:
         run_id = None
-        if msg.thread is not None:
-            run_id = await self.store.run_in_thread(channel, msg.conversation, msg.thread)
+        if msg.thread is not None and text:
+            talk = await self.conversations.in_thread(channel, msg.conversation, msg.thread)
+            if talk is not None and talk.live_run is None:
+                # Its last run ended: the next one begins with the conversation so far.
+                await self.conversations.start(
+                    talk.address, agent_id=talk.agent_id, text=text, run_id=run_id_for(key),
+                    user=msg.user,
+                )  # fmt: skip
+                return
+            run_id = talk.live_run if talk is not None else None
+            if run_id is None:
+                run_id = await self.store.run_in_thread(channel, msg.conversation, msg.thread)
         if run_id is None or not text:
             await say(
                 self.bus,
@@ -393,3 +408,7 @@ class Router:
             ),
             msg_id=f"inbox:{key}",
         )
+
+
+def _now() -> datetime:
+    return datetime.now(UTC)

@@ -121,6 +121,7 @@ def assemble(
         lab=lab,
         canary=canary,
         team=request.team or task_team or definition.team,
+        conversation=request.conversation,
     )
 
 

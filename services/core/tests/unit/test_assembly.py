@@ -3,7 +3,14 @@
 from __future__ import annotations
 
 from nexus_events.contract.documents import parse_agent, parse_skill
-from nexus_events.events import MemoryContext, MemoryItem, Reason, RunConfig, RunRequested
+from nexus_events.events import (
+    ConversationMessage,
+    MemoryContext,
+    MemoryItem,
+    Reason,
+    RunConfig,
+    RunRequested,
+)
 
 from nexus_core.assembly import (
     AssemblyFailure,
@@ -173,3 +180,18 @@ def test_the_team_is_the_requests_else_the_tasks_else_the_agents():
     assert team(plain, "tasks-team", agent) == "tasks-team"
     assert team(plain, None, agent) == "agents-team"
     assert team(plain, None, _agent("")) is None
+
+
+def test_a_chat_conversation_so_far_reaches_the_config_in_order():
+    """docs/channels.md, "Conversations": the run's transcript begins with it."""
+    said = [
+        ConversationMessage(role="user", text="my name is Ana"),
+        ConversationMessage(role="assistant", text="hello Ana"),
+    ]
+    request = REQUEST.model_copy(update={"conversation": said})
+    config = assemble("r1", request, AGENT, {"python": PY, "git@2": GIT}, MEMORY)
+    assert isinstance(config, RunConfig)
+    assert config.conversation == said
+    plain = assemble("r2", REQUEST, AGENT, {"python": PY, "git@2": GIT}, MEMORY)
+    assert isinstance(plain, RunConfig)
+    assert plain.conversation == []

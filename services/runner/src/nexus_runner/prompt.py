@@ -48,8 +48,12 @@ def initial_messages(config: RunConfig, workspace_note: str) -> list[dict[str, A
     if config.plan_mode:
         parts.append(PLAN_NOTE)
     task = config.input or "Work on the task you were given."
+    # A chat conversation so far (docs/channels.md): the transcript begins with it, so the
+    # agent answers the new message in context; a long one is condensed like any transcript.
+    earlier = [{"role": m.role, "content": m.text} for m in config.conversation]
     return [
         {"role": "system", "content": "\n\n".join(parts)},
+        *earlier,
         {"role": "user", "content": task},
     ]
 

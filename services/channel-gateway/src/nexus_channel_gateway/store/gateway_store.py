@@ -8,6 +8,7 @@ import asyncpg
 from nexus_events.transport.projection import quote_ident
 
 from nexus_channel_gateway.store.approvals import ApprovalRecords
+from nexus_channel_gateway.store.conversations import ConversationRecords
 from nexus_channel_gateway.store.delegations import DelegationRecords
 from nexus_channel_gateway.store.flows import FlowRecords
 from nexus_channel_gateway.store.inbound import InboundRecords
@@ -25,6 +26,7 @@ class GatewayStore(
     SendRecords,
     DelegationRecords,
     PairingRecords,
+    ConversationRecords,
 ):
     """PostgreSQL access of the gateway; `migrate()` once at start-up."""
 

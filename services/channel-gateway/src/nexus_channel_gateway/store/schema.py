@@ -105,4 +105,18 @@ CREATE TABLE IF NOT EXISTS {s}.flow_gates (
 );
 -- Open from the gate's `waiting` until the step is resumed or the flow ends.
 ALTER TABLE {s}.flow_gates ADD COLUMN IF NOT EXISTS open boolean NOT NULL DEFAULT true;
+-- Conversations (docs/channels.md): folded from conversation_turn|answered|ended.
+CREATE TABLE IF NOT EXISTS {s}.conversations (
+    conversation_id text PRIMARY KEY,
+    channel text NOT NULL,
+    conversation text NOT NULL,
+    thread text NOT NULL,
+    agent_id text NOT NULL,
+    messages jsonb NOT NULL,
+    live_run text,
+    last_activity timestamptz NOT NULL,
+    ended boolean NOT NULL DEFAULT false
+);
+CREATE INDEX IF NOT EXISTS conversations_idle ON {s}.conversations (last_activity)
+    WHERE NOT ended;
 """
