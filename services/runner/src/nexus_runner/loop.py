@@ -205,8 +205,10 @@ class AgentLoop:
             # The dead attempt's `finish` was answered, then it was lost (while finishing):
             # its result stands; asking the model again would make one up.
             return finished
-        if (woke := wake_message(self.messages, self.config.wake, self.clock.now())) is not None:
+        woke = wake_message(self.messages, self.config.wake, self.clock.now())
+        if woke is not None and self.config.attempt > 1:
             # After a sleep: why it woke, once (in the transcript, so a later resume sees it).
+            # Only a later attempt has slept; a fork (attempt 1) from a sleeping turn has not.
             await self.add(woke)
         return None
 
