@@ -83,6 +83,8 @@ class EchoRunner:
         if run_id is None or run_id in self.requests or not isinstance(d.event, RunRequested):
             return
         self.requests[run_id] = d.event
-        said = [f"{m.role}: {m.text}" for m in d.event.conversation] + [f"user: {d.event.input}"]
+        said = [f"{m.role}: {m.text}" for m in d.event.conversation or []] + [
+            f"user: {d.event.input}"
+        ]
         done = RunCompleted(result=RunResult(summary="echo[" + " | ".join(said) + "]"))
         await self.bus.publish(subjects.run_event(run_id, RunEvent.COMPLETED), done)

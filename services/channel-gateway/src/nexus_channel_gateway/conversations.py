@@ -95,7 +95,7 @@ class Conversations:
             requested_by=f"{address.channel}:{user}",
             reply_to=address,
             labels={"channel": address.channel, "conversation": conversation_id},
-            conversation=history,
+            conversation=history or None,
         )
         await request_run(self.bus, run_id, request, source=SOURCE)
         turn = ConversationTurn(

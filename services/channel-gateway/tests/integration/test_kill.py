@@ -180,7 +180,7 @@ async def test_a_three_message_thread_carries_the_conversation_across_a_kill_9(
 
     third = next(r for r in echo.requests.values() if r.input == "and who asked?")
     assert third.agent_id == "helper"  # the conversation's agent, not named again
-    assert [(m.role, m.text) for m in third.conversation] == [
+    assert [(m.role, m.text) for m in third.conversation or []] == [
         ("user", "my name is Ana"),
         ("assistant", "echo[user: my name is Ana]"),
         ("user", "what is my name?"),

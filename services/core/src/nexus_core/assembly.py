@@ -121,7 +121,7 @@ def assemble(
         lab=lab,
         canary=canary,
         team=request.team or task_team or definition.team,
-        conversation=request.conversation,
+        conversation=request.conversation or [],
     )
 
 

@@ -195,3 +195,15 @@ def test_a_chat_conversation_so_far_reaches_the_config_in_order():
     plain = assemble("r2", REQUEST, AGENT, {"python": PY, "git@2": GIT}, MEMORY)
     assert isinstance(plain, RunConfig)
     assert plain.conversation == []
+
+
+def test_a_request_without_a_conversation_keeps_the_fingerprint_it_had_before_the_field():
+    """A request stored before `conversation` existed, redelivered after an upgrade, must not
+    look like another request under the same run id (run_id_conflict)."""
+    from nexus_core.assembly import request_fingerprint
+
+    stored = RunRequested.model_validate({"agent_id": "impl", "input": "fix it"})
+    assert '"conversation"' not in stored.model_dump_json(exclude_none=True)
+    assert request_fingerprint(stored) == request_fingerprint(
+        RunRequested.model_validate_json(stored.model_dump_json(exclude_none=True))
+    )

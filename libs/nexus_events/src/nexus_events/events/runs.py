@@ -256,8 +256,10 @@ class RunRequested(_RunCommand):
     reply_to: ChannelAddress | None = Field(
         None, description="Chat thread that asked for the run: its progress is posted there."
     )
-    conversation: list[ConversationMessage] = Field(
-        default_factory=list,
+    # None, not an empty list, when absent: core's request fingerprint (a JSON dump without
+    # None) of a request stored before this field existed stays the same.
+    conversation: list[ConversationMessage] | None = Field(
+        None,
         max_length=200,
         description="The chat conversation so far, oldest first: the run's transcript begins"
         " with it (docs/channels.md, Conversations).",
