@@ -41,8 +41,9 @@ ABANDONED = "[abandoned]"
 
 
 class Conversations:
-    """`history`: the most messages a new run begins with, each cut to `history_chars`; the
-    runner condenses them further if the model's context needs it."""
+    """`history`: the most messages a new run begins with, each cut to `history_chars`,
+    `history_total` characters in all, the newest kept: the runner keeps them whole (it
+    condenses the run's own work), so they must stay small beside a model's context."""
 
     def __init__(
         self,
@@ -52,6 +53,7 @@ class Conversations:
         idle_seconds: float,
         history: int = 40,
         history_chars: int = 4000,
+        history_total: int = 24_000,
         clock: Clock | None = None,
     ) -> None:
         self.bus = bus
@@ -59,6 +61,7 @@ class Conversations:
         self.idle_seconds = idle_seconds
         self.history = history
         self.history_chars = history_chars
+        self.history_total = history_total
         self.clock: Clock = clock or SystemClock()
 
     async def in_thread(self, channel: str, chat: str, thread: str) -> Conversation | None:
@@ -85,7 +88,9 @@ class Conversations:
         conversation_id = conversation_id_for(address)
         known = await self.store.conversation(conversation_id)
         history = (
-            [] if known is None or known.ended else known.history(self.history, self.history_chars)
+            []
+            if known is None or known.ended
+            else known.history(self.history, self.history_chars, self.history_total)
         )
         await self.store.remember_origin(run_id, address)
         request = RunRequested(

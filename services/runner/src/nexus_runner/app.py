@@ -290,7 +290,11 @@ async def _execute_run(  # noqa: PLR0915 - one run's lifecycle, read top to bott
                 note,
                 lab=lab,
             )
-            loop.context = RunContext.of(config.model, settings, client, live.retry, gate)
+            # A chat conversation's run keeps what was said and the new message (system + them).
+            head = 1 + len(config.conversation) + 1 if config.conversation else 0
+            loop.context = RunContext.of(
+                config.model, settings, client, live.retry, gate, head_messages=head
+            )
             loop.clock = clock
             loop_ref[0] = loop
             try:

@@ -4,7 +4,8 @@ Before each model call the loop asks `Condenser.fit` for the condensations that 
 messages under the budget, applies them in order with `Condensation.apply` and records each as
 a `condensed` event, so a resume or a replay gets the very same messages.
 
-What is always kept: the system prompt, the task (the first user message) and the last
+What is always kept: the system prompt, the task (the first user message; in a chat
+conversation's run, the conversation so far and the new message: `head_messages`) and the last
 `keep_turns` turns. In order of preference:
 
 1. elide old observations: tool outputs of the middle, oldest first, only as many as needed,
@@ -160,6 +161,7 @@ class Condenser:
         keep_turns: int,
         summarise: Summariser | None,
         target: int | None = None,
+        head_messages: int = 0,
     ) -> None:
         if budget <= 0 or keep_turns < 1:
             raise ValueError("budget and keep_turns must be positive")
@@ -168,6 +170,9 @@ class Condenser:
         self.target = budget if target is None else max(1, min(target, budget))
         self.keep_turns = keep_turns
         self.summarise = summarise
+        # The messages the run began with that are always kept (a conversation's: the gateway
+        # bounds them, docs/channels.md), beside the system prompt and the first user message.
+        self.head_messages = head_messages
 
     def count(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]]) -> int:
         return self.counter.count(messages, tools)
@@ -182,7 +187,7 @@ class Condenser:
         total = fixed + sum(sizes)
         if total <= self.budget:
             return []
-        head = _head_end(messages)
+        head = min(max(_head_end(messages), self.head_messages), len(messages))
         tail = _tail_start(messages, head, self.keep_turns)
         plans: list[Planned] = []
         elide = self._elide(
@@ -376,6 +381,8 @@ async def condenser_for(
     client: AsyncOpenAI,
     retry: RetryPolicy,
     before_call: CallGate | None = None,
+    *,
+    head_messages: int = 0,
 ) -> Condenser:
     """The run's condenser, from its model and the runner's settings. The tokenizer is loaded
     in a thread (about 0.3-1 s the first time in a process): the event loop keeps beating."""
@@ -394,6 +401,7 @@ async def condenser_for(
         keep_turns=settings.context_keep_turns,
         summarise=summarise,
         target=int(budget * settings.context_target),
+        head_messages=head_messages,
     )
 
 
@@ -423,10 +431,14 @@ class RunContext:
         client: AsyncOpenAI,
         retry: RetryPolicy,
         before_call: CallGate | None = None,
+        *,
+        head_messages: int = 0,
     ) -> RunContext:
         return cls(
             context_budget(model, settings),
-            lambda: condenser_for(model, settings, client, retry, before_call),
+            lambda: condenser_for(
+                model, settings, client, retry, before_call, head_messages=head_messages
+            ),
         )
 
     @property

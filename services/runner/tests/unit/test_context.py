@@ -522,3 +522,30 @@ async def test_the_runs_condenser_summarises_with_its_model() -> None:
     assert (plan.condensation.start, plan.condensation.end) == (2, len(messages) - 4)
     assert (plan.llm_tokens_in, plan.llm_tokens_out) == (7_000, 40)
     assert plan.tokens_after <= condenser.target
+
+
+async def test_a_chat_conversation_and_its_new_message_stay_when_the_middle_is_summarised() -> None:
+    """docs/channels.md, "Conversations": the run's own work is condensed; what was said
+    before and the new message (the run's task) are kept verbatim."""
+    said = [
+        {"role": "user", "content": "my name is Ana"},
+        {"role": "assistant", "content": "hello Ana"},
+        {"role": "user", "content": "now refactor the parser"},
+    ]
+    messages = [_start()[0], *said]
+    for n in range(1, 11):
+        messages += _turn(n, _output(n, 4_000))
+    for m in messages[4:]:
+        if m["role"] == "assistant":
+            m["content"] = _output(len(m["content"]), 6_000)
+    counter = counter_for("gpt-4o")
+    budget = counter.count(messages, TOOLS) // 2
+    kept = Condenser(counter, budget, keep_turns=3, summarise=FakeSummaries(), head_messages=4)
+    [plan] = await kept.fit(messages, TOOLS)
+    assert plan.condensation.strategy == "summarise"
+    assert plan.condensation.start == 4  # after the system, the conversation and the task
+    assert _apply(messages, [plan])[:4] == messages[:4]
+    # Without it the task would be in the summarised middle.
+    loose = Condenser(counter, budget, keep_turns=3, summarise=FakeSummaries())
+    [free] = await loose.fit(messages, TOOLS)
+    assert free.condensation.start == 2

@@ -40,12 +40,18 @@ class Conversation:
     last_activity: datetime
     ended: bool
 
-    def history(self, most: int, max_chars: int) -> list[ConversationMessage]:
-        """The last `most` messages, each cut to `max_chars`: what the next run begins with."""
-        return [
-            ConversationMessage(role=m["role"], text=m["text"][:max_chars])
-            for m in self.messages[-most:]
-        ]
+    def history(self, most: int, max_chars: int, total: int) -> list[ConversationMessage]:
+        """What the next run begins with: the newest messages, at most `most`, each cut to
+        `max_chars`, `total` characters in all (the runner keeps them whole)."""
+        kept: list[ConversationMessage] = []
+        left = total
+        for m in reversed(self.messages[-most:]):
+            text = m["text"][:max_chars]
+            if len(text) > left:
+                break
+            left -= len(text)
+            kept.append(ConversationMessage(role=m["role"], text=text))
+        return kept[::-1]
 
 
 class ConversationRecords(TableGroup):
