@@ -66,8 +66,11 @@ class Pods:
                     nc = Client()
                     self._conns.append(nc)  # before connecting: closed even if cancelled
                     await nc.connect(servers=[self.nats_url], allow_reconnect=False)
-                    self.claims[slot] = SlotClaim()
-                    await listen(nc, slot, self.claims[slot])
+                    claim = SlotClaim()
+                    await listen(nc, slot, claim)
+                    # Counted once it listens (subscribed and flushed): a pod counted before
+                    # got "no responders" to its hand-off in a loaded full run.
+                    self.claims[slot] = claim
             await asyncio.sleep(0.02)
 
     async def __aenter__(self) -> Pods:
