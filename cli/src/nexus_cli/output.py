@@ -58,16 +58,23 @@ def message(output: Output, text: str, data: Any) -> None:
         console.print(text, markup=False)
 
 
-def ago(iso: str | None, now: datetime | None = None) -> str:
-    """``3s ago`` / ``5m ago`` / ``2h ago`` for an ISO time; empty for None."""
+def _aware(iso: str | None) -> datetime | str:
+    """An ISO time as an aware datetime (naive = UTC); otherwise what to show instead: "" for
+    None, the text itself when it does not parse."""
     if not iso:
         return ""
     try:
         then = datetime.fromisoformat(iso)
     except ValueError:
         return iso
-    if then.tzinfo is None:
-        then = then.replace(tzinfo=UTC)
+    return then if then.tzinfo is not None else then.replace(tzinfo=UTC)
+
+
+def ago(iso: str | None, now: datetime | None = None) -> str:
+    """``3s ago`` / ``5m ago`` / ``2h ago`` for an ISO time; empty for None."""
+    then = _aware(iso)
+    if not isinstance(then, datetime):
+        return then
     seconds = max(((now or datetime.now(UTC)) - then).total_seconds(), 0)
     return f"{duration(seconds)} ago"
 
@@ -75,14 +82,9 @@ def ago(iso: str | None, now: datetime | None = None) -> str:
 def until(iso: str | None, now: datetime | None = None) -> str:
     """``14:05 (in 3m00s)`` for a coming ISO time, in local time (with the date when it is
     not today); empty for None."""
-    if not iso:
-        return ""
-    try:
-        then = datetime.fromisoformat(iso)
-    except ValueError:
-        return iso
-    if then.tzinfo is None:
-        then = then.replace(tzinfo=UTC)
+    then = _aware(iso)
+    if not isinstance(then, datetime):
+        return then
     current = now or datetime.now(UTC)
     local, today = then.astimezone(), current.astimezone().date()
     shown = local.strftime("%H:%M") if local.date() == today else local.strftime("%Y-%m-%d %H:%M")

@@ -10,7 +10,7 @@ import pytest
 from nexus_events.transport.bus import Bus
 from tests.fakes.slack_api import FakeSlack
 from tests.fakes.telegram_api import FakeTelegram
-from tests.support.gateway import gateway_settings
+from tests.support.gateway import EchoRunner, gateway_settings
 
 from nexus_channel_gateway.app import GatewayApp
 
@@ -51,3 +51,12 @@ async def make_gateway(
 @pytest.fixture
 async def gateway(make_gateway: MakeGateway) -> GatewayApp:
     return await make_gateway()
+
+
+@pytest.fixture
+async def echo(bus: Bus) -> AsyncIterator[EchoRunner]:
+    """Ends every requested run with a summary echoing its conversation and input."""
+    runner = EchoRunner(bus)
+    await runner.start()
+    yield runner
+    await runner.stop()

@@ -7,10 +7,9 @@ model echoes what it is sent."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime
 
-import pytest
 from nexus_events.contract import subjects
 from nexus_events.contract.runstate import RunEvent
 from nexus_events.events import (
@@ -34,14 +33,6 @@ from nexus_channel_gateway.app import GatewayApp
 MakeGateway = Callable[..., Awaitable[GatewayApp]]
 
 T1 = "1700002000.000100"
-
-
-@pytest.fixture
-async def echo(bus: Bus) -> AsyncIterator[EchoRunner]:
-    runner = EchoRunner(bus)
-    await runner.start()
-    yield runner
-    await runner.stop()
 
 
 async def _said(url: str, text: str, ts: str, event_id: str, thread: str | None = None) -> None:

@@ -10,7 +10,7 @@ import signal
 import subprocess
 import sys
 from collections import Counter
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -90,14 +90,6 @@ def gateway_process(
     process = GatewayProcess(env, tmp_path / "gateway.log")
     yield process
     process.stop()
-
-
-@pytest.fixture
-async def echo(bus: Bus) -> AsyncIterator[EchoRunner]:
-    runner = EchoRunner(bus)
-    await runner.start()
-    yield runner
-    await runner.stop()
 
 
 async def _said(url: str, text: str, ts: str, event_id: str, thread: str | None = None) -> None:
