@@ -63,7 +63,9 @@ def mcp_settings(settings: RunnerSettings) -> RunnerSettings:
     return settings.model_copy(
         update={
             "mcp_secrets": {"fake-token": SecretStr(SECRET)},
-            "mcp_call_timeout": 2.0,
+            # Generous: a loaded CI machine once took over 2 s for the fake's "fail" call;
+            # the hung-call test sets its own short bound.
+            "mcp_call_timeout": 15.0,
             "mcp_startup_timeout": 15,
             "mcp_restart_backoff": 0.01,
             "mcp_max_restarts": 1,
@@ -187,16 +189,17 @@ async def test_hung_call_times_out_and_the_run_goes_on(
         Reply(tool_calls=(tc(ECHO, text="still here"),)),
         finish(),
     ]
+    settings = mcp_settings.model_copy(update={"mcp_call_timeout": 2.0})
     async with FakeOpenAI(script) as llm:
         config = make_config(llm.base_url, mcp_servers=[server()])
         started = time.monotonic()
-        terminal = await asyncio.wait_for(execute_run(config, mcp_settings, runner_bus), 30)
+        terminal = await asyncio.wait_for(execute_run(config, settings, runner_bus), 30)
     assert isinstance(terminal, RunCompleted), terminal
     assert "timed out after 2s" in tool_outputs(llm.requests[1])[0]
     assert tool_outputs(llm.requests[2])[1] == "echo: still here"
     assert time.monotonic() - started < 20
     # The hung tool's own child process went with the server's process group.
-    assert len(await assert_all_gone(mcp_settings.workspace_root / config.run_id)) >= 2
+    assert len(await assert_all_gone(settings.workspace_root / config.run_id)) >= 2
 
 
 async def test_crashed_server_is_restarted_then_withdrawn(
