@@ -7,6 +7,7 @@ import asyncio
 import json
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import httpx2
@@ -19,7 +20,15 @@ from mcp_types import CallToolResult, TextResourceContents
 from nexus_core.app import CoreApp
 from nexus_events.contract import subjects
 from nexus_events.contract.streams import RUNS
-from nexus_events.events import CancelRequested, Column, RunRequested, RunStarted, TaskCreated
+from nexus_events.events import (
+    CancelRequested,
+    Column,
+    RunRequested,
+    RunSleeping,
+    RunStarted,
+    RunWakeRequested,
+    TaskCreated,
+)
 from nexus_events.runtime.bearer_tokens import digest
 from nexus_events.transport.bus import Bus
 from nexus_events.transport.catalog_commands import apply_agent, apply_flow
@@ -259,3 +268,38 @@ async def test_a_scoped_subscription_to_another_agents_run_never_fires(
         first = await asyncio.wait_for(anext(aiter(sub)), 15)
         assert isinstance(first, ResourceUpdated)
         assert first.uri == mine
+
+
+@pytest.mark.usefixtures("runs")
+async def test_wake_run_wakes_a_sleeping_run_of_its_agents_once_and_refuses_the_rest(
+    nats_url: str, bus: Bus
+) -> None:
+    async with _client(nats_url, Scope.OPERATE, ("planner",)) as client:
+        other = await client.call_tool("wake_run", {"run_id": "run_rev"})
+        assert _error(other) == "no run 'run_rev'"
+        awake = await client.call_tool("wake_run", {"run_id": "run_plan"})
+        assert _error(awake).startswith("run run_plan is not sleeping: ")
+        until = datetime.now(UTC) + timedelta(hours=1)
+        await bus.publish(
+            subjects.run_event("run_plan", "sleeping"),
+            RunSleeping(until=until, reason="waiting for CI", attempt=1, turn=2),
+        )
+        seen = await eventually(
+            lambda: client.call_tool("get_run", {"run_id": "run_plan"}),
+            lambda r: _data(r)["run"]["status"] == "sleeping",
+            within=20,
+            what="core shows run_plan sleeping",
+        )
+        assert _data(seen)["run"]["sleep_reason"] == "waiting for CI"
+        args = {"run_id": "run_plan", "reason": "CI is green"}
+        woken = _data(await client.call_tool("wake_run", args))
+        assert woken["wake_requested"] is True
+        _data(await client.call_tool("wake_run", args))  # asked twice for one sleep
+    async with _client(nats_url, Scope.READ, None) as reader:
+        refused = await reader.call_tool("wake_run", {"run_id": "run_plan"})
+        assert "needs operate" in _error(refused)
+    wakes = [
+        d.event async for d in bus.replay(RUNS, run_id="run_plan")
+        if isinstance(d.event, RunWakeRequested)
+    ]  # fmt: skip
+    assert [(w.reason, w.requested_by) for w in wakes] == [("CI is green", "mcp:tok")]

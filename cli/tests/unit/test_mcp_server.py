@@ -35,7 +35,14 @@ READ_TOOLS = {
     "list_dead_letters",
     "usage",
 }
-OPERATE_TOOLS = {"start_run", "start_flow", "cancel_run", "answer_approval", "add_memory"}
+OPERATE_TOOLS = {
+    "start_run",
+    "start_flow",
+    "cancel_run",
+    "wake_run",
+    "answer_approval",
+    "add_memory",
+}
 
 
 def _entry(name: str, token: str, scope: str, **extra: Any) -> dict[str, Any]:

@@ -27,7 +27,7 @@ from nexus_cli.client import Session, check_token
 from nexus_cli.commands.approvals import pending_approvals
 from nexus_cli.commands.dlq import dead_letters
 from nexus_cli.commands.flow_runs import build_flow_request, publish_flow
-from nexus_cli.commands.run_control import decide_approval, request_cancel
+from nexus_cli.commands.run_control import decide_approval, request_cancel, request_wake
 from nexus_cli.commands.runs import build_run_request, event_line, publish_run, track_run
 from nexus_cli.errors import CliError
 from nexus_cli.mcp.auth import Identity, Scope
@@ -73,7 +73,7 @@ ANSWER = ToolAnnotations(
 
 # The scope each tool needs; the server refuses the rest before the tool runs.
 OPERATE_TOOLS = frozenset(
-    {"start_run", "start_flow", "cancel_run", "answer_approval", "add_memory"}
+    {"start_run", "start_flow", "cancel_run", "wake_run", "answer_approval", "add_memory"}
 )
 
 
@@ -317,6 +317,18 @@ def register_tools(server: MCPServer, nexus: Nexus) -> None:  # noqa: PLR0915
         s = await nexus.session_for(who)
         await visible_run(s, who, run_id)
         return await request_cancel(s, run_id, reason, who.requested_by, msg_prefix=SURFACE)
+
+    @server.tool(
+        annotations=ANSWER,
+        description="Wake a sleeping run now (its agent called `sleep`; get_run shows"
+        " sleeping_until): the scheduler starts its next attempt, told the reason.",
+    )
+    @one_line_error
+    async def wake_run(run_id: str, ctx: Context, reason: str = "woken over MCP") -> dict[str, Any]:
+        who = nexus.identity(ctx)
+        s = await nexus.session_for(who)
+        await visible_run(s, who, run_id)
+        return await request_wake(s, run_id, reason, who.requested_by, msg_prefix=SURFACE)
 
     @server.tool(
         annotations=ANSWER,

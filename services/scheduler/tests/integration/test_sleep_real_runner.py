@@ -1,17 +1,18 @@
 """Acceptance of sleep (issue 42) end to end: the scheduler with the local runtime, the real
-`python -m nexus_runner` and the fake model. A run writes a file, sleeps 5 s (its runner
-exits, its slot goes to another run, which completes meanwhile), wakes at its time as attempt
-2 with its transcript and workspace intact, reads the file back and completes."""
+`python -m nexus_runner` and the dev stack's offline model (its `sleep` script). A run writes a
+file, sleeps 5 s (its runner exits, its slot goes to another run, which completes meanwhile),
+wakes at its time as attempt 2 with its transcript and workspace intact, reads the file back
+and completes."""
 
 from __future__ import annotations
 
-import json
 import subprocess
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
 import pytest
+from nexus_cli.devstack.offline_model import SLEEP_TEXT, WOKE
 from nexus_events.events import (
     RepoSpec,
     RunCompleted,
@@ -25,7 +26,7 @@ from nexus_events.runtime.clock import ManualClock
 from nexus_events.transport.bus import Bus
 from nexus_scheduler.runtime.local import LocalProcessRuntime
 
-from tests.fakes.openai_server import FakeOpenAI, Reply, ToolCall
+from tests.support.offline_model import offline_model
 
 from ..factories import config
 from ..waiting import eventually
@@ -34,26 +35,8 @@ from .test_restart import pids, service  # noqa: F401 - `pids` is a fixture
 
 pytestmark = pytest.mark.skipif(not Path("/proc").is_dir(), reason="needs /proc (Linux)")
 
-SLEEPER, OTHER = "Wait for CI, then check the file.", "Something quick."
-
-
-def _call(name: str, args: dict[str, Any]) -> Reply:
-    return Reply(tool_calls=(ToolCall(name, args),))
-
-
-def model(body: dict[str, Any]) -> Reply:
-    """The fake model, by the run it answers (its task) and how far its conversation is."""
-    messages = body["messages"]
-    if OTHER in json.dumps(messages):
-        return _call("finish", {"summary": "other done"})
-    turn = sum(1 for m in messages if m["role"] == "assistant")
-    if turn == 0:
-        return _call("write_file", {"path": "note.txt", "content": "written before the sleep"})
-    if turn == 1:
-        return _call("sleep", {"seconds": 5, "reason": "waiting for CI"})
-    if turn == 2:
-        return _call("read_file", {"path": "note.txt"})
-    return _call("finish", {"summary": "read it back after the sleep"})
+SLEEPER = "[offline-model:sleep] Wait for CI, then check the file."
+OTHER = "[offline-model:chat] Something quick."
 
 
 def repo(path: Path) -> str:
@@ -89,7 +72,7 @@ async def test_a_run_sleeps_5s_gives_its_slot_away_and_wakes_as_attempt_2_intact
     pids: list[int],  # noqa: F811
 ) -> None:
     url = repo(tmp_path / "origin")
-    async with FakeOpenAI([], default=model) as llm:  # type: ignore[arg-type]
+    async with offline_model() as base_url:
         runtime = LocalProcessRuntime(
             tmp_path / "runs",
             kill_grace=3,
@@ -105,8 +88,8 @@ async def test_a_run_sleeps_5s_gives_its_slot_away_and_wakes_as_attempt_2_intact
         await publish_prepared(
             bus,
             [
-                run_config("r", SLEEPER, llm.base_url, url),
-                run_config("o", OTHER, llm.base_url, url),
+                run_config("r", SLEEPER, base_url, url),
+                run_config("o", OTHER, base_url, url),
             ],
         )
         sleeping: RunSleeping = await eventually(
@@ -133,14 +116,16 @@ async def test_a_run_sleeps_5s_gives_its_slot_away_and_wakes_as_attempt_2_intact
         )
         resumed: RunResumed = await _one(bus, "resumed", "r")
         assert resumed.attempt == 2
-    assert done.result.summary == "read it back after the sleep"
-    # The woken attempt's first call carried the whole conversation before the sleep, and
-    # its read found the file written before it (the workspace was restored).
-    woken = [b for b in llm.requests if SLEEPER in json.dumps(b["messages"])]
-    before, after = woken[1], woken[2]
-    assert after["messages"][: len(before["messages"])] == before["messages"]
-    reads = [m for m in woken[3]["messages"] if m["role"] == "tool"]
-    assert "written before the sleep" in json.dumps(reads[-1])
+    # The woken attempt went on from its transcript (the script's third turn, not its first
+    # again: it slept once), its read found the file written before the sleep (the workspace
+    # was restored), and it was told why and by what it woke.
+    assert done.result.summary == "Slept, woke and found my note."
+    assert done.result.details["read"] == SLEEP_TEXT
+    woke = done.result.details["woke"]
+    assert woke.startswith(WOKE)
+    assert "waiting for CI" in woke
+    assert "timer" in woke
+    assert len([e for r, e in await run_events(bus, "sleeping") if r == "r"]) == 1
     assert len([e for r, e in await run_events(bus, "resuming") if r == "r"]) == 1
     # One slot: the other run was dispatched only once r slept, r's attempt 2 only once the
     # other run had ended.

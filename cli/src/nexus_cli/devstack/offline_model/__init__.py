@@ -61,6 +61,17 @@ one answers with it, so revisions of one agent can follow different scripts.
   the task input when the input carries ``[easy]``, else ``no idea``.
 - ``eval-lenient``: the same, whatever the input: always the text after ``answer:``.
 
+The scripts of agents that wait and remember (`wait_scripts`, issue 42):
+
+- ``sleep``: writes ``notes/before-sleep.txt``, sleeps 5 s (``waiting for CI``), reads the
+  note back after waking, finishes with ``details.read`` (what it read) and ``details.woke``
+  (the ``[woke]`` note it was given).
+- ``schedule``: makes a schedule of its own (every 60 s, input ``[offline-model:chat] ...``),
+  sleeps 130 s while it fires, lists its schedules, deletes the one it made, finishes with
+  ``details.created``, ``details.deleted``, ``details.listed`` and ``details.woke``.
+- ``echo``: no tools: finishes at once with every user message it was sent (a chat
+  conversation's earlier messages, then the new one) in ``summary`` and ``details.said``.
+
 A request from memory's extraction (its instruction carries ``[nexus-memory-extraction]``)
 gets JSON naming what the finished run taught: its result summary, in the repository's scope
 when the run had one.
@@ -97,12 +108,21 @@ from .lab_scripts import (
 )
 from .replies import Call, Reply, Step, Turn
 from .server import MODEL_NAME, Server, main, serve
+from .wait_scripts import (
+    ECHO_PREFIX,
+    SCHEDULE_INPUT,
+    SCHEDULE_SLEEP_SECONDS,
+    SLEEP_FILE,
+    SLEEP_TEXT,
+    WOKE,
+)
 
 __all__ = [
     "BUG_FILE",
     "BUG_NEW",
     "BUG_OLD",
     "DEFAULT_SCRIPT",
+    "ECHO_PREFIX",
     "EXTRACTION_MARKER",
     "MODEL_NAME",
     "NEGATIVE_TEST",
@@ -112,10 +132,15 @@ __all__ = [
     "RESUME_FILES",
     "RESUME_JOURNAL",
     "REVIEW_FINDING",
+    "SCHEDULE_INPUT",
+    "SCHEDULE_SLEEP_SECONDS",
     "SCRIPTS",
+    "SLEEP_FILE",
+    "SLEEP_TEXT",
     "STEP1_FILE",
     "STEP1_TEXT",
     "STEP3_FILE",
+    "WOKE",
     "WRONG_ANSWER",
     "Call",
     "Reply",

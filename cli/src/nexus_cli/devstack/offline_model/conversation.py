@@ -11,6 +11,7 @@ from .check_scripts import CHECK_SCRIPTS
 from .demo_scripts import DEMO_SCRIPTS
 from .lab_scripts import LAB_SCRIPTS
 from .replies import Reply, Step, Turn, finish
+from .wait_scripts import WAIT_SCRIPTS
 
 KEYWORD = re.compile(r"\[offline-model:([a-z_-]+)\]")
 # The opening of examples/agents' system prompts: which example agent is asking.
@@ -19,7 +20,12 @@ DEFAULT_SCRIPT = "fix"
 
 # Every script by name; each gives a script's steps, given the conversation (its prompt may
 # shape them).
-SCRIPTS: dict[str, Callable[[Turn], list[Step]]] = {**DEMO_SCRIPTS, **CHECK_SCRIPTS, **LAB_SCRIPTS}
+SCRIPTS: dict[str, Callable[[Turn], list[Step]]] = {
+    **DEMO_SCRIPTS,
+    **CHECK_SCRIPTS,
+    **LAB_SCRIPTS,
+    **WAIT_SCRIPTS,
+}
 
 
 def _text_of(content: Any) -> str:
@@ -114,6 +120,7 @@ def reply_for(body: dict[str, Any]) -> Reply:
         _prompt_of(messages),
         _results_of(messages),
         _prompt_of(messages, ("user",)),
+        tuple(_text_of(m.get("content")) for m in messages if m.get("role") == "user"),
     )
     steps = SCRIPTS[script_name(body)](turn)
     reply = steps[turns](turn) if turns < len(steps) else finish("Nothing more to do.")

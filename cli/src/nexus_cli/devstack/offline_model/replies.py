@@ -36,6 +36,8 @@ class Turn:
     results: tuple[tuple[str, dict[str, Any], str], ...] = ()
     # The run's input: the user messages before the first assistant turn.
     task: str = ""
+    # Every user message so far, in order (a conversation's, notes such as ``[woke]``).
+    said: tuple[str, ...] = ()
 
 
 Step = Callable[[Turn], Reply]
