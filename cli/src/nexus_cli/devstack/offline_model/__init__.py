@@ -63,7 +63,8 @@ one answers with it, so revisions of one agent can follow different scripts.
 
 The scripts of agents that wait and remember (`wait_scripts`, issue 42):
 
-- ``sleep``: writes ``notes/before-sleep.txt``, sleeps 5 s (``waiting for CI``), reads the
+- ``sleep``: writes ``notes/before-sleep.txt``, sleeps 5 s (``waiting for CI``; N s with
+  ``[sleep-seconds:N]`` in the prompt), reads the
   note back after waking, finishes with ``details.read`` (what it read) and ``details.woke``
   (the ``[woke]`` note it was given).
 - ``schedule``: makes a schedule of its own (every 60 s, input ``[offline-model:chat] ...``),

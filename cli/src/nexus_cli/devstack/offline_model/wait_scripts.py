@@ -17,6 +17,8 @@ from .replies import Call, Reply, Step, Turn, finish
 SLEEP_FILE = "notes/before-sleep.txt"
 SLEEP_TEXT = "written before the sleep\n"
 SLEEP_SECONDS = 5
+# ``[sleep-seconds:N]`` in the prompt sleeps N seconds instead (a run to wake by hand).
+_SLEEP_FOR = re.compile(r"\[sleep-seconds:(\d+)\]")
 # The schedule the `schedule` script makes: its input picks `chat` for the runs it fires.
 SCHEDULE_INPUT = "[offline-model:chat] check the nightly build"
 SCHEDULE_INTERVAL = 60
@@ -37,6 +39,8 @@ def _result_of(turn: Turn, tool: str) -> str:
 
 
 def _sleep_steps(first: Turn) -> list[Step]:
+    asked = _SLEEP_FOR.search(first.prompt)
+    seconds = int(asked.group(1)) if asked else SLEEP_SECONDS
     return [
         lambda t: Reply(
             "Writing down where I am before I wait.",
@@ -44,7 +48,7 @@ def _sleep_steps(first: Turn) -> list[Step]:
         ),
         lambda t: Reply(
             "Now I wait for CI.",
-            (Call("sleep", {"seconds": SLEEP_SECONDS, "reason": "waiting for CI"}),),
+            (Call("sleep", {"seconds": seconds, "reason": "waiting for CI"}),),
         ),
         lambda t: Reply("Awake; reading my note back.", (Call("read_file", {"path": SLEEP_FILE}),)),
         lambda t: finish(
