@@ -1,7 +1,7 @@
 """The gateway as a real process, killed with SIGKILL mid-conversation and started again:
-every accepted message becomes exactly one run request, and no message is posted twice; a
-three-message thread's runs each begin with the conversation so far, across a kill between
-messages (`EchoRunner` answers by echoing what its request carried)."""
+every accepted message becomes exactly one run request, and no message is posted twice (a
+three-message thread answered by the offline model across a kill between messages is
+test_conversation_offline_model.py)."""
 
 from __future__ import annotations
 
@@ -21,7 +21,6 @@ from nexus_testing import eventually, free_port, http_status
 from tests.fakes.slack_api import FakeSlack, event_callback, post_event
 from tests.support.gateway import (
     SIGNING_SECRET,
-    EchoRunner,
     channel_events,
     pair,
     run_requests,
@@ -148,43 +147,6 @@ async def test_kill_9_mid_conversation_loses_nothing_and_posts_nothing_twice(
     # looked up before it is posted again, so every reply went out exactly once.
     assert {d.event.status for d in outcomes} == {"sent"}  # type: ignore[attr-defined]
     assert len(slack.posts) == len(outcomes) == 22
-
-
-async def test_a_three_message_thread_carries_the_conversation_across_a_kill_9(
-    bus: Bus, gateway_process: GatewayProcess, slack: FakeSlack, echo: EchoRunner
-) -> None:
-    await pair(bus, "slack", "U1")
-    gateway_process.start()
-    await gateway_process.ready()
-    url = f"http://127.0.0.1:{gateway_process.port}/slack/events"
-
-    await _said(url, "run helper: my name is Ana", T1, "E1")
-    await eventually(lambda: _posted(slack, "echo[user: my name is Ana]"), within=30, what="1st")
-    await _said(url, "what is my name?", "1700002001.000100", "E2", thread=T1)
-    second = "echo[user: my name is Ana | assistant: echo[user: my name is Ana] | user: what is"
-    await eventually(lambda: _posted(slack, second), within=30, what="the 2nd answer")
-
-    gateway_process.kill()
-    gateway_process.start()
-    await gateway_process.ready()
-    await _said(url, "and who asked?", "1700002002.000100", "E3", thread=T1)
-    await eventually(lambda: _at_least(run_requests(bus), 3), within=30, what="3 runs")
-
-    third = next(r for r in echo.requests.values() if r.input == "and who asked?")
-    assert third.agent_id == "helper"  # the conversation's agent, not named again
-    assert [(m.role, m.text) for m in third.conversation or []] == [
-        ("user", "my name is Ana"),
-        ("assistant", "echo[user: my name is Ana]"),
-        ("user", "what is my name?"),
-        ("assistant", "echo[user: my name is Ana | assistant: echo[user: my name is Ana]"
-         " | user: what is my name?]"),
-    ]  # fmt: skip
-    await eventually(lambda: _posted(slack, "user: and who asked?]"), within=30, what="3rd")
-    # Every run answered in the one thread, each line once.
-    texts = [p.text for p in slack.posts if p.thread_ts == T1]
-    assert len(texts) == len(set(texts))
-    turns = await channel_events(bus, "conversation_turn")
-    assert len({d.event.run_id for d in turns}) == 3  # type: ignore[attr-defined]
 
 
 async def _at_least(coro: object, n: int) -> object:
