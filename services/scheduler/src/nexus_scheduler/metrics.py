@@ -3,7 +3,9 @@ their runner was lost, by the reason of the loss [nexus_scheduler_resumes_total]
 ended because the runner was lost with no attempt left, by reason
 [nexus_scheduler_attempts_exhausted_total]; local runners started, by how: ``warm`` (a warm
 runner handed the run) or ``cold`` [nexus_scheduler_runner_starts_total], and the idle warm
-runners [nexus_scheduler_warm_runners_idle] (docs/warm-starts.md). Resumes are counted where
+runners [nexus_scheduler_warm_runners_idle] (docs/warm-starts.md); runs asleep
+[nexus_scheduler_runs_sleeping] and sleeping runs woken, by cause: ``timer``, ``signal`` or
+``message`` [nexus_scheduler_wakes_total] (docs/resume.md, Sleep). Resumes are counted where
 the leader publishes, so a takeover in the middle of a resume may count it twice. Without a
 MeterProvider they are no-ops."""
 
@@ -27,6 +29,8 @@ class RunnerStart(StrEnum):
 
 
 WARM_IDLE = "nexus.scheduler.warm_runners_idle"
+SLEEPING = "nexus.scheduler.runs_sleeping"
+WAKES = "nexus.scheduler.wakes"
 
 
 class SchedulerMetrics:
@@ -50,6 +54,16 @@ class SchedulerMetrics:
             unit="{runner}",
             description="Warm runners waiting for a run.",
         )
+        self._wakes = meter.create_counter(
+            WAKES, unit="{run}", description="Sleeping runs woken, by what woke them."
+        )
+        self._sleeping: Callable[[], int] | None = None
+        meter.create_observable_gauge(
+            SLEEPING,
+            callbacks=[self._observe_sleeping],
+            unit="{run}",
+            description="Runs asleep: no runner, no slot, a wake time.",
+        )
 
     def resumed(self, reason: str, attempt: int) -> None:
         self._resumes.add(1, {"reason": reason, "attempt": attempt})
@@ -62,6 +76,15 @@ class SchedulerMetrics:
 
     def observe_idle_runners(self, count: Callable[[], int]) -> None:
         self._idle = count
+
+    def woke(self, cause: str) -> None:
+        self._wakes.add(1, {"cause": cause})
+
+    def observe_sleeping(self, count: Callable[[], int]) -> None:
+        self._sleeping = count
+
+    def _observe_sleeping(self, options: CallbackOptions) -> Iterable[Observation]:
+        return [Observation(self._sleeping())] if self._sleeping is not None else []
 
     def _observe_idle(self, options: CallbackOptions) -> Iterable[Observation]:
         return [Observation(self._idle())] if self._idle is not None else []

@@ -174,6 +174,7 @@ class SchedulerService:
         self.leader_since = self.clock.now()
         self.windows = Windows(exit_grace, timeouts.heartbeat_timeout)
         self.state = AdmissionState()
+        self.attach_metrics(self.metrics)
         self.traces = RunTraces()
         self.stats = Stats()
         self._lock = asyncio.Lock()
@@ -517,6 +518,14 @@ class SchedulerService:
         log.info("run %s: attempt %d slept (its `sleeping` not folded yet)", run_id, attempt)
         return True
 
+    def attach_metrics(self, metrics: SchedulerMetrics) -> None:
+        """Count into `metrics`, which observes the runs asleep from this service's state."""
+        self.metrics = metrics
+        metrics.observe_sleeping(self.sleeping_count)
+
+    def sleeping_count(self) -> int:
+        return sum(1 for e in self.state.runs.values() if e.phase is Phase.SLEEPING)
+
     async def _wake(self, wake: WakeUp) -> None:
         """Publish `resuming` for the attempt after the sleep (its id makes it one per
         attempt, whoever publishes it) and fold it: the run waits for a slot again."""
@@ -552,6 +561,7 @@ class SchedulerService:
         async with self._lock:
             self.state.evolve(run_id, event, self.clock.now())
         self.stats.woken[cause] = self.stats.woken.get(cause, 0) + 1
+        self.metrics.woke(cause)
         log.info("run %s woke (%s): attempt %d waits for a slot", run_id, cause, wake.attempt)
 
     # -- attempts -----------------------------------------------------------------------------

@@ -24,7 +24,10 @@ from nexus_events.runtime.clock import ManualClock
 from nexus_events.transport.bus import Bus
 from nexus_scheduler.admission import Phase
 from nexus_scheduler.app import SchedulerApp
+from nexus_scheduler.metrics import SLEEPING, WAKES, SchedulerMetrics
 from nexus_scheduler.service import SchedulerService
+from opentelemetry.sdk.metrics import MeterProvider
+from opentelemetry.sdk.metrics.export import InMemoryMetricReader
 
 from tests.support.noop_runtime import NoopRuntime
 
@@ -108,6 +111,8 @@ async def test_wake_requested_wakes_a_sleeping_run_now_and_nothing_else(
     runtime = NoopRuntime()
     app = await make_app(runtime, max_concurrent_runs=2)
     svc = service(app)
+    reader = InMemoryMetricReader()
+    svc.attach_metrics(SchedulerMetrics(MeterProvider(metric_readers=[reader])))
     await publish_prepared(bus, [config("r"), config("awake")])
     await eventually(lambda: _true(len(runtime.started) == 2), what="both dispatched")
     # A wake for a run that does not sleep changes nothing, also once it sleeps later.
@@ -118,6 +123,7 @@ async def test_wake_requested_wakes_a_sleeping_run_now_and_nothing_else(
     await eventually(lambda: _true(svc.state.runs["r"].phase is Phase.SLEEPING), what="asleep")
     await svc.tick()
     assert await resumings(bus) == []
+    assert _points(reader, SLEEPING) == [({}, 1)]
 
     await publish(bus, "r", RunWakeRequested(reason="CI is green", requested_by="ann"))
     [resuming] = await eventually(lambda: resumings(bus), what="woken by the signal")
@@ -129,6 +135,19 @@ async def test_wake_requested_wakes_a_sleeping_run_now_and_nothing_else(
     assert runtime.configs[-1].wake == resuming.wake
     assert await resumings(bus, "awake") == []
     assert svc.stats.woken == {"signal": 1}
+    assert _points(reader, WAKES) == [({"cause": "signal"}, 1)]
+    assert _points(reader, SLEEPING) == [({}, 0)]
+
+
+def _points(reader: InMemoryMetricReader, name: str) -> list[tuple[dict[str, object], int]]:
+    data = reader.get_metrics_data()
+    assert data is not None
+    return [
+        (dict(p.attributes or {}), int(p.value))
+        for m in data.resource_metrics[0].scope_metrics[0].metrics
+        if m.name == name
+        for p in m.data.data_points  # type: ignore[union-attr]
+    ]
 
 
 async def test_a_message_on_its_inbox_wakes_a_sleeping_run(
