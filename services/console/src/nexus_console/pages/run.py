@@ -1,7 +1,7 @@
 """One run's page: its facts (core's runs.get), its team and spend against each budget scope
 (the spend service's runs query), every event of its stream on a timeline (poison included,
-shown as such), its log, the approvals it waits on, cancel, the diff of its branch; live from
-the run's events and log lines."""
+shown as such), its log, the approvals it waits on, cancel, the diff of its branch (a
+sleeping run says until when and why); live from the run's events and log lines."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ from typing import Any, cast
 from aiohttp import web
 from nats.aio.msg import Msg
 from nexus_events.contract import subjects
-from nexus_events.contract.runstate import RunEvent, is_terminal
+from nexus_events.contract.runstate import RunEvent, RunStatus, is_terminal
 from nexus_events.contract.streams import LOGS, RUNS
 from nexus_events.contract.subjects import Family
 from nexus_events.errors import InvalidSubject
@@ -156,7 +156,8 @@ async def run_page(request: web.Request) -> web.Response:
 
 
 def _render_live(request: web.Request) -> Any:
-    templates = console_of(request).templates
+    console = console_of(request)
+    templates = console.templates
 
     def render_event(event: LiveEvent) -> list[tuple[str, str]]:
         if event.family is Family.LOG:
@@ -168,12 +169,15 @@ def _render_live(request: web.Request) -> Any:
             )
         ]
         if event.status is not None:
-            out.append(
-                (
-                    "run",
-                    render_text(templates, "run/_status.html", status=event.status.value, oob=True),
-                )
-            )
+            # Only `sleeping` moves a run to sleeping, so its body holds the wake time and why.
+            sleeping = event.status is RunStatus.SLEEPING
+            status = render_text(
+                templates, "run/_status.html", status=event.status.value, oob=True,
+                sleeping_until=event.body.get("until") if sleeping else None,
+                sleep_reason=event.body.get("reason") if sleeping else None,
+                now=console.clock.now(),
+            )  # fmt: skip
+            out.append(("run", status))
         return out
 
     return render_event
