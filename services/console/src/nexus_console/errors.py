@@ -21,6 +21,7 @@ TITLES = {
     403: "Not allowed",
     404: "Not found",
     405: "Method not allowed",
+    409: "Conflict",
     413: "Too large",
     502: "A service answered badly",
     503: "A service is unavailable",

@@ -9,7 +9,8 @@ from typing import Any
 import jinja2
 from aiohttp import web
 
-from nexus_console.context import CSRF, VIEWER
+from nexus_console.context import CSRF, VIEWER, console_of
+from nexus_console.sleep_view import wake_label
 
 
 def _when(value: object) -> str:
@@ -52,6 +53,8 @@ def environment() -> jinja2.Environment:
     env.filters["when"] = _when
     env.filters["usd"] = _usd
     env.filters["pretty"] = _pretty
+    # `{{ run.sleeping_until | wake(now) }}`: `now` is the console's clock, given to every page.
+    env.filters["wake"] = wake_label
     return env
 
 
@@ -62,11 +65,13 @@ def render_text(env: jinja2.Environment, name: str, **context: Any) -> str:
 def render(
     request: web.Request, env: jinja2.Environment, name: str, status: int = 200, **context: Any
 ) -> web.Response:
-    """A page: `name` with the request's viewer and CSRF token in its context."""
+    """A page: `name` with the request's viewer, CSRF token and the console's `now` in its
+    context."""
     context.setdefault("viewer", request.get(VIEWER))
     context.setdefault("csrf", request.get(CSRF, ""))
     context.setdefault("path", request.path)
     context.setdefault("path_qs", request.path_qs)
+    context.setdefault("now", console_of(request).clock.now())
     return web.Response(
         text=render_text(env, name, **context), status=status, content_type="text/html"
     )

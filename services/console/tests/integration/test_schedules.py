@@ -1,6 +1,7 @@
 """The schedules page on a real NATS: the schedules `nexus schedule ls` lists, paused and
 resumed from the console (what `nexus schedule ls` shows changes), refused to a read viewer
-and to a forged POST, and live (a schedule defined elsewhere makes the page refresh)."""
+and to a forged POST, live (a schedule defined elsewhere makes the page refresh), and who
+made each (an agent's run, linked, or an operator)."""
 
 from __future__ import annotations
 
@@ -120,3 +121,20 @@ async def test_a_schedule_defined_elsewhere_reaches_the_open_page(
     assert "event: schedule\n" in "".join(received)
     _, page = await client.get("/schedules")
     assert 'id="schedule-weekly"' in page
+
+
+async def test_a_schedule_an_agent_made_names_its_run_and_agent(bus: Bus, clients: Clients) -> None:
+    made = ScheduleDefined(
+        agent_id="watcher", interval_seconds=600, created_by_run="run-w-7",
+        created_by_agent="watcher",
+    )  # fmt: skip
+    await define(bus, "agent-made", made, "scheduler")
+    await define(bus, "by-hand", ScheduleDefined(agent_id="watcher", cron="0 6 * * *"), "test")
+    client = await _signed_in(clients, READ_TOKEN)
+    _, page = await client.get("/schedules")
+    assert "<th>Created by</th>" in page
+    row = page.split('id="schedule-agent-made"', 1)[1].split("</tr>", 1)[0]
+    assert 'watcher (run <a href="/runs/run-w-7">run-w-7</a>)' in row
+    by_hand = page.split('id="schedule-by-hand"', 1)[1].split("</tr>", 1)[0]
+    assert '<td class="created-by"><span class="hint">operator</span></td>' in by_hand
+    assert "/runs/" not in by_hand

@@ -1,7 +1,7 @@
 """One run's page: its facts (core's runs.get), its team and spend against each budget scope
 (the spend service's runs query), every event of its stream on a timeline (poison included,
-shown as such), its log, the approvals it waits on, cancel, the diff of its branch; live from
-the run's events and log lines."""
+shown as such), its log, the approvals it waits on, cancel, "wake now" for a sleeping run,
+the diff of its branch; live from the run's events and log lines."""
 
 from __future__ import annotations
 
@@ -15,18 +15,18 @@ from typing import Any, cast
 from aiohttp import web
 from nats.aio.msg import Msg
 from nexus_events.contract import subjects
-from nexus_events.contract.runstate import RunEvent, is_terminal
+from nexus_events.contract.runstate import RunEvent, RunStatus, is_terminal
 from nexus_events.contract.streams import LOGS, RUNS
 from nexus_events.contract.subjects import Family
 from nexus_events.errors import InvalidSubject
-from nexus_events.events import CancelRequested
+from nexus_events.events import CancelRequested, RunWakeRequested
 from nexus_events.events.runs import RunConfig
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from nexus_console import spend_reads
 from nexus_console.auth.middleware import refuse
 from nexus_console.branch_diff import branch_diff, cache_dir
-from nexus_console.context import console_of, viewer_of
+from nexus_console.context import CSRF, console_of, viewer_of
 from nexus_console.forms import bad_request
 from nexus_console.live.hub import LiveEvent, live_event
 from nexus_console.live.sse import format_since, serve_events
@@ -42,6 +42,8 @@ routes = web.RouteTableDef()
 # Most events and log lines a page reads from the streams; the page says when there are more.
 MAX_EVENTS = 5000
 MAX_LOG_LINES = 2000
+# The longest wake reason: the contract's limit on `RunWakeRequested.reason`.
+WAKE_REASON_MAX = 2000
 
 
 def run_id_of(request: web.Request) -> str:
@@ -151,12 +153,18 @@ async def run_page(request: web.Request) -> web.Response:
         waiting=[] if is_terminal(run.get("status")) else timeline.waiting_approvals(),
         ended=is_terminal(run.get("status")),
         may_operate=viewer.may_operate,
+        run_id=run_id,
+        sleeping=run.get("status") == RunStatus.SLEEPING,
+        wake_reason_max=WAKE_REASON_MAX,
         since=format_since(position),
     )
 
 
-def _render_live(request: web.Request) -> Any:
-    templates = console_of(request).templates
+def _render_live(request: web.Request, run_id: str) -> Any:
+    console = console_of(request)
+    templates = console.templates
+    # The wake form is re-rendered for this page's viewer: their CSRF token and scope.
+    viewer, csrf = viewer_of(request), request.get(CSRF, "")
 
     def render_event(event: LiveEvent) -> list[tuple[str, str]]:
         if event.family is Family.LOG:
@@ -168,12 +176,19 @@ def _render_live(request: web.Request) -> Any:
             )
         ]
         if event.status is not None:
-            out.append(
-                (
-                    "run",
-                    render_text(templates, "run/_status.html", status=event.status.value, oob=True),
-                )
-            )
+            # Only `sleeping` moves a run to sleeping, so its body holds the wake time and why.
+            sleeping = event.status is RunStatus.SLEEPING
+            status = render_text(
+                templates, "run/_status.html", status=event.status.value, oob=True,
+                sleeping_until=event.body.get("until") if sleeping else None,
+                sleep_reason=event.body.get("reason") if sleeping else None,
+                now=console.clock.now(),
+            )  # fmt: skip
+            wake = render_text(
+                templates, "run/_wake.html", oob=True, run_id=run_id, sleeping=sleeping,
+                csrf=csrf, may_operate=viewer.may_operate, wake_reason_max=WAKE_REASON_MAX,
+            )  # fmt: skip
+            out += [("run", status), ("run", wake)]
         return out
 
     return render_event
@@ -186,7 +201,7 @@ async def run_live(request: web.Request) -> web.StreamResponse:
     def wants(event: LiveEvent) -> bool:
         return event.run_id == run_id and event.family in (Family.RUN, Family.LOG)
 
-    return await serve_events(request, wants, _render_live(request))
+    return await serve_events(request, wants, _render_live(request, run_id))
 
 
 class CancelForm(BaseModel):
@@ -214,6 +229,41 @@ async def cancel(request: web.Request) -> web.StreamResponse:
             msg_id=f"console:cancel:{run_id}",
         )
         log.info("%s asked run %s to cancel: %s", viewer.principal, run_id, form.reason)
+    raise web.HTTPSeeOther(f"/runs/{run_id}")
+
+
+class WakeForm(BaseModel):
+    """The "Wake now" form: the reason is optional (the CLI's `--reason` defaults to none)."""
+
+    model_config = ConfigDict(extra="ignore", str_strip_whitespace=True)
+
+    reason: str = Field("", max_length=WAKE_REASON_MAX)
+
+
+@routes.post("/runs/{run_id}/wake")
+async def wake(request: web.Request) -> web.StreamResponse:
+    """Ask a sleeping run to wake now, as `nexus run wake` does: operate only; 409 and no
+    publish for a run that does not sleep (a wake would change nothing); one stored wake per
+    sleep however often it is asked (the message id names the attempt that slept)."""
+    console = console_of(request)
+    run_id = run_id_of(request)
+    viewer = viewer_of(request)
+    if not viewer.may_operate:
+        raise refuse(request, viewer, f"wake of run {run_id}", "read-only console token")
+    try:
+        form = WakeForm.model_validate(dict(await request.post()))
+    except ValidationError as exc:
+        raise bad_request(exc) from None
+    run = await console.reads.query(subjects.CORE_RUNS_GET, {"run_id": run_id})
+    status = run.get("status")
+    if status != RunStatus.SLEEPING:
+        raise web.HTTPConflict(text=f"run {run_id} is not sleeping: {status}")
+    await console.bus.publish(
+        subjects.run_event(run_id, RunEvent.WAKE_REQUESTED),
+        RunWakeRequested(reason=form.reason, requested_by=viewer.principal),
+        msg_id=f"console:wake:{run_id}:{run.get('attempt', 1)}",
+    )
+    log.info("%s asked run %s to wake: %s", viewer.principal, run_id, form.reason or "-")
     raise web.HTTPSeeOther(f"/runs/{run_id}")
 
 

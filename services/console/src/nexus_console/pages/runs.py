@@ -1,5 +1,6 @@
 """The runs page: newest first, filtered and paged by core's runs.list, live from the runs
-stream (a new run appears at the top, a status change in its row, without a reload)."""
+stream (a new run appears at the top, a status change in its row, without a reload; a
+sleeping run says until when and why)."""
 
 from __future__ import annotations
 
@@ -105,7 +106,8 @@ async def runs_page(request: web.Request) -> web.Response:
 
 
 def _render_live(request: web.Request, filters: RunFilters) -> Any:
-    templates = console_of(request).templates
+    console = console_of(request)
+    templates = console.templates
 
     def render_event(event: LiveEvent) -> list[tuple[str, str]]:
         if event.run_id is None:
@@ -121,9 +123,14 @@ def _render_live(request: web.Request, filters: RunFilters) -> Any:
             }  # fmt: skip
             out.append(("run", render_text(templates, "runs/_new_row.html", run=row)))
         elif event.status is not None:
+            # Only `sleeping` moves a run to sleeping, so its body holds the wake time and why.
+            sleeping = event.status is RunStatus.SLEEPING
             out.append(
                 ("run", render_text(
-                    templates, "runs/_status.html", run_id=event.run_id, status=event.status.value
+                    templates, "runs/_status.html", run_id=event.run_id, status=event.status.value,
+                    sleeping_until=event.body.get("until") if sleeping else None,
+                    sleep_reason=event.body.get("reason") if sleeping else None,
+                    now=console.clock.now(),
                 ))
             )  # fmt: skip
         return out

@@ -1,5 +1,6 @@
-"""The schedules page: NEXUS_SCHEDULES folded as `nexus schedule ls` folds it, with pause and
-resume (operate only: the same re-definition `nexus schedule pause|resume` publishes), live."""
+"""The schedules page: NEXUS_SCHEDULES folded as `nexus schedule ls` folds it (who made each:
+an operator, or an agent's run with the `schedule_create` tool), with pause and resume
+(operate only: the same re-definition `nexus schedule pause|resume` publishes), live."""
 
 from __future__ import annotations
 
@@ -44,6 +45,10 @@ def row_of(rec: ScheduleRecord) -> dict[str, Any]:
         "enabled": d.enabled,
         "last_fire": rec.fires[-1] if rec.fires else None,
         "last_miss": rec.misses[-1] if rec.misses else None,
+        # An agent's own schedule names the run that made it and its agent; an operator's has
+        # neither (the CLI's CREATED BY column).
+        "created_by_run": d.created_by_run,
+        "created_by_agent": d.created_by_agent,
     }
 
 
