@@ -24,8 +24,8 @@ import yaml
 from mcp import Client
 from mcp.client.streamable_http import create_mcp_http_client, streamable_http_client
 from nexus_events.contract import subjects
-from nexus_events.contract.streams import INBOX
-from nexus_events.events import ApprovalRequested, RunCancelled
+from nexus_events.contract.streams import INBOX, RUNS
+from nexus_events.events import ApprovalRequested, RunCancelled, RunSleeping
 from nexus_events.events.catalog import AgentApplied, AgentDefinition
 from nexus_events.transport.bus import Bus, BusSettings
 from nexus_testing import eventually, free_port
@@ -201,6 +201,28 @@ async def test_every_tool_within_the_mcp_users_permissions(
             )
             decisions = [d async for d in admin.replay(INBOX, filter_subject=subjects.inbox(gated))]
             assert len(decisions) == 1
+            # A sleeping run woken: wake_requested under the operate user's permissions.
+            sleeper = (await _call(op, "start_run", agent=AGENT, input="sleep"))["run_id"]
+            await admin.publish(
+                subjects.run_event(sleeper, "sleeping"),
+                RunSleeping(
+                    until=datetime.now(UTC) + timedelta(hours=1), reason="CI", attempt=1, turn=1
+                ),
+            )
+            await eventually(
+                lambda: _call(ro, "get_run", run_id=sleeper),
+                lambda view: view["run"]["status"] == "sleeping",
+                within=20,
+                interval=0.2,
+                what=f"{sleeper} sleeping",
+            )
+            await _call(op, "wake_run", run_id=sleeper, reason="CI is green")
+            wakes = [
+                d async for d in admin.replay(
+                    RUNS, filter_subject=subjects.run_event(sleeper, "wake_requested")
+                )
+            ]  # fmt: skip
+            assert len(wakes) == 1
             # read: the board, flows, dead letters, and a run followed to its end.
             await _call(ro, "board")
             await _call(ro, "list_flows")

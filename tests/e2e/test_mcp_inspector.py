@@ -58,7 +58,14 @@ READ_TOOLS = {
     "list_dead_letters",
     "usage",
 }
-OPERATE_TOOLS = {"start_run", "start_flow", "cancel_run", "answer_approval", "add_memory"}
+OPERATE_TOOLS = {
+    "start_run",
+    "start_flow",
+    "cancel_run",
+    "wake_run",
+    "answer_approval",
+    "add_memory",
+}
 NPX = shutil.which("npx")
 
 pytestmark = [
