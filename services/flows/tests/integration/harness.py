@@ -220,12 +220,19 @@ async def get_flow(bus: Bus, flow_run_id: str) -> FlowRunView | None:
     return FlowRunView.model_validate(body)
 
 
-async def wait_status(bus: Bus, flow_run_id: str, status: str, within: float = 20.0) -> FlowRunView:
+async def wait_status(
+    bus: Bus,
+    flow_run_id: str,
+    status: str,
+    within: float = 20.0,
+    detail: Callable[[], str] | None = None,
+) -> FlowRunView:
     view = await eventually(
         lambda: get_flow(bus, flow_run_id),
         lambda v: v is not None and v.status == status,
         within=within,
         what=f"flow {flow_run_id} {status}",
+        detail=detail,
     )
     assert isinstance(view, FlowRunView)
     return view

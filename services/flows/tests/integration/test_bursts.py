@@ -52,7 +52,15 @@ async def test_a_burst_asks_the_catalog_once_per_flow_and_requests_each_run_once
     asked_before = env.catalog.asked
     await env.restart()
     for fid in ids:
-        await wait_status(env.bus, fid, "completed")
+        # 40 runs through a restart: generous on a loaded machine; a stall still fails, and
+        # says whether the step runs had ended (the fake runner's side) or not.
+        await wait_status(
+            env.bus,
+            fid,
+            "completed",
+            within=60,
+            detail=lambda: f"runs ended: {sorted(env.runner.finished.items())}",
+        )
     failed = await wait_status(env.bus, "burst-unknown", "failed")
     assert failed.reason == "unknown_flow"
     # One question per flow asked for in a pass ("pair" and "no"); asked per flow run, the
