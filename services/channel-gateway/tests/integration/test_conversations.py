@@ -55,7 +55,7 @@ async def test_an_idle_conversation_is_told_abandoned_once_and_a_new_message_sta
     url = f"http://127.0.0.1:{app.port}/slack/events"
     await _said(url, "run helper: remember the blue door", T1, "E1")
     await eventually(lambda: _posted(slack, "echo[user: remember the blue door]"), what="answer")
-    await eventually(lambda: _idle(app, clock), what="the answer folded")
+    await eventually(lambda: _idle(app, clock), within=30, what="the answer folded")
 
     clock.advance(601)
     assert await app.conversations.sweep() == 1

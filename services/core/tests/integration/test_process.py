@@ -26,7 +26,7 @@ async def test_serves_and_drains_on_sigterm(bus: Bus, nats_url: str, pg_dsn: str
     }
     proc = await asyncio.create_subprocess_exec(sys.executable, "-m", "nexus_core", env=env)
     try:
-        await eventually(lambda: http_status(port, "/readyz"), lambda s: s == 200, within=30)
+        await eventually(lambda: http_status(port, "/readyz"), lambda s: s == 200, within=90)
         assert await http_status(port, "/healthz") == 200
         error, body = await query(bus, subjects.CORE_CATALOG_AGENTS_LIST)
         assert (error, body) == (None, {"agents": []})
