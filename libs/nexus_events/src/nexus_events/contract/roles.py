@@ -175,9 +175,7 @@ EVENT_ROLES: dict[tuple[Family, str], EventRoles] = {
     # the scheduler starts the next attempt at the wake time or on a wake; chat and Plane
     # say "sleeping until".
     (Family.RUN, "sleeping"): _run((_RUNNER,), (*_ADMISSION, _GATEWAY)),
-    (Family.RUN, "wake_requested"): _run(
-        (_CLI, _OPERATOR, _MCP, _CONSOLE), (_SCHEDULER, _CORE)
-    ),
+    (Family.RUN, "wake_requested"): _run((_CLI, _OPERATOR, _MCP, _CONSOLE), (_SCHEDULER, _CORE)),
     # -- logs (NEXUS_LOGS) ----------------------------------------------------------------
     (Family.LOG, "line"): _run((_RUNNER,), (_CLI, _CONSOLE)),
     # -- transcripts (NEXUS_TRANSCRIPTS): written ahead of each model call, read on resume -

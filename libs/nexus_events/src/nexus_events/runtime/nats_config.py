@@ -283,10 +283,11 @@ SERVICES: dict[str, Access] = {
     ),
     # The web console (docs/console.md): reads every stream it shows (ordered consumers,
     # replays of the DLQ, catalog and schedules) and core's and flows' queries; publishes what
-    # its pages offer: a run's cancel and wake, an approval's decision (the claim in the shared bucket,
-    # the decision on the run's inbox) or its recorded refusal, a schedule's pause and resume,
-    # and the replay of a dead letter to its original subject, which may be on any family a
-    # consumer dead-letters from (the console republishes the stored letter's bytes only).
+    # its pages offer: a run's cancel and wake, an approval's decision (the claim in the
+    # shared bucket, the decision on the run's inbox) or its recorded refusal, a schedule's
+    # pause and resume, and the replay of a dead letter to its original subject, which may be
+    # on any family a consumer dead-letters from (the console republishes the stored letter's
+    # bytes only).
     "console": Access(
         publishes=(
             *_run(RunEvent.CANCEL_REQUESTED, RunEvent.WAKE_REQUESTED, RunEvent.APPROVAL_REFUSED),
@@ -360,9 +361,9 @@ CLIENTS: dict[str, Access] = {
         requests=_MCP_READ_QUERIES,
         push_consumers=True,  # ordered consumers on a run's subject (follow, subscriptions)
     ),
-    # `operate` also starts runs and flows, cancels and wakes runs, answers approvals (the claim in the
-    # shared KV bucket, the decision on the run's inbox, or the refusal the approver policy
-    # records) and adds memories through memory's guarded query.
+    # `operate` also starts runs and flows, cancels and wakes runs, answers approvals (the
+    # claim in the shared KV bucket, the decision on the run's inbox, or the refusal the
+    # approver policy records) and adds memories through memory's guarded query.
     "mcp-operate": Access(
         publishes=(
             *_run(
