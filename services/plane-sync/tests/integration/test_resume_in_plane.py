@@ -27,7 +27,7 @@ async def test_a_resumed_run_comments_once_per_attempt(
     await publish_run(bus, run_id, "resuming", resuming)
     await publish_run(bus, run_id, "resuming", resuming)  # the scheduler said it again
     await complete(bus, run_id)
-    await eventually(lambda: len(plane.comments_of(item)) >= 3, what="the run's comments")
+    await eventually(lambda: len(plane.comments_of(item)) >= 3, within=30, what="comments")
     await plane.settle()
     texts = [c["comment_html"] for c in plane.comments_of(item)]
     resumed = [t for t in texts if "Resumed after runner loss" in t]

@@ -32,7 +32,7 @@ async def test_a_sleep_comments_once_and_the_wake_says_why(
     wake = RunWake(cause=WakeCause.TIMER, slept_until=until, sleep_reason="CI runs")
     await publish_run(bus, run_id, "resuming", RunResuming(attempt=2, reason="woke", wake=wake))
     await complete(bus, run_id)
-    await eventually(lambda: len(plane.comments_of(item)) >= 4, what="the run's comments")
+    await eventually(lambda: len(plane.comments_of(item)) >= 4, within=30, what="comments")
     await plane.settle()
     texts = [c["comment_html"] for c in plane.comments_of(item)]
     assert len(texts) == 4, texts  # started, sleeping, woke, result
