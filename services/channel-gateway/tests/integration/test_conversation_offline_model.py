@@ -78,19 +78,9 @@ class OfflineRunners:
 
 
 @pytest.fixture
-async def pool(pg_dsn: str) -> AsyncIterator[asyncpg.Pool[Any]]:
-    p = await asyncpg.create_pool(pg_dsn, min_size=1, max_size=8)
-    assert p is not None
-    try:
-        yield p
-    finally:
-        await p.close()
-
-
-@pytest.fixture
-async def core(bus: Bus, pool: asyncpg.Pool[Any]) -> AsyncIterator[CoreApp]:
+async def core(bus: Bus, pg_pool: asyncpg.Pool[Any]) -> AsyncIterator[CoreApp]:
     app = CoreApp(
-        CoreSettings(health_port=0, memory_timeout=0.2, fetch_timeout=0.2), bus=bus, pool=pool
+        CoreSettings(health_port=0, memory_timeout=0.2, fetch_timeout=0.2), bus=bus, pool=pg_pool
     )
     await app.start()
     try:

@@ -162,6 +162,11 @@ async def test_going_to_sleep_and_waking_reach_open_pages_live(
     assert 'action="/runs/sleepy-2/wake"' not in page
 
 
+def _wake_form(page: str, run_id: str) -> str:
+    """The page's Wake now form, up to its end."""
+    return page.split(f'action="/runs/{run_id}/wake"', 1)[1].split("</form>", 1)[0]
+
+
 async def test_wake_now_publishes_one_wake_as_the_operator(
     bus: Bus, core: CoreApp, clients: Clients
 ) -> None:
@@ -170,7 +175,7 @@ async def test_wake_now_publishes_one_wake_as_the_operator(
     await _sleep(bus, run_id, NOW + timedelta(hours=2), "tomorrow's build")
     operator = await _signed_in(clients, OPERATE_TOKEN)
     page = await _page(operator, f"/runs/{run_id}", "sleeping until")
-    form = page.split('action="/runs/sleepy-3/wake"', 1)[1].split("</form>", 1)[0]
+    form = _wake_form(page, run_id)
     assert 'id="wake-run"' in form
     assert "disabled" not in form
 
@@ -197,7 +202,7 @@ async def test_wake_is_refused_to_a_read_token_a_forged_form_and_bad_input(
     await _sleep(bus, run_id, NOW + timedelta(minutes=10), "waiting")
     reader = await _signed_in(clients, READ_TOKEN)
     page = await _page(reader, f"/runs/{run_id}", "sleeping until")
-    form = page.split('action="/runs/sleepy-4/wake"', 1)[1].split("</form>", 1)[0]
+    form = _wake_form(page, run_id)
     assert 'id="wake-run" class="primary" disabled' in form
     status, text = await reader.post(f"/runs/{run_id}/wake", {"csrf": reader.csrf})
     assert status == 403

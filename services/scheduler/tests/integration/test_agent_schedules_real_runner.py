@@ -7,16 +7,13 @@ from __future__ import annotations
 
 from datetime import timedelta
 from pathlib import Path
-from typing import Any
 
 import pytest
 from nexus_cli.devstack.offline_model import SCHEDULE_INPUT, WOKE
 from nexus_events.contract.streams import SCHEDULES
 from nexus_events.events import (
     Origin,
-    RepoSpec,
     RunCompleted,
-    RunConfig,
     RunRequested,
     RunSleeping,
     ScheduleDefined,
@@ -24,36 +21,18 @@ from nexus_events.events import (
 )
 from nexus_events.runtime.clock import ManualClock
 from nexus_events.transport.bus import Bus
-from nexus_scheduler.runtime.local import LocalProcessRuntime
 
 from tests.support.offline_model import offline_model
 
-from ..factories import config
 from ..waiting import eventually
 from .conftest import AppFactory, publish_prepared, run_events
 from .test_restart import pids, service  # noqa: F401 - `pids` is a fixture
-from .test_sleep_real_runner import repo
+from .test_sleep_real_runner import local_runtime, one_event, repo, run_config
 
 pytestmark = pytest.mark.skipif(not Path("/proc").is_dir(), reason="needs /proc (Linux)")
 
-TOOLS = ["schedule_create", "schedule_list", "schedule_delete", "sleep", "finish"]
-
-
-def _config(run_id: str, base_url: str, url: str) -> RunConfig:
-    body = config(run_id, wall_seconds=600).model_dump(mode="json")
-    body["model"]["base_url"] = base_url
-    return RunConfig.model_validate(
-        {
-            **body,
-            "input": "[offline-model:schedule] Keep an eye on the nightly build.",
-            "tools": TOOLS,
-            "repo": RepoSpec(url=url).model_dump(),
-        }
-    )
-
-
-async def _one(bus: Bus, name: str, run_id: str) -> Any:
-    return next((e for r, e in await run_events(bus, name) if r == run_id), None)
+TOOLS = ("schedule_create", "schedule_list", "schedule_delete", "sleep", "finish")
+TASK = "[offline-model:schedule] Keep an eye on the nightly build."
 
 
 async def _schedule_events(bus: Bus) -> list[tuple[str, object]]:
@@ -70,23 +49,17 @@ async def test_an_agent_makes_a_schedule_that_fires_twice_then_deletes_it(
 ) -> None:
     url = repo(tmp_path / "origin")
     async with offline_model() as base_url:
-        runtime = LocalProcessRuntime(
-            tmp_path / "runs",
-            kill_grace=3,
-            env={
-                "NEXUS_NATS_URL": nats_url,
-                "NEXUS_BUDGET_RESERVATIONS": "off",  # no spend service here
-                "NEXUS_WORKSPACE_ROOT": str(tmp_path / "workspaces"),
-                "OTEL_SDK_DISABLED": "true",
-            },
-        )
+        runtime = local_runtime(tmp_path, nats_url)
         app = await make_app(runtime, exit_grace_seconds=5, schedule_jitter_cap_seconds=0)
         svc = service(app)
         schedules = app.schedules
         assert schedules is not None
-        await publish_prepared(bus, [_config("maker", base_url, url)])
+        await publish_prepared(bus, [run_config("maker", TASK, base_url, url, TOOLS)])
         sleeping: RunSleeping = await eventually(
-            lambda: _one(bus, "sleeping", "maker"), within=90, interval=0.2, what="maker sleeps"
+            lambda: one_event(bus, "sleeping", "maker"),
+            within=90,
+            interval=0.2,
+            what="maker sleeps",
         )
         [(schedule_id, defined)] = [
             (sid, e) for sid, e in await _schedule_events(bus) if isinstance(e, ScheduleDefined)
@@ -103,7 +76,7 @@ async def test_an_agent_makes_a_schedule_that_fires_twice_then_deletes_it(
         clock.set(sleeping.until + timedelta(milliseconds=1))
         await svc.tick()
         done: RunCompleted = await eventually(
-            lambda: _one(bus, "completed", "maker"), within=90, interval=0.2, what="completes"
+            lambda: one_event(bus, "completed", "maker"), within=90, interval=0.2, what="completes"
         )
         # Deleted by the agent: the next due time fires nothing.
         clock.set(anchor + timedelta(seconds=600))

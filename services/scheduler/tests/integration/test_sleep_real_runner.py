@@ -50,16 +50,36 @@ def repo(path: Path) -> str:
     return str(path)
 
 
-def run_config(run_id: str, task: str, base_url: str, url: str) -> RunConfig:
+def run_config(
+    run_id: str,
+    task: str,
+    base_url: str,
+    url: str,
+    tools: tuple[str, ...] = ("read_file", "write_file", "sleep", "finish"),
+) -> RunConfig:
     body = config(run_id, wall_seconds=600).model_dump(mode="json")
     body["model"]["base_url"] = base_url
-    tools = ["read_file", "write_file", "sleep", "finish"]
     return RunConfig.model_validate(
-        {**body, "input": task, "tools": tools, "repo": RepoSpec(url=url).model_dump()}
+        {**body, "input": task, "tools": list(tools), "repo": RepoSpec(url=url).model_dump()}
     )
 
 
-async def _one(bus: Bus, name: str, run_id: str) -> Any:
+def local_runtime(tmp_path: Path, nats_url: str) -> LocalProcessRuntime:
+    """The local runtime starting the real `python -m nexus_runner` on this NATS."""
+    return LocalProcessRuntime(
+        tmp_path / "runs",
+        kill_grace=3,
+        env={
+            "NEXUS_NATS_URL": nats_url,
+            "NEXUS_BUDGET_RESERVATIONS": "off",  # no spend service here
+            "NEXUS_WORKSPACE_ROOT": str(tmp_path / "workspaces"),
+            "OTEL_SDK_DISABLED": "true",
+        },
+    )
+
+
+async def one_event(bus: Bus, name: str, run_id: str) -> Any:
+    """The run's first event called `name`, or None."""
     return next((e for r, e in await run_events(bus, name) if r == run_id), None)
 
 
@@ -73,16 +93,7 @@ async def test_a_run_sleeps_5s_gives_its_slot_away_and_wakes_as_attempt_2_intact
 ) -> None:
     url = repo(tmp_path / "origin")
     async with offline_model() as base_url:
-        runtime = LocalProcessRuntime(
-            tmp_path / "runs",
-            kill_grace=3,
-            env={
-                "NEXUS_NATS_URL": nats_url,
-                "NEXUS_BUDGET_RESERVATIONS": "off",  # no spend service here
-                "NEXUS_WORKSPACE_ROOT": str(tmp_path / "workspaces"),
-                "OTEL_SDK_DISABLED": "true",
-            },
-        )
+        runtime = local_runtime(tmp_path, nats_url)
         app = await make_app(runtime, max_concurrent_runs=1, exit_grace_seconds=5)
         svc = service(app)
         await publish_prepared(
@@ -93,28 +104,30 @@ async def test_a_run_sleeps_5s_gives_its_slot_away_and_wakes_as_attempt_2_intact
             ],
         )
         sleeping: RunSleeping = await eventually(
-            lambda: _one(bus, "sleeping", "r"), within=90, interval=0.2, what="r sleeps"
+            lambda: one_event(bus, "sleeping", "r"), within=90, interval=0.2, what="r sleeps"
         )
         assert (sleeping.attempt, sleeping.reason) == (1, "waiting for CI")
         # Its slot goes to the other run, which runs to its end while r sleeps.
-        await eventually(lambda: _one(bus, "completed", "o"), within=90, interval=0.2, what="o")
+        await eventually(
+            lambda: one_event(bus, "completed", "o"), within=90, interval=0.2, what="o"
+        )
         await eventually(
             lambda: runtime.status("r", attempt=1), lambda s: not s.live, within=30, what="exit"
         )
         await svc.tick()  # the exited runner is no loss
-        assert await _one(bus, "resuming", "r") is None
+        assert await one_event(bus, "resuming", "r") is None
         assert await run_events(bus, "lost") == []
 
         clock.set(sleeping.until + timedelta(milliseconds=1))  # 5 s later
         await svc.tick()
-        resuming: RunResuming = await eventually(lambda: _one(bus, "resuming", "r"))
+        resuming: RunResuming = await eventually(lambda: one_event(bus, "resuming", "r"))
         assert (resuming.attempt, resuming.reason) == (2, "woke")
         assert resuming.wake is not None
         assert resuming.wake.cause is WakeCause.TIMER
         done: RunCompleted = await eventually(
-            lambda: _one(bus, "completed", "r"), within=90, interval=0.2, what="r completes"
+            lambda: one_event(bus, "completed", "r"), within=90, interval=0.2, what="r completes"
         )
-        resumed: RunResumed = await _one(bus, "resumed", "r")
+        resumed: RunResumed = await one_event(bus, "resumed", "r")
         assert resumed.attempt == 2
     # The woken attempt went on from its transcript (the script's third turn, not its first
     # again: it slept once), its read found the file written before the sleep (the workspace

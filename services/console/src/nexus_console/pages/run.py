@@ -10,7 +10,7 @@ import logging
 from collections.abc import AsyncGenerator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import Any, cast
+from typing import Any, TypeVar, cast
 
 from aiohttp import web
 from nats.aio.msg import Msg
@@ -24,6 +24,7 @@ from nexus_events.events.runs import RunConfig
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from nexus_console import spend_reads
+from nexus_console.auth.identity import Viewer
 from nexus_console.auth.middleware import refuse
 from nexus_console.branch_diff import branch_diff, cache_dir
 from nexus_console.context import CSRF, console_of, viewer_of
@@ -210,18 +211,31 @@ class CancelForm(BaseModel):
     reason: str = Field("cancelled from the console", min_length=1, max_length=500)
 
 
-@routes.post("/runs/{run_id}/cancel")
-async def cancel(request: web.Request) -> web.StreamResponse:
-    console = console_of(request)
+_Form = TypeVar("_Form", bound=BaseModel)
+
+
+async def _operate(
+    request: web.Request, action: str, form_model: type[_Form]
+) -> tuple[str, Viewer, _Form, dict[str, Any]]:
+    """What a run's button needs before it publishes: the run id, an operating viewer (a
+    read-only token is refused and audited), the valid form (else a 400) and core's view of
+    the run."""
     run_id = run_id_of(request)
     viewer = viewer_of(request)
     if not viewer.may_operate:
-        raise refuse(request, viewer, f"cancel of run {run_id}", "read-only console token")
+        raise refuse(request, viewer, f"{action} of run {run_id}", "read-only console token")
     try:
-        form = CancelForm.model_validate(dict(await request.post()))
+        form = form_model.model_validate(dict(await request.post()))
     except ValidationError as exc:
         raise bad_request(exc) from None
-    run = await console.reads.query(subjects.CORE_RUNS_GET, {"run_id": run_id})
+    run = await console_of(request).reads.query(subjects.CORE_RUNS_GET, {"run_id": run_id})
+    return run_id, viewer, form, run
+
+
+@routes.post("/runs/{run_id}/cancel")
+async def cancel(request: web.Request) -> web.StreamResponse:
+    console = console_of(request)
+    run_id, viewer, form, run = await _operate(request, "cancel", CancelForm)
     if not is_terminal(run.get("status")):
         await console.bus.publish(
             subjects.run_event(run_id, RunEvent.CANCEL_REQUESTED),
@@ -246,15 +260,7 @@ async def wake(request: web.Request) -> web.StreamResponse:
     publish for a run that does not sleep (a wake would change nothing); one stored wake per
     sleep however often it is asked (the message id names the attempt that slept)."""
     console = console_of(request)
-    run_id = run_id_of(request)
-    viewer = viewer_of(request)
-    if not viewer.may_operate:
-        raise refuse(request, viewer, f"wake of run {run_id}", "read-only console token")
-    try:
-        form = WakeForm.model_validate(dict(await request.post()))
-    except ValidationError as exc:
-        raise bad_request(exc) from None
-    run = await console.reads.query(subjects.CORE_RUNS_GET, {"run_id": run_id})
+    run_id, viewer, form, run = await _operate(request, "wake", WakeForm)
     status = run.get("status")
     if status != RunStatus.SLEEPING:
         raise web.HTTPConflict(text=f"run {run_id} is not sleeping: {status}")
